@@ -1,0 +1,91 @@
+// Loader: the whole pipeline, source to batch ring, driven by C++ threads.
+//
+//   Source -> Sampler -> fetch pool -> prep pool -> batch ring -> Next()
+//
+// Create() validates the spec, opens the source, reserves the ring and starts
+// the threads; StartEpoch() fixes the order and begins filling; Next() hands
+// out ready batches in order. A Batch is a lease on its ring slot: the slot is
+// refilled only after every copy of the shared_ptr<Batch> is gone. Destroying
+// the Loader cancels the work, wakes every waiter and joins every thread;
+// Batches still alive stay valid (they keep the ring mapped).
+//
+// Thread-safety: StartEpoch/Next/Stats may be called from any one thread at a
+// time; Batch destruction may happen on any thread.
+#ifndef NOSTALL_LOADER_H_
+#define NOSTALL_LOADER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nostall/sampler.h"
+#include "nostall/source.h"
+#include "nostall/stats.h"
+#include "nostall/status.h"
+#include "nostall/transforms.h"
+
+namespace nostall {
+
+enum class ErrorPolicy { kRaise, kSkip };
+
+// Everything that defines a pipeline; serialisable to JSON (docs/spec.md).
+struct LoaderSpec {
+  std::string source;
+  SourceOptions source_options;
+  int64_t batch_size = 1;
+  bool shuffle = false;
+  uint64_t seed = 0;
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  bool drop_last = false;
+  PrepSpec prep;
+  int num_threads = 0;      // prep threads; 0 = the cores this process may use
+  int reads_in_flight = 0;  // fetch threads; 0 = 4
+  int prefetch = 2;         // batches prepared ahead of the one being used
+  ErrorPolicy on_error = ErrorPolicy::kRaise;
+
+  static Result<LoaderSpec> FromJson(const std::string& json);
+  std::string ToJson() const;
+  uint64_t Fingerprint() const;
+};
+
+class Batch {
+ public:
+  virtual ~Batch() = default;
+  virtual int64_t epoch() const = 0;
+  virtual int64_t index() const = 0;   // batch number within the epoch
+  virtual int64_t size() const = 0;    // samples (fewer at epoch end or after skips)
+  virtual const void* images() const = 0;
+  virtual const int64_t* labels() const = 0;
+  virtual const int64_t* indices() const = 0;  // dataset indices of the samples
+};
+
+enum class NextStatus { kBatch, kEndOfEpoch, kTimeout };
+
+class Loader {
+ public:
+  static Result<std::unique_ptr<Loader>> Create(const LoaderSpec& spec);
+  virtual ~Loader() = default;
+
+  // Begins `epoch` at batch `first_batch` (for exact resume), abandoning
+  // whatever the previous epoch had not handed out.
+  virtual Status StartEpoch(int64_t epoch, int64_t first_batch = 0) = 0;
+  // Waits at most `timeout_ms` (< 0: forever) for the next batch. A bad item
+  // under on_error=raise is returned here as a DataError naming the item.
+  virtual Status Next(int64_t timeout_ms, NextStatus* status, std::shared_ptr<Batch>* out) = 0;
+
+  virtual LoaderStats Stats() const = 0;
+  virtual const Source& source() const = 0;
+  virtual const Sampler& sampler() const = 0;
+  virtual const LoaderSpec& spec() const = 0;  // with defaults resolved
+  // One sample's shape: (C, H, W) for NCHW, (H, W, C) for NHWC.
+  virtual std::vector<int64_t> SampleShape() const = 0;
+};
+
+// The cores this process may run on (sched_getaffinity).
+int AvailableCores();
+
+}  // namespace nostall
+
+#endif  // NOSTALL_LOADER_H_

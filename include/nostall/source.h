@@ -1,0 +1,72 @@
+// Source: where the items of a dataset come from.
+//
+// A Source has a fixed index of items (built once, then reused; see
+// docs/index_format.md), each with a key that names it to a person (a path, or
+// shard:member), an integer label and a byte span. Reading an item copies its
+// encoded bytes into a caller-provided buffer. Sources know nothing of
+// decoding or caching.
+#ifndef NOSTALL_SOURCE_H_
+#define NOSTALL_SOURCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nostall/status.h"
+
+namespace nostall {
+
+struct SourceOptions {
+  // Where index files are kept between runs ("" = $NOSTALL_CACHE_DIR,
+  // else $XDG_CACHE_HOME/nostall, else ~/.cache/nostall). Set
+  // `use_index_cache` false to always rebuild.
+  std::string index_cache_dir;
+  bool use_index_cache = true;
+  // Items larger than this are a DataError rather than a huge allocation.
+  uint64_t max_item_bytes = 256ull << 20;
+  // Tar shards: a sample with no image member or a bad .cls label is an
+  // error at index time, unless `skip_bad_samples` (then counted).
+  bool skip_bad_samples = false;
+};
+
+class Source {
+ public:
+  virtual ~Source() = default;
+
+  // Number of items.
+  virtual int64_t size() const = 0;
+  // Human-readable name of item `i`, used in every error about it.
+  virtual const std::string& key(int64_t i) const = 0;
+  virtual int64_t label(int64_t i) const = 0;
+  // Encoded size in bytes as indexed (-1 if the index does not know).
+  virtual int64_t byte_size(int64_t i) const = 0;
+  // Class names in label order (empty when labels are plain numbers).
+  virtual const std::vector<std::string>& classes() const = 0;
+  // Identifies the dataset: equal fingerprints mean equal indexes.
+  virtual uint64_t fingerprint() const = 0;
+  // Samples dropped while indexing (only with skip_bad_samples).
+  virtual int64_t skipped_at_index() const { return 0; }
+  // "image-folder" or "tar-shards".
+  virtual const char* kind() const = 0;
+
+  // Copies item `i`'s bytes into `out` (resized). Thread-safe. Errors are
+  // not yet annotated with the key; the caller adds it.
+  virtual Status Read(int64_t i, std::vector<uint8_t>* out) const = 0;
+};
+
+// Opens a dataset:
+//   - a directory: image-folder layout (one subfolder per class, classes
+//     sorted by name, files .jpg/.jpeg/.png found recursively, as
+//     torchvision's ImageFolder does);
+//   - a path ending in .tar, possibly with brace ranges or lists
+//     ("shards/train-{0000..0099}.tar", "a-{x,y}.tar"): WebDataset shards.
+Result<std::unique_ptr<Source>> OpenSource(const std::string& uri,
+                                           const SourceOptions& options = {});
+
+// Expands "{0000..0012}" ranges (zero padding kept) and "{a,b}" lists.
+Result<std::vector<std::string>> ExpandBraces(const std::string& pattern);
+
+}  // namespace nostall
+
+#endif  // NOSTALL_SOURCE_H_

@@ -1,0 +1,51 @@
+// Per-stage and per-iteration statistics of a loader.
+//
+// Every blocking wait in the pipeline is timed: a stage is "starved" while it
+// waits for input and "blocked" while it waits for room to put its output.
+// Busy time is thread CPU time, so items / busy seconds is a stage's rate per
+// core. The consumer side records how long each call for the next batch
+// waited (the data stall) and how long the caller spent between calls.
+#ifndef NOSTALL_STATS_H_
+#define NOSTALL_STATS_H_
+
+#include <cstdint>
+#include <string>
+
+namespace nostall {
+
+struct StageStats {
+  int64_t items = 0;
+  int64_t bytes = 0;
+  int64_t busy_cpu_ns = 0;
+  int64_t starved_ns = 0;  // waiting for input
+  int64_t blocked_ns = 0;  // waiting for room downstream
+  int threads = 0;
+};
+
+struct LoaderStats {
+  StageStats fetch;  // reading encoded bytes from the source
+  StageStats prep;   // decode + augment, written into the batch slot
+  StageStats batch;  // completing batches (compaction after skips)
+  int64_t batches = 0;
+  int64_t samples = 0;
+  int64_t errors = 0;   // bad items met (raised or skipped)
+  int64_t skipped = 0;  // bad items skipped under on_error="skip"
+  // Consumer side: calls for the next batch.
+  int64_t iterations = 0;
+  int64_t wait_ns = 0;      // total time waiting for a batch (stall)
+  int64_t max_wait_ns = 0;
+  int64_t between_ns = 0;   // total time the caller spent between calls
+  int64_t elapsed_ns = 0;   // since the loader was created
+  uint64_t ring_bytes = 0;
+  int64_t ring_slots = 0;
+
+  // Fraction of the consumer's time spent waiting: wait / (wait + between).
+  double StallFraction() const;
+  std::string ToJson() const;
+  // A human-readable table: one line per stage, then the consumer.
+  std::string ToTable() const;
+};
+
+}  // namespace nostall
+
+#endif  // NOSTALL_STATS_H_

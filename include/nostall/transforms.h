@@ -1,0 +1,77 @@
+// The declarative transform spec: what the prep stage does to every image.
+//
+// Semantics follow torchvision's transforms on PIL images (same parameter
+// names, defaults and random-parameter algorithms); see docs/transforms.md for
+// where the pixels can differ (resampling filters). Geometry is composed
+// before any pixel is touched, so a crop is decoded at the smallest JPEG DCT
+// scale that still covers the output, and only the rows and columns it needs.
+#ifndef NOSTALL_TRANSFORMS_H_
+#define NOSTALL_TRANSFORMS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nostall/status.h"
+
+namespace nostall {
+
+enum class TransformKind {
+  kRandomResizedCrop,
+  kResize,
+  kCenterCrop,
+  kRandomHorizontalFlip,
+  kNormalize,
+};
+
+struct Transform {
+  TransformKind kind;
+  // RandomResizedCrop, CenterCrop, Resize((h, w)): the output size.
+  int height = 0;
+  int width = 0;
+  // Resize(int): the smaller edge becomes this; the other keeps the aspect.
+  int short_side = 0;
+  int max_size = 0;  // Resize(int, max_size=...): cap on the longer edge
+  // RandomResizedCrop.
+  double scale_min = 0.08, scale_max = 1.0;
+  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
+  // RandomHorizontalFlip.
+  double p = 0.5;
+  // Normalize, in [0, 1] units as torchvision's (applied to x / 255).
+  std::vector<double> mean, std;
+};
+
+enum class DType { kUint8, kFloat32 };
+enum class Layout { kNCHW, kNHWC };
+enum class ColorMode { kRGB, kGray };
+
+struct PrepSpec {
+  std::vector<Transform> transforms;
+  DType dtype = DType::kUint8;
+  Layout layout = Layout::kNCHW;
+  ColorMode mode = ColorMode::kRGB;
+  // Images with more pixels than this are a DataError (PIL's default bomb
+  // limit); checked from the header, before any pixel is decoded.
+  int64_t max_pixels = 89478485;
+
+  int channels() const { return mode == ColorMode::kRGB ? 3 : 1; }
+  Status Validate() const;
+  // The (height, width) every output has, if the transforms fix it.
+  bool FixedOutputSize(int* height, int* width) const;
+};
+
+// Where in the source image a sample's output comes from, and how.
+struct SamplePlan {
+  double x = 0, y = 0, w = 0, h = 0;  // source rectangle, in source pixels
+  int out_w = 0, out_h = 0;
+  bool flip = false;
+};
+
+// Composes the geometric transforms for one sample of a `src_w` x `src_h`
+// image. Random draws come from the stream (seed, epoch, sample index) alone.
+Status PlanSample(const PrepSpec& spec, int src_w, int src_h, uint64_t seed, int64_t epoch,
+                  int64_t sample_index, SamplePlan* plan);
+
+}  // namespace nostall
+
+#endif  // NOSTALL_TRANSFORMS_H_

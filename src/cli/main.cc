@@ -1,0 +1,249 @@
+// The `nostall` command: argument parsing only; the work is in the library.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "nostall/bench.h"
+#include "nostall/loader.h"
+#include "nostall/source.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: nostall <command> [options]
+
+Data loading for deep-learning training, without data stalls.
+
+commands:
+  bench PATH      measure images/s of a pipeline over a dataset, with a
+                  per-stage breakdown (fetch, decode+augment, batch, consumer)
+  inspect PATH    show what nostall sees in a dataset: kind, items, classes
+  help            show this message
+
+PATH is an image folder (one subfolder per class) or WebDataset tar shards
+("shards/train-{0000..0099}.tar"). `nostall COMMAND --help` shows options.
+)";
+
+constexpr const char* kBenchUsage = R"(usage: nostall bench PATH [options]
+
+Runs RandomResizedCrop(SIZE) + RandomHorizontalFlip + Normalize (ImageNet
+mean/std) into float32 NCHW batches, as fast as the batches come, and prints
+images/s and where the time went.
+
+options:
+  --batch-size N        samples per batch (default 256)
+  --threads N           decode+augment threads (default: this process's cores)
+  --reads-in-flight N   concurrent reads (default 4)
+  --prefetch N          batches prepared ahead (default 2)
+  --size N              output side in pixels (default 224)
+  --epochs N            epochs to run (default 1)
+  --max-batches N       stop after N batches (default: whole epochs)
+  --spec FILE           use this loader spec (JSON) instead of the default
+                        pipeline; PATH then overrides its "source"
+  --json                print one JSON object instead of the table
+  --quiet               no progress line
+)";
+
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> options;
+  std::vector<std::string> flags;
+};
+
+bool IsFlag(const std::string& name) {
+  return name == "--json" || name == "--quiet" || name == "--help" || name == "-h";
+}
+
+bool Parse(int argc, char** argv, int start, Args* args) {
+  for (int i = start; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("-", 0) == 0 && a != "-") {
+      if (IsFlag(a)) {
+        args->flags.push_back(a);
+        continue;
+      }
+      std::string value;
+      size_t eq = a.find('=');
+      if (eq != std::string::npos) {
+        value = a.substr(eq + 1);
+        a = a.substr(0, eq);
+      } else if (i + 1 < argc) {
+        value = argv[++i];
+      } else {
+        std::fprintf(stderr, "nostall: option %s needs a value\n", a.c_str());
+        return false;
+      }
+      args->options[a] = value;
+    } else {
+      args->positional.push_back(a);
+    }
+  }
+  return true;
+}
+
+bool Has(const Args& a, const char* flag) {
+  for (const auto& f : a.flags) {
+    if (f == flag) return true;
+  }
+  return false;
+}
+
+bool IntOption(const Args& a, const char* name, long long lo, long long* out) {
+  auto it = a.options.find(name);
+  if (it == a.options.end()) return true;
+  char* end = nullptr;
+  long long v = std::strtoll(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end != '\0' || v < lo) {
+    std::fprintf(stderr, "nostall: %s must be an integer >= %lld, not '%s'\n", name, lo,
+                 it->second.c_str());
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+int Fail(const nostall::Status& st) {
+  std::fprintf(stderr, "nostall: %s\n", st.ToString().c_str());
+  return 1;
+}
+
+int Bench(const Args& args) {
+  if (Has(args, "--help") || Has(args, "-h")) {
+    std::fputs(kBenchUsage, stdout);
+    return 0;
+  }
+  if (args.positional.size() != 1) {
+    std::fputs(kBenchUsage, stderr);
+    return 2;
+  }
+  static const char* kKnown[] = {"--batch-size", "--threads", "--reads-in-flight", "--prefetch",
+                                 "--size", "--epochs", "--max-batches", "--spec"};
+  for (const auto& [k, v] : args.options) {
+    if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
+      std::fprintf(stderr, "nostall bench: unknown option %s (see nostall bench --help)\n",
+                   k.c_str());
+      return 2;
+    }
+  }
+  nostall::LoaderSpec spec;
+  if (auto it = args.options.find("--spec"); it != args.options.end()) {
+    std::ifstream in(it->second);
+    if (!in) return Fail(nostall::NotFound("cannot read spec file " + it->second));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto parsed = nostall::LoaderSpec::FromJson(ss.str());
+    if (!parsed.ok()) return Fail(parsed.status());
+    spec = parsed.value();
+  } else {
+    long long size = 224;
+    if (!IntOption(args, "--size", 1, &size)) return 2;
+    spec.batch_size = 256;
+    spec.shuffle = true;
+    nostall::Transform rrc{nostall::TransformKind::kRandomResizedCrop};
+    rrc.height = rrc.width = static_cast<int>(size);
+    nostall::Transform flip{nostall::TransformKind::kRandomHorizontalFlip};
+    nostall::Transform norm{nostall::TransformKind::kNormalize};
+    norm.mean = {0.485, 0.456, 0.406};
+    norm.std = {0.229, 0.224, 0.225};
+    spec.prep.transforms = {rrc, flip, norm};
+    spec.prep.dtype = nostall::DType::kFloat32;
+  }
+  spec.source = args.positional[0];
+  long long batch = spec.batch_size, threads = spec.num_threads, reads = spec.reads_in_flight,
+            prefetch = spec.prefetch, epochs = 1, max_batches = 0;
+  if (!IntOption(args, "--batch-size", 1, &batch) || !IntOption(args, "--threads", 0, &threads) ||
+      !IntOption(args, "--reads-in-flight", 0, &reads) ||
+      !IntOption(args, "--prefetch", 0, &prefetch) || !IntOption(args, "--epochs", 1, &epochs) ||
+      !IntOption(args, "--max-batches", 0, &max_batches)) {
+    return 2;
+  }
+  spec.batch_size = batch;
+  spec.num_threads = static_cast<int>(threads);
+  spec.reads_in_flight = static_cast<int>(reads);
+  spec.prefetch = static_cast<int>(prefetch);
+  const bool json = Has(args, "--json");
+  const bool show_progress = !Has(args, "--quiet") && !json && isatty(STDERR_FILENO);
+  auto progress = [&](int64_t images, double secs) {
+    std::fprintf(stderr, "\r%lld images, %.1f s, %.0f images/s   ", static_cast<long long>(images),
+                 secs, secs > 0 ? images / secs : 0.0);
+  };
+  auto r = nostall::MeasureThroughput(spec, static_cast<int>(epochs), max_batches,
+                                      show_progress ? std::function<void(int64_t, double)>(progress)
+                                                    : nullptr);
+  if (show_progress) std::fputs("\r\033[K", stderr);
+  if (!r.ok()) return Fail(r.status());
+  const auto& res = r.value();
+  if (json) {
+    std::printf("{\"images\": %lld, \"batches\": %lld, \"seconds\": %.6f, \"images_per_s\": %.3f, "
+                "\"stats\": %s}\n",
+                static_cast<long long>(res.images), static_cast<long long>(res.batches),
+                res.seconds, res.images_per_second(), res.stats.ToJson().c_str());
+    return 0;
+  }
+  std::printf("%s: %lld images in %.2f s = %.1f images/s (batch %lld, %d prep threads, %d reads in "
+              "flight)\n\n%s",
+              spec.source.c_str(), static_cast<long long>(res.images), res.seconds,
+              res.images_per_second(), static_cast<long long>(spec.batch_size),
+              res.stats.prep.threads, res.stats.fetch.threads, res.stats.ToTable().c_str());
+  return 0;
+}
+
+int Inspect(const Args& args) {
+  if (Has(args, "--help") || Has(args, "-h") || args.positional.size() != 1) {
+    std::fputs("usage: nostall inspect PATH\n\nPrints the dataset's kind, item count, classes "
+               "and fingerprint, building (and caching) its index if needed.\n",
+               Has(args, "--help") || Has(args, "-h") ? stdout : stderr);
+    return Has(args, "--help") || Has(args, "-h") ? 0 : 2;
+  }
+  auto src = nostall::OpenSource(args.positional[0]);
+  if (!src.ok()) return Fail(src.status());
+  const nostall::Source& s = *src.value();
+  int64_t known = 0;
+  for (int64_t i = 0; i < s.size(); ++i) known += std::max<int64_t>(0, s.byte_size(i));
+  std::printf("dataset:     %s\nkind:        %s\nitems:       %lld\n", args.positional[0].c_str(),
+              s.kind(), static_cast<long long>(s.size()));
+  if (!s.classes().empty()) {
+    std::printf("classes:     %zu (", s.classes().size());
+    for (size_t i = 0; i < s.classes().size() && i < 8; ++i) {
+      std::printf("%s%s", i ? ", " : "", s.classes()[i].c_str());
+    }
+    std::printf("%s)\n", s.classes().size() > 8 ? ", ..." : "");
+  }
+  if (known > 0) std::printf("bytes:       %lld\n", static_cast<long long>(known));
+  if (s.skipped_at_index() > 0) {
+    std::printf("skipped:     %lld bad samples\n", static_cast<long long>(s.skipped_at_index()));
+  }
+  std::printf("fingerprint: %016llx\n", static_cast<unsigned long long>(s.fingerprint()));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (cmd == "--version") {
+    std::puts("nostall 0.1.0");
+    return 0;
+  }
+  Args args;
+  if (!Parse(argc, argv, 2, &args)) return 2;
+  if (cmd == "bench") return Bench(args);
+  if (cmd == "inspect") return Inspect(args);
+  std::fprintf(stderr, "nostall: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
+  return 2;
+}

@@ -1,0 +1,51 @@
+#include "common/fd.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+
+namespace nostall {
+
+Result<UniqueFd> OpenReadOnly(const std::string& path) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return ErrnoError("cannot open", errno);
+  return UniqueFd(fd);
+}
+
+Status PreadExact(int fd, uint64_t offset, size_t size, uint8_t* out) {
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::pread(fd, out + done, size - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("read failed", errno);
+    }
+    if (n == 0) {
+      return DataError("truncated: expected " + std::to_string(size) +
+                       " bytes, file ends after " + std::to_string(done));
+    }
+    done += static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
+Status ReadWholeFile(const std::string& path, size_t max_bytes,
+                     std::vector<uint8_t>* out) {
+  NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(path));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError("cannot stat", errno);
+  if (!S_ISREG(st.st_mode)) return DataError("not a regular file");
+  size_t size = static_cast<size_t>(st.st_size);
+  if (size > max_bytes) {
+    return DataError("file is " + std::to_string(size) + " bytes, over the " +
+                     std::to_string(max_bytes) + "-byte item limit");
+  }
+  out->resize(size);
+  return PreadExact(fd.get(), 0, size, out->data());
+}
+
+}  // namespace nostall

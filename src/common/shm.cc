@@ -1,0 +1,70 @@
+#include "common/shm.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+
+namespace nostall {
+
+uint64_t ShmBytesFree() {
+  struct statvfs vfs;
+  if (::statvfs("/dev/shm", &vfs) != 0) return 0;
+  return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& prefix, size_t size,
+                                                       bool keep_name) {
+  static std::atomic<uint64_t> counter{0};
+  if (size == 0) return InvalidArgument("shared-memory segment of zero bytes");
+  std::string name = "/" + prefix + "-" + std::to_string(::getpid()) + "-" +
+                     std::to_string(counter.fetch_add(1));
+  int raw = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (raw < 0) return ErrnoError("cannot create shared memory " + name, errno);
+  UniqueFd fd(raw);
+  auto unlink_name = [&] { ::shm_unlink(name.c_str()); };
+  // fchmod because the umask may have narrowed (never widened) 0600; be exact.
+  ::fchmod(fd.get(), 0600);
+  int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(size));
+  if (err != 0) {
+    unlink_name();
+    if (err == ENOSPC) {
+      return ResourceExhausted("not enough shared memory: need " + FormatBytes(size) +
+                               " in /dev/shm, " + FormatBytes(ShmBytesFree()) +
+                               " free (lower batch_size or prefetch, or enlarge /dev/shm)");
+    }
+    return ErrnoError("cannot reserve " + FormatBytes(size) + " of shared memory", err);
+  }
+  void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (addr == MAP_FAILED) {
+    int e = errno;
+    unlink_name();
+    return ErrnoError("cannot map " + FormatBytes(size) + " of shared memory", e);
+  }
+  if (!keep_name) unlink_name();
+  return std::unique_ptr<ShmSegment>(new ShmSegment(name, Mapping(addr, size), keep_name));
+}
+
+ShmSegment::~ShmSegment() {
+  if (owns_name_) ::shm_unlink(name_.c_str());
+}
+
+}  // namespace nostall

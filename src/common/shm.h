@@ -1,0 +1,46 @@
+// POSIX shared-memory segments, fully reserved at creation.
+#ifndef NOSTALL_COMMON_SHM_H_
+#define NOSTALL_COMMON_SHM_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "common/fd.h"
+#include "nostall/status.h"
+
+namespace nostall {
+
+// A mapped shared-memory segment. Created with mode 0600 and with every byte
+// reserved up front (posix_fallocate), so a full /dev/shm is an error here,
+// at start, never a SIGBUS on first touch later.
+class ShmSegment {
+ public:
+  // Creates "/<prefix>-<pid>-<n>" of `size` bytes. With `keep_name` false the
+  // name is unlinked at once: the memory lives exactly as long as mappings
+  // of it, and a crash leaves nothing behind in /dev/shm.
+  static Result<std::unique_ptr<ShmSegment>> Create(const std::string& prefix, size_t size,
+                                                    bool keep_name);
+  ~ShmSegment();
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  uint8_t* data() const { return static_cast<uint8_t*>(mapping_.data()); }
+  size_t size() const { return mapping_.size(); }
+  const std::string& name() const { return name_; }
+
+ private:
+  ShmSegment(std::string name, Mapping mapping, bool owns_name)
+      : name_(std::move(name)), mapping_(std::move(mapping)), owns_name_(owns_name) {}
+  std::string name_;
+  Mapping mapping_;
+  bool owns_name_;
+};
+
+// Bytes free in /dev/shm (0 if unknown).
+uint64_t ShmBytesFree();
+std::string FormatBytes(uint64_t bytes);
+
+}  // namespace nostall
+
+#endif  // NOSTALL_COMMON_SHM_H_

@@ -1,0 +1,47 @@
+// Image decoders. libjpeg's setjmp/longjmp error handling stays inside
+// jpeg.cc; libpng's inside png.cc. Neither library appears in any header.
+#ifndef NOSTALL_OPS_DECODE_H_
+#define NOSTALL_OPS_DECODE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "nostall/status.h"
+
+namespace nostall {
+
+enum class ImageFormat { kUnknown, kJpeg, kPng };
+
+ImageFormat SniffFormat(const uint8_t* data, size_t size);
+
+struct ImageInfo {
+  int width = 0;
+  int height = 0;
+};
+
+// A decoded (part of an) image: interleaved 8-bit pixels, `channels` per
+// pixel, rows `stride` bytes apart, held in a caller-owned buffer.
+struct DecodedRegion {
+  int width = 0, height = 0, channels = 0;
+  size_t stride = 0;
+  const uint8_t* pixels = nullptr;
+  // The requested source rectangle, in this buffer's pixel coordinates.
+  double x = 0, y = 0, w = 0, h = 0;
+};
+
+Status JpegReadInfo(const uint8_t* data, size_t size, ImageInfo* info);
+// Decodes the source rectangle (x, y, w, h) at the smallest DCT scale n/8
+// that keeps it at least `min_w` x `min_h` pixels, decoding only the needed
+// rows and (to iMCU precision) columns. `channels` is 3 (RGB) or 1 (gray).
+Status JpegDecodeRegion(const uint8_t* data, size_t size, int channels, double x, double y,
+                        double w, double h, int min_w, int min_h, std::vector<uint8_t>* buf,
+                        DecodedRegion* out);
+
+Status PngReadInfo(const uint8_t* data, size_t size, ImageInfo* info);
+Status PngDecode(const uint8_t* data, size_t size, int channels, std::vector<uint8_t>* buf,
+                 DecodedRegion* out);
+
+}  // namespace nostall
+
+#endif  // NOSTALL_OPS_DECODE_H_

@@ -1,0 +1,143 @@
+// libjpeg-turbo decoding with DCT scaling and cropped decoding. All of
+// libjpeg's setjmp/longjmp lives in this file.
+#include <csetjmp>
+#include <cstdio>
+#include <cmath>
+#include <algorithm>
+#include <string>
+
+// jpeglib.h needs FILE and size_t declared first.
+#include <jerror.h>
+#include <jpeglib.h>
+
+#include "ops/decode.h"
+
+namespace nostall {
+namespace {
+
+struct ErrorManager {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+[[noreturn]] void OnError(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+// Warnings mean damaged data (libjpeg would fill the damage with gray and go
+// on); nostall treats them as errors so a damaged file is never a silently
+// wrong sample. Extraneous bytes between markers are harmless and common.
+void OnMessage(j_common_ptr cinfo, int level) {
+  if (level == -1 && cinfo->err->msg_code != JWRN_EXTRANEOUS_DATA) OnError(cinfo);
+}
+
+// RAII for jpeg_decompress_struct. The error manager is wired before create.
+class Decompressor {
+ public:
+  Decompressor() {
+    cinfo_.err = jpeg_std_error(&err_.pub);
+    err_.pub.error_exit = OnError;
+    err_.pub.emit_message = OnMessage;
+    err_.message[0] = '\0';
+  }
+  ~Decompressor() {
+    if (created_) jpeg_destroy_decompress(&cinfo_);
+  }
+  Decompressor(const Decompressor&) = delete;
+  Decompressor& operator=(const Decompressor&) = delete;
+
+  jpeg_decompress_struct cinfo_;
+  ErrorManager err_;
+  bool created_ = false;
+};
+
+// A truncated file must be an error even when the rows we decode all come
+// before the cut, so the end-of-image marker is checked up front.
+bool HasEndMarker(const uint8_t* data, size_t size) {
+  size_t stop = size > 4096 ? size - 4096 : 0;
+  for (size_t i = size; i >= stop + 2; --i) {
+    if (data[i - 2] == 0xFF && data[i - 1] == 0xD9) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+ImageFormat SniffFormat(const uint8_t* d, size_t n) {
+  if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) return ImageFormat::kJpeg;
+  static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
+  if (n >= 8 && std::equal(kPng, kPng + 8, d)) return ImageFormat::kPng;
+  return ImageFormat::kUnknown;
+}
+
+Status JpegReadInfo(const uint8_t* data, size_t size, ImageInfo* info) {
+  Decompressor d;
+  if (setjmp(d.err_.jump)) return DataError(std::string("bad JPEG: ") + d.err_.message);
+  jpeg_create_decompress(&d.cinfo_);
+  d.created_ = true;
+  jpeg_mem_src(&d.cinfo_, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&d.cinfo_, TRUE);
+  info->width = static_cast<int>(d.cinfo_.image_width);
+  info->height = static_cast<int>(d.cinfo_.image_height);
+  return Status::OK();
+}
+
+Status JpegDecodeRegion(const uint8_t* data, size_t size, int channels, double x, double y,
+                        double w, double h, int min_w, int min_h, std::vector<uint8_t>* buf,
+                        DecodedRegion* out) {
+  if (!HasEndMarker(data, size)) {
+    return DataError("truncated JPEG (no end-of-image marker)");
+  }
+  Decompressor d;
+  jpeg_decompress_struct& c = d.cinfo_;
+  if (setjmp(d.err_.jump)) return DataError(std::string("bad JPEG: ") + d.err_.message);
+  jpeg_create_decompress(&c);
+  d.created_ = true;
+  jpeg_mem_src(&c, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&c, TRUE);
+  if (c.jpeg_color_space == JCS_CMYK || c.jpeg_color_space == JCS_YCCK) {
+    return DataError("CMYK JPEGs are not supported");
+  }
+  c.out_color_space = channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
+  // Smallest n/8 that keeps the region at least the output size.
+  int num = 8;
+  while (num > 1 && w * (num - 1) / 8.0 >= min_w && h * (num - 1) / 8.0 >= min_h) --num;
+  c.scale_num = static_cast<unsigned>(num);
+  c.scale_denom = 8;
+  jpeg_start_decompress(&c);
+  const double fx = static_cast<double>(c.output_width) / c.image_width;
+  const double fy = static_cast<double>(c.output_height) / c.image_height;
+  auto clampi = [](double v, JDIMENSION lo, JDIMENSION hi) {
+    return static_cast<JDIMENSION>(std::clamp(v, static_cast<double>(lo), static_cast<double>(hi)));
+  };
+  JDIMENSION x0 = clampi(std::floor(x * fx), 0, c.output_width - 1);
+  JDIMENSION x1 = clampi(std::ceil((x + w) * fx), x0 + 1, c.output_width);
+  JDIMENSION y0 = clampi(std::floor(y * fy), 0, c.output_height - 1);
+  JDIMENSION y1 = clampi(std::ceil((y + h) * fy), y0 + 1, c.output_height);
+  JDIMENSION xoff = x0, xw = x1 - x0;
+  if (xw < c.output_width) jpeg_crop_scanline(&c, &xoff, &xw);  // widens to iMCU edges
+  const size_t stride = static_cast<size_t>(c.output_width) * channels;
+  const JDIMENSION rows = y1 - y0;
+  buf->resize(stride * rows);
+  if (y0 > 0) jpeg_skip_scanlines(&c, y0);
+  while (c.output_scanline < y1) {
+    JSAMPROW row = buf->data() + stride * (c.output_scanline - y0);
+    jpeg_read_scanlines(&c, &row, 1);
+  }
+  jpeg_abort_decompress(&c);
+  out->width = static_cast<int>(c.output_width);
+  out->height = static_cast<int>(rows);
+  out->channels = channels;
+  out->stride = stride;
+  out->pixels = buf->data();
+  out->x = x * fx - xoff;
+  out->y = y * fy - y0;
+  out->w = w * fx;
+  out->h = h * fy;
+  return Status::OK();
+}
+
+}  // namespace nostall

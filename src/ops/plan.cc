@@ -1,0 +1,171 @@
+// Geometry of the transforms, composed symbolically.
+//
+// The state is "the current image is the source rectangle R resampled to
+// cur_w x cur_h". A crop of the current image maps back to a smaller R; a
+// resize only changes cur_w x cur_h. After the last transform, one resample
+// of R to the output size does the work of the whole chain.
+#include <cmath>
+#include <string>
+
+#include "common/philox.h"
+#include "nostall/transforms.h"
+
+namespace nostall {
+
+Status PrepSpec::Validate() const {
+  for (size_t i = 0; i < transforms.size(); ++i) {
+    const Transform& t = transforms[i];
+    std::string where = "transform #" + std::to_string(i) + ": ";
+    switch (t.kind) {
+      case TransformKind::kRandomResizedCrop:
+        if (t.height <= 0 || t.width <= 0) return InvalidArgument(where + "size must be positive");
+        if (!(t.scale_min > 0 && t.scale_min <= t.scale_max && t.scale_max <= 1.0)) {
+          return InvalidArgument(where + "scale must satisfy 0 < min <= max <= 1");
+        }
+        if (!(t.ratio_min > 0 && t.ratio_min <= t.ratio_max)) {
+          return InvalidArgument(where + "ratio must satisfy 0 < min <= max");
+        }
+        break;
+      case TransformKind::kResize:
+        if (t.short_side <= 0 && (t.height <= 0 || t.width <= 0)) {
+          return InvalidArgument(where + "Resize needs a positive size");
+        }
+        break;
+      case TransformKind::kCenterCrop:
+        if (t.height <= 0 || t.width <= 0) return InvalidArgument(where + "size must be positive");
+        break;
+      case TransformKind::kRandomHorizontalFlip:
+        if (!(t.p >= 0 && t.p <= 1)) return InvalidArgument(where + "p must be in [0, 1]");
+        break;
+      case TransformKind::kNormalize:
+        if (i + 1 != transforms.size()) {
+          return InvalidArgument(where + "Normalize must be the last transform");
+        }
+        if (t.mean.size() != static_cast<size_t>(channels()) || t.std.size() != t.mean.size()) {
+          return InvalidArgument(where + "mean and std need " + std::to_string(channels()) +
+                                 " values for " + (channels() == 3 ? "RGB" : "grayscale"));
+        }
+        for (double s : t.std) {
+          if (!(s > 0)) return InvalidArgument(where + "std must be positive");
+        }
+        if (dtype != DType::kFloat32) {
+          return InvalidArgument(where + "Normalize needs dtype float32");
+        }
+        break;
+    }
+  }
+  if (max_pixels <= 0) return InvalidArgument("max_pixels must be positive");
+  return Status::OK();
+}
+
+bool PrepSpec::FixedOutputSize(int* height, int* width) const {
+  bool fixed = false;
+  for (const Transform& t : transforms) {
+    if (t.kind == TransformKind::kRandomResizedCrop || t.kind == TransformKind::kCenterCrop ||
+        (t.kind == TransformKind::kResize && t.short_side <= 0)) {
+      *height = t.height;
+      *width = t.width;
+      fixed = true;
+    } else if (t.kind == TransformKind::kResize) {
+      fixed = false;
+    }
+  }
+  return fixed;
+}
+
+Status PlanSample(const PrepSpec& spec, int src_w, int src_h, uint64_t seed, int64_t epoch,
+                  int64_t sample_index, SamplePlan* plan) {
+  Philox rng(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(sample_index));
+  double rx = 0, ry = 0, rw = src_w, rh = src_h;  // R, in source pixels
+  int cur_w = src_w, cur_h = src_h;
+  bool flip = false;
+  auto crop = [&](int left, int top, int w, int h) {
+    // After a flip, the current image's column c is R's column cur_w - 1 - c.
+    if (flip) left = cur_w - left - w;
+    double sx = rw / cur_w, sy = rh / cur_h;
+    rx += left * sx;
+    ry += top * sy;
+    rw = w * sx;
+    rh = h * sy;
+  };
+  for (const Transform& t : spec.transforms) {
+    switch (t.kind) {
+      case TransformKind::kRandomResizedCrop: {
+        // torchvision.transforms.RandomResizedCrop.get_params.
+        const double area = static_cast<double>(cur_w) * cur_h;
+        const double log_lo = std::log(t.ratio_min), log_hi = std::log(t.ratio_max);
+        bool found = false;
+        for (int attempt = 0; attempt < 10 && !found; ++attempt) {
+          double target = area * rng.Uniform(t.scale_min, t.scale_max);
+          double aspect = std::exp(rng.Uniform(log_lo, log_hi));
+          int w = static_cast<int>(std::lround(std::sqrt(target * aspect)));
+          int h = static_cast<int>(std::lround(std::sqrt(target / aspect)));
+          if (w > 0 && h > 0 && w <= cur_w && h <= cur_h) {
+            int top = static_cast<int>(rng.Between(0, cur_h - h));
+            int left = static_cast<int>(rng.Between(0, cur_w - w));
+            crop(left, top, w, h);
+            found = true;
+          }
+        }
+        if (!found) {  // fallback: central crop at the clamped ratio
+          double in_ratio = static_cast<double>(cur_w) / cur_h;
+          int w = cur_w, h = cur_h;
+          if (in_ratio < t.ratio_min) {
+            h = static_cast<int>(std::lround(w / t.ratio_min));
+          } else if (in_ratio > t.ratio_max) {
+            w = static_cast<int>(std::lround(h * t.ratio_max));
+          }
+          crop((cur_w - w) / 2, (cur_h - h) / 2, w, h);
+        }
+        cur_w = t.width;
+        cur_h = t.height;
+        break;
+      }
+      case TransformKind::kResize: {
+        if (t.short_side > 0) {
+          // torchvision's _compute_resized_output_size.
+          bool w_short = cur_w <= cur_h;
+          int short_edge = w_short ? cur_w : cur_h, long_edge = w_short ? cur_h : cur_w;
+          int new_short = t.short_side;
+          int new_long = static_cast<int>(static_cast<int64_t>(new_short) * long_edge / short_edge);
+          if (t.max_size > 0 && new_long > t.max_size) {
+            new_short = static_cast<int>(static_cast<int64_t>(t.max_size) * new_short / new_long);
+            new_long = t.max_size;
+          }
+          cur_w = w_short ? new_short : new_long;
+          cur_h = w_short ? new_long : new_short;
+          if (cur_w <= 0 || cur_h <= 0) return DataError("image is too thin to resize");
+        } else {
+          cur_w = t.width;
+          cur_h = t.height;
+        }
+        break;
+      }
+      case TransformKind::kCenterCrop: {
+        if (t.width > cur_w || t.height > cur_h) {
+          return DataError("image (" + std::to_string(cur_w) + "x" + std::to_string(cur_h) +
+                           " after earlier transforms) is smaller than CenterCrop(" +
+                           std::to_string(t.height) + ", " + std::to_string(t.width) + ")");
+        }
+        // Python's round() rounds half to even, as nearbyint does.
+        int top = static_cast<int>(std::nearbyint((cur_h - t.height) / 2.0));
+        int left = static_cast<int>(std::nearbyint((cur_w - t.width) / 2.0));
+        crop(left, top, t.width, t.height);
+        cur_w = t.width;
+        cur_h = t.height;
+        break;
+      }
+      case TransformKind::kRandomHorizontalFlip:
+        if (rng.Uniform() < t.p) flip = !flip;
+        break;
+      case TransformKind::kNormalize:
+        break;
+    }
+  }
+  // Crops after a flip were mirrored into R above; the pixels are mirrored
+  // once, when the output is written.
+  *plan = SamplePlan{rx, ry, rw, rh, cur_w, cur_h, flip};
+  return Status::OK();
+}
+
+}  // namespace nostall

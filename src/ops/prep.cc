@@ -1,0 +1,135 @@
+#include "ops/prep.h"
+
+#include <opencv2/core.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "ops/decode.h"
+
+namespace nostall {
+namespace {
+
+// Writes the resampled HWC image to `dst` with flip, layout and dtype.
+template <typename Out>
+void WriteOut(const uint8_t* src, int h, int w, int c, bool flip, bool nchw, const float* a,
+              const float* b, Out* dst) {
+  const size_t plane = static_cast<size_t>(h) * w;
+  for (int y = 0; y < h; ++y) {
+    const uint8_t* row = src + static_cast<size_t>(y) * w * c;
+    for (int x = 0; x < w; ++x) {
+      const uint8_t* px = row + static_cast<size_t>(flip ? w - 1 - x : x) * c;
+      size_t o = static_cast<size_t>(y) * w + x;
+      for (int k = 0; k < c; ++k) {
+        Out v;
+        if constexpr (std::is_same_v<Out, float>) {
+          v = px[k] * a[k] + b[k];
+        } else {
+          v = px[k];
+        }
+        if (nchw) {
+          dst[k * plane + o] = v;
+        } else {
+          dst[o * c + k] = v;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+size_t SampleBytes(const PrepSpec& spec, int out_h, int out_w) {
+  return static_cast<size_t>(out_h) * out_w * spec.channels() *
+         (spec.dtype == DType::kFloat32 ? 4 : 1);
+}
+
+Status ProbeImageSize(const uint8_t* data, size_t size, int* width, int* height) {
+  ImageInfo info;
+  switch (SniffFormat(data, size)) {
+    case ImageFormat::kJpeg: NOSTALL_RETURN_IF_ERROR(JpegReadInfo(data, size, &info)); break;
+    case ImageFormat::kPng: NOSTALL_RETURN_IF_ERROR(PngReadInfo(data, size, &info)); break;
+    case ImageFormat::kUnknown:
+      return DataError(size == 0 ? "empty file" : "not a JPEG or PNG image");
+  }
+  *width = info.width;
+  *height = info.height;
+  return Status::OK();
+}
+
+Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, const PrepKey& key,
+                     int out_h, int out_w, void* dst, PrepScratch* scratch) {
+  int src_w = 0, src_h = 0;
+  NOSTALL_RETURN_IF_ERROR(ProbeImageSize(data, size, &src_w, &src_h));
+  if (src_w <= 0 || src_h <= 0) return DataError("image has zero width or height");
+  if (static_cast<int64_t>(src_w) * src_h > spec.max_pixels) {
+    return DataError("image is " + std::to_string(src_w) + "x" + std::to_string(src_h) +
+                     " pixels, over the limit of " + std::to_string(spec.max_pixels) +
+                     " (max_pixels)");
+  }
+  SamplePlan plan;
+  NOSTALL_RETURN_IF_ERROR(
+      PlanSample(spec, src_w, src_h, key.seed, key.epoch, key.sample_index, &plan));
+  if (plan.out_w != out_w || plan.out_h != out_h) {
+    return DataError("image gives a " + std::to_string(plan.out_w) + "x" +
+                     std::to_string(plan.out_h) + " sample but the batch is " +
+                     std::to_string(out_w) + "x" + std::to_string(out_h) +
+                     "; add a crop or Resize((h, w)) so all samples have one size");
+  }
+  const int c = spec.channels();
+  DecodedRegion region;
+  if (SniffFormat(data, size) == ImageFormat::kJpeg) {
+    NOSTALL_RETURN_IF_ERROR(JpegDecodeRegion(data, size, c, plan.x, plan.y, plan.w, plan.h,
+                                             out_w, out_h, &scratch->decoded, &region));
+  } else {
+    NOSTALL_RETURN_IF_ERROR(PngDecode(data, size, c, &scratch->decoded, &region));
+    region.x = plan.x;
+    region.y = plan.y;
+    region.w = plan.w;
+    region.h = plan.h;
+  }
+  // The region, rounded to whole pixels of the decoded buffer.
+  int rx = std::clamp(static_cast<int>(std::lround(region.x)), 0, region.width - 1);
+  int ry = std::clamp(static_cast<int>(std::lround(region.y)), 0, region.height - 1);
+  int rw = std::clamp(static_cast<int>(std::lround(region.w)), 1, region.width - rx);
+  int rh = std::clamp(static_cast<int>(std::lround(region.h)), 1, region.height - ry);
+  cv::Mat decoded(region.height, region.width, CV_8UC(c), const_cast<uint8_t*>(region.pixels),
+                  region.stride);
+  cv::Mat roi = decoded(cv::Rect(rx, ry, rw, rh));
+
+  const bool nchw = spec.layout == Layout::kNCHW;
+  const bool direct = spec.dtype == DType::kUint8 && !nchw && !plan.flip;
+  scratch->resized.resize(direct ? 0 : static_cast<size_t>(out_h) * out_w * c);
+  cv::Mat resized(out_h, out_w, CV_8UC(c), direct ? dst : scratch->resized.data());
+  if (rw == out_w && rh == out_h) {
+    roi.copyTo(resized);
+  } else {
+    // Area averaging when shrinking (an antialiased filter, as PIL's resize
+    // is), bilinear when enlarging.
+    int interp = (rw >= out_w && rh >= out_h) ? cv::INTER_AREA : cv::INTER_LINEAR;
+    cv::resize(roi, resized, cv::Size(out_w, out_h), 0, 0, interp);
+  }
+  if (direct) return Status::OK();
+
+  float a[3] = {1.0f / 255, 1.0f / 255, 1.0f / 255}, b[3] = {0, 0, 0};
+  for (const Transform& t : spec.transforms) {
+    if (t.kind != TransformKind::kNormalize) continue;
+    for (int k = 0; k < c; ++k) {
+      a[k] = static_cast<float>(1.0 / (255.0 * t.std[k]));
+      b[k] = static_cast<float>(-t.mean[k] / t.std[k]);
+    }
+  }
+  if (spec.dtype == DType::kFloat32) {
+    WriteOut(scratch->resized.data(), out_h, out_w, c, plan.flip, nchw, a, b,
+             static_cast<float*>(dst));
+  } else {
+    WriteOut(scratch->resized.data(), out_h, out_w, c, plan.flip, nchw, a, b,
+             static_cast<uint8_t*>(dst));
+  }
+  return Status::OK();
+}
+
+}  // namespace nostall

@@ -1,0 +1,40 @@
+// One sample's whole prep: sniff, plan, decode the needed region, resample,
+// flip, normalize and lay out, writing straight into the caller's memory
+// (a batch slot). Thread-compatible: one Scratch per thread.
+#ifndef NOSTALL_OPS_PREP_H_
+#define NOSTALL_OPS_PREP_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "nostall/transforms.h"
+
+namespace nostall {
+
+// Per-thread buffers, reused from sample to sample so the steady state
+// allocates nothing.
+struct PrepScratch {
+  std::vector<uint8_t> decoded;
+  std::vector<uint8_t> resized;
+};
+
+struct PrepKey {
+  uint64_t seed;
+  int64_t epoch;
+  int64_t sample_index;  // the item's index in the dataset
+};
+
+// Writes one out_h x out_w sample (as `spec` lays it out) to `dst`; the
+// output size must equal (out_h, out_w) or the sample is a DataError.
+Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, const PrepKey& key,
+                     int out_h, int out_w, void* dst, PrepScratch* scratch);
+
+// Reads just the header: the size of the image in `data`.
+Status ProbeImageSize(const uint8_t* data, size_t size, int* width, int* height);
+
+// Bytes one sample takes in a batch.
+size_t SampleBytes(const PrepSpec& spec, int out_h, int out_w);
+
+}  // namespace nostall
+
+#endif  // NOSTALL_OPS_PREP_H_

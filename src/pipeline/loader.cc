@@ -1,0 +1,519 @@
+// The pipeline: fetch and prep pools around bounded queues and the ring.
+//
+// One mutex guards the scheduling state (cursor, slot states, prep queue);
+// it is held only to hand work over, never during I/O or decoding. Work
+// flows in sample order: fetch threads take the next sample position, once
+// its batch's slot is free; prep threads decode it straight into its place in
+// that slot; the thread that finishes a batch's last sample publishes it.
+// Every wait is timed into the stats. Shutdown: set `cancelled_`, notify
+// every condition variable, join every thread.
+#include <sched.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include <opencv2/core.hpp>
+
+#include "common/clock.h"
+#include "nostall/loader.h"
+#include "ops/prep.h"
+#include "ring/batch_ring.h"
+
+namespace nostall {
+
+int AvailableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+namespace {
+
+struct StageCounters {
+  std::atomic<int64_t> items{0}, bytes{0}, busy_cpu_ns{0}, starved_ns{0}, blocked_ns{0};
+  StageStats Snapshot(int threads) const {
+    return {items.load(), bytes.load(), busy_cpu_ns.load(), starved_ns.load(),
+            blocked_ns.load(), threads};
+  }
+};
+
+struct FetchedItem {
+  uint64_t generation;
+  int64_t batch;
+  uint64_t slot;
+  int64_t pos;   // within the batch
+  int64_t item;  // dataset index
+  std::vector<uint8_t> bytes;
+  Status status;  // a failed read travels on so the batch can complete
+};
+
+// Per-slot bookkeeping that only this process needs.
+struct SlotWork {
+  int64_t remaining = 0;        // samples not yet prepared
+  std::vector<uint8_t> bad;     // per position: 1 = skipped
+  Status error;                 // first error by position (raise policy)
+  int64_t error_pos = -1;
+};
+
+// State shared between the loader and the leases it hands out, so a Batch
+// outliving its Loader can still be released safely.
+struct RingState {
+  std::unique_ptr<BatchRing> ring;
+  std::mutex mu;
+  std::condition_variable slot_freed;  // fetchers wait for a free slot
+  void Release(uint64_t slot) {
+    std::lock_guard<std::mutex> lock(mu);
+    SlotHeader& h = ring->slot(slot);
+    if (--h.leases == 0) {
+      h.state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+      slot_freed.notify_all();
+    }
+  }
+};
+
+class LeasedBatch final : public Batch {
+ public:
+  LeasedBatch(std::shared_ptr<RingState> state, uint64_t slot, int64_t epoch, int64_t index,
+              int64_t size)
+      : state_(std::move(state)), slot_(slot), epoch_(epoch), index_(index), size_(size) {}
+  ~LeasedBatch() override { state_->Release(slot_); }
+  int64_t epoch() const override { return epoch_; }
+  int64_t index() const override { return index_; }
+  int64_t size() const override { return size_; }
+  const void* images() const override { return state_->ring->images(slot_); }
+  const int64_t* labels() const override { return state_->ring->labels(slot_); }
+  const int64_t* indices() const override { return state_->ring->indices(slot_); }
+
+ private:
+  std::shared_ptr<RingState> state_;
+  uint64_t slot_;
+  int64_t epoch_, index_, size_;
+};
+
+class PipelineLoader final : public Loader {
+ public:
+  PipelineLoader(LoaderSpec spec, std::unique_ptr<Source> source, Sampler sampler, int out_h,
+                 int out_w)
+      : spec_(std::move(spec)),
+        source_(std::move(source)),
+        sampler_(std::move(sampler)),
+        out_h_(out_h),
+        out_w_(out_w),
+        sample_bytes_(SampleBytes(spec_.prep, out_h, out_w)),
+        created_ns_(NowNs()) {}
+
+  ~PipelineLoader() override {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      cancelled_ = true;
+    }
+    state_->slot_freed.notify_all();
+    work_cv_.notify_all();
+    ready_cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  Status Init() {
+    RingGeometry g;
+    g.slot_count = static_cast<uint64_t>(spec_.prefetch) + 2;
+    g.batch_size = static_cast<uint64_t>(spec_.batch_size);
+    g.sample_bytes = sample_bytes_;
+    state_ = std::make_shared<RingState>();
+    NOSTALL_ASSIGN_OR_RETURN(state_->ring, BatchRing::Create(g, spec_.Fingerprint()));
+    work_.resize(g.slot_count);
+    for (auto& w : work_) w.bad.assign(static_cast<size_t>(spec_.batch_size), 0);
+    prep_queue_cap_ = static_cast<size_t>(std::max(8, 2 * spec_.num_threads));
+    for (int i = 0; i < spec_.reads_in_flight; ++i) threads_.emplace_back([this] { FetchLoop(); });
+    for (int i = 0; i < spec_.num_threads; ++i) threads_.emplace_back([this] { PrepLoop(); });
+    return Status::OK();
+  }
+
+  Status StartEpoch(int64_t epoch, int64_t first_batch) override {
+    if (epoch < 0) return InvalidArgument("epoch must be >= 0");
+    const int64_t nb = sampler_.BatchesPerEpoch();
+    if (first_batch < 0 || first_batch > nb) {
+      return InvalidArgument("batch " + std::to_string(first_batch) + " is outside the epoch's " +
+                             std::to_string(nb) + " batches");
+    }
+    std::vector<int64_t> order = sampler_.EpochOrder(epoch);  // outside the lock
+    std::unique_lock<std::mutex> lock(state_->mu);
+    ++generation_;
+    // Work of the old epoch already running must finish before its slots
+    // are handed to the new one; it takes one decode at most.
+    idle_cv_.wait(lock, [&] { return active_preps_ == 0; });
+    for (auto& item : prep_queue_) free_buffers_.push_back(std::move(item.bytes));
+    prep_queue_.clear();
+    for (uint64_t s = 0; s < state_->ring->slot_count(); ++s) {
+      SlotHeader& h = state_->ring->slot(s);
+      if (h.state.load() != static_cast<uint32_t>(SlotState::kLeased)) {
+        h.state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+      }
+    }
+    epoch_ = epoch;
+    order_ = std::move(order);
+    cursor_ = first_batch * spec_.batch_size;
+    fill_slot_ = -1;
+    consume_batch_ = first_batch;
+    num_batches_ = nb;
+    started_ = true;
+    last_return_ns_ = 0;
+    lock.unlock();
+    work_cv_.notify_all();
+    state_->slot_freed.notify_all();
+    return Status::OK();
+  }
+
+  Status Next(int64_t timeout_ms, NextStatus* status, std::shared_ptr<Batch>* out) override {
+    const int64_t t0 = NowNs();
+    std::unique_lock<std::mutex> lock(state_->mu);
+    if (!started_) return FailedPrecondition("StartEpoch was not called");
+    if (last_return_ns_ != 0) {
+      between_ns_.fetch_add(t0 - last_return_ns_);
+      last_return_ns_ = 0;
+    }
+    if (consume_batch_ >= num_batches_) {
+      *status = NextStatus::kEndOfEpoch;
+      return Status::OK();
+    }
+    int64_t found = -1;
+    auto ready = [&] {
+      found = FindSlot(SlotState::kReady, consume_batch_);
+      return cancelled_ || found >= 0;
+    };
+    bool ok = timeout_ms < 0 ? (ready_cv_.wait(lock, ready), true)
+                             : ready_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
+    const int64_t waited = NowNs() - t0;
+    wait_ns_.fetch_add(waited);
+    if (!ok) {
+      // The caller comes straight back; the time it spends checking for
+      // signals in between is waiting, not its own work.
+      last_return_ns_ = 0;
+      *status = NextStatus::kTimeout;
+      return Status::OK();
+    }
+    if (cancelled_) return Cancelled("loader shut down");
+    const uint64_t s = static_cast<uint64_t>(found);
+    SlotHeader& h = state_->ring->slot(s);
+    int64_t prev_max = max_wait_ns_.load();
+    while (waited > prev_max && !max_wait_ns_.compare_exchange_weak(prev_max, waited)) {
+    }
+    iterations_.fetch_add(1);
+    const int64_t index = consume_batch_++;
+    SlotWork& w = work_[s];
+    last_return_ns_ = NowNs();
+    if (!w.error.ok()) {
+      Status err = w.error;
+      w.error = Status::OK();
+      h.state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+      lock.unlock();
+      state_->slot_freed.notify_all();
+      return err;
+    }
+    h.state.store(static_cast<uint32_t>(SlotState::kLeased), std::memory_order_release);
+    h.leases = 1;
+    *out = std::make_shared<LeasedBatch>(state_, s, epoch_, index, h.count);
+    *status = NextStatus::kBatch;
+    return Status::OK();
+  }
+
+  LoaderStats Stats() const override {
+    LoaderStats st;
+    st.fetch = fetch_.Snapshot(spec_.reads_in_flight);
+    st.prep = prep_.Snapshot(spec_.num_threads);
+    st.batch = batch_.Snapshot(0);
+    st.batches = batch_.items.load();
+    st.samples = samples_.load();
+    st.errors = errors_.load();
+    st.skipped = skipped_.load() + source_->skipped_at_index();
+    st.iterations = iterations_.load();
+    st.wait_ns = wait_ns_.load();
+    st.max_wait_ns = max_wait_ns_.load();
+    st.between_ns = between_ns_.load();
+    st.elapsed_ns = NowNs() - created_ns_;
+    st.ring_bytes = state_->ring->bytes();
+    st.ring_slots = static_cast<int64_t>(state_->ring->slot_count());
+    return st;
+  }
+
+  const Source& source() const override { return *source_; }
+  const Sampler& sampler() const override { return sampler_; }
+  const LoaderSpec& spec() const override { return spec_; }
+  std::vector<int64_t> SampleShape() const override {
+    int64_t c = spec_.prep.channels();
+    if (spec_.prep.layout == Layout::kNCHW) return {c, out_h_, out_w_};
+    return {out_h_, out_w_, c};
+  }
+
+ private:
+  int64_t SamplesThisEpoch() const { return static_cast<int64_t>(order_.size()); }
+  int64_t BatchCount(int64_t b) const {
+    return std::min<int64_t>(spec_.batch_size, SamplesThisEpoch() - b * spec_.batch_size);
+  }
+
+  // A slot in `state` (holding `batch` of this epoch, if batch >= 0), or -1.
+  int64_t FindSlot(SlotState state, int64_t batch) const {
+    for (uint64_t i = 0; i < state_->ring->slot_count(); ++i) {
+      const SlotHeader& h = state_->ring->slot(i);
+      if (h.state.load(std::memory_order_acquire) != static_cast<uint32_t>(state)) continue;
+      if (batch < 0 || (h.batch_index == batch && h.epoch == epoch_)) return static_cast<int64_t>(i);
+    }
+    return -1;
+  }
+
+  void FetchLoop() {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    while (true) {
+      // Starved: no sample left to fetch. Blocked: the next batch's slot is
+      // still in use, or the prep queue is full.
+      int64_t t0 = NowNs();
+      bool blocked = false;
+      while (!cancelled_) {
+        if (!started_ || cursor_ >= SamplesThisEpoch()) {
+          blocked = false;
+        } else {
+          // A new batch needs a free slot; any will do, so a batch the
+          // caller still holds never blocks the ones after it.
+          const bool have_slot = cursor_ % spec_.batch_size != 0 && fill_slot_ >= 0;
+          if ((have_slot || FindSlot(SlotState::kFree, -1) >= 0) &&
+              prep_queue_.size() + fetching_ < prep_queue_cap_) {
+            break;
+          }
+          blocked = true;
+        }
+        if (blocked) {
+          state_->slot_freed.wait(lock);
+        } else {
+          work_cv_.wait(lock);
+        }
+      }
+      (blocked ? fetch_.blocked_ns : fetch_.starved_ns).fetch_add(NowNs() - t0);
+      if (cancelled_) return;
+      const int64_t pos_in_epoch = cursor_++;
+      const int64_t b = pos_in_epoch / spec_.batch_size;
+      if (pos_in_epoch % spec_.batch_size == 0 || fill_slot_ < 0) {
+        const uint64_t s = static_cast<uint64_t>(FindSlot(SlotState::kFree, -1));
+        SlotHeader& h = state_->ring->slot(s);
+        h.seq.fetch_add(1);
+        h.epoch = epoch_;
+        h.batch_index = b;
+        h.count = BatchCount(b);
+        h.state.store(static_cast<uint32_t>(SlotState::kFilling), std::memory_order_release);
+        work_[s].remaining = h.count;
+        work_[s].error = Status::OK();
+        work_[s].error_pos = -1;
+        std::fill(work_[s].bad.begin(), work_[s].bad.end(), 0);
+        fill_slot_ = static_cast<int64_t>(s);
+      }
+      FetchedItem fi;
+      fi.generation = generation_;
+      fi.batch = b;
+      fi.slot = static_cast<uint64_t>(fill_slot_);
+      fi.pos = pos_in_epoch % spec_.batch_size;
+      fi.item = order_[static_cast<size_t>(pos_in_epoch)];
+      if (!free_buffers_.empty()) {
+        fi.bytes = std::move(free_buffers_.back());
+        free_buffers_.pop_back();
+      }
+      ++fetching_;
+      lock.unlock();
+
+      const int64_t cpu0 = ThreadCpuNs();
+      fi.status = source_->Read(fi.item, &fi.bytes);
+      if (!fi.status.ok()) fi.status = fi.status.WithItem(source_->key(fi.item), "fetch");
+      fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
+      fetch_.items.fetch_add(1);
+      fetch_.bytes.fetch_add(static_cast<int64_t>(fi.bytes.size()));
+
+      lock.lock();
+      --fetching_;
+      prep_queue_.push_back(std::move(fi));
+      work_cv_.notify_all();
+    }
+  }
+
+  void PrepLoop() {
+    PrepScratch scratch;
+    std::unique_lock<std::mutex> lock(state_->mu);
+    while (true) {
+      int64_t t0 = NowNs();
+      work_cv_.wait(lock, [&] { return cancelled_ || !prep_queue_.empty(); });
+      prep_.starved_ns.fetch_add(NowNs() - t0);
+      if (cancelled_) return;
+      FetchedItem fi = std::move(prep_queue_.front());
+      prep_queue_.pop_front();
+      state_->slot_freed.notify_all();  // room in the prep queue for a fetcher
+      if (fi.generation != generation_) {
+        free_buffers_.push_back(std::move(fi.bytes));
+        continue;
+      }
+      const uint64_t s = fi.slot;
+      ++active_preps_;
+      lock.unlock();
+
+      const int64_t cpu0 = ThreadCpuNs();
+      Status st = fi.status;
+      uint8_t* dst = state_->ring->images(s) + static_cast<size_t>(fi.pos) * sample_bytes_;
+      if (st.ok()) {
+        st = PrepareSample(spec_.prep, fi.bytes.data(), fi.bytes.size(),
+                           {spec_.seed, epoch_, fi.item}, out_h_, out_w_, dst, &scratch);
+        if (!st.ok()) st = st.WithItem(source_->key(fi.item), "decode");
+      }
+      state_->ring->labels(s)[fi.pos] = source_->label(fi.item);
+      state_->ring->indices(s)[fi.pos] = fi.item;
+      prep_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
+      prep_.items.fetch_add(1);
+      prep_.bytes.fetch_add(static_cast<int64_t>(sample_bytes_));
+
+      lock.lock();
+      --active_preps_;
+      if (active_preps_ == 0) idle_cv_.notify_all();
+      free_buffers_.push_back(std::move(fi.bytes));
+      SlotWork& w = work_[s];
+      if (!st.ok()) {
+        errors_.fetch_add(1);
+        if (spec_.on_error == ErrorPolicy::kSkip) {
+          w.bad[static_cast<size_t>(fi.pos)] = 1;
+        } else if (w.error_pos < 0 || fi.pos < w.error_pos) {
+          w.error = st;
+          w.error_pos = fi.pos;
+        }
+      }
+      if (--w.remaining == 0) {
+        ++active_preps_;  // the slot is ours alone until published
+        lock.unlock();
+        FinishBatch(s);
+        lock.lock();
+        --active_preps_;
+        if (active_preps_ == 0) idle_cv_.notify_all();
+        if (fi.generation == generation_) {
+          state_->ring->slot(s).state.store(static_cast<uint32_t>(SlotState::kReady),
+                                            std::memory_order_release);
+          ready_cv_.notify_all();
+        }
+      }
+    }
+  }
+
+  // Closes the holes that skipped samples left, keeping the order of the
+  // good ones; this is the only copy of pixels nostall ever makes, and only
+  // when a batch had bad items.
+  void FinishBatch(uint64_t s) {
+    const int64_t cpu0 = ThreadCpuNs();
+    SlotHeader& h = state_->ring->slot(s);
+    SlotWork& w = work_[s];
+    int64_t kept = 0;
+    uint8_t* images = state_->ring->images(s);
+    int64_t* labels = state_->ring->labels(s);
+    int64_t* indices = state_->ring->indices(s);
+    for (int64_t p = 0; p < h.count; ++p) {
+      if (w.bad[static_cast<size_t>(p)]) {
+        skipped_.fetch_add(1);
+        continue;
+      }
+      if (kept != p) {
+        std::memmove(images + kept * sample_bytes_, images + p * sample_bytes_, sample_bytes_);
+        labels[kept] = labels[p];
+        indices[kept] = indices[p];
+      }
+      ++kept;
+    }
+    h.count = kept;
+    samples_.fetch_add(kept);
+    batch_.items.fetch_add(1);
+    batch_.bytes.fetch_add(kept * static_cast<int64_t>(sample_bytes_));
+    batch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
+  }
+
+  const LoaderSpec spec_;
+  const std::unique_ptr<Source> source_;
+  const Sampler sampler_;
+  const int out_h_, out_w_;
+  const size_t sample_bytes_;
+  const int64_t created_ns_;
+
+  std::shared_ptr<RingState> state_;  // its mutex guards everything below
+  std::condition_variable work_cv_;   // prep queue gained an item, or epoch began
+  std::condition_variable ready_cv_;  // a batch became ready
+  std::condition_variable idle_cv_;   // no prep work is running
+  std::vector<std::thread> threads_;
+  bool cancelled_ = false;
+  bool started_ = false;
+  uint64_t generation_ = 0;
+  int64_t epoch_ = 0;
+  std::vector<int64_t> order_;
+  int64_t cursor_ = 0;         // next position in the epoch order to fetch
+  int64_t fill_slot_ = -1;     // the slot of the batch `cursor_` is in
+  int64_t consume_batch_ = 0;  // next batch Next() hands out
+  int64_t num_batches_ = 0;
+  std::vector<SlotWork> work_;
+  std::deque<FetchedItem> prep_queue_;
+  size_t prep_queue_cap_ = 8;
+  int fetching_ = 0;
+  int active_preps_ = 0;
+  std::vector<std::vector<uint8_t>> free_buffers_;
+  int64_t last_return_ns_ = 0;
+
+  StageCounters fetch_, prep_, batch_;
+  std::atomic<int64_t> samples_{0}, errors_{0}, skipped_{0}, iterations_{0};
+  std::atomic<int64_t> wait_ns_{0}, max_wait_ns_{0}, between_ns_{0};
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Loader>> Loader::Create(const LoaderSpec& in) {
+  LoaderSpec spec = in;
+  if (spec.batch_size <= 0) return InvalidArgument("batch_size must be positive");
+  if (spec.prefetch < 0 || spec.prefetch > 64) return InvalidArgument("prefetch must be in [0, 64]");
+  if (spec.num_threads < 0 || spec.reads_in_flight < 0) {
+    return InvalidArgument("thread counts must be >= 0 (0 = automatic)");
+  }
+  if (spec.num_threads == 0) spec.num_threads = AvailableCores();
+  if (spec.reads_in_flight == 0) spec.reads_in_flight = 4;
+  NOSTALL_RETURN_IF_ERROR(spec.prep.Validate());
+  spec.source_options.skip_bad_samples = spec.on_error == ErrorPolicy::kSkip;
+  NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Source> source,
+                           OpenSource(spec.source, spec.source_options));
+  SamplerOptions so;
+  so.num_items = source->size();
+  so.batch_size = spec.batch_size;
+  so.shuffle = spec.shuffle;
+  so.seed = spec.seed;
+  so.rank = spec.rank;
+  so.world_size = spec.world_size;
+  so.drop_last = spec.drop_last;
+  NOSTALL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(so));
+
+  int out_h = 0, out_w = 0;
+  if (!spec.prep.FixedOutputSize(&out_h, &out_w)) {
+    // The transforms keep each image's own size: the first item sets the
+    // batch's, and any other size is reported per item.
+    std::vector<uint8_t> bytes;
+    Status st = source->Read(0, &bytes);
+    int w = 0, h = 0;
+    if (st.ok()) st = ProbeImageSize(bytes.data(), bytes.size(), &w, &h);
+    SamplePlan plan;
+    if (st.ok()) st = PlanSample(spec.prep, w, h, spec.seed, 0, 0, &plan);
+    if (!st.ok()) {
+      return InvalidArgument(
+          "the transforms do not fix the output size, and the first item, which would set it, "
+          "cannot be read: " + st.WithItem(source->key(0), "probe").ToString());
+    }
+    out_h = plan.out_h;
+    out_w = plan.out_w;
+  }
+  // Resampling inside a prep thread must not fan out to more threads.
+  cv::setNumThreads(0);
+  auto loader = std::make_unique<PipelineLoader>(std::move(spec), std::move(source),
+                                                 std::move(sampler), out_h, out_w);
+  NOSTALL_RETURN_IF_ERROR(loader->Init());
+  return std::unique_ptr<Loader>(std::move(loader));
+}
+
+}  // namespace nostall

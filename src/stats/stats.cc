@@ -1,0 +1,71 @@
+#include "nostall/stats.h"
+
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+namespace nostall {
+namespace {
+
+nlohmann::json StageJson(const StageStats& s) {
+  return {{"items", s.items},           {"bytes", s.bytes},
+          {"busy_cpu_s", s.busy_cpu_ns / 1e9}, {"starved_s", s.starved_ns / 1e9},
+          {"blocked_s", s.blocked_ns / 1e9},   {"threads", s.threads}};
+}
+
+}  // namespace
+
+double LoaderStats::StallFraction() const {
+  const double total = static_cast<double>(wait_ns + between_ns);
+  return total > 0 ? wait_ns / total : 0.0;
+}
+
+std::string LoaderStats::ToJson() const {
+  nlohmann::json j = {
+      {"stages", {{"fetch", StageJson(fetch)}, {"prep", StageJson(prep)}, {"batch", StageJson(batch)}}},
+      {"batches", batches},
+      {"samples", samples},
+      {"errors", errors},
+      {"skipped", skipped},
+      {"consumer",
+       {{"iterations", iterations},
+        {"wait_s", wait_ns / 1e9},
+        {"max_wait_s", max_wait_ns / 1e9},
+        {"between_s", between_ns / 1e9},
+        {"stall_fraction", StallFraction()}}},
+      {"elapsed_s", elapsed_ns / 1e9},
+      {"ring", {{"bytes", ring_bytes}, {"slots", ring_slots}}},
+  };
+  return j.dump();
+}
+
+std::string LoaderStats::ToTable() const {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-16s %8s %12s %10s %10s %10s %12s\n", "stage", "threads",
+                "items", "busy cpu", "starved", "blocked", "items/cpu-s");
+  out += line;
+  auto row = [&](const char* name, const StageStats& s) {
+    double rate = s.busy_cpu_ns > 0 ? s.items / (s.busy_cpu_ns / 1e9) : 0.0;
+    std::snprintf(line, sizeof line, "%-16s %8d %12lld %9.2fs %9.2fs %9.2fs %12.0f\n", name,
+                  s.threads, static_cast<long long>(s.items), s.busy_cpu_ns / 1e9,
+                  s.starved_ns / 1e9, s.blocked_ns / 1e9, rate);
+    out += line;
+  };
+  row("fetch", fetch);
+  row("decode+augment", prep);
+  row("batch", batch);
+  std::snprintf(line, sizeof line,
+                "%-16s %8s %12lld   waited %.2fs of %.2fs (%.1f%% stalled), longest wait %.1f ms\n",
+                "consumer", "", static_cast<long long>(iterations), wait_ns / 1e9,
+                (wait_ns + between_ns) / 1e9, 100.0 * StallFraction(), max_wait_ns / 1e6);
+  out += line;
+  if (errors > 0) {
+    std::snprintf(line, sizeof line, "bad items: %lld (%lld skipped)\n",
+                  static_cast<long long>(errors), static_cast<long long>(skipped));
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace nostall

@@ -1,0 +1,103 @@
+#include "testing/test_images.h"
+
+#include <png.h>
+#include <cstdio>
+#include <jpeglib.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+namespace nostall::testing {
+
+std::vector<uint8_t> MakePixels(int width, int height, int channels, int seed) {
+  std::vector<uint8_t> px(static_cast<size_t>(width) * height * channels);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      for (int c = 0; c < channels; ++c) {
+        double v = 128 + 60 * std::sin((x + seed * 7) * (0.02 + 0.01 * c)) +
+                   50 * std::cos((y + seed * 3) * 0.03) + 15 * std::sin((x + y) * 0.2);
+        px[(static_cast<size_t>(y) * width + x) * channels + c] =
+            static_cast<uint8_t>(std::clamp(v, 0.0, 255.0));
+      }
+    }
+  }
+  return px;
+}
+
+std::vector<uint8_t> EncodeJpeg(const std::vector<uint8_t>& pixels, int width, int height,
+                                int channels, int quality) {
+  jpeg_compress_struct c;
+  jpeg_error_mgr err;
+  c.err = jpeg_std_error(&err);
+  jpeg_create_compress(&c);
+  unsigned char* out = nullptr;
+  unsigned long out_size = 0;
+  jpeg_mem_dest(&c, &out, &out_size);
+  c.image_width = static_cast<JDIMENSION>(width);
+  c.image_height = static_cast<JDIMENSION>(height);
+  c.input_components = channels;
+  c.in_color_space = channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
+  jpeg_set_defaults(&c);
+  jpeg_set_quality(&c, quality, TRUE);
+  jpeg_start_compress(&c, TRUE);
+  while (c.next_scanline < c.image_height) {
+    JSAMPROW row = const_cast<uint8_t*>(pixels.data()) +
+                   static_cast<size_t>(c.next_scanline) * width * channels;
+    jpeg_write_scanlines(&c, &row, 1);
+  }
+  jpeg_finish_compress(&c);
+  std::vector<uint8_t> bytes(out, out + out_size);
+  jpeg_destroy_compress(&c);
+  std::free(out);
+  return bytes;
+}
+
+std::vector<uint8_t> EncodePng(const std::vector<uint8_t>& pixels, int width, int height,
+                               int channels) {
+  png_image img{};
+  img.version = PNG_IMAGE_VERSION;
+  img.width = static_cast<png_uint_32>(width);
+  img.height = static_cast<png_uint_32>(height);
+  img.format = channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
+  png_alloc_size_t size = 0;
+  png_image_write_to_memory(&img, nullptr, &size, 0, pixels.data(), 0, nullptr);
+  std::vector<uint8_t> bytes(size);
+  if (!png_image_write_to_memory(&img, bytes.data(), &size, 0, pixels.data(), 0, nullptr)) {
+    throw std::runtime_error(img.message);
+  }
+  bytes.resize(size);
+  return bytes;
+}
+
+void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+TempDir::TempDir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "nostall-test-XXXXXX").string();
+  if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+void MakeImageFolder(const std::string& root, int classes, int per_class, int width, int height) {
+  for (int c = 0; c < classes; ++c) {
+    for (int i = 0; i < per_class; ++i) {
+      auto px = MakePixels(width, height, 3, c * 1000 + i);
+      char name[64];
+      std::snprintf(name, sizeof name, "/c%d/img%03d.jpg", c, i);
+      WriteFile(root + name, EncodeJpeg(px, width, height, 3));
+    }
+  }
+}
+
+}  // namespace nostall::testing

@@ -1,0 +1,40 @@
+// Helpers for tests: real JPEG/PNG files made with libjpeg-turbo and libpng,
+// and temporary dataset folders.
+#ifndef NOSTALL_TESTING_TEST_IMAGES_H_
+#define NOSTALL_TESTING_TEST_IMAGES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nostall::testing {
+
+// A smooth, position-dependent image (gradients plus a per-seed pattern), so
+// crops and flips are visible in the pixels.
+std::vector<uint8_t> MakePixels(int width, int height, int channels, int seed);
+std::vector<uint8_t> EncodeJpeg(const std::vector<uint8_t>& pixels, int width, int height,
+                                int channels, int quality = 90);
+std::vector<uint8_t> EncodePng(const std::vector<uint8_t>& pixels, int width, int height,
+                               int channels);
+void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes);
+
+// A fresh directory under $TMPDIR, removed with everything in it on
+// destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Writes classes c0..c{n-1}, each with `per_class` JPEGs of width x height.
+void MakeImageFolder(const std::string& root, int classes, int per_class, int width, int height);
+
+}  // namespace nostall::testing
+
+#endif  // NOSTALL_TESTING_TEST_IMAGES_H_
