@@ -1,0 +1,35 @@
+"""nostall: data loading for deep-learning training, without data stalls.
+
+    import nostall
+    loader = nostall.Loader("data/train", batch_size=256, shuffle=True,
+                            transforms=[nostall.RandomResizedCrop(224),
+                                        nostall.RandomHorizontalFlip(),
+                                        nostall.Normalize(nostall.IMAGENET_MEAN,
+                                                          nostall.IMAGENET_STD)])
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        for images, labels in loader:
+            ...
+"""
+
+from ._nostall import available_cores
+from .errors import DataError, NostallError, ResourceError
+from .loader import Loader
+from .transforms import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    CenterCrop,
+    Normalize,
+    RandomHorizontalFlip,
+    RandomResizedCrop,
+    Resize,
+    Transform,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Loader", "DataError", "NostallError", "ResourceError", "Transform", "RandomResizedCrop",
+    "Resize", "CenterCrop", "RandomHorizontalFlip", "Normalize", "IMAGENET_MEAN", "IMAGENET_STD",
+    "available_cores",
+]

@@ -1,0 +1,294 @@
+"""The Loader: nostall's pipeline as a Python iterable of torch tensors."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Iterable, Optional
+
+from . import _nostall
+from .errors import DataError
+from .transforms import Normalize, Transform
+
+_STATE_VERSION = 1
+
+
+def _env_int(name):
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+class Loader:
+    """Loads, decodes, augments and batches images with C++ threads.
+
+    Iterating yields ``(images, labels)`` (or ``(images, labels, indices)``
+    with ``return_indices=True``): torch tensors that are zero-copy views of a
+    batch slot in shared memory. A slot is reused only when every view of it
+    is gone, so keeping a batch is safe; ``copy=True`` hands out private copies
+    instead (and frees the slot at once).
+
+    Args:
+        source: an image folder (one subfolder per class, as torchvision's
+            ImageFolder) or WebDataset tar shards, e.g.
+            ``"shards/train-{0000..0099}.tar"``.
+        batch_size: samples per batch.
+        shuffle: a new random order each epoch, fixed by ``(seed, epoch)``.
+        seed: seeds the order and every sample's augmentation.
+        transforms: a list of :mod:`nostall.transforms`. Normalize (if used)
+            must be last and makes the output float32.
+        num_threads: decode+augment threads; default: the cores this process
+            may use.
+        reads_in_flight: concurrent reads from storage (default 4).
+        prefetch: batches prepared ahead of the one being used (default 2).
+        rank, world_size: shard the data across processes; default: from the
+            torchrun environment (``RANK``, ``WORLD_SIZE``), else 0 and 1.
+        drop_last: drop the final incomplete batch of each epoch.
+        on_error: ``"raise"`` a :class:`nostall.DataError` naming the bad
+            item, or ``"skip"`` it (batches then hold fewer samples; skipped
+            items are counted in ``stats()``).
+        dtype: ``"uint8"`` or ``"float32"``; default float32 with Normalize,
+            else uint8 (float32 without Normalize is scaled to [0, 1]).
+        layout: ``"NCHW"`` (default, as torch expects) or ``"NHWC"``.
+        mode: ``"RGB"`` (default) or ``"L"`` (grayscale, one channel).
+        max_pixels: images with more pixels are a DataError (PIL's limit).
+        output: ``"torch"`` (default) or ``"numpy"``.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        seed: int = 0,
+        transforms: Iterable[Transform] = (),
+        num_threads: Optional[int] = None,
+        reads_in_flight: Optional[int] = None,
+        prefetch: int = 2,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        drop_last: bool = False,
+        on_error: str = "raise",
+        dtype: Optional[str] = None,
+        layout: str = "NCHW",
+        mode: str = "RGB",
+        max_pixels: int = 89478485,
+        copy: bool = False,
+        return_indices: bool = False,
+        output: str = "torch",
+        index_cache: bool = True,
+    ):
+        source = os.fspath(source)
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f'on_error must be "raise" or "skip", not {on_error!r}')
+        if output not in ("torch", "numpy"):
+            raise ValueError(f'output must be "torch" or "numpy", not {output!r}')
+        if not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if world_size is None:
+            world_size = _env_int("WORLD_SIZE") or 1
+        if rank is None:
+            rank = _env_int("RANK") or 0
+        transforms = list(transforms)
+        for t in transforms:
+            if not isinstance(t, Transform):
+                raise TypeError(f"transforms must be nostall.transforms objects, got {t!r}")
+        if dtype is None:
+            dtype = "float32" if any(isinstance(t, Normalize) for t in transforms) else "uint8"
+        spec = {
+            "source": source,
+            "batch_size": batch_size,
+            "shuffle": bool(shuffle),
+            "seed": int(seed),
+            "rank": int(rank),
+            "world_size": int(world_size),
+            "drop_last": bool(drop_last),
+            "transforms": [t.to_dict() for t in transforms],
+            "dtype": dtype,
+            "layout": layout,
+            "mode": mode,
+            "max_pixels": int(max_pixels),
+            "num_threads": int(num_threads or 0),
+            "reads_in_flight": int(reads_in_flight or 0),
+            "prefetch": int(prefetch),
+            "on_error": on_error,
+            "use_index_cache": bool(index_cache),
+        }
+        self._init(spec, copy=copy, return_indices=return_indices, output=output)
+
+    @classmethod
+    def from_spec(cls, spec, *, copy=False, return_indices=False, output="torch"):
+        """Builds a loader from a spec (a dict or its JSON text), as ``nostall bench --spec`` does."""
+        self = cls.__new__(cls)
+        self._init(json.loads(spec) if isinstance(spec, str) else dict(spec),
+                   copy=copy, return_indices=return_indices, output=output)
+        return self
+
+    def _init(self, spec, *, copy, return_indices, output):
+        self._core = None
+        self._core = _nostall.Loader(json.dumps(spec))
+        self._copy = copy
+        self._return_indices = return_indices
+        self._torch = output == "torch"
+        if self._torch:
+            import torch  # noqa: F401  (fail here, clearly, if torch is missing)
+        self._seed = spec.get("seed", 0)
+        self._epoch = 0
+        self._epoch_set = False  # set_epoch called since the last full pass
+        self._position = 0       # batches handed out in the current epoch
+        self._active = False
+        self._finished_epoch = None
+        self._resume = None      # (epoch, batch) from load_state_dict
+
+    # ------------------------------------------------------------ iteration
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch (its order and augmentations) the next iteration runs."""
+        if epoch < 0:
+            raise ValueError("epoch must be >= 0")
+        self._epoch = int(epoch)
+        self._epoch_set = True
+
+    def __iter__(self):
+        core = self._require_core()
+        if not self._epoch_set and self._finished_epoch == self._epoch:
+            self._epoch += 1  # a new pass without set_epoch: the next epoch
+        start = 0
+        if self._resume is not None and self._resume[0] == self._epoch:
+            start = self._resume[1]
+        self._resume = None
+        core.start_epoch(self._epoch, start)
+        self._position = start
+        self._active = True
+        self._epoch_set = False
+        return self
+
+    def __next__(self):
+        if not self._active:
+            if self._finished_epoch == self._epoch and not self._epoch_set:
+                raise StopIteration
+            self.__iter__()
+        try:
+            out = self._core.next(self._torch)
+        except DataError:
+            self._position += 1  # that batch is consumed; iteration may go on
+            raise
+        if out is None:
+            self._active = False
+            self._finished_epoch = self._epoch
+            raise StopIteration
+        self._position += 1
+        images, labels, indices = out
+        if self._copy:
+            images, labels, indices = images.copy() if not self._torch else images.clone(), \
+                labels.copy() if not self._torch else labels.clone(), \
+                indices.copy() if not self._torch else indices.clone()
+        if self._return_indices:
+            return images, labels, indices
+        return images, labels
+
+    def __len__(self):
+        return self._require_core().batches_per_epoch
+
+    # ------------------------------------------------------------ resume
+    def state_dict(self) -> dict:
+        """Where the loader is: resuming from it continues with the very next batch."""
+        core = self._require_core()
+        if self._active:
+            epoch, batch = self._epoch, self._position
+        elif self._finished_epoch == self._epoch and not self._epoch_set:
+            epoch, batch = self._epoch + 1, 0
+        else:
+            epoch, batch = self._epoch, 0
+        spec = json.loads(core.spec_json())
+        return {
+            "version": _STATE_VERSION,
+            "epoch": epoch,
+            "batch": batch,
+            "seed": spec["seed"],
+            "batch_size": spec["batch_size"],
+            "shuffle": spec["shuffle"],
+            "rank": spec["rank"],
+            "world_size": spec["world_size"],
+            "dataset_fingerprint": f"{core.fingerprint:016x}",
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Makes the next iteration continue where ``state`` was taken."""
+        core = self._require_core()
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"unsupported loader state version {state.get('version')!r}")
+        spec = json.loads(core.spec_json())
+        for key in ("seed", "batch_size", "shuffle", "rank", "world_size"):
+            if state[key] != spec[key]:
+                raise ValueError(f"state was taken with {key}={state[key]!r}, this loader has "
+                                 f"{key}={spec[key]!r}: batches would differ")
+        if state["dataset_fingerprint"] != f"{core.fingerprint:016x}":
+            raise ValueError("state was taken on a different dataset (index fingerprints differ)")
+        batch = int(state["batch"])
+        if not 0 <= batch <= core.batches_per_epoch:
+            raise ValueError(f"state batch {batch} is outside the epoch's {core.batches_per_epoch}")
+        self._epoch = int(state["epoch"])
+        self._epoch_set = True
+        self._resume = (self._epoch, batch)
+        self._active = False
+
+    # ------------------------------------------------------------ info
+    def stats(self) -> dict:
+        """Per-stage counters and the consumer's waits; ``["consumer"]["stall_fraction"]``."""
+        return json.loads(self._require_core().stats_json())
+
+    def stats_table(self) -> str:
+        return self._require_core().stats_table()
+
+    @property
+    def spec(self) -> dict:
+        """The resolved loader spec (defaults filled in)."""
+        return json.loads(self._require_core().spec_json())
+
+    @property
+    def classes(self):
+        return list(self._require_core().classes)
+
+    @property
+    def num_items(self) -> int:
+        return self._require_core().num_items
+
+    @property
+    def samples_per_epoch(self) -> int:
+        return self._require_core().samples_per_epoch
+
+    @property
+    def sample_shape(self):
+        return tuple(self._require_core().sample_shape)
+
+    def key(self, index: int) -> str:
+        """The name (path, or shard:member) of dataset item ``index``."""
+        return self._require_core().key(index)
+
+    # ------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Stops and joins every thread. Batches already handed out stay valid."""
+        core, self._core = getattr(self, "_core", None), None
+        if core is not None:
+            core.close()
+
+    def _require_core(self):
+        if self._core is None:
+            raise RuntimeError("the loader is closed")
+        return self._core
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,159 @@
+// The `_nostall` extension: a thin layer over nostall::Loader.
+//
+// Every call that can wait releases the GIL. Batches leave as zero-copy
+// arrays (DLPack, via nanobind) whose capsule owner holds a lease on the ring
+// slot: the slot is refilled only when every array of the batch is gone.
+// Status -> Python exception happens in RaiseStatus and nowhere else.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "nostall/loader.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace nostall {
+namespace {
+
+[[noreturn]] void RaiseStatus(const Status& st) {
+  nb::object errors = nb::module_::import_("nostall.errors");
+  nb::object type;
+  switch (st.code()) {
+    case StatusCode::kDataError: {
+      nb::object exc = errors.attr("DataError")(st.ToString(), st.item(), st.stage());
+      PyErr_SetObject(exc.type().ptr(), exc.ptr());
+      throw nb::python_error();
+    }
+    case StatusCode::kInvalidArgument: type = nb::borrow(PyExc_ValueError); break;
+    case StatusCode::kNotFound: type = nb::borrow(PyExc_FileNotFoundError); break;
+    case StatusCode::kResourceExhausted: type = errors.attr("ResourceError"); break;
+    default: type = errors.attr("NostallError"); break;
+  }
+  PyErr_SetString(type.ptr(), st.ToString().c_str());
+  throw nb::python_error();
+}
+
+template <typename T>
+T ValueOrRaise(Result<T> r) {
+  if (!r.ok()) RaiseStatus(r.status());
+  return std::move(r).value();
+}
+
+// An array over the batch's memory whose owner keeps the batch leased.
+template <typename Framework>
+nb::object View(const std::shared_ptr<Batch>& batch, const void* data, std::vector<size_t> shape,
+                nb::dlpack::dtype dtype) {
+  auto* lease = new std::shared_ptr<Batch>(batch);
+  nb::capsule owner(lease, [](void* p) noexcept { delete static_cast<std::shared_ptr<Batch>*>(p); });
+  return nb::cast(nb::ndarray<Framework>(const_cast<void*>(data), shape.size(), shape.data(),
+                                         owner, nullptr, dtype));
+}
+
+class PyLoader {
+ public:
+  explicit PyLoader(const std::string& spec_json) {
+    LoaderSpec spec = ValueOrRaise(LoaderSpec::FromJson(spec_json));
+    Result<std::unique_ptr<nostall::Loader>> r = [&] {
+      nb::gil_scoped_release release;
+      return nostall::Loader::Create(spec);
+    }();
+    loader_ = ValueOrRaise(std::move(r));
+  }
+
+  void StartEpoch(int64_t epoch, int64_t first_batch) {
+    Status st;
+    {
+      nb::gil_scoped_release release;
+      st = Loader().StartEpoch(epoch, first_batch);
+    }
+    if (!st.ok()) RaiseStatus(st);
+  }
+
+  // (images, labels, indices), or None at the end of the epoch.
+  nb::object Next(bool torch) {
+    NextStatus ns = NextStatus::kTimeout;
+    std::shared_ptr<Batch> batch;
+    while (true) {
+      Status st;
+      {
+        nb::gil_scoped_release release;
+        st = Loader().Next(/*timeout_ms=*/50, &ns, &batch);
+      }
+      if (!st.ok()) RaiseStatus(st);
+      if (ns != NextStatus::kTimeout) break;
+      // Let Ctrl-C through while waiting for a slow batch.
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    }
+    if (ns == NextStatus::kEndOfEpoch) return nb::none();
+    const LoaderSpec& spec = Loader().spec();
+    std::vector<size_t> shape = {static_cast<size_t>(batch->size())};
+    for (int64_t d : Loader().SampleShape()) shape.push_back(static_cast<size_t>(d));
+    nb::dlpack::dtype pixel = spec.prep.dtype == DType::kFloat32 ? nb::dtype<float>()
+                                                                : nb::dtype<uint8_t>();
+    std::vector<size_t> n = {static_cast<size_t>(batch->size())};
+    if (torch) {
+      return nb::make_tuple(View<nb::pytorch>(batch, batch->images(), shape, pixel),
+                            View<nb::pytorch>(batch, batch->labels(), n, nb::dtype<int64_t>()),
+                            View<nb::pytorch>(batch, batch->indices(), n, nb::dtype<int64_t>()));
+    }
+    return nb::make_tuple(View<nb::numpy>(batch, batch->images(), shape, pixel),
+                          View<nb::numpy>(batch, batch->labels(), n, nb::dtype<int64_t>()),
+                          View<nb::numpy>(batch, batch->indices(), n, nb::dtype<int64_t>()));
+  }
+
+  std::string StatsJson() const { return Loader().Stats().ToJson(); }
+  std::string StatsTable() const { return Loader().Stats().ToTable(); }
+  std::string SpecJson() const { return Loader().spec().ToJson(); }
+  int64_t BatchesPerEpoch() const { return Loader().sampler().BatchesPerEpoch(); }
+  int64_t SamplesPerEpoch() const { return Loader().sampler().SamplesPerEpoch(); }
+  int64_t NumItems() const { return Loader().source().size(); }
+  std::vector<std::string> Classes() const { return Loader().source().classes(); }
+  std::vector<int64_t> SampleShape() const { return Loader().SampleShape(); }
+  std::string Key(int64_t i) const {
+    if (i < 0 || i >= Loader().source().size()) throw nb::index_error("item index out of range");
+    return Loader().source().key(i);
+  }
+  uint64_t Fingerprint() const { return Loader().source().fingerprint(); }
+
+  // Stops and joins every thread now (also done by the destructor).
+  void Close() {
+    nb::gil_scoped_release release;
+    loader_.reset();
+  }
+
+ private:
+  nostall::Loader& Loader() const {
+    if (!loader_) {
+      PyErr_SetString(PyExc_RuntimeError, "the loader is closed");
+      throw nb::python_error();
+    }
+    return *loader_;
+  }
+  std::unique_ptr<nostall::Loader> loader_;
+};
+
+}  // namespace
+}  // namespace nostall
+
+NB_MODULE(_nostall, m) {
+  using nostall::PyLoader;
+  m.doc() = "nostall's native core. Use the `nostall` package, not this module.";
+  nb::class_<PyLoader>(m, "Loader")
+      .def(nb::init<const std::string&>(), "spec_json"_a)
+      .def("start_epoch", &PyLoader::StartEpoch, "epoch"_a, "first_batch"_a = 0)
+      .def("next", &PyLoader::Next, "torch"_a = true)
+      .def("stats_json", &PyLoader::StatsJson)
+      .def("stats_table", &PyLoader::StatsTable)
+      .def("spec_json", &PyLoader::SpecJson)
+      .def("key", &PyLoader::Key)
+      .def("close", &PyLoader::Close)
+      .def_prop_ro("batches_per_epoch", &PyLoader::BatchesPerEpoch)
+      .def_prop_ro("samples_per_epoch", &PyLoader::SamplesPerEpoch)
+      .def_prop_ro("num_items", &PyLoader::NumItems)
+      .def_prop_ro("classes", &PyLoader::Classes)
+      .def_prop_ro("sample_shape", &PyLoader::SampleShape)
+      .def_prop_ro("fingerprint", &PyLoader::Fingerprint);
+  m.def("available_cores", &nostall::AvailableCores);
+}
