@@ -35,6 +35,14 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& prefix
                                                        bool keep_name) {
   static std::atomic<uint64_t> counter{0};
   if (size == 0) return InvalidArgument("shared-memory segment of zero bytes");
+  auto no_room = [&] {
+    return ResourceExhausted("not enough shared memory: need " + FormatBytes(size) +
+                             " in /dev/shm, " + FormatBytes(ShmBytesFree()) +
+                             " free (lower batch_size or prefetch, or enlarge /dev/shm)");
+  };
+  // Checked first so that an impossible request fails before fallocate
+  // touches (and then gives back) gigabytes; fallocate stays the guarantee.
+  if (uint64_t free = ShmBytesFree(); free != 0 && size > free) return no_room();
   std::string name = "/" + prefix + "-" + std::to_string(::getpid()) + "-" +
                      std::to_string(counter.fetch_add(1));
   int raw = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -46,11 +54,7 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& prefix
   int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(size));
   if (err != 0) {
     unlink_name();
-    if (err == ENOSPC) {
-      return ResourceExhausted("not enough shared memory: need " + FormatBytes(size) +
-                               " in /dev/shm, " + FormatBytes(ShmBytesFree()) +
-                               " free (lower batch_size or prefetch, or enlarge /dev/shm)");
-    }
+    if (err == ENOSPC) return no_room();
     return ErrnoError("cannot reserve " + FormatBytes(size) + " of shared memory", err);
   }
   void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);

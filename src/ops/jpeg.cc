@@ -49,15 +49,38 @@ class Decompressor {
   Decompressor(const Decompressor&) = delete;
   Decompressor& operator=(const Decompressor&) = delete;
 
+  // The error libjpeg reported, in words a user can act on.
+  Status Error() const {
+    if (err_.pub.msg_code == JWRN_JPEG_EOF) return DataError("truncated JPEG (data ends early)");
+    return DataError(std::string("bad JPEG: ") + err_.message);
+  }
+
   jpeg_decompress_struct cinfo_;
   ErrorManager err_;
   bool created_ = false;
 };
 
 // A truncated file must be an error even when the rows we decode all come
-// before the cut, so the end-of-image marker is checked up front.
+// before the cut, so the end-of-image marker is checked up front. It is
+// looked for only after the first start-of-scan marker: in entropy-coded data
+// 0xFF is always stuffed, so FF D9 there can only be the real end; in the
+// headers before it the same two bytes may occur by chance.
 bool HasEndMarker(const uint8_t* data, size_t size) {
-  size_t stop = size > 4096 ? size - 4096 : 0;
+  size_t pos = 2;  // after SOI
+  while (pos + 4 <= size) {
+    if (data[pos] != 0xFF) return false;
+    uint8_t marker = data[pos + 1];
+    if (marker == 0xFF) {  // fill byte
+      ++pos;
+      continue;
+    }
+    size_t length = (static_cast<size_t>(data[pos + 2]) << 8) | data[pos + 3];
+    if (marker == 0xDA) break;  // start of scan
+    pos += 2 + length;
+  }
+  if (pos + 4 > size) return false;
+  // Trailing bytes after EOI (padding, appended data) are tolerated up to 64 KiB.
+  size_t stop = std::max(pos, size > 65536 ? size - 65536 : 0);
   for (size_t i = size; i >= stop + 2; --i) {
     if (data[i - 2] == 0xFF && data[i - 1] == 0xD9) return true;
   }
@@ -75,7 +98,7 @@ ImageFormat SniffFormat(const uint8_t* d, size_t n) {
 
 Status JpegReadInfo(const uint8_t* data, size_t size, ImageInfo* info) {
   Decompressor d;
-  if (setjmp(d.err_.jump)) return DataError(std::string("bad JPEG: ") + d.err_.message);
+  if (setjmp(d.err_.jump)) return d.Error();
   jpeg_create_decompress(&d.cinfo_);
   d.created_ = true;
   jpeg_mem_src(&d.cinfo_, data, static_cast<unsigned long>(size));
@@ -93,7 +116,7 @@ Status JpegDecodeRegion(const uint8_t* data, size_t size, int channels, double x
   }
   Decompressor d;
   jpeg_decompress_struct& c = d.cinfo_;
-  if (setjmp(d.err_.jump)) return DataError(std::string("bad JPEG: ") + d.err_.message);
+  if (setjmp(d.err_.jump)) return d.Error();
   jpeg_create_decompress(&c);
   d.created_ = true;
   jpeg_mem_src(&c, data, static_cast<unsigned long>(size));

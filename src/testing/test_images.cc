@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <jpeglib.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -99,5 +101,31 @@ void MakeImageFolder(const std::string& root, int classes, int per_class, int wi
     }
   }
 }
+
+}  // namespace nostall::testing
+
+namespace nostall::testing {
+
+void AppendTarMember(std::vector<uint8_t>* tar, const std::string& name,
+                     const std::vector<uint8_t>& data) {
+  uint8_t h[512] = {};
+  std::snprintf(reinterpret_cast<char*>(h), 100, "%s", name.c_str());
+  std::snprintf(reinterpret_cast<char*>(h) + 100, 8, "%07o", 0644);
+  std::snprintf(reinterpret_cast<char*>(h) + 108, 8, "%07o", 0);
+  std::snprintf(reinterpret_cast<char*>(h) + 116, 8, "%07o", 0);
+  std::snprintf(reinterpret_cast<char*>(h) + 124, 12, "%011o", static_cast<unsigned>(data.size()));
+  std::snprintf(reinterpret_cast<char*>(h) + 136, 12, "%011o", 0);
+  h[156] = '0';
+  std::memcpy(h + 257, "ustar\0" "00", 8);
+  std::memset(h + 148, ' ', 8);
+  unsigned sum = 0;
+  for (uint8_t b : h) sum += b;
+  std::snprintf(reinterpret_cast<char*>(h) + 148, 8, "%06o", sum);
+  tar->insert(tar->end(), h, h + 512);
+  tar->insert(tar->end(), data.begin(), data.end());
+  tar->resize((tar->size() + 511) / 512 * 512, 0);
+}
+
+void FinishTar(std::vector<uint8_t>* tar) { tar->resize(tar->size() + 1024, 0); }
 
 }  // namespace nostall::testing

@@ -38,3 +38,13 @@ void MakeImageFolder(const std::string& root, int classes, int per_class, int wi
 }  // namespace nostall::testing
 
 #endif  // NOSTALL_TESTING_TEST_IMAGES_H_
+
+namespace nostall::testing {
+
+// Appends one ustar member (regular file) to `tar`; FinishTar adds the two
+// zero blocks that end an archive.
+void AppendTarMember(std::vector<uint8_t>* tar, const std::string& name,
+                     const std::vector<uint8_t>& data);
+void FinishTar(std::vector<uint8_t>* tar);
+
+}  // namespace nostall::testing

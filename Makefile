@@ -1,0 +1,65 @@
+# nostall — the two set-up commands: `make demo` and `make test`.
+# Each installs what it needs (Debian packages, a Python venv in .venv), builds
+# and runs; both work on a fresh Debian machine.
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+BIN := $(VENV)/bin
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PACKAGES := g++ make python3-venv libjpeg62-turbo-dev libpng-dev libopencv-imgproc-dev \
+	libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev dataset-fashion-mnist
+PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmake ninja
+BUILD := build/py
+
+.PHONY: all deps venv install demo test test-cpp test-python test-asan bench clean
+
+all: install
+
+deps: .make/deps
+.make/deps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:" $$missing; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+	@mkdir -p .make && touch $@
+
+venv: .make/venv
+.make/venv: .make/deps
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(PY_PACKAGES)
+	@mkdir -p .make && touch $@
+
+# Builds the extension, the CLI and the C++ tests in one CMake tree.
+install: .make/venv
+	PATH=$(CURDIR)/$(BIN):$$PATH $(PIP) install -q --no-build-isolation \
+	  -Ccmake.define.NOSTALL_BUILD_TESTS=ON .
+
+demo: install
+	$(PY) examples/demo.py
+
+test: install
+	$(MAKE) --no-print-directory test-cpp test-python
+
+test-cpp:
+	$(BIN)/ctest --test-dir $(BUILD) --output-on-failure -j2
+
+test-python:
+	cd tests/python && ../../$(PY) -m pytest -q -ra .
+
+# The C++ tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-asan: .make/venv
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake -S . -B build/asan -G Ninja \
+	  -DCMAKE_BUILD_TYPE=Debug -DNOSTALL_SANITIZE=ON -DNOSTALL_BUILD_TESTS=ON
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake --build build/asan
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  $(BIN)/ctest --test-dir build/asan --output-on-failure -j2
+
+bench: install
+	$(PY) bench/bench_loader.py
+
+clean:
+	rm -rf build .make

@@ -1,0 +1,205 @@
+#include "nostall/loader.h"
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "testing/test_images.h"
+
+namespace nostall {
+namespace {
+
+using testing::MakeImageFolder;
+using testing::TempDir;
+using testing::WriteFile;
+
+LoaderSpec Spec(const std::string& root, int threads, int64_t batch = 8) {
+  LoaderSpec s;
+  s.source = root;
+  s.source_options.use_index_cache = false;
+  s.batch_size = batch;
+  s.shuffle = true;
+  s.seed = 3;
+  s.num_threads = threads;
+  s.reads_in_flight = 2;
+  Transform rrc{TransformKind::kRandomResizedCrop};
+  rrc.height = rrc.width = 32;
+  Transform flip{TransformKind::kRandomHorizontalFlip};
+  s.prep.transforms = {rrc, flip};
+  return s;
+}
+
+struct Epoch {
+  std::vector<int64_t> indices, labels;
+  std::vector<uint8_t> pixels;
+};
+
+Epoch RunEpoch(Loader* loader, int64_t epoch, int64_t first_batch = 0) {
+  Epoch e;
+  EXPECT_TRUE(loader->StartEpoch(epoch, first_batch).ok());
+  size_t sample = 32 * 32 * 3;
+  while (true) {
+    NextStatus ns;
+    std::shared_ptr<Batch> b;
+    Status st = loader->Next(10000, &ns, &b);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_NE(ns, NextStatus::kTimeout);
+    if (!st.ok() || ns != NextStatus::kBatch) break;
+    e.indices.insert(e.indices.end(), b->indices(), b->indices() + b->size());
+    e.labels.insert(e.labels.end(), b->labels(), b->labels() + b->size());
+    auto* px = static_cast<const uint8_t*>(b->images());
+    e.pixels.insert(e.pixels.end(), px, px + b->size() * sample);
+  }
+  return e;
+}
+
+class LoaderTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    MakeImageFolder(dir_->path(), /*classes=*/3, /*per_class=*/10, 80, 60);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static TempDir* dir_;
+};
+TempDir* LoaderTest::dir_ = nullptr;
+
+TEST_F(LoaderTest, EveryItemOnceWithItsLabel) {
+  auto loader = Loader::Create(Spec(dir_->path(), 2)).value();
+  Epoch e = RunEpoch(loader.get(), 0);
+  ASSERT_EQ(e.indices.size(), 30u);
+  std::set<int64_t> seen(e.indices.begin(), e.indices.end());
+  EXPECT_EQ(seen.size(), 30u);
+  for (size_t i = 0; i < e.indices.size(); ++i) {
+    EXPECT_EQ(e.labels[i], loader->source().label(e.indices[i]));
+  }
+  EXPECT_EQ(loader->Stats().samples, 30);
+}
+
+TEST_F(LoaderTest, SameSeedSameBatchesWhateverTheThreadCount) {
+  auto one = Loader::Create(Spec(dir_->path(), 1)).value();
+  auto three = Loader::Create(Spec(dir_->path(), 3)).value();
+  Epoch a = RunEpoch(one.get(), 4), b = RunEpoch(three.get(), 4);
+  EXPECT_EQ(a.indices, b.indices);
+  EXPECT_TRUE(a.pixels == b.pixels);
+  Epoch c = RunEpoch(one.get(), 5);
+  EXPECT_NE(a.indices, c.indices);
+}
+
+TEST_F(LoaderTest, StartingMidEpochGivesTheRestOfThatEpoch) {
+  auto loader = Loader::Create(Spec(dir_->path(), 2)).value();
+  Epoch full = RunEpoch(loader.get(), 2);
+  Epoch rest = RunEpoch(loader.get(), 2, /*first_batch=*/2);
+  ASSERT_EQ(rest.indices.size(), full.indices.size() - 16);
+  EXPECT_TRUE(std::equal(rest.indices.begin(), rest.indices.end(), full.indices.begin() + 16));
+  EXPECT_TRUE(std::equal(rest.pixels.begin(), rest.pixels.end(),
+                         full.pixels.begin() + 16 * 32 * 32 * 3));
+}
+
+TEST_F(LoaderTest, ASlotIsReusedOnlyAfterEveryLeaseIsGone) {
+  LoaderSpec spec = Spec(dir_->path(), 2, /*batch=*/2);
+  spec.prefetch = 0;  // two slots
+  auto loader = Loader::Create(spec).value();
+  ASSERT_TRUE(loader->StartEpoch(0).ok());
+  NextStatus ns;
+  std::shared_ptr<Batch> b0, b1, b2;
+  ASSERT_TRUE(loader->Next(10000, &ns, &b0).ok());
+  ASSERT_TRUE(loader->Next(10000, &ns, &b1).ok());
+  ASSERT_EQ(ns, NextStatus::kBatch);
+  std::vector<uint8_t> before(static_cast<const uint8_t*>(b0->images()),
+                              static_cast<const uint8_t*>(b0->images()) + 2 * 32 * 32 * 3);
+  // Both slots are held: the third batch cannot be made.
+  ASSERT_TRUE(loader->Next(300, &ns, &b2).ok());
+  EXPECT_EQ(ns, NextStatus::kTimeout);
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), static_cast<const uint8_t*>(b0->images())));
+  b0.reset();
+  ASSERT_TRUE(loader->Next(10000, &ns, &b2).ok());
+  EXPECT_EQ(ns, NextStatus::kBatch);
+  EXPECT_EQ(b2->index(), 2);
+}
+
+TEST_F(LoaderTest, BatchesOutliveTheLoader) {
+  auto loader = Loader::Create(Spec(dir_->path(), 2)).value();
+  ASSERT_TRUE(loader->StartEpoch(0).ok());
+  NextStatus ns;
+  std::shared_ptr<Batch> b;
+  ASSERT_TRUE(loader->Next(10000, &ns, &b).ok());
+  int64_t label = b->labels()[0];
+  loader.reset();  // joins every thread
+  EXPECT_EQ(b->labels()[0], label);
+}
+
+TEST(LoaderBadInputTest, BadItemsRaiseWithNameAndStageOrAreSkipped) {
+  TempDir dir;
+  MakeImageFolder(dir.path(), 1, 6, 64, 48);
+  WriteFile(dir.path() + "/c0/img_bad.jpg", {'n', 'o', 't', ' ', 'j', 'p', 'e', 'g'});
+  WriteFile(dir.path() + "/c0/img_empty.jpg", {});
+  for (ErrorPolicy policy : {ErrorPolicy::kRaise, ErrorPolicy::kSkip}) {
+    LoaderSpec spec = Spec(dir.path(), 2, /*batch=*/4);
+    spec.shuffle = false;
+    spec.on_error = policy;
+    auto loader = Loader::Create(spec).value();
+    ASSERT_TRUE(loader->StartEpoch(0).ok());
+    int64_t good = 0;
+    std::vector<std::string> errors;
+    while (true) {
+      NextStatus ns;
+      std::shared_ptr<Batch> b;
+      Status st = loader->Next(10000, &ns, &b);
+      if (!st.ok()) {
+        EXPECT_EQ(st.code(), StatusCode::kDataError);
+        EXPECT_EQ(st.stage(), "decode");
+        errors.push_back(st.item());
+        continue;
+      }
+      if (ns != NextStatus::kBatch) break;
+      good += b->size();
+    }
+    if (policy == ErrorPolicy::kSkip) {
+      EXPECT_EQ(good, 6);
+      EXPECT_TRUE(errors.empty());
+      EXPECT_EQ(loader->Stats().skipped, 2);
+    } else {
+      // Sorted order puts both bad files in the first batch; its first bad
+      // item is the one reported.
+      ASSERT_EQ(errors.size(), 1u);
+      EXPECT_EQ(errors[0], dir.path() + "/c0/img_bad.jpg");
+      EXPECT_EQ(good, 4);
+    }
+  }
+}
+
+TEST(LoaderBadInputTest, FileRemovedAfterIndexingIsAFetchError) {
+  TempDir dir;
+  MakeImageFolder(dir.path(), 1, 3, 64, 48);
+  LoaderSpec spec = Spec(dir.path(), 1, 3);
+  spec.shuffle = false;
+  auto loader = Loader::Create(spec).value();
+  std::filesystem::remove(dir.path() + "/c0/img001.jpg");
+  ASSERT_TRUE(loader->StartEpoch(0).ok());
+  NextStatus ns;
+  std::shared_ptr<Batch> b;
+  Status st = loader->Next(10000, &ns, &b);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_EQ(st.stage(), "fetch");
+  EXPECT_EQ(st.item(), dir.path() + "/c0/img001.jpg");
+}
+
+TEST(LoaderBadInputTest, ShutdownWhileThreadsAreBusyIsPrompt) {
+  TempDir dir;
+  MakeImageFolder(dir.path(), 2, 20, 200, 150);
+  auto loader = Loader::Create(Spec(dir.path(), 2, 4)).value();
+  ASSERT_TRUE(loader->StartEpoch(0).ok());
+  auto t0 = std::chrono::steady_clock::now();
+  loader.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+}
+
+}  // namespace
+}  // namespace nostall

@@ -1,0 +1,71 @@
+#include "nostall/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+namespace nostall {
+namespace {
+
+Sampler Make(int64_t n, int64_t batch, bool shuffle, int64_t rank = 0, int64_t world = 1,
+             bool drop_last = false, uint64_t seed = 1) {
+  SamplerOptions o{n, batch, shuffle, seed, rank, world, drop_last};
+  auto s = Sampler::Create(o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.value();
+}
+
+TEST(SamplerTest, ShuffledEpochIsAPermutationFixedBySeedAndEpoch) {
+  Sampler s = Make(1000, 10, true);
+  auto e0 = s.EpochOrder(0);
+  auto sorted = e0;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(sorted[i], i);
+  EXPECT_EQ(e0, Make(1000, 10, true).EpochOrder(0));  // same seed, same order
+  EXPECT_NE(e0, s.EpochOrder(1));                     // a new order each epoch
+  EXPECT_NE(e0, Make(1000, 10, true, 0, 1, false, /*seed=*/2).EpochOrder(0));
+  auto plain = Make(5, 2, false).EpochOrder(3);
+  EXPECT_EQ(plain, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+}
+
+TEST(SamplerTest, RanksAreDisjointAndCoverTheDataset) {
+  std::set<int64_t> all;
+  size_t total = 0;
+  for (int64_t r = 0; r < 4; ++r) {
+    auto mine = Make(1000, 32, true, r, 4).EpochOrder(5);
+    EXPECT_EQ(mine.size(), 250u);
+    all.insert(mine.begin(), mine.end());
+    total += mine.size();
+  }
+  EXPECT_EQ(all.size(), 1000u);
+  EXPECT_EQ(total, 1000u);
+}
+
+TEST(SamplerTest, UnevenSplitPadsSoEveryRankHasTheSameCount) {
+  std::set<int64_t> all;
+  for (int64_t r = 0; r < 3; ++r) {
+    Sampler s = Make(10, 2, true, r, 3);
+    EXPECT_EQ(s.SamplesPerEpoch(), 4);
+    auto mine = s.EpochOrder(0);
+    EXPECT_EQ(mine.size(), 4u);
+    all.insert(mine.begin(), mine.end());
+  }
+  EXPECT_EQ(all.size(), 10u);
+}
+
+TEST(SamplerTest, DropLastDropsTheIncompleteBatch) {
+  EXPECT_EQ(Make(10, 4, false).BatchesPerEpoch(), 3);
+  Sampler d = Make(10, 4, false, 0, 1, /*drop_last=*/true);
+  EXPECT_EQ(d.BatchesPerEpoch(), 2);
+  EXPECT_EQ(d.EpochOrder(0).size(), 8u);
+}
+
+TEST(SamplerTest, BadArgumentsAreErrors) {
+  EXPECT_FALSE(Sampler::Create({10, 4, false, 0, /*rank=*/2, /*world=*/2, false}).ok());
+  EXPECT_FALSE(Sampler::Create({0, 4, false, 0, 0, 1, false}).ok());
+  EXPECT_FALSE(Sampler::Create({3, 4, false, 0, 0, 1, /*drop_last=*/true}).ok());
+}
+
+}  // namespace
+}  // namespace nostall
