@@ -57,6 +57,10 @@ class Loader:
         mode: ``"RGB"`` (default) or ``"L"`` (grayscale, one channel).
         max_pixels: images with more pixels are a DataError (PIL's limit).
         output: ``"torch"`` (default) or ``"numpy"``.
+        dct_scaling: shrink JPEGs inside the decoder when the output is much
+            smaller than its source region (default; much faster). False
+            decodes at full resolution, for pixels closest to PIL's.
+        index_cache: keep the dataset's index on disk between runs.
     """
 
     def __init__(
@@ -81,6 +85,7 @@ class Loader:
         return_indices: bool = False,
         output: str = "torch",
         index_cache: bool = True,
+        dct_scaling: bool = True,
     ):
         source = os.fspath(source)
         if on_error not in ("raise", "skip"):
@@ -117,6 +122,7 @@ class Loader:
             "prefetch": int(prefetch),
             "on_error": on_error,
             "use_index_cache": bool(index_cache),
+            "dct_scaling": bool(dct_scaling),
         }
         self._init(spec, copy=copy, return_indices=return_indices, output=output)
 
@@ -143,6 +149,7 @@ class Loader:
         self._active = False
         self._finished_epoch = None
         self._resume = None      # (epoch, batch) from load_state_dict
+        self._generation = 0     # which iterator is current
 
     # ------------------------------------------------------------ iteration
     def set_epoch(self, epoch: int) -> None:
@@ -153,6 +160,11 @@ class Loader:
         self._epoch_set = True
 
     def __iter__(self):
+        """Starts an epoch (the one set_epoch chose, or the next) and returns its iterator.
+
+        Starting another iteration abandons the previous one, whose iterator
+        then stops.
+        """
         core = self._require_core()
         if not self._epoch_set and self._finished_epoch == self._epoch:
             self._epoch += 1  # a new pass without set_epoch: the next epoch
@@ -164,13 +176,12 @@ class Loader:
         self._position = start
         self._active = True
         self._epoch_set = False
-        return self
+        self._generation += 1
+        return _EpochIterator(self, self._generation)
 
-    def __next__(self):
-        if not self._active:
-            if self._finished_epoch == self._epoch and not self._epoch_set:
-                raise StopIteration
-            self.__iter__()
+    def _next(self, generation):
+        if not self._active or generation != self._generation:
+            raise StopIteration
         try:
             out = self._core.next(self._torch)
         except DataError:
@@ -183,9 +194,10 @@ class Loader:
         self._position += 1
         images, labels, indices = out
         if self._copy:
-            images, labels, indices = images.copy() if not self._torch else images.clone(), \
-                labels.copy() if not self._torch else labels.clone(), \
-                indices.copy() if not self._torch else indices.clone()
+            if self._torch:
+                images, labels, indices = images.clone(), labels.clone(), indices.clone()
+            else:
+                images, labels, indices = images.copy(), labels.copy(), indices.copy()
         if self._return_indices:
             return images, labels, indices
         return images, labels
@@ -292,3 +304,22 @@ class Loader:
             self.close()
         except Exception:
             pass
+
+
+class _EpochIterator:
+    """One pass over one epoch; what ``iter(loader)`` returns."""
+
+    __slots__ = ("_loader", "_generation")
+
+    def __init__(self, loader, generation):
+        self._loader = loader
+        self._generation = generation
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._loader._next(self._generation)
+
+    def __len__(self):
+        return len(self._loader)

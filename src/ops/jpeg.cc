@@ -127,7 +127,7 @@ Status JpegDecodeRegion(const uint8_t* data, size_t size, int channels, double x
   c.out_color_space = channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
   // Smallest n/8 that keeps the region at least the output size.
   int num = 8;
-  while (num > 1 && w * (num - 1) / 8.0 >= min_w && h * (num - 1) / 8.0 >= min_h) --num;
+  while (min_w > 0 && num > 1 && w * (num - 1) / 8.0 >= min_w && h * (num - 1) / 8.0 >= min_h) --num;
   c.scale_num = static_cast<unsigned>(num);
   c.scale_denom = 8;
   jpeg_start_decompress(&c);

@@ -1,14 +1,12 @@
 #include "ops/prep.h"
 
-#include <opencv2/core.hpp>
-#include <opencv2/imgproc.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 
 #include "ops/decode.h"
+#include "ops/resample.h"
 
 namespace nostall {
 namespace {
@@ -83,7 +81,9 @@ Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, con
   DecodedRegion region;
   if (SniffFormat(data, size) == ImageFormat::kJpeg) {
     NOSTALL_RETURN_IF_ERROR(JpegDecodeRegion(data, size, c, plan.x, plan.y, plan.w, plan.h,
-                                             out_w, out_h, &scratch->decoded, &region));
+                                             spec.dct_scaling ? out_w : 0,
+                                             spec.dct_scaling ? out_h : 0, &scratch->decoded,
+                                             &region));
   } else {
     NOSTALL_RETURN_IF_ERROR(PngDecode(data, size, c, &scratch->decoded, &region));
     region.x = plan.x;
@@ -91,26 +91,24 @@ Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, con
     region.w = plan.w;
     region.h = plan.h;
   }
-  // The region, rounded to whole pixels of the decoded buffer.
-  int rx = std::clamp(static_cast<int>(std::lround(region.x)), 0, region.width - 1);
-  int ry = std::clamp(static_cast<int>(std::lround(region.y)), 0, region.height - 1);
-  int rw = std::clamp(static_cast<int>(std::lround(region.w)), 1, region.width - rx);
-  int rh = std::clamp(static_cast<int>(std::lround(region.h)), 1, region.height - ry);
-  cv::Mat decoded(region.height, region.width, CV_8UC(c), const_cast<uint8_t*>(region.pixels),
-                  region.stride);
-  cv::Mat roi = decoded(cv::Rect(rx, ry, rw, rh));
-
   const bool nchw = spec.layout == Layout::kNCHW;
   const bool direct = spec.dtype == DType::kUint8 && !nchw && !plan.flip;
-  scratch->resized.resize(direct ? 0 : static_cast<size_t>(out_h) * out_w * c);
-  cv::Mat resized(out_h, out_w, CV_8UC(c), direct ? dst : scratch->resized.data());
-  if (rw == out_w && rh == out_h) {
-    roi.copyTo(resized);
+  uint8_t* resized = static_cast<uint8_t*>(dst);
+  if (!direct) {
+    scratch->resized.resize(static_cast<size_t>(out_h) * out_w * c);
+    resized = scratch->resized.data();
+  }
+  const bool whole_pixels = region.x == std::floor(region.x) && region.y == std::floor(region.y);
+  if (whole_pixels && region.w == out_w && region.h == out_h) {
+    for (int y = 0; y < out_h; ++y) {
+      std::memcpy(resized + static_cast<size_t>(y) * out_w * c,
+                  region.pixels + static_cast<size_t>(region.y + y) * region.stride +
+                      static_cast<size_t>(region.x) * c,
+                  static_cast<size_t>(out_w) * c);
+    }
   } else {
-    // Area averaging when shrinking (an antialiased filter, as PIL's resize
-    // is), bilinear when enlarging.
-    int interp = (rw >= out_w && rh >= out_h) ? cv::INTER_AREA : cv::INTER_LINEAR;
-    cv::resize(roi, resized, cv::Size(out_w, out_h), 0, 0, interp);
+    ResampleBox(region.pixels, region.width, region.height, region.stride, c, region.x, region.y,
+                region.w, region.h, resized, out_w, out_h, &scratch->resample);
   }
   if (direct) return Status::OK();
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "nostall/transforms.h"
+#include "ops/resample.h"
 
 namespace nostall {
 
@@ -16,6 +17,7 @@ namespace nostall {
 struct PrepScratch {
   std::vector<uint8_t> decoded;
   std::vector<uint8_t> resized;
+  ResampleScratch resample;
 };
 
 struct PrepKey {

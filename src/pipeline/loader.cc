@@ -18,8 +18,6 @@
 #include <mutex>
 #include <thread>
 
-#include <opencv2/core.hpp>
-
 #include "common/clock.h"
 #include "nostall/loader.h"
 #include "ops/prep.h"
@@ -183,9 +181,13 @@ class PipelineLoader final : public Loader {
       return Status::OK();
     }
     int64_t found = -1;
+    bool starved_by_caller = false;
     auto ready = [&] {
       found = FindSlot(SlotState::kReady, consume_batch_);
-      return cancelled_ || found >= 0;
+      // Every slot leased to the caller: no batch can be made until it lets
+      // one go, so waiting would be forever.
+      starved_by_caller = found < 0 && AllSlotsLeased();
+      return cancelled_ || found >= 0 || starved_by_caller;
     };
     bool ok = timeout_ms < 0 ? (ready_cv_.wait(lock, ready), true)
                              : ready_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
@@ -199,6 +201,12 @@ class PipelineLoader final : public Loader {
       return Status::OK();
     }
     if (cancelled_) return Cancelled("loader shut down");
+    if (starved_by_caller) {
+      return FailedPrecondition(
+          "all " + std::to_string(state_->ring->slot_count()) +
+          " batch slots are held by batches still referenced, so no new batch can be made; "
+          "drop references to old batches, or keep copies (copy=True), or raise prefetch");
+    }
     const uint64_t s = static_cast<uint64_t>(found);
     SlotHeader& h = state_->ring->slot(s);
     int64_t prev_max = max_wait_ns_.load();
@@ -267,6 +275,15 @@ class PipelineLoader final : public Loader {
     return -1;
   }
 
+  bool AllSlotsLeased() const {
+    for (uint64_t i = 0; i < state_->ring->slot_count(); ++i) {
+      if (state_->ring->slot(i).state.load() != static_cast<uint32_t>(SlotState::kLeased)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   void FetchLoop() {
     std::unique_lock<std::mutex> lock(state_->mu);
     while (true) {
@@ -326,7 +343,14 @@ class PipelineLoader final : public Loader {
 
       const int64_t cpu0 = ThreadCpuNs();
       fi.status = source_->Read(fi.item, &fi.bytes);
-      if (!fi.status.ok()) fi.status = fi.status.WithItem(source_->key(fi.item), "fetch");
+      if (!fi.status.ok()) {
+        // A file that vanished or cannot be read is a bad item, handled by
+        // the error policy; running out of descriptors is not the item's fault.
+        StatusCode code = fi.status.code() == StatusCode::kResourceExhausted
+                              ? fi.status.code()
+                              : StatusCode::kDataError;
+        fi.status = Status(code, fi.status.message()).WithItem(source_->key(fi.item), "fetch");
+      }
       fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
       fetch_.items.fetch_add(1);
       fetch_.bytes.fetch_add(static_cast<int64_t>(fi.bytes.size()));
@@ -508,8 +532,6 @@ Result<std::unique_ptr<Loader>> Loader::Create(const LoaderSpec& in) {
     out_h = plan.out_h;
     out_w = plan.out_w;
   }
-  // Resampling inside a prep thread must not fan out to more threads.
-  cv::setNumThreads(0);
   auto loader = std::make_unique<PipelineLoader>(std::move(spec), std::move(source),
                                                  std::move(sampler), out_h, out_w);
   NOSTALL_RETURN_IF_ERROR(loader->Init());

@@ -117,7 +117,7 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
   static const std::initializer_list<const char*> kKnown = {
       "source", "batch_size", "shuffle", "seed", "rank", "world_size", "drop_last", "transforms",
       "dtype", "layout", "mode", "max_pixels", "num_threads", "reads_in_flight", "prefetch",
-      "on_error", "index_cache_dir", "use_index_cache"};
+      "on_error", "index_cache_dir", "use_index_cache", "dct_scaling"};
   try {
     json j = json::parse(text);
     if (!j.is_object()) return InvalidArgument("a loader spec is a JSON object");
@@ -138,6 +138,7 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     s.reads_in_flight = j.value("reads_in_flight", s.reads_in_flight);
     s.prefetch = j.value("prefetch", s.prefetch);
     s.prep.max_pixels = j.value("max_pixels", s.prep.max_pixels);
+    s.prep.dct_scaling = j.value("dct_scaling", s.prep.dct_scaling);
     s.source_options.index_cache_dir = j.value("index_cache_dir", std::string());
     s.source_options.use_index_cache = j.value("use_index_cache", true);
     if (j.contains("transforms")) {
@@ -179,6 +180,7 @@ std::string LoaderSpec::ToJson() const {
             {"layout", prep.layout == Layout::kNCHW ? "NCHW" : "NHWC"},
             {"mode", prep.mode == ColorMode::kRGB ? "RGB" : "L"},
             {"max_pixels", prep.max_pixels},
+            {"dct_scaling", prep.dct_scaling},
             {"num_threads", num_threads},
             {"reads_in_flight", reads_in_flight},
             {"prefetch", prefetch},

@@ -1,0 +1,51 @@
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+# Index files of test datasets go to a private place, not the user's cache.
+os.environ.setdefault("NOSTALL_CACHE_DIR", tempfile.mkdtemp(prefix="nostall-test-index-"))
+
+import nostall  # noqa: E402
+from nostall.datasets import natural_image  # noqa: E402
+
+
+def write_jpeg_folder(root: Path, classes=3, per_class=12, seed=0, min_side=120, max_side=360):
+    rng = np.random.default_rng(seed)
+    for c in range(classes):
+        d = root / f"class_{c}"
+        d.mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            w, h = (int(v) for v in rng.integers(min_side, max_side, 2))
+            Image.fromarray(natural_image(rng, w, h)).save(d / f"{i:03d}.jpg", quality=90)
+    return root
+
+
+@pytest.fixture(scope="session")
+def jpeg_folder(tmp_path_factory):
+    """36 natural-looking JPEGs of assorted sizes in 3 classes."""
+    return write_jpeg_folder(tmp_path_factory.mktemp("jpegs"))
+
+
+@pytest.fixture
+def fresh_folder(tmp_path):
+    """A small folder a test may damage."""
+    return write_jpeg_folder(tmp_path / "data", classes=2, per_class=5, seed=1)
+
+
+def augment():
+    return [nostall.RandomResizedCrop(64), nostall.RandomHorizontalFlip(),
+            nostall.Normalize(nostall.IMAGENET_MEAN, nostall.IMAGENET_STD)]
+
+
+def epoch_batches(loader, epoch=None):
+    """[(images, labels, indices)] as private copies."""
+    if epoch is not None:
+        loader.set_epoch(epoch)
+    out = []
+    for images, labels, indices in loader:
+        out.append((images.clone(), labels.clone(), indices.clone()))
+    return out

@@ -1,0 +1,48 @@
+"""The `nostall` command, run as a user runs it."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+# `pip install .` puts the command beside the interpreter.
+NOSTALL = shutil.which("nostall", path=str(Path(sys.executable).parent)) or shutil.which("nostall")
+
+
+def run(*args):
+    return subprocess.run([NOSTALL, *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_the_commands():
+    r = run("--help")
+    assert r.returncode == 0
+    assert "bench" in r.stdout and "inspect" in r.stdout
+    assert "--batch-size" in run("bench", "--help").stdout
+
+
+def test_bench_reports_images_per_second_and_stages(jpeg_folder):
+    r = run("bench", jpeg_folder, "--batch-size", 8, "--size", 64)
+    assert r.returncode == 0, r.stderr
+    assert "images/s" in r.stdout
+    for stage in ("fetch", "decode+augment", "batch", "consumer"):
+        assert stage in r.stdout
+    j = json.loads(run("bench", jpeg_folder, "--batch-size", 8, "--size", 64, "--json",
+                       "--epochs", 2).stdout)
+    assert j["images"] == 72 and j["images_per_s"] > 0
+    assert j["stats"]["stages"]["prep"]["items"] == 72
+
+
+def test_inspect_describes_the_dataset(jpeg_folder):
+    r = run("inspect", jpeg_folder)
+    assert r.returncode == 0
+    assert "image-folder" in r.stdout and "items:       36" in r.stdout
+
+
+def test_mistakes_get_clear_messages(tmp_path):
+    r = run("bench", tmp_path / "missing")
+    assert r.returncode == 1 and "does not exist" in r.stderr
+    r = run("bench", tmp_path, "--batch-sise", 3)
+    assert r.returncode == 2 and "unknown option --batch-sise" in r.stderr
+    r = run("frobnicate")
+    assert r.returncode == 2 and "unknown command" in r.stderr

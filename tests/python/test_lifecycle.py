@@ -1,0 +1,55 @@
+"""Ctrl-C and `del loader` stop every thread promptly; a real process, a real SIGINT."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import nostall
+from conftest import write_jpeg_folder
+
+
+def native_threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_del_loader_joins_every_thread(jpeg_folder):
+    before = native_threads()
+    loader = nostall.Loader(jpeg_folder, batch_size=4, num_threads=3, reads_in_flight=5,
+                            transforms=[nostall.RandomResizedCrop(64)])
+    assert native_threads() == before + 8
+    batch = next(iter(loader))  # mid-epoch, threads busy
+    t0 = time.monotonic()
+    del loader
+    assert time.monotonic() - t0 < 2
+    assert native_threads() == before
+    assert batch[0].shape == (4, 3, 64, 64)  # still readable after the loader is gone
+
+
+def test_ctrl_c_while_waiting_for_a_batch(tmp_path):
+    data = write_jpeg_folder(tmp_path / "big", classes=1, per_class=40, min_side=700, max_side=800)
+    script = textwrap.dedent(f"""
+        import sys, nostall
+        loader = nostall.Loader({str(data)!r}, batch_size=40, num_threads=1, prefetch=0,
+                                transforms=[nostall.Resize((512, 512))])
+        loader.set_epoch(0)
+        print("ready", flush=True)
+        try:
+            for _ in range(1000):
+                for batch in loader:
+                    pass
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            sys.exit(3)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=10)
+    assert proc.returncode == 3, out
+    assert "interrupted" in out
+    assert time.monotonic() - t0 < 2

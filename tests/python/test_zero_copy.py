@@ -1,0 +1,60 @@
+"""Batches are views of ring slots; a slot is reused only when its views are gone."""
+
+import numpy as np
+import pytest
+import torch
+
+import nostall
+
+
+def make(folder, **kw):
+    kw.setdefault("prefetch", 0)  # two slots
+    return nostall.Loader(folder, batch_size=4, shuffle=True,
+                          transforms=[nostall.RandomResizedCrop(32)], **kw)
+
+
+def test_a_kept_batch_is_never_overwritten(jpeg_folder):
+    loader = make(jpeg_folder, prefetch=1)  # 3 slots: the kept batch, the loop's, the next
+    it = iter(loader)
+    kept, _ = next(it)
+    snapshot = kept.clone()
+    rest = sum(len(labels) for _, labels in it)  # 8 more batches through the other two slots
+    assert rest == 32
+    assert torch.equal(kept, snapshot)
+
+
+def test_keeping_every_batch_is_a_clear_error_not_a_hang(jpeg_folder):
+    loader = make(jpeg_folder)
+    kept = []
+    with pytest.raises(nostall.NostallError, match="copy=True"):
+        for batch in loader:
+            kept.append(batch)
+    assert len(kept) == 2
+    kept_copies = [images for images, _ in make(jpeg_folder, copy=True)]
+    assert len(kept_copies) == 9
+
+
+def test_slots_are_reused_once_released(jpeg_folder):
+    loader = make(jpeg_folder)
+    pointers = set()
+    for images, _ in loader:
+        pointers.add(images.data_ptr())
+        del images
+    # Two slots serve the whole epoch: the batches really are views of them.
+    assert len(pointers) <= 3
+
+
+def test_copy_gives_private_memory(jpeg_folder):
+    loader = make(jpeg_folder, copy=True)
+    it = iter(loader)
+    a, _ = next(it)
+    b, _ = next(it)
+    assert a.data_ptr() != b.data_ptr()
+    assert a.is_contiguous() and a.dtype == torch.uint8 and a.shape == (4, 3, 32, 32)
+
+
+def test_numpy_output_and_nhwc_layout(jpeg_folder):
+    loader = make(jpeg_folder, output="numpy", layout="NHWC")
+    images, labels = next(iter(loader))
+    assert isinstance(images, np.ndarray) and images.shape == (4, 32, 32, 3)
+    assert labels.dtype == np.int64
