@@ -223,7 +223,6 @@ def main():
     if args.child:
         return child(args)
 
-    sys.path.insert(0, str(ROOT / "python"))
     from nostall.datasets import make_imagenet_like
 
     data = make_imagenet_like(args.data, num_images=args.images)

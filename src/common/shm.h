@@ -3,6 +3,7 @@
 #define NOSTALL_COMMON_SHM_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 

@@ -125,8 +125,8 @@ Result<Index> LoadIndex(const std::string& path) {
   ok = ok && r.Count(&n);
   for (uint64_t i = 0; ok && i < n; ++i) {
     IndexEntry e;
-    int64_t shard;
-    uint64_t off;
+    int64_t shard = 0;
+    uint64_t off = 0;
     ok = r.Str(&e.key) && r.I64(&e.label) && r.I64(&shard) && r.U64(&off) && r.I64(&e.size);
     e.shard = static_cast<int32_t>(shard);
     e.offset = off;
