@@ -82,7 +82,7 @@ def child(args):
         import nostall
 
         loader = nostall.Loader(args.data, batch_size=args.batch, shuffle=True,
-                                num_threads=args.cores, drop_last=True,
+                                num_threads=args.cores[0], drop_last=True,
                                 transforms=[nostall.RandomResizedCrop(224),
                                             nostall.RandomHorizontalFlip(),
                                             nostall.Normalize(MEAN, STD)])
@@ -94,7 +94,7 @@ def child(args):
             T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)]))
         torch.set_num_threads(1)
         loader = torch.utils.data.DataLoader(ds, batch_size=args.batch, shuffle=True,
-                                             num_workers=args.cores, pin_memory=True,
+                                             num_workers=args.cores[0], pin_memory=True,
                                              persistent_workers=True, drop_last=True)
     timed_epoch(loader, step)  # warm-up: cudnn autotuning, workers, page cache
     n, secs, waited = timed_epoch(loader, step)
