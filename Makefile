@@ -62,7 +62,7 @@ bench: install
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake -S . -B build/bench -G Ninja \
 	  -DNOSTALL_BUILD_BENCH=ON -DNOSTALL_BUILD_TESTS=ON
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake --build build/bench --target decode_reference prep_bench
-	build/bench/prep_bench --benchmark_min_time=0.5s
+	build/bench/prep_bench --benchmark_min_time=0.5
 	$(PY) bench/bench_loader.py
 
 clean:
