@@ -141,7 +141,9 @@ class Loader:
         self._return_indices = return_indices
         self._torch = output == "torch"
         if self._torch:
-            import torch  # noqa: F401  (fail here, clearly, if torch is missing)
+            import torch  # fails here, clearly, if torch is missing
+
+            self._from_numpy = torch.from_numpy
         self._seed = spec.get("seed", 0)
         self._epoch = 0
         self._epoch_set = False  # set_epoch called since the last full pass
@@ -183,7 +185,7 @@ class Loader:
         if not self._active or generation != self._generation:
             raise StopIteration
         try:
-            out = self._core.next(self._torch)
+            out = self._core.next()
         except DataError:
             self._position += 1  # that batch is consumed; iteration may go on
             raise
@@ -193,6 +195,9 @@ class Loader:
             raise StopIteration
         self._position += 1
         images, labels, indices = out
+        if self._torch:
+            from_numpy = self._from_numpy
+            images, labels, indices = from_numpy(images), from_numpy(labels), from_numpy(indices)
         if self._copy:
             if self._torch:
                 images, labels, indices = images.clone(), labels.clone(), indices.clone()

@@ -11,31 +11,43 @@
 namespace nostall {
 namespace {
 
-// Writes the resampled HWC image to `dst` with flip, layout and dtype.
-template <typename Out>
-void WriteOut(const uint8_t* src, int h, int w, int c, bool flip, bool nchw, const float* a,
-              const float* b, Out* dst) {
+// Writes the resampled HWC image to `dst` with flip, layout and dtype; the
+// choices are template parameters so the inner loops carry no branches.
+template <typename Out, bool kFlip, bool kNchw>
+void WriteOutImpl(const uint8_t* src, int h, int w, int c, const float* a, const float* b,
+                  Out* dst) {
   const size_t plane = static_cast<size_t>(h) * w;
+  auto value = [&](uint8_t v, int k) -> Out {
+    if constexpr (std::is_same_v<Out, float>) {
+      return v * a[k] + b[k];
+    } else {
+      return v;
+    }
+  };
   for (int y = 0; y < h; ++y) {
     const uint8_t* row = src + static_cast<size_t>(y) * w * c;
-    for (int x = 0; x < w; ++x) {
-      const uint8_t* px = row + static_cast<size_t>(flip ? w - 1 - x : x) * c;
-      size_t o = static_cast<size_t>(y) * w + x;
+    if constexpr (kNchw) {
       for (int k = 0; k < c; ++k) {
-        Out v;
-        if constexpr (std::is_same_v<Out, float>) {
-          v = px[k] * a[k] + b[k];
-        } else {
-          v = px[k];
-        }
-        if (nchw) {
-          dst[k * plane + o] = v;
-        } else {
-          dst[o * c + k] = v;
-        }
+        Out* out = dst + k * plane + static_cast<size_t>(y) * w;
+        for (int x = 0; x < w; ++x) out[x] = value(row[(kFlip ? w - 1 - x : x) * c + k], k);
+      }
+    } else {
+      Out* out = dst + static_cast<size_t>(y) * w * c;
+      for (int x = 0; x < w; ++x) {
+        const uint8_t* px = row + (kFlip ? w - 1 - x : x) * c;
+        for (int k = 0; k < c; ++k) out[x * c + k] = value(px[k], k);
       }
     }
   }
+}
+
+template <typename Out>
+void WriteOut(const uint8_t* src, int h, int w, int c, bool flip, bool nchw, const float* a,
+              const float* b, Out* dst) {
+  if (flip && nchw) WriteOutImpl<Out, true, true>(src, h, w, c, a, b, dst);
+  if (flip && !nchw) WriteOutImpl<Out, true, false>(src, h, w, c, a, b, dst);
+  if (!flip && nchw) WriteOutImpl<Out, false, true>(src, h, w, c, a, b, dst);
+  if (!flip && !nchw) WriteOutImpl<Out, false, false>(src, h, w, c, a, b, dst);
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 // filter whose support widens with the downscale factor. OpenCV's resize
 // takes only whole-pixel regions and has no such filter; cropping to whole
 // pixels first shifts the output by up to half a pixel. Two separable passes
-// (horizontal, then vertical) over float intermediates.
+// (vertical, then horizontal) over a float intermediate.
 #ifndef NOSTALL_OPS_RESAMPLE_H_
 #define NOSTALL_OPS_RESAMPLE_H_
 
@@ -16,7 +16,7 @@
 namespace nostall {
 
 struct ResampleScratch {
-  std::vector<float> rows;       // horizontal pass output
+  std::vector<float> rows;       // vertical pass output
   std::vector<float> weights_x, weights_y;
   std::vector<int> bounds_x, bounds_y;  // per output pixel: first tap, tap count
 };

@@ -114,6 +114,7 @@ class PipelineLoader final : public Loader {
     }
     state_->slot_freed.notify_all();
     work_cv_.notify_all();
+    prep_cv_.notify_all();
     ready_cv_.notify_all();
     for (auto& t : threads_) t.join();
   }
@@ -358,7 +359,7 @@ class PipelineLoader final : public Loader {
       lock.lock();
       --fetching_;
       prep_queue_.push_back(std::move(fi));
-      work_cv_.notify_all();
+      prep_cv_.notify_one();
     }
   }
 
@@ -367,7 +368,7 @@ class PipelineLoader final : public Loader {
     std::unique_lock<std::mutex> lock(state_->mu);
     while (true) {
       int64_t t0 = NowNs();
-      work_cv_.wait(lock, [&] { return cancelled_ || !prep_queue_.empty(); });
+      prep_cv_.wait(lock, [&] { return cancelled_ || !prep_queue_.empty(); });
       prep_.starved_ns.fetch_add(NowNs() - t0);
       if (cancelled_) return;
       FetchedItem fi = std::move(prep_queue_.front());
@@ -463,7 +464,8 @@ class PipelineLoader final : public Loader {
   const int64_t created_ns_;
 
   std::shared_ptr<RingState> state_;  // its mutex guards everything below
-  std::condition_variable work_cv_;   // prep queue gained an item, or epoch began
+  std::condition_variable work_cv_;   // an epoch began (fetchers wait for positions)
+  std::condition_variable prep_cv_;   // the prep queue gained an item
   std::condition_variable ready_cv_;  // a batch became ready
   std::condition_variable idle_cv_;   // no prep work is running
   std::vector<std::thread> threads_;

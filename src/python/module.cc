@@ -1,7 +1,7 @@
 // The `_nostall` extension: a thin layer over nostall::Loader.
 //
 // Every call that can wait releases the GIL. Batches leave as zero-copy
-// arrays (DLPack, via nanobind) whose capsule owner holds a lease on the ring
+// NumPy arrays (via nanobind) whose capsule owner holds a lease on the ring
 // slot: the slot is refilled only when every array of the batch is gone.
 // Status -> Python exception happens in RaiseStatus and nowhere else.
 #include <nanobind/nanobind.h>
@@ -42,12 +42,11 @@ T ValueOrRaise(Result<T> r) {
 }
 
 // An array over the batch's memory whose owner keeps the batch leased.
-template <typename Framework>
 nb::object View(const std::shared_ptr<Batch>& batch, const void* data, std::vector<size_t> shape,
                 nb::dlpack::dtype dtype) {
   auto* lease = new std::shared_ptr<Batch>(batch);
   nb::capsule owner(lease, [](void* p) noexcept { delete static_cast<std::shared_ptr<Batch>*>(p); });
-  return nb::cast(nb::ndarray<Framework>(const_cast<void*>(data), shape.size(), shape.data(),
+  return nb::cast(nb::ndarray<nb::numpy>(const_cast<void*>(data), shape.size(), shape.data(),
                                          owner, nullptr, dtype));
 }
 
@@ -72,7 +71,7 @@ class PyLoader {
   }
 
   // (images, labels, indices), or None at the end of the epoch.
-  nb::object Next(bool torch) {
+  nb::object Next() {
     NextStatus ns = NextStatus::kTimeout;
     std::shared_ptr<Batch> batch;
     while (true) {
@@ -93,14 +92,11 @@ class PyLoader {
     nb::dlpack::dtype pixel = spec.prep.dtype == DType::kFloat32 ? nb::dtype<float>()
                                                                 : nb::dtype<uint8_t>();
     std::vector<size_t> n = {static_cast<size_t>(batch->size())};
-    if (torch) {
-      return nb::make_tuple(View<nb::pytorch>(batch, batch->images(), shape, pixel),
-                            View<nb::pytorch>(batch, batch->labels(), n, nb::dtype<int64_t>()),
-                            View<nb::pytorch>(batch, batch->indices(), n, nb::dtype<int64_t>()));
-    }
-    return nb::make_tuple(View<nb::numpy>(batch, batch->images(), shape, pixel),
-                          View<nb::numpy>(batch, batch->labels(), n, nb::dtype<int64_t>()),
-                          View<nb::numpy>(batch, batch->indices(), n, nb::dtype<int64_t>()));
+    // NumPy arrays: the cheapest export; the package wraps them with
+    // torch.from_numpy, which shares the memory (and so the lease).
+    return nb::make_tuple(View(batch, batch->images(), shape, pixel),
+                          View(batch, batch->labels(), n, nb::dtype<int64_t>()),
+                          View(batch, batch->indices(), n, nb::dtype<int64_t>()));
   }
 
   std::string StatsJson() const { return Loader().Stats().ToJson(); }
@@ -143,7 +139,7 @@ NB_MODULE(_nostall, m) {
   nb::class_<PyLoader>(m, "Loader")
       .def(nb::init<const std::string&>(), "spec_json"_a)
       .def("start_epoch", &PyLoader::StartEpoch, "epoch"_a, "first_batch"_a = 0)
-      .def("next", &PyLoader::Next, "torch"_a = true)
+      .def("next", &PyLoader::Next)
       .def("stats_json", &PyLoader::StatsJson)
       .def("stats_table", &PyLoader::StatsTable)
       .def("spec_json", &PyLoader::SpecJson)
