@@ -31,8 +31,9 @@ struct DecodedRegion {
 };
 
 Status JpegReadInfo(const uint8_t* data, size_t size, ImageInfo* info);
-// Decodes the source rectangle (x, y, w, h) at the smallest DCT scale n/8
-// that keeps it at least `min_w` x `min_h` pixels, decoding only the needed
+// Decodes the source rectangle (x, y, w, h) at the smallest DCT scale of
+// 1/8, 2/8, 4/8 (else 8/8) that keeps it at least `min_w` x `min_h` pixels,
+// decoding only the needed
 // rows and (to iMCU precision) columns. `channels` is 3 (RGB) or 1 (gray).
 // min_w = min_h = 0 decodes at full resolution.
 Status JpegDecodeRegion(const uint8_t* data, size_t size, int channels, double x, double y,
