@@ -26,8 +26,8 @@ struct LoaderStats {
   StageStats fetch;  // reading encoded bytes from the source
   StageStats prep;   // decode + augment, written into the batch slot
   StageStats batch;  // completing batches (compaction after skips)
-  int64_t batches = 0;
-  int64_t samples = 0;
+  int64_t batches = 0;  // handed to the caller
+  int64_t samples = 0;  // in those batches
   int64_t errors = 0;   // bad items met (raised or skipped)
   int64_t skipped = 0;  // bad items skipped under on_error="skip"
   // Consumer side: calls for the next batch.

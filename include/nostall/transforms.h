@@ -53,7 +53,7 @@ struct PrepSpec {
   // Images with more pixels than this are a DataError (PIL's default bomb
   // limit); checked from the header, before any pixel is decoded.
   int64_t max_pixels = 89478485;
-  // Shrink JPEGs inside the decoder (DCT scaling by n/8) when the output is
+  // Shrink JPEGs inside the decoder (DCT scaling by 1/2, 1/4, 1/8) when the output is
   // much smaller than the region it comes from. Much faster; the pixels then
   // differ a little from resampling the full-resolution image (see
   // docs/transforms.md). Off: every JPEG is decoded at full resolution.

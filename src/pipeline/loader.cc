@@ -44,6 +44,7 @@ struct StageCounters {
 
 struct FetchedItem {
   uint64_t generation;
+  int64_t epoch;
   int64_t batch;
   uint64_t slot;
   int64_t pos;   // within the batch
@@ -58,6 +59,8 @@ struct SlotWork {
   std::vector<uint8_t> bad;     // per position: 1 = skipped
   Status error;                 // first error by position (raise policy)
   int64_t error_pos = -1;
+  int64_t bad_items = 0;        // counted into the stats when handed out
+  int64_t skipped = 0;
 };
 
 // State shared between the loader and the leases it hands out, so a Batch
@@ -141,8 +144,38 @@ class PipelineLoader final : public Loader {
       return InvalidArgument("batch " + std::to_string(first_batch) + " is outside the epoch's " +
                              std::to_string(nb) + " batches");
     }
-    std::vector<int64_t> order = sampler_.EpochOrder(epoch);  // outside the lock
     std::unique_lock<std::mutex> lock(state_->mu);
+    if (first_batch == 0 && started_ && fetch_epoch_ == epoch && epoch_ != epoch) {
+      // The fetchers ran on into this epoch when the last one ran out: keep
+      // that work. Batches of other epochs still being made finish first,
+      // then every slot not holding this epoch (or leased) is freed.
+      auto other_epoch_filling = [&] {
+        for (uint64_t s = 0; s < state_->ring->slot_count(); ++s) {
+          const SlotHeader& h = state_->ring->slot(s);
+          if (h.state.load() == static_cast<uint32_t>(SlotState::kFilling) && h.epoch != epoch) {
+            return true;
+          }
+        }
+        return false;
+      };
+      ready_cv_.wait(lock, [&] { return cancelled_ || !other_epoch_filling(); });
+      for (uint64_t s = 0; s < state_->ring->slot_count(); ++s) {
+        SlotHeader& h = state_->ring->slot(s);
+        if (h.state.load() == static_cast<uint32_t>(SlotState::kReady) && h.epoch != epoch) {
+          h.state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+        }
+      }
+      epoch_ = epoch;
+      consume_batch_ = 0;
+      num_batches_ = nb;
+      last_return_ns_ = 0;
+      lock.unlock();
+      state_->slot_freed.notify_all();
+      return Status::OK();
+    }
+    lock.unlock();
+    std::vector<int64_t> order = sampler_.EpochOrder(epoch);  // outside the lock
+    lock.lock();
     ++generation_;
     // Work of the old epoch already running must finish before its slots
     // are handed to the new one; it takes one decode at most.
@@ -156,6 +189,7 @@ class PipelineLoader final : public Loader {
       }
     }
     epoch_ = epoch;
+    fetch_epoch_ = epoch;
     order_ = std::move(order);
     cursor_ = first_batch * spec_.batch_size;
     fill_slot_ = -1;
@@ -217,6 +251,10 @@ class PipelineLoader final : public Loader {
     const int64_t index = consume_batch_++;
     SlotWork& w = work_[s];
     last_return_ns_ = NowNs();
+    // Counted as the caller meets them, not as made (the pipeline may be
+    // working ahead, even into the next epoch).
+    errors_.fetch_add(w.bad_items);
+    skipped_.fetch_add(w.skipped);
     if (!w.error.ok()) {
       Status err = w.error;
       w.error = Status::OK();
@@ -227,6 +265,8 @@ class PipelineLoader final : public Loader {
     }
     h.state.store(static_cast<uint32_t>(SlotState::kLeased), std::memory_order_release);
     h.leases = 1;
+    samples_.fetch_add(h.count);
+    delivered_.fetch_add(1);
     *out = std::make_shared<LeasedBatch>(state_, s, epoch_, index, h.count);
     *status = NextStatus::kBatch;
     return Status::OK();
@@ -237,7 +277,7 @@ class PipelineLoader final : public Loader {
     st.fetch = fetch_.Snapshot(spec_.reads_in_flight);
     st.prep = prep_.Snapshot(spec_.num_threads);
     st.batch = batch_.Snapshot(0);
-    st.batches = batch_.items.load();
+    st.batches = delivered_.load();
     st.samples = samples_.load();
     st.errors = errors_.load();
     st.skipped = skipped_.load() + source_->skipped_at_index();
@@ -293,8 +333,22 @@ class PipelineLoader final : public Loader {
       int64_t t0 = NowNs();
       bool blocked = false;
       while (!cancelled_) {
-        if (!started_ || cursor_ >= SamplesThisEpoch()) {
-          blocked = false;
+        if (!started_ || (cursor_ >= SamplesThisEpoch() && fetch_epoch_ != epoch_)) {
+          blocked = false;  // nothing to fetch until the caller starts an epoch
+        } else if (cursor_ >= SamplesThisEpoch()) {
+          // This epoch is all dispatched: run on into the next one, so its
+          // first batches are ready when the caller asks (no bubble between
+          // epochs). StartEpoch keeps this work if it asks for that epoch.
+          lock.unlock();
+          std::vector<int64_t> next = sampler_.EpochOrder(epoch_ + 1);
+          lock.lock();
+          if (fetch_epoch_ == epoch_ && cursor_ >= SamplesThisEpoch() && !cancelled_) {
+            fetch_epoch_ = epoch_ + 1;
+            order_ = std::move(next);
+            cursor_ = 0;
+            fill_slot_ = -1;
+          }
+          continue;
         } else {
           // A new batch needs a free slot; any will do, so a batch the
           // caller still holds never blocks the ones after it.
@@ -319,18 +373,21 @@ class PipelineLoader final : public Loader {
         const uint64_t s = static_cast<uint64_t>(FindSlot(SlotState::kFree, -1));
         SlotHeader& h = state_->ring->slot(s);
         h.seq.fetch_add(1);
-        h.epoch = epoch_;
+        h.epoch = fetch_epoch_;
         h.batch_index = b;
         h.count = BatchCount(b);
         h.state.store(static_cast<uint32_t>(SlotState::kFilling), std::memory_order_release);
         work_[s].remaining = h.count;
         work_[s].error = Status::OK();
         work_[s].error_pos = -1;
+        work_[s].bad_items = 0;
+        work_[s].skipped = 0;
         std::fill(work_[s].bad.begin(), work_[s].bad.end(), 0);
         fill_slot_ = static_cast<int64_t>(s);
       }
       FetchedItem fi;
       fi.generation = generation_;
+      fi.epoch = fetch_epoch_;
       fi.batch = b;
       fi.slot = static_cast<uint64_t>(fill_slot_);
       fi.pos = pos_in_epoch % spec_.batch_size;
@@ -387,7 +444,7 @@ class PipelineLoader final : public Loader {
       uint8_t* dst = state_->ring->images(s) + static_cast<size_t>(fi.pos) * sample_bytes_;
       if (st.ok()) {
         st = PrepareSample(spec_.prep, fi.bytes.data(), fi.bytes.size(),
-                           {spec_.seed, epoch_, fi.item}, out_h_, out_w_, dst, &scratch);
+                           {spec_.seed, fi.epoch, fi.item}, out_h_, out_w_, dst, &scratch);
         if (!st.ok()) st = st.WithItem(source_->key(fi.item), "decode");
       }
       state_->ring->labels(s)[fi.pos] = source_->label(fi.item);
@@ -402,7 +459,7 @@ class PipelineLoader final : public Loader {
       free_buffers_.push_back(std::move(fi.bytes));
       SlotWork& w = work_[s];
       if (!st.ok()) {
-        errors_.fetch_add(1);
+        ++w.bad_items;
         if (spec_.on_error == ErrorPolicy::kSkip) {
           w.bad[static_cast<size_t>(fi.pos)] = 1;
         } else if (w.error_pos < 0 || fi.pos < w.error_pos) {
@@ -439,7 +496,7 @@ class PipelineLoader final : public Loader {
     int64_t* indices = state_->ring->indices(s);
     for (int64_t p = 0; p < h.count; ++p) {
       if (w.bad[static_cast<size_t>(p)]) {
-        skipped_.fetch_add(1);
+        ++w.skipped;
         continue;
       }
       if (kept != p) {
@@ -450,7 +507,6 @@ class PipelineLoader final : public Loader {
       ++kept;
     }
     h.count = kept;
-    samples_.fetch_add(kept);
     batch_.items.fetch_add(1);
     batch_.bytes.fetch_add(kept * static_cast<int64_t>(sample_bytes_));
     batch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
@@ -472,7 +528,8 @@ class PipelineLoader final : public Loader {
   bool cancelled_ = false;
   bool started_ = false;
   uint64_t generation_ = 0;
-  int64_t epoch_ = 0;
+  int64_t epoch_ = 0;          // the epoch Next() hands out
+  int64_t fetch_epoch_ = 0;    // the epoch `order_` and `cursor_` belong to
   std::vector<int64_t> order_;
   int64_t cursor_ = 0;         // next position in the epoch order to fetch
   int64_t fill_slot_ = -1;     // the slot of the batch `cursor_` is in
@@ -487,7 +544,7 @@ class PipelineLoader final : public Loader {
   int64_t last_return_ns_ = 0;
 
   StageCounters fetch_, prep_, batch_;
-  std::atomic<int64_t> samples_{0}, errors_{0}, skipped_{0}, iterations_{0};
+  std::atomic<int64_t> samples_{0}, delivered_{0}, errors_{0}, skipped_{0}, iterations_{0};
   std::atomic<int64_t> wait_ns_{0}, max_wait_ns_{0}, between_ns_{0};
 };
 

@@ -102,6 +102,27 @@ TEST_F(LoaderTest, StartingMidEpochGivesTheRestOfThatEpoch) {
                          full.pixels.begin() + 16 * 32 * 32 * 3));
 }
 
+TEST_F(LoaderTest, NextEpochIsPreparedBeforeItIsAskedFor) {
+  auto loader = Loader::Create(Spec(dir_->path(), 2)).value();
+  RunEpoch(loader.get(), 0);
+  // Give the pipeline time to run on into epoch 1.
+  for (int i = 0; i < 200 && loader->Stats().prep.items < 30 + 8; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(loader->StartEpoch(1).ok());
+  NextStatus ns;
+  std::shared_ptr<Batch> first;
+  ASSERT_TRUE(loader->Next(/*timeout_ms=*/0, &ns, &first).ok());
+  EXPECT_EQ(ns, NextStatus::kBatch);  // ready at once: no bubble between epochs
+  first.reset();
+  // And what it made ahead is exactly epoch 1, as a fresh loader makes it.
+  auto fresh = Loader::Create(Spec(dir_->path(), 1)).value();
+  Epoch want = RunEpoch(fresh.get(), 1);
+  Epoch got = RunEpoch(loader.get(), 1);
+  EXPECT_EQ(got.indices, want.indices);
+  EXPECT_TRUE(got.pixels == want.pixels);
+}
+
 TEST_F(LoaderTest, ASlotIsReusedOnlyAfterEveryLeaseIsGone) {
   LoaderSpec spec = Spec(dir_->path(), 2, /*batch=*/2);
   spec.prefetch = 0;  // two slots

@@ -30,7 +30,8 @@ def test_bench_reports_images_per_second_and_stages(jpeg_folder):
     j = json.loads(run("bench", jpeg_folder, "--batch-size", 8, "--size", 64, "--json",
                        "--epochs", 2).stdout)
     assert j["images"] == 72 and j["images_per_s"] > 0
-    assert j["stats"]["stages"]["prep"]["items"] == 72
+    assert j["stats"]["samples"] == 72
+    assert j["stats"]["stages"]["prep"]["items"] >= 72  # may run on into a next epoch
 
 
 def test_inspect_describes_the_dataset(jpeg_folder):
