@@ -63,7 +63,7 @@ bench: install
 	  -DNOSTALL_BUILD_BENCH=ON -DNOSTALL_BUILD_TESTS=ON
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake --build build/bench --target decode_reference prep_bench
 	build/bench/prep_bench --benchmark_min_time=0.5
-	$(PY) bench/bench_loader.py
+	$(PY) bench/bench_loader.py --rounds 5
 
 clean:
 	rm -rf build .make
