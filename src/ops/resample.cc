@@ -121,26 +121,14 @@ void ResampleBox(const uint8_t* src, int width, int height, size_t stride, int c
       if (kx == 7) HorizontalRgb<7>(in, b, k, col0, out_w, out);
       continue;
     }
+    // Any other channel count or tap count: the same sum, not unrolled.
     for (int xx = 0; xx < out_w; ++xx) {
-      const int xmin = s->bounds_x[xx * 2] - col0, n = s->bounds_x[xx * 2 + 1];
       const float* k = s->weights_x.data() + static_cast<size_t>(xx) * kx;
-      const float* p = in + static_cast<size_t>(xmin) * c;
-      if (c == 3) {
-        float a0 = 0.5f, a1 = 0.5f, a2 = 0.5f;
-        for (int i = 0; i < n; ++i) {
-          a0 += k[i] * p[i * 3];
-          a1 += k[i] * p[i * 3 + 1];
-          a2 += k[i] * p[i * 3 + 2];
-        }
-        out[xx * 3] = static_cast<uint8_t>(std::clamp(a0, 0.0f, 255.0f));
-        out[xx * 3 + 1] = static_cast<uint8_t>(std::clamp(a1, 0.0f, 255.0f));
-        out[xx * 3 + 2] = static_cast<uint8_t>(std::clamp(a2, 0.0f, 255.0f));
-      } else {
-        for (int ch = 0; ch < c; ++ch) {
-          float a = 0.5f;
-          for (int i = 0; i < n; ++i) a += k[i] * p[i * c + ch];
-          out[xx * c + ch] = static_cast<uint8_t>(std::clamp(a, 0.0f, 255.0f));
-        }
+      const float* p = in + static_cast<size_t>(s->bounds_x[xx * 2] - col0) * c;
+      for (int ch = 0; ch < c; ++ch) {
+        float a = 0.5f;
+        for (int i = 0; i < kx; ++i) a += k[i] * p[i * c + ch];
+        out[xx * c + ch] = static_cast<uint8_t>(std::clamp(a, 0.0f, 255.0f));
       }
     }
   }
