@@ -28,6 +28,12 @@ struct SourceOptions {
   // Tar shards: a sample with no image member or a bad .cls label is an
   // error at index time, unless `skip_bad_samples` (then counted).
   bool skip_bad_samples = false;
+  // Storage emulation, for benchmarks and tests of slow storage on a fast
+  // disk: reads share a pipe of this many bytes per second (0 = no limit),
+  // and each read first waits this long (concurrent reads wait concurrently,
+  // as requests to remote storage do).
+  double throttle_bytes_per_second = 0;
+  double throttle_latency_ms = 0;
 };
 
 class Source {
@@ -63,6 +69,11 @@ class Source {
 //     ("shards/train-{0000..0099}.tar", "a-{x,y}.tar"): WebDataset shards.
 Result<std::unique_ptr<Source>> OpenSource(const std::string& uri,
                                            const SourceOptions& options = {});
+
+// Wraps `inner` so that its reads take the time the given storage would take
+// (see SourceOptions::throttle_*). Thread-safe.
+std::unique_ptr<Source> ThrottleSource(std::unique_ptr<Source> inner, double bytes_per_second,
+                                       double latency_ms);
 
 // Expands "{0000..0012}" ranges (zero padding kept) and "{a,b}" lists.
 Result<std::vector<std::string>> ExpandBraces(const std::string& pattern);

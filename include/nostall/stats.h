@@ -17,6 +17,7 @@ struct StageStats {
   int64_t items = 0;
   int64_t bytes = 0;
   int64_t busy_cpu_ns = 0;
+  int64_t work_ns = 0;     // wall time on items (for fetch: includes waiting on storage)
   int64_t starved_ns = 0;  // waiting for input
   int64_t blocked_ns = 0;  // waiting for room downstream
   int threads = 0;

@@ -61,6 +61,9 @@ class Loader:
             smaller than its source region (default; much faster). False
             decodes at full resolution, for pixels closest to PIL's.
         index_cache: keep the dataset's index on disk between runs.
+        throttle_bandwidth, throttle_latency_ms: emulate slow storage (bytes
+            per second shared by all reads; wait per read), for benchmarks
+            and tests. Default: no throttle.
     """
 
     def __init__(
@@ -86,6 +89,8 @@ class Loader:
         output: str = "torch",
         index_cache: bool = True,
         dct_scaling: bool = True,
+        throttle_bandwidth: Optional[float] = None,
+        throttle_latency_ms: Optional[float] = None,
     ):
         source = os.fspath(source)
         if on_error not in ("raise", "skip"):
@@ -123,6 +128,8 @@ class Loader:
             "on_error": on_error,
             "use_index_cache": bool(index_cache),
             "dct_scaling": bool(dct_scaling),
+            "throttle_bandwidth": float(throttle_bandwidth or 0),
+            "throttle_latency_ms": float(throttle_latency_ms or 0),
         }
         self._init(spec, copy=copy, return_indices=return_indices, output=output)
 

@@ -47,6 +47,8 @@ options:
   --max-batches N       stop after N batches (default: whole epochs)
   --spec FILE           use this loader spec (JSON) instead of the default
                         pipeline; PATH then overrides its "source"
+  --throttle-bandwidth B   emulate storage of B bytes/s (shared by all reads)
+  --throttle-latency-ms M  emulate M ms of latency per read
   --json                print one JSON object instead of the table
   --quiet               no progress line
 )";
@@ -124,7 +126,8 @@ int Bench(const Args& args) {
     return 2;
   }
   static const char* kKnown[] = {"--batch-size", "--threads", "--reads-in-flight", "--prefetch",
-                                 "--size", "--epochs", "--max-batches", "--spec"};
+                                 "--size", "--epochs", "--max-batches", "--spec",
+                                 "--throttle-bandwidth", "--throttle-latency-ms"};
   for (const auto& [k, v] : args.options) {
     if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
       std::fprintf(stderr, "nostall bench: unknown option %s (see nostall bench --help)\n",
@@ -164,6 +167,13 @@ int Bench(const Args& args) {
       !IntOption(args, "--max-batches", 0, &max_batches)) {
     return 2;
   }
+  long long bandwidth = 0, latency = 0;
+  if (!IntOption(args, "--throttle-bandwidth", 0, &bandwidth) ||
+      !IntOption(args, "--throttle-latency-ms", 0, &latency)) {
+    return 2;
+  }
+  if (bandwidth > 0) spec.source_options.throttle_bytes_per_second = static_cast<double>(bandwidth);
+  if (latency > 0) spec.source_options.throttle_latency_ms = static_cast<double>(latency);
   spec.batch_size = batch;
   spec.num_threads = static_cast<int>(threads);
   spec.reads_in_flight = static_cast<int>(reads);

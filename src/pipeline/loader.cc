@@ -35,10 +35,11 @@ int AvailableCores() {
 namespace {
 
 struct StageCounters {
-  std::atomic<int64_t> items{0}, bytes{0}, busy_cpu_ns{0}, starved_ns{0}, blocked_ns{0};
+  std::atomic<int64_t> items{0}, bytes{0}, busy_cpu_ns{0}, work_ns{0}, starved_ns{0},
+      blocked_ns{0};
   StageStats Snapshot(int threads) const {
-    return {items.load(), bytes.load(), busy_cpu_ns.load(), starved_ns.load(),
-            blocked_ns.load(), threads};
+    return {items.load(),      bytes.load(),      busy_cpu_ns.load(), work_ns.load(),
+            starved_ns.load(), blocked_ns.load(), threads};
   }
 };
 
@@ -399,7 +400,7 @@ class PipelineLoader final : public Loader {
       ++fetching_;
       lock.unlock();
 
-      const int64_t cpu0 = ThreadCpuNs();
+      const int64_t cpu0 = ThreadCpuNs(), wall0 = NowNs();
       fi.status = source_->Read(fi.item, &fi.bytes);
       if (!fi.status.ok()) {
         // A file that vanished or cannot be read is a bad item, handled by
@@ -410,6 +411,7 @@ class PipelineLoader final : public Loader {
         fi.status = Status(code, fi.status.message()).WithItem(source_->key(fi.item), "fetch");
       }
       fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
+      fetch_.work_ns.fetch_add(NowNs() - wall0);
       fetch_.items.fetch_add(1);
       fetch_.bytes.fetch_add(static_cast<int64_t>(fi.bytes.size()));
 
@@ -439,7 +441,7 @@ class PipelineLoader final : public Loader {
       ++active_preps_;
       lock.unlock();
 
-      const int64_t cpu0 = ThreadCpuNs();
+      const int64_t cpu0 = ThreadCpuNs(), wall0 = NowNs();
       Status st = fi.status;
       uint8_t* dst = state_->ring->images(s) + static_cast<size_t>(fi.pos) * sample_bytes_;
       if (st.ok()) {
@@ -450,6 +452,7 @@ class PipelineLoader final : public Loader {
       state_->ring->labels(s)[fi.pos] = source_->label(fi.item);
       state_->ring->indices(s)[fi.pos] = fi.item;
       prep_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
+      prep_.work_ns.fetch_add(NowNs() - wall0);
       prep_.items.fetch_add(1);
       prep_.bytes.fetch_add(static_cast<int64_t>(sample_bytes_));
 

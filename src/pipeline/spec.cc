@@ -117,7 +117,8 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
   static const std::initializer_list<const char*> kKnown = {
       "source", "batch_size", "shuffle", "seed", "rank", "world_size", "drop_last", "transforms",
       "dtype", "layout", "mode", "max_pixels", "num_threads", "reads_in_flight", "prefetch",
-      "on_error", "index_cache_dir", "use_index_cache", "dct_scaling"};
+      "on_error", "index_cache_dir", "use_index_cache", "dct_scaling",
+      "throttle_bandwidth", "throttle_latency_ms"};
   try {
     json j = json::parse(text);
     if (!j.is_object()) return InvalidArgument("a loader spec is a JSON object");
@@ -141,6 +142,8 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     s.prep.dct_scaling = j.value("dct_scaling", s.prep.dct_scaling);
     s.source_options.index_cache_dir = j.value("index_cache_dir", std::string());
     s.source_options.use_index_cache = j.value("use_index_cache", true);
+    s.source_options.throttle_bytes_per_second = j.value("throttle_bandwidth", 0.0);
+    s.source_options.throttle_latency_ms = j.value("throttle_latency_ms", 0.0);
     if (j.contains("transforms")) {
       for (const json& t : j["transforms"]) {
         NOSTALL_ASSIGN_OR_RETURN(Transform tr, TransformFromJson(t));
@@ -184,7 +187,9 @@ std::string LoaderSpec::ToJson() const {
             {"num_threads", num_threads},
             {"reads_in_flight", reads_in_flight},
             {"prefetch", prefetch},
-            {"on_error", on_error == ErrorPolicy::kRaise ? "raise" : "skip"}};
+            {"on_error", on_error == ErrorPolicy::kRaise ? "raise" : "skip"},
+            {"throttle_bandwidth", source_options.throttle_bytes_per_second},
+            {"throttle_latency_ms", source_options.throttle_latency_ms}};
   return j.dump();
 }
 

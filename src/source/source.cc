@@ -383,8 +383,9 @@ Result<std::vector<std::string>> ExpandBraces(const std::string& pattern) {
   return out;
 }
 
-Result<std::unique_ptr<Source>> OpenSource(const std::string& uri,
-                                           const SourceOptions& options) {
+namespace {
+Result<std::unique_ptr<Source>> OpenUnthrottled(const std::string& uri,
+                                                const SourceOptions& options) {
   if (uri.empty()) return InvalidArgument("empty dataset path");
   std::string dir_uri = uri;
   while (dir_uri.size() > 1 && dir_uri.back() == '/') dir_uri.pop_back();
@@ -432,6 +433,20 @@ Result<std::unique_ptr<Source>> OpenSource(const std::string& uri,
   return std::unique_ptr<Source>(std::make_unique<IndexedSource>(
       std::move(built).value(), is_dir ? "image-folder" : "tar-shards",
       options.max_item_bytes));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Source>> OpenSource(const std::string& uri, const SourceOptions& options) {
+  if (options.throttle_bytes_per_second < 0 || options.throttle_latency_ms < 0) {
+    return InvalidArgument("storage throttle values must be >= 0");
+  }
+  NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Source> source, OpenUnthrottled(uri, options));
+  if (options.throttle_bytes_per_second > 0 || options.throttle_latency_ms > 0) {
+    source = ThrottleSource(std::move(source), options.throttle_bytes_per_second,
+                            options.throttle_latency_ms);
+  }
+  return source;
 }
 
 }  // namespace nostall

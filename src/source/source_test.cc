@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "testing/test_images.h"
 
@@ -152,6 +155,60 @@ TEST(ExpandBracesTest, RangesKeepPaddingAndListsExpand) {
   EXPECT_EQ(r.value()[7], "d/t-011-b.tar");
   EXPECT_FALSE(ExpandBraces("x{1..").ok());
   EXPECT_FALSE(ExpandBraces("x{5..1}").ok());
+}
+
+}  // namespace
+}  // namespace nostall
+
+namespace nostall {
+namespace {
+
+// Reads `n` items with `threads` threads at once; returns the wall seconds.
+double ReadAll(const Source& s, int threads) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::atomic<int64_t> next{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      std::vector<uint8_t> buf;
+      for (int64_t i; (i = next.fetch_add(1)) < s.size();) EXPECT_TRUE(s.Read(i, &buf).ok());
+    });
+  }
+  for (auto& t : pool) t.join();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST(ThrottleTest, BandwidthIsSharedByAllReads) {
+  testing::TempDir dir;
+  for (int i = 0; i < 20; ++i) {
+    testing::WriteFile(dir.path() + "/a/" + std::to_string(i) + ".jpg",
+                       std::vector<uint8_t>(50000, 1));
+  }
+  SourceOptions o = NoCache();
+  o.throttle_bytes_per_second = 2e6;  // 20 x 50 KB = 1 MB -> 0.5 s, however many readers
+  auto src = OpenSource(dir.path(), o).value();
+  for (int threads : {1, 4}) {
+    double secs = ReadAll(*src, threads);
+    EXPECT_GT(secs, 0.45) << threads << " threads";
+    EXPECT_LT(secs, 0.75) << threads << " threads";
+  }
+}
+
+TEST(ThrottleTest, LatencyOverlapsAcrossConcurrentReads) {
+  testing::TempDir dir;
+  for (int i = 0; i < 8; ++i) {
+    testing::WriteFile(dir.path() + "/a/" + std::to_string(i) + ".jpg", std::vector<uint8_t>(10, 1));
+  }
+  SourceOptions o = NoCache();
+  o.throttle_latency_ms = 100;
+  auto src = OpenSource(dir.path(), o).value();
+  double serial = ReadAll(*src, 1);    // 8 x 100 ms
+  double parallel = ReadAll(*src, 8);  // all at once: about 100 ms
+  EXPECT_GT(serial, 0.75);
+  EXPECT_LT(parallel, 0.4);
+  EXPECT_GT(parallel, 0.09);
+  o.throttle_latency_ms = -1;
+  EXPECT_EQ(OpenSource(dir.path(), o).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

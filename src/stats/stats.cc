@@ -9,7 +9,8 @@ namespace {
 
 nlohmann::json StageJson(const StageStats& s) {
   return {{"items", s.items},           {"bytes", s.bytes},
-          {"busy_cpu_s", s.busy_cpu_ns / 1e9}, {"starved_s", s.starved_ns / 1e9},
+          {"busy_cpu_s", s.busy_cpu_ns / 1e9}, {"work_s", s.work_ns / 1e9},
+          {"starved_s", s.starved_ns / 1e9},
           {"blocked_s", s.blocked_ns / 1e9},   {"threads", s.threads}};
 }
 
@@ -42,14 +43,14 @@ std::string LoaderStats::ToJson() const {
 std::string LoaderStats::ToTable() const {
   std::string out;
   char line[256];
-  std::snprintf(line, sizeof line, "%-16s %8s %12s %10s %10s %10s %12s\n", "stage", "threads",
-                "items", "busy cpu", "starved", "blocked", "items/cpu-s");
+  std::snprintf(line, sizeof line, "%-16s %8s %12s %10s %10s %10s %10s %12s\n", "stage",
+                "threads", "items", "busy cpu", "working", "starved", "blocked", "items/cpu-s");
   out += line;
   auto row = [&](const char* name, const StageStats& s) {
     double rate = s.busy_cpu_ns > 0 ? s.items / (s.busy_cpu_ns / 1e9) : 0.0;
-    std::snprintf(line, sizeof line, "%-16s %8d %12lld %9.2fs %9.2fs %9.2fs %12.0f\n", name,
-                  s.threads, static_cast<long long>(s.items), s.busy_cpu_ns / 1e9,
-                  s.starved_ns / 1e9, s.blocked_ns / 1e9, rate);
+    std::snprintf(line, sizeof line, "%-16s %8d %12lld %9.2fs %9.2fs %9.2fs %9.2fs %12.0f\n",
+                  name, s.threads, static_cast<long long>(s.items), s.busy_cpu_ns / 1e9,
+                  s.work_ns / 1e9, s.starved_ns / 1e9, s.blocked_ns / 1e9, rate);
     out += line;
   };
   row("fetch", fetch);

@@ -49,3 +49,17 @@ def test_png_and_grayscale_sources(tmp_path):
     assert np.array_equal(images[0, 0], pixels)  # PNG is lossless: exact pixels
     rgb, _ = next(iter(nostall.Loader(tmp_path, output="numpy", layout="NHWC")))
     assert np.array_equal(rgb[0, ..., 1], pixels)
+
+
+def test_storage_throttle_bounds_the_epoch_time(jpeg_folder):
+    import time
+
+    total = sum(p.stat().st_size for p in jpeg_folder.rglob("*.jpg"))
+    loader = nostall.Loader(jpeg_folder, batch_size=6, throttle_bandwidth=total / 0.6,
+                            reads_in_flight=8, transforms=[nostall.Resize((16, 16))])
+    assert loader.spec["throttle_bandwidth"] == total / 0.6
+    t0 = time.perf_counter()
+    n = sum(len(labels) for _, labels in loader)
+    elapsed = time.perf_counter() - t0
+    assert n == 36
+    assert elapsed > 0.55  # every byte through a pipe of total/0.6 bytes per second
