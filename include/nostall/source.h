@@ -34,6 +34,11 @@ struct SourceOptions {
   // as requests to remote storage do).
   double throttle_bytes_per_second = 0;
   double throttle_latency_ms = 0;
+  // After reading an item, tell the kernel its pages will not be needed
+  // (posix_fadvise DONTNEED), so the page cache does not keep a second copy
+  // of bytes nostall caches itself, and "cold" storage stays cold between
+  // epochs without root (no drop_caches). Off by default.
+  bool drop_page_cache = false;
 };
 
 class Source {

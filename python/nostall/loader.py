@@ -64,6 +64,8 @@ class Loader:
         throttle_bandwidth, throttle_latency_ms: emulate slow storage (bytes
             per second shared by all reads; wait per read), for benchmarks
             and tests. Default: no throttle.
+        drop_page_cache: drop each file's pages from the OS page cache after
+            reading it, so storage stays cold between epochs (no root needed).
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class Loader:
         dct_scaling: bool = True,
         throttle_bandwidth: Optional[float] = None,
         throttle_latency_ms: Optional[float] = None,
+        drop_page_cache: bool = False,
     ):
         source = os.fspath(source)
         if on_error not in ("raise", "skip"):
@@ -130,6 +133,7 @@ class Loader:
             "dct_scaling": bool(dct_scaling),
             "throttle_bandwidth": float(throttle_bandwidth or 0),
             "throttle_latency_ms": float(throttle_latency_ms or 0),
+            "drop_page_cache": bool(drop_page_cache),
         }
         self._init(spec, copy=copy, return_indices=return_indices, output=output)
 

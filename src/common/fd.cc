@@ -34,7 +34,7 @@ Status PreadExact(int fd, uint64_t offset, size_t size, uint8_t* out) {
 }
 
 Status ReadWholeFile(const std::string& path, size_t max_bytes,
-                     std::vector<uint8_t>* out) {
+                     std::vector<uint8_t>* out, bool drop_cached) {
   NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(path));
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return ErrnoError("cannot stat", errno);
@@ -45,7 +45,9 @@ Status ReadWholeFile(const std::string& path, size_t max_bytes,
                      std::to_string(max_bytes) + "-byte item limit");
   }
   out->resize(size);
-  return PreadExact(fd.get(), 0, size, out->data());
+  Status read = PreadExact(fd.get(), 0, size, out->data());
+  if (drop_cached) ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED);
+  return read;
 }
 
 }  // namespace nostall

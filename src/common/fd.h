@@ -83,9 +83,10 @@ Result<UniqueFd> OpenReadOnly(const std::string& path);
 Status PreadExact(int fd, uint64_t offset, size_t size, uint8_t* out);
 
 // Reads the whole file into `out` (resized). `max_bytes` guards against
-// absurd files.
+// absurd files. With `drop_cached`, the file's pages are then dropped from the
+// page cache (posix_fadvise DONTNEED).
 Status ReadWholeFile(const std::string& path, size_t max_bytes,
-                     std::vector<uint8_t>* out);
+                     std::vector<uint8_t>* out, bool drop_cached = false);
 
 }  // namespace nostall
 

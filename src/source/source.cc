@@ -39,8 +39,11 @@ bool HasImageExtension(const std::string& name) {
 
 class IndexedSource final : public Source {
  public:
-  IndexedSource(Index index, const char* kind, uint64_t max_item_bytes)
-      : index_(std::move(index)), kind_(kind), max_item_bytes_(max_item_bytes) {
+  IndexedSource(Index index, const char* kind, uint64_t max_item_bytes, bool drop_page_cache)
+      : index_(std::move(index)),
+        kind_(kind),
+        max_item_bytes_(max_item_bytes),
+        drop_page_cache_(drop_page_cache) {
     fingerprint_ = index_.Fingerprint();
   }
   int64_t size() const override { return static_cast<int64_t>(index_.items.size()); }
@@ -54,19 +57,24 @@ class IndexedSource final : public Source {
 
   Status Read(int64_t i, std::vector<uint8_t>* out) const override {
     const IndexEntry& e = index_.items[i];
-    if (e.shard < 0) return ReadWholeFile(e.key, max_item_bytes_, out);
+    if (e.shard < 0) return ReadWholeFile(e.key, max_item_bytes_, out, drop_page_cache_);
     if (static_cast<uint64_t>(e.size) > max_item_bytes_) {
       return DataError("member is over the item size limit");
     }
     NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(index_.shards[e.shard]));
     out->resize(static_cast<size_t>(e.size));
-    return PreadExact(fd.get(), e.offset, out->size(), out->data());
+    Status st = PreadExact(fd.get(), e.offset, out->size(), out->data());
+    if (drop_page_cache_) {
+      ::posix_fadvise(fd.get(), static_cast<off_t>(e.offset), e.size, POSIX_FADV_DONTNEED);
+    }
+    return st;
   }
 
  private:
   Index index_;
   const char* kind_;
   uint64_t max_item_bytes_;
+  bool drop_page_cache_;
   uint64_t fingerprint_;
 };
 
@@ -420,7 +428,7 @@ Result<std::unique_ptr<Source>> OpenUnthrottled(const std::string& uri,
     if (cached.ok() && StampsStillHold(cached.value())) {
       return std::unique_ptr<Source>(std::make_unique<IndexedSource>(
           std::move(cached).value(), is_dir ? "image-folder" : "tar-shards",
-          options.max_item_bytes));
+          options.max_item_bytes, options.drop_page_cache));
     }
   }
   Result<Index> built = is_dir ? BuildFolderIndex(root)
@@ -432,7 +440,7 @@ Result<std::unique_ptr<Source>> OpenUnthrottled(const std::string& uri,
   }
   return std::unique_ptr<Source>(std::make_unique<IndexedSource>(
       std::move(built).value(), is_dir ? "image-folder" : "tar-shards",
-      options.max_item_bytes));
+      options.max_item_bytes, options.drop_page_cache));
 }
 
 }  // namespace

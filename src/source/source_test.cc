@@ -1,5 +1,9 @@
 #include "nostall/source.h"
 
+#include <linux/magic.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -9,6 +13,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/fd.h"
 #include "testing/test_images.h"
 
 namespace nostall {
@@ -209,6 +214,52 @@ TEST(ThrottleTest, LatencyOverlapsAcrossConcurrentReads) {
   EXPECT_GT(parallel, 0.09);
   o.throttle_latency_ms = -1;
   EXPECT_EQ(OpenSource(dir.path(), o).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace nostall
+
+namespace nostall {
+namespace {
+
+// Pages of `path` in the page cache, asked of the kernel with mincore().
+size_t ResidentPages(const std::string& path) {
+  auto fd = OpenReadOnly(path).value();
+  struct stat st;
+  ::fstat(fd.get(), &st);
+  void* map = ::mmap(nullptr, st.st_size, PROT_READ, MAP_SHARED, fd.get(), 0);
+  size_t pages = (st.st_size + 4095) / 4096, resident = 0;
+  std::vector<unsigned char> vec(pages);
+  ::mincore(map, st.st_size, vec.data());
+  for (unsigned char v : vec) resident += v & 1;
+  ::munmap(map, st.st_size);
+  return resident;
+}
+
+TEST(DropPageCacheTest, ReadItemsLeaveNoPagesBehind) {
+  // tmpfs pages cannot be dropped (they are the only copy): use the working
+  // directory (the build tree, on a disk) when the temp dir is tmpfs.
+  struct statfs fs;
+  std::string base = std::filesystem::temp_directory_path().string();
+  if (::statfs(base.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC) base = ".";
+  std::string root = base + "/nostall-fadvise-test-" + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  testing::WriteFile(root + "/a/1.jpg", std::vector<uint8_t>(1 << 20, 7));
+  ::sync();
+  for (bool drop : {false, true}) {
+    SourceOptions o = NoCache();
+    o.drop_page_cache = drop;
+    auto src = OpenSource(root, o).value();
+    std::vector<uint8_t> buf;
+    ASSERT_TRUE(src->Read(0, &buf).ok());
+    EXPECT_EQ(buf.size(), size_t{1} << 20);
+    if (drop) {
+      EXPECT_EQ(ResidentPages(root + "/a/1.jpg"), 0u);
+    } else {
+      EXPECT_GT(ResidentPages(root + "/a/1.jpg"), 200u);
+    }
+  }
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace
