@@ -58,3 +58,10 @@ def test_numpy_output_and_nhwc_layout(jpeg_folder):
     images, labels = next(iter(loader))
     assert isinstance(images, np.ndarray) and images.shape == (4, 32, 32, 3)
     assert labels.dtype == np.int64
+
+
+def test_numpy_batches_speak_dlpack_without_copying(jpeg_folder):
+    images, _ = next(iter(make(jpeg_folder, output="numpy")))
+    via_dlpack = torch.from_dlpack(images)
+    assert via_dlpack.data_ptr() == images.ctypes.data  # same memory: the ring slot
+    assert torch.equal(via_dlpack, torch.from_numpy(images))
