@@ -1,0 +1,71 @@
+// Cache: encoded item bytes kept in memory between epochs.
+//
+// The MinIO policy (CoorDL): an item is cached the first time it is read, if
+// there is room, and never evicted. Under a uniformly random order each epoch
+// every item is equally likely to be needed next, so the hit rate from the
+// second epoch on is cache/dataset, the best any policy can do; LRU (the page
+// cache) does worse.
+#ifndef NOSTALL_CACHE_H_
+#define NOSTALL_CACHE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nostall/status.h"
+
+namespace nostall {
+
+struct CacheStats {
+  uint64_t budget_bytes = 0;
+  uint64_t used_bytes = 0;
+  int64_t items = 0;  // entries published
+  int64_t hits = 0;
+  int64_t misses = 0;
+};
+
+// Thread-safe; MinioCache is also safe across processes that share it.
+class Cache {
+ public:
+  virtual ~Cache() = default;
+  // Copies item `item`'s bytes into `out` and returns true, or returns false.
+  virtual bool Lookup(int64_t item, std::vector<uint8_t>* out) = 0;
+  // Caches the bytes if the item is not cached yet and they fit in what is
+  // left of the budget; returns whether this call cached them. Never evicts.
+  virtual bool Insert(int64_t item, const uint8_t* data, size_t size) = 0;
+  virtual CacheStats Stats() const = 0;
+};
+
+// A MinIO cache in a named POSIX shared-memory segment ("/nostall-cache-NAME",
+// mode 0600, budget reserved at creation), shared by every process on the
+// node that opens the same name. Layout and protocol: docs/cache_format.md.
+class MinioCache final : public Cache {
+ public:
+  // Attaches to the cache `name`, creating it if it does not exist. A cache
+  // made for another dataset (fingerprint or item count) or another format
+  // version is an error naming the difference.
+  static Result<std::unique_ptr<MinioCache>> Open(const std::string& name, uint64_t budget_bytes,
+                                                  uint64_t dataset_fingerprint, int64_t num_items);
+  // Removes the name; processes attached keep their mapping until they close.
+  static Status Remove(const std::string& name);
+  ~MinioCache() override;
+
+  bool Lookup(int64_t item, std::vector<uint8_t>* out) override;
+  bool Insert(int64_t item, const uint8_t* data, size_t size) override;
+  CacheStats Stats() const override;
+
+  // For tests of a writer dying mid-insert: runs `between` after the entry is
+  // claimed and the space reserved, before the bytes are published.
+  bool InsertForTest(int64_t item, const uint8_t* data, size_t size, void (*between)());
+
+  struct Impl;
+
+ private:
+  explicit MinioCache(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nostall
+
+#endif  // NOSTALL_CACHE_H_

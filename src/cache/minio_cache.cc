@@ -1,0 +1,242 @@
+// The shared-memory MinIO cache (format and protocol: docs/cache_format.md).
+//
+// Entries are published with one atomic store: an entry's state word goes
+// EMPTY -> CLAIMED(pid) by compare-and-swap, the bytes and (offset, length)
+// are written, then the word becomes READY with release ordering. Readers
+// load the word with acquire and read only READY entries, so a writer killed
+// at any point leaves at worst a CLAIMED entry (a miss), never a torn one; a
+// later writer that finds the claimer dead takes the entry over. Space is a
+// bump allocator (compare-and-swap on `used`); nothing is ever freed.
+#include "nostall/cache.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "common/fd.h"
+#include "common/shm.h"
+
+namespace nostall {
+namespace {
+
+constexpr char kMagic[8] = {'N', 'S', 'T', 'C', 'A', 'C', 'H', '1'};
+constexpr uint32_t kVersion = 1;
+constexpr uint64_t kReady = 1ull << 63;
+constexpr uint64_t kClaimed = 1ull << 62;  // low 32 bits: the claimer's pid
+
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t reserved;
+  uint64_t dataset_fingerprint;
+  int64_t num_items;
+  uint64_t budget_bytes;   // size of the data area
+  uint64_t data_offset;
+  std::atomic<uint64_t> used;
+  std::atomic<int64_t> items;
+  std::atomic<int64_t> hits;
+  std::atomic<int64_t> misses;
+};
+
+struct Entry {
+  std::atomic<uint64_t> state;
+  uint64_t offset;  // within the data area
+  uint64_t length;
+  uint64_t reserved;
+};
+
+uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+bool ProcessAlive(uint32_t pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH; }
+
+std::string SegmentName(const std::string& name) { return "/nostall-cache-" + name; }
+
+Status ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 200) return InvalidArgument("cache name must be 1-200 characters");
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+      return InvalidArgument("cache name '" + name + "' may hold only letters, digits, - _ .");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+struct MinioCache::Impl {
+  Mapping mapping;
+  Header* header = nullptr;
+  Entry* entries = nullptr;
+  uint8_t* data = nullptr;
+
+  bool Insert(int64_t item, const uint8_t* bytes, size_t size, void (*between)()) {
+    if (item < 0 || item >= header->num_items) return false;
+    Entry& e = entries[item];
+    uint64_t seen = e.state.load(std::memory_order_acquire);
+    const uint64_t mine = kClaimed | static_cast<uint32_t>(::getpid());
+    while (true) {
+      if (seen & kReady) return false;  // cached already
+      if (seen & kClaimed) {
+        if (ProcessAlive(static_cast<uint32_t>(seen))) return false;  // being cached
+        // The claimer died mid-insert: take the entry over.
+      }
+      if (e.state.compare_exchange_weak(seen, mine, std::memory_order_acq_rel)) break;
+    }
+    // Reserve space only if it fits, so one large item that does not fit
+    // leaves the rest of the budget to smaller ones.
+    const uint64_t need = RoundUp(size, 8);
+    uint64_t offset = header->used.load(std::memory_order_relaxed);
+    do {
+      if (offset + need > header->budget_bytes) {
+        e.state.store(0, std::memory_order_release);  // no room: release the claim
+        return false;
+      }
+    } while (!header->used.compare_exchange_weak(offset, offset + need, std::memory_order_relaxed));
+    if (between != nullptr) between();
+    std::memcpy(data + offset, bytes, size);
+    e.offset = offset;
+    e.length = size;
+    e.state.store(kReady, std::memory_order_release);  // visible only now, complete
+    header->items.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+};
+
+MinioCache::MinioCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+MinioCache::~MinioCache() = default;
+
+Result<std::unique_ptr<MinioCache>> MinioCache::Open(const std::string& name,
+                                                     uint64_t budget_bytes,
+                                                     uint64_t dataset_fingerprint,
+                                                     int64_t num_items) {
+  NOSTALL_RETURN_IF_ERROR(ValidName(name));
+  if (num_items <= 0) return InvalidArgument("a cache needs a dataset with items");
+  const std::string seg = SegmentName(name);
+  const uint64_t table = RoundUp(sizeof(Header), 64) + static_cast<uint64_t>(num_items) * sizeof(Entry);
+  const uint64_t data_offset = RoundUp(table, 4096);
+  const uint64_t total = data_offset + RoundUp(budget_bytes, 4096);
+
+  bool created = false;
+  int raw = ::shm_open(seg.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (raw >= 0) {
+    created = true;
+  } else if (errno == EEXIST) {
+    raw = ::shm_open(seg.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  }
+  if (raw < 0) return ErrnoError("cannot open shared-memory cache " + seg, errno);
+  UniqueFd fd(raw);
+  uint64_t size = total;
+  if (created) {
+    ::fchmod(fd.get(), 0600);
+    uint64_t free = ShmBytesFree();
+    int err = (free != 0 && total > free) ? ENOSPC : ::posix_fallocate(fd.get(), 0, static_cast<off_t>(total));
+    if (err != 0) {
+      ::shm_unlink(seg.c_str());
+      if (err == ENOSPC) {
+        return ResourceExhausted("not enough shared memory for cache '" + name + "': need " +
+                                 FormatBytes(total) + " in /dev/shm, " +
+                                 FormatBytes(ShmBytesFree()) + " free");
+      }
+      return ErrnoError("cannot reserve the cache's shared memory", err);
+    }
+  } else {
+    // The creator may still be sizing it: wait (bounded) for its full size.
+    struct stat st;
+    for (int i = 0; i < 500; ++i) {
+      if (::fstat(fd.get(), &st) == 0 && st.st_size > 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (st.st_size <= 0) return FailedPrecondition("cache '" + name + "' was never initialised");
+    size = static_cast<uint64_t>(st.st_size);
+  }
+  void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (addr == MAP_FAILED) return ErrnoError("cannot map cache " + seg, errno);
+  auto impl = std::make_unique<Impl>();
+  impl->mapping = Mapping(addr, size);
+  auto* h = static_cast<Header*>(addr);
+  if (created) {
+    new (h) Header{};
+    h->version = kVersion;
+    h->dataset_fingerprint = dataset_fingerprint;
+    h->num_items = num_items;
+    h->budget_bytes = RoundUp(budget_bytes, 4096);
+    h->data_offset = data_offset;
+    std::atomic_thread_fence(std::memory_order_release);
+    std::memcpy(h->magic, kMagic, sizeof kMagic);  // last: the header is complete
+  } else {
+    for (int i = 0; i < 500 && std::memcmp(h->magic, kMagic, 8) != 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (std::memcmp(h->magic, kMagic, 8) != 0) {
+      return FailedPrecondition("shared memory " + seg + " is not a nostall cache");
+    }
+    if (h->version != kVersion) {
+      return FailedPrecondition("cache '" + name + "' has format version " +
+                                std::to_string(h->version) + ", this nostall reads " +
+                                std::to_string(kVersion) + "; remove it (nostall cache rm)");
+    }
+    if (h->dataset_fingerprint != dataset_fingerprint || h->num_items != num_items) {
+      return FailedPrecondition("cache '" + name + "' holds another dataset (" +
+                                std::to_string(h->num_items) + " items); use another name or "
+                                "remove it (nostall cache rm " + name + ")");
+    }
+    if (size < h->data_offset + h->budget_bytes) {
+      return FailedPrecondition("cache '" + name + "' is truncated");
+    }
+  }
+  impl->header = h;
+  impl->entries = reinterpret_cast<Entry*>(static_cast<uint8_t*>(addr) + RoundUp(sizeof(Header), 64));
+  impl->data = static_cast<uint8_t*>(addr) + h->data_offset;
+  return std::unique_ptr<MinioCache>(new MinioCache(std::move(impl)));
+}
+
+Status MinioCache::Remove(const std::string& name) {
+  NOSTALL_RETURN_IF_ERROR(ValidName(name));
+  if (::shm_unlink(SegmentName(name).c_str()) != 0) {
+    return ErrnoError("cannot remove cache '" + name + "'", errno);
+  }
+  return Status::OK();
+}
+
+bool MinioCache::Lookup(int64_t item, std::vector<uint8_t>* out) {
+  Impl& m = *impl_;
+  if (item < 0 || item >= m.header->num_items) return false;
+  const Entry& e = m.entries[item];
+  if (!(e.state.load(std::memory_order_acquire) & kReady)) {
+    m.header->misses.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  out->assign(m.data + e.offset, m.data + e.offset + e.length);
+  m.header->hits.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool MinioCache::Insert(int64_t item, const uint8_t* data, size_t size) {
+  return impl_->Insert(item, data, size, nullptr);
+}
+
+bool MinioCache::InsertForTest(int64_t item, const uint8_t* data, size_t size, void (*between)()) {
+  return impl_->Insert(item, data, size, between);
+}
+
+CacheStats MinioCache::Stats() const {
+  const Header& h = *impl_->header;
+  CacheStats s;
+  s.budget_bytes = h.budget_bytes;
+  s.used_bytes = std::min(h.used.load(), h.budget_bytes);
+  s.items = h.items.load();
+  s.hits = h.hits.load();
+  s.misses = h.misses.load();
+  return s;
+}
+
+}  // namespace nostall

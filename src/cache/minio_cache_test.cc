@@ -1,0 +1,160 @@
+#include "nostall/cache.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+namespace nostall {
+namespace {
+
+std::string UniqueName(const char* what) {
+  return std::string("test-") + what + "-" + std::to_string(::getpid());
+}
+
+// Item i's bytes: length and content derived from i, so any reader can check them.
+std::vector<uint8_t> ItemBytes(int64_t i) {
+  std::vector<uint8_t> b(1000 + (i * 7919) % 5000);
+  for (size_t k = 0; k < b.size(); ++k) b[k] = static_cast<uint8_t>(i * 31 + k * 17);
+  return b;
+}
+
+class CacheTest : public ::testing::Test {
+ protected:
+  void TearDown() override { (void)MinioCache::Remove(name_); }
+  std::string name_ = UniqueName(::testing::UnitTest::GetInstance()->current_test_info()->name());
+};
+
+TEST_F(CacheTest, FirstComeFirstCachedNeverEvicts) {
+  auto cache = MinioCache::Open(name_, /*budget_bytes=*/16384, /*fingerprint=*/1, 100).value();
+  std::vector<uint8_t> out;
+  EXPECT_FALSE(cache->Lookup(3, &out));
+  auto a = std::vector<uint8_t>(6000, 1), b = std::vector<uint8_t>(6000, 2),
+       c = std::vector<uint8_t>(6000, 3), d = std::vector<uint8_t>(3000, 4);
+  EXPECT_TRUE(cache->Insert(3, a.data(), a.size()));
+  EXPECT_FALSE(cache->Insert(3, b.data(), b.size()));  // already cached: kept as first seen
+  EXPECT_TRUE(cache->Insert(4, b.data(), b.size()));
+  EXPECT_FALSE(cache->Insert(5, c.data(), c.size()));  // no room: nothing is evicted
+  EXPECT_TRUE(cache->Insert(6, d.data(), d.size()));   // a smaller one still fits
+  ASSERT_TRUE(cache->Lookup(3, &out));
+  EXPECT_EQ(out, a);
+  ASSERT_TRUE(cache->Lookup(4, &out));
+  EXPECT_EQ(out, b);
+  EXPECT_FALSE(cache->Lookup(5, &out));
+  CacheStats s = cache->Stats();
+  EXPECT_EQ(s.items, 3);
+  EXPECT_EQ(s.hits, 2);
+  EXPECT_EQ(s.misses, 2);
+  EXPECT_LE(s.used_bytes, s.budget_bytes);
+}
+
+TEST_F(CacheTest, AnotherProcessSeesWhatWasCached) {
+  auto cache = MinioCache::Open(name_, 1 << 20, 7, 50).value();
+  for (int64_t i = 0; i < 50; i += 2) {
+    auto b = ItemBytes(i);
+    ASSERT_TRUE(cache->Insert(i, b.data(), b.size()));
+  }
+  pid_t child = ::fork();
+  if (child == 0) {
+    auto other = MinioCache::Open(name_, 1 << 20, 7, 50);
+    int bad = !other.ok();
+    std::vector<uint8_t> out;
+    for (int64_t i = 0; !bad && i < 50; ++i) {
+      bool hit = other.value()->Lookup(i, &out);
+      bad |= hit != (i % 2 == 0) || (hit && out != ItemBytes(i));
+    }
+    ::_exit(bad);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST_F(CacheTest, ProcessesAndThreadsInsertAndReadAtOnce) {
+  constexpr int64_t kItems = 400;
+  auto cache = MinioCache::Open(name_, 1 << 20, 9, kItems).value();  // room for ~1/3
+  auto work = [&](int seed) {
+    int bad = 0;
+    std::vector<std::thread> threads;
+    std::atomic<int> errors{0};
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        auto c = MinioCache::Open(name_, 1 << 20, 9, kItems).value();
+        std::vector<uint8_t> out;
+        for (int64_t k = 0; k < 3 * kItems; ++k) {
+          int64_t i = (k * 131 + t * 17 + seed * 7) % kItems;
+          if (c->Lookup(i, &out)) {
+            errors += out != ItemBytes(i);
+          } else {
+            auto b = ItemBytes(i);
+            c->Insert(i, b.data(), b.size());
+          }
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    bad = errors.load();
+    return bad;
+  };
+  pid_t child = ::fork();
+  if (child == 0) ::_exit(work(1) != 0);
+  int mine = work(2);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_EQ(mine, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CacheStats s = cache->Stats();
+  EXPECT_GT(s.items, 50);
+  EXPECT_LE(s.used_bytes, s.budget_bytes);
+  // Every published entry reads back whole.
+  std::vector<uint8_t> out;
+  int64_t found = 0;
+  for (int64_t i = 0; i < kItems; ++i) {
+    if (cache->Lookup(i, &out)) {
+      ++found;
+      EXPECT_EQ(out, ItemBytes(i));
+    }
+  }
+  EXPECT_EQ(found, s.items);
+}
+
+TEST_F(CacheTest, WriterKilledMidInsertLeavesNoTornEntry) {
+  auto cache = MinioCache::Open(name_, 1 << 20, 5, 10).value();
+  pid_t child = ::fork();
+  if (child == 0) {
+    auto c = MinioCache::Open(name_, 1 << 20, 5, 10).value();
+    auto b = ItemBytes(4);
+    c->InsertForTest(4, b.data(), b.size(), [] { ::raise(SIGKILL); });
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  auto fresh = MinioCache::Open(name_, 1 << 20, 5, 10).value();
+  std::vector<uint8_t> out;
+  EXPECT_FALSE(fresh->Lookup(4, &out));  // claimed, never published: a miss
+  auto b = ItemBytes(4);
+  EXPECT_TRUE(fresh->Insert(4, b.data(), b.size()));  // the dead claim is taken over
+  ASSERT_TRUE(fresh->Lookup(4, &out));
+  EXPECT_EQ(out, b);
+}
+
+TEST_F(CacheTest, WrongDatasetOrTooBigAreClearErrors) {
+  auto cache = MinioCache::Open(name_, 1 << 20, 5, 10).value();
+  auto other = MinioCache::Open(name_, 1 << 20, 6, 10);
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("another dataset"), std::string::npos);
+  auto huge = MinioCache::Open(name_ + "-huge", uint64_t{1} << 50, 5, 10);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(huge.status().message().find("free"), std::string::npos);
+  EXPECT_EQ(MinioCache::Open("bad/name", 1024, 5, 10).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace nostall
