@@ -49,6 +49,18 @@ class MinioCache final : public Cache {
                                                   uint64_t dataset_fingerprint, int64_t num_items);
   // Removes the name; processes attached keep their mapping until they close.
   static Status Remove(const std::string& name);
+  // The names of the caches on this node (segments in /dev/shm).
+  static std::vector<std::string> List();
+  struct Info {
+    std::string name;
+    uint32_t version = 0;
+    uint64_t dataset_fingerprint = 0;
+    int64_t num_items = 0;
+    uint64_t segment_bytes = 0;
+    CacheStats stats;
+  };
+  // Reads a cache's header without attaching to it as a user.
+  static Result<Info> Inspect(const std::string& name);
   ~MinioCache() override;
 
   bool Lookup(int64_t item, std::vector<uint8_t>* out) override;

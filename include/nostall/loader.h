@@ -44,6 +44,10 @@ struct LoaderSpec {
   int reads_in_flight = 0;  // fetch threads; 0 = 4
   int prefetch = 2;         // batches prepared ahead of the one being used
   ErrorPolicy on_error = ErrorPolicy::kRaise;
+  // A MinIO cache of encoded bytes shared by every loader on the node that
+  // names it (empty: no cache). See nostall/cache.h.
+  std::string cache_name;
+  uint64_t cache_bytes = 0;
 
   static Result<LoaderSpec> FromJson(const std::string& json);
   std::string ToJson() const;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace nostall {
 
@@ -39,6 +40,20 @@ struct LoaderStats {
   int64_t elapsed_ns = 0;   // since the loader was created
   uint64_t ring_bytes = 0;
   int64_t ring_slots = 0;
+
+  // The cache, when one is configured: this loader's lookups, per epoch.
+  struct CacheEpoch {
+    int64_t epoch = 0;
+    int64_t hits = 0, misses = 0;
+    int64_t hit_bytes = 0, miss_bytes = 0;
+  };
+  bool has_cache = false;
+  std::string cache_name;
+  uint64_t cache_budget_bytes = 0;
+  uint64_t cache_used_bytes = 0;
+  int64_t cache_items = 0;           // cached by any process
+  int64_t cache_inserted_bytes = 0;  // by this loader
+  std::vector<CacheEpoch> cache_epochs;
 
   // Fraction of the consumer's time spent waiting: wait / (wait + between).
   double StallFraction() const;

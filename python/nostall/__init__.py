@@ -13,6 +13,7 @@
 """
 
 from ._nostall import available_cores
+from .cache import Cache
 from .errors import DataError, NostallError, ResourceError
 from .loader import Loader
 from .transforms import (
@@ -29,7 +30,7 @@ from .transforms import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "Loader", "DataError", "NostallError", "ResourceError", "Transform", "RandomResizedCrop",
+    "Loader", "Cache", "DataError", "NostallError", "ResourceError", "Transform", "RandomResizedCrop",
     "Resize", "CenterCrop", "RandomHorizontalFlip", "Normalize", "IMAGENET_MEAN", "IMAGENET_STD",
     "available_cores",
 ]

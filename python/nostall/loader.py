@@ -7,6 +7,7 @@ import os
 from typing import Iterable, Optional
 
 from . import _nostall
+from .cache import Cache
 from .errors import DataError
 from .transforms import Normalize, Transform
 
@@ -66,6 +67,10 @@ class Loader:
             and tests. Default: no throttle.
         drop_page_cache: drop each file's pages from the OS page cache after
             reading it, so storage stays cold between epochs (no root needed).
+            Default: on when a cache is given, else off.
+        cache: a :class:`nostall.Cache` (MinIO, shared memory, shared by every
+            loader on the node that names it); ``stats()["cache"]`` reports
+            fill and per-epoch hit rates.
     """
 
     def __init__(
@@ -93,7 +98,8 @@ class Loader:
         dct_scaling: bool = True,
         throttle_bandwidth: Optional[float] = None,
         throttle_latency_ms: Optional[float] = None,
-        drop_page_cache: bool = False,
+        drop_page_cache: Optional[bool] = None,
+        cache: Optional["Cache"] = None,
     ):
         source = os.fspath(source)
         if on_error not in ("raise", "skip"):
@@ -133,7 +139,10 @@ class Loader:
             "dct_scaling": bool(dct_scaling),
             "throttle_bandwidth": float(throttle_bandwidth or 0),
             "throttle_latency_ms": float(throttle_latency_ms or 0),
-            "drop_page_cache": bool(drop_page_cache),
+            "drop_page_cache": bool(cache is not None if drop_page_cache is None
+                                    else drop_page_cache),
+            "cache_name": cache.name if cache is not None else "",
+            "cache_bytes": cache.size if cache is not None else 0,
         }
         self._init(spec, copy=copy, return_indices=return_indices, output=output)
 

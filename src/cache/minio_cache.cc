@@ -18,7 +18,9 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "common/fd.h"
@@ -197,6 +199,50 @@ Result<std::unique_ptr<MinioCache>> MinioCache::Open(const std::string& name,
   impl->entries = reinterpret_cast<Entry*>(static_cast<uint8_t*>(addr) + RoundUp(sizeof(Header), 64));
   impl->data = static_cast<uint8_t*>(addr) + h->data_offset;
   return std::unique_ptr<MinioCache>(new MinioCache(std::move(impl)));
+}
+
+std::vector<std::string> MinioCache::List() {
+  std::vector<std::string> names;
+  const std::string prefix = "nostall-cache-";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    std::string f = e.path().filename().string();
+    if (f.rfind(prefix, 0) == 0) names.push_back(f.substr(prefix.size()));
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Result<MinioCache::Info> MinioCache::Inspect(const std::string& name) {
+  NOSTALL_RETURN_IF_ERROR(ValidName(name));
+  const std::string seg = SegmentName(name);
+  int raw = ::shm_open(seg.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (raw < 0) return ErrnoError("no cache '" + name + "'", errno);
+  UniqueFd fd(raw);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError("cannot stat cache " + seg, errno);
+  if (static_cast<size_t>(st.st_size) < sizeof(Header)) {
+    return FailedPrecondition("cache '" + name + "' is not initialised");
+  }
+  void* addr = ::mmap(nullptr, sizeof(Header), PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (addr == MAP_FAILED) return ErrnoError("cannot map cache " + seg, errno);
+  Mapping map(addr, sizeof(Header));
+  const auto* h = static_cast<const Header*>(addr);
+  if (std::memcmp(h->magic, kMagic, 8) != 0) {
+    return FailedPrecondition(seg + " is not a nostall cache");
+  }
+  Info info;
+  info.name = name;
+  info.version = h->version;
+  info.dataset_fingerprint = h->dataset_fingerprint;
+  info.num_items = h->num_items;
+  info.segment_bytes = static_cast<uint64_t>(st.st_size);
+  info.stats.budget_bytes = h->budget_bytes;
+  info.stats.used_bytes = std::min(h->used.load(), h->budget_bytes);
+  info.stats.items = h->items.load();
+  info.stats.hits = h->hits.load();
+  info.stats.misses = h->misses.load();
+  return info;
 }
 
 Status MinioCache::Remove(const std::string& name) {

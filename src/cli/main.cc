@@ -12,8 +12,10 @@
 #include <vector>
 
 #include "nostall/bench.h"
+#include "nostall/cache.h"
 #include "nostall/loader.h"
 #include "nostall/source.h"
+#include "common/shm.h"
 
 namespace {
 
@@ -25,6 +27,9 @@ commands:
   bench PATH      measure images/s of a pipeline over a dataset, with a
                   per-stage breakdown (fetch, decode+augment, batch, consumer)
   inspect PATH    show what nostall sees in a dataset: kind, items, classes
+  cache ls        list the MinIO caches on this node
+  cache inspect NAME   size, fill, items, hit statistics, owning dataset
+  cache rm NAME   remove a cache (loaders attached keep theirs until they close)
   help            show this message
 
 PATH is an image folder (one subfolder per class) or WebDataset tar shards
@@ -234,6 +239,62 @@ int Inspect(const Args& args) {
   return 0;
 }
 
+int CacheCommand(const Args& args) {
+  const auto& p = args.positional;
+  const std::string usage =
+      "usage: nostall cache ls | inspect NAME | rm NAME\n\nMinIO caches live in /dev/shm "
+      "until removed; each belongs to one dataset.\n";
+  if (Has(args, "--help") || Has(args, "-h")) {
+    std::fputs(usage.c_str(), stdout);
+    return 0;
+  }
+  if (p.size() == 1 && p[0] == "ls") {
+    auto names = nostall::MinioCache::List();
+    if (names.empty()) std::puts("no caches");
+    for (const auto& n : names) {
+      auto info = nostall::MinioCache::Inspect(n);
+      if (!info.ok()) {
+        std::printf("%-32s (unreadable: %s)\n", n.c_str(), info.status().message().c_str());
+        continue;
+      }
+      const auto& s = info->stats;
+      std::printf("%-32s %10s  %5.1f%% full  %lld items\n", n.c_str(),
+                  nostall::FormatBytes(s.budget_bytes).c_str(),
+                  s.budget_bytes ? 100.0 * s.used_bytes / s.budget_bytes : 0.0,
+                  static_cast<long long>(s.items));
+    }
+    return 0;
+  }
+  if (p.size() == 2 && p[0] == "inspect") {
+    auto info = nostall::MinioCache::Inspect(p[1]);
+    if (!info.ok()) return Fail(info.status());
+    const auto& s = info->stats;
+    const int64_t lookups = s.hits + s.misses;
+    std::printf("cache:        %s (/dev/shm/nostall-cache-%s)\nformat:       version %u\n"
+                "dataset:      %lld items, fingerprint %016llx\nsize:         %s budget, %s "
+                "segment\nfill:         %s used (%.1f%%), %lld items cached\n"
+                "lookups:      %lld hits, %lld misses (%.1f%% hits, all processes)\n",
+                info->name.c_str(), info->name.c_str(), info->version,
+                static_cast<long long>(info->num_items),
+                static_cast<unsigned long long>(info->dataset_fingerprint),
+                nostall::FormatBytes(s.budget_bytes).c_str(),
+                nostall::FormatBytes(info->segment_bytes).c_str(),
+                nostall::FormatBytes(s.used_bytes).c_str(),
+                s.budget_bytes ? 100.0 * s.used_bytes / s.budget_bytes : 0.0,
+                static_cast<long long>(s.items), static_cast<long long>(s.hits),
+                static_cast<long long>(s.misses), lookups ? 100.0 * s.hits / lookups : 0.0);
+    return 0;
+  }
+  if (p.size() == 2 && p[0] == "rm") {
+    nostall::Status st = nostall::MinioCache::Remove(p[1]);
+    if (!st.ok()) return Fail(st);
+    std::printf("removed cache '%s'\n", p[1].c_str());
+    return 0;
+  }
+  std::fputs(usage.c_str(), stderr);
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -254,6 +315,7 @@ int main(int argc, char** argv) {
   if (!Parse(argc, argv, 2, &args)) return 2;
   if (cmd == "bench") return Bench(args);
   if (cmd == "inspect") return Inspect(args);
+  if (cmd == "cache") return CacheCommand(args);
   std::fprintf(stderr, "nostall: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
   return 2;
 }

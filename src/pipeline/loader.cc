@@ -15,10 +15,12 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 
 #include "common/clock.h"
+#include "nostall/cache.h"
 #include "nostall/loader.h"
 #include "ops/prep.h"
 #include "ring/batch_ring.h"
@@ -102,9 +104,10 @@ class LeasedBatch final : public Batch {
 class PipelineLoader final : public Loader {
  public:
   PipelineLoader(LoaderSpec spec, std::unique_ptr<Source> source, Sampler sampler, int out_h,
-                 int out_w)
+                 int out_w, std::unique_ptr<Cache> cache)
       : spec_(std::move(spec)),
         source_(std::move(source)),
+        cache_(std::move(cache)),
         sampler_(std::move(sampler)),
         out_h_(out_h),
         out_w_(out_w),
@@ -289,6 +292,17 @@ class PipelineLoader final : public Loader {
     st.elapsed_ns = NowNs() - created_ns_;
     st.ring_bytes = state_->ring->bytes();
     st.ring_slots = static_cast<int64_t>(state_->ring->slot_count());
+    if (cache_) {
+      CacheStats cs = cache_->Stats();
+      st.has_cache = true;
+      st.cache_name = spec_.cache_name;
+      st.cache_budget_bytes = cs.budget_bytes;
+      st.cache_used_bytes = cs.used_bytes;
+      st.cache_items = cs.items;
+      st.cache_inserted_bytes = cache_inserted_bytes_.load();
+      std::lock_guard<std::mutex> lock(cache_mu_);
+      for (const auto& [epoch, counts] : cache_epochs_) st.cache_epochs.push_back(counts);
+    }
     return st;
   }
 
@@ -315,6 +329,14 @@ class PipelineLoader final : public Loader {
       if (batch < 0 || (h.batch_index == batch && h.epoch == epoch_)) return static_cast<int64_t>(i);
     }
     return -1;
+  }
+
+  void CountCache(int64_t epoch, bool hit, size_t bytes) {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    auto& e = cache_epochs_[epoch];
+    e.epoch = epoch;
+    (hit ? e.hits : e.misses) += 1;
+    (hit ? e.hit_bytes : e.miss_bytes) += static_cast<int64_t>(bytes);
   }
 
   bool AllSlotsLeased() const {
@@ -401,7 +423,17 @@ class PipelineLoader final : public Loader {
       lock.unlock();
 
       const int64_t cpu0 = ThreadCpuNs(), wall0 = NowNs();
-      fi.status = source_->Read(fi.item, &fi.bytes);
+      if (cache_ && cache_->Lookup(fi.item, &fi.bytes)) {
+        CountCache(fi.epoch, /*hit=*/true, fi.bytes.size());
+      } else {
+        fi.status = source_->Read(fi.item, &fi.bytes);
+        if (cache_) {
+          CountCache(fi.epoch, /*hit=*/false, fi.bytes.size());
+          if (fi.status.ok() && cache_->Insert(fi.item, fi.bytes.data(), fi.bytes.size())) {
+            cache_inserted_bytes_.fetch_add(static_cast<int64_t>(fi.bytes.size()));
+          }
+        }
+      }
       if (!fi.status.ok()) {
         // A file that vanished or cannot be read is a bad item, handled by
         // the error policy; running out of descriptors is not the item's fault.
@@ -517,6 +549,11 @@ class PipelineLoader final : public Loader {
 
   const LoaderSpec spec_;
   const std::unique_ptr<Source> source_;
+  const std::unique_ptr<Cache> cache_;  // may be null
+  // Per-epoch cache counters of this loader; guarded by cache_mu_.
+  mutable std::mutex cache_mu_;
+  std::map<int64_t, LoaderStats::CacheEpoch> cache_epochs_;
+  std::atomic<int64_t> cache_inserted_bytes_{0};
   const Sampler sampler_;
   const int out_h_, out_w_;
   const size_t sample_bytes_;
@@ -594,8 +631,15 @@ Result<std::unique_ptr<Loader>> Loader::Create(const LoaderSpec& in) {
     out_h = plan.out_h;
     out_w = plan.out_w;
   }
+  std::unique_ptr<Cache> cache;
+  if (!spec.cache_name.empty()) {
+    if (spec.cache_bytes == 0) return InvalidArgument("a cache needs a size (cache_bytes > 0)");
+    NOSTALL_ASSIGN_OR_RETURN(cache, MinioCache::Open(spec.cache_name, spec.cache_bytes,
+                                                     source->fingerprint(), source->size()));
+  }
   auto loader = std::make_unique<PipelineLoader>(std::move(spec), std::move(source),
-                                                 std::move(sampler), out_h, out_w);
+                                                 std::move(sampler), out_h, out_w,
+                                                 std::move(cache));
   NOSTALL_RETURN_IF_ERROR(loader->Init());
   return std::unique_ptr<Loader>(std::move(loader));
 }

@@ -118,7 +118,8 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
       "source", "batch_size", "shuffle", "seed", "rank", "world_size", "drop_last", "transforms",
       "dtype", "layout", "mode", "max_pixels", "num_threads", "reads_in_flight", "prefetch",
       "on_error", "index_cache_dir", "use_index_cache", "dct_scaling",
-      "throttle_bandwidth", "throttle_latency_ms", "drop_page_cache"};
+      "throttle_bandwidth", "throttle_latency_ms", "drop_page_cache", "cache_name",
+      "cache_bytes"};
   try {
     json j = json::parse(text);
     if (!j.is_object()) return InvalidArgument("a loader spec is a JSON object");
@@ -144,7 +145,11 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     s.source_options.use_index_cache = j.value("use_index_cache", true);
     s.source_options.throttle_bytes_per_second = j.value("throttle_bandwidth", 0.0);
     s.source_options.throttle_latency_ms = j.value("throttle_latency_ms", 0.0);
-    s.source_options.drop_page_cache = j.value("drop_page_cache", false);
+    s.cache_name = j.value("cache_name", std::string());
+    s.cache_bytes = j.value("cache_bytes", uint64_t{0});
+    // With a cache, the page cache would hold the same bytes twice: bypass
+    // it unless asked otherwise.
+    s.source_options.drop_page_cache = j.value("drop_page_cache", !s.cache_name.empty());
     if (j.contains("transforms")) {
       for (const json& t : j["transforms"]) {
         NOSTALL_ASSIGN_OR_RETURN(Transform tr, TransformFromJson(t));
@@ -191,7 +196,9 @@ std::string LoaderSpec::ToJson() const {
             {"on_error", on_error == ErrorPolicy::kRaise ? "raise" : "skip"},
             {"throttle_bandwidth", source_options.throttle_bytes_per_second},
             {"throttle_latency_ms", source_options.throttle_latency_ms},
-            {"drop_page_cache", source_options.drop_page_cache}};
+            {"drop_page_cache", source_options.drop_page_cache},
+            {"cache_name", cache_name},
+            {"cache_bytes", cache_bytes}};
   return j.dump();
 }
 

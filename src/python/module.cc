@@ -9,6 +9,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "nostall/cache.h"
 #include "nostall/loader.h"
 
 namespace nb = nanobind;
@@ -152,4 +153,8 @@ NB_MODULE(_nostall, m) {
       .def_prop_ro("sample_shape", &PyLoader::SampleShape)
       .def_prop_ro("fingerprint", &PyLoader::Fingerprint);
   m.def("available_cores", &nostall::AvailableCores);
+  m.def("remove_cache", [](const std::string& name) {
+    nostall::Status st = nostall::MinioCache::Remove(name);
+    if (!st.ok()) nostall::RaiseStatus(st);
+  });
 }

@@ -37,6 +37,26 @@ std::string LoaderStats::ToJson() const {
       {"elapsed_s", elapsed_ns / 1e9},
       {"ring", {{"bytes", ring_bytes}, {"slots", ring_slots}}},
   };
+  if (has_cache) {
+    nlohmann::json epochs = nlohmann::json::array();
+    for (const auto& e : cache_epochs) {
+      const int64_t n = e.hits + e.misses, b = e.hit_bytes + e.miss_bytes;
+      epochs.push_back({{"epoch", e.epoch},
+                        {"hits", e.hits},
+                        {"misses", e.misses},
+                        {"hit_rate", n > 0 ? static_cast<double>(e.hits) / n : 0.0},
+                        {"byte_hit_rate", b > 0 ? static_cast<double>(e.hit_bytes) / b : 0.0}});
+    }
+    j["cache"] = {{"name", cache_name},
+                  {"budget_bytes", cache_budget_bytes},
+                  {"used_bytes", cache_used_bytes},
+                  {"fill", cache_budget_bytes > 0
+                               ? static_cast<double>(cache_used_bytes) / cache_budget_bytes
+                               : 0.0},
+                  {"items", cache_items},
+                  {"inserted_bytes", cache_inserted_bytes},
+                  {"epochs", epochs}};
+  }
   return j.dump();
 }
 
@@ -61,6 +81,19 @@ std::string LoaderStats::ToTable() const {
                 "consumer", "", static_cast<long long>(iterations), wait_ns / 1e9,
                 (wait_ns + between_ns) / 1e9, 100.0 * StallFraction(), max_wait_ns / 1e6);
   out += line;
+  if (has_cache) {
+    std::snprintf(line, sizeof line, "cache '%s': %.1f%% full (%lld items)", cache_name.c_str(),
+                  cache_budget_bytes ? 100.0 * cache_used_bytes / cache_budget_bytes : 0.0,
+                  static_cast<long long>(cache_items));
+    out += line;
+    for (const auto& e : cache_epochs) {
+      const int64_t n = e.hits + e.misses;
+      std::snprintf(line, sizeof line, "; epoch %lld hit rate %.1f%%", static_cast<long long>(e.epoch),
+                    n ? 100.0 * e.hits / n : 0.0);
+      out += line;
+    }
+    out += "\n";
+  }
   if (errors > 0) {
     std::snprintf(line, sizeof line, "bad items: %lld (%lld skipped)\n",
                   static_cast<long long>(errors), static_cast<long long>(skipped));

@@ -47,3 +47,24 @@ def test_mistakes_get_clear_messages(tmp_path):
     assert r.returncode == 2 and "unknown option --batch-sise" in r.stderr
     r = run("frobnicate")
     assert r.returncode == 2 and "unknown command" in r.stderr
+
+
+def test_cache_ls_inspect_rm(jpeg_folder):
+    import os
+
+    import nostall
+
+    name = f"cli-test-{os.getpid()}"
+    loader = nostall.Loader(jpeg_folder, batch_size=6, transforms=[nostall.Resize((8, 8))],
+                            cache=nostall.Cache(name, "2MB"))
+    for _ in loader:
+        pass
+    del loader
+    assert name in run("cache", "ls").stdout
+    r = run("cache", "inspect", name)
+    assert r.returncode == 0
+    assert "36 items" in r.stdout and "fill:" in r.stdout
+    assert run("cache", "rm", name).returncode == 0
+    assert name not in run("cache", "ls").stdout
+    r = run("cache", "inspect", name)
+    assert r.returncode == 1 and "no cache" in r.stderr

@@ -1,0 +1,50 @@
+"""The MinIO cache: encoded item bytes in shared memory, shared by every loader on the node."""
+
+from __future__ import annotations
+
+import re
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
+          "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
+          "tib": 2**40}
+
+
+def parse_size(size) -> int:
+    """Bytes from an int or a string such as "40GiB", "512MB", "1.5G"."""
+    if isinstance(size, int):
+        value = size
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(size))
+        if not m or m.group(2).lower() not in _UNITS:
+            raise ValueError(f"cannot read the size {size!r} (try \"40GiB\" or \"512MB\")")
+        value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if value <= 0:
+        raise ValueError(f"a cache size must be positive, got {size!r}")
+    return value
+
+
+class Cache:
+    """Names a MinIO cache: ``nostall.Loader(..., cache=nostall.Cache("imagenet-train", size="40GiB"))``.
+
+    Items are cached the first time they are read, while there is room, and
+    never evicted: from the second epoch on the hit rate is size/dataset, the
+    best any policy can do for a random order. Every loader on the node that
+    names the same cache attaches to it and reads what is already there. The
+    memory lives in /dev/shm until removed; with a cache, reads of missed items
+    bypass the OS page cache (drop_page_cache) so the bytes are not held twice.
+    """
+
+    def __init__(self, name: str, size):
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", name or ""):
+            raise ValueError(f"cache name {name!r} may hold only letters, digits, - _ .")
+        self.name = name
+        self.size = parse_size(size)
+
+    def remove(self) -> None:
+        """Removes the cache's shared memory; loaders attached keep theirs until they close."""
+        from . import _nostall
+
+        _nostall.remove_cache(self.name)
+
+    def __repr__(self):
+        return f"Cache({self.name!r}, size={self.size})"
