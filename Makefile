@@ -13,7 +13,7 @@ APT_PACKAGES := g++ make python3-venv libjpeg62-turbo-dev libpng-dev libopencv-i
 PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmake ninja
 BUILD := build/py
 
-.PHONY: all deps venv install demo test test-cpp test-python test-asan bench clean
+.PHONY: all deps venv install demo test test-cpp test-python test-asan bench bench-cache clean
 
 all: install
 
@@ -64,6 +64,9 @@ bench: install
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake --build build/bench --target decode_reference prep_bench
 	build/bench/prep_bench --benchmark_min_time=0.5
 	$(PY) bench/bench_loader.py --rounds 5
+
+bench-cache: install
+	$(PY) bench/bench_cache.py
 
 clean:
 	rm -rf build .make

@@ -37,6 +37,9 @@ class Cache {
   virtual CacheStats Stats() const = 0;
 };
 
+// An in-process LRU cache (the page cache's policy), for comparisons.
+std::unique_ptr<Cache> MakeLruCache(uint64_t budget_bytes);
+
 // A MinIO cache in a named POSIX shared-memory segment ("/nostall-cache-NAME",
 // mode 0600, budget reserved at creation), shared by every process on the
 // node that opens the same name. Layout and protocol: docs/cache_format.md.

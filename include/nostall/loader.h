@@ -48,6 +48,9 @@ struct LoaderSpec {
   // names it (empty: no cache). See nostall/cache.h.
   std::string cache_name;
   uint64_t cache_bytes = 0;
+  // "minio" (default) or "lru": an in-process LRU cache of the same size,
+  // the page cache's policy, for benchmarks (cache_name is then only a label).
+  std::string cache_policy = "minio";
 
   static Result<LoaderSpec> FromJson(const std::string& json);
   std::string ToJson() const;

@@ -34,11 +34,14 @@ class Cache:
     bypass the OS page cache (drop_page_cache) so the bytes are not held twice.
     """
 
-    def __init__(self, name: str, size):
+    def __init__(self, name: str, size, policy: str = "minio"):
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", name or ""):
             raise ValueError(f"cache name {name!r} may hold only letters, digits, - _ .")
+        if policy not in ("minio", "lru"):
+            raise ValueError(f'policy must be "minio" or "lru" (in-process, for comparisons), not {policy!r}')
         self.name = name
         self.size = parse_size(size)
+        self.policy = policy
 
     def remove(self) -> None:
         """Removes the cache's shared memory; loaders attached keep theirs until they close."""

@@ -143,6 +143,7 @@ class Loader:
                                     else drop_page_cache),
             "cache_name": cache.name if cache is not None else "",
             "cache_bytes": cache.size if cache is not None else 0,
+            "cache_policy": cache.policy if cache is not None else "minio",
         }
         self._init(spec, copy=copy, return_indices=return_indices, output=output)
 

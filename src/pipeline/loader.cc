@@ -634,8 +634,15 @@ Result<std::unique_ptr<Loader>> Loader::Create(const LoaderSpec& in) {
   std::unique_ptr<Cache> cache;
   if (!spec.cache_name.empty()) {
     if (spec.cache_bytes == 0) return InvalidArgument("a cache needs a size (cache_bytes > 0)");
-    NOSTALL_ASSIGN_OR_RETURN(cache, MinioCache::Open(spec.cache_name, spec.cache_bytes,
-                                                     source->fingerprint(), source->size()));
+    if (spec.cache_policy == "lru") {
+      cache = MakeLruCache(spec.cache_bytes);
+    } else if (spec.cache_policy == "minio") {
+      NOSTALL_ASSIGN_OR_RETURN(cache, MinioCache::Open(spec.cache_name, spec.cache_bytes,
+                                                       source->fingerprint(), source->size()));
+    } else {
+      return InvalidArgument("cache_policy must be \"minio\" or \"lru\", not \"" +
+                             spec.cache_policy + "\"");
+    }
   }
   auto loader = std::make_unique<PipelineLoader>(std::move(spec), std::move(source),
                                                  std::move(sampler), out_h, out_w,

@@ -119,7 +119,7 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
       "dtype", "layout", "mode", "max_pixels", "num_threads", "reads_in_flight", "prefetch",
       "on_error", "index_cache_dir", "use_index_cache", "dct_scaling",
       "throttle_bandwidth", "throttle_latency_ms", "drop_page_cache", "cache_name",
-      "cache_bytes"};
+      "cache_bytes", "cache_policy"};
   try {
     json j = json::parse(text);
     if (!j.is_object()) return InvalidArgument("a loader spec is a JSON object");
@@ -147,6 +147,7 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     s.source_options.throttle_latency_ms = j.value("throttle_latency_ms", 0.0);
     s.cache_name = j.value("cache_name", std::string());
     s.cache_bytes = j.value("cache_bytes", uint64_t{0});
+    s.cache_policy = j.value("cache_policy", std::string("minio"));
     // With a cache, the page cache would hold the same bytes twice: bypass
     // it unless asked otherwise.
     s.source_options.drop_page_cache = j.value("drop_page_cache", !s.cache_name.empty());
@@ -198,7 +199,8 @@ std::string LoaderSpec::ToJson() const {
             {"throttle_latency_ms", source_options.throttle_latency_ms},
             {"drop_page_cache", source_options.drop_page_cache},
             {"cache_name", cache_name},
-            {"cache_bytes", cache_bytes}};
+            {"cache_bytes", cache_bytes},
+            {"cache_policy", cache_policy}};
   return j.dump();
 }
 

@@ -99,3 +99,16 @@ def test_cache_of_another_dataset_and_oversized_caches_are_refused(small_items, 
                        cache=nostall.Cache(cache_name + "-big", free.f_blocks * free.f_frsize * 2))
     with pytest.raises(ValueError, match="size"):
         nostall.Cache("x", "lots")
+
+
+def test_lru_at_the_same_memory_hits_far_less(small_items, cache_name):
+    d = dataset_bytes(small_items)
+    rates = {}
+    for policy in ("minio", "lru"):
+        loader = nostall.Loader(small_items, batch_size=100, shuffle=True, mode="L",
+                                cache=nostall.Cache(cache_name, d // 2, policy=policy))
+        run_epochs(loader, 2)
+        rates[policy] = loader.stats()["cache"]["epochs"][1]["byte_hit_rate"]
+        loader.close()
+    assert abs(rates["minio"] - 0.5) <= 0.01
+    assert rates["lru"] < 0.35, rates  # random order each epoch: LRU evicts what comes next

@@ -1,0 +1,64 @@
+// An in-process LRU cache of encoded bytes: the page cache's policy, for
+// benchmarks that compare it with MinIO at the same memory (spec field
+// cache_policy = "lru"). Not shared between processes.
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "nostall/cache.h"
+
+namespace nostall {
+namespace {
+
+class LruCache final : public Cache {
+ public:
+  explicit LruCache(uint64_t budget) : budget_(budget) {}
+
+  bool Lookup(int64_t item, std::vector<uint8_t>* out) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = where_.find(item);
+    if (it == where_.end()) {
+      ++misses_;
+      return false;
+    }
+    order_.splice(order_.begin(), order_, it->second);  // most recently used
+    *out = it->second->second;
+    ++hits_;
+    return true;
+  }
+
+  bool Insert(int64_t item, const uint8_t* data, size_t size) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (size > budget_ || where_.count(item)) return false;
+    while (used_ + size > budget_) {  // evict least recently used
+      used_ -= order_.back().second.size();
+      where_.erase(order_.back().first);
+      order_.pop_back();
+    }
+    order_.emplace_front(item, std::vector<uint8_t>(data, data + size));
+    where_[item] = order_.begin();
+    used_ += size;
+    return true;
+  }
+
+  CacheStats Stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {budget_, used_, static_cast<int64_t>(where_.size()), hits_, misses_};
+  }
+
+ private:
+  const uint64_t budget_;
+  mutable std::mutex mu_;
+  std::list<std::pair<int64_t, std::vector<uint8_t>>> order_;
+  std::unordered_map<int64_t, std::list<std::pair<int64_t, std::vector<uint8_t>>>::iterator> where_;
+  uint64_t used_ = 0;
+  int64_t hits_ = 0, misses_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Cache> MakeLruCache(uint64_t budget_bytes) {
+  return std::make_unique<LruCache>(budget_bytes);
+}
+
+}  // namespace nostall
