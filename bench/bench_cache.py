@@ -19,6 +19,8 @@ import statistics
 import time
 from pathlib import Path
 
+from report import write_block
+
 import nostall
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,19 +65,25 @@ def simulate(orders, sizes, capacity, policy):
     return rates
 
 
+def timed_epochs(loader, epochs):
+    """Wall seconds of each epoch, drained as fast as batches come."""
+    times = []
+    for e in range(epochs):
+        loader.set_epoch(e)
+        t0 = time.perf_counter()
+        for _ in loader:
+            pass
+        times.append(time.perf_counter() - t0)
+    return times
+
+
 def measured(data, capacity, policy, epochs, seed, **kw):
     name = f"bench-{policy}-{os.getpid()}-{capacity}"
     cache = nostall.Cache(name, capacity, policy=policy)
     loader = nostall.Loader(data, batch_size=256, shuffle=True, seed=seed, cache=cache,
                             transforms=[nostall.Resize((32, 32))], **kw)
-    times = []
     try:
-        for e in range(epochs):
-            loader.set_epoch(e)
-            t0 = time.perf_counter()
-            for _ in loader:
-                pass
-            times.append(time.perf_counter() - t0)
+        times = timed_epochs(loader, epochs)
         stats = loader.stats()["cache"]
     finally:
         loader.close()
@@ -88,14 +96,7 @@ def measured(data, capacity, policy, epochs, seed, **kw):
 def plain_times(data, epochs, seed, **kw):
     loader = nostall.Loader(data, batch_size=256, shuffle=True, seed=seed,
                             transforms=[nostall.Resize((32, 32))], **kw)
-    times = []
-    for e in range(epochs):
-        loader.set_epoch(e)
-        t0 = time.perf_counter()
-        for _ in loader:
-            pass
-        times.append(time.perf_counter() - t0)
-    return times
+    return timed_epochs(loader, epochs)
 
 
 def main():
@@ -173,16 +174,7 @@ def main():
     print()
     print(report)
     if args.write:
-        path = Path(args.write)
-        text = path.read_text()
-        begin, end = "<!-- bench_cache:begin -->", "<!-- bench_cache:end -->"
-        block = f"{begin}\n{report}{end}"
-        if begin in text:
-            text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
-        else:
-            text += "\n" + block + "\n"
-        path.write_text(text)
-        print(f"written to {path}")
+        write_block(args.write, "bench_cache", report)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ import threading
 import time
 from pathlib import Path
 
+from report import write_block
+
 ROOT = Path(__file__).resolve().parent.parent
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -301,16 +303,7 @@ def main():
     print()
     print(report)
     if args.write:
-        path = Path(args.write)
-        text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-        begin, end = "<!-- bench_loader:begin -->", "<!-- bench_loader:end -->"
-        block = f"{begin}\n{report}{end}"
-        if begin in text:
-            text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
-        else:
-            text += "\n" + block + "\n"
-        path.write_text(text)
-        print(f"written to {path}")
+        write_block(args.write, "bench_loader", report)
 
 
 if __name__ == "__main__":
