@@ -137,17 +137,11 @@ Result<std::unique_ptr<MinioCache>> MinioCache::Open(const std::string& name,
   UniqueFd fd(raw);
   uint64_t size = total;
   if (created) {
-    ::fchmod(fd.get(), 0600);
-    uint64_t free = ShmBytesFree();
-    int err = (free != 0 && total > free) ? ENOSPC : ::posix_fallocate(fd.get(), 0, static_cast<off_t>(total));
-    if (err != 0) {
+    Status reserved = ReserveShm(fd.get(), total, "cache '" + name + "'",
+                                 "choose a smaller size, or enlarge /dev/shm");
+    if (!reserved.ok()) {
       ::shm_unlink(seg.c_str());
-      if (err == ENOSPC) {
-        return ResourceExhausted("not enough shared memory for cache '" + name + "': need " +
-                                 FormatBytes(total) + " in /dev/shm, " +
-                                 FormatBytes(ShmBytesFree()) + " free");
-      }
-      return ErrnoError("cannot reserve the cache's shared memory", err);
+      return reserved;
     }
   } else {
     // The creator may still be sizing it: wait (bounded) for its full size.

@@ -31,31 +31,36 @@ std::string FormatBytes(uint64_t bytes) {
   return buf;
 }
 
+Status ReserveShm(int fd, uint64_t size, const std::string& what, const std::string& hint) {
+  auto no_room = [&] {
+    return ResourceExhausted("not enough shared memory for " + what + ": need " +
+                             FormatBytes(size) + " in /dev/shm, " + FormatBytes(ShmBytesFree()) +
+                             " free (" + hint + ")");
+  };
+  // fchmod because the umask may have narrowed (never widened) 0600; be exact.
+  ::fchmod(fd, 0600);
+  if (uint64_t free = ShmBytesFree(); free != 0 && size > free) return no_room();
+  int err = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
+  if (err == ENOSPC) return no_room();
+  if (err != 0) return ErrnoError("cannot reserve " + FormatBytes(size) + " of shared memory", err);
+  return Status::OK();
+}
+
 Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& prefix, size_t size,
                                                        bool keep_name) {
   static std::atomic<uint64_t> counter{0};
   if (size == 0) return InvalidArgument("shared-memory segment of zero bytes");
-  auto no_room = [&] {
-    return ResourceExhausted("not enough shared memory: need " + FormatBytes(size) +
-                             " in /dev/shm, " + FormatBytes(ShmBytesFree()) +
-                             " free (lower batch_size or prefetch, or enlarge /dev/shm)");
-  };
-  // Checked first so that an impossible request fails before fallocate
-  // touches (and then gives back) gigabytes; fallocate stays the guarantee.
-  if (uint64_t free = ShmBytesFree(); free != 0 && size > free) return no_room();
   std::string name = "/" + prefix + "-" + std::to_string(::getpid()) + "-" +
                      std::to_string(counter.fetch_add(1));
   int raw = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (raw < 0) return ErrnoError("cannot create shared memory " + name, errno);
   UniqueFd fd(raw);
   auto unlink_name = [&] { ::shm_unlink(name.c_str()); };
-  // fchmod because the umask may have narrowed (never widened) 0600; be exact.
-  ::fchmod(fd.get(), 0600);
-  int err = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(size));
-  if (err != 0) {
+  Status reserved = ReserveShm(fd.get(), size, "the " + prefix + " segment",
+                               "lower batch_size or prefetch, or enlarge /dev/shm");
+  if (!reserved.ok()) {
     unlink_name();
-    if (err == ENOSPC) return no_room();
-    return ErrnoError("cannot reserve " + FormatBytes(size) + " of shared memory", err);
+    return reserved;
   }
   void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (addr == MAP_FAILED) {

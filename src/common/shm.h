@@ -38,6 +38,13 @@ class ShmSegment {
   bool owns_name_;
 };
 
+// Makes a freshly created shared-memory fd exactly 0600 and reserves `size`
+// bytes of it (posix_fallocate). Too little /dev/shm is a ResourceExhausted
+// naming `what` (e.g. "the batch ring"), what is needed, what is free, and
+// `hint`; it is checked before fallocate so that an impossible request does
+// not first touch (and give back) gigabytes.
+Status ReserveShm(int fd, uint64_t size, const std::string& what, const std::string& hint);
+
 // Bytes free in /dev/shm (0 if unknown).
 uint64_t ShmBytesFree();
 std::string FormatBytes(uint64_t bytes);
