@@ -39,6 +39,7 @@ struct LoaderSpec {
   int64_t rank = 0;
   int64_t world_size = 1;
   bool drop_last = false;
+  int64_t subset = 0;  // > 0: use this many items, a fixed random sample (see SamplerOptions)
   PrepSpec prep;
   int num_threads = 0;      // prep threads; 0 = the cores this process may use
   int reads_in_flight = 0;  // fetch threads; 0 = 4
@@ -83,6 +84,9 @@ class Loader {
   virtual Status Next(int64_t timeout_ms, NextStatus* status, std::shared_ptr<Batch>* out) = 0;
 
   virtual LoaderStats Stats() const = 0;
+  // Drops the bytes of every item this loader reads from the page cache, so
+  // the next reads come from storage (no root needed; see Source::Evict).
+  virtual Status EvictPageCache() const = 0;
   virtual const Source& source() const = 0;
   virtual const Sampler& sampler() const = 0;
   virtual const LoaderSpec& spec() const = 0;  // with defaults resolved

@@ -4,7 +4,8 @@
 // rank computes the same permutation and takes every world_size-th entry
 // starting at its rank, after padding the permutation (by repeating its
 // start) to a multiple of world_size, so every rank has the same number of
-// samples (torch's DistributedSampler does the same). No I/O here.
+// samples (torch's DistributedSampler does the same). With a subset, the
+// permutation is of the subset's items instead. No I/O here.
 #ifndef NOSTALL_SAMPLER_H_
 #define NOSTALL_SAMPLER_H_
 
@@ -23,6 +24,10 @@ struct SamplerOptions {
   int64_t rank = 0;
   int64_t world_size = 1;
   bool drop_last = false;  // drop the final, incomplete batch of the epoch
+  // When 0 < subset < num_items: every epoch uses the same random sample of
+  // `subset` items (fixed by seed alone), e.g. to profile a huge dataset in
+  // minutes. 0 = all items.
+  int64_t subset = 0;
 };
 
 class Sampler {
@@ -33,6 +38,8 @@ class Sampler {
   std::vector<int64_t> EpochOrder(int64_t epoch) const;
   int64_t SamplesPerEpoch() const;  // after drop_last
   int64_t BatchesPerEpoch() const;
+  // The items an epoch draws from (all, or the subset), in increasing order.
+  std::vector<int64_t> Items() const;
   const SamplerOptions& options() const { return options_; }
 
  private:

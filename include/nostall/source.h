@@ -64,6 +64,10 @@ class Source {
   // Copies item `i`'s bytes into `out` (resized). Thread-safe. Errors are
   // not yet annotated with the key; the caller adds it.
   virtual Status Read(int64_t i, std::vector<uint8_t>* out) const = 0;
+  // Asks the kernel to drop item `i`'s bytes from the page cache
+  // (posix_fadvise DONTNEED: clean pages go, no root needed), so its next
+  // read comes from storage.
+  virtual Status Evict(int64_t i) const = 0;
 };
 
 // Opens a dataset:

@@ -35,11 +35,23 @@ struct LoaderStats {
   // Consumer side: calls for the next batch.
   int64_t iterations = 0;
   int64_t wait_ns = 0;      // total time waiting for a batch (stall)
-  int64_t max_wait_ns = 0;
+  int64_t max_wait_ns = 0;  // longest wait for one batch (over timeouts and retries)
   int64_t between_ns = 0;   // total time the caller spent between calls
   int64_t elapsed_ns = 0;   // since the loader was created
   uint64_t ring_bytes = 0;
   int64_t ring_slots = 0;
+
+  // The consumer per epoch, in the order the epochs began.
+  struct ConsumerEpoch {
+    int64_t epoch = 0;
+    int64_t batches = 0, samples = 0;
+    int64_t wait_ns = 0, between_ns = 0;
+  };
+  std::vector<ConsumerEpoch> consumer_epochs;
+  // The wait for each of the most recent batches (at most kRecentWaits),
+  // oldest first: what a stall looks like iteration by iteration.
+  static constexpr size_t kRecentWaits = 1024;
+  std::vector<int64_t> recent_wait_ns;
 
   // The cache, when one is configured: this loader's lookups, per epoch.
   struct CacheEpoch {
@@ -57,6 +69,8 @@ struct LoaderStats {
 
   // Fraction of the consumer's time spent waiting: wait / (wait + between).
   double StallFraction() const;
+  // The q-quantile (0..1) of recent_wait_ns, in seconds; 0 when empty.
+  double RecentWaitQuantile(double q) const;
   std::string ToJson() const;
   // A human-readable table: one line per stage, then the consumer.
   std::string ToTable() const;

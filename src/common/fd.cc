@@ -50,4 +50,12 @@ Status ReadWholeFile(const std::string& path, size_t max_bytes,
   return read;
 }
 
+Status DropFromPageCache(const std::string& path, uint64_t offset, uint64_t size) {
+  NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(path));
+  const int rc = ::posix_fadvise(fd.get(), static_cast<off_t>(offset), static_cast<off_t>(size),
+                                 POSIX_FADV_DONTNEED);
+  if (rc != 0) return ErrnoError("cannot drop " + path + " from the page cache", rc);
+  return Status::OK();
+}
+
 }  // namespace nostall

@@ -88,6 +88,10 @@ Status PreadExact(int fd, uint64_t offset, size_t size, uint8_t* out);
 Status ReadWholeFile(const std::string& path, size_t max_bytes,
                      std::vector<uint8_t>* out, bool drop_cached = false);
 
+// Drops bytes [offset, offset + size) of `path` from the page cache
+// (size 0: to the end of the file).
+Status DropFromPageCache(const std::string& path, uint64_t offset = 0, uint64_t size = 0);
+
 }  // namespace nostall
 
 #endif  // NOSTALL_COMMON_FD_H_

@@ -201,6 +201,7 @@ class PipelineLoader final : public Loader {
     num_batches_ = nb;
     started_ = true;
     last_return_ns_ = 0;
+    waiting_for_batch_ns_ = 0;
     lock.unlock();
     work_cv_.notify_all();
     state_->slot_freed.notify_all();
@@ -213,6 +214,7 @@ class PipelineLoader final : public Loader {
     if (!started_) return FailedPrecondition("StartEpoch was not called");
     if (last_return_ns_ != 0) {
       between_ns_.fetch_add(t0 - last_return_ns_);
+      RecordConsumer(0, t0 - last_return_ns_, 0, 0);
       last_return_ns_ = 0;
     }
     if (consume_batch_ >= num_batches_) {
@@ -232,6 +234,9 @@ class PipelineLoader final : public Loader {
                              : ready_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
     const int64_t waited = NowNs() - t0;
     wait_ns_.fetch_add(waited);
+    RecordConsumer(waited, 0, 0, 0);
+    // One batch's wait may span several calls (timeouts to check signals).
+    waiting_for_batch_ns_ += waited;
     if (!ok) {
       // The caller comes straight back; the time it spends checking for
       // signals in between is waiting, not its own work.
@@ -248,8 +253,19 @@ class PipelineLoader final : public Loader {
     }
     const uint64_t s = static_cast<uint64_t>(found);
     SlotHeader& h = state_->ring->slot(s);
+    const int64_t batch_wait = waiting_for_batch_ns_;
+    waiting_for_batch_ns_ = 0;
     int64_t prev_max = max_wait_ns_.load();
-    while (waited > prev_max && !max_wait_ns_.compare_exchange_weak(prev_max, waited)) {
+    while (batch_wait > prev_max && !max_wait_ns_.compare_exchange_weak(prev_max, batch_wait)) {
+    }
+    {
+      std::lock_guard<std::mutex> c(consumer_mu_);
+      if (recent_waits_.size() < LoaderStats::kRecentWaits) {
+        recent_waits_.push_back(batch_wait);
+      } else {
+        recent_waits_[recent_next_] = batch_wait;
+      }
+      recent_next_ = (recent_next_ + 1) % LoaderStats::kRecentWaits;
     }
     iterations_.fetch_add(1);
     const int64_t index = consume_batch_++;
@@ -271,6 +287,7 @@ class PipelineLoader final : public Loader {
     h.leases = 1;
     samples_.fetch_add(h.count);
     delivered_.fetch_add(1);
+    RecordConsumer(0, 0, 1, h.count);
     *out = std::make_shared<LeasedBatch>(state_, s, epoch_, index, h.count);
     *status = NextStatus::kBatch;
     return Status::OK();
@@ -303,11 +320,24 @@ class PipelineLoader final : public Loader {
       std::lock_guard<std::mutex> lock(cache_mu_);
       for (const auto& [epoch, counts] : cache_epochs_) st.cache_epochs.push_back(counts);
     }
+    std::lock_guard<std::mutex> c(consumer_mu_);
+    st.consumer_epochs = consumer_epochs_;
+    const size_t n = recent_waits_.size();
+    const size_t first = n < LoaderStats::kRecentWaits ? 0 : recent_next_;
+    for (size_t k = 0; k < n; ++k) st.recent_wait_ns.push_back(recent_waits_[(first + k) % n]);
     return st;
   }
 
   const Source& source() const override { return *source_; }
   const Sampler& sampler() const override { return sampler_; }
+
+  Status EvictPageCache() const override {
+    for (int64_t i : sampler_.Items()) {
+      Status st = source_->Evict(i);
+      if (!st.ok()) return st.WithItem(source_->key(i), "fetch");
+    }
+    return Status::OK();
+  }
   const LoaderSpec& spec() const override { return spec_; }
   std::vector<int64_t> SampleShape() const override {
     int64_t c = spec_.prep.channels();
@@ -586,6 +616,25 @@ class PipelineLoader final : public Loader {
   StageCounters fetch_, prep_, batch_;
   std::atomic<int64_t> samples_{0}, delivered_{0}, errors_{0}, skipped_{0}, iterations_{0};
   std::atomic<int64_t> wait_ns_{0}, max_wait_ns_{0}, between_ns_{0};
+  int64_t waiting_for_batch_ns_ = 0;  // guarded by state_->mu (Next)
+  // The consumer's history: per epoch, and the most recent waits (a ring).
+  mutable std::mutex consumer_mu_;
+  std::vector<LoaderStats::ConsumerEpoch> consumer_epochs_;
+  std::vector<int64_t> recent_waits_;
+  size_t recent_next_ = 0;
+
+  void RecordConsumer(int64_t wait, int64_t between, int64_t batches, int64_t samples) {
+    std::lock_guard<std::mutex> c(consumer_mu_);
+    if (consumer_epochs_.empty() || consumer_epochs_.back().epoch != epoch_) {
+      consumer_epochs_.push_back({});
+      consumer_epochs_.back().epoch = epoch_;
+    }
+    auto& e = consumer_epochs_.back();
+    e.wait_ns += wait;
+    e.between_ns += between;
+    e.batches += batches;
+    e.samples += samples;
+  }
 };
 
 }  // namespace
@@ -611,6 +660,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(const LoaderSpec& in) {
   so.rank = spec.rank;
   so.world_size = spec.world_size;
   so.drop_last = spec.drop_last;
+  so.subset = spec.subset;
   NOSTALL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(so));
 
   int out_h = 0, out_w = 0;

@@ -61,7 +61,30 @@ TEST(SamplerTest, DropLastDropsTheIncompleteBatch) {
   EXPECT_EQ(d.EpochOrder(0).size(), 8u);
 }
 
+TEST(SamplerTest, SubsetIsTheSameSampleEveryEpochAndFixedBySeed) {
+  SamplerOptions o{1000, 10, true, 7, 0, 1, false, /*subset=*/100};
+  Sampler s = Sampler::Create(o).value();
+  std::vector<int64_t> items = s.Items();
+  ASSERT_EQ(items.size(), 100u);
+  EXPECT_TRUE(std::is_sorted(items.begin(), items.end()));
+  EXPECT_EQ(std::set<int64_t>(items.begin(), items.end()).size(), 100u);
+  EXPECT_GT(items.back() - items.front(), 500);  // spread over the dataset, not its head
+  EXPECT_EQ(s.SamplesPerEpoch(), 100);
+  EXPECT_EQ(s.BatchesPerEpoch(), 10);
+  std::vector<int64_t> e0 = s.EpochOrder(0), e1 = s.EpochOrder(1);
+  EXPECT_NE(e0, e1);  // shuffled differently...
+  std::sort(e0.begin(), e0.end());
+  std::sort(e1.begin(), e1.end());
+  EXPECT_EQ(e0, items);  // ...but always the same items
+  EXPECT_EQ(e1, items);
+  o.seed = 8;
+  EXPECT_NE(Sampler::Create(o).value().Items(), items);
+  o.subset = 5000;  // larger than the dataset: all of it
+  EXPECT_EQ(Sampler::Create(o).value().Items().size(), 1000u);
+}
+
 TEST(SamplerTest, BadArgumentsAreErrors) {
+  EXPECT_FALSE(Sampler::Create({10, 4, false, 0, 0, 1, false, /*subset=*/-1}).ok());
   EXPECT_FALSE(Sampler::Create({10, 4, false, 0, /*rank=*/2, /*world=*/2, false}).ok());
   EXPECT_FALSE(Sampler::Create({0, 4, false, 0, 0, 1, false}).ok());
   EXPECT_FALSE(Sampler::Create({3, 4, false, 0, 0, 1, /*drop_last=*/true}).ok());

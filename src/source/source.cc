@@ -55,6 +55,13 @@ class IndexedSource final : public Source {
   int64_t skipped_at_index() const override { return index_.skipped; }
   const char* kind() const override { return kind_; }
 
+  Status Evict(int64_t i) const override {
+    const IndexEntry& e = index_.items[i];
+    if (e.shard < 0) return DropFromPageCache(e.key);
+    return DropFromPageCache(index_.shards[e.shard], static_cast<uint64_t>(e.offset),
+                             static_cast<uint64_t>(e.size));
+  }
+
   Status Read(int64_t i, std::vector<uint8_t>* out) const override {
     const IndexEntry& e = index_.items[i];
     if (e.shard < 0) return ReadWholeFile(e.key, max_item_bytes_, out, drop_page_cache_);

@@ -262,5 +262,24 @@ TEST(DropPageCacheTest, ReadItemsLeaveNoPagesBehind) {
   std::filesystem::remove_all(root);
 }
 
+TEST(DropPageCacheTest, EvictDropsAnItemThatWasRead) {
+  struct statfs fs;
+  std::string base = std::filesystem::temp_directory_path().string();
+  if (::statfs(base.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC) base = ".";
+  std::string root = base + "/nostall-evict-test-" + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  testing::WriteFile(root + "/a/1.jpg", std::vector<uint8_t>(1 << 20, 7));
+  ::sync();
+  auto src = OpenSource(root, NoCache()).value();
+  std::vector<uint8_t> buf;
+  ASSERT_TRUE(src->Read(0, &buf).ok());
+  EXPECT_GT(ResidentPages(root + "/a/1.jpg"), 200u);
+  ASSERT_TRUE(src->Evict(0).ok());
+  EXPECT_EQ(ResidentPages(root + "/a/1.jpg"), 0u);
+  std::filesystem::remove_all(root + "/a/1.jpg");
+  EXPECT_FALSE(src->Evict(0).ok());  // vanished: an error, not a crash
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 }  // namespace nostall

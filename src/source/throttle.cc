@@ -33,6 +33,7 @@ class ThrottledSource final : public Source {
   int64_t skipped_at_index() const override { return inner_->skipped_at_index(); }
   const char* kind() const override { return inner_->kind(); }
 
+  Status Evict(int64_t i) const override { return inner_->Evict(i); }
   Status Read(int64_t i, std::vector<uint8_t>* out) const override {
     const int64_t start = NowNs();
     Status st = inner_->Read(i, out);

@@ -1,5 +1,6 @@
 #include "nostall/stats.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -21,7 +22,26 @@ double LoaderStats::StallFraction() const {
   return total > 0 ? wait_ns / total : 0.0;
 }
 
+double LoaderStats::RecentWaitQuantile(double q) const {
+  if (recent_wait_ns.empty()) return 0.0;
+  std::vector<int64_t> v = recent_wait_ns;
+  const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<ptrdiff_t>(k), v.end());
+  return v[k] / 1e9;
+}
+
 std::string LoaderStats::ToJson() const {
+  nlohmann::json per_epoch = nlohmann::json::array();
+  for (const auto& e : consumer_epochs) {
+    const double wall = (e.wait_ns + e.between_ns) / 1e9;
+    per_epoch.push_back({{"epoch", e.epoch},
+                         {"batches", e.batches},
+                         {"samples", e.samples},
+                         {"wait_s", e.wait_ns / 1e9},
+                         {"between_s", e.between_ns / 1e9},
+                         {"stall_fraction", wall > 0 ? e.wait_ns / 1e9 / wall : 0.0},
+                         {"images_per_s", wall > 0 ? e.samples / wall : 0.0}});
+  }
   nlohmann::json j = {
       {"stages", {{"fetch", StageJson(fetch)}, {"prep", StageJson(prep)}, {"batch", StageJson(batch)}}},
       {"batches", batches},
@@ -33,7 +53,10 @@ std::string LoaderStats::ToJson() const {
         {"wait_s", wait_ns / 1e9},
         {"max_wait_s", max_wait_ns / 1e9},
         {"between_s", between_ns / 1e9},
-        {"stall_fraction", StallFraction()}}},
+        {"stall_fraction", StallFraction()},
+        {"wait_p50_s", RecentWaitQuantile(0.5)},
+        {"wait_p99_s", RecentWaitQuantile(0.99)},
+        {"epochs", per_epoch}}},
       {"elapsed_s", elapsed_ns / 1e9},
       {"ring", {{"bytes", ring_bytes}, {"slots", ring_slots}}},
   };

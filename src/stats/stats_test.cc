@@ -33,6 +33,23 @@ TEST(StatsTest, JsonCarriesEveryStageInSeconds) {
   EXPECT_EQ(j["skipped"], 2);
 }
 
+TEST(StatsTest, PerEpochAndRecentWaits) {
+  LoaderStats s = Example();
+  s.consumer_epochs.push_back({0, 4, 256, 1000000000, 1000000000});
+  s.consumer_epochs.push_back({1, 4, 256, 0, 500000000});
+  for (int i = 1; i <= 100; ++i) s.recent_wait_ns.push_back(i * 1000000);  // 1..100 ms
+  EXPECT_NEAR(s.RecentWaitQuantile(0.5), 0.051, 1e-9);
+  EXPECT_NEAR(s.RecentWaitQuantile(0.99), 0.100, 1e-9);
+  auto j = nlohmann::json::parse(s.ToJson());
+  const auto& e = j["consumer"]["epochs"];
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_DOUBLE_EQ(e[0]["stall_fraction"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(e[0]["images_per_s"].get<double>(), 128.0);
+  EXPECT_DOUBLE_EQ(e[1]["images_per_s"].get<double>(), 512.0);
+  EXPECT_DOUBLE_EQ(j["consumer"]["wait_p99_s"].get<double>(), 0.1);
+  EXPECT_DOUBLE_EQ(LoaderStats().RecentWaitQuantile(0.5), 0.0);
+}
+
 TEST(StatsTest, TableNamesStagesRatesAndTheStall) {
   std::string t = Example().ToTable();
   size_t row = t.find("decode+augment");

@@ -1,0 +1,136 @@
+// Analyze: where a training job's time goes, and what would change it.
+//
+// The differential measurement (DS-Analyzer's idea, made one command) runs
+// the user's own training step three ways: on synthetic batches already in
+// memory (the step's ingestion rate G), on real data fully cached (adds
+// decode and augmentation: the prep stall) and on real data read cold from
+// storage (adds reading: the fetch stall). The pipeline's stats give each
+// stage's cost per item; a storage probe gives the bandwidth and latency.
+//
+// The model built on those numbers is a set of rate limits, one per
+// resource; the job runs at the smallest (Plumber's view of a pipeline):
+//
+//   compute    T <= G
+//   cpu        T * (pipelines * (prep + fetch(h)) + jobs * step_cpu) <= cores
+//   threads    T * prep <= prep_threads
+//   bandwidth  T * pipelines * (1 - h) * item_bytes <= bandwidth
+//   latency    T * (1 - h) * (latency + item_bytes / bandwidth) <= reads_in_flight
+//
+// where T is each job's samples/s, h the fraction of the dataset's bytes in
+// a MinIO cache (its hit rate: docs/cache_format.md), `pipelines` is 1 when
+// the jobs share one pipeline and `jobs` otherwise. The cpu and storage
+// limits are scaled by efficiencies calibrated on the measured runs, so the
+// model reproduces what was measured before it predicts anything else.
+// Each prediction names its bottleneck: compute, prep (cpu, threads) or
+// fetch (bandwidth, latency). See docs/analyze.md.
+#ifndef NOSTALL_ANALYZE_H_
+#define NOSTALL_ANALYZE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nostall/loader.h"
+#include "nostall/status.h"
+
+namespace nostall {
+
+// A configuration of the node and the pipeline to predict for.
+struct Config {
+  double cores = 1;            // CPUs the job(s) may use
+  int prep_threads = 1;        // decode + augment threads per pipeline
+  int reads_in_flight = 4;     // concurrent reads per pipeline
+  double cache_fraction = 0;   // of the dataset's bytes held in a MinIO cache
+  double bandwidth = 0;        // storage bytes/s (0: unlimited)
+  double latency = 0;          // storage seconds per read
+  int jobs = 1;                // training jobs on the node reading this dataset
+  bool shared = false;         // one shared pipeline feeds every job
+};
+
+// What the differential measurement found. Costs are per item (sample).
+struct Profile {
+  double step_rate = 0;       // G: samples/s of the step on in-memory batches
+  double step_cpu = 0;        // CPU seconds the step uses per sample
+  double prep_cpu = 0;        // decode + augment
+  double fetch_cpu_miss = 0;  // reading one item from storage
+  double fetch_cpu_hit = 0;   // copying one item from the cache
+  double item_bytes = 0;      // mean encoded size
+  double dataset_bytes = 0;   // the whole dataset's encoded size
+  int64_t dataset_items = 0;
+  Config measured;            // the configuration the runs below used
+  double cached_rate = 0;     // measured samples/s with the step, all items cached
+  double cold_rate = 0;       // measured samples/s with the step, nothing cached
+
+  static Result<Profile> FromJson(const std::string& json);
+  std::string ToJson() const;
+};
+
+enum class Limit { kCompute, kCpu, kThreads, kBandwidth, kLatency };
+enum class Bottleneck { kCompute, kPrep, kFetch };
+const char* LimitName(Limit l);
+const char* BottleneckName(Bottleneck b);
+Bottleneck BottleneckOf(Limit l);
+
+// Multiplies the raw limits; 1 = the model as written above.
+struct Efficiency {
+  double compute = 1, cpu = 1, storage = 1;
+};
+
+struct Prediction {
+  double rate = 0;  // samples/s per job
+  double limits[5] = {0, 0, 0, 0, 0};  // by Limit; +inf where unlimited
+  Limit limit = Limit::kCompute;
+  Bottleneck bottleneck() const { return BottleneckOf(limit); }
+};
+
+// The model: `eff` scales the compute, cpu/threads and storage limits.
+Prediction Predict(const Profile& p, const Config& c, const Efficiency& eff = {});
+
+// Efficiencies that make the model reproduce the measured cached and cold
+// rates at `p.measured` (each clamped to [0.5, 1.5]; 1 where the
+// measurement says nothing about a resource).
+Efficiency Calibrate(const Profile& p);
+
+// The smallest change that brings the predicted rate to the step's rate G:
+// cache first (memory is cheaper than bandwidth), then reads in flight,
+// then cores. Fields equal to the measured configuration are unchanged.
+struct Recommendation {
+  Config config;
+  double cache_bytes = 0;           // for config.cache_fraction
+  double bandwidth_instead = 0;     // storage bytes/s that would do without the cache (0: n/a)
+  double rate = 0;                  // predicted with `config`
+  bool reaches_step_rate = false;   // false: even 4x the cores and all in cache fall short
+};
+Recommendation Recommend(const Profile& p, const Efficiency& eff);
+
+// Everything a report shows, as JSON: the stall breakdown, the calibrated
+// model at the measured configuration, what-if curves (cache size, cores,
+// bandwidth, latency, jobs shared or not) and the recommendation.
+std::string AnalysisJson(const Profile& p);
+
+// Storage, measured directly: evicts `items` from the page cache, then reads
+// them with `concurrency` threads, timing each read. The source is opened as
+// the spec says (throttle included).
+struct ReadTiming {
+  int64_t bytes = 0;
+  double seconds = 0;
+};
+struct StorageProbe {
+  std::vector<ReadTiming> reads;
+  double elapsed_s = 0;
+  int concurrency = 1;
+};
+Result<StorageProbe> ProbeStorage(const Source& source, const std::vector<int64_t>& items,
+                                  int concurrency);
+
+// Fits latency + bytes / bandwidth to sequential reads (least squares), and
+// takes the aggregate rate of concurrent reads as the bandwidth when higher.
+struct StorageModel {
+  double bandwidth = 0;  // bytes/s (0: too fast to matter)
+  double latency = 0;    // seconds
+};
+StorageModel FitStorage(const StorageProbe& sequential, const StorageProbe& concurrent);
+
+}  // namespace nostall
+
+#endif  // NOSTALL_ANALYZE_H_

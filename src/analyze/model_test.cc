@@ -1,0 +1,217 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "nostall/analyze.h"
+#include "testing/test_images.h"
+
+namespace nostall {
+namespace {
+
+// 2 cores; the step takes 1 ms/sample; prep 4 ms of CPU per sample; items of
+// 100 kB on 50 MB/s storage with 10 ms latency and 4 reads in flight.
+Profile Example() {
+  Profile p;
+  p.step_rate = 1000;
+  p.step_cpu = 0;
+  p.prep_cpu = 0.004;
+  p.fetch_cpu_miss = 0.0;
+  p.fetch_cpu_hit = 0.0;
+  p.item_bytes = 100e3;
+  p.dataset_bytes = 100e6;
+  p.dataset_items = 1000;
+  p.measured.cores = 2;
+  p.measured.prep_threads = 2;
+  p.measured.reads_in_flight = 4;
+  p.measured.bandwidth = 50e6;
+  p.measured.latency = 0.010;
+  return p;
+}
+
+TEST(ModelTest, EachLimitIsItsFormula) {
+  Prediction r = Predict(Example(), Example().measured);
+  EXPECT_DOUBLE_EQ(r.limits[static_cast<int>(Limit::kCompute)], 1000);
+  EXPECT_DOUBLE_EQ(r.limits[static_cast<int>(Limit::kCpu)], 500);        // 2 / 0.004
+  EXPECT_DOUBLE_EQ(r.limits[static_cast<int>(Limit::kThreads)], 500);
+  EXPECT_DOUBLE_EQ(r.limits[static_cast<int>(Limit::kBandwidth)], 500);  // 50e6 / 100e3
+  EXPECT_DOUBLE_EQ(r.limits[static_cast<int>(Limit::kLatency)], 4 / 0.012);  // 333.3
+  EXPECT_DOUBLE_EQ(r.rate, 4 / 0.012);
+  EXPECT_EQ(r.limit, Limit::kLatency);
+  EXPECT_EQ(r.bottleneck(), Bottleneck::kFetch);
+}
+
+TEST(ModelTest, CacheCutsOnlyTheReads) {
+  Profile p = Example();
+  Config c = p.measured;
+  c.reads_in_flight = 64;  // latency hidden: bandwidth binds
+  c.cache_fraction = 0.5;  // half the bytes from memory: twice the samples per byte read
+  Prediction r = Predict(p, c);
+  EXPECT_DOUBLE_EQ(r.limits[static_cast<int>(Limit::kBandwidth)], 1000);
+  EXPECT_DOUBLE_EQ(r.rate, 500);  // now prep binds
+  EXPECT_EQ(r.bottleneck(), Bottleneck::kPrep);
+  c.cache_fraction = 1;
+  EXPECT_TRUE(std::isinf(Predict(p, c).limits[static_cast<int>(Limit::kBandwidth)]));
+}
+
+TEST(ModelTest, StepCpuAndFetchCpuShareTheCores) {
+  Profile p = Example();
+  p.step_cpu = 0.001;
+  p.fetch_cpu_miss = 0.001;
+  Config c = p.measured;
+  c.bandwidth = 0;
+  c.latency = 0;
+  // 2 cores / (4 + 1 + 1 ms) per sample.
+  EXPECT_DOUBLE_EQ(Predict(p, c).limits[static_cast<int>(Limit::kCpu)], 2 / 0.006);
+  c.cores = 8;
+  c.prep_threads = 8;
+  EXPECT_DOUBLE_EQ(Predict(p, c).rate, 1000);
+  EXPECT_EQ(Predict(p, c).bottleneck(), Bottleneck::kCompute);
+}
+
+TEST(ModelTest, SharedPipelineDoesTheWorkOnceForEveryJob) {
+  Profile p = Example();
+  Config c = p.measured;
+  c.bandwidth = 0;
+  c.latency = 0;
+  c.cores = 8;
+  c.jobs = 4;
+  c.prep_threads = 8;
+  c.shared = false;  // 4 pipelines on 8 cores: 8 / (4 * 4 ms) = 500 each
+  EXPECT_DOUBLE_EQ(Predict(p, c).rate, 500);
+  c.shared = true;   // one pipeline: 8 / 4 ms = 2000, so each job runs at G
+  EXPECT_DOUBLE_EQ(Predict(p, c).rate, 1000);
+  // Independent jobs also share the storage bandwidth.
+  c = p.measured;
+  c.latency = 0;
+  c.reads_in_flight = 64;
+  c.cores = 64;
+  c.prep_threads = 64;
+  c.jobs = 2;
+  EXPECT_DOUBLE_EQ(Predict(p, c).limits[static_cast<int>(Limit::kBandwidth)], 250);
+}
+
+TEST(ModelTest, CalibrationReproducesTheMeasuredRates) {
+  Profile p = Example();
+  p.cached_rate = 450;  // prep-bound at 90% of the raw model
+  p.cold_rate = 300;    // fetch-bound at 90% of 333.3
+  Efficiency e = Calibrate(p);
+  EXPECT_NEAR(e.cpu, 0.9, 1e-9);
+  EXPECT_NEAR(e.storage, 0.9, 1e-9);
+  EXPECT_DOUBLE_EQ(e.compute, 1);
+  Config cached = p.measured, cold = p.measured;
+  cached.cache_fraction = 1;
+  EXPECT_NEAR(Predict(p, cached, e).rate, 450, 1e-9);
+  EXPECT_NEAR(Predict(p, cold, e).rate, 300, 1e-9);
+  // A wild measurement cannot bend the model beyond [0.5, 1.5].
+  p.cached_rate = 5;
+  EXPECT_DOUBLE_EQ(Calibrate(p).cpu, 0.5);
+}
+
+TEST(ModelTest, RecommendationRemovesTheStall) {
+  Profile p = Example();
+  Recommendation r = Recommend(p, {});
+  // Bandwidth: at 1000 samples/s only 500 may miss: cache 50% (50 MB), or
+  // 100 MB/s of storage. Latency: 500 misses/s x 12 ms = 6 reads in flight.
+  // CPU: 1000 x 4 ms = 4 cores.
+  EXPECT_DOUBLE_EQ(r.config.cache_fraction, 0.5);
+  EXPECT_DOUBLE_EQ(r.cache_bytes, 50e6);
+  EXPECT_DOUBLE_EQ(r.bandwidth_instead, 100e6);
+  EXPECT_EQ(r.config.reads_in_flight, 6);
+  EXPECT_DOUBLE_EQ(r.config.cores, 4);
+  EXPECT_EQ(r.config.prep_threads, 4);
+  EXPECT_TRUE(r.reaches_step_rate);
+  EXPECT_NEAR(r.rate, 1000, 1e-9);
+  // Out of reach within 4x the cores.
+  p.prep_cpu = 0.1;
+  EXPECT_FALSE(Recommend(p, {}).reaches_step_rate);
+}
+
+TEST(ModelTest, AnalysisJsonHasBreakdownCurvesAndRecommendation) {
+  Profile p = Example();
+  p.cached_rate = 500;
+  p.cold_rate = 250;
+  auto j = nlohmann::json::parse(AnalysisJson(p));
+  // Per sample: 1 ms step, 2 ms cached (1 ms prep stall), 4 ms cold (2 ms fetch stall).
+  EXPECT_NEAR(j["breakdown"]["compute"].get<double>(), 0.25, 1e-9);
+  EXPECT_NEAR(j["breakdown"]["prep_stall"].get<double>(), 0.25, 1e-9);
+  EXPECT_NEAR(j["breakdown"]["fetch_stall"].get<double>(), 0.5, 1e-9);
+  EXPECT_EQ(j["bottleneck"], "fetch");
+  EXPECT_NEAR(j["check"]["cold"]["model"].get<double>(), 250, 1e-6);
+  EXPECT_EQ(j["curves"]["cache_fraction"].size(), 21u);
+  EXPECT_EQ(j["curves"]["cores"].size(), 8u);  // 1 .. 4 x 2 cores
+  EXPECT_EQ(j["curves"]["cores"][7]["x"], 8);
+  // More cache never hurts.
+  double prev = 0;
+  for (const auto& pt : j["curves"]["cache_fraction"]) {
+    EXPECT_GE(pt["rate"].get<double>(), prev - 1e-9);
+    prev = pt["rate"].get<double>();
+  }
+  EXPECT_EQ(j["curves"]["jobs"][3]["x"], 4);
+  EXPECT_GE(j["curves"]["jobs"][3]["shared"].get<double>(),
+            j["curves"]["jobs"][3]["independent"].get<double>());
+  EXPECT_TRUE(j["recommendation"]["reaches_step_rate"].get<bool>());
+}
+
+TEST(ModelTest, ProfileJsonRoundTripsAndRejectsNonsense) {
+  Profile p = Example();
+  Profile q = Profile::FromJson(p.ToJson()).value();
+  EXPECT_DOUBLE_EQ(q.prep_cpu, p.prep_cpu);
+  EXPECT_DOUBLE_EQ(q.measured.latency, p.measured.latency);
+  EXPECT_FALSE(Profile::FromJson("{}").ok());
+  EXPECT_FALSE(Profile::FromJson("not json").ok());
+  p.step_rate = 0;
+  EXPECT_FALSE(Profile::FromJson(p.ToJson()).ok());
+}
+
+TEST(StorageFitTest, RecoversLatencyAndBandwidth) {
+  StorageProbe seq, conc;
+  for (int i = 1; i <= 20; ++i) {
+    const int64_t bytes = i * 10000;
+    seq.reads.push_back({bytes, 0.005 + bytes / 20e6});  // 5 ms + 20 MB/s
+  }
+  StorageModel m = FitStorage(seq, conc);
+  EXPECT_NEAR(m.latency, 0.005, 1e-9);
+  EXPECT_NEAR(m.bandwidth, 20e6, 1);
+  // Concurrent reads moving more bytes per second than one stream: that is
+  // the device's bandwidth.
+  conc.reads = seq.reads;
+  conc.elapsed_s = 0.05;  // 2.1 MB in 50 ms = 42 MB/s
+  conc.concurrency = 4;
+  EXPECT_NEAR(FitStorage(seq, conc).latency, 0.005, 1e-9);
+  EXPECT_NEAR(FitStorage(seq, conc).bandwidth, 42e6, 1);
+  // As fast as one shared stream allows: the bandwidth stands.
+  conc.elapsed_s = 0.106;
+  EXPECT_NEAR(FitStorage(seq, conc).bandwidth, 20e6, 1);
+}
+
+TEST(StorageProbeTest, ReadsColdAndTimesEveryRead) {
+  testing::TempDir dir;
+  for (int i = 0; i < 8; ++i) {
+    testing::WriteFile(dir.path() + "/c/" + std::to_string(i) + ".jpg",
+                       std::vector<uint8_t>(1000 * (i + 1), 1));
+  }
+  SourceOptions o;
+  o.use_index_cache = false;
+  o.throttle_latency_ms = 20;
+  auto src = OpenSource(dir.path(), o).value();
+  std::vector<int64_t> items = {0, 1, 2, 3, 4, 5, 6, 7};
+  StorageProbe seq = ProbeStorage(*src, items, 1).value();
+  ASSERT_EQ(seq.reads.size(), 8u);
+  int64_t total = 0;
+  for (const auto& r : seq.reads) {
+    total += r.bytes;
+    EXPECT_GE(r.seconds, 0.019);
+  }
+  EXPECT_EQ(total, 36000);
+  StorageProbe conc = ProbeStorage(*src, items, 4).value();
+  EXPECT_LT(conc.elapsed_s, seq.elapsed_s * 0.6);  // latency overlaps
+  StorageModel m = FitStorage(seq, conc);
+  EXPECT_NEAR(m.latency, 0.020, 0.005);
+  EXPECT_FALSE(ProbeStorage(*src, {99}, 1).ok());
+  EXPECT_FALSE(ProbeStorage(*src, items, 0).ok());
+}
+
+}  // namespace
+}  // namespace nostall

@@ -1,0 +1,90 @@
+// Storage probe: timed cold reads, and a latency + bandwidth fit.
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include "common/clock.h"
+#include "nostall/analyze.h"
+
+namespace nostall {
+
+Result<StorageProbe> ProbeStorage(const Source& source, const std::vector<int64_t>& items,
+                                  int concurrency) {
+  if (concurrency < 1) return InvalidArgument("probe concurrency must be >= 1");
+  for (int64_t i : items) {
+    if (i < 0 || i >= source.size()) return InvalidArgument("probe item out of range");
+    Status st = source.Evict(i);
+    if (!st.ok()) return st.WithItem(source.key(i), "fetch");
+  }
+  StorageProbe probe;
+  probe.concurrency = concurrency;
+  probe.reads.resize(items.size());
+  std::vector<Status> errors(items.size());
+  std::atomic<size_t> next{0};
+  const int64_t t0 = NowNs();
+  auto worker = [&] {
+    std::vector<uint8_t> buf;
+    for (size_t k; (k = next.fetch_add(1)) < items.size();) {
+      const int64_t start = NowNs();
+      errors[k] = source.Read(items[k], &buf);
+      probe.reads[k] = {static_cast<int64_t>(buf.size()), (NowNs() - start) / 1e9};
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < concurrency; ++t) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  probe.elapsed_s = (NowNs() - t0) / 1e9;
+  for (size_t k = 0; k < items.size(); ++k) {
+    if (!errors[k].ok()) return errors[k].WithItem(source.key(items[k]), "fetch");
+    // Leave storage as cold as it was found.
+    (void)source.Evict(items[k]);
+  }
+  return probe;
+}
+
+StorageModel FitStorage(const StorageProbe& seq, const StorageProbe& conc) {
+  StorageModel m;
+  const size_t n = seq.reads.size();
+  if (n >= 2) {
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (const auto& r : seq.reads) {
+      const double x = static_cast<double>(r.bytes), y = r.seconds;
+      sx += x, sy += y, sxx += x * x, sxy += x * y;
+    }
+    const double dn = static_cast<double>(n);
+    const double var = sxx - sx * sx / dn;
+    const double slope = var > 0 ? (sxy - sx * sy / dn) / var : 0.0;  // seconds per byte
+    const double intercept = (sy - slope * sx) / dn;
+    if (slope <= 0) {
+      m.latency = sy / dn;  // read time does not grow with size: all latency
+    } else if (intercept < 0) {
+      m.bandwidth = sxx > 0 && sxy > 0 ? sxx / sxy : 0.0;  // through the origin
+    } else {
+      m.latency = intercept;
+      m.bandwidth = 1 / slope;
+    }
+  }
+  // Concurrent reads: if they finished clearly sooner than one shared stream
+  // of that bandwidth allows, the device has parallelism; find the bandwidth
+  // that explains their time under the same model (see analyze.h).
+  double bytes = 0;
+  for (const auto& r : conc.reads) bytes += static_cast<double>(r.bytes);
+  const double reads = static_cast<double>(conc.reads.size());
+  const double q = std::max(1, conc.concurrency);
+  if (conc.elapsed_s > 0 && bytes > 0 && m.bandwidth > 0) {
+    const double mean = bytes / reads;
+    const double predicted = std::max(bytes / m.bandwidth, reads * (m.latency + mean / m.bandwidth) / q);
+    if (conc.elapsed_s < 0.9 * predicted) {
+      const double by_bytes = bytes / conc.elapsed_s;
+      if (reads * (m.latency + mean / by_bytes) / q <= conc.elapsed_s) {
+        m.bandwidth = by_bytes;
+      } else {
+        const double transfer = conc.elapsed_s * q / reads - m.latency;
+        m.bandwidth = transfer > 0 ? mean / transfer : 0.0;
+      }
+    }
+  }
+  return m;
+}
+
+}  // namespace nostall
