@@ -108,6 +108,10 @@ Recommendation Recommend(const Profile& p, const Efficiency& eff);
 // bandwidth, latency, jobs shared or not) and the recommendation.
 std::string AnalysisJson(const Profile& p);
 
+// One calibrated prediction as JSON; `config_json` overrides fields of the
+// measured configuration (same names as in the profile's "measured").
+Result<std::string> PredictJson(const Profile& p, const std::string& config_json);
+
 // Storage, measured directly: evicts `items` from the page cache, then reads
 // them with `concurrency` threads, timing each read. The source is opened as
 // the spec says (throttle included).

@@ -13,6 +13,7 @@
 """
 
 from ._nostall import available_cores
+from .analyze import Analysis, analyze
 from .cache import Cache
 from .errors import DataError, NostallError, ResourceError
 from .loader import Loader
@@ -32,5 +33,5 @@ __version__ = "0.1.0"
 __all__ = [
     "Loader", "Cache", "DataError", "NostallError", "ResourceError", "Transform", "RandomResizedCrop",
     "Resize", "CenterCrop", "RandomHorizontalFlip", "Normalize", "IMAGENET_MEAN", "IMAGENET_STD",
-    "available_cores",
+    "available_cores", "analyze", "Analysis",
 ]

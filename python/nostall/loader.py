@@ -7,6 +7,7 @@ import os
 from typing import Iterable, Optional
 
 from . import _nostall
+from ._progress import EpochProgress
 from .cache import Cache
 from .errors import DataError
 from .transforms import Normalize, Transform
@@ -71,6 +72,15 @@ class Loader:
         cache: a :class:`nostall.Cache` (MinIO, shared memory, shared by every
             loader on the node that names it); ``stats()["cache"]`` reports
             fill and per-epoch hit rates.
+        subset: use only this many items, the same random sample every epoch
+            (fixed by ``seed``); default: all.
+        progress: ``True`` shows a live bar on stderr (images/s and the
+            share of time the training loop waited on data) and a one-line
+            summary at each epoch end; ``"epoch"`` prints only the summaries.
+
+    Whatever ``progress`` says, ``stats()`` records the wait of every batch:
+    ``stats()["consumer"]`` has the stall fraction, per-epoch figures and the
+    p50/p99 wait of recent batches.
     """
 
     def __init__(
@@ -100,6 +110,8 @@ class Loader:
         throttle_latency_ms: Optional[float] = None,
         drop_page_cache: Optional[bool] = None,
         cache: Optional["Cache"] = None,
+        subset: Optional[int] = None,
+        progress=False,
     ):
         source = os.fspath(source)
         if on_error not in ("raise", "skip"):
@@ -144,19 +156,24 @@ class Loader:
             "cache_name": cache.name if cache is not None else "",
             "cache_bytes": cache.size if cache is not None else 0,
             "cache_policy": cache.policy if cache is not None else "minio",
+            "subset": int(subset or 0),
         }
-        self._init(spec, copy=copy, return_indices=return_indices, output=output)
+        self._init(spec, copy=copy, return_indices=return_indices, output=output,
+                   progress=progress)
 
     @classmethod
-    def from_spec(cls, spec, *, copy=False, return_indices=False, output="torch"):
+    def from_spec(cls, spec, *, copy=False, return_indices=False, output="torch", progress=False):
         """Builds a loader from a spec (a dict or its JSON text), as ``nostall bench --spec`` does."""
         self = cls.__new__(cls)
         self._init(json.loads(spec) if isinstance(spec, str) else dict(spec),
-                   copy=copy, return_indices=return_indices, output=output)
+                   copy=copy, return_indices=return_indices, output=output, progress=progress)
         return self
 
-    def _init(self, spec, *, copy, return_indices, output):
+    def _init(self, spec, *, copy, return_indices, output, progress=False):
         self._core = None
+        if progress not in (False, True, "epoch"):
+            raise ValueError(f'progress must be True, False or "epoch", not {progress!r}')
+        self._progress = EpochProgress(progress) if progress else None
         self._core = _nostall.Loader(json.dumps(spec))
         self._copy = copy
         self._return_indices = return_indices
@@ -213,8 +230,12 @@ class Loader:
         if out is None:
             self._active = False
             self._finished_epoch = self._epoch
+            if self._progress is not None:
+                self._progress.finish(self, self._epoch)
             raise StopIteration
         self._position += 1
+        if self._progress is not None:
+            self._progress.update(self, self._epoch, self._position, self._core.batches_per_epoch)
         images, labels, indices = out
         if self._torch:
             from_numpy = self._from_numpy

@@ -27,8 +27,7 @@ json ConfigToJson(const Config& c) {
           {"shared", c.shared}};
 }
 
-Config ConfigFromJson(const json& j) {
-  Config c;
+Config ConfigFromJson(const json& j, Config c = {}) {
   c.cores = j.value("cores", c.cores);
   c.prep_threads = j.value("prep_threads", c.prep_threads);
   c.reads_in_flight = j.value("reads_in_flight", c.reads_in_flight);
@@ -299,6 +298,26 @@ std::string AnalysisJson(const Profile& p) {
                            {"rate", r.rate},
                            {"reaches_step_rate", r.reaches_step_rate}};
   return out.dump();
+}
+
+Result<std::string> PredictJson(const Profile& p, const std::string& config_json) {
+  try {
+    json j = json::parse(config_json);
+    if (!j.is_object()) return InvalidArgument("a configuration is a JSON object");
+    static const char* kKnown[] = {"cores", "prep_threads", "reads_in_flight", "cache_fraction",
+                                   "bandwidth", "latency_s", "jobs", "shared"};
+    for (const auto& [key, value] : j.items()) {
+      if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
+        return InvalidArgument("unknown configuration field '" + key + "'");
+      }
+    }
+    const Config c = ConfigFromJson(j, p.measured);
+    json out = PredictionJson(Predict(p, c, Calibrate(p)));
+    out["config"] = ConfigToJson(c);
+    return out.dump();
+  } catch (const json::exception& e) {
+    return InvalidArgument(std::string("bad configuration: ") + e.what());
+  }
 }
 
 }  // namespace nostall

@@ -165,6 +165,18 @@ TEST(ModelTest, ProfileJsonRoundTripsAndRejectsNonsense) {
   EXPECT_FALSE(Profile::FromJson(p.ToJson()).ok());
 }
 
+TEST(ModelTest, PredictJsonOverridesTheMeasuredConfiguration) {
+  Profile p = Example();
+  auto j = nlohmann::json::parse(PredictJson(p, R"({"cache_fraction": 1, "cores": 8,
+                                                    "prep_threads": 8})").value());
+  EXPECT_DOUBLE_EQ(j["rate"].get<double>(), 1000);
+  EXPECT_EQ(j["bottleneck"], "compute");
+  EXPECT_EQ(j["config"]["reads_in_flight"], 4);  // kept from the measured run
+  EXPECT_TRUE(j["limits"]["bandwidth"].is_null());  // nothing read: unlimited
+  EXPECT_FALSE(PredictJson(p, R"({"corse": 8})").ok());
+  EXPECT_FALSE(PredictJson(p, "[1]").ok());
+}
+
 TEST(StorageFitTest, RecoversLatencyAndBandwidth) {
   StorageProbe seq, conc;
   for (int i = 1; i <= 20; ++i) {

@@ -9,6 +9,11 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "nostall/analyze.h"
 #include "nostall/cache.h"
 #include "nostall/loader.h"
 
@@ -113,6 +118,60 @@ class PyLoader {
     return Loader().source().key(i);
   }
   uint64_t Fingerprint() const { return Loader().source().fingerprint(); }
+  // Encoded bytes of the items an epoch draws from, and of the whole dataset.
+  int64_t ItemsBytes() const {
+    int64_t total = 0;
+    for (int64_t i : Loader().sampler().Items()) total += std::max<int64_t>(0, Loader().source().byte_size(i));
+    return total;
+  }
+  int64_t DatasetBytes() const {
+    int64_t total = 0;
+    for (int64_t i = 0; i < Loader().source().size(); ++i) total += std::max<int64_t>(0, Loader().source().byte_size(i));
+    return total;
+  }
+
+  void EvictPageCache() const {
+    Status st;
+    {
+      nb::gil_scoped_release release;
+      st = Loader().EvictPageCache();
+    }
+    if (!st.ok()) RaiseStatus(st);
+  }
+
+  // Times cold reads of `sequential` items one at a time and of `concurrent`
+  // others `concurrency` at a time, spread evenly over the loader's items;
+  // returns the fitted storage model and the raw figures as JSON.
+  std::string ProbeStorage(int64_t sequential, int64_t concurrent, int concurrency) const {
+    const std::vector<int64_t> all = Loader().sampler().Items();
+    const int64_t n = static_cast<int64_t>(all.size());
+    auto pick = [&](int64_t count, int64_t offset) {
+      std::vector<int64_t> v;
+      count = std::min(count, n);
+      for (int64_t k = 0; k < count; ++k) v.push_back(all[(k * n / count + offset) % n]);
+      return v;
+    };
+    Result<StorageProbe> seq = InvalidArgument(""), conc = InvalidArgument("");
+    {
+      nb::gil_scoped_release release;
+      seq = nostall::ProbeStorage(Loader().source(), pick(sequential, 0), 1);
+      if (seq.ok()) {
+        conc = nostall::ProbeStorage(Loader().source(), pick(concurrent, n / 2), concurrency);
+      }
+    }
+    const StorageProbe& s = ValueOrRaise(std::move(seq));
+    const StorageProbe& c = ValueOrRaise(std::move(conc));
+    StorageModel m = FitStorage(s, c);
+    auto summary = [](const StorageProbe& p) {
+      int64_t bytes = 0;
+      for (const auto& r : p.reads) bytes += r.bytes;
+      return nlohmann::json{{"reads", p.reads.size()}, {"bytes", bytes},
+                            {"elapsed_s", p.elapsed_s}, {"concurrency", p.concurrency}};
+    };
+    return nlohmann::json{{"bandwidth", m.bandwidth}, {"latency_s", m.latency},
+                          {"sequential", summary(s)}, {"concurrent", summary(c)}}
+        .dump();
+  }
 
   // Stops and joins every thread now (also done by the destructor).
   void Close() {
@@ -146,13 +205,25 @@ NB_MODULE(_nostall, m) {
       .def("spec_json", &PyLoader::SpecJson)
       .def("key", &PyLoader::Key)
       .def("close", &PyLoader::Close)
+      .def("evict_page_cache", &PyLoader::EvictPageCache)
+      .def("probe_storage", &PyLoader::ProbeStorage, "sequential"_a, "concurrent"_a,
+           "concurrency"_a)
       .def_prop_ro("batches_per_epoch", &PyLoader::BatchesPerEpoch)
       .def_prop_ro("samples_per_epoch", &PyLoader::SamplesPerEpoch)
       .def_prop_ro("num_items", &PyLoader::NumItems)
       .def_prop_ro("classes", &PyLoader::Classes)
       .def_prop_ro("sample_shape", &PyLoader::SampleShape)
-      .def_prop_ro("fingerprint", &PyLoader::Fingerprint);
+      .def_prop_ro("fingerprint", &PyLoader::Fingerprint)
+      .def_prop_ro("items_bytes", &PyLoader::ItemsBytes)
+      .def_prop_ro("dataset_bytes", &PyLoader::DatasetBytes);
   m.def("available_cores", &nostall::AvailableCores);
+  m.def("predict_json", [](const std::string& profile_json, const std::string& config_json) {
+    return nostall::ValueOrRaise(nostall::PredictJson(
+        nostall::ValueOrRaise(nostall::Profile::FromJson(profile_json)), config_json));
+  });
+  m.def("analysis_json", [](const std::string& profile_json) {
+    return nostall::AnalysisJson(nostall::ValueOrRaise(nostall::Profile::FromJson(profile_json)));
+  });
   m.def("remove_cache", [](const std::string& name) {
     nostall::Status st = nostall::MinioCache::Remove(name);
     if (!st.ok()) nostall::RaiseStatus(st);

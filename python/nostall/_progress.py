@@ -1,0 +1,105 @@
+"""Progress display on stderr: a live bar on a terminal, plain lines elsewhere."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+_WIDTH = 24
+
+
+def _bar(done, total):
+    frac = 0.0 if total <= 0 else min(1.0, done / total)
+    filled = int(frac * _WIDTH)
+    return "[" + "#" * filled + "." * (_WIDTH - filled) + f"] {frac:4.0%}"
+
+
+class _Line:
+    """One rewritable status line; redraws at most 5 times a second."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.live = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self._last = 0.0
+        self._shown = False
+
+    def due(self):
+        return self.live and time.monotonic() - self._last >= 0.2
+
+    def draw(self, text, force=False):
+        if not self.live or not (force or self.due()):
+            return
+        self._last = time.monotonic()
+        self.stream.write("\r\x1b[2K" + text)
+        self.stream.flush()
+        self._shown = True
+
+    def finish(self, text):
+        """Replaces the live line (if any) with a permanent one."""
+        if self._shown:
+            self.stream.write("\r\x1b[2K")
+            self._shown = False
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+class Phase:
+    """Numbered phases of a long job, each with an optional bar."""
+
+    def __init__(self, enabled: bool, total: int, stream=None):
+        self.enabled = enabled
+        self.total = total
+        self.k = 0
+        self.name = ""
+        self.t0 = 0.0
+        self.line = _Line(stream)
+
+    def begin(self, name):
+        self.k += 1
+        self.name = name
+        self.t0 = time.perf_counter()
+        if self.enabled:
+            self.line.draw(f"[{self.k}/{self.total}] {name}", force=True)
+
+    def update(self, done, total):
+        if self.enabled:
+            self.line.draw(f"[{self.k}/{self.total}] {self.name} {_bar(done, total)}")
+
+    def end(self, result):
+        if self.enabled:
+            took = time.perf_counter() - self.t0
+            self.line.finish(f"[{self.k}/{self.total}] {self.name}: {result} ({took:.1f} s)")
+
+
+class EpochProgress:
+    """The loader's ``progress=``: images/s and stall % live, a summary per epoch."""
+
+    def __init__(self, mode, stream=None):
+        self.bar = mode is True
+        self.line = _Line(stream)
+
+    def update(self, loader, epoch, batches, total):
+        if not self.bar or not self.line.due():
+            return
+        e = _epoch_stats(loader, epoch)
+        if e is None:
+            return
+        self.line.draw(f"epoch {epoch} {_bar(batches, total)} {batches}/{total} batches, "
+                       f"{e['images_per_s']:,.0f} images/s, stalled {e['stall_fraction']:.1%}")
+
+    def finish(self, loader, epoch):
+        e = _epoch_stats(loader, epoch)
+        if e is None:
+            return
+        wall = e["wait_s"] + e["between_s"]
+        p99 = loader.stats()["consumer"]["wait_p99_s"]
+        self.line.finish(f"epoch {epoch}: {e['samples']:,} images in {wall:.2f} s, "
+                         f"{e['images_per_s']:,.0f} images/s, waited on data {e['stall_fraction']:.1%} "
+                         f"of the time (p99 wait {p99 * 1e3:.1f} ms)")
+
+
+def _epoch_stats(loader, epoch):
+    for e in loader.stats()["consumer"]["epochs"]:
+        if e["epoch"] == epoch:
+            return e
+    return None

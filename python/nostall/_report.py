@@ -1,0 +1,295 @@
+"""Renders an analysis (``Analysis.result``) as a terminal table or a self-contained HTML page.
+
+The HTML needs no network: styles are inline and the charts are SVG drawn here.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+_COLORS = {"compute": "#2f7d32", "prep": "#e0892b", "fetch": "#c0392b"}
+_LIMIT_WORDS = {
+    "compute": "the step's own rate",
+    "cpu": "CPU cores",
+    "prep_threads": "prep threads",
+    "bandwidth": "storage bandwidth",
+    "latency": "storage latency (too few reads in flight)",
+}
+_BOTTLENECK_WORDS = {
+    "compute": "compute: the training step itself; the data pipeline keeps up",
+    "prep": "prep: decoding and augmenting on the CPU",
+    "fetch": "fetch: reading from storage",
+}
+
+
+def _bytes(n):
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n} TB"
+
+
+def _bw(b):
+    return "unlimited" if not b else f"{b / 1e6:,.1f} MB/s"
+
+
+def _recommendation_lines(r):
+    prof = r["profile"]
+    m = prof["measured"]
+    rec = r["recommendation"]
+    c = rec["config"]
+    g = prof["step_rate"] * r["efficiency"]["compute"]
+    lines = []
+    if r["bottleneck"] == "compute":
+        return [f"nothing: the step's own rate ({g:,.0f} samples/s) is the limit; "
+                "the data pipeline keeps up."]
+    if c["cache_fraction"] > m["cache_fraction"] + 1e-9:
+        alt = (f", or storage at {_bw(rec['bandwidth_instead'])}" if rec["bandwidth_instead"]
+               else "")
+        lines.append(f"cache {c['cache_fraction']:.0%} of the dataset "
+                     f"({_bytes(rec['cache_bytes'])}): cache=nostall.Cache(name, "
+                     f"size=\"{_bytes(rec['cache_bytes']).replace(' ', '')}\"){alt}")
+    if c["reads_in_flight"] > m["reads_in_flight"]:
+        lines.append(f"reads_in_flight={c['reads_in_flight']} (now {m['reads_in_flight']})")
+    if c["cores"] > m["cores"]:
+        lines.append(f"{c['cores']:.0f} cores (now {m['cores']:.0f}), "
+                     f"num_threads={c['prep_threads']}")
+    verdict = ("= the step's rate: no stall" if rec["reaches_step_rate"]
+               else f"of the step's {g:,.0f}: more than 4x the cores would be needed")
+    lines.append(f"-> predicted {rec['rate']:,.0f} samples/s {verdict}")
+    return lines
+
+
+def render_table(r) -> str:
+    prof = r["profile"]
+    m = prof["measured"]
+    run = r.get("run", {})
+    b = r["breakdown"]
+    t_cold = 1.0 / prof["cold_rate"] if prof["cold_rate"] else 0.0
+    total_ms = 1e3 * max(t_cold, 1.0 / prof["step_rate"])
+    out = []
+    out.append(f"nostall analyze: {run.get('source', '?')} "
+               f"({run.get('items', '?'):,} of {run.get('dataset_items', '?'):,} items sampled; "
+               f"batch {run.get('batch_size', '?')}; {m['cores']:.0f} cores)")
+    out.append("")
+    out.append("where the time goes (per sample, storage cold)")
+    for key, name in (("compute", "compute (your step)"), ("prep_stall", "prep stall"),
+                      ("fetch_stall", "fetch stall")):
+        out.append(f"  {name:<22} {b[key] * total_ms:8.3f} ms  {b[key]:6.1%}")
+    pred = r["predicted"]
+    out.append(f"bottleneck: {_BOTTLENECK_WORDS[r['bottleneck']]} "
+               f"(limit: {_LIMIT_WORDS[pred['limit']]})")
+    out.append("")
+    out.append(f"{'measured':<30} {'samples/s':>10} {'model':>10}")
+    out.append(f"  {'step alone (G)':<28} {prof['step_rate']:10,.0f}")
+    out.append(f"  {'real data, cached':<28} {prof['cached_rate']:10,.0f} "
+               f"{r['check']['cached']['model']:10,.0f}")
+    out.append(f"  {'real data, cold':<28} {prof['cold_rate']:10,.0f} "
+               f"{r['check']['cold']['model']:10,.0f}")
+    out.append(f"  {'predicted as configured':<28} {'':>10} {pred['rate']:10,.0f}"
+               f"   (cache {m['cache_fraction']:.0%})")
+    out.append("")
+    out.append(f"per sample: prep {prof['prep_cpu'] * 1e3:.2f} ms CPU; fetch "
+               f"{prof['fetch_cpu_miss'] * 1e3:.3f} ms CPU from storage, "
+               f"{prof['fetch_cpu_hit'] * 1e3:.3f} ms from cache; step "
+               f"{prof['step_cpu'] * 1e3:.3f} ms CPU; {_bytes(prof['item_bytes'])} encoded")
+    out.append(f"storage: {_bw(m['bandwidth'])}, {m['latency_s'] * 1e3:.2f} ms per read, "
+               f"{m['reads_in_flight']} reads in flight; dataset {_bytes(prof['dataset_bytes'])}")
+    out.append("")
+    out.append("what if (predicted samples/s per job; bottleneck initial: c/p/f)")
+    curves = r["curves"]
+
+    def row(label, points, fmt):
+        cells = [f"{fmt(p['x'])}:{p['rate']:,.0f}{p['bottleneck'][0]}" for p in points]
+        out.append(f"  {label:<10} " + "  ".join(cells))
+
+    row("cache", curves["cache_fraction"][::2], lambda x: f"{x:.0%}")
+    cores = curves["cores"]
+    row("cores", cores if len(cores) <= 12 else cores[:: max(1, len(cores) // 12)],
+        lambda x: f"{x:.0f}")
+    row("bandwidth", curves["bandwidth"], lambda x: f"{x / 1e6:,.0f}MB/s")
+    row("latency", curves["latency_s"], lambda x: f"{x * 1e3:g}ms")
+    jobs = curves["jobs"]
+    out.append("  jobs       " + "  ".join(
+        f"{p['x']}:{p['shared']:,.0f}/{p['independent']:,.0f}" for p in jobs)
+        + "   (shared pipeline / one loader each)")
+    out.append("")
+    out.append("what removes the stall:")
+    for line in _recommendation_lines(r):
+        out.append("  " + line)
+    for note in run.get("notes", []):
+        out.append(f"note: {note}")
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- HTML
+
+
+def _svg_chart(title, points, xlabel, xfmt, step_rate, *, logx=False, even=False, series=None):
+    """A line chart of rate vs x; markers coloured by bottleneck; G as a dashed line.
+
+    The y axis fits the curve; a step rate far above it is marked at the top
+    instead of flattening the curve. ``even`` spaces the x values evenly.
+    """
+    w, h, left, right, top, bottom = 460, 250, 62, 16, 30, 44
+    series = series or [("rate", None)]
+    xs = [p["x"] for p in points]
+    ys = [p[key] for p in points for key, _ in series]
+    ymax = max(ys) * 1.15 or 1.0
+    g_on_chart = step_rate <= ymax * 1.5
+    if g_on_chart:
+        ymax = max(ymax, step_rate * 1.08)
+
+    def tx(x):
+        if even:
+            v = xs.index(x) / (len(xs) - 1) if len(xs) > 1 else 0.5
+        elif logx:
+            lo, hi = math.log(min(xs)), math.log(max(xs))
+            v = (math.log(x) - lo) / (hi - lo) if hi > lo else 0.5
+        else:
+            lo, hi = min(xs), max(xs)
+            v = (x - lo) / (hi - lo) if hi > lo else 0.5
+        return left + v * (w - left - right)
+
+    def ty(y):
+        return top + (1 - y / ymax) * (h - top - bottom)
+
+    e = html.escape
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+             f'viewBox="0 0 {w} {h}" role="img" aria-label="{e(title)}">',
+             f'<text x="{w / 2}" y="18" text-anchor="middle" class="t">{e(title)}</text>',
+             f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" class="ax"/>',
+             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" class="ax"/>']
+    for k in range(5):
+        y = ymax * k / 4
+        parts.append(f'<text x="{left - 6}" y="{ty(y) + 4:.1f}" text-anchor="end" class="l">'
+                     f'{y:,.0f}</text>')
+        parts.append(f'<line x1="{left}" y1="{ty(y):.1f}" x2="{w - right}" y2="{ty(y):.1f}" '
+                     'class="grid"/>')
+    ticks = xs if len(xs) <= 9 else xs[:: math.ceil(len(xs) / 8)]
+    for x in ticks:
+        parts.append(f'<text x="{tx(x):.1f}" y="{h - bottom + 16}" text-anchor="middle" '
+                     f'class="l">{e(xfmt(x))}</text>')
+    parts.append(f'<text x="{(left + w - right) / 2}" y="{h - 6}" text-anchor="middle" '
+                 f'class="l">{e(xlabel)}</text>')
+    if g_on_chart:
+        parts.append(f'<line x1="{left}" y1="{ty(step_rate):.1f}" x2="{w - right}" '
+                     f'y2="{ty(step_rate):.1f}" class="g"/>')
+        parts.append(f'<text x="{w - right - 2}" y="{ty(step_rate) - 4:.1f}" text-anchor="end" '
+                     f'class="l">step rate G</text>')
+    else:
+        parts.append(f'<text x="{w - right - 2}" y="{top + 10}" text-anchor="end" class="l">'
+                     f'step rate G = {step_rate:,.0f}, above the chart</text>')
+    for key, bkey in series:
+        path = " ".join(f"{'M' if i == 0 else 'L'}{tx(p['x']):.1f},{ty(p[key]):.1f}"
+                        for i, p in enumerate(points))
+        dash = ' stroke-dasharray="5,3"' if key == "independent" else ""
+        parts.append(f'<path d="{path}" class="line"{dash}/>')
+        for p in points:
+            bn = p[bkey or "bottleneck"]
+            parts.append(f'<circle cx="{tx(p["x"]):.1f}" cy="{ty(p[key]):.1f}" r="3.5" '
+                         f'fill="{_COLORS[bn]}"><title>{e(xfmt(p["x"]))}: {p[key]:,.0f} '
+                         f'samples/s ({bn}-bound)</title></circle>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _breakdown_bar(b):
+    w, h = 460, 52
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+             f'viewBox="0 0 {w} {h}" role="img" aria-label="stall breakdown">']
+    x = 0.0
+    for key, name, color in (("compute", "compute", _COLORS["compute"]),
+                             ("prep_stall", "prep stall", _COLORS["prep"]),
+                             ("fetch_stall", "fetch stall", _COLORS["fetch"])):
+        width = b[key] * w
+        if width > 0:
+            parts.append(f'<rect x="{x:.1f}" y="0" width="{width:.1f}" height="30" '
+                         f'fill="{color}"><title>{name}: {b[key]:.1%}</title></rect>')
+            if width > 70:
+                parts.append(f'<text x="{x + width / 2:.1f}" y="20" text-anchor="middle" '
+                             f'class="in">{name} {b[key]:.0%}</text>')
+        x += width
+    legend = " · ".join(f"{name} {b[key]:.1%}" for key, name in (
+        ("compute", "compute"), ("prep_stall", "prep stall"), ("fetch_stall", "fetch stall")))
+    parts.append(f'<text x="0" y="46" class="l">{legend}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1000px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:22px 0 8px}
+.sub{color:#666;font-size:13px}.big{font-size:18px;margin:10px 0}
+table{border-collapse:collapse;font-size:14px}td,th{padding:3px 10px;text-align:right}
+td:first-child,th:first-child{text-align:left}tr:nth-child(even){background:#f4f4f4}
+.charts{display:flex;flex-wrap:wrap;gap:12px}.charts svg{border:1px solid #ddd;background:#fff}
+svg .t{font-size:13px;font-weight:600}svg .l{font-size:11px;fill:#444}svg .in{font-size:12px;fill:#fff}
+svg .ax{stroke:#888}svg .grid{stroke:#eee}svg .g{stroke:#2f7d32;stroke-dasharray:6,4}
+svg .line{fill:none;stroke:#345;stroke-width:2}
+.key span{display:inline-block;width:10px;height:10px;border-radius:5px;margin:0 4px 0 12px}
+ul{margin:6px 0}code{background:#f2f2f2;padding:1px 4px}
+"""
+
+
+def render_html(r) -> str:
+    e = html.escape
+    prof = r["profile"]
+    m = prof["measured"]
+    run = r.get("run", {})
+    g = prof["step_rate"] * r["efficiency"]["compute"]
+    curves = r["curves"]
+    pred = r["predicted"]
+    rows = [("step alone, in-memory batches (G)", prof["step_rate"], None),
+            ("real data, all cached", prof["cached_rate"], r["check"]["cached"]["model"]),
+            ("real data, cold storage", prof["cold_rate"], r["check"]["cold"]["model"]),
+            (f"as configured (cache {m['cache_fraction']:.0%})", None, pred["rate"])]
+    table = "".join(
+        f"<tr><td>{e(name)}</td><td>{'' if meas is None else f'{meas:,.0f}'}</td>"
+        f"<td>{'' if model is None else f'{model:,.0f}'}</td></tr>" for name, meas, model in rows)
+    charts = [
+        _svg_chart("vs cache size (MinIO)", curves["cache_fraction"], "fraction of dataset cached",
+                   lambda x: f"{x:.0%}", g),
+        _svg_chart("vs cores", curves["cores"], "cores (prep threads = cores)",
+                   lambda x: f"{x:.0f}", g),
+        _svg_chart("vs storage bandwidth", curves["bandwidth"], "MB/s",
+                   lambda x: f"{x / 1e6:,.3g}", g, logx=True),
+        _svg_chart("vs storage latency", curves["latency_s"], "ms per read",
+                   lambda x: f"{x * 1e3:g}", g, even=True),
+        _svg_chart("vs jobs on the node (per job)", curves["jobs"],
+                   "jobs (solid: one shared pipeline; dashed: a loader each)",
+                   lambda x: f"{x:.0f}", g,
+                   series=[("shared", "shared_bottleneck"),
+                           ("independent", "independent_bottleneck")]),
+    ]
+    rec = "".join(f"<li>{e(line)}</li>" for line in _recommendation_lines(r))
+    notes = "".join(f"<li>{e(n)}</li>" for n in run.get("notes", []))
+    key = "".join(f'<span style="background:{c}"></span>{e(n)}-bound' for n, c in _COLORS.items())
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>nostall analyze: {e(str(run.get('source', '')))}</title>
+<style>{_CSS}</style></head><body>
+<h1>Where the time goes</h1>
+<div class="sub">{e(str(run.get('source', '')))} &middot; {run.get('items', 0):,} of {run.get('dataset_items', 0):,} items sampled &middot;
+batch {run.get('batch_size', '?')} &middot; {m['cores']:.0f} cores &middot; storage {e(_bw(m['bandwidth']))}, {m['latency_s'] * 1e3:.2f} ms/read</div>
+<div class="big">Bottleneck: <b style="color:{_COLORS[r['bottleneck']]}">{e(_BOTTLENECK_WORDS[r['bottleneck']])}</b>
+(limit: {e(_LIMIT_WORDS[pred['limit']])})</div>
+<h2>Time per sample, storage cold</h2>
+{_breakdown_bar(r['breakdown'])}
+<h2>Measured and modelled (samples/s)</h2>
+<table><tr><th>run</th><th>measured</th><th>model</th></tr>{table}</table>
+<h2>What removes the stall</h2><ul>{rec}</ul>
+<h2>What if</h2><div class="sub key">markers:{key}; dashed green line: the step's rate G</div>
+<div class="charts">{''.join(charts)}</div>
+<h2>Per-sample costs</h2>
+<table>
+<tr><td>decode + augment</td><td>{prof['prep_cpu'] * 1e3:.3f} ms CPU</td></tr>
+<tr><td>fetch from storage / from cache</td><td>{prof['fetch_cpu_miss'] * 1e3:.3f} / {prof['fetch_cpu_hit'] * 1e3:.3f} ms CPU</td></tr>
+<tr><td>training step</td><td>{1e3 / prof['step_rate']:.3f} ms wall, {prof['step_cpu'] * 1e3:.3f} ms CPU</td></tr>
+<tr><td>encoded item</td><td>{e(_bytes(prof['item_bytes']))}</td></tr>
+<tr><td>dataset</td><td>{e(_bytes(prof['dataset_bytes']))}, {prof['dataset_items']:,} items</td></tr>
+</table>
+{f'<h2>Notes</h2><ul>{notes}</ul>' if notes else ''}
+</body></html>
+"""
