@@ -148,7 +148,15 @@ Efficiency Calibrate(const Profile& p) {
 Recommendation Recommend(const Profile& p, const Efficiency& eff) {
   Recommendation r;
   Config c = p.measured;
-  const double target = p.step_rate * eff.compute;
+  // Aim at the step's rate, or, when even 4x the cores with everything cached
+  // cannot feed it, at the most those cores can do.
+  const double max_cores = 4 * std::max(1.0, p.measured.cores);
+  Config best = c;
+  best.cores = max_cores;
+  best.prep_threads = static_cast<int>(max_cores);
+  best.cache_fraction = 1;
+  const double step_rate = p.step_rate * eff.compute;
+  const double target = std::min(step_rate, max_cores * eff.cpu / CpuPerSample(p, best));
   const double pipelines = c.shared ? 1 : std::max(1, c.jobs);
   // Storage: a cache that cuts the bytes read to what the bandwidth carries,
   // then the reads in flight that hide the latency of what still misses.
@@ -169,7 +177,6 @@ Recommendation Recommend(const Profile& p, const Efficiency& eff) {
     c.reads_in_flight = std::max(p.measured.reads_in_flight, std::min(need, kMaxReadsInFlight));
   }
   // CPU: the cores that carry the pipeline(s) and the step(s) at the target.
-  const double max_cores = 4 * std::max(1.0, p.measured.cores);
   const double cores = std::ceil(target * CpuPerSample(p, c) / eff.cpu - 1e-9);
   const double thread_cores = std::ceil(target * p.prep_cpu / eff.cpu - 1e-9);
   c.cores = std::max(p.measured.cores, std::min(max_cores, std::max(cores, thread_cores)));
@@ -177,7 +184,7 @@ Recommendation Recommend(const Profile& p, const Efficiency& eff) {
   r.config = c;
   r.cache_bytes = c.cache_fraction * p.dataset_bytes;
   r.rate = Predict(p, c, eff).rate;
-  r.reaches_step_rate = r.rate >= target * 0.999;
+  r.reaches_step_rate = r.rate >= step_rate * 0.999;
   return r;
 }
 

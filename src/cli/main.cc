@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +27,10 @@ Data loading for deep-learning training, without data stalls.
 commands:
   bench PATH      measure images/s of a pipeline over a dataset, with a
                   per-stage breakdown (fetch, decode+augment, batch, consumer)
+  analyze --spec SPEC --step MODULE:FUNCTION
+                  where your training job's time goes (compute, prep stall,
+                  fetch stall), what-if predictions (cache, cores, storage,
+                  jobs) and what removes the stall; table, JSON and HTML
   inspect PATH    show what nostall sees in a dataset: kind, items, classes
   cache ls        list the MinIO caches on this node
   cache inspect NAME   size, fill, items, hit statistics, owning dataset
@@ -297,6 +302,41 @@ int CacheCommand(const Args& args) {
 
 }  // namespace
 
+// `analyze` runs the user's Python training step, so it is the Python
+// package's command: hand over to the interpreter installed beside this
+// binary (a virtual environment's bin/), else $NOSTALL_PYTHON, else python3.
+int Analyze(char** argv) {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("NOSTALL_PYTHON")) candidates.push_back(env);
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<size_t>(n));
+    dir = dir.substr(0, dir.rfind('/'));
+    candidates.push_back(dir + "/python3");
+    candidates.push_back(dir + "/python");
+  }
+  std::vector<char*> args;
+  std::string module_flag = "-m", module = "nostall";
+  args.push_back(nullptr);  // the interpreter, below
+  args.push_back(module_flag.data());
+  args.push_back(module.data());
+  for (char** a = argv + 1; *a != nullptr; ++a) args.push_back(*a);
+  args.push_back(nullptr);
+  for (std::string& py : candidates) {
+    if (::access(py.c_str(), X_OK) != 0) continue;
+    args[0] = py.data();
+    ::execv(py.c_str(), args.data());
+  }
+  std::string python3 = "python3";
+  args[0] = python3.data();
+  ::execvp("python3", args.data());
+  std::fprintf(stderr, "nostall analyze: cannot run python3 (%s); it runs your training step, "
+               "so it needs the Python that has nostall installed: set NOSTALL_PYTHON, or "
+               "run `python -m nostall analyze ...`\n", std::strerror(errno));
+  return 1;
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fputs(kUsage, stderr);
@@ -314,6 +354,7 @@ int main(int argc, char** argv) {
   Args args;
   if (!Parse(argc, argv, 2, &args)) return 2;
   if (cmd == "bench") return Bench(args);
+  if (cmd == "analyze") return Analyze(argv);
   if (cmd == "inspect") return Inspect(args);
   if (cmd == "cache") return CacheCommand(args);
   std::fprintf(stderr, "nostall: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);

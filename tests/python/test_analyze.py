@@ -1,0 +1,182 @@
+"""nostall.analyze end to end: real loaders, real files, a real (sleeping) training step.
+
+Three pure situations, each built so one resource is clearly the limit:
+compute (a slow step), prep (big JPEGs, one decode thread, an instant step)
+and fetch (storage with 10 ms per read, one read in flight).
+"""
+
+import json
+import re
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+import nostall
+from conftest import write_jpeg_folder
+from nostall.analyze import load_step
+from nostall.datasets import fashion_mnist_to_folder
+
+
+@pytest.fixture(scope="module")
+def small_pngs(tmp_path_factory):
+    return fashion_mnist_to_folder(tmp_path_factory.mktemp("fm-analyze"), "train", limit=512)
+
+
+@pytest.fixture(scope="module")
+def big_jpegs(tmp_path_factory):
+    return write_jpeg_folder(tmp_path_factory.mktemp("big-jpegs"), classes=2, per_class=40,
+                             min_side=500, max_side=800)
+
+
+def sleeper(seconds):
+    def step(images, labels):
+        time.sleep(seconds)
+    return step
+
+
+def instant(images, labels):
+    pass
+
+
+def run(spec, step, **kw):
+    return nostall.analyze(spec, step, step_seconds=0.5, progress=False, **kw)
+
+
+def test_compute_bound_when_the_step_is_slow(small_pngs):
+    a = run({"source": str(small_pngs), "batch_size": 32, "mode": "L"}, sleeper(0.04), items=384)
+    assert a.bottleneck == "compute", a.table()
+    g = a.profile["step_rate"]
+    assert 600 < g < 820  # 32 samples per 40 ms step = 800/s
+    # The data pipeline keeps up: both real-data runs within 15% of G.
+    assert a.profile["cached_rate"] > 0.85 * g
+    assert a.profile["cold_rate"] > 0.85 * g
+    assert a.breakdown["compute"] > 0.8
+    assert "nothing" in a.table()  # nothing to fix
+
+
+def test_prep_bound_with_one_decode_thread(big_jpegs):
+    spec = {"source": str(big_jpegs), "batch_size": 8, "num_threads": 1,
+            "transforms": [t.to_dict() for t in (nostall.Resize(256), nostall.CenterCrop(224),
+                                                 nostall.Normalize(nostall.IMAGENET_MEAN,
+                                                                   nostall.IMAGENET_STD))]}
+    a = run(spec, instant)
+    assert a.bottleneck == "prep", a.table()
+    assert a.result["predicted"]["limit"] in ("cpu", "prep_threads")
+    assert a.breakdown["prep_stall"] > 0.5
+    # Prep is CPU work: more threads and cores help, a cache does not.
+    now = a.result["predicted"]["rate"]
+    # A second thread on the second core nearly doubles it (fetch takes a little CPU too).
+    assert 1.6 * now < a.predict(cores=2, prep_threads=2)["rate"] <= 2 * now * 1.001
+    assert a.predict(cache_fraction=1.0)["rate"] == pytest.approx(now, rel=0.05)
+    assert a.recommendation["config"]["cores"] > a.profile["measured"]["cores"] or \
+        a.recommendation["config"]["prep_threads"] > 1
+
+
+def test_fetch_bound_on_slow_storage(small_pngs):
+    spec = {"source": str(small_pngs), "batch_size": 16, "mode": "L", "reads_in_flight": 1,
+            "throttle_latency_ms": 10}
+    a = run(spec, sleeper(0.002), items=256)  # G = 16 per 2 ms = 8,000/s
+    assert a.bottleneck == "fetch", a.table()
+    assert a.result["predicted"]["limit"] == "latency"
+    m = a.profile["measured"]
+    assert m["latency_s"] == pytest.approx(0.010, abs=0.003)  # found by the probe
+    assert a.profile["cold_rate"] < 110  # one 10 ms read at a time
+    assert a.profile["cached_rate"] > 3 * a.profile["cold_rate"]
+    assert a.breakdown["fetch_stall"] > 0.6
+    # More reads in flight hide the latency; so does a cache.
+    assert a.predict(reads_in_flight=4)["rate"] == pytest.approx(
+        4 * a.result["predicted"]["rate"], rel=0.05)
+    assert a.predict(cache_fraction=0.5)["rate"] == pytest.approx(
+        2 * a.result["predicted"]["rate"], rel=0.05)
+    # Storage measured as unlimited bandwidth: hide the latency with ~8000 x 10 ms reads in flight.
+    assert a.recommendation["config"]["reads_in_flight"] > 40
+
+
+def test_reports_json_and_self_contained_html(small_pngs, tmp_path):
+    a = run({"source": str(small_pngs), "batch_size": 32, "mode": "L"}, sleeper(0.02), items=256)
+    a.save_json(tmp_path / "a.json")
+    a.save_html(tmp_path / "a.html")
+    data = json.loads((tmp_path / "a.json").read_text())
+    assert data["bottleneck"] == a.bottleneck
+    assert set(data["curves"]) == {"cache_fraction", "cores", "bandwidth", "latency_s", "jobs"}
+    page = (tmp_path / "a.html").read_text()
+    # Nothing fetched from anywhere: no scripts, links, images or url() styles.
+    assert not re.search(r"<script|<link|<img|src=|href=|url\(", page)
+    svgs = re.findall(r"<svg.*?</svg>", page, flags=re.S)
+    assert len(svgs) == 6  # the breakdown bar and five what-if charts
+    for svg in svgs:
+        ET.fromstring(svg)  # well-formed
+    assert "What removes the stall" in page
+
+
+def test_bad_step_and_spec_are_clear_errors(small_pngs, tmp_path):
+    with pytest.raises(ValueError, match="MODULE:FUNCTION"):
+        load_step("no_colon")
+    with pytest.raises(FileNotFoundError):
+        load_step(str(tmp_path / "missing.py") + ":step")
+    with pytest.raises(FileNotFoundError, match="nope"):
+        run({"source": str(tmp_path / "nope"), "batch_size": 4}, instant)
+    with pytest.raises(ValueError, match="JSON"):
+        run("{not json", instant)
+
+
+NOSTALL = Path(sys.executable).parent / "nostall"
+
+
+def test_cli_runs_the_users_step_and_writes_reports(small_pngs, tmp_path):
+    (tmp_path / "train.py").write_text(
+        "import time\n\ndef step(images, labels):\n    assert images.shape[1:] == (1, 28, 28)\n"
+        "    time.sleep(0.03)\n")
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"source": str(small_pngs), "batch_size": 32, "mode": "L"}))
+    out = subprocess.run([str(NOSTALL), "analyze", "--spec", str(spec), "--step", "train:step",
+                          "--items", "256", "--step-seconds", "0.5", "--out",
+                          str(tmp_path / "report")],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "bottleneck: compute" in out.stdout
+    assert "[4/4] real data, cached" in out.stderr  # progress, phase by phase
+    assert (tmp_path / "report.html").exists()
+    assert json.loads((tmp_path / "report.json").read_text())["bottleneck"] == "compute"
+    bad = subprocess.run([str(NOSTALL), "analyze", "--spec", str(spec), "--step", "train:nope"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "no function 'nope'" in bad.stderr
+    helped = subprocess.run([str(NOSTALL), "analyze", "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and "fetch" in helped.stdout and "--items" in helped.stdout
+
+
+def test_progress_prints_a_summary_per_epoch(small_pngs, capfd):
+    loader = nostall.Loader(small_pngs, batch_size=64, mode="L", progress="epoch")
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        for _ in loader:
+            time.sleep(0.001)
+    err = capfd.readouterr().err
+    lines = [l for l in err.splitlines() if l.startswith("epoch ")]
+    assert len(lines) == 2, err
+    assert re.match(r"epoch 0: 512 images in [\d.]+ s, [\d,]+ images/s, waited on data [\d.]+% "
+                    r"of the time \(p99 wait [\d.]+ ms\)", lines[0]), lines[0]
+    epochs = loader.stats()["consumer"]["epochs"]
+    assert [e["samples"] for e in epochs] == [512, 512]
+    assert all(0 <= e["stall_fraction"] <= 1 for e in epochs)
+    with pytest.raises(ValueError, match="progress"):
+        nostall.Loader(small_pngs, batch_size=4, progress="yes")
+
+
+def test_every_batch_wait_is_recorded(small_pngs):
+    # A slow pipeline (10 ms per read, one at a time) and an instant consumer:
+    # nearly all of the consumer's time is waiting, batch by batch.
+    loader = nostall.Loader(small_pngs, batch_size=8, mode="L", reads_in_flight=1,
+                            throttle_latency_ms=10, subset=80)
+    for _ in loader:
+        pass
+    c = loader.stats()["consumer"]
+    assert c["stall_fraction"] > 0.9
+    assert c["epochs"][0]["batches"] == 10
+    # Each batch waits ~8 reads x 10 ms, over several 50 ms polls: counted as one wait.
+    assert 0.06 < c["wait_p50_s"] < 0.2
+    assert 0.06 < c["max_wait_s"] < 0.5
