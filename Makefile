@@ -13,7 +13,7 @@ APT_PACKAGES := g++ make python3-venv libjpeg62-turbo-dev libpng-dev libopencv-i
 PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmake ninja
 BUILD := build/py
 
-.PHONY: all deps venv install demo test test-cpp test-python test-asan bench bench-cache clean
+.PHONY: all deps venv install demo test test-cpp test-python test-asan bench bench-cache bench-analyze clean
 
 all: install
 
@@ -67,6 +67,9 @@ bench: install
 
 bench-cache: install
 	$(PY) bench/bench_cache.py
+
+bench-analyze: install
+	$(PY) bench/bench_analyze.py
 
 clean:
 	rm -rf build .make
