@@ -28,6 +28,8 @@ def main():
     parser.add_argument("--images", type=int, default=20000, help="training images (max 60000)")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--data", default="data/fashion-mnist-train", help="where to write the images")
+    parser.add_argument("--no-analyze", action="store_true",
+                        help="skip the stall analysis (nostall.analyze) at the end")
     args = parser.parse_args()
 
     t0 = time.time()
@@ -83,6 +85,19 @@ def main():
     print()
     print("where the time went (nostall stall report):")
     print(loader.stats_table())
+
+    if not args.no_analyze:
+        # The same training step, measured three ways on a sample of the data:
+        # in-memory batches, cold storage, cached. See docs/analyze.md.
+        def train_step(images, labels):
+            opt.zero_grad()
+            loss_fn(model(images), labels).backward()
+            opt.step()
+
+        print("stall analysis (nostall.analyze, writes demo-analysis.html):")
+        analysis = nostall.analyze(loader, train_step, items=4096)
+        print(analysis.table())
+        analysis.save_html("demo-analysis.html")
     return 0
 
 

@@ -105,9 +105,17 @@ def _timed_epoch(loader, step, epoch, warm, phase):
             samples += images.shape[0]
         phase.update(k + 1, n_batches)
         del images, labels
+    _sync()
     elapsed = time.perf_counter() - t0 if t0 is not None else 0.0
     after = loader.stats()
     return (samples / elapsed if elapsed > 0 else 0.0), before, after
+
+
+def _sync():
+    """Waits for queued GPU work, so a timed window counts what the step enqueued."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def _mb(bandwidth):
@@ -129,6 +137,8 @@ def _step_alone(step, shape, dtype, batch, seconds, phases, torch):
         elapsed = time.perf_counter() - t0
         phases.update(min(elapsed, seconds), seconds)
         if (elapsed >= seconds and steps >= 5) or steps >= 5000:
+            _sync()
+            elapsed = time.perf_counter() - t0
             break
     rate = steps * batch / elapsed
     phases.end(f"G = {rate:,.0f} samples/s")

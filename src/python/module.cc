@@ -118,18 +118,6 @@ class PyLoader {
     return Loader().source().key(i);
   }
   uint64_t Fingerprint() const { return Loader().source().fingerprint(); }
-  // Encoded bytes of the items an epoch draws from, and of the whole dataset.
-  int64_t ItemsBytes() const {
-    int64_t total = 0;
-    for (int64_t i : Loader().sampler().Items()) total += std::max<int64_t>(0, Loader().source().byte_size(i));
-    return total;
-  }
-  int64_t DatasetBytes() const {
-    int64_t total = 0;
-    for (int64_t i = 0; i < Loader().source().size(); ++i) total += std::max<int64_t>(0, Loader().source().byte_size(i));
-    return total;
-  }
-
   void EvictPageCache() const {
     Status st;
     {
@@ -213,9 +201,7 @@ NB_MODULE(_nostall, m) {
       .def_prop_ro("num_items", &PyLoader::NumItems)
       .def_prop_ro("classes", &PyLoader::Classes)
       .def_prop_ro("sample_shape", &PyLoader::SampleShape)
-      .def_prop_ro("fingerprint", &PyLoader::Fingerprint)
-      .def_prop_ro("items_bytes", &PyLoader::ItemsBytes)
-      .def_prop_ro("dataset_bytes", &PyLoader::DatasetBytes);
+      .def_prop_ro("fingerprint", &PyLoader::Fingerprint);
   m.def("available_cores", &nostall::AvailableCores);
   m.def("predict_json", [](const std::string& profile_json, const std::string& config_json) {
     return nostall::ValueOrRaise(nostall::PredictJson(
