@@ -236,16 +236,22 @@ size_t ResidentPages(const std::string& path) {
   return resident;
 }
 
-TEST(DropPageCacheTest, ReadItemsLeaveNoPagesBehind) {
-  // tmpfs pages cannot be dropped (they are the only copy): use the working
-  // directory (the build tree, on a disk) when the temp dir is tmpfs.
+// A fresh folder holding one 1 MiB file, a/1.jpg, on a disk: tmpfs pages
+// cannot be dropped (they are the only copy), so when the temp dir is tmpfs
+// the working directory (the build tree) is used.
+std::string DiskFolderWithOneFile(const char* name) {
   struct statfs fs;
   std::string base = std::filesystem::temp_directory_path().string();
   if (::statfs(base.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC) base = ".";
-  std::string root = base + "/nostall-fadvise-test-" + std::to_string(::getpid());
+  std::string root = base + "/" + name + "-" + std::to_string(::getpid());
   std::filesystem::remove_all(root);
   testing::WriteFile(root + "/a/1.jpg", std::vector<uint8_t>(1 << 20, 7));
   ::sync();
+  return root;
+}
+
+TEST(DropPageCacheTest, ReadItemsLeaveNoPagesBehind) {
+  std::string root = DiskFolderWithOneFile("nostall-fadvise-test");
   for (bool drop : {false, true}) {
     SourceOptions o = NoCache();
     o.drop_page_cache = drop;
@@ -263,13 +269,7 @@ TEST(DropPageCacheTest, ReadItemsLeaveNoPagesBehind) {
 }
 
 TEST(DropPageCacheTest, EvictDropsAnItemThatWasRead) {
-  struct statfs fs;
-  std::string base = std::filesystem::temp_directory_path().string();
-  if (::statfs(base.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC) base = ".";
-  std::string root = base + "/nostall-evict-test-" + std::to_string(::getpid());
-  std::filesystem::remove_all(root);
-  testing::WriteFile(root + "/a/1.jpg", std::vector<uint8_t>(1 << 20, 7));
-  ::sync();
+  std::string root = DiskFolderWithOneFile("nostall-evict-test");
   auto src = OpenSource(root, NoCache()).value();
   std::vector<uint8_t> buf;
   ASSERT_TRUE(src->Read(0, &buf).ok());
