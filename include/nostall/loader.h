@@ -40,6 +40,7 @@ struct LoaderSpec {
   int64_t world_size = 1;
   bool drop_last = false;
   int64_t subset = 0;  // > 0: use this many items, a fixed random sample (see SamplerOptions)
+  int64_t shuffle_block = 0;  // > 0: shuffle within fixed blocks (see SamplerOptions)
   PrepSpec prep;
   int num_threads = 0;      // prep threads; 0 = the cores this process may use
   int reads_in_flight = 0;  // fetch threads; 0 = 4

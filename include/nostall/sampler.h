@@ -28,6 +28,13 @@ struct SamplerOptions {
   // `subset` items (fixed by seed alone), e.g. to profile a huge dataset in
   // minutes. 0 = all items.
   int64_t subset = 0;
+  // With shuffle: 0 shuffles all items each epoch. B > 0 shuffles in blocks:
+  // the items are dealt once (by seed) into fixed blocks of B, the blocks
+  // keep their order, and each epoch shuffles the items within each block.
+  // So any rotation of an epoch by whole blocks (from block i of epoch e to
+  // block i of epoch e + 1) still holds every item exactly once: a consumer
+  // of a shared loader may start at any block boundary.
+  int64_t shuffle_block = 0;
 };
 
 class Sampler {

@@ -22,6 +22,7 @@
 #include "common/clock.h"
 #include "nostall/cache.h"
 #include "nostall/loader.h"
+#include "stats/consumer_recorder.h"
 #include "ops/prep.h"
 #include "ring/batch_ring.h"
 
@@ -172,7 +173,7 @@ class PipelineLoader final : public Loader {
       epoch_ = epoch;
       consume_batch_ = 0;
       num_batches_ = nb;
-      last_return_ns_ = 0;
+      consumer_.EpochStarted();
       lock.unlock();
       state_->slot_freed.notify_all();
       return Status::OK();
@@ -200,8 +201,7 @@ class PipelineLoader final : public Loader {
     consume_batch_ = first_batch;
     num_batches_ = nb;
     started_ = true;
-    last_return_ns_ = 0;
-    waiting_for_batch_ns_ = 0;
+    consumer_.EpochStarted();
     lock.unlock();
     work_cv_.notify_all();
     state_->slot_freed.notify_all();
@@ -212,11 +212,7 @@ class PipelineLoader final : public Loader {
     const int64_t t0 = NowNs();
     std::unique_lock<std::mutex> lock(state_->mu);
     if (!started_) return FailedPrecondition("StartEpoch was not called");
-    if (last_return_ns_ != 0) {
-      between_ns_.fetch_add(t0 - last_return_ns_);
-      RecordConsumer(0, t0 - last_return_ns_, 0, 0);
-      last_return_ns_ = 0;
-    }
+    consumer_.CallStarted(epoch_, t0);
     if (consume_batch_ >= num_batches_) {
       *status = NextStatus::kEndOfEpoch;
       return Status::OK();
@@ -233,14 +229,9 @@ class PipelineLoader final : public Loader {
     bool ok = timeout_ms < 0 ? (ready_cv_.wait(lock, ready), true)
                              : ready_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
     const int64_t waited = NowNs() - t0;
-    wait_ns_.fetch_add(waited);
-    RecordConsumer(waited, 0, 0, 0);
-    // One batch's wait may span several calls (timeouts to check signals).
-    waiting_for_batch_ns_ += waited;
+    consumer_.Waited(epoch_, waited);
     if (!ok) {
-      // The caller comes straight back; the time it spends checking for
-      // signals in between is waiting, not its own work.
-      last_return_ns_ = 0;
+      consumer_.TimedOut();
       *status = NextStatus::kTimeout;
       return Status::OK();
     }
@@ -253,29 +244,14 @@ class PipelineLoader final : public Loader {
     }
     const uint64_t s = static_cast<uint64_t>(found);
     SlotHeader& h = state_->ring->slot(s);
-    const int64_t batch_wait = waiting_for_batch_ns_;
-    waiting_for_batch_ns_ = 0;
-    int64_t prev_max = max_wait_ns_.load();
-    while (batch_wait > prev_max && !max_wait_ns_.compare_exchange_weak(prev_max, batch_wait)) {
-    }
-    {
-      std::lock_guard<std::mutex> c(consumer_mu_);
-      if (recent_waits_.size() < LoaderStats::kRecentWaits) {
-        recent_waits_.push_back(batch_wait);
-      } else {
-        recent_waits_[recent_next_] = batch_wait;
-      }
-      recent_next_ = (recent_next_ + 1) % LoaderStats::kRecentWaits;
-    }
-    iterations_.fetch_add(1);
     const int64_t index = consume_batch_++;
     SlotWork& w = work_[s];
-    last_return_ns_ = NowNs();
     // Counted as the caller meets them, not as made (the pipeline may be
     // working ahead, even into the next epoch).
     errors_.fetch_add(w.bad_items);
     skipped_.fetch_add(w.skipped);
     if (!w.error.ok()) {
+      consumer_.Delivered(epoch_, 0, NowNs());  // the caller met the batch, as an error
       Status err = w.error;
       w.error = Status::OK();
       h.state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
@@ -287,7 +263,7 @@ class PipelineLoader final : public Loader {
     h.leases = 1;
     samples_.fetch_add(h.count);
     delivered_.fetch_add(1);
-    RecordConsumer(0, 0, 1, h.count);
+    consumer_.Delivered(epoch_, h.count, NowNs());
     *out = std::make_shared<LeasedBatch>(state_, s, epoch_, index, h.count);
     *status = NextStatus::kBatch;
     return Status::OK();
@@ -302,10 +278,7 @@ class PipelineLoader final : public Loader {
     st.samples = samples_.load();
     st.errors = errors_.load();
     st.skipped = skipped_.load() + source_->skipped_at_index();
-    st.iterations = iterations_.load();
-    st.wait_ns = wait_ns_.load();
-    st.max_wait_ns = max_wait_ns_.load();
-    st.between_ns = between_ns_.load();
+    consumer_.Fill(&st);
     st.elapsed_ns = NowNs() - created_ns_;
     st.ring_bytes = state_->ring->bytes();
     st.ring_slots = static_cast<int64_t>(state_->ring->slot_count());
@@ -320,11 +293,6 @@ class PipelineLoader final : public Loader {
       std::lock_guard<std::mutex> lock(cache_mu_);
       for (const auto& [epoch, counts] : cache_epochs_) st.cache_epochs.push_back(counts);
     }
-    std::lock_guard<std::mutex> c(consumer_mu_);
-    st.consumer_epochs = consumer_epochs_;
-    const size_t n = recent_waits_.size();
-    const size_t first = n < LoaderStats::kRecentWaits ? 0 : recent_next_;
-    for (size_t k = 0; k < n; ++k) st.recent_wait_ns.push_back(recent_waits_[(first + k) % n]);
     return st;
   }
 
@@ -611,30 +579,10 @@ class PipelineLoader final : public Loader {
   int fetching_ = 0;
   int active_preps_ = 0;
   std::vector<std::vector<uint8_t>> free_buffers_;
-  int64_t last_return_ns_ = 0;
 
   StageCounters fetch_, prep_, batch_;
-  std::atomic<int64_t> samples_{0}, delivered_{0}, errors_{0}, skipped_{0}, iterations_{0};
-  std::atomic<int64_t> wait_ns_{0}, max_wait_ns_{0}, between_ns_{0};
-  int64_t waiting_for_batch_ns_ = 0;  // guarded by state_->mu (Next)
-  // The consumer's history: per epoch, and the most recent waits (a ring).
-  mutable std::mutex consumer_mu_;
-  std::vector<LoaderStats::ConsumerEpoch> consumer_epochs_;
-  std::vector<int64_t> recent_waits_;
-  size_t recent_next_ = 0;
-
-  void RecordConsumer(int64_t wait, int64_t between, int64_t batches, int64_t samples) {
-    std::lock_guard<std::mutex> c(consumer_mu_);
-    if (consumer_epochs_.empty() || consumer_epochs_.back().epoch != epoch_) {
-      consumer_epochs_.push_back({});
-      consumer_epochs_.back().epoch = epoch_;
-    }
-    auto& e = consumer_epochs_.back();
-    e.wait_ns += wait;
-    e.between_ns += between;
-    e.batches += batches;
-    e.samples += samples;
-  }
+  std::atomic<int64_t> samples_{0}, delivered_{0}, errors_{0}, skipped_{0};
+  ConsumerRecorder consumer_;
 };
 
 }  // namespace
@@ -661,6 +609,7 @@ Result<std::unique_ptr<Loader>> Loader::Create(const LoaderSpec& in) {
   so.world_size = spec.world_size;
   so.drop_last = spec.drop_last;
   so.subset = spec.subset;
+  so.shuffle_block = spec.shuffle_block;
   NOSTALL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(so));
 
   int out_h = 0, out_w = 0;

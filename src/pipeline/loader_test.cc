@@ -105,10 +105,13 @@ TEST_F(LoaderTest, StartingMidEpochGivesTheRestOfThatEpoch) {
 TEST_F(LoaderTest, NextEpochIsPreparedBeforeItIsAskedFor) {
   auto loader = Loader::Create(Spec(dir_->path(), 2)).value();
   RunEpoch(loader.get(), 0);
-  // Give the pipeline time to run on into epoch 1.
-  for (int i = 0; i < 200 && loader->Stats().prep.items < 30 + 8; ++i) {
+  // Give the pipeline time to run on into epoch 1: until epoch 1's first
+  // batch is complete (4 batches of 8 make epoch 0's 30 items), plus a moment
+  // for the thread that completed it to mark it ready (slow under ASan).
+  for (int i = 0; i < 500 && loader->Stats().batch.items < 4 + 1; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_TRUE(loader->StartEpoch(1).ok());
   NextStatus ns;
   std::shared_ptr<Batch> first;

@@ -115,7 +115,7 @@ Status Enum(const json& j, const char* key, std::initializer_list<std::pair<cons
 
 Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
   static const std::initializer_list<const char*> kKnown = {
-      "source", "batch_size", "shuffle", "seed", "rank", "world_size", "drop_last", "subset", "transforms",
+      "source", "batch_size", "shuffle", "seed", "rank", "world_size", "drop_last", "subset", "shuffle_block", "transforms",
       "dtype", "layout", "mode", "max_pixels", "num_threads", "reads_in_flight", "prefetch",
       "on_error", "index_cache_dir", "use_index_cache", "dct_scaling",
       "throttle_bandwidth", "throttle_latency_ms", "drop_page_cache", "cache_name",
@@ -137,6 +137,7 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     s.world_size = j.value("world_size", s.world_size);
     s.drop_last = j.value("drop_last", s.drop_last);
     s.subset = j.value("subset", s.subset);
+    s.shuffle_block = j.value("shuffle_block", s.shuffle_block);
     s.num_threads = j.value("num_threads", s.num_threads);
     s.reads_in_flight = j.value("reads_in_flight", s.reads_in_flight);
     s.prefetch = j.value("prefetch", s.prefetch);
@@ -187,6 +188,7 @@ std::string LoaderSpec::ToJson() const {
             {"world_size", world_size},
             {"drop_last", drop_last},
             {"subset", subset},
+            {"shuffle_block", shuffle_block},
             {"transforms", t},
             {"dtype", prep.dtype == DType::kUint8 ? "uint8" : "float32"},
             {"layout", prep.layout == Layout::kNCHW ? "NCHW" : "NHWC"},

@@ -83,7 +83,30 @@ TEST(SamplerTest, SubsetIsTheSameSampleEveryEpochAndFixedBySeed) {
   EXPECT_EQ(Sampler::Create(o).value().Items().size(), 1000u);
 }
 
+TEST(SamplerTest, BlockShuffleRotationsHoldEveryItemOnce) {
+  SamplerOptions o{103, 8, true, 3, 0, 1, false, 0, /*shuffle_block=*/16};
+  Sampler s = Sampler::Create(o).value();
+  std::vector<int64_t> e0 = s.EpochOrder(0), e1 = s.EpochOrder(1);
+  EXPECT_NE(e0, e1);
+  for (int64_t start = 0; start <= 103; start += 16) {
+    // From block boundary `start` of epoch 0 to the same boundary of epoch 1.
+    std::vector<int64_t> rotated(e0.begin() + std::min<int64_t>(start, 103), e0.end());
+    rotated.insert(rotated.end(), e1.begin(), e1.begin() + std::min<int64_t>(start, 103));
+    std::sort(rotated.begin(), rotated.end());
+    ASSERT_EQ(rotated.size(), 103u);
+    for (int64_t i = 0; i < 103; ++i) ASSERT_EQ(rotated[i], i) << "start " << start;
+  }
+  // Within a block the order changes from epoch to epoch; the items do not.
+  std::vector<int64_t> b0(e0.begin(), e0.begin() + 16), b1(e1.begin(), e1.begin() + 16);
+  EXPECT_NE(b0, b1);
+  std::sort(b0.begin(), b0.end());
+  std::sort(b1.begin(), b1.end());
+  EXPECT_EQ(b0, b1);
+  EXPECT_GT(b0.back() - b0.front(), 50);  // blocks are dealt at random, not ranges
+}
+
 TEST(SamplerTest, BadArgumentsAreErrors) {
+  EXPECT_FALSE(Sampler::Create({10, 4, true, 0, 0, 1, false, 0, /*shuffle_block=*/-1}).ok());
   EXPECT_FALSE(Sampler::Create({10, 4, false, 0, 0, 1, false, /*subset=*/-1}).ok());
   EXPECT_FALSE(Sampler::Create({10, 4, false, 0, /*rank=*/2, /*world=*/2, false}).ok());
   EXPECT_FALSE(Sampler::Create({0, 4, false, 0, 0, 1, false}).ok());
