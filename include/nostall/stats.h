@@ -67,6 +67,16 @@ struct LoaderStats {
   int64_t cache_inserted_bytes = 0;  // by this loader
   std::vector<CacheEpoch> cache_epochs;
 
+  // A consumer of a shared loader (nostall/shared.h).
+  bool has_shared = false;
+  std::string shared_name;
+  std::string shared_mode;          // "shared", or "private" after falling back
+  std::string shared_reason;        // why the last fallback happened
+  int64_t shared_chunks = 0;        // chunks read from the shared segment
+  int64_t private_chunks = 0;       // chunks made by the private pipeline
+  int64_t copied_batches = 0;       // batches that spanned chunks (one copy)
+  int64_t fallbacks = 0, rejoins = 0;
+
   // Fraction of the consumer's time spent waiting: wait / (wait + between).
   double StallFraction() const;
   // The q-quantile (0..1) of recent_wait_ns, in seconds; 0 when empty.

@@ -17,6 +17,7 @@ from .analyze import Analysis, analyze
 from .cache import Cache
 from .errors import DataError, NostallError, ResourceError
 from .loader import Loader
+from .shared import Server, list_shared, serve
 from .transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -33,5 +34,5 @@ __version__ = "0.1.0"
 __all__ = [
     "Loader", "Cache", "DataError", "NostallError", "ResourceError", "Transform", "RandomResizedCrop",
     "Resize", "CenterCrop", "RandomHorizontalFlip", "Normalize", "IMAGENET_MEAN", "IMAGENET_STD",
-    "available_cores", "analyze", "Analysis",
+    "available_cores", "analyze", "Analysis", "serve", "Server", "list_shared",
 ]

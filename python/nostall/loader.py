@@ -169,12 +169,53 @@ class Loader:
                    copy=copy, return_indices=return_indices, output=output, progress=progress)
         return self
 
-    def _init(self, spec, *, copy, return_indices, output, progress=False):
+    @classmethod
+    def attach(cls, name: str, batch_size: int, *, on_producer_exit: str = "raise",
+               producer_timeout: float = 5.0, spec=None, wait: float = 0.0, copy=False,
+               return_indices=False, output="torch", progress=False):
+        """A consumer of the shared loader ``name`` (started by ``nostall serve`` or nostall.serve).
+
+        It iterates like any Loader, in the producer's order, with its own
+        ``batch_size``: each of its epochs holds every sample once, starting
+        where it attached. Batches inside one producer chunk are zero-copy;
+        others are copied once.
+
+        on_producer_exit: ``"raise"`` (a NostallError at the next batch when
+            the producer stops, dies or is silent for ``producer_timeout``
+            seconds) or ``"private"`` (continue on a private pipeline built
+            from the same spec, at the exact position).
+        spec: if given, the producer must serve this spec (else an error).
+        wait: seconds to wait for the producer's segment to appear.
+
+        A consumer that holds every other consumer back for longer than the
+        producer's ``max_lag`` continues on a private pipeline (see
+        ``stats()["shared"]``), and rejoins when it catches up.
+        """
+        if on_producer_exit not in ("raise", "private"):
+            raise ValueError(f'on_producer_exit must be "raise" or "private", not {on_producer_exit!r}')
+        if not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        expect = 0
+        if spec is not None:
+            spec = spec.spec if isinstance(spec, Loader) else spec
+            expect = _nostall.spec_fingerprint(spec if isinstance(spec, str) else json.dumps(spec))
+        if output == "torch":
+            import torch  # noqa: F401  (before attaching: its import takes a while)
+        core = _nostall.Loader.attach(name, batch_size, float(producer_timeout),
+                                      on_producer_exit == "private", expect, float(wait))
+        self = cls.__new__(cls)
+        self._init(None, copy=copy, return_indices=return_indices, output=output,
+                   progress=progress, core=core)
+        return self
+
+    def _init(self, spec, *, copy, return_indices, output, progress=False, core=None):
         self._core = None
         if progress not in (False, True, "epoch"):
             raise ValueError(f'progress must be True, False or "epoch", not {progress!r}')
         self._progress = EpochProgress(progress) if progress else None
-        self._core = _nostall.Loader(json.dumps(spec))
+        self._core = core if core is not None else _nostall.Loader(json.dumps(spec))
+        if spec is None:
+            spec = json.loads(self._core.spec_json())
         self._copy = copy
         self._return_indices = return_indices
         self._torch = output == "torch"

@@ -10,11 +10,14 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "nostall/analyze.h"
 #include "nostall/cache.h"
+#include "nostall/shared.h"
 #include "nostall/loader.h"
 
 namespace nb = nanobind;
@@ -65,6 +68,23 @@ class PyLoader {
       return nostall::Loader::Create(spec);
     }();
     loader_ = ValueOrRaise(std::move(r));
+  }
+  explicit PyLoader(std::unique_ptr<nostall::Loader> loader) : loader_(std::move(loader)) {}
+
+  // A consumer of the shared loader `name` (options: see AttachOptions).
+  static PyLoader* Attach(const std::string& name, int64_t batch_size, double producer_timeout_s,
+                          bool fallback, uint64_t expect_fingerprint, double attach_timeout_s) {
+    AttachOptions o;
+    o.batch_size = batch_size;
+    o.producer_timeout_s = producer_timeout_s;
+    o.fallback_to_private = fallback;
+    o.expect_spec_fingerprint = expect_fingerprint;
+    o.attach_timeout_s = attach_timeout_s;
+    Result<std::unique_ptr<nostall::Loader>> r = [&] {
+      nb::gil_scoped_release release;
+      return AttachShared(name, o);
+    }();
+    return new PyLoader(ValueOrRaise(std::move(r)));
   }
 
   void StartEpoch(int64_t epoch, int64_t first_batch) {
@@ -178,6 +198,66 @@ class PyLoader {
   std::unique_ptr<nostall::Loader> loader_;
 };
 
+// A producer serving in a background thread of this process.
+class PyServer {
+ public:
+  PyServer(const std::string& name, const std::string& spec_json, int64_t chunk, int max_consumers,
+           int slots, double max_lag_s, int64_t block_chunks, bool verbose) {
+    LoaderSpec spec = ValueOrRaise(LoaderSpec::FromJson(spec_json));
+    ServeOptions o;
+    o.chunk = chunk;
+    o.max_consumers = max_consumers;
+    o.slots = slots;
+    o.max_lag_s = max_lag_s;
+    o.block_chunks = block_chunks;
+    o.verbose = verbose;
+    Result<std::unique_ptr<SharedProducer>> r = [&] {
+      nb::gil_scoped_release release;
+      return SharedProducer::Create(name, spec, o);
+    }();
+    producer_ = ValueOrRaise(std::move(r));
+    thread_ = std::thread([this] {
+      result_ = producer_->Run(stop_);
+      done_.store(true);
+    });
+  }
+  ~PyServer() { Close(); }
+
+  std::string StatusJson() const {
+    if (!producer_) return "{}";
+    ProducerStatus st = producer_->Snapshot();
+    nlohmann::json consumers = nlohmann::json::array();
+    for (const auto& c : st.consumers) {
+      consumers.push_back({{"pid", c.pid}, {"state", c.state}, {"need", c.need}});
+    }
+    return nlohmann::json{{"produced", st.produced}, {"chunks_per_epoch", st.chunks_per_epoch},
+                          {"evictions", st.evictions}, {"reaped", st.reaped},
+                          {"consumers", consumers}, {"running", !finished()}}
+        .dump();
+  }
+  bool finished() const { return done_.load(); }
+  std::string SpecJson() const { return producer_ ? producer_->spec().ToJson() : "{}"; }
+
+  // Stops serving, joins, removes the segment; raises what stopped it early.
+  void Close() {
+    if (!producer_) return;
+    {
+      nb::gil_scoped_release release;
+      stop_.store(true);
+      if (thread_.joinable()) thread_.join();
+      producer_.reset();
+    }
+    if (!result_.ok()) RaiseStatus(result_);
+  }
+
+ private:
+  std::unique_ptr<SharedProducer> producer_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> done_{false};
+  Status result_;
+  std::thread thread_;
+};
+
 }  // namespace
 }  // namespace nostall
 
@@ -186,6 +266,9 @@ NB_MODULE(_nostall, m) {
   m.doc() = "nostall's native core. Use the `nostall` package, not this module.";
   nb::class_<PyLoader>(m, "Loader")
       .def(nb::init<const std::string&>(), "spec_json"_a)
+      .def_static("attach", &PyLoader::Attach, "name"_a, "batch_size"_a, "producer_timeout_s"_a,
+                  "fallback"_a, "expect_fingerprint"_a, "attach_timeout_s"_a,
+                  nb::rv_policy::take_ownership)
       .def("start_epoch", &PyLoader::StartEpoch, "epoch"_a, "first_batch"_a = 0)
       .def("next", &PyLoader::Next)
       .def("stats_json", &PyLoader::StatsJson)
@@ -202,6 +285,19 @@ NB_MODULE(_nostall, m) {
       .def_prop_ro("classes", &PyLoader::Classes)
       .def_prop_ro("sample_shape", &PyLoader::SampleShape)
       .def_prop_ro("fingerprint", &PyLoader::Fingerprint);
+  nb::class_<nostall::PyServer>(m, "Server")
+      .def(nb::init<const std::string&, const std::string&, int64_t, int, int, double, int64_t,
+                    bool>(),
+           "name"_a, "spec_json"_a, "chunk"_a, "max_consumers"_a, "slots"_a, "max_lag_s"_a,
+           "block_chunks"_a, "verbose"_a)
+      .def("status_json", &nostall::PyServer::StatusJson)
+      .def("spec_json", &nostall::PyServer::SpecJson)
+      .def("close", &nostall::PyServer::Close);
+  m.def("list_shared", &nostall::ListShared);
+  m.def("spec_fingerprint", [](const std::string& spec_json) {
+    return nostall::SharedSpecFingerprint(
+        nostall::ValueOrRaise(nostall::LoaderSpec::FromJson(spec_json)));
+  });
   m.def("available_cores", &nostall::AvailableCores);
   m.def("predict_json", [](const std::string& profile_json, const std::string& config_json) {
     return nostall::ValueOrRaise(nostall::PredictJson(

@@ -60,6 +60,12 @@ std::string LoaderStats::ToJson() const {
       {"elapsed_s", elapsed_ns / 1e9},
       {"ring", {{"bytes", ring_bytes}, {"slots", ring_slots}}},
   };
+  if (has_shared) {
+    j["shared"] = {{"name", shared_name},         {"mode", shared_mode},
+                   {"reason", shared_reason},     {"shared_chunks", shared_chunks},
+                   {"private_chunks", private_chunks}, {"copied_batches", copied_batches},
+                   {"fallbacks", fallbacks},      {"rejoins", rejoins}};
+  }
   if (has_cache) {
     nlohmann::json epochs = nlohmann::json::array();
     for (const auto& e : cache_epochs) {
@@ -116,6 +122,15 @@ std::string LoaderStats::ToTable() const {
       out += line;
     }
     out += "\n";
+  }
+  if (has_shared) {
+    std::snprintf(line, sizeof line,
+                  "shared '%s': %s; %lld chunks shared, %lld private, %lld batches copied, "
+                  "%lld fallbacks, %lld rejoins\n",
+                  shared_name.c_str(), shared_mode.c_str(), static_cast<long long>(shared_chunks),
+                  static_cast<long long>(private_chunks), static_cast<long long>(copied_batches),
+                  static_cast<long long>(fallbacks), static_cast<long long>(rejoins));
+    out += line;
   }
   if (errors > 0) {
     std::snprintf(line, sizeof line, "bad items: %lld (%lld skipped)\n",

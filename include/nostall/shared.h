@@ -1,0 +1,96 @@
+// Shared loader: one pipeline feeds every training job on the node.
+//
+// A producer (`nostall serve`, nostall.serve) runs one pipeline and publishes
+// its batches, in chunks of `chunk` samples, into a named shared-memory
+// segment of chunk slots. Consumers (Loader.attach) map the segment and read
+// the chunks in the producer's order, each cutting them into its own batch
+// size: zero-copy views when a batch lies inside one chunk, one copy when it
+// spans two. The producer overwrites a slot only when no attached consumer
+// still needs its chunk or holds a view of it; one that holds everybody back
+// longer than `max_lag_s` is left behind, and continues on a private pipeline
+// built from the same spec at its exact position (it may rejoin later).
+// Dead consumers are found by pid and start time within 100 ms; a dead or
+// silent producer is found by its heartbeat. The protocol is written down in
+// docs/shared_format.md.
+#ifndef NOSTALL_SHARED_H_
+#define NOSTALL_SHARED_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nostall/loader.h"
+#include "nostall/status.h"
+
+namespace nostall {
+
+struct ServeOptions {
+  int64_t chunk = 0;         // samples per chunk; 0: the spec's batch_size
+  int max_consumers = 8;
+  int slots = 0;             // chunk slots; 0: 4 + 2 * max_consumers
+  double max_lag_s = 1.0;    // how long the producer waits for one consumer
+  int64_t block_chunks = 0;  // shuffle block, in chunks; 0: about 1/16 of an epoch
+  bool verbose = false;      // log attaches, departures and evictions to stderr
+};
+
+struct ConsumerInfo {
+  int64_t pid = 0;
+  std::string state;  // "active" or "lagged"
+  int64_t need = 0;   // the next chunk it needs
+};
+
+struct ProducerStatus {
+  int64_t produced = 0;  // chunks published
+  int64_t chunks_per_epoch = 0;
+  int64_t evictions = 0;  // consumers left behind for lagging
+  int64_t reaped = 0;     // dead consumers released
+  std::vector<ConsumerInfo> consumers;
+};
+
+class SharedProducer {
+ public:
+  // Creates the segment /nostall-shared-NAME (0600). A segment of that name
+  // whose producer is alive is an error; a dead producer's is replaced.
+  static Result<std::unique_ptr<SharedProducer>> Create(const std::string& name,
+                                                        const LoaderSpec& spec,
+                                                        const ServeOptions& options);
+  virtual ~SharedProducer() = default;  // marks the segment closed and unlinks it
+  // Serves until `stop` is true (checked every few milliseconds) or the
+  // pipeline fails (the error is returned and recorded for consumers).
+  virtual Status Run(const std::atomic<bool>& stop) = 0;
+  virtual ProducerStatus Snapshot() const = 0;
+  virtual const LoaderSpec& spec() const = 0;  // the producer's (batch_size = chunk)
+};
+
+struct AttachOptions {
+  int64_t batch_size = 1;
+  // No heartbeat from the producer for this long: it is gone.
+  double producer_timeout_s = 5.0;
+  // When the producer is gone: false raises an error (at the next batch),
+  // true continues on a private pipeline at the exact position.
+  bool fallback_to_private = false;
+  // Non-zero: the producer's spec must have this fingerprint.
+  uint64_t expect_spec_fingerprint = 0;
+  // How long to wait for a segment of that name to appear.
+  double attach_timeout_s = 0;
+};
+
+// A Loader over a shared segment. Its epochs are its own: each is
+// samples_per_epoch consecutive samples of the producer's stream, starting at
+// the block boundary where it attached, so each holds every sample once.
+// StartEpoch(e, 0) begins the next epoch (abandoning the rest of the current
+// one); resuming mid-epoch is not supported.
+Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const AttachOptions& options);
+
+// What a consumer's spec must match: the producer's spec apart from the
+// batch size, the shuffle block and drop_last, which serving sets.
+uint64_t SharedSpecFingerprint(const LoaderSpec& spec);
+
+// Names of shared segments on this node.
+std::vector<std::string> ListShared();
+
+}  // namespace nostall
+
+#endif  // NOSTALL_SHARED_H_

@@ -1,0 +1,1026 @@
+// Shared loader: the producer and the consumer of docs/shared_format.md.
+//
+// Who writes what:
+//   header        producer (once; then heartbeat, produced, state, evictions)
+//   slot table    producer (seq, state, count, epoch, chunk); consumers read
+//   pins          each consumer its own column (+1 per live view of a slot);
+//                 the producer clears a dead consumer's column
+//   consumer row  its consumer (claim, need, state ACTIVE), the producer
+//                 (state LAGGED when it leaves one behind, FREE when it died)
+//
+// The two races that matter are settled Dekker-style with sequentially
+// consistent operations on both sides:
+//   * overwrite vs need: the producer marks a slot WRITING, then reads every
+//     active consumer's `need`; a consumer publishes `need` and ACTIVE, then
+//     reads the slot. One of them sees the other.
+//   * overwrite vs pin: the producer marks WRITING, then reads the slot's
+//     pins; a consumer adds its pin, then re-reads the slot's state and seq.
+#include "nostall/shared.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <dirent.h>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/fd.h"
+#include "common/shm.h"
+#include "ring/batch_ring.h"
+#include "stats/consumer_recorder.h"
+
+namespace nostall {
+namespace {
+
+constexpr char kMagic[8] = {'N', 'S', 'T', 'S', 'H', 'R', 'D', '1'};
+constexpr uint32_t kVersion = 1;
+constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+enum : uint32_t { kRunning = 1, kClosed = 2, kFailed = 3 };
+enum : uint32_t { kFree = 0, kActive = 1, kLagged = 2, kClaimed = 3 };
+enum : uint32_t { kEmpty = 0, kWriting = 1, kReady = 2 };
+
+struct alignas(64) Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;
+  uint64_t spec_fingerprint;
+  uint64_t dataset_fingerprint;
+  int64_t producer_pid;
+  uint64_t producer_start_time;
+  std::atomic<int64_t> heartbeat_ns;  // CLOCK_MONOTONIC, every 100 ms
+  std::atomic<uint32_t> state;
+  uint32_t max_consumers;
+  uint32_t slot_count;
+  uint32_t dtype;  // 0 uint8, 1 float32
+  int64_t chunk, samples_per_epoch, chunks_per_epoch, block_chunks;
+  uint64_t sample_bytes;
+  int64_t shape[3];
+  std::atomic<int64_t> produced;  // chunks published: the next seq
+  std::atomic<int64_t> evictions;
+  std::atomic<int64_t> reaped;
+  uint64_t consumers_offset, slots_offset, pins_offset, spec_offset, spec_bytes;
+  uint64_t data_offset, slot_stride;
+  char error[512];
+};
+
+struct alignas(64) ConsumerRow {
+  std::atomic<uint32_t> state;
+  std::atomic<int64_t> pid;
+  std::atomic<uint64_t> start_time;
+  std::atomic<int64_t> need;
+};
+
+struct alignas(64) SlotRow {
+  std::atomic<int64_t> seq;  // -1: never written
+  std::atomic<uint32_t> state;
+  int64_t count, epoch, chunk_in_epoch;
+};
+
+uint64_t RoundUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+Status ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 200) return InvalidArgument("shared loader name must be 1-200 characters");
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+      return InvalidArgument("shared loader name '" + name +
+                             "' may hold only letters, digits, '-', '_' and '.'");
+    }
+  }
+  return Status::OK();
+}
+
+std::string SegmentName(const std::string& name) { return "/nostall-shared-" + name; }
+
+bool Alive(int64_t pid, uint64_t start_time) {
+  if (pid <= 0) return false;
+  const uint64_t now = ProcessStartTime(pid);
+  return now != 0 && (start_time == 0 || now == start_time);
+}
+
+// A mapped segment with typed views; shared by the loader and every lease.
+struct Segment {
+  Mapping mapping;
+  std::string name;
+  Header* h = nullptr;
+  ConsumerRow* consumers = nullptr;
+  SlotRow* slots = nullptr;
+  std::atomic<uint32_t>* pins = nullptr;
+  uint8_t* data = nullptr;
+
+  void Bind() {
+    auto* base = static_cast<uint8_t*>(mapping.data());
+    h = reinterpret_cast<Header*>(base);
+    consumers = reinterpret_cast<ConsumerRow*>(base + h->consumers_offset);
+    slots = reinterpret_cast<SlotRow*>(base + h->slots_offset);
+    pins = reinterpret_cast<std::atomic<uint32_t>*>(base + h->pins_offset);
+    data = base + h->data_offset;
+  }
+  std::atomic<uint32_t>& pin(uint32_t slot, uint32_t consumer) const {
+    return pins[static_cast<size_t>(slot) * h->max_consumers + consumer];
+  }
+  uint8_t* images(uint32_t s) const { return data + s * h->slot_stride; }
+  int64_t* labels(uint32_t s) const {
+    return reinterpret_cast<int64_t*>(images(s) + RoundUp(h->chunk * h->sample_bytes, 64));
+  }
+  int64_t* indices(uint32_t s) const { return labels(s) + h->chunk; }
+  int64_t ChunkCount(int64_t seq) const {
+    const int64_t k = seq % h->chunks_per_epoch;
+    return k == h->chunks_per_epoch - 1 ? h->samples_per_epoch - k * h->chunk : h->chunk;
+  }
+  std::string Spec() const {
+    return std::string(reinterpret_cast<const char*>(mapping.data()) + h->spec_offset,
+                       h->spec_bytes);
+  }
+};
+
+// ------------------------------------------------------------------ producer
+
+class Producer final : public SharedProducer {
+ public:
+  Producer(std::shared_ptr<Segment> seg, std::unique_ptr<Loader> pipeline, LoaderSpec spec,
+           ServeOptions options)
+      : seg_(std::move(seg)), pipeline_(std::move(pipeline)), spec_(std::move(spec)),
+        options_(options) {
+    watcher_ = std::thread([this] { Watch(); });
+  }
+
+  ~Producer() override {
+    stop_watch_.store(true);
+    watcher_.join();
+    if (seg_->h->state.load() == kRunning) seg_->h->state.store(kClosed);
+    ::shm_unlink(seg_->name.c_str());
+  }
+
+  const LoaderSpec& spec() const override { return spec_; }
+
+  ProducerStatus Snapshot() const override {
+    ProducerStatus st;
+    const Header& h = *seg_->h;
+    st.produced = h.produced.load();
+    st.chunks_per_epoch = h.chunks_per_epoch;
+    st.evictions = h.evictions.load();
+    st.reaped = h.reaped.load();
+    for (uint32_t i = 0; i < h.max_consumers; ++i) {
+      const ConsumerRow& c = seg_->consumers[i];
+      const uint32_t state = c.state.load();
+      if (state != kActive && state != kLagged) continue;
+      st.consumers.push_back({c.pid.load(), state == kActive ? "active" : "lagged", c.need.load()});
+    }
+    return st;
+  }
+
+  Status Run(const std::atomic<bool>& stop) override {
+    Status st = Serve(stop);
+    if (!st.ok()) {
+      std::snprintf(seg_->h->error, sizeof seg_->h->error, "%s", st.ToString().c_str());
+      seg_->h->state.store(kFailed);
+    }
+    return st;
+  }
+
+ private:
+  Status Serve(const std::atomic<bool>& stop) {
+    int64_t epoch = 0;
+    NOSTALL_RETURN_IF_ERROR(pipeline_->StartEpoch(epoch));
+    int64_t seq = seg_->h->produced.load();
+    while (!stop.load()) {
+      NextStatus ns;
+      std::shared_ptr<Batch> batch;
+      NOSTALL_RETURN_IF_ERROR(pipeline_->Next(50, &ns, &batch));
+      if (ns == NextStatus::kTimeout) continue;
+      if (ns == NextStatus::kEndOfEpoch) {
+        NOSTALL_RETURN_IF_ERROR(pipeline_->StartEpoch(++epoch));
+        continue;
+      }
+      int64_t slot = -1;
+      while (!stop.load() && (slot = ClaimSlot()) < 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(300));
+      }
+      if (slot < 0) break;
+      Publish(static_cast<uint32_t>(slot), *batch, seq++);
+    }
+    return Status::OK();
+  }
+
+  // A slot whose chunk no active consumer needs and nobody views, marked
+  // WRITING; -1 if none (and then, after max_lag_s, the consumers holding
+  // everyone back are left behind).
+  int64_t ClaimSlot() {
+    Header& h = *seg_->h;
+    int64_t min_need = kNone;
+    for (uint32_t i = 0; i < h.max_consumers; ++i) {
+      if (seg_->consumers[i].state.load() == kActive) {
+        min_need = std::min(min_need, seg_->consumers[i].need.load());
+      }
+    }
+    // Nobody attached: fill empty slots (so the first consumer starts at
+    // once), but keep what is there rather than spin through the dataset.
+    const bool anyone = min_need != kNone;
+    bool blocked_by_need = false;
+    for (uint32_t s = 0; s < h.slot_count; ++s) {
+      SlotRow& row = seg_->slots[s];
+      uint32_t state = row.state.load();
+      if (state == kWriting) continue;
+      const int64_t old = row.seq.load();
+      if (state == kReady && (!anyone || old >= min_need)) {
+        blocked_by_need = anyone;
+        continue;
+      }
+      if (!row.state.compare_exchange_strong(state, kWriting)) continue;
+      // Now that the slot says WRITING: does anyone still need or view it?
+      bool busy = false;
+      for (uint32_t i = 0; i < h.max_consumers && !busy; ++i) {
+        const ConsumerRow& c = seg_->consumers[i];
+        if (old >= 0 && c.state.load() == kActive && c.need.load() <= old) busy = true;
+        if (seg_->pin(s, i).load() != 0) busy = true;
+      }
+      if (!busy) {
+        blocked_since_ = 0;
+        return s;
+      }
+      row.state.store(state);  // give it back untouched
+    }
+    // Left behind: the slowest consumer made no progress for max_lag while
+    // the producer waited on it and another consumer waited on the producer.
+    bool someone_waits = false;
+    const int64_t next = h.produced.load();
+    for (uint32_t i = 0; i < h.max_consumers; ++i) {
+      const ConsumerRow& c = seg_->consumers[i];
+      if (c.state.load() == kActive && c.need.load() >= next) someone_waits = true;
+    }
+    const int64_t now = NowNs();
+    if (!blocked_by_need || !someone_waits) {
+      blocked_since_ = 0;
+    } else if (blocked_since_ == 0 || min_need != blocked_on_) {
+      blocked_since_ = now;
+      blocked_on_ = min_need;
+    } else if (now - blocked_since_ > static_cast<int64_t>(options_.max_lag_s * 1e9)) {
+      for (uint32_t i = 0; i < h.max_consumers; ++i) {
+        ConsumerRow& c = seg_->consumers[i];
+        uint32_t active = kActive;
+        if (c.need.load() == min_need && c.state.compare_exchange_strong(active, kLagged)) {
+          h.evictions.fetch_add(1);
+          if (options_.verbose) {
+            std::fprintf(stderr, "nostall serve: consumer pid %lld lags more than %.1fs behind; "
+                         "it continues on its own pipeline\n",
+                         static_cast<long long>(c.pid.load()), options_.max_lag_s);
+          }
+        }
+      }
+      blocked_since_ = 0;
+    }
+    return -1;
+  }
+
+  void Publish(uint32_t s, const Batch& b, int64_t seq) {
+    const uint64_t sb = seg_->h->sample_bytes;
+    const auto n = static_cast<size_t>(b.size());
+    std::memcpy(seg_->images(s), b.images(), n * sb);
+    std::memcpy(seg_->labels(s), b.labels(), n * sizeof(int64_t));
+    std::memcpy(seg_->indices(s), b.indices(), n * sizeof(int64_t));
+    SlotRow& row = seg_->slots[s];
+    row.count = b.size();
+    row.epoch = b.epoch();
+    row.chunk_in_epoch = b.index();
+    row.seq.store(seq);
+    row.state.store(kReady);
+    seg_->h->produced.store(seq + 1);
+  }
+
+  // Every 100 ms: the heartbeat, and consumers that died are released.
+  void Watch() {
+    while (!stop_watch_.load()) {
+      Header& h = *seg_->h;
+      h.heartbeat_ns.store(NowNs());
+      for (uint32_t i = 0; i < h.max_consumers; ++i) {
+        ConsumerRow& c = seg_->consumers[i];
+        const uint32_t state = c.state.load();
+        if (state == kFree) continue;
+        if (Alive(c.pid.load(), c.start_time.load())) continue;
+        for (uint32_t s = 0; s < h.slot_count; ++s) seg_->pin(s, i).store(0);
+        c.need.store(kNone);
+        c.state.store(kFree);
+        h.reaped.fetch_add(1);
+        if (options_.verbose) {
+          std::fprintf(stderr, "nostall serve: consumer pid %lld is gone; its slots are released\n",
+                       static_cast<long long>(c.pid.load()));
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+
+  std::shared_ptr<Segment> seg_;
+  std::unique_ptr<Loader> pipeline_;
+  LoaderSpec spec_;
+  ServeOptions options_;
+  int64_t blocked_since_ = 0;
+  int64_t blocked_on_ = -1;  // the need the producer waits on since blocked_since_
+  std::atomic<bool> stop_watch_{false};
+  std::thread watcher_;
+};
+
+// ------------------------------------------------------------------ consumer
+
+// The row a consumer holds in the segment; freed when the loader and every
+// lease are gone.
+struct Registration {
+  std::shared_ptr<Segment> seg;
+  uint32_t me = 0;
+  ~Registration() {
+    ConsumerRow& c = seg->consumers[me];
+    for (uint32_t s = 0; s < seg->h->slot_count; ++s) seg->pin(s, me).store(0);
+    c.need.store(kNone);
+    c.state.store(kFree);
+  }
+};
+
+// One chunk held by the consumer: a pinned slot of the segment, or a batch of
+// the private pipeline. Destroying it lets the slot go.
+struct ChunkLease {
+  std::shared_ptr<Segment> seg;
+  std::shared_ptr<Registration> reg;  // the row outlives every view
+  uint32_t slot = 0, me = 0;
+  std::shared_ptr<Batch> private_batch;
+  std::shared_ptr<std::atomic<int>> live;
+  const uint8_t* images = nullptr;
+  const int64_t* labels = nullptr;
+  const int64_t* indices = nullptr;
+  int64_t count = 0;
+  ~ChunkLease() {
+    if (seg) seg->pin(slot, me).fetch_sub(1);
+    if (live) live->fetch_sub(1);
+  }
+};
+
+class ConsumerBatch final : public Batch {
+ public:
+  ConsumerBatch(int64_t epoch, int64_t index, int64_t size) : epoch_(epoch), index_(index), size_(size) {}
+  int64_t epoch() const override { return epoch_; }
+  int64_t index() const override { return index_; }
+  int64_t size() const override { return size_; }
+  const void* images() const override { return images_; }
+  const int64_t* labels() const override { return labels_; }
+  const int64_t* indices() const override { return indices_; }
+
+  std::shared_ptr<ChunkLease> lease;  // zero-copy: a view into this chunk
+  std::vector<uint8_t> own_images;    // or copies
+  std::vector<int64_t> own_labels, own_indices;
+  const void* images_ = nullptr;
+  const int64_t* labels_ = nullptr;
+  const int64_t* indices_ = nullptr;
+
+ private:
+  int64_t epoch_, index_, size_;
+};
+
+
+
+class Consumer final : public Loader {
+ public:
+  Consumer(std::shared_ptr<Segment> seg, std::shared_ptr<Registration> reg, LoaderSpec producer_spec,
+           LoaderSpec spec, std::unique_ptr<Source> source, Sampler sampler, AttachOptions options,
+           int64_t start)
+      : seg_(std::move(seg)), reg_(std::move(reg)), producer_spec_(std::move(producer_spec)),
+        spec_(std::move(spec)), source_(std::move(source)), sampler_(std::move(sampler)),
+        options_(options), start_(start) {
+    const Header& h = *seg_->h;
+    me_ = reg_->me;
+    const int64_t k = h.chunks_per_epoch;
+    prefix_.push_back(0);
+    for (int64_t i = 0; i < k; ++i) prefix_.push_back(prefix_.back() + seg_->ChunkCount(start_ + i));
+    mode_ = "shared";
+  }
+
+  ~Consumer() override {
+    // Views the caller still holds keep their pins (and the row, through the
+    // registration); the producer stops waiting for this consumer now.
+    ConsumerRow& row = seg_->consumers[me_];
+    row.state.store(kLagged);
+    row.need.store(kNone);
+  }
+
+  Status StartEpoch(int64_t epoch, int64_t first_batch) override {
+    if (first_batch != 0) {
+      return FailedPrecondition("a shared loader's consumer cannot resume mid-epoch (its epochs "
+                                "follow the producer); start epochs from their beginning");
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (started_) ++my_epoch_;  // the next epoch, abandoning what is left of this one
+    started_ = true;
+    label_epoch_ = epoch;
+    batch_ = 0;
+    consumer_.EpochStarted();
+    return Status::OK();
+  }
+
+  Status Next(int64_t timeout_ms, NextStatus* status, std::shared_ptr<Batch>* out) override {
+    const int64_t t0 = NowNs();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_) return FailedPrecondition("StartEpoch was not called");
+    consumer_.CallStarted(label_epoch_, t0);
+    const int64_t n = seg_->h->samples_per_epoch;
+    const int64_t b = spec_.batch_size;
+    const int64_t lo = batch_ * b;
+    if (lo >= n) {
+      *status = NextStatus::kEndOfEpoch;
+      return Status::OK();
+    }
+    const int64_t hi = std::min(n, lo + b);
+    const int64_t deadline = timeout_ms < 0 ? kNone : t0 + timeout_ms * 1000000;
+    // The chunks this batch spans.
+    const int64_t first = ChunkIndex(lo), last = ChunkIndex(hi - 1);
+    std::vector<std::shared_ptr<ChunkLease>> chunks;
+    for (int64_t i = first; i <= last; ++i) {
+      std::shared_ptr<ChunkLease> c;
+      Status st = Acquire(EpochBase() + i, deadline, &c);
+      if (!st.ok()) {
+        consumer_.Waited(label_epoch_, NowNs() - t0);
+        return st;
+      }
+      if (!c) {  // timed out
+        consumer_.Waited(label_epoch_, NowNs() - t0);
+        consumer_.TimedOut();
+        *status = NextStatus::kTimeout;
+        return Status::OK();
+      }
+      chunks.push_back(std::move(c));
+    }
+    consumer_.Waited(label_epoch_, NowNs() - t0);
+    auto batch = std::make_shared<ConsumerBatch>(label_epoch_, batch_, hi - lo);
+    const uint64_t sb = seg_->h->sample_bytes;
+    const int64_t off = lo - prefix_[first];
+    // Zero-copy inside one chunk, unless this consumer already pins enough
+    // chunks (views kept by the caller would hold the producer back).
+    if (first == last && (chunks[0]->seg == nullptr || live_->load() <= 3)) {
+      batch->lease = chunks[0];
+      batch->images_ = chunks[0]->images + off * sb;
+      batch->labels_ = chunks[0]->labels + off;
+      batch->indices_ = chunks[0]->indices + off;
+    } else {
+      ++copied_batches_;
+      batch->own_images.resize(static_cast<size_t>(hi - lo) * sb);
+      batch->own_labels.resize(static_cast<size_t>(hi - lo));
+      batch->own_indices.resize(static_cast<size_t>(hi - lo));
+      int64_t pos = lo;
+      for (int64_t i = first; i <= last; ++i) {
+        const ChunkLease& c = *chunks[static_cast<size_t>(i - first)];
+        const int64_t from = pos - prefix_[i];
+        const int64_t take = std::min(hi, prefix_[i + 1]) - pos;
+        const int64_t to = pos - lo;
+        std::memcpy(batch->own_images.data() + to * sb, c.images + from * sb, take * sb);
+        std::memcpy(batch->own_labels.data() + to, c.labels + from, take * sizeof(int64_t));
+        std::memcpy(batch->own_indices.data() + to, c.indices + from, take * sizeof(int64_t));
+        pos += take;
+      }
+      batch->images_ = batch->own_images.data();
+      batch->labels_ = batch->own_labels.data();
+      batch->indices_ = batch->own_indices.data();
+    }
+    // Keep the last chunk: the next batch most likely starts in it.
+    held_ = chunks.back();
+    held_seq_ = EpochBase() + last;
+    ++batch_;
+    consumer_.Delivered(label_epoch_, hi - lo, NowNs());
+    *out = std::move(batch);
+    *status = NextStatus::kBatch;
+    return Status::OK();
+  }
+
+  LoaderStats Stats() const override {
+    LoaderStats st;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (private_) {
+      LoaderStats p = private_->Stats();
+      st.fetch = p.fetch;
+      st.prep = p.prep;
+      st.batch = p.batch;
+    }
+    consumer_.Fill(&st);
+    for (const auto& e : st.consumer_epochs) {
+      st.batches += e.batches;
+      st.samples += e.samples;
+    }
+    st.has_shared = true;
+    st.shared_name = seg_->name.substr(std::strlen("/nostall-shared-"));
+    st.shared_mode = mode_;
+    st.shared_reason = reason_;
+    st.shared_chunks = shared_chunks_;
+    st.private_chunks = private_chunks_;
+    st.copied_batches = copied_batches_;
+    st.fallbacks = fallbacks_;
+    st.rejoins = rejoins_;
+    st.elapsed_ns = NowNs() - created_ns_;
+    return st;
+  }
+
+  Status EvictPageCache() const override {
+    return FailedPrecondition("a shared loader's consumer reads no storage itself");
+  }
+  const Source& source() const override { return *source_; }
+  const Sampler& sampler() const override { return sampler_; }
+  const LoaderSpec& spec() const override { return spec_; }
+  std::vector<int64_t> SampleShape() const override {
+    const Header& h = *seg_->h;
+    return {h.shape[0], h.shape[1], h.shape[2]};
+  }
+
+ private:
+  int64_t EpochBase() const { return start_ + my_epoch_ * seg_->h->chunks_per_epoch; }
+  int64_t ChunkIndex(int64_t sample) const {
+    return static_cast<int64_t>(std::upper_bound(prefix_.begin(), prefix_.end(), sample) -
+                                prefix_.begin()) - 1;
+  }
+
+  std::shared_ptr<ChunkLease> SharedLease(uint32_t s) {
+    auto c = std::make_shared<ChunkLease>();
+    c->seg = seg_;
+    c->reg = reg_;
+    c->slot = s;
+    c->me = me_;
+    c->live = live_;
+    live_->fetch_add(1);
+    c->images = seg_->images(s);
+    c->labels = seg_->labels(s);
+    c->indices = seg_->indices(s);
+    c->count = seg_->slots[s].count;
+    return c;
+  }
+
+  // Pins chunk `seq` if a slot holds it: 1 found, 0 not there (yet or any
+  // more), -1 being written (look again).
+  int TryPin(int64_t seq, std::shared_ptr<ChunkLease>* out) {
+    for (uint32_t s = 0; s < seg_->h->slot_count; ++s) {
+      SlotRow& row = seg_->slots[s];
+      if (row.seq.load() != seq) continue;
+      if (row.state.load() != kReady) return -1;
+      seg_->pin(s, me_).fetch_add(1);
+      if (row.state.load() == kReady && row.seq.load() == seq) {
+        // The lease takes over the pin just added.
+        auto c = SharedLease(s);
+        *out = std::move(c);
+        return 1;
+      }
+      seg_->pin(s, me_).fetch_sub(1);
+      return -1;
+    }
+    return 0;
+  }
+
+  // Why the producer can no longer serve, or "" while it can.
+  std::string ProducerGone() const {
+    const Header& h = *seg_->h;
+    const uint32_t state = h.state.load();
+    if (state == kClosed) return "the producer stopped";
+    if (state == kFailed) return std::string("the producer failed: ") + h.error;
+    if (!Alive(h.producer_pid, h.producer_start_time)) {
+      return "the producer (pid " + std::to_string(h.producer_pid) + ") died";
+    }
+    const double silent = (NowNs() - h.heartbeat_ns.load()) / 1e9;
+    if (silent > options_.producer_timeout_s) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "the producer (pid %lld) has been silent for %.1fs",
+                    static_cast<long long>(h.producer_pid), silent);
+      return buf;
+    }
+    return "";
+  }
+
+  // Gets chunk `seq`: from the segment while this consumer is served there,
+  // else from its private pipeline. Null with OK status: the deadline passed.
+  Status Acquire(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) {
+    if (held_ && held_seq_ == seq) {
+      *out = held_;
+      return Status::OK();
+    }
+    held_.reset();
+    ConsumerRow& row = seg_->consumers[me_];
+    if (mode_ == "private") {
+      if (!producer_gone_ && TryRejoin(seq, out)) return Status::OK();
+      return FromPrivate(seq, out);
+    }
+    if (row.need.load() < seq) row.need.store(seq);
+    int64_t last_check = 0;
+    while (true) {
+      if (row.state.load() == kLagged) {
+        return Fallback("it fell more than " + std::string("max_lag behind the producer"), seq, out);
+      }
+      const int r = TryPin(seq, out);
+      if (r == 1) {
+        ++shared_chunks_;
+        return Status::OK();
+      }
+      if (r == 0 && seq < seg_->h->produced.load()) {
+        // Overwritten: only a consumer that was left behind can meet that.
+        return Fallback("its next chunk was overwritten", seq, out);
+      }
+      const int64_t now = NowNs();
+      if (now - last_check > 100000000) {
+        last_check = now;
+        const std::string gone = ProducerGone();
+        if (!gone.empty()) {
+          producer_gone_ = true;
+          if (!options_.fallback_to_private) {
+            return FailedPrecondition("shared loader '" + spec_name() + "': " + gone +
+                                      "; start it again and attach again, or attach with "
+                                      "on_producer_exit=\"private\" to continue alone");
+          }
+          return Fallback(gone, seq, out);
+        }
+      }
+      if (now >= deadline) return Status::OK();
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+  std::string spec_name() const { return seg_->name.substr(std::strlen("/nostall-shared-")); }
+
+  Status Fallback(const std::string& why, int64_t seq, std::shared_ptr<ChunkLease>* out) {
+    ConsumerRow& row = seg_->consumers[me_];
+    uint32_t active = kActive;
+    row.state.compare_exchange_strong(active, kLagged);  // stop holding the producer back
+    mode_ = "private";
+    reason_ = why;
+    ++fallbacks_;
+    return FromPrivate(seq, out);
+  }
+
+  // Back to the segment if it still holds (or will hold) chunk `seq`.
+  bool TryRejoin(int64_t seq, std::shared_ptr<ChunkLease>* out) {
+    const Header& h = *seg_->h;
+    int64_t oldest = kNone;
+    for (uint32_t s = 0; s < h.slot_count; ++s) {
+      if (seg_->slots[s].state.load() == kReady) oldest = std::min(oldest, seg_->slots[s].seq.load());
+    }
+    if (oldest == kNone || seq < oldest || seq >= h.produced.load() + h.slot_count) return false;
+    ConsumerRow& row = seg_->consumers[me_];
+    row.need.store(seq);
+    row.state.store(kActive);
+    const int r = TryPin(seq, out);
+    if (r == 1 || (r == 0 && seq >= h.produced.load())) {
+      mode_ = "shared";
+      ++rejoins_;
+      if (r == 1) {
+        ++shared_chunks_;
+        return true;
+      }
+      return false;  // registered; the chunk comes from the segment next time
+    }
+    row.state.store(kLagged);
+    return false;
+  }
+
+  Status FromPrivate(int64_t seq, std::shared_ptr<ChunkLease>* out) {
+    const int64_t k = seg_->h->chunks_per_epoch;
+    if (!private_) {
+      NOSTALL_ASSIGN_OR_RETURN(private_, Loader::Create(producer_spec_));
+      private_next_ = -1;
+    }
+    if (private_next_ != seq) {
+      NOSTALL_RETURN_IF_ERROR(private_->StartEpoch(seq / k, seq % k));
+      private_next_ = seq;
+    }
+    NextStatus ns;
+    std::shared_ptr<Batch> b;
+    while (true) {
+      NOSTALL_RETURN_IF_ERROR(private_->Next(-1, &ns, &b));
+      if (ns == NextStatus::kBatch) break;
+      if (ns == NextStatus::kEndOfEpoch) {
+        NOSTALL_RETURN_IF_ERROR(private_->StartEpoch(seq / k + 1, 0));
+      }
+    }
+    ++private_next_;
+    if (private_next_ % k == 0) {
+      // The epoch is done: the private pipeline runs on into the next one.
+      NOSTALL_RETURN_IF_ERROR(private_->StartEpoch(private_next_ / k, 0));
+    }
+    auto c = std::make_shared<ChunkLease>();
+    c->images = static_cast<const uint8_t*>(b->images());
+    c->labels = b->labels();
+    c->indices = b->indices();
+    c->count = b->size();
+    c->private_batch = std::move(b);
+    ++private_chunks_;
+    *out = std::move(c);
+    return Status::OK();
+  }
+
+  std::shared_ptr<Segment> seg_;
+  std::shared_ptr<Registration> reg_;
+  uint32_t me_ = 0;
+  const LoaderSpec producer_spec_;
+  const LoaderSpec spec_;
+  std::unique_ptr<Source> source_;
+  Sampler sampler_;
+  AttachOptions options_;
+  const int64_t start_;             // the chunk this consumer's epochs start at
+  std::vector<int64_t> prefix_;     // samples before each chunk of an epoch
+
+  mutable std::mutex mu_;
+  bool started_ = false;
+  int64_t my_epoch_ = 0, label_epoch_ = 0, batch_ = 0;
+  std::shared_ptr<ChunkLease> held_;
+  int64_t held_seq_ = -1;
+  std::shared_ptr<std::atomic<int>> live_ = std::make_shared<std::atomic<int>>(0);
+  std::unique_ptr<Loader> private_;
+  int64_t private_next_ = -1;
+  bool producer_gone_ = false;
+  std::string mode_, reason_;
+  int64_t shared_chunks_ = 0, private_chunks_ = 0, copied_batches_ = 0, fallbacks_ = 0,
+          rejoins_ = 0;
+  ConsumerRecorder consumer_;
+  const int64_t created_ns_ = NowNs();
+};
+
+Result<std::shared_ptr<Segment>> MapSegment(const std::string& seg_name, int fd, size_t size) {
+  void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (addr == MAP_FAILED) return ErrnoError("cannot map " + seg_name, errno);
+  auto seg = std::make_shared<Segment>();
+  seg->mapping = Mapping(addr, size);
+  seg->name = seg_name;
+  return seg;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ factories
+
+Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string& name,
+                                                               const LoaderSpec& user_spec,
+                                                               const ServeOptions& options) {
+  NOSTALL_RETURN_IF_ERROR(ValidName(name));
+  if (options.max_consumers < 1 || options.max_consumers > 64) {
+    return InvalidArgument("max_consumers must be in [1, 64]");
+  }
+  if (options.max_lag_s <= 0) return InvalidArgument("max_lag must be positive");
+  if (user_spec.world_size != 1) {
+    return InvalidArgument("a shared loader serves one node: world_size must be 1");
+  }
+  if (user_spec.on_error == ErrorPolicy::kSkip) {
+    return InvalidArgument("a shared loader serves whole chunks: on_error must be \"raise\" "
+                           "(a bad item stops the producer, and every consumer is told which)");
+  }
+  LoaderSpec spec = user_spec;
+  spec.batch_size = options.chunk > 0 ? options.chunk : user_spec.batch_size;
+  spec.drop_last = false;
+  // The sampler's count first (the pipeline is built after the block size is known).
+  NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Source> probe, OpenSource(spec.source, spec.source_options));
+  SamplerOptions so;
+  so.num_items = probe->size();
+  so.batch_size = spec.batch_size;
+  so.subset = spec.subset;
+  NOSTALL_ASSIGN_OR_RETURN(Sampler counting, Sampler::Create(so));
+  const int64_t n = counting.SamplesPerEpoch();
+  const int64_t k = counting.BatchesPerEpoch();
+  int64_t block_chunks = options.block_chunks > 0 ? options.block_chunks : std::max<int64_t>(1, k / 16);
+  block_chunks = std::min(block_chunks, k);
+  if (spec.shuffle) spec.shuffle_block = block_chunks * spec.batch_size;
+  NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Loader> pipeline, Loader::Create(spec));
+  const LoaderSpec& resolved = pipeline->spec();
+  const std::vector<int64_t> shape = pipeline->SampleShape();
+  uint64_t sample_bytes = resolved.prep.dtype == DType::kFloat32 ? 4 : 1;
+  for (int64_t d : shape) sample_bytes *= static_cast<uint64_t>(d);
+
+  const uint32_t max_consumers = static_cast<uint32_t>(options.max_consumers);
+  const uint32_t slots = static_cast<uint32_t>(options.slots > 0 ? options.slots : 4 + 2 * options.max_consumers);
+  if (slots < 2 || slots > 1024) return InvalidArgument("slots must be in [2, 1024]");
+  const std::string spec_json = resolved.ToJson();
+  uint64_t off = RoundUp(sizeof(Header), 64);
+  const uint64_t consumers_offset = off;
+  off += RoundUp(sizeof(ConsumerRow) * max_consumers, 64);
+  const uint64_t slots_offset = off;
+  off += RoundUp(sizeof(SlotRow) * slots, 64);
+  const uint64_t pins_offset = off;
+  off += RoundUp(sizeof(std::atomic<uint32_t>) * slots * max_consumers, 64);
+  const uint64_t spec_offset = off;
+  off += RoundUp(spec_json.size(), 64);
+  const uint64_t data_offset = RoundUp(off, 4096);
+  const uint64_t chunk = static_cast<uint64_t>(spec.batch_size);
+  const uint64_t stride = RoundUp(RoundUp(chunk * sample_bytes, 64) + 2 * chunk * sizeof(int64_t), 4096);
+  const uint64_t total = data_offset + stride * slots;
+
+  const std::string seg_name = SegmentName(name);
+  int raw = ::shm_open(seg_name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (raw < 0 && errno == EEXIST) {
+    // Another producer's: refuse while it lives; replace a dead one's.
+    UniqueFd old(::shm_open(seg_name.c_str(), O_RDONLY | O_CLOEXEC, 0));
+    struct stat st;
+    if (old.get() >= 0 && ::fstat(old.get(), &st) == 0 &&
+        static_cast<size_t>(st.st_size) >= sizeof(Header)) {
+      void* a = ::mmap(nullptr, sizeof(Header), PROT_READ, MAP_SHARED, old.get(), 0);
+      if (a != MAP_FAILED) {
+        const auto* h = static_cast<const Header*>(a);
+        const bool live = std::memcmp(h->magic, kMagic, 8) == 0 && h->state.load() == kRunning &&
+                          Alive(h->producer_pid, h->producer_start_time);
+        const int64_t pid = h->producer_pid;
+        ::munmap(a, sizeof(Header));
+        if (live) {
+          return FailedPrecondition("shared loader '" + name + "' is already served by pid " +
+                                    std::to_string(pid) + "; pick another name");
+        }
+      }
+    }
+    ::shm_unlink(seg_name.c_str());
+    raw = ::shm_open(seg_name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  }
+  if (raw < 0) return ErrnoError("cannot create shared memory " + seg_name, errno);
+  UniqueFd fd(raw);
+  Status reserved = ReserveShm(fd.get(), total, "shared loader '" + name + "'",
+                               "use a smaller chunk or fewer slots, or enlarge /dev/shm");
+  if (!reserved.ok()) {
+    ::shm_unlink(seg_name.c_str());
+    return reserved;
+  }
+  auto mapped = MapSegment(seg_name, fd.get(), total);
+  if (!mapped.ok()) {
+    ::shm_unlink(seg_name.c_str());
+    return mapped.status();
+  }
+  std::shared_ptr<Segment> seg = std::move(mapped).value();
+  auto* h = new (seg->mapping.data()) Header{};
+  h->version = kVersion;
+  h->header_bytes = sizeof(Header);
+  h->spec_fingerprint = SharedSpecFingerprint(resolved);
+  h->dataset_fingerprint = pipeline->source().fingerprint();
+  h->producer_pid = ::getpid();
+  h->producer_start_time = ProcessStartTime(::getpid());
+  h->heartbeat_ns.store(NowNs());
+  h->max_consumers = max_consumers;
+  h->slot_count = slots;
+  h->dtype = resolved.prep.dtype == DType::kFloat32 ? 1 : 0;
+  h->chunk = static_cast<int64_t>(chunk);
+  h->samples_per_epoch = n;
+  h->chunks_per_epoch = k;
+  h->block_chunks = block_chunks;
+  h->sample_bytes = sample_bytes;
+  for (size_t i = 0; i < 3 && i < shape.size(); ++i) h->shape[i] = shape[i];
+  h->consumers_offset = consumers_offset;
+  h->slots_offset = slots_offset;
+  h->pins_offset = pins_offset;
+  h->spec_offset = spec_offset;
+  h->spec_bytes = spec_json.size();
+  h->data_offset = data_offset;
+  h->slot_stride = stride;
+  seg->Bind();
+  for (uint32_t i = 0; i < max_consumers; ++i) {
+    new (&seg->consumers[i]) ConsumerRow{};
+    seg->consumers[i].need.store(kNone);
+  }
+  for (uint32_t s = 0; s < slots; ++s) {
+    new (&seg->slots[s]) SlotRow{};
+    seg->slots[s].seq.store(-1);
+  }
+  for (uint64_t i = 0; i < uint64_t{slots} * max_consumers; ++i) new (&seg->pins[i]) std::atomic<uint32_t>(0);
+  std::memcpy(static_cast<uint8_t*>(seg->mapping.data()) + spec_offset, spec_json.data(), spec_json.size());
+  h->state.store(kRunning);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  std::memcpy(h->magic, kMagic, sizeof kMagic);  // last: the segment is complete
+  return std::unique_ptr<SharedProducer>(
+      new Producer(std::move(seg), std::move(pipeline), resolved, options));
+}
+
+Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const AttachOptions& options) {
+  NOSTALL_RETURN_IF_ERROR(ValidName(name));
+  if (options.batch_size <= 0) return InvalidArgument("batch_size must be positive");
+  const std::string seg_name = SegmentName(name);
+  const int64_t give_up = NowNs() + static_cast<int64_t>(options.attach_timeout_s * 1e9);
+  int raw = -1;
+  while ((raw = ::shm_open(seg_name.c_str(), O_RDWR | O_CLOEXEC, 0)) < 0 && errno == ENOENT &&
+         NowNs() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (raw < 0) {
+    if (errno == ENOENT) {
+      return NotFound("no shared loader '" + name + "' on this node (start one with "
+                      "`nostall serve --spec SPEC --name " + name + "`)");
+    }
+    return ErrnoError("cannot open shared loader '" + name + "'", errno);
+  }
+  UniqueFd fd(raw);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError("cannot stat " + seg_name, errno);
+  if (static_cast<size_t>(st.st_size) < sizeof(Header)) {
+    return FailedPrecondition("shared memory " + seg_name + " is not a nostall shared loader");
+  }
+  NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<Segment> seg,
+                           MapSegment(seg_name, fd.get(), static_cast<size_t>(st.st_size)));
+  const auto* h = static_cast<const Header*>(seg->mapping.data());
+  for (int i = 0; i < 200 && std::memcmp(h->magic, kMagic, 8) != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (std::memcmp(h->magic, kMagic, 8) != 0) {
+    return FailedPrecondition("shared memory " + seg_name + " is not a nostall shared loader");
+  }
+  if (h->version != kVersion) {
+    return FailedPrecondition("shared loader '" + name + "' speaks format version " +
+                              std::to_string(h->version) + ", this nostall speaks " +
+                              std::to_string(kVersion) + "; serve it with this nostall");
+  }
+  if (h->data_offset + h->slot_stride * h->slot_count > static_cast<uint64_t>(st.st_size)) {
+    return FailedPrecondition("shared loader '" + name + "' is truncated");
+  }
+  if (options.expect_spec_fingerprint != 0 && options.expect_spec_fingerprint != h->spec_fingerprint) {
+    return FailedPrecondition("shared loader '" + name + "' serves another pipeline (its spec "
+                              "differs from the one given); attach without a spec, or serve "
+                              "this one under another name");
+  }
+  seg->Bind();
+  if (h->state.load() != kRunning || !Alive(h->producer_pid, h->producer_start_time)) {
+    return FailedPrecondition("shared loader '" + name + "' has no running producer");
+  }
+  NOSTALL_ASSIGN_OR_RETURN(LoaderSpec producer_spec, LoaderSpec::FromJson(seg->Spec()));
+  LoaderSpec spec = producer_spec;
+  spec.batch_size = options.batch_size;
+  NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Source> source,
+                           OpenSource(producer_spec.source, producer_spec.source_options));
+  if (source->fingerprint() != h->dataset_fingerprint) {
+    return FailedPrecondition("shared loader '" + name + "': the dataset at " + producer_spec.source +
+                              " differs from the one the producer indexed");
+  }
+  SamplerOptions so;
+  so.num_items = source->size();
+  so.batch_size = options.batch_size;
+  so.subset = producer_spec.subset;
+  NOSTALL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(so));
+
+  // A row of the consumer table.
+  uint32_t me = h->max_consumers;
+  for (uint32_t i = 0; i < h->max_consumers; ++i) {
+    uint32_t free = kFree;
+    if (seg->consumers[i].state.compare_exchange_strong(free, kClaimed)) {
+      me = i;
+      break;
+    }
+  }
+  if (me == h->max_consumers) {
+    return ResourceExhausted("shared loader '" + name + "' already has its maximum of " +
+                             std::to_string(h->max_consumers) + " consumers (serve with "
+                             "--max-consumers to allow more)");
+  }
+  ConsumerRow& row = seg->consumers[me];
+  row.pid.store(::getpid());
+  row.start_time.store(ProcessStartTime(::getpid()));
+  auto reg = std::make_shared<Registration>();
+  reg->seg = seg;
+  reg->me = me;
+  // Start at the first block boundary the segment still holds (or will).
+  const int64_t k = h->chunks_per_epoch, bc = h->block_chunks;
+  int64_t start = 0;
+  for (int attempt = 0;; ++attempt) {
+    int64_t oldest = h->produced.load();
+    for (uint32_t s = 0; s < h->slot_count; ++s) {
+      if (seg->slots[s].state.load() == kReady) oldest = std::min(oldest, seg->slots[s].seq.load());
+    }
+    const int64_t in_epoch = oldest % k;
+    int64_t block_start = oldest - in_epoch + (in_epoch + bc - 1) / bc * bc;
+    if (block_start - (oldest - in_epoch) >= k) block_start = oldest - in_epoch + k;  // next epoch
+    start = block_start;
+    row.need.store(start);
+    row.state.store(kActive);
+    // Still there (or still to come) now that the producer can see our need?
+    bool there = start >= h->produced.load();
+    for (uint32_t s = 0; s < h->slot_count && !there; ++s) {
+      there = seg->slots[s].seq.load() == start && seg->slots[s].state.load() == kReady;
+    }
+    if (there) break;
+    row.state.store(kClaimed);
+    if (attempt > 1000) return Internal("could not find a starting chunk in '" + name + "'");
+  }
+  return std::unique_ptr<Loader>(new Consumer(std::move(seg), std::move(reg), producer_spec,
+                                              std::move(spec), std::move(source), std::move(sampler),
+                                              options, start));
+}
+
+uint64_t SharedSpecFingerprint(const LoaderSpec& spec) {
+  LoaderSpec s = spec;
+  s.batch_size = 1;
+  s.shuffle_block = 0;
+  s.drop_last = false;
+  return s.Fingerprint();
+}
+
+std::vector<std::string> ListShared() {
+  std::vector<std::string> names;
+  const std::string prefix = "nostall-shared-";
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n.rfind(prefix, 0) == 0) names.push_back(n.substr(prefix.size()));
+    }
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace nostall
