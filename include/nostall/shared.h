@@ -30,7 +30,7 @@ struct ServeOptions {
   int64_t chunk = 0;         // samples per chunk; 0: the spec's batch_size
   int max_consumers = 8;
   int slots = 0;             // chunk slots; 0: 4 + 2 * max_consumers
-  double max_lag_s = 1.0;    // how long the producer waits for one consumer
+  double max_lag_s = 1.0;    // how far behind (in seconds of the stream) a consumer may set the pace
   int64_t block_chunks = 0;  // shuffle block, in chunks; 0: about 1/16 of an epoch
   bool verbose = false;      // log attaches, departures and evictions to stderr
 };

@@ -1,7 +1,12 @@
 // The `nostall` command: argument parsing only; the work is in the library.
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -15,7 +20,9 @@
 #include "nostall/bench.h"
 #include "nostall/cache.h"
 #include "nostall/loader.h"
+#include "nostall/shared.h"
 #include "nostall/source.h"
+#include "common/clock.h"
 #include "common/shm.h"
 
 namespace {
@@ -31,6 +38,9 @@ commands:
                   where your training job's time goes (compute, prep stall,
                   fetch stall), what-if predictions (cache, cores, storage,
                   jobs) and what removes the stall; table, JSON and HTML
+  serve --spec SPEC --name NAME
+                  run one pipeline for every training job on this node;
+                  each attaches with nostall.Loader.attach(NAME, batch_size)
   inspect PATH    show what nostall sees in a dataset: kind, items, classes
   cache ls        list the MinIO caches on this node
   cache inspect NAME   size, fill, items, hit statistics, owning dataset
@@ -126,6 +136,110 @@ int Fail(const nostall::Status& st) {
   return 1;
 }
 
+nostall::Result<nostall::LoaderSpec> ReadSpecFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nostall::NotFound("cannot read spec file " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nostall::LoaderSpec::FromJson(ss.str());
+}
+
+constexpr const char* kServeUsage = R"(usage: nostall serve --spec SPEC --name NAME [options]
+
+Runs one pipeline and serves its batches to every training process on this
+node that attaches with nostall.Loader.attach(NAME, batch_size=...). Serves
+until Ctrl-C or SIGTERM, then removes the shared memory.
+
+options:
+  --spec FILE          the loader spec (JSON, as for nostall bench --spec)
+  --name NAME          the name consumers attach to
+  --chunk N            samples per published chunk (default: the spec's
+                       batch_size); consumers whose batch size divides it
+                       read zero-copy, others copy once
+  --max-consumers N    consumer table size (default 8)
+  --slots N            chunk slots in shared memory (default 4 + 2 x consumers)
+  --max-lag-ms N       how long the producer waits for one consumer before
+                       that consumer continues on its own pipeline (default 1000)
+  --block-chunks N     shuffle block, in chunks (default: ~1/16 of an epoch);
+                       a consumer starts at a block boundary
+  --quiet              no status lines
+)";
+
+std::atomic<bool> g_stop{false};
+
+int Serve(const Args& args) {
+  if (Has(args, "--help") || Has(args, "-h")) {
+    std::fputs(kServeUsage, stdout);
+    return 0;
+  }
+  static const char* kKnown[] = {"--spec", "--name", "--chunk", "--max-consumers", "--slots",
+                                 "--max-lag-ms", "--block-chunks"};
+  for (const auto& [k, v] : args.options) {
+    if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
+      std::fprintf(stderr, "nostall serve: unknown option %s (see nostall serve --help)\n",
+                   k.c_str());
+      return 2;
+    }
+  }
+  auto spec_path = args.options.find("--spec");
+  auto name = args.options.find("--name");
+  if (spec_path == args.options.end() || name == args.options.end() || !args.positional.empty()) {
+    std::fputs(kServeUsage, stderr);
+    return 2;
+  }
+  auto spec = ReadSpecFile(spec_path->second);
+  if (!spec.ok()) return Fail(spec.status());
+  long long chunk = 0, consumers = 8, slots = 0, lag_ms = 1000, block = 0;
+  if (!IntOption(args, "--chunk", 0, &chunk) || !IntOption(args, "--max-consumers", 1, &consumers) ||
+      !IntOption(args, "--slots", 0, &slots) || !IntOption(args, "--max-lag-ms", 1, &lag_ms) ||
+      !IntOption(args, "--block-chunks", 0, &block)) {
+    return 2;
+  }
+  nostall::ServeOptions o;
+  o.chunk = chunk;
+  o.max_consumers = static_cast<int>(consumers);
+  o.slots = static_cast<int>(slots);
+  o.max_lag_s = lag_ms / 1000.0;
+  o.block_chunks = block;
+  o.verbose = !Has(args, "--quiet");
+  auto producer = nostall::SharedProducer::Create(name->second, spec.value(), o);
+  if (!producer.ok()) return Fail(producer.status());
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { g_stop.store(true); };
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  const auto& p = *producer.value();
+  std::fprintf(stderr, "nostall serve: '%s' serving %s in chunks of %lld; attach with "
+               "nostall.Loader.attach(\"%s\", batch_size=...)\n",
+               name->second.c_str(), p.spec().source.c_str(),
+               static_cast<long long>(p.spec().batch_size), name->second.c_str());
+  std::atomic<bool> done{false};
+  std::thread status([&] {
+    int64_t last = nostall::NowNs();
+    while (!done.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (!o.verbose || nostall::NowNs() - last < 5000000000) continue;
+      last = nostall::NowNs();
+      nostall::ProducerStatus st = p.Snapshot();
+      std::string who;
+      for (const auto& c : st.consumers) {
+        who += (who.empty() ? "" : ", ") + std::to_string(c.pid) + " " + c.state;
+      }
+      std::fprintf(stderr, "nostall serve: %lld chunks (epoch %lld), consumers: %s\n",
+                   static_cast<long long>(st.produced),
+                   static_cast<long long>(st.produced / std::max<int64_t>(1, st.chunks_per_epoch)),
+                   who.empty() ? "none" : who.c_str());
+    }
+  });
+  nostall::Status result = producer.value()->Run(g_stop);
+  done.store(true);
+  status.join();
+  producer.value().reset();  // closes and removes the segment
+  if (!result.ok()) return Fail(result);
+  std::fputs("nostall serve: stopped\n", stderr);
+  return 0;
+}
+
 int Bench(const Args& args) {
   if (Has(args, "--help") || Has(args, "-h")) {
     std::fputs(kBenchUsage, stdout);
@@ -147,11 +261,7 @@ int Bench(const Args& args) {
   }
   nostall::LoaderSpec spec;
   if (auto it = args.options.find("--spec"); it != args.options.end()) {
-    std::ifstream in(it->second);
-    if (!in) return Fail(nostall::NotFound("cannot read spec file " + it->second));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    auto parsed = nostall::LoaderSpec::FromJson(ss.str());
+    auto parsed = ReadSpecFile(it->second);
     if (!parsed.ok()) return Fail(parsed.status());
     spec = parsed.value();
   } else {
@@ -355,6 +465,7 @@ int main(int argc, char** argv) {
   if (!Parse(argc, argv, 2, &args)) return 2;
   if (cmd == "bench") return Bench(args);
   if (cmd == "analyze") return Analyze(argv);
+  if (cmd == "serve") return Serve(args);
   if (cmd == "inspect") return Inspect(args);
   if (cmd == "cache") return CacheCommand(args);
   std::fprintf(stderr, "nostall: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);

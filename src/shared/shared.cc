@@ -82,6 +82,7 @@ struct alignas(64) ConsumerRow {
 struct alignas(64) SlotRow {
   std::atomic<int64_t> seq;  // -1: never written
   std::atomic<uint32_t> state;
+  std::atomic<int64_t> published_ns;  // CLOCK_MONOTONIC when it became READY
   int64_t count, epoch, chunk_in_epoch;
 };
 
@@ -243,40 +244,38 @@ class Producer final : public SharedProducer {
         if (old >= 0 && c.state.load() == kActive && c.need.load() <= old) busy = true;
         if (seg_->pin(s, i).load() != 0) busy = true;
       }
-      if (!busy) {
-        blocked_since_ = 0;
-        return s;
-      }
+      if (!busy) return s;
       row.state.store(state);  // give it back untouched
     }
-    // Left behind: the slowest consumer made no progress for max_lag while
-    // the producer waited on it and another consumer waited on the producer.
+    // Left behind: while the producer waits on the slowest consumer and
+    // another consumer waits on the producer, a consumer whose next chunk was
+    // published more than max_lag ago is too far behind to set the pace.
     bool someone_waits = false;
     const int64_t next = h.produced.load();
     for (uint32_t i = 0; i < h.max_consumers; ++i) {
       const ConsumerRow& c = seg_->consumers[i];
       if (c.state.load() == kActive && c.need.load() >= next) someone_waits = true;
     }
+    if (!blocked_by_need || !someone_waits) return -1;
     const int64_t now = NowNs();
-    if (!blocked_by_need || !someone_waits) {
-      blocked_since_ = 0;
-    } else if (blocked_since_ == 0 || min_need != blocked_on_) {
-      blocked_since_ = now;
-      blocked_on_ = min_need;
-    } else if (now - blocked_since_ > static_cast<int64_t>(options_.max_lag_s * 1e9)) {
-      for (uint32_t i = 0; i < h.max_consumers; ++i) {
-        ConsumerRow& c = seg_->consumers[i];
-        uint32_t active = kActive;
-        if (c.need.load() == min_need && c.state.compare_exchange_strong(active, kLagged)) {
-          h.evictions.fetch_add(1);
-          if (options_.verbose) {
-            std::fprintf(stderr, "nostall serve: consumer pid %lld lags more than %.1fs behind; "
-                         "it continues on its own pipeline\n",
-                         static_cast<long long>(c.pid.load()), options_.max_lag_s);
-          }
+    const int64_t lag_ns = static_cast<int64_t>(options_.max_lag_s * 1e9);
+    for (uint32_t i = 0; i < h.max_consumers; ++i) {
+      ConsumerRow& c = seg_->consumers[i];
+      if (c.state.load() != kActive) continue;
+      const int64_t need = c.need.load();
+      int64_t published = now;
+      for (uint32_t s = 0; s < h.slot_count; ++s) {
+        if (seg_->slots[s].seq.load() == need) published = seg_->slots[s].published_ns.load();
+      }
+      uint32_t active = kActive;
+      if (now - published > lag_ns && c.state.compare_exchange_strong(active, kLagged)) {
+        h.evictions.fetch_add(1);
+        if (options_.verbose) {
+          std::fprintf(stderr, "nostall serve: consumer pid %lld is more than %.1fs behind; "
+                       "it continues on its own pipeline\n",
+                       static_cast<long long>(c.pid.load()), options_.max_lag_s);
         }
       }
-      blocked_since_ = 0;
     }
     return -1;
   }
@@ -292,6 +291,7 @@ class Producer final : public SharedProducer {
     row.epoch = b.epoch();
     row.chunk_in_epoch = b.index();
     row.seq.store(seq);
+    row.published_ns.store(NowNs());
     row.state.store(kReady);
     seg_->h->produced.store(seq + 1);
   }
@@ -323,8 +323,6 @@ class Producer final : public SharedProducer {
   std::unique_ptr<Loader> pipeline_;
   LoaderSpec spec_;
   ServeOptions options_;
-  int64_t blocked_since_ = 0;
-  int64_t blocked_on_ = -1;  // the need the producer waits on since blocked_since_
   std::atomic<bool> stop_watch_{false};
   std::thread watcher_;
 };

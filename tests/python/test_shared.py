@@ -1,0 +1,239 @@
+"""The shared loader with real processes: `nostall serve`, consumers in their own
+processes, SIGKILL for real.
+
+The dataset is 512 Fashion-MNIST PNGs without random transforms, so a sample's
+pixels depend only on its index: every consumer's samples are checked against
+a private loader's, index by index (CRC32 of the pixels).
+"""
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+
+import nostall
+from nostall.datasets import fashion_mnist_to_folder
+
+HERE = Path(__file__).resolve().parent
+NOSTALL = Path(sys.executable).parent / "nostall"
+N = 512
+
+
+@pytest.fixture(scope="module")
+def pngs(tmp_path_factory):
+    return fashion_mnist_to_folder(tmp_path_factory.mktemp("fm-shared"), "train", limit=N)
+
+
+@pytest.fixture(scope="module")
+def reference(pngs):
+    """index -> CRC32 of the sample's pixels, from a private loader."""
+    crc = {}
+    with nostall.Loader(pngs, batch_size=64, mode="L", return_indices=True, output="numpy") as ld:
+        for images, _, indices in ld:
+            for k, i in enumerate(indices.tolist()):
+                crc[i] = zlib.crc32(images[k].tobytes())
+    assert len(crc) == N
+    return crc
+
+
+def spec_for(pngs):
+    return {"source": str(pngs), "batch_size": 64, "mode": "L", "shuffle": True, "seed": 5}
+
+
+@pytest.fixture
+def name(request):
+    n = f"test-{os.getpid()}-{request.node.name[:40]}".replace("[", "-").replace("]", "")
+    yield n
+
+
+def start_serving(tmp_path, pngs, name, *extra):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(spec_for(pngs)))
+    proc = subprocess.Popen([str(NOSTALL), "serve", "--spec", str(spec), "--name", name,
+                             "--quiet", *extra], stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 20
+    while not Path(f"/dev/shm/nostall-shared-{name}").exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() < deadline, "the producer did not start"
+        time.sleep(0.05)
+    return proc
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=20)
+
+
+def consumer(tmp_path, name, batch, epochs, sleep=0.0, mode="raise", tag=None):
+    out = tmp_path / f"consumer-{tag or batch}.json"
+    proc = subprocess.Popen([sys.executable, str(HERE / "shared_consumer.py"), name, str(batch),
+                             str(epochs), str(sleep), str(out), mode],
+                            stderr=subprocess.PIPE, text=True)
+    return proc, out
+
+
+def wait_attached(proc, out, timeout=30):
+    marker = Path(str(out) + ".attached")
+    deadline = time.time() + timeout
+    while not marker.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() < deadline, "the consumer did not attach"
+        time.sleep(0.02)
+
+
+def finish(proc, out, timeout=120):
+    _, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err
+    return json.loads(out.read_text())
+
+
+def assert_each_epoch_is_the_dataset(result, reference):
+    for seen in result["epochs"]:
+        indices = [i for i, _ in seen]
+        assert sorted(indices) == list(range(N))  # every sample exactly once
+        assert all(reference[i] == crc for i, crc in seen)  # with its own pixels
+
+
+def test_three_consumers_with_different_batch_sizes(tmp_path, pngs, reference, name):
+    producer = start_serving(tmp_path, pngs, name)
+    try:
+        runs = [consumer(tmp_path, name, b, epochs=2) for b in (16, 64, 100)]
+        results = {b: finish(p, out) for b, (p, out) in zip((16, 64, 100), runs)}
+    finally:
+        stop(producer)
+    assert producer.returncode == 0
+    for b, r in results.items():
+        assert_each_epoch_is_the_dataset(r, reference)
+        assert r["shared"]["mode"] == "shared"
+        assert r["shared"]["fallbacks"] == 0
+    # 16 and 64 divide the 64-sample chunks: zero-copy; 100 spans chunks: copies.
+    assert results[16]["shared"]["copied_batches"] == 0
+    assert results[64]["shared"]["copied_batches"] == 0
+    assert results[100]["shared"]["copied_batches"] > 0
+    assert not Path(f"/dev/shm/nostall-shared-{name}").exists()  # removed on exit
+
+
+def test_attach_mid_epoch_detach_and_reattach(tmp_path, pngs, reference, name):
+    with nostall.serve(spec_for(pngs), name, chunk=32, block=False, verbose=False) as server:
+        # A slow consumer keeps the producer moving through the epoch.
+        slow, slow_out = consumer(tmp_path, name, 32, epochs=2, sleep=0.01, tag="slow")
+        while server.status()["produced"] < 6:
+            time.sleep(0.01)
+        # Attach mid-epoch: it starts at a block boundary and wraps around.
+        late = nostall.Loader.attach(name, 32, return_indices=True, output="numpy")
+        seen = []
+        for _, _, idx in late:
+            seen += idx.tolist()
+        assert sorted(seen) == list(range(N))
+        # Detach mid-epoch, then attach again: a fresh, complete epoch.
+        it = iter(late)
+        next(it)
+        late.close()
+        again = nostall.Loader.attach(name, 48, return_indices=True, output="numpy")
+        seen = []
+        for _, _, idx in again:
+            seen += idx.tolist()
+        assert sorted(seen) == list(range(N))
+        again.close()
+        assert_each_epoch_is_the_dataset(finish(slow, slow_out), reference)
+
+
+def test_sigkilled_consumer_is_released_within_a_second(tmp_path, pngs, reference, name):
+    with nostall.serve(spec_for(pngs), name, block=False, verbose=False) as server:
+        victim, victim_out = consumer(tmp_path, name, 16, epochs=50, sleep=0.05, tag="victim")
+        wait_attached(victim, victim_out)
+        time.sleep(0.3)  # mid-epoch, holding chunks
+        assert len(server.status()["consumers"]) == 1
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()
+        killed = time.monotonic()
+        while server.status()["consumers"]:
+            assert time.monotonic() - killed < 1.0, server.status()
+            time.sleep(0.01)
+        assert server.status()["reaped"] == 1
+        # The others carry on.
+        r = finish(*consumer(tmp_path, name, 64, epochs=2, tag="survivor"))
+        assert_each_epoch_is_the_dataset(r, reference)
+
+
+def test_sigkilled_producer_is_a_clear_error_or_a_private_fallback(tmp_path, pngs, reference,
+                                                                    name):
+    producer = start_serving(tmp_path, pngs, name, "--chunk", "32")
+    try:
+        strict = nostall.Loader.attach(name, 32, output="numpy", producer_timeout=2.0)
+        kept_going, kept_out = consumer(tmp_path, name, 32, epochs=2, sleep=0.05, mode="private",
+                                        tag="private")
+        wait_attached(kept_going, kept_out)
+        it = iter(strict)
+        next(it)
+        time.sleep(0.3)
+        os.kill(producer.pid, signal.SIGKILL)
+        producer.wait()
+        killed = time.monotonic()
+        with pytest.raises(nostall.NostallError, match="producer .* died"):
+            for _ in it:
+                pass
+            for _ in range(10):  # the ring may hold the rest of the epoch and more
+                for _ in strict:
+                    pass
+        # Whatever the ring still held is used up first; then the death is known at once.
+        assert time.monotonic() - killed < 2.0
+        strict.close()
+        r = finish(kept_going, kept_out)
+        assert_each_epoch_is_the_dataset(r, reference)
+        assert r["shared"]["mode"] == "private" and "died" in r["shared"]["reason"]
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+        Path(f"/dev/shm/nostall-shared-{name}").unlink(missing_ok=True)
+
+
+def test_a_slow_consumer_falls_back_and_the_others_keep_their_speed(tmp_path, pngs, reference,
+                                                                   name):
+    with nostall.serve(spec_for(pngs), name, chunk=32, max_lag=0.3, block=False, verbose=False):
+        # Alone, the fast consumer's two epochs take this long:
+        solo = finish(*consumer(tmp_path, name, 32, epochs=2, sleep=0.004, tag="solo"))
+        slow, slow_out = consumer(tmp_path, name, 32, epochs=2, sleep=0.08, tag="slow")
+        wait_attached(slow, slow_out)
+        fast = finish(*consumer(tmp_path, name, 32, epochs=2, sleep=0.004, tag="fast"))
+        slow_r = finish(slow, slow_out)
+    assert_each_epoch_is_the_dataset(slow_r, reference)
+    assert_each_epoch_is_the_dataset(fast, reference)
+    assert slow_r["shared"]["fallbacks"] >= 1
+    assert slow_r["shared"]["private_chunks"] > 0
+    assert fast["shared"]["fallbacks"] == 0
+    # Held back at most once by max_lag, not paced by the slow one (2 x 1.3 s).
+    assert sum(fast["seconds"]) < sum(solo["seconds"]) + 1.0, (fast["seconds"], solo["seconds"])
+
+
+def test_segment_is_private_and_checked(tmp_path, pngs, name):
+    with nostall.serve(spec_for(pngs), name, block=False, verbose=False):
+        mode = os.stat(f"/dev/shm/nostall-shared-{name}").st_mode
+        assert stat.S_IMODE(mode) == 0o600
+        ok = nostall.Loader.attach(name, 8, spec=spec_for(pngs), output="numpy")
+        ok.close()
+        other = dict(spec_for(pngs), seed=6)
+        with pytest.raises(nostall.NostallError, match="another pipeline"):
+            nostall.Loader.attach(name, 8, spec=other, output="numpy")
+        with pytest.raises(nostall.NostallError, match="already served"):
+            nostall.serve(spec_for(pngs), name, block=False, verbose=False)
+    with pytest.raises(FileNotFoundError, match="nostall serve"):
+        nostall.Loader.attach(name, 8, output="numpy")
+    with pytest.raises(ValueError, match="on_error"):
+        nostall.serve(dict(spec_for(pngs), on_error="skip"), name, block=False)
+    # Not a nostall segment at all.
+    bogus = Path(f"/dev/shm/nostall-shared-{name}-bogus")
+    bogus.write_bytes(b"\0" * 4096)
+    try:
+        with pytest.raises(nostall.NostallError, match="not a nostall shared loader"):
+            nostall.Loader.attach(f"{name}-bogus", 8, output="numpy")
+    finally:
+        bogus.unlink()
