@@ -13,7 +13,7 @@ APT_PACKAGES := g++ make python3-venv libjpeg62-turbo-dev libpng-dev libopencv-i
 PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmake ninja
 BUILD := build/py
 
-.PHONY: all deps venv install demo test test-cpp test-python test-asan bench bench-cache bench-analyze clean
+.PHONY: all deps venv install demo test test-cpp test-python test-asan bench bench-cache bench-analyze bench-shared clean
 
 all: install
 
@@ -70,6 +70,9 @@ bench-cache: install
 
 bench-analyze: install
 	$(PY) bench/bench_analyze.py
+
+bench-shared: install
+	$(PY) bench/bench_shared.py
 
 clean:
 	rm -rf build .make

@@ -18,6 +18,8 @@
 #include "nostall/shared.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -65,6 +67,10 @@ struct alignas(64) Header {
   uint64_t sample_bytes;
   int64_t shape[3];
   std::atomic<int64_t> produced;  // chunks published: the next seq
+  // Futex words: bumped (and woken) when a chunk is published, and when a
+  // consumer lets go of something the producer may be waiting for.
+  std::atomic<uint32_t> published_gen;
+  std::atomic<uint32_t> released_gen;
   std::atomic<int64_t> evictions;
   std::atomic<int64_t> reaped;
   uint64_t consumers_offset, slots_offset, pins_offset, spec_offset, spec_bytes;
@@ -87,6 +93,19 @@ struct alignas(64) SlotRow {
 };
 
 uint64_t RoundUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+// Blocks while *word == expected, at most `timeout_ns` (futex on shared
+// memory: works across processes).
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  timespec ts{static_cast<time_t>(timeout_ns / 1000000000), static_cast<long>(timeout_ns % 1000000000)};
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void Bump(std::atomic<uint32_t>* word) {
+  word->fetch_add(1);
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
 
 Status ValidName(const std::string& name) {
   if (name.empty() || name.size() > 200) return InvalidArgument("shared loader name must be 1-200 characters");
@@ -203,8 +222,10 @@ class Producer final : public SharedProducer {
         continue;
       }
       int64_t slot = -1;
-      while (!stop.load() && (slot = ClaimSlot()) < 0) {
-        std::this_thread::sleep_for(std::chrono::microseconds(300));
+      while (!stop.load()) {
+        const uint32_t gen = seg_->h->released_gen.load();
+        if ((slot = ClaimSlot()) >= 0) break;
+        FutexWait(&seg_->h->released_gen, gen, 20000000);  // 20 ms: lag checks, stop
       }
       if (slot < 0) break;
       Publish(static_cast<uint32_t>(slot), *batch, seq++);
@@ -294,6 +315,7 @@ class Producer final : public SharedProducer {
     row.published_ns.store(NowNs());
     row.state.store(kReady);
     seg_->h->produced.store(seq + 1);
+    Bump(&seg_->h->published_gen);
   }
 
   // Every 100 ms: the heartbeat, and consumers that died are released.
@@ -310,6 +332,7 @@ class Producer final : public SharedProducer {
         c.need.store(kNone);
         c.state.store(kFree);
         h.reaped.fetch_add(1);
+        Bump(&h.released_gen);
         if (options_.verbose) {
           std::fprintf(stderr, "nostall serve: consumer pid %lld is gone; its slots are released\n",
                        static_cast<long long>(c.pid.load()));
@@ -339,6 +362,7 @@ struct Registration {
     for (uint32_t s = 0; s < seg->h->slot_count; ++s) seg->pin(s, me).store(0);
     c.need.store(kNone);
     c.state.store(kFree);
+    Bump(&seg->h->released_gen);
   }
 };
 
@@ -355,7 +379,10 @@ struct ChunkLease {
   const int64_t* indices = nullptr;
   int64_t count = 0;
   ~ChunkLease() {
-    if (seg) seg->pin(slot, me).fetch_sub(1);
+    if (seg) {
+      seg->pin(slot, me).fetch_sub(1);
+      Bump(&seg->h->released_gen);
+    }
     if (live) live->fetch_sub(1);
   }
 };
@@ -405,6 +432,7 @@ class Consumer final : public Loader {
     ConsumerRow& row = seg_->consumers[me_];
     row.state.store(kLagged);
     row.need.store(kNone);
+    Bump(&seg_->h->released_gen);
   }
 
   Status StartEpoch(int64_t epoch, int64_t first_batch) override {
@@ -606,9 +634,13 @@ class Consumer final : public Loader {
       if (!producer_gone_ && TryRejoin(seq, out)) return Status::OK();
       return FromPrivate(seq, out);
     }
-    if (row.need.load() < seq) row.need.store(seq);
+    if (row.need.load() < seq) {
+      row.need.store(seq);
+      Bump(&seg_->h->released_gen);
+    }
     int64_t last_check = 0;
     while (true) {
+      const uint32_t gen = seg_->h->published_gen.load();
       if (row.state.load() == kLagged) {
         return Fallback("it fell more than " + std::string("max_lag behind the producer"), seq, out);
       }
@@ -636,7 +668,11 @@ class Consumer final : public Loader {
         }
       }
       if (now >= deadline) return Status::OK();
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      if (r < 0) {  // a slot changing hands: look again in a moment
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      } else {
+        FutexWait(&seg_->h->published_gen, gen, std::min<int64_t>(deadline - now, 100000000));
+      }
     }
   }
 
@@ -646,6 +682,7 @@ class Consumer final : public Loader {
     ConsumerRow& row = seg_->consumers[me_];
     uint32_t active = kActive;
     row.state.compare_exchange_strong(active, kLagged);  // stop holding the producer back
+    Bump(&seg_->h->released_gen);
     mode_ = "private";
     reason_ = why;
     ++fallbacks_;
@@ -674,6 +711,7 @@ class Consumer final : public Loader {
       return false;  // registered; the chunk comes from the segment next time
     }
     row.state.store(kLagged);
+    Bump(&seg_->h->released_gen);
     return false;
   }
 
@@ -985,6 +1023,7 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
     start = block_start;
     row.need.store(start);
     row.state.store(kActive);
+    Bump(&seg->h->released_gen);
     // Still there (or still to come) now that the producer can see our need?
     bool there = start >= h->produced.load();
     for (uint32_t s = 0; s < h->slot_count && !there; ++s) {
