@@ -197,8 +197,8 @@ def main():
         f"(rounds: {per_round('shared_cpu_ratio', '{:.2f}')}), while independent loaders cost "
         f"{med('indep_cpu_ratio'):.2f}x; every shared consumer >= 90% of one loader alone: "
         f"worst **{med('shared_rate_ratio'):.0%}** (rounds: {per_round('shared_rate_ratio', '{:.0%}')}).",
-        "- Independent loaders cost less than 4x here because four pipelines on 2 cores each "
-        "run at a quarter of the speed (their waits for CPU are not CPU time).",
+        "- Independent loaders each repeat the reads and the decoding, and on 2 cores each "
+        "runs at about a quarter of the speed.",
         "- Peak RSS counts the shared segment in every process that maps it, so the sum "
         "overstates the shared setup's memory; the segment itself is "
         f"{args.slots} slots x {args.batch} x 150,528 bytes = "

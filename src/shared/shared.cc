@@ -943,7 +943,12 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
   }
   UniqueFd fd(raw);
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoError("cannot stat " + seg_name, errno);
+  // The producer may still be sizing a segment it has just created.
+  for (int i = 0;; ++i) {
+    if (::fstat(fd.get(), &st) != 0) return ErrnoError("cannot stat " + seg_name, errno);
+    if (static_cast<size_t>(st.st_size) >= sizeof(Header) || i >= 200) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   if (static_cast<size_t>(st.st_size) < sizeof(Header)) {
     return FailedPrecondition("shared memory " + seg_name + " is not a nostall shared loader");
   }
