@@ -193,6 +193,15 @@ TEST(StorageFitTest, RecoversLatencyAndBandwidth) {
   conc.concurrency = 4;
   EXPECT_NEAR(FitStorage(seq, conc).latency, 0.005, 1e-9);
   EXPECT_NEAR(FitStorage(seq, conc).bandwidth, 42e6, 1);
+  // Read times that do not follow the sizes (noise on a large latency): all
+  // latency, however the noise happens to tilt.
+  StorageProbe noisy;
+  for (int i = 0; i < 40; ++i) {
+    noisy.reads.push_back({500 + (i % 7) * 10, 0.010 + ((i * 37) % 11) * 1e-5});
+  }
+  StorageModel n = FitStorage(noisy, StorageProbe{});
+  EXPECT_EQ(n.bandwidth, 0);
+  EXPECT_NEAR(n.latency, 0.01005, 2e-4);
   // As fast as one shared stream allows: the bandwidth stands.
   conc.elapsed_s = 0.106;
   EXPECT_NEAR(FitStorage(seq, conc).bandwidth, 20e6, 1);

@@ -55,8 +55,17 @@ StorageModel FitStorage(const StorageProbe& seq, const StorageProbe& conc) {
     const double var = sxx - sx * sx / dn;
     const double slope = var > 0 ? (sxy - sx * sy / dn) / var : 0.0;  // seconds per byte
     const double intercept = (sy - slope * sx) / dn;
-    if (slope <= 0) {
-      m.latency = sy / dn;  // read time does not grow with size: all latency
+    // How much of the spread in read times the sizes explain (R^2): with
+    // small, alike items and a large latency, the slope is noise.
+    double ss_tot = 0, ss_res = 0;
+    for (const auto& r : seq.reads) {
+      const double x = static_cast<double>(r.bytes), y = r.seconds;
+      ss_tot += (y - sy / dn) * (y - sy / dn);
+      ss_res += (y - intercept - slope * x) * (y - intercept - slope * x);
+    }
+    const double r2 = ss_tot > 0 ? 1 - ss_res / ss_tot : 0.0;
+    if (slope <= 0 || r2 < 0.25) {
+      m.latency = sy / dn;  // read time does not follow size: all latency
     } else if (intercept < 0) {
       m.bandwidth = sxx > 0 && sxy > 0 ? sxx / sxy : 0.0;  // through the origin
     } else {
@@ -71,7 +80,11 @@ StorageModel FitStorage(const StorageProbe& seq, const StorageProbe& conc) {
   for (const auto& r : conc.reads) bytes += static_cast<double>(r.bytes);
   const double reads = static_cast<double>(conc.reads.size());
   const double q = std::max(1, conc.concurrency);
-  if (conc.elapsed_s > 0 && bytes > 0 && m.bandwidth > 0) {
+  if (conc.elapsed_s > 0 && bytes > 0 && m.bandwidth == 0 && m.latency > 0 &&
+      conc.elapsed_s > 1.25 * reads * m.latency / q) {
+    // Latency alone would have let them finish much sooner: a shared pipe.
+    m.bandwidth = bytes / conc.elapsed_s;
+  } else if (conc.elapsed_s > 0 && bytes > 0 && m.bandwidth > 0) {
     const double mean = bytes / reads;
     const double predicted = std::max(bytes / m.bandwidth, reads * (m.latency + mean / m.bandwidth) / q);
     if (conc.elapsed_s < 0.9 * predicted) {

@@ -632,7 +632,7 @@ class Consumer final : public Loader {
     ConsumerRow& row = seg_->consumers[me_];
     if (mode_ == "private") {
       if (!producer_gone_ && TryRejoin(seq, out)) return Status::OK();
-      return FromPrivate(seq, out);
+      return FromPrivate(seq, deadline, out);
     }
     if (row.need.load() < seq) {
       row.need.store(seq);
@@ -642,7 +642,7 @@ class Consumer final : public Loader {
     while (true) {
       const uint32_t gen = seg_->h->published_gen.load();
       if (row.state.load() == kLagged) {
-        return Fallback("it fell more than " + std::string("max_lag behind the producer"), seq, out);
+        return Fallback("it fell more than max_lag behind the others", seq, deadline, out);
       }
       const int r = TryPin(seq, out);
       if (r == 1) {
@@ -651,7 +651,7 @@ class Consumer final : public Loader {
       }
       if (r == 0 && seq < seg_->h->produced.load()) {
         // Overwritten: only a consumer that was left behind can meet that.
-        return Fallback("its next chunk was overwritten", seq, out);
+        return Fallback("its next chunk was overwritten", seq, deadline, out);
       }
       const int64_t now = NowNs();
       if (now - last_check > 100000000) {
@@ -664,7 +664,7 @@ class Consumer final : public Loader {
                                       "; start it again and attach again, or attach with "
                                       "on_producer_exit=\"private\" to continue alone");
           }
-          return Fallback(gone, seq, out);
+          return Fallback(gone, seq, deadline, out);
         }
       }
       if (now >= deadline) return Status::OK();
@@ -678,7 +678,8 @@ class Consumer final : public Loader {
 
   std::string spec_name() const { return seg_->name.substr(std::strlen("/nostall-shared-")); }
 
-  Status Fallback(const std::string& why, int64_t seq, std::shared_ptr<ChunkLease>* out) {
+  Status Fallback(const std::string& why, int64_t seq, int64_t deadline,
+                  std::shared_ptr<ChunkLease>* out) {
     ConsumerRow& row = seg_->consumers[me_];
     uint32_t active = kActive;
     row.state.compare_exchange_strong(active, kLagged);  // stop holding the producer back
@@ -686,7 +687,7 @@ class Consumer final : public Loader {
     mode_ = "private";
     reason_ = why;
     ++fallbacks_;
-    return FromPrivate(seq, out);
+    return FromPrivate(seq, deadline, out);
   }
 
   // Back to the segment if it still holds (or will hold) chunk `seq`.
@@ -715,7 +716,7 @@ class Consumer final : public Loader {
     return false;
   }
 
-  Status FromPrivate(int64_t seq, std::shared_ptr<ChunkLease>* out) {
+  Status FromPrivate(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) {
     const int64_t k = seg_->h->chunks_per_epoch;
     if (!private_) {
       NOSTALL_ASSIGN_OR_RETURN(private_, Loader::Create(producer_spec_));
@@ -728,7 +729,9 @@ class Consumer final : public Loader {
     NextStatus ns;
     std::shared_ptr<Batch> b;
     while (true) {
-      NOSTALL_RETURN_IF_ERROR(private_->Next(-1, &ns, &b));
+      const int64_t left = deadline == kNone ? -1 : std::max<int64_t>(0, (deadline - NowNs()) / 1000000);
+      NOSTALL_RETURN_IF_ERROR(private_->Next(left, &ns, &b));
+      if (ns == NextStatus::kTimeout) return Status::OK();  // no chunk yet: the caller comes back
       if (ns == NextStatus::kBatch) break;
       if (ns == NextStatus::kEndOfEpoch) {
         NOSTALL_RETURN_IF_ERROR(private_->StartEpoch(seq / k + 1, 0));
