@@ -7,6 +7,7 @@ import os
 from typing import Iterable, Optional
 
 from . import _nostall
+from ._lifetime import Closeable
 from ._progress import EpochProgress
 from .cache import Cache
 from .errors import DataError
@@ -25,7 +26,7 @@ def _env_int(name):
         raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
 
 
-class Loader:
+class Loader(Closeable):
     """Loads, decodes, augments and batches images with C++ threads.
 
     Iterating yields ``(images, labels)`` (or ``(images, labels, indices)``
@@ -380,18 +381,6 @@ class Loader:
         if self._core is None:
             raise RuntimeError("the loader is closed")
         return self._core
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 class _EpochIterator:

@@ -16,6 +16,7 @@ import sys
 import time
 
 from . import _nostall
+from ._lifetime import Closeable
 
 __all__ = ["serve", "Server", "list_shared"]
 
@@ -36,7 +37,7 @@ def _spec_json(spec):
     raise TypeError("spec must be a dict, JSON text, a path to a JSON file, or a nostall.Loader")
 
 
-class Server:
+class Server(Closeable):
     """A producer serving in background threads of this process; ``close()`` stops it."""
 
     def __init__(self, spec, name, *, chunk=0, max_consumers=8, slots=0, max_lag=1.0,
@@ -58,18 +59,6 @@ class Server:
         core, self._core = getattr(self, "_core", None), None
         if core is not None:
             core.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def serve(spec, name, *, chunk=0, max_consumers=8, slots=0, max_lag=1.0, block_chunks=0,
