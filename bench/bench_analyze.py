@@ -226,7 +226,7 @@ def render(rows, args, took):
     worst = max(rows, key=lambda r: abs(r["error"]))
     named_ok = sum(r["named"] == r["expected"] for r in rows)
     lines = [
-        "### What-if predictions vs measured (`bench/bench_analyze.py`)",
+        "## What-if predictions vs measured (`bench/bench_analyze.py`)",
         "",
         f"`.venv/bin/python bench/bench_analyze.py` (also `make bench-analyze`): "
         f"{args.items} of the generated ImageNet-like JPEGs, batch {args.batch}, "

@@ -169,7 +169,7 @@ def main():
         return ", ".join(fmt.format(x[key]) for x in rounds)
 
     lines = [
-        "### Shared loader: 4 jobs on one pipeline (`bench/bench_shared.py`)",
+        "## Shared loader: 4 jobs on one pipeline (`bench/bench_shared.py`)",
         "",
         f"`.venv/bin/python bench/bench_shared.py` (also `make bench-shared`): {args.images} "
         f"generated ImageNet-like JPEGs, RandomResizedCrop(224) + flip, uint8, batch "
