@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "common/fd.h"
+#include "common/process.h"
 #include "common/shm.h"
 
 namespace nostall {
@@ -32,7 +33,19 @@ namespace {
 constexpr char kMagic[8] = {'N', 'S', 'T', 'C', 'A', 'C', 'H', '1'};
 constexpr uint32_t kVersion = 1;
 constexpr uint64_t kReady = 1ull << 63;
-constexpr uint64_t kClaimed = 1ull << 62;  // low 32 bits: the claimer's pid
+// Claimed: bits 0-31 the claimer's pid, bits 32-61 the low 30 bits of its
+// process start time (so a reused pid is not taken for the claimer).
+constexpr uint64_t kClaimed = 1ull << 62;
+constexpr uint64_t kStartMask = (1ull << 30) - 1;
+
+uint64_t ClaimWord() {
+  return kClaimed | ((SelfStartTime() & kStartMask) << 32) | static_cast<uint32_t>(::getpid());
+}
+
+bool ClaimerAlive(uint64_t word) {
+  const uint64_t start = ProcessStartTime(static_cast<uint32_t>(word));
+  return start != 0 && (start & kStartMask) == ((word >> 32) & kStartMask);
+}
 
 struct Header {
   char magic[8];
@@ -56,8 +69,6 @@ struct Entry {
 };
 
 uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
-bool ProcessAlive(uint32_t pid) { return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH; }
 
 std::string SegmentName(const std::string& name) { return "/nostall-cache-" + name; }
 
@@ -83,12 +94,13 @@ struct MinioCache::Impl {
     if (item < 0 || item >= header->num_items) return false;
     Entry& e = entries[item];
     uint64_t seen = e.state.load(std::memory_order_acquire);
-    const uint64_t mine = kClaimed | static_cast<uint32_t>(::getpid());
+    const uint64_t mine = ClaimWord();
     while (true) {
       if (seen & kReady) return false;  // cached already
       if (seen & kClaimed) {
-        if (ProcessAlive(static_cast<uint32_t>(seen))) return false;  // being cached
-        // The claimer died mid-insert: take the entry over.
+        // Being cached, unless the claimer died mid-insert (its pid gone, or
+        // reused by another process): then take the entry over.
+        if (ClaimerAlive(seen)) return false;
       }
       if (e.state.compare_exchange_weak(seen, mine, std::memory_order_acq_rel)) break;
     }

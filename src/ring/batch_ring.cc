@@ -1,5 +1,7 @@
 #include "ring/batch_ring.h"
 
+#include "common/process.h"
+
 #include <unistd.h>
 
 #include <cstring>
@@ -15,21 +17,6 @@ constexpr uint64_t kSlotTableOffset = (sizeof(RingHeader) + 63) / 64 * 64;
 uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 uint64_t ImagesBytes(const RingHeader& h) { return RoundUp(h.batch_size * h.sample_bytes, 64); }
 }  // namespace
-
-uint64_t ProcessStartTime(int64_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return 0;
-  // The command name (field 2) may hold spaces; fields resume after ')'.
-  size_t close = line.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(line.substr(close + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && rest >> field; ++i) {
-    if (i == 22) return std::stoull(field);
-  }
-  return 0;
-}
 
 Result<std::unique_ptr<BatchRing>> BatchRing::Create(const RingGeometry& g,
                                                      uint64_t spec_fingerprint) {
@@ -56,7 +43,7 @@ Result<std::unique_ptr<BatchRing>> BatchRing::Create(const RingGeometry& g,
   h->slot_stride = stride;
   h->data_offset = header_bytes;
   h->creator_pid = ::getpid();
-  h->creator_start_time = ProcessStartTime(::getpid());
+  h->creator_start_time = SelfStartTime();
   auto ring = std::unique_ptr<BatchRing>(new BatchRing(std::move(shm)));
   for (uint64_t i = 0; i < g.slot_count; ++i) {
     SlotHeader* s = new (&ring->slot(i)) SlotHeader{};

@@ -66,9 +66,6 @@ class BatchRing {
   std::unique_ptr<ShmSegment> shm_;
 };
 
-// The start time of process `pid` in clock ticks since boot (0 if unknown).
-uint64_t ProcessStartTime(int64_t pid);
-
 }  // namespace nostall
 
 #endif  // NOSTALL_RING_BATCH_RING_H_

@@ -1,4 +1,5 @@
 #include "ring/batch_ring.h"
+#include "common/process.h"
 
 #include <unistd.h>
 

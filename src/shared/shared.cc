@@ -36,6 +36,7 @@
 
 #include "common/clock.h"
 #include "common/fd.h"
+#include "common/process.h"
 #include "common/shm.h"
 #include "ring/batch_ring.h"
 #include "stats/consumer_recorder.h"
@@ -120,11 +121,6 @@ Status ValidName(const std::string& name) {
 
 std::string SegmentName(const std::string& name) { return "/nostall-shared-" + name; }
 
-bool Alive(int64_t pid, uint64_t start_time) {
-  if (pid <= 0) return false;
-  const uint64_t now = ProcessStartTime(pid);
-  return now != 0 && (start_time == 0 || now == start_time);
-}
 
 // A mapped segment with typed views; shared by the loader and every lease.
 struct Segment {
@@ -327,7 +323,7 @@ class Producer final : public SharedProducer {
         ConsumerRow& c = seg_->consumers[i];
         const uint32_t state = c.state.load();
         if (state == kFree) continue;
-        if (Alive(c.pid.load(), c.start_time.load())) continue;
+        if (ProcessAlive(c.pid.load(), c.start_time.load())) continue;
         for (uint32_t s = 0; s < h.slot_count; ++s) seg_->pin(s, i).store(0);
         c.need.store(kNone);
         c.state.store(kFree);
@@ -608,7 +604,7 @@ class Consumer final : public Loader {
     const uint32_t state = h.state.load();
     if (state == kClosed) return "the producer stopped";
     if (state == kFailed) return std::string("the producer failed: ") + h.error;
-    if (!Alive(h.producer_pid, h.producer_start_time)) {
+    if (!ProcessAlive(h.producer_pid, h.producer_start_time)) {
       return "the producer (pid " + std::to_string(h.producer_pid) + ") died";
     }
     const double silent = (NowNs() - h.heartbeat_ns.load()) / 1e9;
@@ -859,7 +855,7 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
       if (a != MAP_FAILED) {
         const auto* h = static_cast<const Header*>(a);
         const bool live = std::memcmp(h->magic, kMagic, 8) == 0 && h->state.load() == kRunning &&
-                          Alive(h->producer_pid, h->producer_start_time);
+                          ProcessAlive(h->producer_pid, h->producer_start_time);
         const int64_t pid = h->producer_pid;
         ::munmap(a, sizeof(Header));
         if (live) {
@@ -891,7 +887,7 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   h->spec_fingerprint = SharedSpecFingerprint(resolved);
   h->dataset_fingerprint = pipeline->source().fingerprint();
   h->producer_pid = ::getpid();
-  h->producer_start_time = ProcessStartTime(::getpid());
+  h->producer_start_time = SelfStartTime();
   h->heartbeat_ns.store(NowNs());
   h->max_consumers = max_consumers;
   h->slot_count = slots;
@@ -979,7 +975,7 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
                               "this one under another name");
   }
   seg->Bind();
-  if (h->state.load() != kRunning || !Alive(h->producer_pid, h->producer_start_time)) {
+  if (h->state.load() != kRunning || !ProcessAlive(h->producer_pid, h->producer_start_time)) {
     return FailedPrecondition("shared loader '" + name + "' has no running producer");
   }
   NOSTALL_ASSIGN_OR_RETURN(LoaderSpec producer_spec, LoaderSpec::FromJson(seg->Spec()));
@@ -1013,7 +1009,7 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
   }
   ConsumerRow& row = seg->consumers[me];
   row.pid.store(::getpid());
-  row.start_time.store(ProcessStartTime(::getpid()));
+  row.start_time.store(SelfStartTime());
   auto reg = std::make_shared<Registration>();
   reg->seg = seg;
   reg->me = me;
