@@ -35,6 +35,18 @@ def _bw(b):
     return "unlimited" if not b else f"{b / 1e6:,.1f} MB/s"
 
 
+def _limit_words(r):
+    """The binding limit in words; for CPU, who uses it (the step may be the bigger user)."""
+    limit = r["predicted"]["limit"]
+    if limit != "cpu":
+        return _LIMIT_WORDS[limit]
+    p = r["profile"]
+    h = p["measured"]["cache_fraction"]
+    pipeline = p["prep_cpu"] + h * p["fetch_cpu_hit"] + (1 - h) * p["fetch_cpu_miss"]
+    return (f"CPU cores, shared by the pipeline ({pipeline * 1e3:.2f} ms CPU per sample) "
+            f"and your step ({p['step_cpu'] * 1e3:.2f} ms)")
+
+
 def _recommendation_lines(r):
     prof = r["profile"]
     m = prof["measured"]
@@ -80,7 +92,7 @@ def render_table(r) -> str:
         out.append(f"  {name:<22} {b[key] * total_ms:8.3f} ms  {b[key]:6.1%}")
     pred = r["predicted"]
     out.append(f"bottleneck: {_BOTTLENECK_WORDS[r['bottleneck']]} "
-               f"(limit: {_LIMIT_WORDS[pred['limit']]})")
+               f"(limit: {_limit_words(r)})")
     out.append("")
     out.append(f"{'measured':<30} {'samples/s':>10} {'model':>10}")
     out.append(f"  {'step alone (G)':<28} {prof['step_rate']:10,.0f}")
@@ -274,7 +286,7 @@ def render_html(r) -> str:
 <div class="sub">{e(str(run.get('source', '')))} &middot; {run.get('items', 0):,} of {run.get('dataset_items', 0):,} items sampled &middot;
 batch {run.get('batch_size', '?')} &middot; {m['cores']:.0f} cores &middot; storage {e(_bw(m['bandwidth']))}, {m['latency_s'] * 1e3:.2f} ms/read</div>
 <div class="big">Bottleneck: <b style="color:{_COLORS[r['bottleneck']]}">{e(_BOTTLENECK_WORDS[r['bottleneck']])}</b>
-(limit: {e(_LIMIT_WORDS[pred['limit']])})</div>
+(limit: {e(_limit_words(r))})</div>
 <h2>Time per sample, storage cold</h2>
 {_breakdown_bar(r['breakdown'])}
 <h2>Measured and modelled (samples/s)</h2>
