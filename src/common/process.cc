@@ -1,6 +1,10 @@
 #include "common/process.h"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <cstring>
 
 #include <fstream>
 #include <sstream>
@@ -19,6 +23,9 @@ uint64_t ProcessStartTime(int64_t pid) {
   std::istringstream rest(line.substr(close + 2));
   std::string field;
   for (int i = 3; i <= 22 && rest >> field; ++i) {
+    // Field 3, the state: a zombie (Z) or a dying task (X) never runs again;
+    // its pid lingers only until its parent reaps it.
+    if (i == 3 && (field == "Z" || field == "X")) return 0;
     if (i == 22) return std::stoull(field);
   }
   return 0;
@@ -38,6 +45,22 @@ uint64_t SelfStartTime() {
 bool ProcessAlive(int64_t pid, uint64_t start_time) {
   const uint64_t now = ProcessStartTime(pid);
   return now != 0 && (start_time == 0 || now == start_time);
+}
+
+namespace {
+std::atomic<const char*> g_crash_point{nullptr};
+std::atomic<int> g_crash_countdown{0};
+}  // namespace
+
+void CrashPoint(const char* name) {
+  const char* armed = g_crash_point.load(std::memory_order_relaxed);
+  if (armed == nullptr || std::strcmp(armed, name) != 0) return;
+  if (g_crash_countdown.fetch_sub(1) == 1) ::raise(SIGKILL);
+}
+
+void KillAtCrashPointForTest(const char* name, int nth) {
+  g_crash_countdown.store(nth);
+  g_crash_point.store(name);
 }
 
 }  // namespace nostall

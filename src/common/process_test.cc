@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <string>
+
 namespace nostall {
 namespace {
 
@@ -24,6 +26,17 @@ TEST(ProcessTest, StartTimeTellsAReusedPidApart) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_FALSE(ProcessAlive(child, 0));  // reaped: gone
   EXPECT_EQ(ProcessStartTime(-1), 0u);
+}
+
+TEST(ProcessTest, AnExitedChildNotYetReapedIsDead) {
+  pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  // Until waitpid, the child is a zombie: its pid still has a /proc entry.
+  for (int i = 0; i < 500 && ProcessAlive(child, 0); ++i) ::usleep(2000);
+  EXPECT_FALSE(ProcessAlive(child, 0));
+  EXPECT_EQ(::access(("/proc/" + std::to_string(child) + "/stat").c_str(), F_OK), 0)
+      << "the zombie should still be there";
+  ::waitpid(child, nullptr, 0);
 }
 
 }  // namespace

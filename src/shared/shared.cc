@@ -6,7 +6,9 @@
 //   pins          each consumer its own column (+1 per live view of a slot);
 //                 the producer clears a dead consumer's column
 //   consumer row  its consumer (claim, need, state ACTIVE), the producer
-//                 (state LAGGED when it leaves one behind, FREE when it died)
+//                 (state LAGGED when it leaves one behind, FREE when it died).
+//                 A row is owned while its pid is non-zero: claimed by CAS of
+//                 the pid from 0, released by storing 0 last.
 //
 // The two races that matter are settled Dekker-style with sequentially
 // consistent operations on both sides:
@@ -45,7 +47,7 @@ namespace nostall {
 namespace {
 
 constexpr char kMagic[8] = {'N', 'S', 'T', 'S', 'H', 'R', 'D', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
 enum : uint32_t { kRunning = 1, kClosed = 2, kFailed = 3 };
 enum : uint32_t { kFree = 0, kActive = 1, kLagged = 2, kClaimed = 3 };
@@ -81,7 +83,7 @@ struct alignas(64) Header {
 
 struct alignas(64) ConsumerRow {
   std::atomic<uint32_t> state;
-  std::atomic<int64_t> pid;
+  std::atomic<int64_t> pid;  // the owner; 0: free
   std::atomic<uint64_t> start_time;
   std::atomic<int64_t> need;
 };
@@ -155,6 +157,18 @@ struct Segment {
   std::string Spec() const {
     return std::string(reinterpret_cast<const char*>(mapping.data()) + h->spec_offset,
                        h->spec_bytes);
+  }
+  // Lets go of consumer row `i` and everything it holds; the pid goes last,
+  // so the row is free for another claim only once it is clean.
+  void ReleaseRow(uint32_t i) const {
+    ConsumerRow& c = consumers[i];
+    for (uint32_t s = 0; s < h->slot_count; ++s) pin(s, i).store(0);
+    CrashPoint("consumer.releasing");
+    c.need.store(kNone);
+    c.state.store(kFree);
+    c.start_time.store(0);
+    c.pid.store(0);
+    Bump(&h->released_gen);
   }
 };
 
@@ -254,6 +268,7 @@ class Producer final : public SharedProducer {
         continue;
       }
       if (!row.state.compare_exchange_strong(state, kWriting)) continue;
+      CrashPoint("producer.slot_writing");
       // Now that the slot says WRITING: does anyone still need or view it?
       bool busy = false;
       for (uint32_t i = 0; i < h.max_consumers && !busy; ++i) {
@@ -303,6 +318,7 @@ class Producer final : public SharedProducer {
     std::memcpy(seg_->images(s), b.images(), n * sb);
     std::memcpy(seg_->labels(s), b.labels(), n * sizeof(int64_t));
     std::memcpy(seg_->indices(s), b.indices(), n * sizeof(int64_t));
+    CrashPoint("producer.slot_copied");
     SlotRow& row = seg_->slots[s];
     row.count = b.size();
     row.epoch = b.epoch();
@@ -310,6 +326,7 @@ class Producer final : public SharedProducer {
     row.seq.store(seq);
     row.published_ns.store(NowNs());
     row.state.store(kReady);
+    CrashPoint("producer.slot_ready");
     seg_->h->produced.store(seq + 1);
     Bump(&seg_->h->published_gen);
   }
@@ -321,17 +338,18 @@ class Producer final : public SharedProducer {
       h.heartbeat_ns.store(NowNs());
       for (uint32_t i = 0; i < h.max_consumers; ++i) {
         ConsumerRow& c = seg_->consumers[i];
-        const uint32_t state = c.state.load();
-        if (state == kFree) continue;
-        if (ProcessAlive(c.pid.load(), c.start_time.load())) continue;
-        for (uint32_t s = 0; s < h.slot_count; ++s) seg_->pin(s, i).store(0);
-        c.need.store(kNone);
-        c.state.store(kFree);
+        // A consistent (pid, start time): a row freed and claimed again
+        // between the two loads shows another pid on the second.
+        const int64_t pid = c.pid.load();
+        if (pid == 0) continue;
+        const uint64_t start = c.start_time.load();
+        if (c.pid.load() != pid || ProcessAlive(pid, start)) continue;
+        // Dead: only this thread touches the row until it is released.
+        seg_->ReleaseRow(i);
         h.reaped.fetch_add(1);
-        Bump(&h.released_gen);
         if (options_.verbose) {
           std::fprintf(stderr, "nostall serve: consumer pid %lld is gone; its slots are released\n",
-                       static_cast<long long>(c.pid.load()));
+                       static_cast<long long>(pid));
         }
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -353,13 +371,7 @@ class Producer final : public SharedProducer {
 struct Registration {
   std::shared_ptr<Segment> seg;
   uint32_t me = 0;
-  ~Registration() {
-    ConsumerRow& c = seg->consumers[me];
-    for (uint32_t s = 0; s < seg->h->slot_count; ++s) seg->pin(s, me).store(0);
-    c.need.store(kNone);
-    c.state.store(kFree);
-    Bump(&seg->h->released_gen);
-  }
+  ~Registration() { seg->ReleaseRow(me); }
 };
 
 // One chunk held by the consumer: a pinned slot of the segment, or a batch of
@@ -513,6 +525,7 @@ class Consumer final : public Loader {
     held_seq_ = EpochBase() + last;
     ++batch_;
     consumer_.Delivered(label_epoch_, hi - lo, NowNs());
+    CrashPoint("consumer.batch_made");
     *out = std::move(batch);
     *status = NextStatus::kBatch;
     return Status::OK();
@@ -586,6 +599,7 @@ class Consumer final : public Loader {
       if (row.seq.load() != seq) continue;
       if (row.state.load() != kReady) return -1;
       seg_->pin(s, me_).fetch_add(1);
+      CrashPoint("consumer.pin_added");
       if (row.state.load() == kReady && row.seq.load() == seq) {
         // The lease takes over the pin just added.
         auto c = SharedLease(s);
@@ -993,11 +1007,11 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
   so.subset = producer_spec.subset;
   NOSTALL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(so));
 
-  // A row of the consumer table.
+  // A row of the consumer table: owned once its pid is ours.
   uint32_t me = h->max_consumers;
   for (uint32_t i = 0; i < h->max_consumers; ++i) {
-    uint32_t free = kFree;
-    if (seg->consumers[i].state.compare_exchange_strong(free, kClaimed)) {
+    int64_t free = 0;
+    if (seg->consumers[i].pid.compare_exchange_strong(free, ::getpid())) {
       me = i;
       break;
     }
@@ -1008,8 +1022,9 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
                              "--max-consumers to allow more)");
   }
   ConsumerRow& row = seg->consumers[me];
-  row.pid.store(::getpid());
+  CrashPoint("consumer.row_claimed");
   row.start_time.store(SelfStartTime());
+  row.state.store(kClaimed);
   auto reg = std::make_shared<Registration>();
   reg->seg = seg;
   reg->me = me;
@@ -1028,6 +1043,7 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
     row.need.store(start);
     row.state.store(kActive);
     Bump(&seg->h->released_gen);
+    CrashPoint("consumer.need_published");
     // Still there (or still to come) now that the producer can see our need?
     bool there = start >= h->produced.load();
     for (uint32_t s = 0; s < h->slot_count && !there; ++s) {
