@@ -158,6 +158,24 @@ struct Segment {
     return std::string(reinterpret_cast<const char*>(mapping.data()) + h->spec_offset,
                        h->spec_bytes);
   }
+  // The first chunk from which the segment holds every chunk up to the
+  // newest published one (`produced` when it holds none): where a consumer
+  // may start or rejoin. Older chunks may still sit in a slot, but with gaps
+  // after them (a slot nobody needed was reused), so they are no start.
+  int64_t HeldFrom() const {
+    const int64_t produced = h->produced.load();
+    std::vector<int64_t> ready;
+    for (uint32_t s = 0; s < h->slot_count; ++s) {
+      if (slots[s].state.load() == kReady) ready.push_back(slots[s].seq.load());
+    }
+    std::sort(ready.rbegin(), ready.rend());
+    int64_t from = produced;
+    for (int64_t seq : ready) {
+      if (seq == from - 1) from = seq;
+      else if (seq < from - 1) break;
+    }
+    return from;
+  }
   // Lets go of consumer row `i` and everything it holds; the pid goes last,
   // so the row is free for another claim only once it is clean.
   void ReleaseRow(uint32_t i) const {
@@ -703,19 +721,16 @@ class Consumer final : public Loader {
   // Back to the segment if it still holds (or will hold) chunk `seq`.
   bool TryRejoin(int64_t seq, std::shared_ptr<ChunkLease>* out) {
     const Header& h = *seg_->h;
-    int64_t oldest = kNone;
-    for (uint32_t s = 0; s < h.slot_count; ++s) {
-      if (seg_->slots[s].state.load() == kReady) oldest = std::min(oldest, seg_->slots[s].seq.load());
-    }
-    if (oldest == kNone || seq < oldest || seq >= h.produced.load() + h.slot_count) return false;
+    if (seq < seg_->HeldFrom() || seq >= h.produced.load() + h.slot_count) return false;
     ConsumerRow& row = seg_->consumers[me_];
     row.need.store(seq);
     row.state.store(kActive);
-    const int r = TryPin(seq, out);
-    if (r == 1 || (r == 0 && seq >= h.produced.load())) {
+    // With the need visible, nothing from `seq` on is overwritten any more:
+    // is everything from `seq` still there (or still to come)?
+    if (seg_->HeldFrom() <= seq) {
       mode_ = "shared";
       ++rejoins_;
-      if (r == 1) {
+      if (TryPin(seq, out) == 1) {
         ++shared_chunks_;
         return true;
       }
@@ -1032,10 +1047,7 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
   const int64_t k = h->chunks_per_epoch, bc = h->block_chunks;
   int64_t start = 0;
   for (int attempt = 0;; ++attempt) {
-    int64_t oldest = h->produced.load();
-    for (uint32_t s = 0; s < h->slot_count; ++s) {
-      if (seg->slots[s].state.load() == kReady) oldest = std::min(oldest, seg->slots[s].seq.load());
-    }
+    const int64_t oldest = seg->HeldFrom();
     const int64_t in_epoch = oldest % k;
     int64_t block_start = oldest - in_epoch + (in_epoch + bc - 1) / bc * bc;
     if (block_start - (oldest - in_epoch) >= k) block_start = oldest - in_epoch + k;  // next epoch
@@ -1044,12 +1056,9 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
     row.state.store(kActive);
     Bump(&seg->h->released_gen);
     CrashPoint("consumer.need_published");
-    // Still there (or still to come) now that the producer can see our need?
-    bool there = start >= h->produced.load();
-    for (uint32_t s = 0; s < h->slot_count && !there; ++s) {
-      there = seg->slots[s].seq.load() == start && seg->slots[s].state.load() == kReady;
-    }
-    if (there) break;
+    // Now that the producer sees our need, nothing from `start` on is
+    // overwritten: is all of it still there (or still to come)?
+    if (seg->HeldFrom() <= start) break;
     row.state.store(kClaimed);
     if (attempt > 1000) return Internal("could not find a starting chunk in '" + name + "'");
   }

@@ -115,6 +115,42 @@ TEST_F(SharedTest, ConsumersWithOtherBatchSizesSeeEverySampleOncePerEpoch) {
   EXPECT_EQ(a->Stats().shared_mode, "shared");
 }
 
+TEST_F(SharedTest, ALateConsumerStartsWhereTheSegmentHasNoGaps) {
+  // A view kept of an early chunk pins its slot while another consumer runs
+  // on through the other slots. Once the view is dropped that slot still
+  // holds the old chunk, but its successors are gone: a consumer attaching
+  // then must not start there (it would find its second chunk overwritten
+  // and leave the segment at once), but where the segment has no gaps.
+  ServeOptions so;
+  so.slots = 3;
+  auto serving = Serve(Name("late"), so);
+  AttachOptions o;
+  o.batch_size = 8;
+  std::shared_ptr<Batch> kept;
+  {
+    auto keeper = AttachShared(Name("late"), o).value();
+    ASSERT_TRUE(keeper->StartEpoch(0).ok());
+    NextStatus ns;
+    ASSERT_TRUE(keeper->Next(10000, &ns, &kept).ok());
+    ASSERT_EQ(ns, NextStatus::kBatch);
+    EXPECT_EQ(kept->index(), 0);
+  }  // detached; the view still pins chunk 0
+  {
+    auto runner = AttachShared(Name("late"), o).value();
+    for (int epoch = 0; epoch < 2; ++epoch) Epoch(runner.get(), epoch);
+  }
+  kept.reset();
+  auto late = AttachShared(Name("late"), o).value();
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<int64_t> seen = Epoch(late.get(), epoch);
+    std::sort(seen.begin(), seen.end());
+    EXPECT_EQ(seen, All(45));
+  }
+  const LoaderStats st = late->Stats();
+  EXPECT_EQ(st.shared_mode, "shared") << st.shared_reason;
+  EXPECT_EQ(st.private_chunks, 0);
+}
+
 TEST_F(SharedTest, ProducerGoneIsAnErrorOrAPrivatePipeline) {
   auto serving = Serve(Name("gone"));
   AttachOptions o;
@@ -246,7 +282,9 @@ TEST_P(SharedConsumerCrashTest, ProducerReleasesItAndServesTheNextExactly) {
     std::sort(seen.begin(), seen.end());
     EXPECT_EQ(seen, All(45)) << crash.point << ", epoch " << epoch;
   }
-  EXPECT_EQ(next.value()->Stats().shared_mode, "shared");
+  const LoaderStats st = next.value()->Stats();
+  EXPECT_EQ(st.shared_mode, "shared") << st.shared_reason;
+  EXPECT_EQ(st.private_chunks, 0) << crash.point;
 }
 
 INSTANTIATE_TEST_SUITE_P(
