@@ -635,7 +635,9 @@ class Consumer final : public Loader {
     const Header& h = *seg_->h;
     const uint32_t state = h.state.load();
     if (state == kClosed) return "the producer stopped";
-    if (state == kFailed) return std::string("the producer failed: ") + h.error;
+    if (state == kFailed) {
+      return "the producer failed: " + std::string(h.error, strnlen(h.error, sizeof h.error));
+    }
     if (!ProcessAlive(h.producer_pid, h.producer_start_time)) {
       return "the producer (pid " + std::to_string(h.producer_pid) + ") died";
     }
@@ -804,6 +806,53 @@ class Consumer final : public Loader {
   ConsumerRecorder consumer_;
   const int64_t created_ns_ = NowNs();
 };
+
+// Whether the header describes a segment that fits in `size` bytes, with
+// every table where the code will look for it: a segment that lies (damaged,
+// from another build, or hostile) is refused instead of read out of bounds.
+Status CheckGeometry(const Header& h, uint64_t size, const std::string& name) {
+  auto bad = [&](const char* what) {
+    return FailedPrecondition("shared loader '" + name + "' is damaged (" + what + ")");
+  };
+  if (h.header_bytes != sizeof(Header)) return bad("header size");
+  if (h.max_consumers < 1 || h.max_consumers > 64) return bad("consumer count");
+  if (h.slot_count < 2 || h.slot_count > 1024) return bad("slot count");
+  if (h.dtype > 1) return bad("dtype");
+  constexpr int64_t kMaxCount = int64_t{1} << 40;
+  if (h.chunk < 1 || h.chunk > (1 << 20)) return bad("chunk size");
+  if (h.samples_per_epoch < 1 || h.samples_per_epoch > kMaxCount) return bad("epoch size");
+  if (h.chunks_per_epoch != (h.samples_per_epoch + h.chunk - 1) / h.chunk) return bad("chunks per epoch");
+  if (h.block_chunks < 1 || h.block_chunks > h.chunks_per_epoch) return bad("shuffle block");
+  uint64_t sample = h.dtype == 1 ? 4 : 1;
+  for (int64_t d : h.shape) {
+    if (d < 1 || d > (1 << 16)) return bad("sample shape");
+    sample *= static_cast<uint64_t>(d);
+  }
+  if (h.sample_bytes != sample) return bad("sample size");
+  const uint64_t chunk = static_cast<uint64_t>(h.chunk);
+  // Each part at or after the end of the one before it, 64-byte aligned.
+  const uint64_t parts[][2] = {
+      {RoundUp(sizeof(Header), 64), 0},
+      {h.consumers_offset, uint64_t{sizeof(ConsumerRow)} * h.max_consumers},
+      {h.slots_offset, uint64_t{sizeof(SlotRow)} * h.slot_count},
+      {h.pins_offset, uint64_t{sizeof(std::atomic<uint32_t>)} * h.slot_count * h.max_consumers},
+      {h.spec_offset, h.spec_bytes},
+      {h.data_offset, 0},
+  };
+  uint64_t end = 0;
+  for (const auto& part : parts) {
+    if (part[0] < end || part[0] % 64 != 0 || part[0] > size || part[1] > size - part[0]) {
+      return bad("table offsets");
+    }
+    end = part[0] + part[1];
+  }
+  if (sample > (uint64_t{1} << 40) / chunk) return bad("slot size");
+  if (h.slot_stride < RoundUp(chunk * sample, 64) + 2 * chunk * sizeof(int64_t) || h.slot_stride % 64 != 0 ||
+      h.slot_stride > (size - h.data_offset) / h.slot_count) {
+    return bad("slot size");
+  }
+  return Status::OK();
+}
 
 Result<std::shared_ptr<Segment>> MapSegment(const std::string& seg_name, int fd, size_t size) {
   void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -995,9 +1044,7 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
                               std::to_string(h->version) + ", this nostall speaks " +
                               std::to_string(kVersion) + "; serve it with this nostall");
   }
-  if (h->data_offset + h->slot_stride * h->slot_count > static_cast<uint64_t>(st.st_size)) {
-    return FailedPrecondition("shared loader '" + name + "' is truncated");
-  }
+  NOSTALL_RETURN_IF_ERROR(CheckGeometry(*h, static_cast<uint64_t>(st.st_size), name));
   if (options.expect_spec_fingerprint != 0 && options.expect_spec_fingerprint != h->spec_fingerprint) {
     return FailedPrecondition("shared loader '" + name + "' serves another pipeline (its spec "
                               "differs from the one given); attach without a spec, or serve "
@@ -1007,7 +1054,12 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
   if (h->state.load() != kRunning || !ProcessAlive(h->producer_pid, h->producer_start_time)) {
     return FailedPrecondition("shared loader '" + name + "' has no running producer");
   }
-  NOSTALL_ASSIGN_OR_RETURN(LoaderSpec producer_spec, LoaderSpec::FromJson(seg->Spec()));
+  Result<LoaderSpec> served = LoaderSpec::FromJson(seg->Spec());
+  if (!served.ok()) {
+    return FailedPrecondition("shared loader '" + name + "' is damaged (its spec: " +
+                              served.status().message() + ")");
+  }
+  const LoaderSpec producer_spec = std::move(served).value();
   LoaderSpec spec = producer_spec;
   spec.batch_size = options.batch_size;
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Source> source,

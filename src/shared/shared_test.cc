@@ -2,17 +2,21 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <chrono>
 #include <numeric>
 #include <string>
 #include <thread>
 
+#include "common/fd.h"
 #include "common/process.h"
 #include "testing/test_images.h"
 
@@ -149,6 +153,59 @@ TEST_F(SharedTest, ALateConsumerStartsWhereTheSegmentHasNoGaps) {
   const LoaderStats st = late->Stats();
   EXPECT_EQ(st.shared_mode, "shared") << st.shared_reason;
   EXPECT_EQ(st.private_chunks, 0);
+}
+
+TEST_F(SharedTest, DamagedSegmentsAreRefusedNotReadOutOfBounds) {
+  // A copy of a live segment (its producer, this process, is alive; the
+  // chunks are in its slots) with one 32-bit word of the header changed at a
+  // time, to values a damaged or hostile segment might hold. Attaching must
+  // give an error, or a loader whose batches stay inside the segment (ASan
+  // watches); never a crash.
+  const std::string name = Name("orig"), fake = Name("damaged");
+  ServeOptions so;
+  so.slots = 8;  // every chunk of an epoch fits: the copy needs no producer
+  auto serving = Serve(name, so);
+  while (serving->producer->Snapshot().produced < 6) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  UniqueFd orig(::shm_open(("/nostall-shared-" + name).c_str(), O_RDONLY, 0));
+  ASSERT_GE(orig.get(), 0);
+  struct stat st;
+  ASSERT_EQ(::fstat(orig.get(), &st), 0);
+  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+  ASSERT_EQ(::pread(orig.get(), bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+  int refused = 0, attached = 0, batches = 0;
+  for (size_t off = 8; off < 256; off += 4) {
+    for (uint32_t value : {0xFFFFFFFFu, 0x40000000u, 0x00000001u}) {
+      std::vector<uint8_t> copy = bytes;
+      std::memcpy(copy.data() + off, &value, 4);
+      UniqueFd fd(::shm_open(("/nostall-shared-" + fake).c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600));
+      ASSERT_GE(fd.get(), 0);
+      ASSERT_EQ(::pwrite(fd.get(), copy.data(), copy.size(), 0), static_cast<ssize_t>(copy.size()));
+      AttachOptions o;
+      o.batch_size = 8;
+      o.producer_timeout_s = 0.05;
+      auto c = AttachShared(fake, o);
+      if (!c.ok()) {
+        ++refused;
+        EXPECT_FALSE(c.status().message().empty());
+      } else {
+        ++attached;
+        Loader* l = c.value().get();
+        NextStatus ns;
+        std::shared_ptr<Batch> b;
+        if (l->StartEpoch(0).ok() && l->Next(50, &ns, &b).ok() && ns == NextStatus::kBatch) {
+          const auto* px = static_cast<const uint8_t*>(b->images());
+          uint64_t sum = 0;
+          for (int64_t i = 0; i < b->size() * 3 * 16 * 16; ++i) sum += px[i];  // in bounds?
+          EXPECT_GT(sum, 0u);
+          ++batches;
+        }
+      }
+      ::shm_unlink(("/nostall-shared-" + fake).c_str());
+    }
+  }
+  EXPECT_GT(refused, 40);  // the geometry words are checked
+  EXPECT_GT(attached, 10);  // fields a consumer does not rely on are not
+  EXPECT_GT(batches, 10);   // and batches were read from those copies
 }
 
 TEST_F(SharedTest, ProducerGoneIsAnErrorOrAPrivatePipeline) {
