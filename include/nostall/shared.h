@@ -37,7 +37,7 @@ struct ServeOptions {
 
 struct ConsumerInfo {
   int64_t pid = 0;
-  std::string state;  // "active" or "lagged"
+  std::string state;  // "active" or "lagged" ("dead" from InspectShared)
   int64_t need = 0;   // the next chunk it needs
 };
 
@@ -90,6 +90,29 @@ uint64_t SharedSpecFingerprint(const LoaderSpec& spec);
 
 // Names of shared segments on this node.
 std::vector<std::string> ListShared();
+
+// What a shared segment holds, read without attaching.
+struct SharedInfo {
+  std::string name;
+  // "serving"; "stopped" or "failed" (the producer marked it so and a
+  // consumer may still map it); "dead" (the producer is gone without a word,
+  // e.g. SIGKILL: the segment stays until removed or served again).
+  std::string state;
+  std::string error;  // a failed producer's error
+  int64_t producer_pid = 0;
+  double heartbeat_age_s = 0;
+  uint64_t segment_bytes = 0;
+  std::string source;  // the dataset, from the served spec
+  int64_t chunk = 0, samples_per_epoch = 0, chunks_per_epoch = 0, produced = 0;
+  int64_t slots = 0, max_consumers = 0, evictions = 0, reaped = 0;
+  std::vector<ConsumerInfo> consumers;  // state "active", "lagged" or "dead"
+};
+Result<SharedInfo> InspectShared(const std::string& name);
+
+// Removes the segment of a producer that is gone (dead, stopped or failed);
+// one still served is refused (stop its producer: it removes its segment).
+// Consumers that have it mapped keep their mapping until they close.
+Status RemoveShared(const std::string& name);
 
 }  // namespace nostall
 

@@ -45,6 +45,9 @@ commands:
   cache ls        list the MinIO caches on this node
   cache inspect NAME   size, fill, items, hit statistics, owning dataset
   cache rm NAME   remove a cache (loaders attached keep theirs until they close)
+  shared ls       list the shared loaders on this node (serving, stopped, dead)
+  shared inspect NAME  producer, dataset, stream position, consumers
+  shared rm NAME  remove a dead producer's shared memory
   help            show this message
 
 PATH is an image folder (one subfolder per class) or WebDataset tar shards
@@ -410,6 +413,69 @@ int CacheCommand(const Args& args) {
   return 2;
 }
 
+int SharedCommand(const Args& args) {
+  const auto& p = args.positional;
+  const std::string usage =
+      "usage: nostall shared ls | inspect NAME | rm NAME\n\nShared loaders (`nostall serve`) "
+      "live in /dev/shm while served; a producer\nthat stops removes its own. One killed "
+      "(SIGKILL, out of memory) leaves it\nbehind, shown as dead: `rm` removes it (a name "
+      "still served is refused),\nand so does serving that name again.\n";
+  if (Has(args, "--help") || Has(args, "-h")) {
+    std::fputs(usage.c_str(), stdout);
+    return 0;
+  }
+  if (p.size() == 1 && p[0] == "ls") {
+    auto names = nostall::ListShared();
+    if (names.empty()) std::puts("no shared loaders");
+    for (const auto& n : names) {
+      auto info = nostall::InspectShared(n);
+      if (!info.ok()) {
+        std::printf("%-24s (unreadable: %s)\n", n.c_str(), info.status().message().c_str());
+        continue;
+      }
+      const auto& i = info.value();
+      std::printf("%-24s %-8s pid %-8lld %10s  %zu consumer%s  %s\n", n.c_str(), i.state.c_str(),
+                  static_cast<long long>(i.producer_pid),
+                  nostall::FormatBytes(static_cast<int64_t>(i.segment_bytes)).c_str(),
+                  i.consumers.size(), i.consumers.size() == 1 ? "" : "s", i.source.c_str());
+    }
+    return 0;
+  }
+  if (p.size() == 2 && p[0] == "inspect") {
+    auto info = nostall::InspectShared(p[1]);
+    if (!info.ok()) return Fail(info.status());
+    const auto& i = info.value();
+    std::printf("shared loader: %s (/dev/shm/nostall-shared-%s)\nstate:         %s, producer pid "
+                "%lld, heartbeat %.1f s ago\n",
+                i.name.c_str(), i.name.c_str(), i.state.c_str(),
+                static_cast<long long>(i.producer_pid), i.heartbeat_age_s);
+    if (!i.error.empty()) std::printf("error:         %s\n", i.error.c_str());
+    std::printf("dataset:       %s\nstream:        %lld samples per epoch in %lld chunks of %lld; "
+                "%lld chunks published\nsize:          %s (%lld slots)\nconsumers:     %zu of "
+                "%lld (%lld left behind for lagging, %lld released after dying)\n",
+                i.source.c_str(), static_cast<long long>(i.samples_per_epoch),
+                static_cast<long long>(i.chunks_per_epoch), static_cast<long long>(i.chunk),
+                static_cast<long long>(i.produced),
+                nostall::FormatBytes(static_cast<int64_t>(i.segment_bytes)).c_str(),
+                static_cast<long long>(i.slots), i.consumers.size(),
+                static_cast<long long>(i.max_consumers), static_cast<long long>(i.evictions),
+                static_cast<long long>(i.reaped));
+    for (const auto& c : i.consumers) {
+      std::printf("  pid %-8lld %-7s next chunk %lld\n", static_cast<long long>(c.pid),
+                  c.state.c_str(), static_cast<long long>(c.need));
+    }
+    return 0;
+  }
+  if (p.size() == 2 && p[0] == "rm") {
+    nostall::Status st = nostall::RemoveShared(p[1]);
+    if (!st.ok()) return Fail(st);
+    std::printf("removed shared loader '%s'\n", p[1].c_str());
+    return 0;
+  }
+  std::fputs(usage.c_str(), stderr);
+  return 2;
+}
+
 }  // namespace
 
 // `analyze` runs the user's Python training step, so it is the Python
@@ -468,6 +534,7 @@ int main(int argc, char** argv) {
   if (cmd == "serve") return Serve(args);
   if (cmd == "inspect") return Inspect(args);
   if (cmd == "cache") return CacheCommand(args);
+  if (cmd == "shared") return SharedCommand(args);
   std::fprintf(stderr, "nostall: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
   return 2;
 }

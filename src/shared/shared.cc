@@ -176,6 +176,21 @@ struct Segment {
     }
     return from;
   }
+  // The owned rows of consumers that attached (claimed rows that have not
+  // yet are left out); with `check_alive`, a dead one's state says "dead".
+  std::vector<ConsumerInfo> Consumers(bool check_alive = false) const {
+    std::vector<ConsumerInfo> out;
+    for (uint32_t i = 0; i < h->max_consumers; ++i) {
+      const ConsumerRow& c = consumers[i];
+      const uint32_t state = c.state.load();
+      const int64_t pid = c.pid.load();
+      if (pid == 0 || (state != kActive && state != kLagged)) continue;
+      std::string what = state == kActive ? "active" : "lagged";
+      if (check_alive && !ProcessAlive(pid, c.start_time.load())) what = "dead";
+      out.push_back({pid, what, c.need.load()});
+    }
+    return out;
+  }
   // Lets go of consumer row `i` and everything it holds; the pid goes last,
   // so the row is free for another claim only once it is clean.
   void ReleaseRow(uint32_t i) const {
@@ -217,12 +232,7 @@ class Producer final : public SharedProducer {
     st.chunks_per_epoch = h.chunks_per_epoch;
     st.evictions = h.evictions.load();
     st.reaped = h.reaped.load();
-    for (uint32_t i = 0; i < h.max_consumers; ++i) {
-      const ConsumerRow& c = seg_->consumers[i];
-      const uint32_t state = c.state.load();
-      if (state != kActive && state != kLagged) continue;
-      st.consumers.push_back({c.pid.load(), state == kActive ? "active" : "lagged", c.need.load()});
-    }
+    st.consumers = seg_->Consumers();
     return st;
   }
 
@@ -1139,6 +1149,90 @@ std::vector<std::string> ListShared() {
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+namespace {
+
+// Maps segment `name` read-only and checks it is a whole nostall segment of
+// this version.
+Result<std::shared_ptr<Segment>> OpenForReading(const std::string& name) {
+  NOSTALL_RETURN_IF_ERROR(ValidName(name));
+  const std::string seg_name = SegmentName(name);
+  UniqueFd fd(::shm_open(seg_name.c_str(), O_RDONLY | O_CLOEXEC, 0));
+  if (fd.get() < 0) {
+    if (errno == ENOENT) return NotFound("no shared loader '" + name + "' on this node");
+    return ErrnoError("cannot open shared loader '" + name + "'", errno);
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoError("cannot stat " + seg_name, errno);
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (size < sizeof(Header)) {
+    return FailedPrecondition("shared memory " + seg_name + " is not a nostall shared loader");
+  }
+  void* addr = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (addr == MAP_FAILED) return ErrnoError("cannot map " + seg_name, errno);
+  auto seg = std::make_shared<Segment>();
+  seg->mapping = Mapping(addr, size);
+  seg->name = seg_name;
+  const auto* h = static_cast<const Header*>(addr);
+  if (std::memcmp(h->magic, kMagic, 8) != 0) {
+    return FailedPrecondition("shared memory " + seg_name + " is not a nostall shared loader");
+  }
+  if (h->version != kVersion) {
+    return FailedPrecondition("shared loader '" + name + "' has format version " +
+                              std::to_string(h->version) + ", this nostall reads " +
+                              std::to_string(kVersion));
+  }
+  NOSTALL_RETURN_IF_ERROR(CheckGeometry(*h, size, name));
+  seg->Bind();
+  return seg;
+}
+
+}  // namespace
+
+Result<SharedInfo> InspectShared(const std::string& name) {
+  NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<Segment> seg, OpenForReading(name));
+  const Header& h = *seg->h;
+  SharedInfo info;
+  info.name = name;
+  const uint32_t state = h.state.load();
+  const bool alive = ProcessAlive(h.producer_pid, h.producer_start_time);
+  info.state = state == kClosed ? "stopped" : state == kFailed ? "failed" : alive ? "serving" : "dead";
+  if (state == kFailed) info.error = std::string(h.error, strnlen(h.error, sizeof h.error));
+  info.producer_pid = h.producer_pid;
+  info.heartbeat_age_s = (NowNs() - h.heartbeat_ns.load()) / 1e9;
+  info.segment_bytes = seg->mapping.size();
+  Result<LoaderSpec> spec = LoaderSpec::FromJson(seg->Spec());
+  if (spec.ok()) info.source = spec.value().source;
+  info.chunk = h.chunk;
+  info.samples_per_epoch = h.samples_per_epoch;
+  info.chunks_per_epoch = h.chunks_per_epoch;
+  info.produced = h.produced.load();
+  info.slots = h.slot_count;
+  info.max_consumers = h.max_consumers;
+  info.evictions = h.evictions.load();
+  info.reaped = h.reaped.load();
+  // Nobody reaps for a producer that is gone: say which consumers are gone too.
+  info.consumers = seg->Consumers(/*check_alive=*/true);
+  return info;
+}
+
+Status RemoveShared(const std::string& name) {
+  NOSTALL_RETURN_IF_ERROR(ValidName(name));
+  Result<SharedInfo> info = InspectShared(name);
+  if (info.ok() && info.value().state == "serving") {
+    const std::string pid = std::to_string(info.value().producer_pid);
+    return FailedPrecondition("shared loader '" + name + "' is served by pid " + pid +
+                              "; stop it (Ctrl-C, or kill " + pid +
+                              ") and it removes its shared memory itself");
+  }
+  if (!info.ok() && info.status().code() == StatusCode::kNotFound) return info.status();
+  // Gone, or damaged / of another version: in nostall's namespace either way.
+  if (::shm_unlink(SegmentName(name).c_str()) != 0) {
+    if (errno == ENOENT) return NotFound("no shared loader '" + name + "' on this node");
+    return ErrnoError("cannot remove shared loader '" + name + "'", errno);
+  }
+  return Status::OK();
 }
 
 }  // namespace nostall

@@ -261,6 +261,32 @@ TEST_F(SharedTest, KilledConsumerIsReleased) {
   EXPECT_EQ(serving->producer->Snapshot().reaped, 1);
 }
 
+TEST_F(SharedTest, InspectShowsTheStreamAndRemoveRefusesALiveProducer) {
+  const std::string name = Name("inspect");
+  auto serving = Serve(name);
+  AttachOptions o;
+  o.batch_size = 8;
+  auto c = AttachShared(name, o).value();
+  auto info = InspectShared(name);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->state, "serving");
+  EXPECT_EQ(info->producer_pid, ::getpid());
+  EXPECT_EQ(info->source, dir_->path());
+  EXPECT_EQ(info->samples_per_epoch, 45);
+  EXPECT_EQ(info->chunks_per_epoch, 6);
+  ASSERT_EQ(info->consumers.size(), 1u);
+  EXPECT_EQ(info->consumers[0].state, "active");
+  const std::vector<std::string> names = ListShared();
+  EXPECT_NE(std::find(names.begin(), names.end(), name), names.end());
+  Status refused = RemoveShared(name);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("served by pid"), std::string::npos);
+  c.reset();
+  serving.reset();  // a clean stop removes the segment
+  EXPECT_EQ(InspectShared(name).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(RemoveShared(name).code(), StatusCode::kNotFound);
+}
+
 TEST_F(SharedTest, MistakesAreClearErrors) {
   AttachOptions o;
   o.batch_size = 8;

@@ -66,6 +66,13 @@ def start_serving(tmp_path, pngs, name, *extra):
     return proc
 
 
+def cli(*args, check=True):
+    done = subprocess.run([str(NOSTALL), *args], capture_output=True, text=True, timeout=30)
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done
+
+
 def stop(proc):
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
@@ -190,6 +197,15 @@ def test_sigkilled_producer_is_a_clear_error_or_a_private_fallback(tmp_path, png
         r = finish(kept_going, kept_out)
         assert_each_epoch_is_the_dataset(r, reference)
         assert r["shared"]["mode"] == "private" and "died" in r["shared"]["reason"]
+        # The killed producer left its segment behind: the CLI shows it dead and removes it.
+        ls = cli("shared", "ls")
+        assert any(line.split()[:2] == [name, "dead"] for line in ls.stdout.splitlines()), ls.stdout
+        shown = cli("shared", "inspect", name)
+        assert f"dead, producer pid {producer.pid}" in shown.stdout
+        assert cli("shared", "rm", name).returncode == 0
+        assert not Path(f"/dev/shm/nostall-shared-{name}").exists()
+        gone = cli("shared", "rm", name, check=False)
+        assert gone.returncode == 1 and "no shared loader" in gone.stderr
     finally:
         if producer.poll() is None:
             producer.kill()
@@ -225,6 +241,9 @@ def test_segment_is_private_and_checked(tmp_path, pngs, name):
             nostall.Loader.attach(name, 8, spec=other, output="numpy")
         with pytest.raises(nostall.NostallError, match="already served"):
             nostall.serve(spec_for(pngs), name, block=False, verbose=False)
+        refused = cli("shared", "rm", name, check=False)
+        assert refused.returncode == 1 and f"served by pid {os.getpid()}" in refused.stderr
+        assert f"serving, producer pid {os.getpid()}" in cli("shared", "inspect", name).stdout
     with pytest.raises(FileNotFoundError, match="nostall serve"):
         nostall.Loader.attach(name, 8, output="numpy")
     with pytest.raises(ValueError, match="on_error"):
