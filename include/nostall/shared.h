@@ -79,10 +79,29 @@ struct AttachOptions {
 
 // A Loader over a shared segment. Its epochs are its own: each is
 // samples_per_epoch consecutive samples of the producer's stream, starting at
-// the block boundary where it attached, so each holds every sample once.
-// StartEpoch(e, 0) begins the next epoch (abandoning the rest of the current
-// one); resuming mid-epoch is not supported.
+// a block boundary (where it attached, then each where the last one ended),
+// so each holds every sample once. StartEpoch(e, 0) begins the next epoch
+// (abandoning the rest of the current one); a consumer that runs on its
+// private pipeline starts its next epoch back on the segment, wherever that
+// is. Resuming mid-epoch: ResumeShared below.
 Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const AttachOptions& options);
+
+// Resuming a consumer mid-epoch (from a checkpoint, in this process or a new
+// one). SharedPositionOf gives where its current epoch began in the
+// producer's stream (and the stream's geometry, which must match on resume);
+// ResumeShared makes a consumer continue epoch `epoch` from that position at
+// `first_batch`. It starts on a private pipeline at exactly that position
+// (the order is deterministic, so the batches are the same) and rejoins the
+// segment when it holds what comes next; its later epochs join the segment
+// wherever it is then. Both are errors if `loader` is not a consumer.
+struct SharedPosition {
+  int64_t stream_base = 0;  // the chunk (of the stream) the epoch began at
+  int64_t chunk = 0;        // samples per chunk
+  int64_t block_chunks = 0;  // shuffle block, in chunks
+};
+Result<SharedPosition> SharedPositionOf(const Loader& loader);
+Status ResumeShared(Loader* loader, int64_t epoch, const SharedPosition& position,
+                    int64_t first_batch);
 
 // What a consumer's spec must match: the producer's spec apart from the
 // batch size, the shuffle block and drop_last, which serving sets.

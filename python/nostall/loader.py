@@ -190,7 +190,9 @@ class Loader(Closeable):
 
         A consumer that holds every other consumer back for longer than the
         producer's ``max_lag`` continues on a private pipeline (see
-        ``stats()["shared"]``), and rejoins when it catches up.
+        ``stats()["shared"]``), and rejoins when it catches up, or at its
+        next epoch. ``state_dict()`` / ``load_state_dict()`` resume a consumer
+        mid-epoch (in a new process too): the same batches, in the same order.
         """
         if on_producer_exit not in ("raise", "private"):
             raise ValueError(f'on_producer_exit must be "raise" or "private", not {on_producer_exit!r}')
@@ -207,6 +209,7 @@ class Loader(Closeable):
         self = cls.__new__(cls)
         self._init(None, copy=copy, return_indices=return_indices, output=output,
                    progress=progress, core=core)
+        self._shared = name
         return self
 
     def _init(self, spec, *, copy, return_indices, output, progress=False, core=None):
@@ -230,7 +233,8 @@ class Loader(Closeable):
         self._position = 0       # batches handed out in the current epoch
         self._active = False
         self._finished_epoch = None
-        self._resume = None      # (epoch, batch) from load_state_dict
+        self._resume = None      # (epoch, batch, stream position or None) from load_state_dict
+        self._shared = None      # the shared loader's name, for a consumer
         self._generation = 0     # which iterator is current
 
     # ------------------------------------------------------------ iteration
@@ -250,11 +254,14 @@ class Loader(Closeable):
         core = self._require_core()
         if not self._epoch_set and self._finished_epoch == self._epoch:
             self._epoch += 1  # a new pass without set_epoch: the next epoch
-        start = 0
+        start, base = 0, None
         if self._resume is not None and self._resume[0] == self._epoch:
-            start = self._resume[1]
+            _, start, base = self._resume
         self._resume = None
-        core.start_epoch(self._epoch, start)
+        if base is not None and start > 0:
+            core.resume_shared(self._epoch, base, start)
+        else:
+            core.start_epoch(self._epoch, start)
         self._position = start
         self._active = True
         self._epoch_set = False
@@ -305,7 +312,7 @@ class Loader(Closeable):
         else:
             epoch, batch = self._epoch, 0
         spec = json.loads(core.spec_json())
-        return {
+        state = {
             "version": _STATE_VERSION,
             "epoch": epoch,
             "batch": batch,
@@ -316,6 +323,13 @@ class Loader(Closeable):
             "world_size": spec["world_size"],
             "dataset_fingerprint": f"{core.fingerprint:016x}",
         }
+        if self._shared is not None:
+            # A consumer's epoch is a stretch of the producer's stream: where it began.
+            state["shared"] = self._shared
+            state["spec_fingerprint"] = f"{_nostall.spec_fingerprint(core.spec_json()):016x}"
+            if batch > 0:
+                state["stream_position"] = list(core.shared_position())
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         """Makes the next iteration continue where ``state`` was taken."""
@@ -332,9 +346,24 @@ class Loader(Closeable):
         batch = int(state["batch"])
         if not 0 <= batch <= core.batches_per_epoch:
             raise ValueError(f"state batch {batch} is outside the epoch's {core.batches_per_epoch}")
+        base = None
+        if self._shared is not None:
+            if "shared" not in state:
+                raise ValueError("state was taken from a local loader; a shared loader's consumer "
+                                 "resumes only from a consumer's state (its epochs follow the "
+                                 "producer's stream)")
+            mine = f"{_nostall.spec_fingerprint(core.spec_json()):016x}"
+            if state["spec_fingerprint"] != mine:
+                raise ValueError("state was taken from a consumer of another pipeline (spec "
+                                 "fingerprints differ)")
+            if batch > 0:
+                base = tuple(int(v) for v in state["stream_position"])
+        elif "shared" in state:
+            raise ValueError(f"state was taken from a consumer of shared loader "
+                             f"{state['shared']!r}; resume it with Loader.attach(...)")
         self._epoch = int(state["epoch"])
         self._epoch_set = True
-        self._resume = (self._epoch, batch)
+        self._resume = (self._epoch, batch, base)
         self._active = False
 
     # ------------------------------------------------------------ info

@@ -7,6 +7,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
@@ -123,6 +124,23 @@ class PyLoader {
     return nb::make_tuple(View(batch, batch->images(), shape, pixel),
                           View(batch, batch->labels(), n, nb::dtype<int64_t>()),
                           View(batch, batch->indices(), n, nb::dtype<int64_t>()));
+  }
+
+  // A shared consumer's position: (stream chunk its current epoch began at,
+  // chunk, block in chunks).
+  std::tuple<int64_t, int64_t, int64_t> SharedPosition() const {
+    nostall::SharedPosition p = ValueOrRaise(nostall::SharedPositionOf(Loader()));
+    return {p.stream_base, p.chunk, p.block_chunks};
+  }
+  void ResumeShared(int64_t epoch, std::tuple<int64_t, int64_t, int64_t> position,
+                    int64_t first_batch) {
+    nostall::SharedPosition p{std::get<0>(position), std::get<1>(position), std::get<2>(position)};
+    Status st;
+    {
+      nb::gil_scoped_release release;
+      st = nostall::ResumeShared(&Loader(), epoch, p, first_batch);
+    }
+    if (!st.ok()) RaiseStatus(st);
   }
 
   std::string StatsJson() const { return Loader().Stats().ToJson(); }
@@ -271,6 +289,8 @@ NB_MODULE(_nostall, m) {
                   nb::rv_policy::take_ownership)
       .def("start_epoch", &PyLoader::StartEpoch, "epoch"_a, "first_batch"_a = 0)
       .def("next", &PyLoader::Next)
+      .def("shared_position", &PyLoader::SharedPosition)
+      .def("resume_shared", &PyLoader::ResumeShared, "epoch"_a, "position"_a, "first_batch"_a)
       .def("stats_json", &PyLoader::StatsJson)
       .def("stats_table", &PyLoader::StatsTable)
       .def("spec_json", &PyLoader::SpecJson)

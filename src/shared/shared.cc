@@ -446,6 +446,38 @@ class ConsumerBatch final : public Batch {
 
 
 
+// Where a consumer enters the stream: the first block boundary from which
+// the segment holds every chunk up to the newest (or the next chunk to come,
+// rounded up to a block). Publishes `need` = that chunk and ACTIVE, then
+// checks again: with the need visible, nothing from there on is overwritten
+// any more, so if all of it is still there the consumer is in. Otherwise
+// (the producer moved on meanwhile) tries again, `attempts` times, and on
+// failure leaves the row in `fallback_state`.
+bool EnterStream(const Segment& seg, uint32_t me, uint32_t fallback_state, int attempts,
+                 int64_t* start) {
+  const Header& h = *seg.h;
+  ConsumerRow& row = seg.consumers[me];
+  const int64_t k = h.chunks_per_epoch, bc = h.block_chunks;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    const int64_t from = seg.HeldFrom();
+    const int64_t epoch_start = from - from % k;
+    int64_t block_start = epoch_start + (from % k + bc - 1) / bc * bc;
+    if (block_start - epoch_start >= k) block_start = epoch_start + k;  // next epoch
+    row.need.store(block_start);
+    row.state.store(kActive);
+    Bump(&seg.h->released_gen);
+    CrashPoint("consumer.need_published");
+    if (seg.HeldFrom() <= block_start) {
+      *start = block_start;
+      return true;
+    }
+    row.state.store(fallback_state);
+  }
+  row.need.store(kNone);
+  Bump(&seg.h->released_gen);
+  return false;
+}
+
 class Consumer final : public Loader {
  public:
   Consumer(std::shared_ptr<Segment> seg, std::shared_ptr<Registration> reg, LoaderSpec producer_spec,
@@ -453,12 +485,9 @@ class Consumer final : public Loader {
            int64_t start)
       : seg_(std::move(seg)), reg_(std::move(reg)), producer_spec_(std::move(producer_spec)),
         spec_(std::move(spec)), source_(std::move(source)), sampler_(std::move(sampler)),
-        options_(options), start_(start) {
-    const Header& h = *seg_->h;
+        options_(options) {
     me_ = reg_->me;
-    const int64_t k = h.chunks_per_epoch;
-    prefix_.push_back(0);
-    for (int64_t i = 0; i < k; ++i) prefix_.push_back(prefix_.back() + seg_->ChunkCount(start_ + i));
+    SetBase(start);
     mode_ = "shared";
   }
 
@@ -473,15 +502,71 @@ class Consumer final : public Loader {
 
   Status StartEpoch(int64_t epoch, int64_t first_batch) override {
     if (first_batch != 0) {
-      return FailedPrecondition("a shared loader's consumer cannot resume mid-epoch (its epochs "
-                                "follow the producer); start epochs from their beginning");
+      return FailedPrecondition("a shared loader's consumer resumes mid-epoch only from the "
+                                "stream position it saved (state_dict / load_state_dict)");
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (started_) ++my_epoch_;  // the next epoch, abandoning what is left of this one
+    if (started_) {
+      // The next epoch, abandoning what is left of this one: the next K
+      // chunks, or, off the segment, wherever the segment is now (any block
+      // boundary starts a whole epoch).
+      int64_t next = base_ + seg_->h->chunks_per_epoch;
+      int64_t at = 0;
+      if (mode_ == "private" && !producer_gone_ && EnterStream(*seg_, me_, kLagged, 3, &at)) {
+        next = at;
+        mode_ = "shared";
+        ++rejoins_;
+      }
+      SetBase(next);
+    }
     started_ = true;
     label_epoch_ = epoch;
     batch_ = 0;
     consumer_.EpochStarted();
+    return Status::OK();
+  }
+
+  // The first chunk of the current epoch (with the batch index, where a
+  // resumed consumer continues).
+  SharedPosition Position() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {base_, seg_->h->chunk, seg_->h->block_chunks};
+  }
+
+  Status Resume(int64_t epoch, const SharedPosition& position, int64_t first_batch) {
+    const Header& h = *seg_->h;
+    const int64_t base = position.stream_base;
+    if (position.chunk != h.chunk || position.block_chunks != h.block_chunks) {
+      return InvalidArgument("the saved position is in a stream of chunks of " +
+                             std::to_string(position.chunk) + " in blocks of " +
+                             std::to_string(position.block_chunks) + "; this producer serves chunks of " +
+                             std::to_string(h.chunk) + " in blocks of " + std::to_string(h.block_chunks) +
+                             " (serve with the same --chunk and --block-chunks to resume)");
+    }
+    if (base < 0 || base % h.chunks_per_epoch % h.block_chunks != 0) {
+      return InvalidArgument("stream position " + std::to_string(base) + " is not where an "
+                             "epoch of this shared loader can start (a state from another one?)");
+    }
+    const int64_t batches = (h.samples_per_epoch + spec_.batch_size - 1) / spec_.batch_size;
+    if (first_batch < 0 || first_batch > batches) {
+      return InvalidArgument("batch " + std::to_string(first_batch) + " is outside the epoch's " +
+                             std::to_string(batches));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    SetBase(base);
+    started_ = true;
+    label_epoch_ = epoch;
+    batch_ = first_batch;
+    consumer_.EpochStarted();
+    // From its private pipeline at that exact position, until the segment
+    // holds what it needs (Acquire tries to rejoin before every chunk).
+    ConsumerRow& row = seg_->consumers[me_];
+    row.state.store(kLagged);
+    row.need.store(kNone);
+    Bump(&seg_->h->released_gen);
+    held_.reset();
+    mode_ = "private";
+    reason_ = "resumed from a saved position";
     return Status::OK();
   }
 
@@ -598,7 +683,15 @@ class Consumer final : public Loader {
   }
 
  private:
-  int64_t EpochBase() const { return start_ + my_epoch_ * seg_->h->chunks_per_epoch; }
+  int64_t EpochBase() const { return base_; }
+  // The current epoch is the K chunks from `base` (a block boundary).
+  void SetBase(int64_t base) {
+    base_ = base;
+    prefix_.assign(1, 0);
+    for (int64_t i = 0; i < seg_->h->chunks_per_epoch; ++i) {
+      prefix_.push_back(prefix_.back() + seg_->ChunkCount(base + i));
+    }
+  }
   int64_t ChunkIndex(int64_t sample) const {
     return static_cast<int64_t>(std::upper_bound(prefix_.begin(), prefix_.end(), sample) -
                                 prefix_.begin()) - 1;
@@ -798,12 +891,12 @@ class Consumer final : public Loader {
   std::unique_ptr<Source> source_;
   Sampler sampler_;
   AttachOptions options_;
-  const int64_t start_;             // the chunk this consumer's epochs start at
-  std::vector<int64_t> prefix_;     // samples before each chunk of an epoch
+  int64_t base_ = 0;                // the chunk the current epoch starts at
+  std::vector<int64_t> prefix_;     // samples before each chunk of the epoch
 
   mutable std::mutex mu_;
   bool started_ = false;
-  int64_t my_epoch_ = 0, label_epoch_ = 0, batch_ = 0;
+  int64_t label_epoch_ = 0, batch_ = 0;
   std::shared_ptr<ChunkLease> held_;
   int64_t held_seq_ = -1;
   std::shared_ptr<std::atomic<int>> live_ = std::make_shared<std::atomic<int>>(0);
@@ -1105,28 +1198,26 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
   auto reg = std::make_shared<Registration>();
   reg->seg = seg;
   reg->me = me;
-  // Start at the first block boundary the segment still holds (or will).
-  const int64_t k = h->chunks_per_epoch, bc = h->block_chunks;
   int64_t start = 0;
-  for (int attempt = 0;; ++attempt) {
-    const int64_t oldest = seg->HeldFrom();
-    const int64_t in_epoch = oldest % k;
-    int64_t block_start = oldest - in_epoch + (in_epoch + bc - 1) / bc * bc;
-    if (block_start - (oldest - in_epoch) >= k) block_start = oldest - in_epoch + k;  // next epoch
-    start = block_start;
-    row.need.store(start);
-    row.state.store(kActive);
-    Bump(&seg->h->released_gen);
-    CrashPoint("consumer.need_published");
-    // Now that the producer sees our need, nothing from `start` on is
-    // overwritten: is all of it still there (or still to come)?
-    if (seg->HeldFrom() <= start) break;
-    row.state.store(kClaimed);
-    if (attempt > 1000) return Internal("could not find a starting chunk in '" + name + "'");
+  if (!EnterStream(*seg, me, kClaimed, 1000, &start)) {
+    return Internal("could not find a starting chunk in '" + name + "'");
   }
   return std::unique_ptr<Loader>(new Consumer(std::move(seg), std::move(reg), producer_spec,
                                               std::move(spec), std::move(source), std::move(sampler),
                                               options, start));
+}
+
+Result<SharedPosition> SharedPositionOf(const Loader& loader) {
+  const auto* consumer = dynamic_cast<const Consumer*>(&loader);
+  if (consumer == nullptr) return InvalidArgument("not a consumer of a shared loader");
+  return consumer->Position();
+}
+
+Status ResumeShared(Loader* loader, int64_t epoch, const SharedPosition& position,
+                    int64_t first_batch) {
+  auto* consumer = dynamic_cast<Consumer*>(loader);
+  if (consumer == nullptr) return InvalidArgument("not a consumer of a shared loader");
+  return consumer->Resume(epoch, position, first_batch);
 }
 
 uint64_t SharedSpecFingerprint(const LoaderSpec& spec) {

@@ -208,6 +208,101 @@ TEST_F(SharedTest, DamagedSegmentsAreRefusedNotReadOutOfBounds) {
   EXPECT_GT(batches, 10);   // and batches were read from those copies
 }
 
+TEST_F(SharedTest, AConsumerResumesMidEpochExactlyAndRejoinsAtTheNextEpoch) {
+  const std::string name = Name("resume");
+  ServeOptions so;
+  so.slots = 2;  // by the time it resumes, the chunks it needs are gone from the segment
+  auto serving = Serve(name, so);
+  AttachOptions o;
+  o.batch_size = 4;
+  // The run that will be "interrupted": all of its epoch, batch by batch.
+  auto first = AttachShared(name, o).value();
+  ASSERT_TRUE(first->StartEpoch(0).ok());
+  const SharedPosition base = SharedPositionOf(*first).value();
+  std::vector<std::vector<int64_t>> batches;
+  while (true) {
+    NextStatus ns;
+    std::shared_ptr<Batch> b;
+    ASSERT_TRUE(first->Next(10000, &ns, &b).ok());
+    if (ns != NextStatus::kBatch) break;
+    batches.emplace_back(b->indices(), b->indices() + b->size());
+  }
+  ASSERT_EQ(batches.size(), 12u);  // 45 samples in batches of 4
+  first.reset();
+  // A new consumer (as after a restart) resumes that epoch at batch 5: the
+  // same batches, in the same order, from its private pipeline.
+  auto resumed = AttachShared(name, o).value();
+  ASSERT_TRUE(ResumeShared(resumed.get(), /*epoch=*/0, base, /*first_batch=*/5).ok());
+  for (size_t i = 5; i < batches.size(); ++i) {
+    NextStatus ns;
+    std::shared_ptr<Batch> b;
+    ASSERT_TRUE(resumed->Next(10000, &ns, &b).ok());
+    ASSERT_EQ(ns, NextStatus::kBatch);
+    EXPECT_EQ(std::vector<int64_t>(b->indices(), b->indices() + b->size()), batches[i]) << "batch " << i;
+  }
+  {
+    NextStatus ns;
+    std::shared_ptr<Batch> b;
+    ASSERT_TRUE(resumed->Next(10000, &ns, &b).ok());
+    EXPECT_EQ(ns, NextStatus::kEndOfEpoch);
+  }
+  EXPECT_GT(resumed->Stats().private_chunks, 0);
+  // Its next epoch starts back on the segment, wherever that is now.
+  std::vector<int64_t> seen = Epoch(resumed.get(), 1);
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, All(45));
+  const LoaderStats st = resumed->Stats();
+  EXPECT_EQ(st.shared_mode, "shared");
+  EXPECT_GE(st.rejoins, 1);
+  // Mistakes.
+  EXPECT_EQ(ResumeShared(resumed.get(), 0, {-6, base.chunk, base.block_chunks}, 0).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_NE(ResumeShared(resumed.get(), 0, {0, 16, 1}, 0).message().find("chunks of 16"),
+            std::string::npos);
+  EXPECT_EQ(ResumeShared(resumed.get(), 0, base, 99).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(resumed->StartEpoch(2, 3).code(), StatusCode::kFailedPrecondition);
+  auto local = Loader::Create(Spec()).value();
+  EXPECT_EQ(ResumeShared(local.get(), 0, base, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(SharedPositionOf(*local).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(SharedTest, AConsumerLeftBehindComesBackAtItsNextEpoch) {
+  // A consumer that holds a view for longer than max_lag is left behind,
+  // finishes that epoch on its private pipeline, and starts the next back
+  // on the segment.
+  const std::string name = Name("comeback");
+  ServeOptions so;
+  so.slots = 3;
+  so.max_lag_s = 0.05;
+  auto serving = Serve(name, so);
+  AttachOptions o;
+  o.batch_size = 8;
+  auto slow = AttachShared(name, o).value();
+  auto fast = AttachShared(name, o).value();
+  ASSERT_TRUE(slow->StartEpoch(0).ok());
+  NextStatus ns;
+  std::shared_ptr<Batch> b;
+  ASSERT_TRUE(slow->Next(10000, &ns, &b).ok());  // needs chunk 1 next: holds the producer
+  for (int epoch = 0; epoch < 2; ++epoch) Epoch(fast.get(), epoch);  // waits, then leaves it behind
+  std::vector<int64_t> seen(b->indices(), b->indices() + b->size());
+  b.reset();
+  while (slow->Next(10000, &ns, &b).ok() && ns == NextStatus::kBatch) {
+    seen.insert(seen.end(), b->indices(), b->indices() + b->size());
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, All(45));
+  LoaderStats st = slow->Stats();
+  EXPECT_EQ(st.shared_mode, "private");
+  EXPECT_EQ(st.fallbacks, 1);
+  const int64_t private_before = st.private_chunks;
+  seen = Epoch(slow.get(), 1);
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, All(45));
+  st = slow->Stats();
+  EXPECT_EQ(st.shared_mode, "shared") << st.shared_reason;
+  EXPECT_EQ(st.private_chunks, private_before);  // the whole epoch from the segment
+}
+
 TEST_F(SharedTest, ProducerGoneIsAnErrorOrAPrivatePipeline) {
   auto serving = Serve(Name("gone"));
   AttachOptions o;

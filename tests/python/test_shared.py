@@ -256,3 +256,38 @@ def test_segment_is_private_and_checked(tmp_path, pngs, name):
             nostall.Loader.attach(f"{name}-bogus", 8, output="numpy")
     finally:
         bogus.unlink()
+
+
+def test_a_consumer_resumes_mid_epoch_from_its_state_dict(tmp_path, pngs, name):
+    with nostall.serve(spec_for(pngs), name, chunk=32, slots=2, block=False, verbose=False):
+        first = nostall.Loader.attach(name, 16, return_indices=True, output="numpy")
+        it = iter(first)
+        for _ in range(5):
+            next(it)
+        # A checkpoint, as a training script writes it (JSON-able).
+        state = json.loads(json.dumps(first.state_dict()))
+        assert state["batch"] == 5 and state["shared"] == name
+        rest = [idx.tolist() for _, _, idx in it]  # what the interrupted run would have seen
+        first.close()
+
+        resumed = nostall.Loader.attach(name, 16, return_indices=True, output="numpy")
+        resumed.load_state_dict(state)
+        assert [idx.tolist() for _, _, idx in resumed] == rest  # same batches, same order
+        assert resumed.stats()["shared"]["private_chunks"] > 0  # the segment had moved on
+        # The next epoch is whole, and back on the segment.
+        seen = [i for _, _, idx in resumed for i in idx.tolist()]
+        assert sorted(seen) == list(range(N))
+        assert resumed.stats()["shared"]["mode"] == "shared"
+        assert resumed.stats()["shared"]["rejoins"] >= 1
+
+        local = nostall.Loader.from_spec(dict(spec_for(pngs), batch_size=16), output="numpy")
+        with pytest.raises(ValueError, match="local loader"):
+            resumed.load_state_dict(local.state_dict())
+        with pytest.raises(ValueError, match="Loader.attach"):
+            local.load_state_dict(state)
+        other_size = nostall.Loader.attach(name, 8, output="numpy")
+        with pytest.raises(ValueError, match="batch_size"):
+            other_size.load_state_dict(state)
+        local.close()
+        other_size.close()
+        resumed.close()
