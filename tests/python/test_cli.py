@@ -19,6 +19,9 @@ def test_help_lists_the_commands():
     assert r.returncode == 0
     assert "bench" in r.stdout and "inspect" in r.stdout
     assert "--batch-size" in run("bench", "--help").stdout
+    assert "shared ls" in r.stdout and "rm NAME" in run("shared", "--help").stdout
+    wrong = run("shared", "frob")
+    assert wrong.returncode == 2 and "usage: nostall shared" in wrong.stderr
 
 
 def test_bench_reports_images_per_second_and_stages(jpeg_folder):
