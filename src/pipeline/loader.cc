@@ -39,10 +39,15 @@ namespace {
 
 struct StageCounters {
   std::atomic<int64_t> items{0}, bytes{0}, busy_cpu_ns{0}, work_ns{0}, starved_ns{0},
-      blocked_ns{0};
+      blocked_ns{0}, peak_in_flight{0};
   StageStats Snapshot(int threads) const {
     return {items.load(),      bytes.load(),      busy_cpu_ns.load(), work_ns.load(),
-            starved_ns.load(), blocked_ns.load(), threads};
+            starved_ns.load(), blocked_ns.load(), threads,          peak_in_flight.load()};
+  }
+  void InFlight(int64_t n) {  // called with the count just entered
+    int64_t peak = peak_in_flight.load(std::memory_order_relaxed);
+    while (n > peak && !peak_in_flight.compare_exchange_weak(peak, n)) {
+    }
   }
 };
 
@@ -136,7 +141,13 @@ class PipelineLoader final : public Loader {
     NOSTALL_ASSIGN_OR_RETURN(state_->ring, BatchRing::Create(g, spec_.Fingerprint()));
     work_.resize(g.slot_count);
     for (auto& w : work_) w.bad.assign(static_cast<size_t>(spec_.batch_size), 0);
-    prep_queue_cap_ = static_cast<size_t>(std::max(8, 2 * spec_.num_threads));
+    // Fetched items wait here for a prep thread. The bound counts the reads
+    // in flight too (memory stays bounded), but it must leave room for every
+    // fetcher: bounded by the queue alone, items waiting for prep would take
+    // the places of reads and fewer than reads_in_flight reads would run
+    // whenever prep is busy (on slow storage, a loss of throughput).
+    prep_queue_cap_ =
+        static_cast<size_t>(spec_.reads_in_flight + std::max(8, 2 * spec_.num_threads));
     for (int i = 0; i < spec_.reads_in_flight; ++i) threads_.emplace_back([this] { FetchLoop(); });
     for (int i = 0; i < spec_.num_threads; ++i) threads_.emplace_back([this] { PrepLoop(); });
     return Status::OK();
@@ -417,7 +428,7 @@ class PipelineLoader final : public Loader {
         fi.bytes = std::move(free_buffers_.back());
         free_buffers_.pop_back();
       }
-      ++fetching_;
+      fetch_.InFlight(++fetching_);
       lock.unlock();
 
       const int64_t cpu0 = ThreadCpuNs(), wall0 = NowNs();

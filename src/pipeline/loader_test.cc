@@ -126,6 +126,22 @@ TEST_F(LoaderTest, NextEpochIsPreparedBeforeItIsAskedFor) {
   EXPECT_TRUE(got.pixels == want.pixels);
 }
 
+TEST_F(LoaderTest, EveryReadInFlightRunsEvenWhenPrepHasFewThreads) {
+  // Slow storage (each read waits 300 ms) is what reads in flight are for:
+  // 16 of them must be 16 reads at once, whatever the prep thread count.
+  // (They were held to 8 when items waiting for prep and reads shared one
+  // bound of max(8, 2 x prep threads).)
+  LoaderSpec spec = Spec(dir_->path(), /*threads=*/1, /*batch=*/16);
+  spec.reads_in_flight = 16;
+  spec.source_options.throttle_latency_ms = 300;
+  auto loader = Loader::Create(spec).value();
+  Epoch e = RunEpoch(loader.get(), 0);
+  ASSERT_EQ(e.indices.size(), 30u);
+  const LoaderStats st = loader->Stats();
+  EXPECT_EQ(st.fetch.threads, 16);
+  EXPECT_EQ(st.fetch.peak_in_flight, 16);
+}
+
 TEST_F(LoaderTest, ASlotIsReusedOnlyAfterEveryLeaseIsGone) {
   LoaderSpec spec = Spec(dir_->path(), 2, /*batch=*/2);
   spec.prefetch = 0;  // two slots

@@ -12,7 +12,8 @@ nlohmann::json StageJson(const StageStats& s) {
   return {{"items", s.items},           {"bytes", s.bytes},
           {"busy_cpu_s", s.busy_cpu_ns / 1e9}, {"work_s", s.work_ns / 1e9},
           {"starved_s", s.starved_ns / 1e9},
-          {"blocked_s", s.blocked_ns / 1e9},   {"threads", s.threads}};
+          {"blocked_s", s.blocked_ns / 1e9},   {"threads", s.threads},
+          {"peak_in_flight", s.peak_in_flight}};
 }
 
 }  // namespace
