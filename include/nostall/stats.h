@@ -22,7 +22,7 @@ struct StageStats {
   int64_t starved_ns = 0;  // waiting for input
   int64_t blocked_ns = 0;  // waiting for room downstream
   int threads = 0;
-  int64_t peak_in_flight = 0;  // most items in this stage at once (fetch: reads in flight)
+  int64_t peak_in_flight = 0;  // fetch only: most reads in flight at once (0 elsewhere)
 };
 
 struct LoaderStats {

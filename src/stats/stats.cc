@@ -12,8 +12,13 @@ nlohmann::json StageJson(const StageStats& s) {
   return {{"items", s.items},           {"bytes", s.bytes},
           {"busy_cpu_s", s.busy_cpu_ns / 1e9}, {"work_s", s.work_ns / 1e9},
           {"starved_s", s.starved_ns / 1e9},
-          {"blocked_s", s.blocked_ns / 1e9},   {"threads", s.threads},
-          {"peak_in_flight", s.peak_in_flight}};
+          {"blocked_s", s.blocked_ns / 1e9},   {"threads", s.threads}};
+}
+
+nlohmann::json FetchJson(const StageStats& s) {
+  nlohmann::json j = StageJson(s);
+  j["peak_in_flight"] = s.peak_in_flight;  // counted for reads only
+  return j;
 }
 
 }  // namespace
@@ -44,7 +49,7 @@ std::string LoaderStats::ToJson() const {
                          {"images_per_s", wall > 0 ? e.samples / wall : 0.0}});
   }
   nlohmann::json j = {
-      {"stages", {{"fetch", StageJson(fetch)}, {"prep", StageJson(prep)}, {"batch", StageJson(batch)}}},
+      {"stages", {{"fetch", FetchJson(fetch)}, {"prep", StageJson(prep)}, {"batch", StageJson(batch)}}},
       {"batches", batches},
       {"samples", samples},
       {"errors", errors},

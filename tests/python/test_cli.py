@@ -35,6 +35,11 @@ def test_bench_reports_images_per_second_and_stages(jpeg_folder):
     assert j["images"] == 72 and j["images_per_s"] > 0
     assert j["stats"]["samples"] == 72
     assert j["stats"]["stages"]["prep"]["items"] >= 72  # may run on into a next epoch
+    # Reads in flight at once are counted for the fetch stage only; no stage
+    # reports a count it does not keep.
+    fetch = j["stats"]["stages"]["fetch"]
+    assert 1 <= fetch["peak_in_flight"] <= fetch["threads"]
+    assert "peak_in_flight" not in j["stats"]["stages"]["prep"]
 
 
 def test_inspect_describes_the_dataset(jpeg_folder):
