@@ -80,6 +80,25 @@ def base_spec(data, items, batch):
 # ---------------------------------------------------------------- child side
 
 
+def steady_rate(loader, epochs, step_s, first_timed, warm, set_epoch=True):
+    """Samples/s of `for batch in loader: step`, timed from batch `warm` of
+    epoch `first_timed` to the end (earlier batches fill the pipeline)."""
+    samples, t0 = 0, None
+    for epoch in range(epochs):
+        if set_epoch:
+            loader.set_epoch(epoch)
+        for k, (images, labels) in enumerate(loader):
+            if epoch == first_timed and k == warm:
+                t0 = time.perf_counter()
+            time.sleep(step_s)
+            if t0 is not None:
+                samples += images.shape[0]
+            del images, labels
+    if t0 is None:
+        raise RuntimeError(f"epoch {first_timed} had no batch {warm} to start timing at")
+    return samples / (time.perf_counter() - t0)
+
+
 def child_measure(job):
     """Runs in a fresh process: steady-state samples/s of spec + sleeping step."""
     if job.get("cores"):
@@ -99,17 +118,7 @@ def child_measure(job):
         epochs += 1
     loader = nostall.Loader.from_spec(spec)
     try:
-        samples, t0, warm = 0, None, 2
-        for epoch in range(epochs):
-            loader.set_epoch(epoch)
-            for k, (images, labels) in enumerate(loader):
-                if epoch == first_timed and k == warm:
-                    t0 = time.perf_counter()
-                time.sleep(job["step_s"])
-                if t0 is not None and not (epoch == first_timed and k < warm):
-                    samples += images.shape[0]
-                del images, labels
-        rate = samples / (time.perf_counter() - t0)
+        rate = steady_rate(loader, epochs, job["step_s"], first_timed=first_timed, warm=2)
         hit = None
         if name:
             ep = loader.stats()["cache"]["epochs"]
@@ -137,19 +146,11 @@ def child_consume(job):
 
     loader = nostall.Loader.attach(job["name"], job["batch"], wait=60)
     try:
-        # Past the chunks the producer made before this process attached:
-        # they would come at once and flatter the rate.
-        samples, t0, warm = 0, None, job["warm"]
-        for epoch in range(job["epochs"]):
-            for k, (images, labels) in enumerate(loader):
-                if epoch == 0 and k == warm:
-                    t0 = time.perf_counter()
-                time.sleep(job["step_s"])
-                if t0 is not None and not (epoch == 0 and k < warm):
-                    samples += images.shape[0]
-                del images, labels
-        return {"rate": samples / (time.perf_counter() - t0),
-                "mode": loader.stats()["shared"]["mode"]}
+        # Timed past the chunks the producer made before this process
+        # attached: they would come at once and flatter the rate. A consumer
+        # follows the producer's epochs; it has no set_epoch of its own.
+        return {"rate": steady_rate(loader, job["epochs"], job["step_s"], first_timed=0,
+                                    warm=job["warm"], set_epoch=False)}
     finally:
         loader.close()
 
@@ -333,7 +334,6 @@ def render(rows, args, took):
     named_all = sum(len(r["named_all"]) for r in rows)
     cpu = [r for r in rows if r["expected"] == "prep"]
     other = [r for r in rows if r["expected"] != "prep"]
-    spread = max(cpu, key=lambda r: max(r["measured_all"]) / min(r["measured_all"]))
     lines = [
         "## What-if predictions vs measured (`bench/bench_analyze.py`)",
         "",
@@ -371,15 +371,18 @@ def render(rows, args, took):
         f"{worst['config']}); worst single round: {worst_once[0]:.1%} "
         f"({worst_once[1]['situation']}, {worst_once[1]['config']}).",
         f"- Bottleneck named as designed in {named_ok} of {named_all} row-rounds (bar: all).",
-        f"- Where the error comes from: the CPU-bound rows (expected bottleneck prep) have "
-        f"median errors up to {max(abs(r['error']) for r in cpu):.1%}, the others up to "
-        f"{max(abs(r['error']) for r in other):.1%}. This shared 2-core machine's decode rate "
-        f"moves from moment to moment and the profile and the check run minutes apart: "
-        f"{spread['situation']} / {spread['config']} measured "
-        + ", ".join(f"{m:,.0f}" for m in spread["measured_all"])
-        + " samples/s in the rounds.",
-        "",
     ]
+    if cpu and other:  # both kinds ran (not so with --only)
+        spread = max(cpu, key=lambda r: max(r["measured_all"]) / min(r["measured_all"]))
+        lines.append(
+            f"- Where the error comes from: the CPU-bound rows (expected bottleneck prep) have "
+            f"median errors up to {max(abs(r['error']) for r in cpu):.1%}, the others up to "
+            f"{max(abs(r['error']) for r in other):.1%}. This shared {os.cpu_count()}-core "
+            f"machine's decode rate moves from moment to moment and the profile and the check "
+            f"run minutes apart: {spread['situation']} / {spread['config']} measured "
+            + ", ".join(f"{m:,.0f}" for m in spread["measured_all"])
+            + " samples/s in the rounds.")
+    lines.append("")
     return "\n".join(lines)
 
 
