@@ -177,12 +177,18 @@ def measure_jobs(spec, step_s, epochs, jobs, shared):
         else:
             job = {"spec": spec, "step_s": step_s, "epochs": epochs}
             flag = "--child"
+        procs = []
         try:
-            procs = [subprocess.Popen([sys.executable, __file__, flag, json.dumps(job)],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                     for _ in range(jobs)]
+            for _ in range(jobs):
+                procs.append(subprocess.Popen([sys.executable, __file__, flag, json.dumps(job)],
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                              text=True))
             outs = [p.communicate(timeout=900) for p in procs]
         finally:
+            for p in procs:  # none left running if one failed or timed out
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
             if server is not None:
                 server.send_signal(signal.SIGINT)
                 server.wait(timeout=60)
