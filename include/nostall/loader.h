@@ -29,6 +29,10 @@ namespace nostall {
 
 enum class ErrorPolicy { kRaise, kSkip };
 
+// Upper limits on the thread counts of a spec (each is a real thread).
+inline constexpr int kMaxThreads = 256;
+inline constexpr int kMaxReadsInFlight = 1024;
+
 // Everything that defines a pipeline; serialisable to JSON (docs/spec.md).
 struct LoaderSpec {
   std::string source;

@@ -12,7 +12,7 @@ namespace {
 
 using nlohmann::json;
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr int kMaxReadsInFlight = 256;
+constexpr int kMaxSuggestedReads = 256;
 
 double Clamp01(double x) { return std::min(1.0, std::max(0.0, x)); }
 
@@ -174,7 +174,7 @@ Recommendation Recommend(const Profile& p, const Efficiency& eff) {
   const double miss_after = 1 - Clamp01(c.cache_fraction);
   if (read_time > 0 && miss_after > 0) {
     const int need = static_cast<int>(std::ceil(target * miss_after * read_time / eff.storage - 1e-9));
-    c.reads_in_flight = std::max(p.measured.reads_in_flight, std::min(need, kMaxReadsInFlight));
+    c.reads_in_flight = std::max(p.measured.reads_in_flight, std::min(need, kMaxSuggestedReads));
   }
   // CPU: the cores that carry the pipeline(s) and the step(s) at the target.
   const double cores = std::ceil(target * CpuPerSample(p, c) / eff.cpu - 1e-9);

@@ -89,9 +89,21 @@ struct MinioCache::Impl {
   Header* header = nullptr;
   Entry* entries = nullptr;
   uint8_t* data = nullptr;
+  // The geometry as checked against the mapping at attach. Other processes
+  // can write the header at any time; these copies are what this process
+  // trusts, and every offset and length read later is checked against them.
+  int64_t num_items = 0;
+  uint64_t budget = 0;
+
+  // Where entry `e`'s bytes lie, if its (offset, length) fit the data area.
+  bool Span(const Entry& e, uint64_t* offset, uint64_t* length) const {
+    *offset = e.offset;
+    *length = e.length;
+    return *length <= budget && *offset <= budget - *length;
+  }
 
   bool Insert(int64_t item, const uint8_t* bytes, size_t size, void (*between)()) {
-    if (item < 0 || item >= header->num_items) return false;
+    if (item < 0 || item >= num_items) return false;
     Entry& e = entries[item];
     uint64_t seen = e.state.load(std::memory_order_acquire);
     const uint64_t mine = ClaimWord();
@@ -109,7 +121,7 @@ struct MinioCache::Impl {
     const uint64_t need = RoundUp(size, 8);
     uint64_t offset = header->used.load(std::memory_order_relaxed);
     do {
-      if (offset + need > header->budget_bytes) {
+      if (need > budget || offset > budget - need) {
         e.state.store(0, std::memory_order_release);  // no room: release the claim
         return false;
       }
@@ -133,6 +145,10 @@ Result<std::unique_ptr<MinioCache>> MinioCache::Open(const std::string& name,
                                                      int64_t num_items) {
   NOSTALL_RETURN_IF_ERROR(ValidName(name));
   if (num_items <= 0) return InvalidArgument("a cache needs a dataset with items");
+  if (num_items > (int64_t{1} << 40)) return InvalidArgument("a cache holds at most 2^40 items");
+  if (budget_bytes > (uint64_t{1} << 56)) {
+    return InvalidArgument("cache size " + FormatBytes(budget_bytes) + " is absurd");
+  }
   const std::string seg = SegmentName(name);
   const uint64_t table = RoundUp(sizeof(Header), 64) + static_cast<uint64_t>(num_items) * sizeof(Entry);
   const uint64_t data_offset = RoundUp(table, 4096);
@@ -148,6 +164,7 @@ Result<std::unique_ptr<MinioCache>> MinioCache::Open(const std::string& name,
   if (raw < 0) return ErrnoError("cannot open shared-memory cache " + seg, errno);
   UniqueFd fd(raw);
   uint64_t size = total;
+  uint64_t budget = RoundUp(budget_bytes, 4096);
   if (created) {
     Status reserved = ReserveShm(fd.get(), total, "cache '" + name + "'",
                                  "choose a smaller size, or enlarge /dev/shm");
@@ -164,6 +181,11 @@ Result<std::unique_ptr<MinioCache>> MinioCache::Open(const std::string& name,
     }
     if (st.st_size <= 0) return FailedPrecondition("cache '" + name + "' was never initialised");
     size = static_cast<uint64_t>(st.st_size);
+    if (size < data_offset) {
+      return FailedPrecondition("cache '" + name + "' is truncated or holds another dataset (" +
+                                std::to_string(size) + " bytes); remove it (nostall cache rm " +
+                                name + ")");
+    }
   }
   void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (addr == MAP_FAILED) return ErrnoError("cannot map cache " + seg, errno);
@@ -197,13 +219,23 @@ Result<std::unique_ptr<MinioCache>> MinioCache::Open(const std::string& name,
                                 std::to_string(h->num_items) + " items); use another name or "
                                 "remove it (nostall cache rm " + name + ")");
     }
-    if (size < h->data_offset + h->budget_bytes) {
-      return FailedPrecondition("cache '" + name + "' is truncated");
+    // The layout the header claims must be the one this process computes
+    // for its item count, and lie inside the mapping: a damaged or hostile
+    // header is refused, never followed out of bounds.
+    const uint64_t claimed_offset = h->data_offset, claimed_budget = h->budget_bytes;
+    if (claimed_offset != data_offset || claimed_budget % 4096 != 0 ||
+        claimed_budget > size - data_offset) {
+      return FailedPrecondition("cache '" + name + "' is damaged or truncated (its layout does "
+                                "not fit its " + std::to_string(size) + " bytes); remove it "
+                                "(nostall cache rm " + name + ")");
     }
+    budget = claimed_budget;
   }
   impl->header = h;
+  impl->num_items = num_items;
+  impl->budget = budget;
   impl->entries = reinterpret_cast<Entry*>(static_cast<uint8_t*>(addr) + RoundUp(sizeof(Header), 64));
-  impl->data = static_cast<uint8_t*>(addr) + h->data_offset;
+  impl->data = static_cast<uint8_t*>(addr) + data_offset;
   return std::unique_ptr<MinioCache>(new MinioCache(std::move(impl)));
 }
 
@@ -261,13 +293,16 @@ Status MinioCache::Remove(const std::string& name) {
 
 bool MinioCache::Lookup(int64_t item, std::vector<uint8_t>* out) {
   Impl& m = *impl_;
-  if (item < 0 || item >= m.header->num_items) return false;
+  if (item < 0 || item >= m.num_items) return false;
   const Entry& e = m.entries[item];
-  if (!(e.state.load(std::memory_order_acquire) & kReady)) {
+  uint64_t offset = 0, length = 0;
+  if (!(e.state.load(std::memory_order_acquire) & kReady) || !m.Span(e, &offset, &length)) {
+    // Not cached, or an entry whose span lies outside the data area
+    // (damaged memory): a miss, and the item is read from storage.
     m.header->misses.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  out->assign(m.data + e.offset, m.data + e.offset + e.length);
+  out->assign(m.data + offset, m.data + offset + length);
   m.header->hits.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -283,8 +318,8 @@ bool MinioCache::InsertForTest(int64_t item, const uint8_t* data, size_t size, v
 CacheStats MinioCache::Stats() const {
   const Header& h = *impl_->header;
   CacheStats s;
-  s.budget_bytes = h.budget_bytes;
-  s.used_bytes = std::min(h.used.load(), h.budget_bytes);
+  s.budget_bytes = impl_->budget;
+  s.used_bytes = std::min(h.used.load(), impl_->budget);
   s.items = h.items.load();
   s.hits = h.hits.load();
   s.misses = h.misses.load();

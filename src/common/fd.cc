@@ -7,13 +7,38 @@
 
 namespace nostall {
 
+namespace {
+
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "a special file";
+}
+
+}  // namespace
+
 Result<UniqueFd> OpenReadOnly(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait, forever,
+  // for a writer. Anything but a regular file is refused before any read.
   int fd;
   do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) return ErrnoError("cannot open", errno);
-  return UniqueFd(fd);
+  UniqueFd owned(fd);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return ErrnoError("cannot stat", errno);
+  if (!S_ISREG(st.st_mode)) {
+    return DataError(std::string("not a regular file (it is ") + FileKind(st.st_mode) + ")");
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    return ErrnoError("cannot set blocking mode", errno);
+  }
+  return owned;
 }
 
 Status PreadExact(int fd, uint64_t offset, size_t size, uint8_t* out) {
@@ -38,7 +63,6 @@ Status ReadWholeFile(const std::string& path, size_t max_bytes,
   NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(path));
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return ErrnoError("cannot stat", errno);
-  if (!S_ISREG(st.st_mode)) return DataError("not a regular file");
   size_t size = static_cast<size_t>(st.st_size);
   if (size > max_bytes) {
     return DataError("file is " + std::to_string(size) + " bytes, over the " +

@@ -75,7 +75,8 @@ class Mapping {
   size_t size_ = 0;
 };
 
-// Opens `path` read-only (O_CLOEXEC).
+// Opens regular file `path` read-only (O_CLOEXEC). Anything else (a FIFO, a
+// device, a directory) is a DataError, refused without blocking.
 Result<UniqueFd> OpenReadOnly(const std::string& path);
 
 // Reads exactly `size` bytes at `offset`; a short file is a DataError

@@ -6,6 +6,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -31,6 +32,44 @@ std::string FormatBytes(uint64_t bytes) {
   return buf;
 }
 
+uint64_t MemoryAvailable() {
+  std::FILE* f = std::fopen("/proc/meminfo", "re");
+  if (f == nullptr) return 0;
+  char line[256];
+  uint64_t kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long long v = 0;
+    if (std::sscanf(line, "MemAvailable: %llu kB", &v) == 1) {
+      kib = v;
+      break;
+    }
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
+
+Status CheckShmRoom(uint64_t size, uint64_t shm_free, uint64_t mem_available,
+                    const std::string& what, const std::string& hint) {
+  if (shm_free != 0 && size > shm_free) {
+    return ResourceExhausted("not enough shared memory for " + what + ": need " +
+                             FormatBytes(size) + " in /dev/shm, " + FormatBytes(shm_free) +
+                             " free (" + hint + ")");
+  }
+  // /dev/shm is memory: it may be larger than what the machine can back
+  // (tmpfs is sized apart from RAM), and a segment that passes the /dev/shm
+  // check but not this one would be reserved and then end in the OOM killer.
+  // Some memory is left for the processes themselves.
+  const uint64_t margin = std::min<uint64_t>(mem_available / 16, uint64_t{1} << 30);
+  if (mem_available != 0 && size > mem_available - margin) {
+    return ResourceExhausted("not enough memory for " + what + ": need " + FormatBytes(size) +
+                             ", only " + FormatBytes(mem_available) +
+                             " of memory is available (MemAvailable in /proc/meminfo; /dev/shm is "
+                             "held in memory, so its free space alone does not make room) (" +
+                             hint + ")");
+  }
+  return Status::OK();
+}
+
 Status ReserveShm(int fd, uint64_t size, const std::string& what, const std::string& hint) {
   auto no_room = [&] {
     return ResourceExhausted("not enough shared memory for " + what + ": need " +
@@ -39,7 +78,7 @@ Status ReserveShm(int fd, uint64_t size, const std::string& what, const std::str
   };
   // fchmod because the umask may have narrowed (never widened) 0600; be exact.
   ::fchmod(fd, 0600);
-  if (uint64_t free = ShmBytesFree(); free != 0 && size > free) return no_room();
+  NOSTALL_RETURN_IF_ERROR(CheckShmRoom(size, ShmBytesFree(), MemoryAvailable(), what, hint));
   int err = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
   if (err == ENOSPC) return no_room();
   if (err != 0) return ErrnoError("cannot reserve " + FormatBytes(size) + " of shared memory", err);

@@ -47,6 +47,13 @@ Status ReserveShm(int fd, uint64_t size, const std::string& what, const std::str
 
 // Bytes free in /dev/shm (0 if unknown).
 uint64_t ShmBytesFree();
+// MemAvailable from /proc/meminfo, in bytes (0 if unknown).
+uint64_t MemoryAvailable();
+// The check ReserveShm makes before reserving: `size` must fit both the free
+// space of /dev/shm and the memory available (less a margin for the
+// processes), since /dev/shm may be larger than RAM. 0 = unknown, unchecked.
+Status CheckShmRoom(uint64_t size, uint64_t shm_free, uint64_t mem_available,
+                    const std::string& what, const std::string& hint);
 std::string FormatBytes(uint64_t bytes);
 
 }  // namespace nostall

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <algorithm>
 #include <string>
+#include <vector>
 
 // jpeglib.h needs FILE and size_t declared first.
 #include <jerror.h>
@@ -87,6 +88,34 @@ bool HasEndMarker(const uint8_t* data, size_t size) {
   return false;
 }
 
+// CMYK pixels as libjpeg gives them (Adobe's inverted polarity, which is
+// what Photoshop writes and what PIL assumes for every CMYK JPEG) to RGB or
+// gray exactly as PIL does: Image.open() reads "CMYK;I", convert("RGB")
+// is Pillow's cmyk2rgb, convert("L") its rgb2l on that result.
+inline uint8_t MulDiv255(int a, int b) {
+  const int t = a * b + 128;
+  return static_cast<uint8_t>(((t >> 8) + t) >> 8);
+}
+
+void CmykRowToRgb(const uint8_t* in, int width, int channels, uint8_t* out) {
+  for (int x = 0; x < width; ++x, in += 4) {
+    const int nk = in[3];  // 255 - K, K = 255 - stored
+    uint8_t rgb[3];
+    for (int c = 0; c < 3; ++c) {
+      const int v = nk - MulDiv255(255 - in[c], nk);
+      rgb[c] = static_cast<uint8_t>(std::clamp(v, 0, 255));
+    }
+    if (channels == 3) {
+      out[0] = rgb[0];
+      out[1] = rgb[1];
+      out[2] = rgb[2];
+      out += 3;
+    } else {
+      *out++ = static_cast<uint8_t>((rgb[0] * 19595 + rgb[1] * 38470 + rgb[2] * 7471 + 0x8000) >> 16);
+    }
+  }
+}
+
 }  // namespace
 
 ImageFormat SniffFormat(const uint8_t* d, size_t n) {
@@ -121,10 +150,11 @@ Status JpegDecodeRegion(const uint8_t* data, size_t size, int channels, double x
   d.created_ = true;
   jpeg_mem_src(&c, data, static_cast<unsigned long>(size));
   jpeg_read_header(&c, TRUE);
-  if (c.jpeg_color_space == JCS_CMYK || c.jpeg_color_space == JCS_YCCK) {
-    return DataError("CMYK JPEGs are not supported");
-  }
-  c.out_color_space = channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
+  // CMYK and YCCK JPEGs (ImageNet holds some; print workflows make them)
+  // are decoded to CMYK and converted row by row, as PIL converts them.
+  const bool cmyk = c.jpeg_color_space == JCS_CMYK || c.jpeg_color_space == JCS_YCCK;
+  if (cmyk && c.num_components != 4) return DataError("bad JPEG: CMYK with " + std::to_string(c.num_components) + " components");
+  c.out_color_space = cmyk ? JCS_CMYK : channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
   // Smallest of 1/8, 2/8, 4/8 that keeps the region at least the output
   // size, else full scale. The other factors (3/8, 5/8, 6/8, 7/8) are slower
   // than decoding at full scale: libjpeg-turbo has no SIMD for their IDCTs,
@@ -154,10 +184,14 @@ Status JpegDecodeRegion(const uint8_t* data, size_t size, int channels, double x
   const size_t stride = static_cast<size_t>(c.output_width) * channels;
   const JDIMENSION rows = y1 - y0;
   buf->resize(stride * rows);
+  std::vector<uint8_t> cmyk_row(cmyk ? static_cast<size_t>(c.output_width) * 4 : 0);
   if (y0 > 0) jpeg_skip_scanlines(&c, y0);
   while (c.output_scanline < y1) {
-    JSAMPROW row = buf->data() + stride * (c.output_scanline - y0);
-    jpeg_read_scanlines(&c, &row, 1);
+    uint8_t* dst = buf->data() + stride * (c.output_scanline - y0);
+    JSAMPROW row = cmyk ? cmyk_row.data() : dst;
+    if (jpeg_read_scanlines(&c, &row, 1) != 1) return DataError("bad JPEG: no scanline decoded");
+    // (After jpeg_crop_scanline, output_width is the cropped width.)
+    if (cmyk) CmykRowToRgb(cmyk_row.data(), static_cast<int>(c.output_width), channels, dst);
   }
   jpeg_abort_decompress(&c);
   out->width = static_cast<int>(c.output_width);

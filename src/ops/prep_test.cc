@@ -116,6 +116,54 @@ TEST(PrepTest, GrayscaleFromColourAndColourFromGrayscale) {
   EXPECT_LT(MeanAbsDiff(one.data(), gray.data(), gray.size()), 2.0);
 }
 
+// CMYK and YCCK JPEGs (stored in Adobe's inverted polarity) decode to the
+// RGB PIL gives: R = (255 - C)(255 - K) / 255 for real ink C, K; in stored
+// values, c * k / 255. Whole images and scaled, cropped decodes alike.
+TEST(PrepTest, CmykAndYcckJpegsDecodeToRgbAsPilConvertsThem) {
+  const int w = 160, h = 120;
+  auto ink = MakePixels(w, h, 4, 3);  // stored CMYK values
+  std::vector<uint8_t> rgb(static_cast<size_t>(w) * h * 3);
+  for (size_t p = 0; p < static_cast<size_t>(w) * h; ++p) {
+    for (int c = 0; c < 3; ++c) {
+      rgb[p * 3 + c] = static_cast<uint8_t>(std::lround(ink[p * 4 + c] * ink[p * 4 + 3] / 255.0));
+    }
+  }
+  for (bool ycck : {false, true}) {
+    SCOPED_TRACE(ycck ? "YCCK" : "CMYK");
+    auto jpg = testing::EncodeCmykJpeg(ink, w, h, ycck, /*quality=*/98);
+    std::vector<uint8_t> out(rgb.size());
+    PrepScratch scratch;
+    Status st = PrepareSample(Nhwc({}), jpg.data(), jpg.size(), {0, 0, 0}, h, w, out.data(),
+                              &scratch);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_LT(MeanAbsDiff(out.data(), rgb.data(), rgb.size()), 1.5);
+    // Gray output: PIL's L from that RGB.
+    PrepSpec gray = Nhwc({});
+    gray.mode = ColorMode::kGray;
+    std::vector<uint8_t> l(static_cast<size_t>(w) * h);
+    ASSERT_TRUE(PrepareSample(gray, jpg.data(), jpg.size(), {0, 0, 0}, h, w, l.data(), &scratch).ok());
+    std::vector<uint8_t> want_l(l.size());
+    for (size_t p = 0; p < l.size(); ++p) {
+      want_l[p] = static_cast<uint8_t>(
+          (rgb[p * 3] * 19595 + rgb[p * 3 + 1] * 38470 + rgb[p * 3 + 2] * 7471 + 0x8000) >> 16);
+    }
+    EXPECT_LT(MeanAbsDiff(l.data(), want_l.data(), l.size()), 1.5);
+    // A random resized crop (DCT-scaled, column-cropped decode) lands on the
+    // same pixels as the same crop of an RGB JPEG of those colours.
+    auto rgb_jpg = EncodeJpeg(rgb, w, h, 3, 98);
+    Transform rrc{TransformKind::kRandomResizedCrop};
+    rrc.height = rrc.width = 32;
+    for (int64_t i = 0; i < 8; ++i) {
+      std::vector<uint8_t> a(32 * 32 * 3), b(32 * 32 * 3);
+      ASSERT_TRUE(PrepareSample(Nhwc({rrc}), jpg.data(), jpg.size(), {1, 0, i}, 32, 32, a.data(),
+                                &scratch).ok());
+      ASSERT_TRUE(PrepareSample(Nhwc({rrc}), rgb_jpg.data(), rgb_jpg.size(), {1, 0, i}, 32, 32,
+                                b.data(), &scratch).ok());
+      EXPECT_LT(MeanAbsDiff(a.data(), b.data(), a.size()), 3.0) << "sample " << i;
+    }
+  }
+}
+
 TEST(PrepTest, BadBytesAreDataErrorsThatSayWhy) {
   PrepScratch scratch;
   std::vector<uint8_t> out(64 * 64 * 3);

@@ -17,6 +17,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "common/clock.h"
@@ -148,8 +149,15 @@ class PipelineLoader final : public Loader {
     // whenever prep is busy (on slow storage, a loss of throughput).
     prep_queue_cap_ =
         static_cast<size_t>(spec_.reads_in_flight + std::max(8, 2 * spec_.num_threads));
-    for (int i = 0; i < spec_.reads_in_flight; ++i) threads_.emplace_back([this] { FetchLoop(); });
-    for (int i = 0; i < spec_.num_threads; ++i) threads_.emplace_back([this] { PrepLoop(); });
+    try {
+      for (int i = 0; i < spec_.reads_in_flight; ++i) threads_.emplace_back([this] { FetchLoop(); });
+      for (int i = 0; i < spec_.num_threads; ++i) threads_.emplace_back([this] { PrepLoop(); });
+    } catch (const std::system_error& e) {
+      // The threads already started are joined by the destructor.
+      return ResourceExhausted("cannot start the loader's " +
+                               std::to_string(spec_.reads_in_flight + spec_.num_threads) +
+                               " threads (" + e.what() + "); lower num_threads or reads_in_flight");
+    }
     return Status::OK();
   }
 
@@ -604,6 +612,15 @@ Result<std::unique_ptr<Loader>> Loader::Create(const LoaderSpec& in) {
   if (spec.prefetch < 0 || spec.prefetch > 64) return InvalidArgument("prefetch must be in [0, 64]");
   if (spec.num_threads < 0 || spec.reads_in_flight < 0) {
     return InvalidArgument("thread counts must be >= 0 (0 = automatic)");
+  }
+  if (spec.num_threads > kMaxThreads) {
+    return InvalidArgument("num_threads must be at most " + std::to_string(kMaxThreads) +
+                           ", not " + std::to_string(spec.num_threads));
+  }
+  if (spec.reads_in_flight > kMaxReadsInFlight) {
+    return InvalidArgument("reads_in_flight must be at most " +
+                           std::to_string(kMaxReadsInFlight) + ", not " +
+                           std::to_string(spec.reads_in_flight));
   }
   if (spec.num_threads == 0) spec.num_threads = AvailableCores();
   if (spec.reads_in_flight == 0) spec.reads_in_flight = 4;

@@ -1,6 +1,9 @@
 // LoaderSpec <-> JSON (the format is described in docs/spec.md).
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 #include "nostall/loader.h"
 
 namespace nostall {
@@ -19,52 +22,190 @@ const char* KindName(TransformKind k) {
   return "?";
 }
 
-Result<Transform> TransformFromJson(const json& j) {
+// Typed reads of one field that name it in every error: a spec is written
+// by hand, and "batch_size must be an integer, not \"abc\"" is what its
+// author needs, not the JSON library's type names.
+std::string Shown(const json& v) {
+  std::string d = v.dump();
+  return d.size() > 40 ? d.substr(0, 40) + "..." : d;
+}
+
+Status GetInt(const json& j, const std::string& where, const char* key, int64_t lo, int64_t hi,
+              int64_t* out) {
+  if (!j.contains(key)) return Status::OK();
+  const json& v = j[key];
+  if (!v.is_number_integer()) {
+    return InvalidArgument(where + key + " must be an integer, not " + Shown(v));
+  }
+  // Unsigned values above INT64_MAX are out of range too.
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    return InvalidArgument(where + key + " must be in [" + std::to_string(lo) + ", " +
+                           std::to_string(hi) + "], not " + Shown(v));
+  }
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi) {
+    return InvalidArgument(where + key + " must be in [" + std::to_string(lo) + ", " +
+                           std::to_string(hi) + "], not " + Shown(v));
+  }
+  *out = x;
+  return Status::OK();
+}
+
+template <typename T>
+Status GetIntAs(const json& j, const std::string& where, const char* key, int64_t lo, int64_t hi,
+                T* out) {
+  int64_t v = static_cast<int64_t>(*out);
+  NOSTALL_RETURN_IF_ERROR(GetInt(j, where, key, lo, hi, &v));
+  *out = static_cast<T>(v);
+  return Status::OK();
+}
+
+Status GetU64(const json& j, const std::string& where, const char* key, uint64_t* out) {
+  if (!j.contains(key)) return Status::OK();
+  const json& v = j[key];
+  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0)) {
+    return InvalidArgument(where + key + " must be a non-negative integer, not " + Shown(v));
+  }
+  *out = v.get<uint64_t>();
+  return Status::OK();
+}
+
+Status GetDouble(const json& j, const std::string& where, const char* key, double* out) {
+  if (!j.contains(key)) return Status::OK();
+  const json& v = j[key];
+  if (!v.is_number()) return InvalidArgument(where + key + " must be a number, not " + Shown(v));
+  *out = v.get<double>();
+  if (!std::isfinite(*out)) return InvalidArgument(where + key + " must be finite");
+  return Status::OK();
+}
+
+Status GetBool(const json& j, const std::string& where, const char* key, bool* out) {
+  if (!j.contains(key)) return Status::OK();
+  const json& v = j[key];
+  if (!v.is_boolean()) {
+    return InvalidArgument(where + key + " must be true or false, not " + Shown(v));
+  }
+  *out = v.get<bool>();
+  return Status::OK();
+}
+
+Status GetString(const json& j, const std::string& where, const char* key, std::string* out) {
+  if (!j.contains(key)) return Status::OK();
+  const json& v = j[key];
+  if (!v.is_string()) return InvalidArgument(where + key + " must be a string, not " + Shown(v));
+  *out = v.get<std::string>();
+  return Status::OK();
+}
+
+Status GetPair(const json& j, const std::string& where, const char* key, double* a, double* b) {
+  if (!j.contains(key)) return Status::OK();
+  const json& v = j[key];
+  if (!v.is_array() || v.size() != 2 || !v[0].is_number() || !v[1].is_number()) {
+    return InvalidArgument(where + key + " must be a pair of numbers [min, max], not " + Shown(v));
+  }
+  *a = v[0].get<double>();
+  *b = v[1].get<double>();
+  return Status::OK();
+}
+
+Status GetNumbers(const json& j, const std::string& where, const char* key,
+                  std::vector<double>* out) {
+  if (!j.contains(key)) return InvalidArgument(where + "needs " + key);
+  const json& v = j[key];
+  if (!v.is_array() || v.empty()) {
+    return InvalidArgument(where + key + " must be a list of numbers, not " + Shown(v));
+  }
+  out->clear();
+  for (const json& x : v) {
+    if (!x.is_number()) {
+      return InvalidArgument(where + key + " must be a list of numbers, not " + Shown(v));
+    }
+    out->push_back(x.get<double>());
+  }
+  return Status::OK();
+}
+
+Status CheckKeys(const json& j, const std::string& what,
+                 std::initializer_list<const char*> known) {
+  for (const auto& [key, _] : j.items()) {
+    if (std::find_if(known.begin(), known.end(), [&](const char* k) { return key == k; }) ==
+        known.end()) {
+      std::string allowed;
+      for (const char* k : known) allowed += std::string(allowed.empty() ? "" : ", ") + k;
+      return InvalidArgument("unknown field '" + key + "' in " + what + " (it takes: " +
+                             allowed + ")");
+    }
+  }
+  return Status::OK();
+}
+
+Result<Transform> TransformFromJson(const json& j, size_t position) {
+  const std::string at = "transforms[" + std::to_string(position) + "]";
+  if (!j.is_object()) {
+    return InvalidArgument(at + " must be an object such as {\"type\": \"CenterCrop\", "
+                           "\"size\": 224}, not " + Shown(j));
+  }
+  if (!j.contains("type") || !j["type"].is_string()) {
+    return InvalidArgument(at + " needs a \"type\" string (RandomResizedCrop, Resize, "
+                           "CenterCrop, RandomHorizontalFlip, Normalize)");
+  }
   Transform t;
-  std::string type = j.at("type").get<std::string>();
+  const std::string type = j["type"].get<std::string>();
+  const std::string where = at + " (" + type + "): ";
+  constexpr int64_t kMaxSide = 1 << 16;
   auto size = [&](Transform* t) -> Status {
-    const json& s = j.at("size");
+    if (!j.contains("size")) return InvalidArgument(where + "needs size");
+    const json& s = j["size"];
     if (s.is_number_integer()) {
-      t->height = t->width = s.get<int>();
-    } else if (s.is_array() && s.size() == 2) {
+      int64_t v = 0;
+      NOSTALL_RETURN_IF_ERROR(GetInt(j, where, "size", 1, kMaxSide, &v));
+      t->height = t->width = static_cast<int>(v);
+    } else if (s.is_array() && s.size() == 2 && s[0].is_number_integer() &&
+               s[1].is_number_integer() && s[0].get<int64_t>() >= 1 &&
+               s[0].get<int64_t>() <= kMaxSide && s[1].get<int64_t>() >= 1 &&
+               s[1].get<int64_t>() <= kMaxSide) {
       t->height = s[0].get<int>();
       t->width = s[1].get<int>();
     } else {
-      return InvalidArgument(type + ": size must be an int or [height, width]");
+      return InvalidArgument(where + "size must be an integer or [height, width] in [1, " +
+                             std::to_string(kMaxSide) + "], not " + Shown(s));
     }
     return Status::OK();
   };
   if (type == "RandomResizedCrop") {
+    NOSTALL_RETURN_IF_ERROR(CheckKeys(j, at + " (RandomResizedCrop)", {"type", "size", "scale", "ratio"}));
     t.kind = TransformKind::kRandomResizedCrop;
     NOSTALL_RETURN_IF_ERROR(size(&t));
-    if (j.contains("scale")) {
-      t.scale_min = j["scale"].at(0).get<double>();
-      t.scale_max = j["scale"].at(1).get<double>();
-    }
-    if (j.contains("ratio")) {
-      t.ratio_min = j["ratio"].at(0).get<double>();
-      t.ratio_max = j["ratio"].at(1).get<double>();
-    }
+    NOSTALL_RETURN_IF_ERROR(GetPair(j, where, "scale", &t.scale_min, &t.scale_max));
+    NOSTALL_RETURN_IF_ERROR(GetPair(j, where, "ratio", &t.ratio_min, &t.ratio_max));
   } else if (type == "Resize") {
+    NOSTALL_RETURN_IF_ERROR(CheckKeys(j, at + " (Resize)", {"type", "size", "max_size"}));
     t.kind = TransformKind::kResize;
-    if (j.at("size").is_number_integer()) {
-      t.short_side = j["size"].get<int>();
+    if (j.contains("size") && j["size"].is_number_integer()) {
+      int64_t v = 0;
+      NOSTALL_RETURN_IF_ERROR(GetInt(j, where, "size", 1, kMaxSide, &v));
+      t.short_side = static_cast<int>(v);
     } else {
       NOSTALL_RETURN_IF_ERROR(size(&t));
     }
-    t.max_size = j.value("max_size", 0);
+    NOSTALL_RETURN_IF_ERROR(GetIntAs(j, where, "max_size", 0, kMaxSide, &t.max_size));
   } else if (type == "CenterCrop") {
+    NOSTALL_RETURN_IF_ERROR(CheckKeys(j, at + " (CenterCrop)", {"type", "size"}));
     t.kind = TransformKind::kCenterCrop;
     NOSTALL_RETURN_IF_ERROR(size(&t));
   } else if (type == "RandomHorizontalFlip") {
+    NOSTALL_RETURN_IF_ERROR(CheckKeys(j, at + " (RandomHorizontalFlip)", {"type", "p"}));
     t.kind = TransformKind::kRandomHorizontalFlip;
-    t.p = j.value("p", 0.5);
+    NOSTALL_RETURN_IF_ERROR(GetDouble(j, where, "p", &t.p));
   } else if (type == "Normalize") {
+    NOSTALL_RETURN_IF_ERROR(CheckKeys(j, at + " (Normalize)", {"type", "mean", "std"}));
     t.kind = TransformKind::kNormalize;
-    t.mean = j.at("mean").get<std::vector<double>>();
-    t.std = j.at("std").get<std::vector<double>>();
+    NOSTALL_RETURN_IF_ERROR(GetNumbers(j, where, "mean", &t.mean));
+    NOSTALL_RETURN_IF_ERROR(GetNumbers(j, where, "std", &t.std));
   } else {
-    return InvalidArgument("unknown transform '" + type + "'");
+    return InvalidArgument(at + ": unknown transform '" + type +
+                           "' (known: RandomResizedCrop, Resize, CenterCrop, "
+                           "RandomHorizontalFlip, Normalize)");
   }
   return t;
 }
@@ -99,14 +240,17 @@ template <typename E>
 Status Enum(const json& j, const char* key, std::initializer_list<std::pair<const char*, E>> names,
             E* out) {
   if (!j.contains(key)) return Status::OK();
-  std::string v = j[key].get<std::string>();
   std::string allowed;
+  for (const auto& [name, value] : names) allowed += std::string(allowed.empty() ? "" : ", ") + name;
+  if (!j[key].is_string()) {
+    return InvalidArgument(std::string(key) + " must be one of " + allowed + ", not " + Shown(j[key]));
+  }
+  std::string v = j[key].get<std::string>();
   for (const auto& [name, value] : names) {
     if (v == name) {
       *out = value;
       return Status::OK();
     }
-    allowed += std::string(allowed.empty() ? "" : ", ") + name;
   }
   return InvalidArgument(std::string(key) + " must be one of " + allowed + ", not '" + v + "'");
 }
@@ -129,33 +273,41 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
       }
     }
     LoaderSpec s;
-    s.source = j.at("source").get<std::string>();
-    s.batch_size = j.value("batch_size", s.batch_size);
-    s.shuffle = j.value("shuffle", s.shuffle);
-    s.seed = j.value("seed", s.seed);
-    s.rank = j.value("rank", s.rank);
-    s.world_size = j.value("world_size", s.world_size);
-    s.drop_last = j.value("drop_last", s.drop_last);
-    s.subset = j.value("subset", s.subset);
-    s.shuffle_block = j.value("shuffle_block", s.shuffle_block);
-    s.num_threads = j.value("num_threads", s.num_threads);
-    s.reads_in_flight = j.value("reads_in_flight", s.reads_in_flight);
-    s.prefetch = j.value("prefetch", s.prefetch);
-    s.prep.max_pixels = j.value("max_pixels", s.prep.max_pixels);
-    s.prep.dct_scaling = j.value("dct_scaling", s.prep.dct_scaling);
-    s.source_options.index_cache_dir = j.value("index_cache_dir", std::string());
-    s.source_options.use_index_cache = j.value("use_index_cache", true);
-    s.source_options.throttle_bytes_per_second = j.value("throttle_bandwidth", 0.0);
-    s.source_options.throttle_latency_ms = j.value("throttle_latency_ms", 0.0);
-    s.cache_name = j.value("cache_name", std::string());
-    s.cache_bytes = j.value("cache_bytes", uint64_t{0});
-    s.cache_policy = j.value("cache_policy", std::string("minio"));
+    const std::string w;  // top-level fields are named as they are
+    if (!j.contains("source")) return InvalidArgument("a loader spec needs \"source\" (the dataset path)");
+    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "source", &s.source));
+    constexpr int64_t kMaxCount = int64_t{1} << 40;
+    NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "batch_size", 1, 1 << 20, &s.batch_size));
+    NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "shuffle", &s.shuffle));
+    NOSTALL_RETURN_IF_ERROR(GetU64(j, w, "seed", &s.seed));
+    NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "rank", 0, 1 << 20, &s.rank));
+    NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "world_size", 1, 1 << 20, &s.world_size));
+    NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "drop_last", &s.drop_last));
+    NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "subset", 0, kMaxCount, &s.subset));
+    NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "shuffle_block", 0, kMaxCount, &s.shuffle_block));
+    NOSTALL_RETURN_IF_ERROR(GetIntAs(j, w, "num_threads", 0, kMaxThreads, &s.num_threads));
+    NOSTALL_RETURN_IF_ERROR(GetIntAs(j, w, "reads_in_flight", 0, kMaxReadsInFlight, &s.reads_in_flight));
+    NOSTALL_RETURN_IF_ERROR(GetIntAs(j, w, "prefetch", 0, 64, &s.prefetch));
+    NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "max_pixels", 1, kMaxCount, &s.prep.max_pixels));
+    NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "dct_scaling", &s.prep.dct_scaling));
+    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "index_cache_dir", &s.source_options.index_cache_dir));
+    NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "use_index_cache", &s.source_options.use_index_cache));
+    NOSTALL_RETURN_IF_ERROR(GetDouble(j, w, "throttle_bandwidth", &s.source_options.throttle_bytes_per_second));
+    NOSTALL_RETURN_IF_ERROR(GetDouble(j, w, "throttle_latency_ms", &s.source_options.throttle_latency_ms));
+    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "cache_name", &s.cache_name));
+    NOSTALL_RETURN_IF_ERROR(GetU64(j, w, "cache_bytes", &s.cache_bytes));
+    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "cache_policy", &s.cache_policy));
     // With a cache, the page cache would hold the same bytes twice: bypass
     // it unless asked otherwise.
-    s.source_options.drop_page_cache = j.value("drop_page_cache", !s.cache_name.empty());
+    s.source_options.drop_page_cache = !s.cache_name.empty();
+    NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "drop_page_cache", &s.source_options.drop_page_cache));
     if (j.contains("transforms")) {
-      for (const json& t : j["transforms"]) {
-        NOSTALL_ASSIGN_OR_RETURN(Transform tr, TransformFromJson(t));
+      const json& ts = j["transforms"];
+      if (!ts.is_array()) {
+        return InvalidArgument("transforms must be a list of transforms, not " + Shown(ts));
+      }
+      for (size_t i = 0; i < ts.size(); ++i) {
+        NOSTALL_ASSIGN_OR_RETURN(Transform tr, TransformFromJson(ts[i], i));
         s.prep.transforms.push_back(tr);
       }
     }

@@ -27,12 +27,25 @@ using namespace nb::literals;
 namespace nostall {
 namespace {
 
+// Text from the engine as a Python str. Messages and paths may hold bytes
+// that are not UTF-8 (a file name, a label read from a file): a path keeps
+// them as os.fsdecode does (surrogateescape: it still opens the file), a
+// message shows them escaped. Never a UnicodeDecodeError in their place.
+nb::object Text(const std::string& s, const char* errors) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), errors);
+  if (o == nullptr) throw nb::python_error();
+  return nb::steal(o);
+}
+nb::object PathText(const std::string& s) { return Text(s, "surrogateescape"); }
+nb::object MessageText(const std::string& s) { return Text(s, "backslashreplace"); }
+
 [[noreturn]] void RaiseStatus(const Status& st) {
   nb::object errors = nb::module_::import_("nostall.errors");
   nb::object type;
   switch (st.code()) {
     case StatusCode::kDataError: {
-      nb::object exc = errors.attr("DataError")(st.ToString(), st.item(), st.stage());
+      nb::object exc = errors.attr("DataError")(MessageText(st.ToString()), PathText(st.item()),
+                                                st.stage());
       PyErr_SetObject(exc.type().ptr(), exc.ptr());
       throw nb::python_error();
     }
@@ -41,7 +54,7 @@ namespace {
     case StatusCode::kResourceExhausted: type = errors.attr("ResourceError"); break;
     default: type = errors.attr("NostallError"); break;
   }
-  PyErr_SetString(type.ptr(), st.ToString().c_str());
+  PyErr_SetObject(type.ptr(), MessageText(st.ToString()).ptr());
   throw nb::python_error();
 }
 
@@ -149,11 +162,16 @@ class PyLoader {
   int64_t BatchesPerEpoch() const { return Loader().sampler().BatchesPerEpoch(); }
   int64_t SamplesPerEpoch() const { return Loader().sampler().SamplesPerEpoch(); }
   int64_t NumItems() const { return Loader().source().size(); }
-  std::vector<std::string> Classes() const { return Loader().source().classes(); }
   std::vector<int64_t> SampleShape() const { return Loader().SampleShape(); }
-  std::string Key(int64_t i) const {
+  nb::object Key(int64_t i) const {
     if (i < 0 || i >= Loader().source().size()) throw nb::index_error("item index out of range");
-    return Loader().source().key(i);
+    return PathText(Loader().source().key(i));
+  }
+  // Class names are folder names: not always UTF-8.
+  nb::list Classes() const {
+    nb::list out;
+    for (const std::string& c : Loader().source().classes()) out.append(PathText(c));
+    return out;
   }
   uint64_t Fingerprint() const { return Loader().source().fingerprint(); }
   void EvictPageCache() const {

@@ -22,6 +22,7 @@
 #include "common/fd.h"
 #include "nostall/source.h"
 #include "source/index_file.h"
+#include "source/tar_index.h"
 
 namespace nostall {
 namespace {
@@ -88,17 +89,21 @@ class IndexedSource final : public Source {
 // ---------------------------------------------------------------- folders
 
 struct WalkState {
-  std::set<std::pair<dev_t, ino_t>> seen;  // guards against symlink loops
+  // Directories already walked, and the dataset's root and class folders:
+  // each is walked once, as itself, so a symlink back up the tree (a loop)
+  // or into another class is not followed and nothing is counted twice.
+  std::set<std::pair<dev_t, ino_t>> seen;
   std::vector<IndexStamp>* stamps;
 };
 
 // Collects (dir, file) pairs under `dir`, following symlinks like os.walk
-// with followlinks=True.
-Status Walk(const std::string& dir, WalkState* ws,
+// with followlinks=True, but into no directory walked already (or reserved:
+// the root and the class folders). `top`: `dir` is a class folder itself.
+Status Walk(const std::string& dir, bool top, WalkState* ws,
             std::vector<std::pair<std::string, std::string>>* files) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) return ErrnoError("cannot stat " + dir, errno);
-  if (!ws->seen.insert({st.st_dev, st.st_ino}).second) return Status::OK();
+  if (!ws->seen.insert({st.st_dev, st.st_ino}).second && !top) return Status::OK();
   ws->stamps->push_back({dir, static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 +
                                   st.st_mtim.tv_nsec,
                          0});
@@ -121,7 +126,7 @@ Status Walk(const std::string& dir, WalkState* ws,
     }
   }
   ::closedir(d);
-  for (const std::string& sub : subdirs) NOSTALL_RETURN_IF_ERROR(Walk(sub, ws, files));
+  for (const std::string& sub : subdirs) NOSTALL_RETURN_IF_ERROR(Walk(sub, false, ws, files));
   return Status::OK();
 }
 
@@ -149,9 +154,14 @@ Result<Index> BuildFolderIndex(const std::string& root) {
   index.stamps.push_back(
       {root, static_cast<int64_t>(rst.st_mtim.tv_sec) * 1000000000 + rst.st_mtim.tv_nsec, 0});
   WalkState ws{{}, &index.stamps};
+  ws.seen.insert({rst.st_dev, rst.st_ino});
+  for (const std::string& cls : index.classes) {
+    struct stat cst;
+    if (::stat((root + "/" + cls).c_str(), &cst) == 0) ws.seen.insert({cst.st_dev, cst.st_ino});
+  }
   for (size_t c = 0; c < index.classes.size(); ++c) {
     std::vector<std::pair<std::string, std::string>> files;
-    NOSTALL_RETURN_IF_ERROR(Walk(root + "/" + index.classes[c], &ws, &files));
+    NOSTALL_RETURN_IF_ERROR(Walk(root + "/" + index.classes[c], /*top=*/true, &ws, &files));
     if (files.empty()) {
       return NotFound("class folder " + root + "/" + index.classes[c] +
                       " has no .jpg/.jpeg/.png file");
@@ -166,91 +176,10 @@ Result<Index> BuildFolderIndex(const std::string& root) {
 
 // ---------------------------------------------------------------- tar
 
-uint64_t ParseOctal(const char* p, size_t n, bool* ok) {
-  if (static_cast<unsigned char>(p[0]) & 0x80) {  // GNU base-256
-    uint64_t v = static_cast<unsigned char>(p[0]) & 0x7f;
-    for (size_t i = 1; i < n; ++i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-    return v;
-  }
-  uint64_t v = 0;
-  size_t i = 0;
-  while (i < n && p[i] == ' ') ++i;
-  bool any = false;
-  for (; i < n && p[i] >= '0' && p[i] <= '7'; ++i) {
-    v = v * 8 + static_cast<uint64_t>(p[i] - '0');
-    any = true;
-  }
-  for (; i < n; ++i) {
-    if (p[i] != ' ' && p[i] != '\0') *ok = false;
-  }
-  if (!any) *ok = false;
-  return v;
-}
-
-bool ChecksumOk(const uint8_t* h) {
-  bool ok = true;
-  uint64_t want = ParseOctal(reinterpret_cast<const char*>(h) + 148, 8, &ok);
-  if (!ok) return false;
-  uint64_t sum = 0;
-  for (int i = 0; i < 512; ++i) sum += (i >= 148 && i < 156) ? ' ' : h[i];
-  return sum == want;
-}
-
-std::string CString(const uint8_t* p, size_t n) {
-  const char* c = reinterpret_cast<const char*>(p);
-  return std::string(c, strnlen(c, n));
-}
-
-// WebDataset's rule: the key is the path up to the first dot of the file
-// name; the extension is the rest.
-void SplitKey(const std::string& path, std::string* key, std::string* ext) {
-  size_t slash = path.rfind('/');
-  size_t base = slash == std::string::npos ? 0 : slash + 1;
-  size_t dot = path.find('.', base);
-  if (dot == std::string::npos) {
-    *key = path;
-    ext->clear();
-  } else {
-    *key = path.substr(0, dot);
-    *ext = path.substr(dot + 1);
-    std::transform(ext->begin(), ext->end(), ext->begin(),
-                   [](unsigned char c) { return std::tolower(c); });
-  }
-}
-
-struct PendingSample {
-  std::string key;
-  bool has_image = false;
-  uint64_t offset = 0;
-  int64_t size = 0;
-  std::string member;
-  bool has_label = false;
-  int64_t label = -1;
-  std::string label_error;
-};
-
-Status FlushSample(const std::string& shard_path, int32_t shard, PendingSample* s,
-                   bool skip_bad, Index* index) {
-  if (s->key.empty()) return Status::OK();
-  std::string why;
-  if (!s->has_image) why = "sample has no .jpg/.jpeg/.png member";
-  else if (!s->label_error.empty()) why = s->label_error;
-  else if (!s->has_label) why = "sample has no .cls label member";
-  if (!why.empty()) {
-    if (!skip_bad) {
-      return DataError(why).WithItem(shard_path + ":" + s->key, "index");
-    }
-    ++index->skipped;
-  } else {
-    index->items.push_back({shard_path + ":" + s->member, s->label, shard,
-                            s->offset, s->size});
-  }
-  *s = PendingSample();
-  return Status::OK();
-}
-
 Status IndexShard(const std::string& path, int32_t shard, bool skip_bad, Index* index) {
-  NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(path));
+  Result<UniqueFd> opened = OpenReadOnly(path);
+  if (!opened.ok()) return opened.status().WithItem(path, "index");
+  UniqueFd fd = std::move(opened).value();
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return ErrnoError("cannot stat " + path, errno);
   uint64_t file_size = static_cast<uint64_t>(st.st_size);
@@ -258,92 +187,12 @@ Status IndexShard(const std::string& path, int32_t shard, bool skip_bad, Index* 
       {path, static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec,
        static_cast<int64_t>(file_size)});
   ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
-
-  PendingSample pending;
-  std::string long_name;  // from a GNU 'L' or pax 'x' record, for the next member
-  uint64_t pos = 0;
-  uint8_t h[512];
-  auto bad = [&](const std::string& why) {
-    return DataError(why + " at byte " + std::to_string(pos)).WithItem(path, "index");
-  };
-  while (true) {
-    if (pos + 512 > file_size) {
-      if (pos == file_size) break;  // no end-of-archive blocks: accept, like tar
-      return bad("truncated tar header");
-    }
-    NOSTALL_RETURN_IF_ERROR(PreadExact(fd.get(), pos, 512, h));
-    bool zero = std::all_of(h, h + 512, [](uint8_t b) { return b == 0; });
-    if (zero) break;  // end of archive
-    if (!ChecksumOk(h)) return bad("bad tar header checksum (not a tar file, or corrupt)");
-    bool ok = true;
-    uint64_t size = ParseOctal(reinterpret_cast<const char*>(h) + 124, 12, &ok);
-    if (!ok) return bad("bad size field in tar header");
-    uint64_t data = pos + 512;
-    if (data + size > file_size) return bad("tar member runs past the end of the shard");
-    char type = static_cast<char>(h[156]);
-    std::string name;
-    if (!long_name.empty()) {
-      name = long_name;
-      long_name.clear();
-    } else {
-      name = CString(h, 100);
-      if (std::memcmp(h + 257, "ustar", 5) == 0 && h[345] != 0) {
-        name = CString(h + 345, 155) + "/" + name;
-      }
-    }
-    if (type == 'L' || type == 'x') {
-      if (size > (1u << 20)) return bad("oversized tar extended header");
-      std::vector<uint8_t> buf(size);
-      NOSTALL_RETURN_IF_ERROR(PreadExact(fd.get(), data, size, buf.data()));
-      if (type == 'L') {
-        long_name = CString(buf.data(), buf.size());
-      } else {  // pax records: "<len> key=value\n"
-        std::string recs(buf.begin(), buf.end());
-        size_t p = 0;
-        while (p < recs.size()) {
-          size_t sp = recs.find(' ', p);
-          if (sp == std::string::npos) break;
-          size_t len = std::strtoull(recs.c_str() + p, nullptr, 10);
-          if (len == 0 || p + len > recs.size()) break;
-          std::string rec = recs.substr(sp + 1, p + len - sp - 2);
-          if (rec.rfind("path=", 0) == 0) long_name = rec.substr(5);
-          p += len;
-        }
-      }
-    } else if (type == '0' || type == '\0') {
-      std::string key, ext;
-      SplitKey(name, &key, &ext);
-      if (key != pending.key) {
-        NOSTALL_RETURN_IF_ERROR(FlushSample(path, shard, &pending, skip_bad, index));
-        pending.key = key;
-      }
-      if (ext == "cls") {
-        char buf[32] = {};
-        if (size == 0 || size >= sizeof(buf)) {
-          pending.label_error = "bad .cls label member (empty or too long)";
-        } else {
-          NOSTALL_RETURN_IF_ERROR(
-              PreadExact(fd.get(), data, size, reinterpret_cast<uint8_t*>(buf)));
-          char* end = nullptr;
-          long long v = std::strtoll(buf, &end, 10);
-          while (end && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t')) ++end;
-          if (end == buf || *end != '\0' || v < 0) {
-            pending.label_error = "bad .cls label member '" + std::string(buf) + "'";
-          } else {
-            pending.label = v;
-            pending.has_label = true;
-          }
-        }
-      } else if (HasImageExtension("." + ext) && !pending.has_image) {
-        pending.has_image = true;
-        pending.offset = data;
-        pending.size = static_cast<int64_t>(size);
-        pending.member = name;
-      }
-    }
-    pos = data + ((size + 511) / 512) * 512;
-  }
-  return FlushSample(path, shard, &pending, skip_bad, index);
+  const int raw = fd.get();
+  return IndexTarShard(path, shard, file_size,
+                       [raw](uint64_t offset, size_t size, uint8_t* out) {
+                         return PreadExact(raw, offset, size, out);
+                       },
+                       skip_bad, index);
 }
 
 Result<Index> BuildTarIndex(const std::vector<std::string>& shards, bool skip_bad) {

@@ -12,6 +12,8 @@
 #include <chrono>
 #include <filesystem>
 #include <thread>
+#include <cstring>
+#include <sys/types.h>
 
 #include "common/fd.h"
 #include "testing/test_images.h"
@@ -150,6 +152,178 @@ TEST(TarSourceTest, TruncatedOrForeignShardIsADataErrorNamingIt) {
   EXPECT_NE(junk.status().message().find("checksum"), std::string::npos);
   EXPECT_EQ(OpenSource(dir.path() + "/none-{0..3}.tar", NoCache()).status().code(),
             StatusCode::kNotFound);
+}
+
+// Rewrites header field [at, at + n) of the tar member whose header starts
+// at `header` and fixes the checksum, as a hostile tool could.
+void PatchTarHeader(std::vector<uint8_t>* tar, size_t header, size_t at,
+                    const std::vector<uint8_t>& field, char type = 0) {
+  uint8_t* h = tar->data() + header;
+  std::memcpy(h + at, field.data(), field.size());
+  if (type != 0) h[156] = static_cast<uint8_t>(type);
+  std::memset(h + 148, ' ', 8);
+  unsigned sum = 0;
+  for (int i = 0; i < 512; ++i) sum += h[i];
+  std::snprintf(reinterpret_cast<char*>(h) + 148, 8, "%06o", sum);
+}
+
+// Runs `open` on a thread and fails (instead of hanging the suite) if it
+// has not returned within 10 s.
+Result<std::unique_ptr<Source>> OpenWithin10s(const std::string& uri, const SourceOptions& o) {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  auto result = std::make_shared<Result<std::unique_ptr<Source>>>(Internal("not run"));
+  std::thread t([=] {
+    *result = OpenSource(uri, o);
+    done->store(true);
+  });
+  for (int i = 0; i < 1000 && !done->load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!done->load()) {
+    t.detach();
+    ADD_FAILURE() << "OpenSource(" << uri << ") hung";
+    return Internal("hung");
+  }
+  t.join();
+  return std::move(*result);
+}
+
+TEST(TarSourceTest, HostileSizeFieldsAreErrorsNotLoops) {
+  TempDir dir;
+  auto jpg = EncodeJpeg(MakePixels(8, 8, 3, 0), 8, 8, 3);
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant);
+    std::vector<uint8_t> tar;
+    AppendTarMember(&tar, "a.jpg", jpg);
+    AppendTarMember(&tar, "a.cls", Bytes("1"));
+    FinishTar(&tar);
+    std::vector<uint8_t> size(12, 0xff);  // GNU base-256 size: 2^88 - 1 (negative)
+    if (variant == 1) {                   // 2^64 - 512: data + size wraps to data - 512
+      size.assign(12, 0);
+      size[0] = 0x80;
+      for (int i = 4; i < 12; ++i) size[i] = 0xff;
+      size[10] = 0xfe;
+      size[11] = 0x00;
+    }
+    if (variant == 2) {  // 2^63 + 512 in base-256
+      size.assign(12, 0);
+      size[0] = 0x80;
+      size[4] = 0x80;
+      size[10] = 0x02;
+    }
+    PatchTarHeader(&tar, 0, 124, size);
+    WriteFile(dir.path() + "/s.tar", tar);
+    auto src = OpenWithin10s(dir.path() + "/s.tar", NoCache());
+    ASSERT_FALSE(src.ok());
+    EXPECT_EQ(src.status().code(), StatusCode::kDataError) << src.status().ToString();
+    EXPECT_EQ(src.status().item(), dir.path() + "/s.tar");
+  }
+}
+
+TEST(TarSourceTest, PaxRecordWithAWrappingLengthIsIgnoredNotLooped) {
+  TempDir dir;
+  auto jpg = EncodeJpeg(MakePixels(8, 8, 3, 0), 8, 8, 3);
+  for (const std::string& recs : {std::string("18446744073709551606 path=x.jpg\n"),
+                                  std::string("3 path=x.jpg\n"),
+                                  std::string("99999999999999999999999 path=y\n"),
+                                  std::string("0 \n"), std::string(" 5 a=b\n")}) {
+    SCOPED_TRACE(recs);
+    std::vector<uint8_t> tar;
+    AppendTarMember(&tar, "PaxHeader", Bytes(recs));
+    PatchTarHeader(&tar, 0, 0, Bytes("PaxHeader"), 'x');
+    AppendTarMember(&tar, "k.jpg", jpg);
+    AppendTarMember(&tar, "k.cls", Bytes("3"));
+    FinishTar(&tar);
+    WriteFile(dir.path() + "/p.tar", tar);
+    auto src = OpenWithin10s(dir.path() + "/p.tar", NoCache());
+    ASSERT_TRUE(src.ok()) << src.status().ToString();
+    ASSERT_EQ(src.value()->size(), 1);
+    EXPECT_EQ(src.value()->label(0), 3);
+  }
+}
+
+TEST(TarSourceTest, LabelsThatDoNotFitOrAreNotTextAreNamedErrors) {
+  TempDir dir;
+  auto jpg = EncodeJpeg(MakePixels(8, 8, 3, 0), 8, 8, 3);
+  for (const std::string& label : {std::string("99999999999999999999"), std::string("\xff\xfe7"),
+                                   std::string("-3"), std::string("4x")}) {
+    SCOPED_TRACE(label);
+    std::vector<uint8_t> tar;
+    AppendTarMember(&tar, "a.jpg", jpg);
+    AppendTarMember(&tar, "a.cls", Bytes(label));
+    FinishTar(&tar);
+    WriteFile(dir.path() + "/l.tar", tar);
+    auto src = OpenSource(dir.path() + "/l.tar", NoCache());
+    ASSERT_FALSE(src.ok());
+    EXPECT_EQ(src.status().code(), StatusCode::kDataError);
+    EXPECT_EQ(src.status().item(), dir.path() + "/l.tar:a");
+    EXPECT_NE(src.status().message().find("bad .cls label"), std::string::npos);
+    // The message is printable text: the file's bytes are escaped.
+    for (unsigned char c : src.status().message()) EXPECT_TRUE(c >= 0x20 && c < 0x7f);
+  }
+}
+
+TEST(TarSourceTest, FifoShardIsAnErrorNotAHang) {
+  TempDir dir;
+  const std::string fifo = dir.path() + "/x.tar";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto src = OpenWithin10s(fifo, NoCache());
+  ASSERT_FALSE(src.ok());
+  EXPECT_EQ(src.status().item(), fifo);
+  EXPECT_NE(src.status().message().find("FIFO"), std::string::npos) << src.status().ToString();
+}
+
+TEST(ImageFolderTest, FifoNamedLikeAnImageIsAnItemErrorNotAHang) {
+  TempDir dir;
+  WriteFile(dir.path() + "/a/1.jpg", EncodeJpeg(MakePixels(8, 8, 3, 0), 8, 8, 3));
+  ASSERT_EQ(::mkfifo((dir.path() + "/a/x.jpg").c_str(), 0600), 0);
+  auto src = OpenWithin10s(dir.path(), NoCache());
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  ASSERT_EQ(src.value()->size(), 2);
+  EXPECT_EQ(src.value()->key(1), dir.path() + "/a/x.jpg");
+  std::vector<uint8_t> bytes;
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  Status st;
+  std::thread t([&] {
+    st = src.value()->Read(1, &bytes);
+    done->store(true);
+  });
+  for (int i = 0; i < 1000 && !done->load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(done->load()) << "reading a FIFO hung";
+  t.join();
+  EXPECT_EQ(st.code(), StatusCode::kDataError);
+  EXPECT_NE(st.message().find("FIFO"), std::string::npos) << st.ToString();
+}
+
+TEST(ImageFolderTest, SymlinkLoopIsFollowedOnceAndCountsNothingTwice) {
+  TempDir dir;
+  auto jpg = EncodeJpeg(MakePixels(8, 8, 3, 0), 8, 8, 3);
+  WriteFile(dir.path() + "/a/1.jpg", jpg);
+  WriteFile(dir.path() + "/b/2.jpg", jpg);
+  WriteFile(dir.path() + "/b/3.jpg", jpg);
+  WriteFile(dir.path() + "/other/4.jpg", jpg);
+  // a/loop -> .. (the root: a loop, and a way into b), a/more -> ../other/
+  // (outside the classes? no: "other" is a class too), b/self -> . (a loop).
+  ASSERT_EQ(::symlink("..", (dir.path() + "/a/loop").c_str()), 0);
+  ASSERT_EQ(::symlink(".", (dir.path() + "/b/self").c_str()), 0);
+  auto src = OpenSource(dir.path(), NoCache());
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  ASSERT_EQ(src.value()->size(), 4);
+  EXPECT_EQ(src.value()->label(0), 0);  // a/1.jpg
+  EXPECT_EQ(src.value()->label(1), 1);  // b/2.jpg, under b, not under a/loop/b
+  EXPECT_EQ(src.value()->label(2), 1);
+  EXPECT_EQ(src.value()->label(3), 2);
+  EXPECT_EQ(src.value()->key(1), dir.path() + "/b/2.jpg");
+  // A link to a folder outside the classes is followed, once.
+  TempDir extra;
+  WriteFile(extra.path() + "/5.jpg", jpg);
+  ASSERT_EQ(::symlink(extra.path().c_str(), (dir.path() + "/a/ext").c_str()), 0);
+  ASSERT_EQ(::symlink(extra.path().c_str(), (dir.path() + "/a/ext2").c_str()), 0);
+  auto again = OpenSource(dir.path(), NoCache());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again.value()->size(), 5);
 }
 
 TEST(ExpandBracesTest, RangesKeepPaddingAndListsExpand) {

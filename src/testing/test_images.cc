@@ -29,8 +29,10 @@ std::vector<uint8_t> MakePixels(int width, int height, int channels, int seed) {
   return px;
 }
 
-std::vector<uint8_t> EncodeJpeg(const std::vector<uint8_t>& pixels, int width, int height,
-                                int channels, int quality) {
+namespace {
+
+std::vector<uint8_t> Compress(const std::vector<uint8_t>& pixels, int width, int height,
+                              int channels, J_COLOR_SPACE in, J_COLOR_SPACE stored, int quality) {
   jpeg_compress_struct c;
   jpeg_error_mgr err;
   c.err = jpeg_std_error(&err);
@@ -41,8 +43,9 @@ std::vector<uint8_t> EncodeJpeg(const std::vector<uint8_t>& pixels, int width, i
   c.image_width = static_cast<JDIMENSION>(width);
   c.image_height = static_cast<JDIMENSION>(height);
   c.input_components = channels;
-  c.in_color_space = channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
+  c.in_color_space = in;
   jpeg_set_defaults(&c);
+  jpeg_set_colorspace(&c, stored);  // CMYK/YCCK: writes Adobe's APP14 marker
   jpeg_set_quality(&c, quality, TRUE);
   jpeg_start_compress(&c, TRUE);
   while (c.next_scanline < c.image_height) {
@@ -55,6 +58,20 @@ std::vector<uint8_t> EncodeJpeg(const std::vector<uint8_t>& pixels, int width, i
   jpeg_destroy_compress(&c);
   std::free(out);
   return bytes;
+}
+
+}  // namespace
+
+std::vector<uint8_t> EncodeJpeg(const std::vector<uint8_t>& pixels, int width, int height,
+                                int channels, int quality) {
+  const J_COLOR_SPACE in = channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
+  return Compress(pixels, width, height, channels, in, channels == 3 ? JCS_YCbCr : JCS_GRAYSCALE,
+                  quality);
+}
+
+std::vector<uint8_t> EncodeCmykJpeg(const std::vector<uint8_t>& cmyk, int width, int height,
+                                    bool ycck, int quality) {
+  return Compress(cmyk, width, height, 4, JCS_CMYK, ycck ? JCS_YCCK : JCS_CMYK, quality);
 }
 
 std::vector<uint8_t> EncodePng(const std::vector<uint8_t>& pixels, int width, int height,

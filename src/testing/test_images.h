@@ -14,6 +14,10 @@ namespace nostall::testing {
 std::vector<uint8_t> MakePixels(int width, int height, int channels, int seed);
 std::vector<uint8_t> EncodeJpeg(const std::vector<uint8_t>& pixels, int width, int height,
                                 int channels, int quality = 90);
+// A 4-channel JPEG, stored as CMYK or (ycck) YCCK, with Adobe's marker.
+// `cmyk` holds the values as stored: Adobe's inverted polarity (255 = no ink).
+std::vector<uint8_t> EncodeCmykJpeg(const std::vector<uint8_t>& cmyk, int width, int height,
+                                    bool ycck, int quality = 90);
 std::vector<uint8_t> EncodePng(const std::vector<uint8_t>& pixels, int width, int height,
                                int channels);
 void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes);

@@ -1,0 +1,259 @@
+#include "source/tar_index.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace nostall {
+namespace {
+
+// An octal (or GNU base-256) number field; `*ok` false when it is not one.
+// A base-256 value that does not fit 63 bits (or is negative) is refused.
+uint64_t ParseNumber(const char* p, size_t n, bool* ok) {
+  if (static_cast<unsigned char>(p[0]) & 0x80) {  // GNU base-256
+    if (static_cast<unsigned char>(p[0]) & 0x40) {  // negative
+      *ok = false;
+      return 0;
+    }
+    uint64_t v = static_cast<unsigned char>(p[0]) & 0x3f;
+    for (size_t i = 1; i < n; ++i) {
+      if (v > (UINT64_MAX >> 9)) {  // would pass 2^63
+        *ok = false;
+        return 0;
+      }
+      v = (v << 8) | static_cast<unsigned char>(p[i]);
+    }
+    return v;
+  }
+  uint64_t v = 0;
+  size_t i = 0;
+  while (i < n && p[i] == ' ') ++i;
+  bool any = false;
+  for (; i < n && p[i] >= '0' && p[i] <= '7'; ++i) {
+    v = v * 8 + static_cast<uint64_t>(p[i] - '0');  // at most 12 digits: no overflow
+    any = true;
+  }
+  for (; i < n; ++i) {
+    if (p[i] != ' ' && p[i] != '\0') *ok = false;
+  }
+  if (!any) *ok = false;
+  return v;
+}
+
+bool ChecksumOk(const uint8_t* h) {
+  bool ok = true;
+  uint64_t want = ParseNumber(reinterpret_cast<const char*>(h) + 148, 8, &ok);
+  if (!ok) return false;
+  uint64_t sum = 0;
+  for (int i = 0; i < 512; ++i) sum += (i >= 148 && i < 156) ? ' ' : h[i];
+  return sum == want;
+}
+
+std::string CString(const uint8_t* p, size_t n) {
+  const char* c = reinterpret_cast<const char*>(p);
+  return std::string(c, strnlen(c, n));
+}
+
+bool HasImageExtension(const std::string& ext) {
+  return ext == "jpg" || ext == "jpeg" || ext == "png";
+}
+
+// WebDataset's rule: the key is the path up to the first dot of the file
+// name; the extension is the rest.
+void SplitKey(const std::string& path, std::string* key, std::string* ext) {
+  size_t slash = path.rfind('/');
+  size_t base = slash == std::string::npos ? 0 : slash + 1;
+  size_t dot = path.find('.', base);
+  if (dot == std::string::npos) {
+    *key = path;
+    ext->clear();
+  } else {
+    *key = path.substr(0, dot);
+    *ext = path.substr(dot + 1);
+    std::transform(ext->begin(), ext->end(), ext->begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+  }
+}
+
+struct PendingSample {
+  std::string key;
+  bool has_image = false;
+  uint64_t offset = 0;
+  int64_t size = 0;
+  std::string member;
+  bool has_label = false;
+  int64_t label = -1;
+  std::string label_error;
+};
+
+Status FlushSample(const std::string& shard_path, int32_t shard, PendingSample* s,
+                   bool skip_bad, Index* index) {
+  if (s->key.empty()) return Status::OK();
+  std::string why;
+  if (!s->has_image) why = "sample has no .jpg/.jpeg/.png member";
+  else if (!s->label_error.empty()) why = s->label_error;
+  else if (!s->has_label) why = "sample has no .cls label member";
+  if (!why.empty()) {
+    if (!skip_bad) {
+      return DataError(why).WithItem(shard_path + ":" + s->key, "index");
+    }
+    ++index->skipped;
+  } else {
+    index->items.push_back({shard_path + ":" + s->member, s->label, shard,
+                            s->offset, s->size});
+  }
+  *s = PendingSample();
+  return Status::OK();
+}
+
+// A `.cls` member's text: a non-negative decimal integer that fits int64,
+// with surrounding white space.
+void ParseLabel(const char* text, PendingSample* s) {
+  const char* p = text;
+  while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') ++p;
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(p, &end, 10);
+  const bool range = errno == ERANGE;
+  while (end && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t')) ++end;
+  if (end == p || *end != '\0' || v < 0 || *p == '-' || *p == '+') {
+    s->label_error = "bad .cls label member '" + Printable(text) +
+                     "' (expected a non-negative integer)";
+  } else if (range) {
+    s->label_error = "bad .cls label member '" + Printable(text) +
+                     "' (out of range: a label must be below 2^63)";
+  } else {
+    s->label = v;
+    s->has_label = true;
+  }
+}
+
+// pax extended-header records: "<len> key=value\n" each, `len` counting the
+// whole record. Returns the `path` value, if any; a malformed record ends
+// the parse (what came before it stands).
+std::string PaxPath(const std::string& recs) {
+  std::string path;
+  size_t p = 0;
+  while (p < recs.size()) {
+    const size_t sp = recs.find(' ', p);
+    if (sp == std::string::npos || sp == p || sp - p > 20) break;
+    uint64_t len = 0;
+    bool digits = true;
+    for (size_t i = p; i < sp; ++i) {
+      if (recs[i] < '0' || recs[i] > '9') digits = false;
+      else len = len * 10 + static_cast<uint64_t>(recs[i] - '0');
+    }
+    // The record holds its length, the space, at least "k=" and the newline.
+    if (!digits || len > recs.size() - p || len < sp - p + 2) break;
+    const size_t end = p + len;  // one past the record's '\n'
+    if (recs[end - 1] != '\n') break;
+    std::string rec = recs.substr(sp + 1, end - sp - 2);
+    if (rec.rfind("path=", 0) == 0) path = rec.substr(5);
+    p = end;
+  }
+  return path;
+}
+
+}  // namespace
+
+std::string Printable(const std::string& bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  for (unsigned char c : bytes) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
+Status IndexTarShard(const std::string& path, int32_t shard, uint64_t file_size,
+                     const ReadAt& read, bool skip_bad, Index* index) {
+  PendingSample pending;
+  std::string long_name;  // from a GNU 'L' or pax 'x' record, for the next member
+  uint64_t pos = 0;
+  uint8_t h[512];
+  auto bad = [&](const std::string& why) {
+    return DataError(why + " at byte " + std::to_string(pos)).WithItem(path, "index");
+  };
+  while (true) {
+    // pos <= file_size holds here: it only ever advances within the file.
+    if (file_size - pos < 512) {
+      if (pos == file_size) break;  // no end-of-archive blocks: accept, like tar
+      return bad("truncated tar header");
+    }
+    NOSTALL_RETURN_IF_ERROR(read(pos, 512, h));
+    bool zero = std::all_of(h, h + 512, [](uint8_t b) { return b == 0; });
+    if (zero) break;  // end of archive
+    if (!ChecksumOk(h)) return bad("bad tar header checksum (not a tar file, or corrupt)");
+    bool ok = true;
+    const uint64_t size = ParseNumber(reinterpret_cast<const char*>(h) + 124, 12, &ok);
+    if (!ok) return bad("bad size field in tar header");
+    const uint64_t data = pos + 512;
+    if (size > file_size - data) return bad("tar member runs past the end of the shard");
+    const char type = static_cast<char>(h[156]);
+    std::string name;
+    if (!long_name.empty()) {
+      name = long_name;
+      long_name.clear();
+    } else {
+      name = CString(h, 100);
+      if (std::memcmp(h + 257, "ustar", 5) == 0 && h[345] != 0) {
+        name = CString(h + 345, 155) + "/" + name;
+      }
+    }
+    if (type == 'L' || type == 'x') {
+      if (size > (1u << 20)) return bad("oversized tar extended header");
+      std::vector<uint8_t> buf(size);
+      NOSTALL_RETURN_IF_ERROR(read(data, size, buf.data()));
+      if (type == 'L') {
+        long_name = CString(buf.data(), buf.size());
+      } else {
+        long_name = PaxPath(std::string(buf.begin(), buf.end()));
+      }
+    } else if (type == '0' || type == '\0') {
+      std::string key, ext;
+      SplitKey(name, &key, &ext);
+      if (key != pending.key) {
+        NOSTALL_RETURN_IF_ERROR(FlushSample(path, shard, &pending, skip_bad, index));
+        pending.key = key;
+      }
+      if (ext == "cls") {
+        char buf[32] = {};
+        if (size == 0 || size >= sizeof(buf)) {
+          pending.label_error = "bad .cls label member (empty or too long)";
+        } else {
+          NOSTALL_RETURN_IF_ERROR(read(data, size, reinterpret_cast<uint8_t*>(buf)));
+          if (std::memchr(buf, '\0', size) != nullptr) {
+            pending.label_error = "bad .cls label member (holds a NUL byte)";
+          } else {
+            ParseLabel(buf, &pending);
+          }
+        }
+      } else if (HasImageExtension(ext) && !pending.has_image) {
+        pending.has_image = true;
+        pending.offset = data;
+        pending.size = static_cast<int64_t>(size);
+        pending.member = name;
+      }
+    }
+    // size <= file_size - data, so this neither wraps nor passes the end by
+    // more than the padding; the check at the top of the loop sees the rest.
+    const uint64_t padded = size + (512 - size % 512) % 512;
+    if (padded > file_size - data) {
+      pos = file_size;
+    } else {
+      pos = data + padded;
+    }
+  }
+  return FlushSample(path, shard, &pending, skip_bad, index);
+}
+
+}  // namespace nostall
