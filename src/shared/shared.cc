@@ -124,39 +124,79 @@ Status ValidName(const std::string& name) {
 std::string SegmentName(const std::string& name) { return "/nostall-shared-" + name; }
 
 
+// The header's layout fields, read once. Other processes can write the
+// header at any time (a bug, damage, hostility): each process checks this
+// copy against its mapping (CheckGeometry) and from then on uses only the
+// copy, so a header changed after attach cannot move a read out of bounds.
+struct Geometry {
+  uint32_t header_bytes = 0, max_consumers = 0, slot_count = 0, dtype = 0;
+  int64_t chunk = 0, samples_per_epoch = 0, chunks_per_epoch = 0, block_chunks = 0;
+  uint64_t sample_bytes = 0;
+  int64_t shape[3] = {0, 0, 0};
+  uint64_t consumers_offset = 0, slots_offset = 0, pins_offset = 0, spec_offset = 0,
+           spec_bytes = 0, data_offset = 0, slot_stride = 0;
+};
+
+Geometry ReadGeometry(const Header& h) {
+  // volatile: one load per field, whatever the compiler would like to re-read.
+  const volatile Header& v = h;
+  Geometry g;
+  g.header_bytes = v.header_bytes;
+  g.max_consumers = v.max_consumers;
+  g.slot_count = v.slot_count;
+  g.dtype = v.dtype;
+  g.chunk = v.chunk;
+  g.samples_per_epoch = v.samples_per_epoch;
+  g.chunks_per_epoch = v.chunks_per_epoch;
+  g.block_chunks = v.block_chunks;
+  g.sample_bytes = v.sample_bytes;
+  for (int i = 0; i < 3; ++i) g.shape[i] = v.shape[i];
+  g.consumers_offset = v.consumers_offset;
+  g.slots_offset = v.slots_offset;
+  g.pins_offset = v.pins_offset;
+  g.spec_offset = v.spec_offset;
+  g.spec_bytes = v.spec_bytes;
+  g.data_offset = v.data_offset;
+  g.slot_stride = v.slot_stride;
+  return g;
+}
+
 // A mapped segment with typed views; shared by the loader and every lease.
 struct Segment {
   Mapping mapping;
   std::string name;
+  Geometry g;  // checked; the only layout this process trusts
   Header* h = nullptr;
   ConsumerRow* consumers = nullptr;
   SlotRow* slots = nullptr;
   std::atomic<uint32_t>* pins = nullptr;
   uint8_t* data = nullptr;
 
-  void Bind() {
+  // Points the views into the mapping by `geometry` (already checked).
+  void Bind(const Geometry& geometry) {
+    g = geometry;
     auto* base = static_cast<uint8_t*>(mapping.data());
     h = reinterpret_cast<Header*>(base);
-    consumers = reinterpret_cast<ConsumerRow*>(base + h->consumers_offset);
-    slots = reinterpret_cast<SlotRow*>(base + h->slots_offset);
-    pins = reinterpret_cast<std::atomic<uint32_t>*>(base + h->pins_offset);
-    data = base + h->data_offset;
+    consumers = reinterpret_cast<ConsumerRow*>(base + g.consumers_offset);
+    slots = reinterpret_cast<SlotRow*>(base + g.slots_offset);
+    pins = reinterpret_cast<std::atomic<uint32_t>*>(base + g.pins_offset);
+    data = base + g.data_offset;
   }
   std::atomic<uint32_t>& pin(uint32_t slot, uint32_t consumer) const {
-    return pins[static_cast<size_t>(slot) * h->max_consumers + consumer];
+    return pins[static_cast<size_t>(slot) * g.max_consumers + consumer];
   }
-  uint8_t* images(uint32_t s) const { return data + s * h->slot_stride; }
+  uint8_t* images(uint32_t s) const { return data + s * g.slot_stride; }
   int64_t* labels(uint32_t s) const {
-    return reinterpret_cast<int64_t*>(images(s) + RoundUp(h->chunk * h->sample_bytes, 64));
+    return reinterpret_cast<int64_t*>(images(s) + RoundUp(g.chunk * g.sample_bytes, 64));
   }
-  int64_t* indices(uint32_t s) const { return labels(s) + h->chunk; }
+  int64_t* indices(uint32_t s) const { return labels(s) + g.chunk; }
   int64_t ChunkCount(int64_t seq) const {
-    const int64_t k = seq % h->chunks_per_epoch;
-    return k == h->chunks_per_epoch - 1 ? h->samples_per_epoch - k * h->chunk : h->chunk;
+    const int64_t k = seq % g.chunks_per_epoch;
+    return k == g.chunks_per_epoch - 1 ? g.samples_per_epoch - k * g.chunk : g.chunk;
   }
   std::string Spec() const {
-    return std::string(reinterpret_cast<const char*>(mapping.data()) + h->spec_offset,
-                       h->spec_bytes);
+    return std::string(reinterpret_cast<const char*>(mapping.data()) + g.spec_offset,
+                       g.spec_bytes);
   }
   // The first chunk from which the segment holds every chunk up to the
   // newest published one (`produced` when it holds none): where a consumer
@@ -165,7 +205,7 @@ struct Segment {
   int64_t HeldFrom() const {
     const int64_t produced = h->produced.load();
     std::vector<int64_t> ready;
-    for (uint32_t s = 0; s < h->slot_count; ++s) {
+    for (uint32_t s = 0; s < g.slot_count; ++s) {
       if (slots[s].state.load() == kReady) ready.push_back(slots[s].seq.load());
     }
     std::sort(ready.rbegin(), ready.rend());
@@ -180,7 +220,7 @@ struct Segment {
   // yet are left out); with `check_alive`, a dead one's state says "dead".
   std::vector<ConsumerInfo> Consumers(bool check_alive = false) const {
     std::vector<ConsumerInfo> out;
-    for (uint32_t i = 0; i < h->max_consumers; ++i) {
+    for (uint32_t i = 0; i < g.max_consumers; ++i) {
       const ConsumerRow& c = consumers[i];
       const uint32_t state = c.state.load();
       const int64_t pid = c.pid.load();
@@ -195,7 +235,7 @@ struct Segment {
   // so the row is free for another claim only once it is clean.
   void ReleaseRow(uint32_t i) const {
     ConsumerRow& c = consumers[i];
-    for (uint32_t s = 0; s < h->slot_count; ++s) pin(s, i).store(0);
+    for (uint32_t s = 0; s < g.slot_count; ++s) pin(s, i).store(0);
     CrashPoint("consumer.releasing");
     c.need.store(kNone);
     c.state.store(kFree);
@@ -229,7 +269,7 @@ class Producer final : public SharedProducer {
     ProducerStatus st;
     const Header& h = *seg_->h;
     st.produced = h.produced.load();
-    st.chunks_per_epoch = h.chunks_per_epoch;
+    st.chunks_per_epoch = seg_->g.chunks_per_epoch;
     st.evictions = h.evictions.load();
     st.reaped = h.reaped.load();
     st.consumers = seg_->Consumers();
@@ -277,7 +317,7 @@ class Producer final : public SharedProducer {
   int64_t ClaimSlot() {
     Header& h = *seg_->h;
     int64_t min_need = kNone;
-    for (uint32_t i = 0; i < h.max_consumers; ++i) {
+    for (uint32_t i = 0; i < seg_->g.max_consumers; ++i) {
       if (seg_->consumers[i].state.load() == kActive) {
         min_need = std::min(min_need, seg_->consumers[i].need.load());
       }
@@ -286,7 +326,7 @@ class Producer final : public SharedProducer {
     // once), but keep what is there rather than spin through the dataset.
     const bool anyone = min_need != kNone;
     bool blocked_by_need = false;
-    for (uint32_t s = 0; s < h.slot_count; ++s) {
+    for (uint32_t s = 0; s < seg_->g.slot_count; ++s) {
       SlotRow& row = seg_->slots[s];
       uint32_t state = row.state.load();
       if (state == kWriting) continue;
@@ -299,7 +339,7 @@ class Producer final : public SharedProducer {
       CrashPoint("producer.slot_writing");
       // Now that the slot says WRITING: does anyone still need or view it?
       bool busy = false;
-      for (uint32_t i = 0; i < h.max_consumers && !busy; ++i) {
+      for (uint32_t i = 0; i < seg_->g.max_consumers && !busy; ++i) {
         const ConsumerRow& c = seg_->consumers[i];
         if (old >= 0 && c.state.load() == kActive && c.need.load() <= old) busy = true;
         if (seg_->pin(s, i).load() != 0) busy = true;
@@ -312,19 +352,19 @@ class Producer final : public SharedProducer {
     // published more than max_lag ago is too far behind to set the pace.
     bool someone_waits = false;
     const int64_t next = h.produced.load();
-    for (uint32_t i = 0; i < h.max_consumers; ++i) {
+    for (uint32_t i = 0; i < seg_->g.max_consumers; ++i) {
       const ConsumerRow& c = seg_->consumers[i];
       if (c.state.load() == kActive && c.need.load() >= next) someone_waits = true;
     }
     if (!blocked_by_need || !someone_waits) return -1;
     const int64_t now = NowNs();
     const int64_t lag_ns = static_cast<int64_t>(options_.max_lag_s * 1e9);
-    for (uint32_t i = 0; i < h.max_consumers; ++i) {
+    for (uint32_t i = 0; i < seg_->g.max_consumers; ++i) {
       ConsumerRow& c = seg_->consumers[i];
       if (c.state.load() != kActive) continue;
       const int64_t need = c.need.load();
       int64_t published = now;
-      for (uint32_t s = 0; s < h.slot_count; ++s) {
+      for (uint32_t s = 0; s < seg_->g.slot_count; ++s) {
         if (seg_->slots[s].seq.load() == need) published = seg_->slots[s].published_ns.load();
       }
       uint32_t active = kActive;
@@ -341,7 +381,7 @@ class Producer final : public SharedProducer {
   }
 
   void Publish(uint32_t s, const Batch& b, int64_t seq) {
-    const uint64_t sb = seg_->h->sample_bytes;
+    const uint64_t sb = seg_->g.sample_bytes;
     const auto n = static_cast<size_t>(b.size());
     std::memcpy(seg_->images(s), b.images(), n * sb);
     std::memcpy(seg_->labels(s), b.labels(), n * sizeof(int64_t));
@@ -364,7 +404,7 @@ class Producer final : public SharedProducer {
     while (!stop_watch_.load()) {
       Header& h = *seg_->h;
       h.heartbeat_ns.store(NowNs());
-      for (uint32_t i = 0; i < h.max_consumers; ++i) {
+      for (uint32_t i = 0; i < seg_->g.max_consumers; ++i) {
         ConsumerRow& c = seg_->consumers[i];
         // A consistent (pid, start time): a row freed and claimed again
         // between the two loads shows another pid on the second.
@@ -457,7 +497,7 @@ bool EnterStream(const Segment& seg, uint32_t me, uint32_t fallback_state, int a
                  int64_t* start) {
   const Header& h = *seg.h;
   ConsumerRow& row = seg.consumers[me];
-  const int64_t k = h.chunks_per_epoch, bc = h.block_chunks;
+  const int64_t k = seg.g.chunks_per_epoch, bc = seg.g.block_chunks;
   for (int attempt = 0; attempt < attempts; ++attempt) {
     const int64_t from = seg.HeldFrom();
     const int64_t epoch_start = from - from % k;
@@ -477,6 +517,11 @@ bool EnterStream(const Segment& seg, uint32_t me, uint32_t fallback_state, int a
   Bump(&seg.h->released_gen);
   return false;
 }
+
+// Chunks a consumer may hold views of before it hands out copies instead:
+// views the caller keeps must not hold the producer (or the consumer's own
+// private pipeline) back.
+constexpr int kMaxLiveViews = 3;
 
 class Consumer final : public Loader {
  public:
@@ -510,7 +555,7 @@ class Consumer final : public Loader {
       // The next epoch, abandoning what is left of this one: the next K
       // chunks, or, off the segment, wherever the segment is now (any block
       // boundary starts a whole epoch).
-      int64_t next = base_ + seg_->h->chunks_per_epoch;
+      int64_t next = base_ + seg_->g.chunks_per_epoch;
       int64_t at = 0;
       if (mode_ == "private" && !producer_gone_ && EnterStream(*seg_, me_, kLagged, 3, &at)) {
         next = at;
@@ -530,24 +575,24 @@ class Consumer final : public Loader {
   // resumed consumer continues).
   SharedPosition Position() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return {base_, seg_->h->chunk, seg_->h->block_chunks};
+    return {base_, seg_->g.chunk, seg_->g.block_chunks};
   }
 
   Status Resume(int64_t epoch, const SharedPosition& position, int64_t first_batch) {
     const Header& h = *seg_->h;
     const int64_t base = position.stream_base;
-    if (position.chunk != h.chunk || position.block_chunks != h.block_chunks) {
+    if (position.chunk != seg_->g.chunk || position.block_chunks != seg_->g.block_chunks) {
       return InvalidArgument("the saved position is in a stream of chunks of " +
                              std::to_string(position.chunk) + " in blocks of " +
                              std::to_string(position.block_chunks) + "; this producer serves chunks of " +
-                             std::to_string(h.chunk) + " in blocks of " + std::to_string(h.block_chunks) +
+                             std::to_string(seg_->g.chunk) + " in blocks of " + std::to_string(seg_->g.block_chunks) +
                              " (serve with the same --chunk and --block-chunks to resume)");
     }
-    if (base < 0 || base % h.chunks_per_epoch % h.block_chunks != 0) {
+    if (base < 0 || base % seg_->g.chunks_per_epoch % seg_->g.block_chunks != 0) {
       return InvalidArgument("stream position " + std::to_string(base) + " is not where an "
                              "epoch of this shared loader can start (a state from another one?)");
     }
-    const int64_t batches = (h.samples_per_epoch + spec_.batch_size - 1) / spec_.batch_size;
+    const int64_t batches = (seg_->g.samples_per_epoch + spec_.batch_size - 1) / spec_.batch_size;
     if (first_batch < 0 || first_batch > batches) {
       return InvalidArgument("batch " + std::to_string(first_batch) + " is outside the epoch's " +
                              std::to_string(batches));
@@ -575,7 +620,7 @@ class Consumer final : public Loader {
     std::lock_guard<std::mutex> lock(mu_);
     if (!started_) return FailedPrecondition("StartEpoch was not called");
     consumer_.CallStarted(label_epoch_, t0);
-    const int64_t n = seg_->h->samples_per_epoch;
+    const int64_t n = seg_->g.samples_per_epoch;
     const int64_t b = spec_.batch_size;
     const int64_t lo = batch_ * b;
     if (lo >= n) {
@@ -584,58 +629,88 @@ class Consumer final : public Loader {
     }
     const int64_t hi = std::min(n, lo + b);
     const int64_t deadline = timeout_ms < 0 ? kNone : t0 + timeout_ms * 1000000;
+    const uint64_t sb = seg_->g.sample_bytes;
     // The chunks this batch spans.
     const int64_t first = ChunkIndex(lo), last = ChunkIndex(hi - 1);
-    std::vector<std::shared_ptr<ChunkLease>> chunks;
-    for (int64_t i = first; i <= last; ++i) {
+    // A timed-out wait returns here; a batch spanning several chunks keeps
+    // what it has copied for the next call.
+    auto timed_out = [&] {
+      consumer_.Waited(label_epoch_, NowNs() - t0);
+      consumer_.TimedOut();
+      *status = NextStatus::kTimeout;
+      return Status::OK();
+    };
+    std::shared_ptr<ConsumerBatch> batch;
+    if (first == last) {
       std::shared_ptr<ChunkLease> c;
-      Status st = Acquire(EpochBase() + i, deadline, &c);
+      Status st = Acquire(EpochBase() + first, deadline, &c);
       if (!st.ok()) {
         consumer_.Waited(label_epoch_, NowNs() - t0);
         return st;
       }
-      if (!c) {  // timed out
-        consumer_.Waited(label_epoch_, NowNs() - t0);
-        consumer_.TimedOut();
-        *status = NextStatus::kTimeout;
-        return Status::OK();
+      if (!c) return timed_out();
+      batch = std::make_shared<ConsumerBatch>(label_epoch_, batch_, hi - lo);
+      const int64_t off = lo - prefix_[first];
+      // Zero-copy, unless this consumer already holds views of enough chunks
+      // (views kept by the caller would hold the producer, or the private
+      // pipeline's slots, back).
+      if (live_->load() <= kMaxLiveViews) {
+        batch->lease = c;
+        batch->images_ = c->images + off * sb;
+        batch->labels_ = c->labels + off;
+        batch->indices_ = c->indices + off;
+      } else {
+        ++copied_batches_;
+        batch->own_images.assign(c->images + off * sb, c->images + (off + hi - lo) * sb);
+        batch->own_labels.assign(c->labels + off, c->labels + off + (hi - lo));
+        batch->own_indices.assign(c->indices + off, c->indices + off + (hi - lo));
+        batch->images_ = batch->own_images.data();
+        batch->labels_ = batch->own_labels.data();
+        batch->indices_ = batch->own_indices.data();
       }
-      chunks.push_back(std::move(c));
-    }
-    consumer_.Waited(label_epoch_, NowNs() - t0);
-    auto batch = std::make_shared<ConsumerBatch>(label_epoch_, batch_, hi - lo);
-    const uint64_t sb = seg_->h->sample_bytes;
-    const int64_t off = lo - prefix_[first];
-    // Zero-copy inside one chunk, unless this consumer already pins enough
-    // chunks (views kept by the caller would hold the producer back).
-    if (first == last && (chunks[0]->seg == nullptr || live_->load() <= 3)) {
-      batch->lease = chunks[0];
-      batch->images_ = chunks[0]->images + off * sb;
-      batch->labels_ = chunks[0]->labels + off;
-      batch->indices_ = chunks[0]->indices + off;
+      held_ = std::move(c);
+      held_seq_ = EpochBase() + first;
     } else {
-      ++copied_batches_;
-      batch->own_images.resize(static_cast<size_t>(hi - lo) * sb);
-      batch->own_labels.resize(static_cast<size_t>(hi - lo));
-      batch->own_indices.resize(static_cast<size_t>(hi - lo));
-      int64_t pos = lo;
-      for (int64_t i = first; i <= last; ++i) {
-        const ChunkLease& c = *chunks[static_cast<size_t>(i - first)];
-        const int64_t from = pos - prefix_[i];
-        const int64_t take = std::min(hi, prefix_[i + 1]) - pos;
-        const int64_t to = pos - lo;
-        std::memcpy(batch->own_images.data() + to * sb, c.images + from * sb, take * sb);
-        std::memcpy(batch->own_labels.data() + to, c.labels + from, take * sizeof(int64_t));
-        std::memcpy(batch->own_indices.data() + to, c.indices + from, take * sizeof(int64_t));
-        pos += take;
+      // Spanning chunks: copied one chunk at a time, each let go (but the
+      // newest) before the next is asked for, so a batch of any size holds
+      // at most two chunks — never all the slots of the segment or of the
+      // private pipeline.
+      if (!partial_ || partial_->index() != batch_ || partial_->epoch() != label_epoch_) {
+        partial_ = std::make_shared<ConsumerBatch>(label_epoch_, batch_, hi - lo);
+        partial_->own_images.resize(static_cast<size_t>(hi - lo) * sb);
+        partial_->own_labels.resize(static_cast<size_t>(hi - lo));
+        partial_->own_indices.resize(static_cast<size_t>(hi - lo));
+        partial_pos_ = lo;
       }
+      while (partial_pos_ < hi) {
+        const int64_t i = ChunkIndex(partial_pos_);
+        std::shared_ptr<ChunkLease> c;
+        Status st = Acquire(EpochBase() + i, deadline, &c);
+        if (!st.ok()) {
+          consumer_.Waited(label_epoch_, NowNs() - t0);
+          partial_.reset();
+          return st;
+        }
+        if (!c) return timed_out();
+        const int64_t from = partial_pos_ - prefix_[i];
+        const int64_t take = std::min(hi, prefix_[i + 1]) - partial_pos_;
+        const int64_t to = partial_pos_ - lo;
+        std::memcpy(partial_->own_images.data() + to * sb, c->images + from * sb, take * sb);
+        std::memcpy(partial_->own_labels.data() + to, c->labels + from, take * sizeof(int64_t));
+        std::memcpy(partial_->own_indices.data() + to, c->indices + from, take * sizeof(int64_t));
+        partial_pos_ += take;
+        // Kept: the next batch most likely starts in it; the one before goes
+        // when the next chunk is acquired.
+        held_ = std::move(c);
+        held_seq_ = EpochBase() + i;
+      }
+      ++copied_batches_;
+      batch = std::move(partial_);
       batch->images_ = batch->own_images.data();
       batch->labels_ = batch->own_labels.data();
       batch->indices_ = batch->own_indices.data();
     }
-    // Keep the last chunk: the next batch most likely starts in it.
-    held_ = chunks.back();
-    held_seq_ = EpochBase() + last;
+    consumer_.Waited(label_epoch_, NowNs() - t0);
     ++batch_;
     consumer_.Delivered(label_epoch_, hi - lo, NowNs());
     CrashPoint("consumer.batch_made");
@@ -679,7 +754,7 @@ class Consumer final : public Loader {
   const LoaderSpec& spec() const override { return spec_; }
   std::vector<int64_t> SampleShape() const override {
     const Header& h = *seg_->h;
-    return {h.shape[0], h.shape[1], h.shape[2]};
+    return {seg_->g.shape[0], seg_->g.shape[1], seg_->g.shape[2]};
   }
 
  private:
@@ -687,8 +762,9 @@ class Consumer final : public Loader {
   // The current epoch is the K chunks from `base` (a block boundary).
   void SetBase(int64_t base) {
     base_ = base;
+    partial_.reset();
     prefix_.assign(1, 0);
-    for (int64_t i = 0; i < seg_->h->chunks_per_epoch; ++i) {
+    for (int64_t i = 0; i < seg_->g.chunks_per_epoch; ++i) {
       prefix_.push_back(prefix_.back() + seg_->ChunkCount(base + i));
     }
   }
@@ -715,7 +791,7 @@ class Consumer final : public Loader {
   // Pins chunk `seq` if a slot holds it: 1 found, 0 not there (yet or any
   // more), -1 being written (look again).
   int TryPin(int64_t seq, std::shared_ptr<ChunkLease>* out) {
-    for (uint32_t s = 0; s < seg_->h->slot_count; ++s) {
+    for (uint32_t s = 0; s < seg_->g.slot_count; ++s) {
       SlotRow& row = seg_->slots[s];
       if (row.seq.load() != seq) continue;
       if (row.state.load() != kReady) return -1;
@@ -826,7 +902,7 @@ class Consumer final : public Loader {
   // Back to the segment if it still holds (or will hold) chunk `seq`.
   bool TryRejoin(int64_t seq, std::shared_ptr<ChunkLease>* out) {
     const Header& h = *seg_->h;
-    if (seq < seg_->HeldFrom() || seq >= h.produced.load() + h.slot_count) return false;
+    if (seq < seg_->HeldFrom() || seq >= h.produced.load() + seg_->g.slot_count) return false;
     ConsumerRow& row = seg_->consumers[me_];
     row.need.store(seq);
     row.state.store(kActive);
@@ -847,9 +923,13 @@ class Consumer final : public Loader {
   }
 
   Status FromPrivate(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) {
-    const int64_t k = seg_->h->chunks_per_epoch;
+    const int64_t k = seg_->g.chunks_per_epoch;
     if (!private_) {
-      NOSTALL_ASSIGN_OR_RETURN(private_, Loader::Create(producer_spec_));
+      // Slots for the views this consumer may hand out (kMaxLiveViews),
+      // the chunk it holds and one being made.
+      LoaderSpec spec = producer_spec_;
+      spec.prefetch = std::max(spec.prefetch, kMaxLiveViews);
+      NOSTALL_ASSIGN_OR_RETURN(private_, Loader::Create(spec));
       private_next_ = -1;
     }
     if (private_next_ != seq) {
@@ -878,6 +958,8 @@ class Consumer final : public Loader {
     c->indices = b->indices();
     c->count = b->size();
     c->private_batch = std::move(b);
+    c->live = live_;
+    live_->fetch_add(1);
     ++private_chunks_;
     *out = std::move(c);
     return Status::OK();
@@ -899,6 +981,10 @@ class Consumer final : public Loader {
   int64_t label_epoch_ = 0, batch_ = 0;
   std::shared_ptr<ChunkLease> held_;
   int64_t held_seq_ = -1;
+  // A batch spanning chunks, filled so far up to sample partial_pos_ of the
+  // epoch (a wait for its next chunk timed out).
+  std::shared_ptr<ConsumerBatch> partial_;
+  int64_t partial_pos_ = 0;
   std::shared_ptr<std::atomic<int>> live_ = std::make_shared<std::atomic<int>>(0);
   std::unique_ptr<Loader> private_;
   int64_t private_next_ = -1;
@@ -913,7 +999,7 @@ class Consumer final : public Loader {
 // Whether the header describes a segment that fits in `size` bytes, with
 // every table where the code will look for it: a segment that lies (damaged,
 // from another build, or hostile) is refused instead of read out of bounds.
-Status CheckGeometry(const Header& h, uint64_t size, const std::string& name) {
+Status CheckGeometry(const Geometry& h, uint64_t size, const std::string& name) {
   auto bad = [&](const char* what) {
     return FailedPrecondition("shared loader '" + name + "' is damaged (" + what + ")");
   };
@@ -1086,7 +1172,7 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   h->spec_bytes = spec_json.size();
   h->data_offset = data_offset;
   h->slot_stride = stride;
-  seg->Bind();
+  seg->Bind(ReadGeometry(*h));
   for (uint32_t i = 0; i < max_consumers; ++i) {
     new (&seg->consumers[i]) ConsumerRow{};
     seg->consumers[i].need.store(kNone);
@@ -1147,13 +1233,14 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
                               std::to_string(h->version) + ", this nostall speaks " +
                               std::to_string(kVersion) + "; serve it with this nostall");
   }
-  NOSTALL_RETURN_IF_ERROR(CheckGeometry(*h, static_cast<uint64_t>(st.st_size), name));
+  const Geometry geometry = ReadGeometry(*h);
+  NOSTALL_RETURN_IF_ERROR(CheckGeometry(geometry, static_cast<uint64_t>(st.st_size), name));
   if (options.expect_spec_fingerprint != 0 && options.expect_spec_fingerprint != h->spec_fingerprint) {
     return FailedPrecondition("shared loader '" + name + "' serves another pipeline (its spec "
                               "differs from the one given); attach without a spec, or serve "
                               "this one under another name");
   }
-  seg->Bind();
+  seg->Bind(geometry);
   if (h->state.load() != kRunning || !ProcessAlive(h->producer_pid, h->producer_start_time)) {
     return FailedPrecondition("shared loader '" + name + "' has no running producer");
   }
@@ -1178,17 +1265,17 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
   NOSTALL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(so));
 
   // A row of the consumer table: owned once its pid is ours.
-  uint32_t me = h->max_consumers;
-  for (uint32_t i = 0; i < h->max_consumers; ++i) {
+  uint32_t me = seg->g.max_consumers;
+  for (uint32_t i = 0; i < seg->g.max_consumers; ++i) {
     int64_t free = 0;
     if (seg->consumers[i].pid.compare_exchange_strong(free, ::getpid())) {
       me = i;
       break;
     }
   }
-  if (me == h->max_consumers) {
+  if (me == seg->g.max_consumers) {
     return ResourceExhausted("shared loader '" + name + "' already has its maximum of " +
-                             std::to_string(h->max_consumers) + " consumers (serve with "
+                             std::to_string(seg->g.max_consumers) + " consumers (serve with "
                              "--max-consumers to allow more)");
   }
   ConsumerRow& row = seg->consumers[me];
@@ -1274,8 +1361,9 @@ Result<std::shared_ptr<Segment>> OpenForReading(const std::string& name) {
                               std::to_string(h->version) + ", this nostall reads " +
                               std::to_string(kVersion));
   }
-  NOSTALL_RETURN_IF_ERROR(CheckGeometry(*h, size, name));
-  seg->Bind();
+  const Geometry geometry = ReadGeometry(*h);
+  NOSTALL_RETURN_IF_ERROR(CheckGeometry(geometry, size, name));
+  seg->Bind(geometry);
   return seg;
 }
 
@@ -1295,12 +1383,12 @@ Result<SharedInfo> InspectShared(const std::string& name) {
   info.segment_bytes = seg->mapping.size();
   Result<LoaderSpec> spec = LoaderSpec::FromJson(seg->Spec());
   if (spec.ok()) info.source = spec.value().source;
-  info.chunk = h.chunk;
-  info.samples_per_epoch = h.samples_per_epoch;
-  info.chunks_per_epoch = h.chunks_per_epoch;
+  info.chunk = seg->g.chunk;
+  info.samples_per_epoch = seg->g.samples_per_epoch;
+  info.chunks_per_epoch = seg->g.chunks_per_epoch;
   info.produced = h.produced.load();
-  info.slots = h.slot_count;
-  info.max_consumers = h.max_consumers;
+  info.slots = seg->g.slot_count;
+  info.max_consumers = seg->g.max_consumers;
   info.evictions = h.evictions.load();
   info.reaped = h.reaped.load();
   // Nobody reaps for a producer that is gone: say which consumers are gone too.

@@ -303,6 +303,98 @@ TEST_F(SharedTest, AConsumerLeftBehindComesBackAtItsNextEpoch) {
   EXPECT_EQ(st.private_chunks, private_before);  // the whole epoch from the segment
 }
 
+// A consumer batch spanning many chunks (more than the private pipeline's
+// slots, or the segment's) is copied chunk by chunk: it never holds them all.
+TEST_F(SharedTest, BatchesSpanningManyChunksWorkSharedAndPrivate) {
+  const std::string name = Name("span");
+  ServeOptions so;
+  so.max_consumers = 1;  // 6 slots; chunks of 8: 6 chunks an epoch
+  auto serving = Serve(name, so);
+  for (int64_t batch_size : {40, 45, 17}) {
+    SCOPED_TRACE(batch_size);
+    AttachOptions o;
+    o.batch_size = batch_size;
+    o.fallback_to_private = true;
+    auto c = AttachShared(name, o).value();
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      std::vector<int64_t> seen = Epoch(c.get(), epoch);
+      std::sort(seen.begin(), seen.end());
+      EXPECT_EQ(seen, All(45));
+    }
+  }
+  // On its private pipeline (the producer gone): the same.
+  AttachOptions o;
+  o.batch_size = 40;
+  o.fallback_to_private = true;
+  auto c = AttachShared(name, o).value();
+  serving.reset();
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    Status error;
+    std::vector<int64_t> seen = Epoch(c.get(), epoch, &error);
+    EXPECT_TRUE(error.ok()) << error.ToString();
+    std::sort(seen.begin(), seen.end());
+    EXPECT_EQ(seen, All(45));
+  }
+  EXPECT_EQ(c->Stats().shared_mode, "private");
+}
+
+TEST_F(SharedTest, ResumingWithBatchesSpanningManyChunksGivesTheSameBatches) {
+  const std::string name = Name("spanresume");
+  ServeOptions so;
+  so.slots = 2;
+  auto serving = Serve(name, so);
+  AttachOptions o;
+  o.batch_size = 33;  // spans 5 chunks of 8
+  auto first = AttachShared(name, o).value();
+  ASSERT_TRUE(first->StartEpoch(0).ok());
+  const SharedPosition base = SharedPositionOf(*first).value();
+  std::vector<std::vector<int64_t>> batches;
+  while (true) {
+    NextStatus ns;
+    std::shared_ptr<Batch> b;
+    ASSERT_TRUE(first->Next(10000, &ns, &b).ok());
+    if (ns != NextStatus::kBatch) break;
+    batches.emplace_back(b->indices(), b->indices() + b->size());
+  }
+  ASSERT_EQ(batches.size(), 2u);
+  first.reset();
+  auto resumed = AttachShared(name, o).value();
+  ASSERT_TRUE(ResumeShared(resumed.get(), 0, base, /*first_batch=*/1).ok());
+  NextStatus ns;
+  std::shared_ptr<Batch> b;
+  Status st = resumed->Next(10000, &ns, &b);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(ns, NextStatus::kBatch);
+  EXPECT_EQ(std::vector<int64_t>(b->indices(), b->indices() + b->size()), batches[1]);
+}
+
+// The header's layout words changed while a consumer and the producer run
+// (damage, or a hostile process): both go on with the layout they checked.
+TEST_F(SharedTest, HeaderChangedAfterAttachIsNotFollowed) {
+  const std::string name = Name("changed");
+  auto serving = Serve(name);
+  AttachOptions o;
+  o.batch_size = 8;
+  auto c = AttachShared(name, o).value();
+  std::vector<int64_t> seen = Epoch(c.get(), 0);
+  UniqueFd fd(::shm_open(("/nostall-shared-" + name).c_str(), O_RDWR, 0));
+  ASSERT_GE(fd.get(), 0);
+  // Format version 2's layout words (docs/shared_format.md): max_consumers,
+  // slot_count, chunk, samples/chunks per epoch, block, sample_bytes, shape,
+  // and the offsets of the tables, data and slot stride.
+  for (size_t off : {60, 64, 72, 80, 88, 96, 104, 112, 120, 128, 168, 176, 184, 192, 200, 208, 216}) {
+    const uint64_t huge = off == 60 || off == 64 ? 0x40000000u : uint64_t{1} << 62;
+    ASSERT_EQ(::pwrite(fd.get(), &huge, off == 60 || off == 64 ? 4 : 8, static_cast<off_t>(off)),
+              off == 60 || off == 64 ? 4 : 8);
+  }
+  for (int epoch = 1; epoch < 3; ++epoch) {
+    seen = Epoch(c.get(), epoch);
+    std::sort(seen.begin(), seen.end());
+    EXPECT_EQ(seen, All(45));
+  }
+  EXPECT_TRUE(serving->result.ok());
+}
+
 TEST_F(SharedTest, ProducerGoneIsAnErrorOrAPrivatePipeline) {
   auto serving = Serve(Name("gone"));
   AttachOptions o;
