@@ -13,7 +13,7 @@ APT_PACKAGES := g++ make python3-venv libjpeg62-turbo-dev libpng-dev libopencv-i
 PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmake ninja
 BUILD := build/py
 
-.PHONY: all deps venv install demo test test-cpp test-python test-asan bench bench-cache bench-analyze bench-shared clean
+.PHONY: all deps venv install demo test test-cpp test-python test-asan fuzz bench bench-cache bench-analyze bench-shared clean
 
 all: install
 
@@ -57,6 +57,16 @@ test-asan: .make/venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake --build build/asan
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(BIN)/ctest --test-dir build/asan --output-on-failure -j2
+
+# libFuzzer targets (tar indexer, image decoders, spec parser, cache and
+# shared-loader segments), each run FUZZ_SECONDS (default 300); see fuzz/run.sh.
+FUZZ_SECONDS ?= 300
+fuzz: .make/venv
+	@missing=$$(for p in clang-16 libfuzzer-16-dev; do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+	PATH=$(CURDIR)/$(BIN):$$PATH FUZZ_SECONDS=$(FUZZ_SECONDS) fuzz/run.sh
 
 bench: install
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake -S . -B build/bench -G Ninja \

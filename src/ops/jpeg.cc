@@ -184,14 +184,18 @@ Status JpegDecodeRegion(const uint8_t* data, size_t size, int channels, double x
   const size_t stride = static_cast<size_t>(c.output_width) * channels;
   const JDIMENSION rows = y1 - y0;
   buf->resize(stride * rows);
-  std::vector<uint8_t> cmyk_row(cmyk ? static_cast<size_t>(c.output_width) * 4 : 0);
+  // A CMYK row is decoded after the region, in the same caller-owned buffer:
+  // nothing here may own memory, as libjpeg's errors longjmp past destructors.
+  const size_t region_bytes = stride * rows;
+  if (cmyk) buf->resize(region_bytes + static_cast<size_t>(c.output_width) * 4);
+  uint8_t* cmyk_row = buf->data() + region_bytes;
   if (y0 > 0) jpeg_skip_scanlines(&c, y0);
   while (c.output_scanline < y1) {
     uint8_t* dst = buf->data() + stride * (c.output_scanline - y0);
-    JSAMPROW row = cmyk ? cmyk_row.data() : dst;
+    JSAMPROW row = cmyk ? cmyk_row : dst;
     if (jpeg_read_scanlines(&c, &row, 1) != 1) return DataError("bad JPEG: no scanline decoded");
     // (After jpeg_crop_scanline, output_width is the cropped width.)
-    if (cmyk) CmykRowToRgb(cmyk_row.data(), static_cast<int>(c.output_width), channels, dst);
+    if (cmyk) CmykRowToRgb(cmyk_row, static_cast<int>(c.output_width), channels, dst);
   }
   jpeg_abort_decompress(&c);
   out->width = static_cast<int>(c.output_width);

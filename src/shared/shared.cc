@@ -1294,6 +1294,17 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
                                               options, start));
 }
 
+void MakeHeaderClaimLiveProducerForFuzzing(void* bytes, size_t size) {
+  if (size < sizeof(Header)) return;
+  auto* h = static_cast<Header*>(bytes);
+  std::memcpy(h->magic, kMagic, sizeof kMagic);
+  h->version = kVersion;
+  h->producer_pid = ::getpid();
+  h->producer_start_time = SelfStartTime();
+  h->heartbeat_ns.store(NowNs());
+  h->state.store(kRunning);
+}
+
 Result<SharedPosition> SharedPositionOf(const Loader& loader) {
   const auto* consumer = dynamic_cast<const Consumer*>(&loader);
   if (consumer == nullptr) return InvalidArgument("not a consumer of a shared loader");

@@ -1,0 +1,109 @@
+"""Writes the seed corpora in fuzz/corpus/ (run once; the files are kept).
+
+    .venv/bin/python fuzz/make_seeds.py   # after `make install` and a fuzz build
+"""
+import io
+import json
+import os
+import subprocess
+import tarfile
+import tempfile
+
+import numpy as np
+from PIL import Image
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def out(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def image(mode, size=(23, 17), seed=0):
+    rng = np.random.default_rng(seed)
+    bands = len(Image.new(mode, (1, 1)).getbands())
+    a = rng.integers(0, 255, (size[1], size[0], bands), dtype=np.uint8)
+    return Image.fromarray(a.squeeze(-1) if bands == 1 else a, "L" if bands == 1 else None).convert(mode)
+
+
+def encoded(img, fmt, **kw):
+    b = io.BytesIO()
+    img.save(b, fmt, **kw)
+    return b.getvalue()
+
+
+# Images: the last byte picks the transforms (decode_fuzz.cc).
+seeds = {
+    "rgb.jpg": encoded(image("RGB"), "JPEG", quality=80),
+    "gray.jpg": encoded(image("L"), "JPEG"),
+    "progressive.jpg": encoded(image("RGB", (40, 33)), "JPEG", progressive=True),
+    "cmyk.jpg": encoded(image("CMYK"), "JPEG"),
+    "subsampled444.jpg": encoded(image("RGB"), "JPEG", subsampling=0),
+    "rgb.png": encoded(image("RGB"), "PNG"),
+    "gray.png": encoded(image("L"), "PNG"),
+    "rgba.png": encoded(image("RGBA"), "PNG"),
+    "palette.png": encoded(image("RGB").convert("P"), "PNG"),
+    "interlaced.png": encoded(image("RGB"), "PNG", interlace=1),
+    "gray16.png": encoded(Image.fromarray(np.arange(391, dtype=np.uint16).reshape(17, 23) * 97), "PNG"),
+}
+for i, (name, data) in enumerate(seeds.items()):
+    out("decode_fuzz", name, data + bytes([i * 37 % 256]))
+
+# Tar shards: plain, GNU long names, pax records, skipped samples.
+def tar(fmt, members):
+    b = io.BytesIO()
+    with tarfile.open(fileobj=b, mode="w", format=fmt) as t:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return b.getvalue()
+
+jpg = encoded(image("RGB", (8, 8)), "JPEG", quality=50)
+out("tar_index_fuzz", "plain.tar", tar(tarfile.USTAR_FORMAT, [("a.jpg", jpg), ("a.cls", b"3"), ("b.png", jpg), ("b.cls", b"1\n")]))
+out("tar_index_fuzz", "gnu-long.tar", tar(tarfile.GNU_FORMAT, [("d/" + "x" * 120 + ".jpg", jpg), ("d/" + "x" * 120 + ".cls", b"0")]))
+out("tar_index_fuzz", "pax.tar", tar(tarfile.PAX_FORMAT, [("p/" + "y" * 150 + ".jpeg", jpg), ("p/" + "y" * 150 + ".cls", b"7")]))
+out("tar_index_fuzz", "bad-samples.tar", tar(tarfile.USTAR_FORMAT, [("n.jpg", jpg), ("n.cls", b"x"), ("m.cls", b"2"), ("k.jpg", jpg)]))
+
+# Specs.
+specs = [
+    {"source": "/data/train", "batch_size": 32, "shuffle": True, "seed": 7,
+     "transforms": [{"type": "RandomResizedCrop", "size": 224, "scale": [0.08, 1.0], "ratio": [0.75, 1.333]},
+                    {"type": "RandomHorizontalFlip", "p": 0.5},
+                    {"type": "Normalize", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}]},
+    {"source": "s/train-{0000..0009}.tar", "batch_size": 8, "transforms": [{"type": "Resize", "size": 256, "max_size": 300},
+     {"type": "CenterCrop", "size": [224, 200]}], "layout": "NHWC", "mode": "L", "dtype": "uint8", "on_error": "skip"},
+    {"source": "d", "cache_name": "c", "cache_bytes": 1048576, "num_threads": 2, "reads_in_flight": 16,
+     "prefetch": 3, "subset": 100, "shuffle_block": 10, "drop_last": True, "rank": 1, "world_size": 2},
+]
+for i, s in enumerate(specs):
+    out("spec_fuzz", f"spec{i}.json", json.dumps(s).encode())
+
+# A real MinIO cache segment (3 items, 4 KiB budget, one item cached).
+import nostall  # noqa: E402
+with tempfile.TemporaryDirectory() as d:
+    for c in ("a", "b"):
+        os.makedirs(os.path.join(d, c))
+    for i, c in enumerate("aab"):
+        image("RGB", (6, 5), i).save(os.path.join(d, c, f"{i}.jpg"), quality=40)
+    name = f"fuzzseed{os.getpid()}"
+    loader = nostall.Loader(d, batch_size=1, cache=nostall.Cache(name, size=4096),
+                            transforms=[nostall.Resize((4, 4))], num_threads=1)
+    for _ in loader:
+        pass
+    del loader
+    with open(f"/dev/shm/nostall-cache-{name}", "rb") as f:
+        out("minio_cache_fuzz", "three-items.bin", f.read())
+    nostall.Cache(name, size=4096).remove() if hasattr(nostall.Cache, "remove") else os.unlink(f"/dev/shm/nostall-cache-{name}")
+
+# A real shared-loader segment, written by the fuzz target itself.
+path = os.path.join(HERE, "corpus", "shared_fuzz", "serving.bin")
+os.makedirs(os.path.dirname(path), exist_ok=True)
+subprocess.run([os.path.join(ROOT, "build", "fuzz", "shared_fuzz")],
+               env=dict(os.environ, NOSTALL_FUZZ_WRITE_SEED=path), check=True,
+               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print("seeds written to", os.path.join(HERE, "corpus"))
