@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 import os
 from typing import Iterable, Optional
 
@@ -24,6 +25,19 @@ def _env_int(name):
         return int(value)
     except ValueError:
         raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def _integer(name, value):
+    """An integer argument (None: 0, the default), never silently truncated:
+    2.5 or "4" is an error naming the argument, as the spec's JSON is."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, not {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, not {value!r}") from None
 
 
 class Loader(Closeable):
@@ -135,18 +149,18 @@ class Loader(Closeable):
             "source": source,
             "batch_size": batch_size,
             "shuffle": bool(shuffle),
-            "seed": int(seed),
-            "rank": int(rank),
-            "world_size": int(world_size),
+            "seed": _integer("seed", seed),
+            "rank": _integer("rank", rank),
+            "world_size": _integer("world_size", world_size),
             "drop_last": bool(drop_last),
             "transforms": [t.to_dict() for t in transforms],
             "dtype": dtype,
             "layout": layout,
             "mode": mode,
-            "max_pixels": int(max_pixels),
-            "num_threads": int(num_threads or 0),
-            "reads_in_flight": int(reads_in_flight or 0),
-            "prefetch": int(prefetch),
+            "max_pixels": _integer("max_pixels", max_pixels),
+            "num_threads": _integer("num_threads", num_threads),
+            "reads_in_flight": _integer("reads_in_flight", reads_in_flight),
+            "prefetch": _integer("prefetch", prefetch),
             "on_error": on_error,
             "use_index_cache": bool(index_cache),
             "dct_scaling": bool(dct_scaling),
@@ -157,7 +171,7 @@ class Loader(Closeable):
             "cache_name": cache.name if cache is not None else "",
             "cache_bytes": cache.size if cache is not None else 0,
             "cache_policy": cache.policy if cache is not None else "minio",
-            "subset": int(subset or 0),
+            "subset": _integer("subset", subset),
         }
         self._init(spec, copy=copy, return_indices=return_indices, output=output,
                    progress=progress)

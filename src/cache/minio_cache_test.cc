@@ -1,6 +1,8 @@
 #include "nostall/cache.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -141,6 +143,57 @@ TEST_F(CacheTest, WriterKilledMidInsertLeavesNoTornEntry) {
   EXPECT_TRUE(fresh->Insert(4, b.data(), b.size()));  // the dead claim is taken over
   ASSERT_TRUE(fresh->Lookup(4, &out));
   EXPECT_EQ(out, b);
+}
+
+// Writes `value` at byte `at` of cache segment `name` (another process
+// damaging it). Format version 1 (docs/cache_format.md): header fields
+// budget_bytes at 32, data_offset at 40, used at 48; entry i at 128 + 32 i
+// holds state, offset (+8) and length (+16).
+void Poke(const std::string& name, size_t at, uint64_t value) {
+  int fd = ::shm_open(("/nostall-cache-" + name).c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, &value, 8, static_cast<off_t>(at)), 8);
+  ::close(fd);
+}
+
+TEST_F(CacheTest, DamagedEntriesAreMissesNotCrashes) {
+  auto cache = MinioCache::Open(name_, /*budget_bytes=*/16384, /*fingerprint=*/1, 8).value();
+  const auto bytes = ItemBytes(1);
+  for (int64_t i = 0; i < 4; ++i) ASSERT_TRUE(cache->Insert(i, bytes.data(), bytes.size()));
+  Poke(name_, 128 + 32 * 0 + 8, uint64_t{1} << 40);    // offset far outside
+  Poke(name_, 128 + 32 * 1 + 16, uint64_t{1} << 40);   // length far outside
+  Poke(name_, 128 + 32 * 2 + 16, ~uint64_t{0});        // length 2^64 - 1
+  Poke(name_, 128 + 32 * 3 + 8, 16384 - 100);          // the end passes the budget
+  std::vector<uint8_t> out;
+  const int64_t misses = cache->Stats().misses;
+  for (int64_t i = 0; i < 4; ++i) EXPECT_FALSE(cache->Lookup(i, &out)) << "item " << i;
+  EXPECT_EQ(cache->Stats().misses, misses + 4);
+  // A damaged allocator word cannot send an insert out of bounds either.
+  Poke(name_, 48, uint64_t{1} << 63);
+  EXPECT_FALSE(cache->Insert(5, bytes.data(), bytes.size()));
+  // A second process attaching sees the same.
+  auto other = MinioCache::Open(name_, 16384, 1, 8).value();
+  EXPECT_FALSE(other->Lookup(1, &out));
+}
+
+TEST_F(CacheTest, DamagedHeaderIsRefusedAtAttach) {
+  { auto cache = MinioCache::Open(name_, 16384, 1, 8).value(); }
+  Poke(name_, 40, uint64_t{1} << 63);  // data_offset
+  Poke(name_, 32, uint64_t{1} << 63);  // budget: offset + budget wraps to 0
+  auto damaged = MinioCache::Open(name_, 16384, 1, 8);
+  ASSERT_FALSE(damaged.ok());
+  EXPECT_EQ(damaged.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(damaged.status().message().find("damaged"), std::string::npos)
+      << damaged.status().ToString();
+  EXPECT_NE(damaged.status().message().find("nostall cache rm"), std::string::npos);
+  // Cut short: refused too.
+  ASSERT_TRUE(MinioCache::Remove(name_).ok());
+  { auto cache = MinioCache::Open(name_, 16384, 1, 8).value(); }
+  int fd = ::shm_open(("/nostall-cache-" + name_).c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 100), 0);
+  ::close(fd);
+  EXPECT_FALSE(MinioCache::Open(name_, 16384, 1, 8).ok());
 }
 
 TEST_F(CacheTest, WrongDatasetOrTooBigAreClearErrors) {

@@ -161,6 +161,13 @@ TEST(PrepTest, CmykAndYcckJpegsDecodeToRgbAsPilConvertsThem) {
                                 b.data(), &scratch).ok());
       EXPECT_LT(MeanAbsDiff(a.data(), b.data(), a.size()), 3.0) << "sample " << i;
     }
+    // Damaged: a DataError, and nothing leaked on libjpeg's error path
+    // (its longjmp skips destructors; the ASan build checks for leaks).
+    std::vector<uint8_t> garbled = jpg;
+    for (size_t i = jpg.size() / 3; i < jpg.size() - 10; i += 7) garbled[i] ^= 0x5a;
+    EXPECT_EQ(PrepareSample(Nhwc({}), garbled.data(), garbled.size(), {0, 0, 0}, h, w, out.data(),
+                            &scratch).code(),
+              StatusCode::kDataError);
   }
 }
 

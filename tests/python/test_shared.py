@@ -291,3 +291,29 @@ def test_a_consumer_resumes_mid_epoch_from_its_state_dict(tmp_path, pngs, name):
         local.close()
         other_size.close()
         resumed.close()
+
+
+@pytest.mark.parametrize("chunk,batches,serve_args", [
+    (16, (128,), ["--max-consumers", "1"]),       # 8 chunks a batch, 6 slots
+    (16, (64, 96), ["--max-consumers", "1"]),     # one after the other
+    (8, (200,), []),                              # 25 chunks a batch, 20 slots
+])
+def test_consumer_batches_spanning_many_chunks(tmp_path, pngs, reference, name, chunk, batches,
+                                               serve_args):
+    """A batch over more chunks than there are slots (of the segment, or of the
+    consumer's private pipeline) is served, and still when the producer stops
+    and the consumer goes on alone: every sample once, with its own pixels."""
+    producer = start_serving(tmp_path, pngs, name, "--chunk", str(chunk), *serve_args)
+    try:
+        for b in batches:
+            proc, out = consumer(tmp_path, name, b, epochs=1, tag=f"shared-{b}")
+            assert_each_epoch_is_the_dataset(finish(proc, out, timeout=60), reference)
+        proc, out = consumer(tmp_path, name, batches[-1], epochs=3, sleep=0.02, mode="private",
+                             tag="alone")
+        wait_attached(proc, out)
+    finally:
+        stop(producer)
+    result = finish(proc, out, timeout=120)
+    assert_each_epoch_is_the_dataset(result, reference)
+    assert len(result["epochs"]) == 3
+    assert result["shared"]["mode"] == "private"
