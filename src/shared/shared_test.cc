@@ -93,6 +93,20 @@ std::vector<int64_t> Epoch(Loader* loader, int64_t epoch, Status* error = nullpt
   return seen;
 }
 
+// The indices of each batch `loader` gives until its epoch ends.
+std::vector<std::vector<int64_t>> RestOfEpoch(Loader* loader) {
+  std::vector<std::vector<int64_t>> batches;
+  while (true) {
+    NextStatus ns;
+    std::shared_ptr<Batch> b;
+    Status st = loader->Next(10000, &ns, &b);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    if (!st.ok() || ns != NextStatus::kBatch) break;
+    batches.emplace_back(b->indices(), b->indices() + b->size());
+  }
+  return batches;
+}
+
 std::vector<int64_t> All(int64_t n) {
   std::vector<int64_t> v(static_cast<size_t>(n));
   std::iota(v.begin(), v.end(), 0);
@@ -219,14 +233,7 @@ TEST_F(SharedTest, AConsumerResumesMidEpochExactlyAndRejoinsAtTheNextEpoch) {
   auto first = AttachShared(name, o).value();
   ASSERT_TRUE(first->StartEpoch(0).ok());
   const SharedPosition base = SharedPositionOf(*first).value();
-  std::vector<std::vector<int64_t>> batches;
-  while (true) {
-    NextStatus ns;
-    std::shared_ptr<Batch> b;
-    ASSERT_TRUE(first->Next(10000, &ns, &b).ok());
-    if (ns != NextStatus::kBatch) break;
-    batches.emplace_back(b->indices(), b->indices() + b->size());
-  }
+  const std::vector<std::vector<int64_t>> batches = RestOfEpoch(first.get());
   ASSERT_EQ(batches.size(), 12u);  // 45 samples in batches of 4
   first.reset();
   // A new consumer (as after a restart) resumes that epoch at batch 5: the
@@ -348,14 +355,7 @@ TEST_F(SharedTest, ResumingWithBatchesSpanningManyChunksGivesTheSameBatches) {
   auto first = AttachShared(name, o).value();
   ASSERT_TRUE(first->StartEpoch(0).ok());
   const SharedPosition base = SharedPositionOf(*first).value();
-  std::vector<std::vector<int64_t>> batches;
-  while (true) {
-    NextStatus ns;
-    std::shared_ptr<Batch> b;
-    ASSERT_TRUE(first->Next(10000, &ns, &b).ok());
-    if (ns != NextStatus::kBatch) break;
-    batches.emplace_back(b->indices(), b->indices() + b->size());
-  }
+  const std::vector<std::vector<int64_t>> batches = RestOfEpoch(first.get());
   ASSERT_EQ(batches.size(), 2u);
   first.reset();
   auto resumed = AttachShared(name, o).value();
