@@ -20,9 +20,11 @@ const char* FileKind(mode_t mode) {
 
 }  // namespace
 
-Result<UniqueFd> OpenReadOnly(const std::string& path) {
+Result<UniqueFd> OpenReadOnly(const std::string& path, uint64_t* size) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait, forever,
-  // for a writer. Anything but a regular file is refused before any read.
+  // for a writer. Anything but a regular file is refused before any read;
+  // on a regular file the flag changes nothing (reads of regular files
+  // always complete), so it stays set.
   int fd;
   do {
     fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
@@ -34,10 +36,7 @@ Result<UniqueFd> OpenReadOnly(const std::string& path) {
   if (!S_ISREG(st.st_mode)) {
     return DataError(std::string("not a regular file (it is ") + FileKind(st.st_mode) + ")");
   }
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-    return ErrnoError("cannot set blocking mode", errno);
-  }
+  if (size != nullptr) *size = static_cast<uint64_t>(st.st_size);
   return owned;
 }
 
@@ -60,10 +59,9 @@ Status PreadExact(int fd, uint64_t offset, size_t size, uint8_t* out) {
 
 Status ReadWholeFile(const std::string& path, size_t max_bytes,
                      std::vector<uint8_t>* out, bool drop_cached) {
-  NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(path));
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoError("cannot stat", errno);
-  size_t size = static_cast<size_t>(st.st_size);
+  uint64_t file_size = 0;
+  NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(path, &file_size));
+  const size_t size = static_cast<size_t>(file_size);
   if (size > max_bytes) {
     return DataError("file is " + std::to_string(size) + " bytes, over the " +
                      std::to_string(max_bytes) + "-byte item limit");

@@ -77,7 +77,8 @@ class Mapping {
 
 // Opens regular file `path` read-only (O_CLOEXEC). Anything else (a FIFO, a
 // device, a directory) is a DataError, refused without blocking.
-Result<UniqueFd> OpenReadOnly(const std::string& path);
+// With `size`, also gives the file's size (from the same fstat).
+Result<UniqueFd> OpenReadOnly(const std::string& path, uint64_t* size = nullptr);
 
 // Reads exactly `size` bytes at `offset`; a short file is a DataError
 // ("truncated"), EINTR is retried.
