@@ -64,8 +64,8 @@ Status CheckShmRoom(uint64_t size, uint64_t shm_free, uint64_t mem_available,
     return ResourceExhausted("not enough memory for " + what + ": need " + FormatBytes(size) +
                              ", only " + FormatBytes(mem_available) +
                              " of memory is available (MemAvailable in /proc/meminfo; /dev/shm is "
-                             "held in memory, so its free space alone does not make room) (" +
-                             hint + ")");
+                             "held in memory, so its free space alone does not make room): free "
+                             "some memory, or ask for less");
   }
   return Status::OK();
 }

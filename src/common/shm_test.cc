@@ -50,7 +50,7 @@ TEST(ShmTest, RoomIsCheckedAgainstMemoryAsWellAsDevShm) {
   EXPECT_NE(st.message().find("16.0 GiB of memory is available"), std::string::npos)
       << st.message();
   EXPECT_NE(st.message().find("the batch ring"), std::string::npos);
-  EXPECT_NE(st.message().find("lower prefetch"), std::string::npos);
+  EXPECT_NE(st.message().find("ask for less"), std::string::npos);
   // Near all of the memory: refused too (the processes need some).
   EXPECT_FALSE(CheckShmRoom(16 * kGiB - 1, 24 * kGiB, 16 * kGiB, "x", "y").ok());
   // Room in both: fine; /dev/shm full: the error says /dev/shm.
