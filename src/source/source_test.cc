@@ -226,7 +226,8 @@ TEST(TarSourceTest, PaxRecordWithAWrappingLengthIsIgnoredNotLooped) {
   for (const std::string& recs : {std::string("18446744073709551606 path=x.jpg\n"),
                                   std::string("3 path=x.jpg\n"),
                                   std::string("99999999999999999999999 path=y\n"),
-                                  std::string("0 \n"), std::string(" 5 a=b\n")}) {
+                                  std::string("0 \n"), std::string(" 5 a=b\n"),
+                                  std::string()}) {
     SCOPED_TRACE(recs);
     std::vector<uint8_t> tar;
     AppendTarMember(&tar, "PaxHeader", Bytes(recs));

@@ -212,7 +212,7 @@ Status IndexTarShard(const std::string& path, int32_t shard, uint64_t file_size,
     if (type == 'L' || type == 'x') {
       if (size > (1u << 20)) return bad("oversized tar extended header");
       std::vector<uint8_t> buf(size);
-      NOSTALL_RETURN_IF_ERROR(read(data, size, buf.data()));
+      if (size > 0) NOSTALL_RETURN_IF_ERROR(read(data, size, buf.data()));
       if (type == 'L') {
         long_name = CString(buf.data(), buf.size());
       } else {

@@ -10,7 +10,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace nostall;
   auto read = [&](uint64_t offset, size_t n, uint8_t* out) -> Status {
     if (offset > size || n > size - offset) return DataError("truncated");
-    std::memcpy(out, data + offset, n);
+    if (n > 0) std::memcpy(out, data + offset, n);
     return Status::OK();
   };
   for (bool skip : {false, true}) {
