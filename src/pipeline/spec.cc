@@ -37,13 +37,10 @@ Status GetInt(const json& j, const std::string& where, const char* key, int64_t 
   if (!v.is_number_integer()) {
     return InvalidArgument(where + key + " must be an integer, not " + Shown(v));
   }
-  // Unsigned values above INT64_MAX are out of range too.
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
-    return InvalidArgument(where + key + " must be in [" + std::to_string(lo) + ", " +
-                           std::to_string(hi) + "], not " + Shown(v));
-  }
-  const int64_t x = v.get<int64_t>();
-  if (x < lo || x > hi) {
+  // (An unsigned value above INT64_MAX would wrap as int64: out of range.)
+  const bool huge = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi);
+  const int64_t x = huge ? hi : v.get<int64_t>();
+  if (huge || x < lo || x > hi) {
     return InvalidArgument(where + key + " must be in [" + std::to_string(lo) + ", " +
                            std::to_string(hi) + "], not " + Shown(v));
   }
