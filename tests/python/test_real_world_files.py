@@ -197,3 +197,10 @@ def test_a_file_name_that_is_not_utf8_is_reported_and_read(tmp_path):
         list(loader)
     assert e.value.item == str(d / os.fsdecode(b"worse-\xfe.jpg"))  # opens the same file
     assert os.path.exists(e.value.item)
+    # The good one is read, and its key names it as os.listdir does.
+    skipping = nostall.Loader(tmp_path / "data", batch_size=2, on_error="skip", output="numpy",
+                              transforms=[nostall.Resize((8, 8))], return_indices=True)
+    (images, labels, indices), = list(skipping)
+    assert len(labels) == 1 and skipping.stats()["skipped"] == 1
+    assert skipping.key(int(indices[0])) == str(d / name)
+    assert skipping.classes == ["c"]
