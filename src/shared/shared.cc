@@ -495,7 +495,6 @@ class ConsumerBatch final : public Batch {
 // failure leaves the row in `fallback_state`.
 bool EnterStream(const Segment& seg, uint32_t me, uint32_t fallback_state, int attempts,
                  int64_t* start) {
-  const Header& h = *seg.h;
   ConsumerRow& row = seg.consumers[me];
   const int64_t k = seg.g.chunks_per_epoch, bc = seg.g.block_chunks;
   for (int attempt = 0; attempt < attempts; ++attempt) {
@@ -579,7 +578,6 @@ class Consumer final : public Loader {
   }
 
   Status Resume(int64_t epoch, const SharedPosition& position, int64_t first_batch) {
-    const Header& h = *seg_->h;
     const int64_t base = position.stream_base;
     if (position.chunk != seg_->g.chunk || position.block_chunks != seg_->g.block_chunks) {
       return InvalidArgument("the saved position is in a stream of chunks of " +
@@ -753,7 +751,6 @@ class Consumer final : public Loader {
   const Sampler& sampler() const override { return sampler_; }
   const LoaderSpec& spec() const override { return spec_; }
   std::vector<int64_t> SampleShape() const override {
-    const Header& h = *seg_->h;
     return {seg_->g.shape[0], seg_->g.shape[1], seg_->g.shape[2]};
   }
 
