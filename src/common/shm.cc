@@ -48,13 +48,20 @@ uint64_t MemoryAvailable() {
   return kib * 1024;
 }
 
+namespace {
+
+Status NoShmRoom(uint64_t size, uint64_t shm_free, const std::string& what,
+                 const std::string& hint) {
+  return ResourceExhausted("not enough shared memory for " + what + ": need " +
+                           FormatBytes(size) + " in /dev/shm, " + FormatBytes(shm_free) +
+                           " free (" + hint + ")");
+}
+
+}  // namespace
+
 Status CheckShmRoom(uint64_t size, uint64_t shm_free, uint64_t mem_available,
                     const std::string& what, const std::string& hint) {
-  if (shm_free != 0 && size > shm_free) {
-    return ResourceExhausted("not enough shared memory for " + what + ": need " +
-                             FormatBytes(size) + " in /dev/shm, " + FormatBytes(shm_free) +
-                             " free (" + hint + ")");
-  }
+  if (shm_free != 0 && size > shm_free) return NoShmRoom(size, shm_free, what, hint);
   // /dev/shm is memory: it may be larger than what the machine can back
   // (tmpfs is sized apart from RAM), and a segment that passes the /dev/shm
   // check but not this one would be reserved and then end in the OOM killer.
@@ -71,16 +78,11 @@ Status CheckShmRoom(uint64_t size, uint64_t shm_free, uint64_t mem_available,
 }
 
 Status ReserveShm(int fd, uint64_t size, const std::string& what, const std::string& hint) {
-  auto no_room = [&] {
-    return ResourceExhausted("not enough shared memory for " + what + ": need " +
-                             FormatBytes(size) + " in /dev/shm, " + FormatBytes(ShmBytesFree()) +
-                             " free (" + hint + ")");
-  };
   // fchmod because the umask may have narrowed (never widened) 0600; be exact.
   ::fchmod(fd, 0600);
   NOSTALL_RETURN_IF_ERROR(CheckShmRoom(size, ShmBytesFree(), MemoryAvailable(), what, hint));
   int err = ::posix_fallocate(fd, 0, static_cast<off_t>(size));
-  if (err == ENOSPC) return no_room();
+  if (err == ENOSPC) return NoShmRoom(size, ShmBytesFree(), what, hint);
   if (err != 0) return ErrnoError("cannot reserve " + FormatBytes(size) + " of shared memory", err);
   return Status::OK();
 }
