@@ -1,8 +1,12 @@
 """Validates nostall.analyze: predicted vs measured throughput in known situations.
 
-Each situation is a loader spec plus a synthetic training step (a sleep of a
-chosen length per batch) on storage emulated by the throttle: fetch-bound,
-prep-bound, compute-bound, latency-bound and mixed. For each, `analyze` runs
+Each situation is a loader spec plus a training step on storage emulated by
+the throttle: fetch-bound, prep-bound, compute-bound, latency-bound and mixed
+with a synthetic step (a sleep of a chosen length per batch); and, unlike
+those the model was first checked on, WebDataset tar shards, a real PyTorch
+CPU step (a small conv net, forward + backward + SGD, torch's own intra-op
+threads), another output size and batch size, a short epoch on a slow store,
+and one read in flight on a high-latency store. For each, `analyze` runs
 once at the situation's configuration; its model then predicts other
 configurations (cache fractions, cores and threads, bandwidths, reads in
 flight), and each of those is measured for real in a fresh process (pinned
@@ -28,25 +32,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 MB = 1e6
 
 
-def situations(data, items, batch):
-    """(name, expected bottleneck, base spec overrides, step seconds per batch, what-ifs).
+def sleep(seconds):
+    return {"kind": "sleep", "seconds": seconds}
+
+
+TORCH = {"kind": "torch"}
+
+
+def situations(data, shards):
+    """(name, expected bottleneck, base spec overrides, step, what-ifs, options).
 
     A what-if is (label, config for the model, spec overrides for the real
-    run, expected bottleneck).
+    run, expected bottleneck). Options: "items" (the sample every run uses)
+    and "batch" where they differ from the command line's.
     """
+    mean_std = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
     return [
-        ("fetch-bound: 20 MB/s storage", "fetch", {"throttle_bandwidth": 20 * MB}, 0.010, [
+        ("fetch-bound: 20 MB/s storage", "fetch", {"throttle_bandwidth": 20 * MB}, sleep(0.010), [
             ("cache 50%", {"cache_fraction": 0.5}, {"cache": 0.5}, "fetch"),
             ("bandwidth 40 MB/s", {"bandwidth": 40 * MB}, {"throttle_bandwidth": 40 * MB}, "fetch"),
             ("cache 100%", {"cache_fraction": 1.0}, {"cache": 1.0}, "prep"),
-        ]),
-        ("prep-bound: 2 cores decoding", "prep", {}, 0.010, [
+        ], {}),
+        ("prep-bound: 2 cores decoding", "prep", {}, sleep(0.010), [
             ("1 core", {"cores": 1, "prep_threads": 1}, {"cores": 1, "num_threads": 1}, "prep"),
             ("1 prep thread on 2 cores", {"prep_threads": 1}, {"num_threads": 1}, "prep"),
             ("3 jobs, one shared pipeline", {"jobs": 3, "shared": True},
              {"jobs": 3, "shared": True}, "prep"),
-        ]),
-        ("compute-bound: 100 ms step", "compute", {}, 0.100, [
+        ], {}),
+        ("compute-bound: 100 ms step", "compute", {}, sleep(0.100), [
             ("bandwidth 20 MB/s", {"bandwidth": 20 * MB}, {"throttle_bandwidth": 20 * MB}, "fetch"),
             ("cache 50% at 20 MB/s", {"bandwidth": 20 * MB, "cache_fraction": 0.5},
              {"throttle_bandwidth": 20 * MB, "cache": 0.5}, "compute"),
@@ -54,18 +67,72 @@ def situations(data, items, batch):
              {"jobs": 4, "shared": True}, "compute"),
             ("4 jobs, a loader each", {"jobs": 4, "shared": False},
              {"jobs": 4, "shared": False}, "prep"),
-        ]),
+        ], {}),
         ("latency-bound: 25 ms per read, 2 in flight", "fetch",
-         {"throttle_latency_ms": 25, "reads_in_flight": 2}, 0.010, [
+         {"throttle_latency_ms": 25, "reads_in_flight": 2}, sleep(0.010), [
             ("8 reads in flight", {"reads_in_flight": 8}, {"reads_in_flight": 8}, "fetch"),
             ("cache 50%", {"cache_fraction": 0.5}, {"cache": 0.5}, "fetch"),
-        ]),
+        ], {}),
         ("mixed: 40 MB/s storage, prep and fetch stalls", "fetch",
-         {"throttle_bandwidth": 40 * MB}, 0.010, [
+         {"throttle_bandwidth": 40 * MB}, sleep(0.010), [
             ("1 core", {"cores": 1, "prep_threads": 1}, {"cores": 1, "num_threads": 1}, "prep"),
             ("cache 100%", {"cache_fraction": 1.0}, {"cache": 1.0}, "prep"),
-        ]),
+        ], {}),
+        ("tar shards: 30 MB/s storage", "fetch",
+         {"source": shards, "throttle_bandwidth": 30 * MB}, sleep(0.010), [
+            ("cache 50%", {"cache_fraction": 0.5}, {"cache": 0.5}, "fetch"),
+            ("cache 100%", {"cache_fraction": 1.0}, {"cache": 1.0}, "prep"),
+        ], {}),
+        ("real torch step: conv net, torch's own threads", "prep", {}, TORCH, [
+            ("1 prep thread on 2 cores", {"prep_threads": 1}, {"num_threads": 1}, "prep"),
+            ("pinned to 1 core", {"cores": 1, "prep_threads": 1},
+             {"cores": 1, "num_threads": 1}, "prep"),
+            ("bandwidth 40 MB/s", {"bandwidth": 40 * MB}, {"throttle_bandwidth": 40 * MB}, "fetch"),
+        ], {}),
+        ("geometry: 128 px, batch 64, 5 ms step", "prep",
+         {"transforms": [{"type": "RandomResizedCrop", "size": 128}, {"type": "RandomHorizontalFlip"},
+                         {"type": "Normalize", **mean_std}]}, sleep(0.005), [
+            ("pinned to 1 core", {"cores": 1, "prep_threads": 1},
+             {"cores": 1, "num_threads": 1}, "prep"),
+            ("bandwidth 15 MB/s", {"bandwidth": 15 * MB}, {"throttle_bandwidth": 15 * MB}, "fetch"),
+        ], {"batch": 64, "items": 1024}),
+        ("short epochs: 7.5 batches, 40 ms per read, 2 in flight", "fetch",
+         {"throttle_latency_ms": 40, "reads_in_flight": 2}, sleep(0.010), [
+            ("8 reads in flight", {"reads_in_flight": 8}, {"reads_in_flight": 8}, "fetch"),
+            ("cache 100%", {"cache_fraction": 1.0}, {"cache": 1.0}, "prep"),
+        ], {"items": 240}),
+        ("high latency: 15 ms per read, 1 in flight", "fetch",
+         {"throttle_latency_ms": 15, "reads_in_flight": 1}, sleep(0.010), [
+            ("4 reads in flight", {"reads_in_flight": 4}, {"reads_in_flight": 4}, "fetch"),
+            ("cache 50%", {"cache_fraction": 0.5}, {"cache": 0.5}, "fetch"),
+        ], {"items": 480}),
     ]
+
+
+def make_shards(folder, out, shards=8):
+    """WebDataset shards (key.jpg + key.cls) of the folder's images; reused when complete."""
+    import io
+    import tarfile
+
+    folder, out = Path(folder), Path(out)
+    pattern = str(out / ("train-{0000..%04d}.tar" % (shards - 1)))
+    done = out / ".complete"
+    if done.exists():
+        return pattern
+    out.mkdir(parents=True, exist_ok=True)
+    files = sorted(folder.rglob("*.jpg"))
+    classes = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    for s in range(shards):
+        with tarfile.open(out / f"train-{s:04d}.tar", "w") as tar:
+            for i, path in enumerate(files[s::shards]):
+                key = f"s{s}_{i:05d}"
+                for name, data in ((f"{key}.jpg", path.read_bytes()),
+                                   (f"{key}.cls", str(classes.index(path.parent.name)).encode())):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    done.write_text("ok")
+    return pattern
 
 
 def base_spec(data, items, batch):
@@ -77,26 +144,43 @@ def base_spec(data, items, batch):
                             "std": [0.229, 0.224, 0.225]}]}
 
 
+def make_step(desc):
+    """The training step a situation runs: a sleep, or the real torch conv net."""
+    if desc["kind"] == "sleep":
+        seconds = desc["seconds"]
+
+        def step(images, labels):
+            time.sleep(seconds)
+        return step
+    import torch_step
+
+    return torch_step.step
+
+
 # ---------------------------------------------------------------- child side
 
 
-def steady_rate(loader, epochs, step_s, first_timed, warm, set_epoch=True):
-    """Samples/s of `for batch in loader: step`, timed from batch `warm` of
-    epoch `first_timed` to the end (earlier batches fill the pipeline)."""
-    samples, t0 = 0, None
+def steady_rate(loader, epochs, step, first_timed, warm, set_epoch=True):
+    """Samples/s of `for batch in loader: step`: from the arrival of batch
+    `warm` of epoch `first_timed` (earlier batches fill the pipeline) to the
+    arrival of the last batch, counting the batches that arrived after the
+    window opened (the one that opens it was made before)."""
+    samples, t0, t_last = 0, None, None
     for epoch in range(epochs):
         if set_epoch:
             loader.set_epoch(epoch)
         for k, (images, labels) in enumerate(loader):
+            now = time.perf_counter()
             if epoch == first_timed and k == warm:
-                t0 = time.perf_counter()
-            time.sleep(step_s)
-            if t0 is not None:
+                t0 = now
+            elif t0 is not None:
                 samples += images.shape[0]
+                t_last = now
+            step(images, labels)
             del images, labels
-    if t0 is None:
-        raise RuntimeError(f"epoch {first_timed} had no batch {warm} to start timing at")
-    return samples / (time.perf_counter() - t0)
+    if t_last is None:
+        raise RuntimeError(f"epoch {first_timed} had no batch after {warm} to time")
+    return samples / (t_last - t0)
 
 
 def child_measure(job):
@@ -116,9 +200,10 @@ def child_measure(job):
         spec["cache_bytes"] = int(fraction * job["sample_bytes"])
         first_timed = 1  # epoch 0 fills the cache
         epochs += 1
+    step = make_step(job["step"])
     loader = nostall.Loader.from_spec(spec)
     try:
-        rate = steady_rate(loader, epochs, job["step_s"], first_timed=first_timed, warm=2)
+        rate = steady_rate(loader, epochs, step, first_timed=first_timed, warm=2)
         hit = None
         if name:
             ep = loader.stats()["cache"]["epochs"]
@@ -131,7 +216,7 @@ def child_measure(job):
 
 
 def measure(spec, step_s, epochs, cores=None, cache=None, sample_bytes=0):
-    job = {"spec": spec, "step_s": step_s, "epochs": epochs, "cores": cores, "cache": cache,
+    job = {"spec": spec, "step": step_s, "epochs": epochs, "cores": cores, "cache": cache,
            "sample_bytes": sample_bytes}
     out = subprocess.run([sys.executable, __file__, "--child", json.dumps(job)],
                          capture_output=True, text=True, timeout=600)
@@ -149,7 +234,7 @@ def child_consume(job):
         # Timed past the chunks the producer made before this process
         # attached: they would come at once and flatter the rate. A consumer
         # follows the producer's epochs; it has no set_epoch of its own.
-        return {"rate": steady_rate(loader, job["epochs"], job["step_s"], first_timed=0,
+        return {"rate": steady_rate(loader, job["epochs"], make_step(job["step"]), first_timed=0,
                                     warm=job["warm"], set_epoch=False)}
     finally:
         loader.close()
@@ -172,10 +257,10 @@ def measure_jobs(spec, step_s, epochs, jobs, shared):
                                        "--spec", str(spec_file), "--name", name, "--quiet",
                                        "--slots", str(slots)], stderr=subprocess.DEVNULL)
             job = {"name": name, "batch": spec["batch_size"], "epochs": epochs + 1,
-                   "step_s": step_s, "warm": slots + 2}
+                   "step": step_s, "warm": slots + 2}
             flag = "--child-consume"
         else:
-            job = {"spec": spec, "step_s": step_s, "epochs": epochs}
+            job = {"spec": spec, "step": step_s, "epochs": epochs}
             flag = "--child"
         procs = []
         try:
@@ -202,16 +287,17 @@ def measure_jobs(spec, step_s, epochs, jobs, shared):
 
 def child_analyze(job):
     import nostall
+    from nostall.analyze import contradictions
 
-    def step(images, labels):
-        time.sleep(job["step_s"])
-
-    a = nostall.analyze(job["spec"], step, items=job["items"], progress=False)
-    return a.result
+    a = nostall.analyze(job["spec"], make_step(job["step"]), items=job["items"], progress=False)
+    result = a.result
+    result["contradictions"] = contradictions(result)
+    result["table"] = a.table()
+    return result
 
 
 def analyze(spec, step_s, items):
-    job = {"spec": spec, "step_s": step_s, "items": items}
+    job = {"spec": spec, "step": step_s, "items": items}
     out = subprocess.run([sys.executable, __file__, "--child-analyze", json.dumps(job)],
                          capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
@@ -238,7 +324,8 @@ def main():
     ap.add_argument("--epochs", type=int, default=2, help="timed epochs per measured run")
     ap.add_argument("--rounds", type=int, default=3,
                     help="repeat every situation (profile and checks); rows report medians")
-    ap.add_argument("--only", default=None, help="run only situations whose name has this")
+    ap.add_argument("--only", default=None,
+                    help="run only situations whose name has one of these (comma-separated)")
     ap.add_argument("--write", default=str(ROOT / "docs" / "benchmarks.md"))
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--child-analyze", help=argparse.SUPPRESS)
@@ -257,12 +344,13 @@ def main():
     from nostall.datasets import make_imagenet_like
 
     data = str(make_imagenet_like(args.data, num_images=args.images))
-    base = base_spec(data, args.items, args.batch)
+    shards = make_shards(data, Path(args.data).parent / "imagenet-like-shards")
     runs = []
     started = time.time()
     for round_no in range(args.rounds):
         print(f"# round {round_no + 1} of {args.rounds}", flush=True)
-        runs.append(one_round(args, data, base))
+        runs.append(one_round(args, data, shards))
+    Path(args.data).parent.joinpath("bench_analyze_runs.json").write_text(json.dumps(runs))
     rows = combine(runs)
     report = render(rows, args, time.time() - started)
     print(report)
@@ -272,25 +360,30 @@ def main():
         write_block(args.write, "bench_analyze", report)
 
 
-def one_round(args, data, base):
+def one_round(args, data, shards):
     """Every situation once: profile it, then predict and measure each row."""
     rows = []
-    for name, expect, over, step_s, whatifs in situations(data, args.items, args.batch):
-        if args.only and args.only not in name:
+    for name, expect, over, step, whatifs, opts in situations(data, shards):
+        if args.only and not any(o in name for o in args.only.split(",")):
             continue
-        spec = {**base, **over}
+        items, batch = opts.get("items", args.items), opts.get("batch", args.batch)
+        spec = {**base_spec(data, items, batch), **over}
+        # Enough timed batches in every measured run, however short the epoch.
+        epochs = max(args.epochs, -(-16 * batch // items))
         print(f"== {name}", flush=True)
-        result = analyze(spec, step_s, args.items)
+        result = analyze(spec, step, items)
         prof = result["profile"]
-        sample_bytes = prof["item_bytes"] * args.items
+        sample_bytes = prof["item_bytes"] * items
         print(f"   analyze: bottleneck {result['bottleneck']} (expected {expect}); "
               f"G {prof['step_rate']:.0f}, cached {prof['cached_rate']:.0f}, "
-              f"cold {prof['cold_rate']:.0f}", flush=True)
+              f"cold {prof['cold_rate']:.0f}; contradictions: "
+              f"{result['contradictions'] or 'none'}", flush=True)
         # The profiled configuration itself, measured again in a fresh run.
-        meas = measure(spec, step_s, args.epochs)
+        meas = measure(spec, step, epochs)
         rows.append({"situation": name, "config": "as profiled", "profiled": True,
                      "expected": expect, "named": result["bottleneck"],
-                     "predicted": result["predicted"]["rate"], "measured": meas["rate"]})
+                     "predicted": result["predicted"]["rate"], "measured": meas["rate"],
+                     "contradictions": result["contradictions"], "table": result["table"]})
         print(f"   as profiled: predicted {rows[-1]['predicted']:.0f}, "
               f"measured {meas['rate']:.0f}", flush=True)
         for label, config, real, w_expect in whatifs:
@@ -300,14 +393,14 @@ def one_round(args, data, base):
             cache = real.pop("cache", None)
             jobs = real.pop("jobs", None)
             if jobs:
-                meas = measure_jobs(spec, step_s, args.epochs, jobs, real.pop("shared"))
+                meas = measure_jobs(spec, step, epochs, jobs, real.pop("shared"))
             else:
-                meas = measure({**spec, **real}, step_s, args.epochs, cores=cores, cache=cache,
+                meas = measure({**spec, **real}, step, epochs, cores=cores, cache=cache,
                                sample_bytes=sample_bytes)
             rows.append({"situation": name, "config": label, "profiled": False,
                          "expected": w_expect, "named": p["bottleneck"],
                          "predicted": p["rate"], "measured": meas["rate"],
-                         "hit_rate": meas.get("hit_rate")})
+                         "hit_rate": meas.get("hit_rate"), "contradictions": []})
             print(f"   {label}: predicted {p['rate']:.0f} ({p['bottleneck']}), "
                   f"measured {meas['rate']:.0f}", flush=True)
     for r in rows:
@@ -327,34 +420,42 @@ def combine(runs):
                      "error": statistics.median(r["error"] for r in same),
                      "errors": [r["error"] for r in same],
                      "measured_all": [r["measured"] for r in same],
-                     "named_all": [r["named"] for r in same]})
+                     "named_all": [r["named"] for r in same],
+                     "contradictions_all": [r["contradictions"] for r in same],
+                     "tables": [r.get("table") for r in same]})
     return rows
 
 
 def render(rows, args, took):
-    whatif = [abs(r["error"]) for r in rows if not r["profiled"]]
+    whatif = [r for r in rows if not r["profiled"]]
+    whatif_err = [abs(r["error"]) for r in whatif]
     everything = [abs(r["error"]) for r in rows]
-    worst = max(rows, key=lambda r: abs(r["error"]))
-    worst_once = max(((abs(e), r) for r in rows for e in r["errors"]), key=lambda t: t[0])
+    worst = max(whatif, key=lambda r: abs(r["error"]))
+    worst_once = max(((abs(e), r) for r in whatif for e in r["errors"]), key=lambda t: t[0])
     named_ok = sum(n == r["expected"] for r in rows for n in r["named_all"])
     named_all = sum(len(r["named_all"]) for r in rows)
-    cpu = [r for r in rows if r["expected"] == "prep"]
-    other = [r for r in rows if r["expected"] != "prep"]
+    contradicted = [(r, c) for r in rows for c in r["contradictions_all"] if c]
+    reports = sum(len(r["contradictions_all"]) for r in rows if r["profiled"])
+    median, worst_err = statistics.median(whatif_err), abs(worst["error"])
     lines = [
         "## What-if predictions vs measured (`bench/bench_analyze.py`)",
         "",
         f"`.venv/bin/python bench/bench_analyze.py` (also `make bench-analyze`): "
-        f"{args.items} of the generated ImageNet-like JPEGs, batch {args.batch}, "
-        "RandomResizedCrop(224) + flip + normalize, a training step that sleeps a chosen "
-        "time per batch, storage emulated by the throttle (page cache dropped). `analyze` "
-        "runs once per situation; every other row is the model's prediction from that one "
-        "profile, then measured for real in a fresh process pinned to its cores "
-        f"({args.epochs} timed epochs, steady state); rows with N jobs give each job's rate, "
-        "measured as the mean of N concurrent processes (shared: `nostall serve` and N "
-        f"`Loader.attach`). The whole benchmark ran {args.rounds} times (rounds); each row "
-        "gives the medians over the rounds, and each round's error (a prediction checked "
-        f"against the measurement of its own round). {os.cpu_count()} cores, "
-        f"{took / 60:.0f} min.",
+        f"by default {args.items} of the generated ImageNet-like JPEGs, batch {args.batch}, "
+        "RandomResizedCrop(224) + flip + normalize, storage emulated by the throttle (page "
+        "cache dropped); each situation's step is a sleep of a chosen time per batch or a "
+        "real PyTorch CPU step (`bench/torch_step.py`: a small conv net, forward + backward + "
+        "SGD on torch's own intra-op threads), and some change the source (8 WebDataset tar "
+        "shards of the same images), the output size and batch, or the sample (a short "
+        "epoch). `analyze` runs once per situation; every other row is the model's "
+        "prediction from that one profile, then measured for real in a fresh process pinned "
+        f"to its cores (at least {args.epochs} epochs and 16 batches timed, from the arrival "
+        "of the third batch to the arrival of the last, counting only batches that arrived "
+        "inside that window); rows with N jobs give each job's rate, measured as the mean of "
+        "N concurrent processes (shared: `nostall serve` and N `Loader.attach`). The whole "
+        f"benchmark ran {args.rounds} times (rounds); each row gives the medians over the "
+        "rounds, and each round's error (a prediction checked against the measurement of "
+        f"its own round). {os.cpu_count()} cores, {took / 60:.0f} min.",
         "",
         "| situation | configuration | expected bottleneck | named | predicted /s | measured /s "
         "| error (median) | error per round |",
@@ -368,26 +469,22 @@ def render(rows, args, took):
         lines.append(f"| {r['situation']} | {r['config']} | {r['expected']} | {named} | "
                      f"{r['predicted']:,.0f} | {r['measured']:,.0f} | {r['error']:+.1%} | "
                      f"{each} |")
+    ok = lambda good: "met" if good else "**missed**"  # noqa: E731
     lines += [
         "",
-        f"- What-if configurations: median absolute error "
-        f"**{statistics.median(whatif):.1%}** over {len(whatif)} (bar 10%); all "
-        f"{len(everything)} rows: median {statistics.median(everything):.1%}.",
-        f"- Worst row (median over rounds): {abs(worst['error']):.1%} ({worst['situation']}, "
-        f"{worst['config']}); worst single round: {worst_once[0]:.1%} "
-        f"({worst_once[1]['situation']}, {worst_once[1]['config']}).",
-        f"- Bottleneck named as designed in {named_ok} of {named_all} row-rounds (bar: all).",
+        f"- What-if rows: median absolute error **{median:.1%}** over {len(whatif)} rows "
+        f"(bar 5%: {ok(median <= 0.05)}); all {len(everything)} rows, the profiled "
+        f"configurations included: median {statistics.median(everything):.1%}.",
+        f"- Worst what-if row (median over rounds): **{worst_err:.1%}** ({worst['situation']}, "
+        f"{worst['config']}; bar 15%: {ok(worst_err <= 0.15)}); worst single round: "
+        f"{worst_once[0]:.1%} ({worst_once[1]['situation']}, {worst_once[1]['config']}).",
+        f"- Bottleneck named as designed in **{named_ok} of {named_all}** row-rounds "
+        f"(bar: all: {ok(named_ok == named_all)}).",
+        f"- Reports whose printed stall, bottleneck and recommendation disagree "
+        f"(`nostall.analyze.contradictions`): **{len(contradicted)} of {reports}** "
+        f"(bar: none: {ok(not contradicted)})"
+        + "".join(f"; {r['situation']}: {'; '.join(c)}" for r, c in contradicted) + ".",
     ]
-    if cpu and other:  # both kinds ran (not so with --only)
-        spread = max(cpu, key=lambda r: max(r["measured_all"]) / min(r["measured_all"]))
-        lines.append(
-            f"- Where the error comes from: the CPU-bound rows (expected bottleneck prep) have "
-            f"median errors up to {max(abs(r['error']) for r in cpu):.1%}, the others up to "
-            f"{max(abs(r['error']) for r in other):.1%}. This shared {os.cpu_count()}-core "
-            f"machine's decode rate moves from moment to moment and the profile and the check "
-            f"run minutes apart: {spread['situation']} / {spread['config']} measured "
-            + ", ".join(f"{m:,.0f}" for m in spread["measured_all"])
-            + " samples/s in the rounds.")
     lines.append("")
     return "\n".join(lines)
 

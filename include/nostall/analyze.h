@@ -10,11 +10,21 @@
 // The model built on those numbers is a set of rate limits, one per
 // resource; the job runs at the smallest (Plumber's view of a pipeline):
 //
-//   compute    T <= G
+//   compute    T <= G(step threads)
 //   cpu        T * (pipelines * (prep + fetch(h)) + jobs * step_cpu) <= cores
-//   threads    T * prep <= prep_threads
+//   sharing    the prep threads and the step's own threads share the cores
+//              (a cycle of step and wait, below): "cpu" when they are more
+//              than the cores, "prep_threads" when they are not
 //   bandwidth  T * pipelines * (1 - h) * item_bytes <= bandwidth
 //   latency    T * (1 - h) * (latency + item_bytes / bandwidth) <= reads_in_flight
+//
+// The sharing limit follows one sample's time as the consumer sees it: the
+// step runs (its threads keep `step_cores` cores busy, slowed when they and
+// the busy prep threads are more than the cores: each runnable thread gets
+// cores / runnable of a core), then the consumer waits while the prep
+// threads finish the sample's prep work, competing only with the step's
+// idle threads that spin after it returns (`step_spin_cpu`). With a step
+// that uses no CPU this is the familiar T * prep <= prep_threads.
 //
 // where T is each job's samples/s, h the fraction of the dataset's bytes in
 // a MinIO cache (its hit rate: docs/cache_format.md), `pipelines` is 1 when
@@ -45,12 +55,17 @@ struct Config {
   double latency = 0;          // storage seconds per read
   int jobs = 1;                // training jobs on the node reading this dataset
   bool shared = false;         // one shared pipeline feeds every job
+  int step_threads = 0;        // the step's intra-op threads (0: as measured, at most the cores)
 };
 
 // What the differential measurement found. Costs are per item (sample).
 struct Profile {
   double step_rate = 0;       // G: samples/s of the step on in-memory batches
   double step_cpu = 0;        // CPU seconds the step uses per sample
+  int step_threads = 1;       // the step's intra-op threads when G was measured
+  double step_rate_1 = 0;     // G with one intra-op thread (0: not measured)
+  double step_cpu_1 = 0;      // CPU seconds per sample with one intra-op thread
+  double step_spin_cpu = 0;   // CPU seconds per sample the step's idle threads burn after it
   double prep_cpu = 0;        // decode + augment
   double fetch_cpu_miss = 0;  // reading one item from storage
   double fetch_cpu_hit = 0;   // copying one item from the cache
@@ -72,9 +87,27 @@ const char* BottleneckName(Bottleneck b);
 Bottleneck BottleneckOf(Limit l);
 
 // Multiplies the raw limits; 1 = the model as written above.
+// `contention` applies only where a multithreaded step and busy prep
+// threads outnumber the cores: the step's threads then wait for each other
+// (spinning) and waste CPU a fair share does not show.
 struct Efficiency {
-  double compute = 1, cpu = 1, storage = 1;
+  double compute = 1, cpu = 1, storage = 1, contention = 1;
 };
+
+// Measured and model rates further apart than this are a disagreement the
+// report names; closer, they are noise on a shared machine.
+inline constexpr double kModelNoise = 0.05;
+
+// The step at a configuration's thread count: wall seconds per sample alone,
+// the cores it keeps busy while it runs, and its CPU per sample.
+struct StepCost {
+  int threads = 1;
+  double seconds = 0;
+  double busy_cores = 0;
+  double cpu = 0;
+  double spin_cpu = 0;
+};
+StepCost StepAt(const Profile& p, const Config& c);
 
 struct Prediction {
   double rate = 0;  // samples/s per job
@@ -88,7 +121,11 @@ Prediction Predict(const Profile& p, const Config& c, const Efficiency& eff = {}
 
 // Efficiencies that make the model reproduce the measured cached and cold
 // rates at `p.measured` (each clamped to [0.5, 1.5]; 1 where the
-// measurement says nothing about a resource).
+// measurement says nothing about a resource). The step's rate G is measured
+// directly and never calibrated: a cached run slower than G beyond the noise
+// is a prep stall, so it is the CPU efficiency that explains it. A cold run
+// slower than the model is a storage effect (the runs differ only in
+// reading), so where storage has a finite limit its efficiency explains it.
 Efficiency Calibrate(const Profile& p);
 
 // The smallest change that brings the predicted rate to the step's rate G:

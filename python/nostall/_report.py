@@ -47,16 +47,28 @@ def _limit_words(r):
             f"and your step ({p['step_cpu'] * 1e3:.2f} ms)")
 
 
+def _changes(rec, m):
+    """What the recommendation changes, as (field, new, now) for every field it raises."""
+    c = rec["config"]
+    return [(k, c[k], m[k]) for k in ("cache_fraction", "reads_in_flight", "cores", "prep_threads")
+            if c[k] > m[k] + 1e-9]
+
+
 def _recommendation_lines(r):
     prof = r["profile"]
     m = prof["measured"]
     rec = r["recommendation"]
     c = rec["config"]
-    g = prof["step_rate"] * r["efficiency"]["compute"]
+    g = r["predicted"]["limits"]["compute"] or prof["step_rate"]
     lines = []
     if r["bottleneck"] == "compute":
         return [f"nothing: the step's own rate ({g:,.0f} samples/s) is the limit; "
                 "the data pipeline keeps up."]
+    if not _changes(rec, m):
+        cold = prof["cold_rate"]
+        return [f"the model finds nothing to change, yet a {r['bottleneck']} stall was measured: "
+                f"it predicts {r['predicted']['rate']:,.0f} samples/s where {cold:,.0f} were "
+                f"measured ({(r['predicted']['rate'] - cold) / cold:+.0%}); see the notes"]
     if c["cache_fraction"] > m["cache_fraction"] + 1e-9:
         alt = (f", or storage at {_bw(rec['bandwidth_instead'])}" if rec["bandwidth_instead"]
                else "")
@@ -65,13 +77,34 @@ def _recommendation_lines(r):
                      f"size=\"{_bytes(rec['cache_bytes']).replace(' ', '')}\"){alt}")
     if c["reads_in_flight"] > m["reads_in_flight"]:
         lines.append(f"reads_in_flight={c['reads_in_flight']} (now {m['reads_in_flight']})")
-    if c["cores"] > m["cores"]:
+    if c["cores"] > m["cores"] or c["prep_threads"] > m["prep_threads"]:
         lines.append(f"{c['cores']:.0f} cores (now {m['cores']:.0f}), "
                      f"num_threads={c['prep_threads']}")
     verdict = ("= the step's rate: no stall" if rec["reaches_step_rate"]
                else f"of the step's {g:,.0f}: more than 4x the cores would be needed")
     lines.append(f"-> predicted {rec['rate']:,.0f} samples/s {verdict}")
     return lines
+
+
+def disagreement_notes(r):
+    """One line per run where the model and the measurement differ by more than the noise."""
+    out = []
+    seen = set()
+    for d in r.get("disagreements", []):
+        key = d["run"]
+        if key in seen:
+            continue
+        seen.add(key)
+        both = [x for x in r["disagreements"] if x["run"] == key]
+        parts = ", ".join(f"{x['model']} {x['predicted']:,.0f} ({x['off']:+.0%})" for x in both)
+        fixed = all(x["model"] == "uncalibrated" for x in both)
+        out.append(f"the {key} run measured {d['measured']:,.0f} samples/s; the model said "
+                   f"{parts}" + ("; calibration closed the gap (efficiencies above)" if fixed
+                                 else "; the model does not explain this run"))
+    if r.get("bottleneck") != r.get("model_bottleneck"):
+        out.append(f"the measured stalls name {r['bottleneck']} where the model alone names "
+                   f"{r['model_bottleneck']}")
+    return out
 
 
 def render_table(r) -> str:
@@ -91,15 +124,21 @@ def render_table(r) -> str:
                       ("fetch_stall", "fetch stall")):
         out.append(f"  {name:<22} {b[key] * total_ms:8.3f} ms  {b[key]:6.1%}")
     pred = r["predicted"]
-    out.append(f"bottleneck: {_BOTTLENECK_WORDS[r['bottleneck']]} "
-               f"(limit: {_limit_words(r)})")
+    if r["bottleneck"] == r.get("model_bottleneck", r["bottleneck"]):
+        out.append(f"bottleneck: {_BOTTLENECK_WORDS[r['bottleneck']]} "
+                   f"(limit: {_limit_words(r)})")
+    else:
+        out.append(f"bottleneck: {_BOTTLENECK_WORDS[r['bottleneck']]} "
+                   "(from the measured stalls; the model disagrees, see the notes)")
     out.append("")
-    out.append(f"{'measured':<30} {'samples/s':>10} {'model':>10}")
-    out.append(f"  {'step alone (G)':<28} {prof['step_rate']:10,.0f}")
-    out.append(f"  {'real data, cached':<28} {prof['cached_rate']:10,.0f} "
-               f"{r['check']['cached']['model']:10,.0f}")
-    out.append(f"  {'real data, cold':<28} {prof['cold_rate']:10,.0f} "
-               f"{r['check']['cold']['model']:10,.0f}")
+    out.append(f"{'measured':<30} {'samples/s':>10} {'model':>10} {'uncalibrated':>13}")
+    threads = prof.get("step_threads", 1)
+    alone = "step alone (G)" + (f", {threads} threads" if threads > 1 else "")
+    out.append(f"  {alone:<28} {prof['step_rate']:10,.0f}")
+    for key, label in (("cached", "real data, cached"), ("cold", "real data, cold")):
+        chk = r["check"][key]
+        out.append(f"  {label:<28} {prof[key + '_rate']:10,.0f} {chk['model']:10,.0f} "
+                   f"{chk.get('uncalibrated', chk['model']):13,.0f}")
     out.append(f"  {'predicted as configured':<28} {'':>10} {pred['rate']:10,.0f}"
                f"   (cache {m['cache_fraction']:.0%})")
     out.append("")
@@ -131,7 +170,7 @@ def render_table(r) -> str:
     out.append("what removes the stall:")
     for line in _recommendation_lines(r):
         out.append("  " + line)
-    for note in run.get("notes", []):
+    for note in disagreement_notes(r) + run.get("notes", []):
         out.append(f"note: {note}")
     return "\n".join(out) + "\n"
 
@@ -251,7 +290,7 @@ def render_html(r) -> str:
     prof = r["profile"]
     m = prof["measured"]
     run = r.get("run", {})
-    g = prof["step_rate"] * r["efficiency"]["compute"]
+    g = r["predicted"]["limits"]["compute"] or prof["step_rate"]
     curves = r["curves"]
     pred = r["predicted"]
     rows = [("step alone, in-memory batches (G)", prof["step_rate"], None),
@@ -277,7 +316,7 @@ def render_html(r) -> str:
                            ("independent", "independent_bottleneck")]),
     ]
     rec = "".join(f"<li>{e(line)}</li>" for line in _recommendation_lines(r))
-    notes = "".join(f"<li>{e(n)}</li>" for n in run.get("notes", []))
+    notes = "".join(f"<li>{e(n)}</li>" for n in disagreement_notes(r) + run.get("notes", []))
     key = "".join(f'<span style="background:{c}"></span>{e(n)}-bound' for n, c in _COLORS.items())
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>nostall analyze: {e(str(run.get('source', '')))}</title>

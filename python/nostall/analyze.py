@@ -28,7 +28,10 @@ from . import _nostall
 from ._progress import Phase
 from .errors import ResourceError
 
-__all__ = ["analyze", "Analysis", "load_step"]
+__all__ = ["analyze", "Analysis", "load_step", "contradictions"]
+
+# Same as kModelNoise in nostall/analyze.h.
+_NOISE = 0.05
 
 _BOTTLENECK_HELP = {
     "compute": "the training step itself: the data pipeline keeps up",
@@ -86,32 +89,105 @@ def load_step(target: str):
     return fn
 
 
-def _timed_epochs(loader, step, first_epoch, warm, phase, min_seconds=0.0, max_epochs=1):
-    """Runs epochs through ``step``; returns (samples/s, stats before, stats after).
+# A timed window shorter than this many batch arrivals (or seconds) says too
+# little: it is widened with more epochs, or refused.
+_MIN_GAPS = 8
+_MIN_SECONDS = 1.0
 
-    The first ``warm`` batches start the pipeline and are not timed; further
-    epochs (up to ``max_epochs``) run until ``min_seconds`` have been timed.
-    The pipeline runs on from one epoch into the next, so the time is steady.
+
+def _machine_busy_s():
+    """CPU seconds every core of the machine has spent busy (user, system, irq), from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()[1:]
+        user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
+        return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return None
+
+
+def _process_cpu_s():
+    t = os.times()
+    return t.user + t.system
+
+
+class _Window:
+    """Samples made inside a timed window, and the CPU spent in it.
+
+    The window opens when batch ``warm`` arrives and closes when the last
+    batch arrives: the samples counted are those of the batches that arrived
+    inside it (a batch that arrives as the window opens was made before it).
+    Windows add up across epochs and loaders.
     """
-    samples, t0, before = 0, None, None
-    for epoch in range(first_epoch, first_epoch + max_epochs):
+
+    def __init__(self):
+        self.samples = 0
+        self.gaps = 0
+        self.seconds = 0.0
+        self.process_cpu = 0.0
+        self.machine_cpu = 0.0
+        self.stats = []  # (before, after) loader stats per window
+
+    @property
+    def rate(self):
+        return self.samples / self.seconds if self.seconds > 0 else 0.0
+
+    def too_short(self):
+        return self.gaps < _MIN_GAPS or self.seconds < _MIN_SECONDS
+
+    def cpu_per_sample(self):
+        return self.process_cpu / self.samples if self.samples else 0.0
+
+    def other_cpu_per_sample(self):
+        """Machine CPU outside this process (the kernel's work for it, mostly) per sample."""
+        if self.samples == 0 or self.machine_cpu is None:
+            return 0.0
+        return max(0.0, self.machine_cpu - self.process_cpu) / self.samples
+
+    def run_epoch(self, loader, step, epoch, warm, phase):
+        """One epoch through ``step``; the window covers batch ``warm`` to the last."""
         loader.set_epoch(epoch)
         n_batches = len(loader)
+        t0 = t_last = None
+        samples = gaps = 0
+        before = after = cpu0 = machine0 = None
         for k, (images, labels) in enumerate(loader):
-            if t0 is None and k == warm:
-                t0 = time.perf_counter()
-                before = loader.stats()
-            step(images, labels)
-            if t0 is not None:
+            if k == n_batches - 1 and t0 is not None:
+                _sync()  # the window ends when the queued GPU work of earlier steps is done
+            now = time.perf_counter()
+            if k == warm:
+                t0, before = now, loader.stats()
+                cpu0, machine0 = _process_cpu_s(), _machine_busy_s()
+            elif t0 is not None:
                 samples += images.shape[0]
+                gaps += 1
+                t_last = now
+            if t_last is not None and k == n_batches - 1:
+                cpu1, machine1 = _process_cpu_s(), _machine_busy_s()
+                after = loader.stats()
+            step(images, labels)
             phase.update(k + 1, n_batches)
             del images, labels
-        if t0 is not None and time.perf_counter() - t0 >= min_seconds:
-            break
-    _sync()
-    elapsed = time.perf_counter() - t0 if t0 is not None else 0.0
-    after = loader.stats()
-    return (samples / elapsed if elapsed > 0 else 0.0), before, after
+        if t_last is None:
+            return
+        if after is None:  # fewer batches than len() said: close the window here
+            cpu1, machine1, after = _process_cpu_s(), _machine_busy_s(), loader.stats()
+        self.samples += samples
+        self.gaps += gaps
+        self.seconds += t_last - t0
+        self.process_cpu += cpu1 - cpu0
+        if self.machine_cpu is not None and machine0 is not None and machine1 is not None:
+            self.machine_cpu += machine1 - machine0
+        else:
+            self.machine_cpu = None
+        self.stats.append((before, after))
+
+    def delta(self, stage, key):
+        return sum(a["stages"][stage][key] - b["stages"][stage][key] for b, a in self.stats)
+
+    def per_item(self, stage):
+        items = self.delta(stage, "items")
+        return self.delta(stage, "busy_cpu_s") / items if items > 0 else 0.0
 
 
 def _sync():
@@ -125,36 +201,66 @@ def _mb(bandwidth):
     return "unlimited" if not bandwidth else f"{bandwidth / 1e6:,.1f} MB/s"
 
 
-def _step_alone(step, shape, dtype, batch, seconds, phases, torch):
-    """Phase 1: the step on one synthetic batch already in memory: (samples/s, CPU s/sample)."""
-    phases.begin("step on synthetic in-memory batches")
-    images = (torch.rand(shape) if dtype == "float32"
-              else torch.randint(0, 256, shape, dtype=torch.uint8))
-    labels = torch.zeros(batch, dtype=torch.int64)
+def _time_step(step, images, labels, seconds, phases=None):
+    """The step back to back on one batch: (samples/s, process CPU seconds per sample)."""
+    batch = images.shape[0]
     for _ in range(2):
         step(images, labels)
+    _sync()
     steps, t0, c0 = 0, time.perf_counter(), time.process_time()
     while True:
         step(images, labels)
         steps += 1
         elapsed = time.perf_counter() - t0
-        phases.update(min(elapsed, seconds), seconds)
+        if phases is not None:
+            phases.update(min(elapsed, seconds), seconds)
         if (elapsed >= seconds and steps >= 5) or steps >= 5000:
             _sync()
             elapsed = time.perf_counter() - t0
             break
-    rate = steps * batch / elapsed
-    phases.end(f"G = {rate:,.0f} samples/s")
-    return rate, (time.process_time() - c0) / (steps * batch)
+    return steps * batch / elapsed, (time.process_time() - c0) / (steps * batch)
 
 
-def _delta(after, before, stage, key):
-    return after["stages"][stage][key] - before["stages"][stage][key]
+def _spin_after_step(step, images, labels, rounds=4, idle_s=0.03):
+    """CPU seconds per sample the step's threads burn after it returns (spin-waiting)."""
+    spent = 0.0
+    for _ in range(rounds):
+        step(images, labels)
+        _sync()
+        c0 = time.process_time()
+        time.sleep(idle_s)
+        spent += time.process_time() - c0
+    return spent / (rounds * images.shape[0])
 
 
-def _per_item(after, before, stage):
-    items = _delta(after, before, stage, "items")
-    return _delta(after, before, stage, "busy_cpu_s") / items if items > 0 else 0.0
+def _step_alone(step, shape, dtype, batch, seconds, phases, torch):
+    """Phase 1: the step on one synthetic batch already in memory.
+
+    Gives G and the step's CPU per sample with torch's intra-op threads as
+    they are, and (when there are several) with one thread and the CPU its
+    idle threads spin away after each step: the model needs both to know how
+    the step shares the cores with the prep threads.
+    """
+    phases.begin("step on synthetic in-memory batches")
+    images = (torch.rand(shape) if dtype == "float32"
+              else torch.randint(0, 256, shape, dtype=torch.uint8))
+    labels = torch.zeros(batch, dtype=torch.int64)
+    threads = max(1, torch.get_num_threads())
+    rate, cpu = _time_step(step, images, labels, seconds, phases)
+    out = {"step_rate": rate, "step_cpu": cpu, "step_threads": threads,
+           "step_rate_1": 0.0, "step_cpu_1": 0.0, "step_spin_cpu": 0.0}
+    if threads > 1:
+        out["step_spin_cpu"] = _spin_after_step(step, images, labels)
+        torch.set_num_threads(1)
+        try:
+            out["step_rate_1"], out["step_cpu_1"] = _time_step(step, images, labels,
+                                                               max(0.5, seconds / 2))
+        finally:
+            torch.set_num_threads(threads)
+    phases.end(f"G = {rate:,.0f} samples/s"
+               + (f" ({threads} threads; {out['step_rate_1']:,.0f} with one)" if threads > 1
+                  else ""))
+    return out
 
 
 def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
@@ -187,6 +293,12 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
     items = min(items, num_items)
     run["subset"] = items if items < num_items else 0
 
+    n_batches = -(-items // batch) if not base.get("drop_last") else items // batch
+    if n_batches < 3:
+        raise ValueError(
+            f"a sample of {items} items makes {n_batches} batch(es) of {batch}: too few to "
+            "time a step against (at least 3 per epoch); give more items or a smaller batch_size")
+
     cache_name = f"nostall-analyze-{os.getpid()}"
     cores = _nostall.available_cores()
     notes = []
@@ -196,8 +308,8 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
         resolved = plain.spec
         shape = (batch,) + tuple(plain.sample_shape)
         reads = int(resolved["reads_in_flight"])
-        step_rate, step_cpu = _step_alone(step, shape, resolved["dtype"], batch, step_seconds,
-                                          phases, torch)
+        step_profile = _step_alone(step, shape, resolved["dtype"], batch, step_seconds,
+                                   phases, torch)
         # Storage, directly: cold reads one at a time, then `reads` at a time.
         phases.begin("storage probe (cold reads)")
         storage = json.loads(plain._require_core().probe_storage(
@@ -212,6 +324,8 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
     cached_spec = {**run, "cache_name": cache_name,
                    "cache_bytes": int(mean_bytes * items * 1.3) + (8 << 20),
                    "drop_page_cache": True}
+    warm = min(warmup_batches, max(0, n_batches // 4))
+    cold, cached = _Window(), _Window()
     try:
         try:
             loader = Loader.from_spec(cached_spec)
@@ -222,40 +336,69 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
         with loader:
             phases.begin("real data, cold storage")
             loader._require_core().evict_page_cache()
-            warm = min(warmup_batches, max(0, len(loader) // 4))
-            cold_rate, b0, a0 = _timed_epochs(loader, step, 0, warm, phases)
-            phases.end(f"{cold_rate:,.0f} samples/s")
+            cold.run_epoch(loader, step, 0, warm, phases)
+            if cold.too_short():
+                # A short epoch: more cold epochs, read through a loader without the cache.
+                with Loader.from_spec({**run, "drop_page_cache": True}) as more:
+                    epoch, started = 0, time.perf_counter()
+                    while cold.too_short() and time.perf_counter() - started < 60:
+                        more._require_core().evict_page_cache()
+                        more_warm = warm if epoch == 0 else 0  # it runs on between epochs
+                        cold.run_epoch(more, step, epoch, more_warm, phases)
+                        epoch += 1
+            phases.end(f"{cold.rate:,.0f} samples/s")
 
             phases.begin("real data, cached")
             # Cached epochs are quick: time a few, for a steadier CPU rate.
-            cached_rate, b1, a1 = _timed_epochs(loader, step, 1, warm, phases,
-                                                min_seconds=2.0, max_epochs=3)
-            phases.end(f"{cached_rate:,.0f} samples/s")
+            epoch, started = 1, time.perf_counter()
+            while epoch <= 3 or (cached.too_short() and time.perf_counter() - started < 60):
+                cached.run_epoch(loader, step, epoch, warm if epoch == 1 else 0, phases)
+                epoch += 1
+                if cached.seconds >= 2.0 and not cached.too_short():
+                    break
+            phases.end(f"{cached.rate:,.0f} samples/s")
             stats = loader.stats()
     finally:
         try:
             _nostall.remove_cache(cache_name)
         except Exception:
             pass
+    for name, w in (("cold", cold), ("cached", cached)):
+        if w.too_short():
+            raise RuntimeError(
+                f"the {name} run timed only {w.gaps} batches in {w.seconds:.2f} s, too few to "
+                "trust; give more items (a larger sample) or a smaller batch_size")
 
-    prep_items = _delta(a0, b0, "prep", "items") + _delta(a1, b1, "prep", "items")
-    prep_cpu = ((_delta(a0, b0, "prep", "busy_cpu_s") + _delta(a1, b1, "prep", "busy_cpu_s"))
+    prep_items = cold.delta("prep", "items") + cached.delta("prep", "items")
+    prep_cpu = ((cold.delta("prep", "busy_cpu_s") + cached.delta("prep", "busy_cpu_s"))
                 / prep_items if prep_items > 0 else 0.0)
     cache_epochs = stats.get("cache", {}).get("epochs", [])
     if len(cache_epochs) >= 2 and cache_epochs[1]["hit_rate"] < 0.95:
         notes.append(f"the cached run hit only {cache_epochs[1]['hit_rate']:.0%} "
                      "of its reads in the cache")
     # Encoded bytes per item: what the cold epoch read (the index may not know sizes).
-    fetched = _delta(a0, b0, "fetch", "items")
-    item_bytes = (_delta(a0, b0, "fetch", "bytes") / fetched) if fetched > 0 else mean_bytes
+    fetched = cold.delta("fetch", "items")
+    item_bytes = (cold.delta("fetch", "bytes") / fetched) if fetched > 0 else mean_bytes
     dataset_bytes = item_bytes * num_items
+    # Reading cold costs more CPU than the fetch threads' own clocks show:
+    # the kernel's work outside this process (I/O completion, page-cache
+    # drops) and, in a process whose threads already share the cores, more
+    # of everything else (more wake-ups, more spinning). All of it is the
+    # price of reading cold, so the fetch CPU per item from storage is the
+    # cached fetch CPU plus the whole difference in CPU per sample, cold
+    # minus cached, this process and the rest of the machine, or at least
+    # what the fetch threads' clocks say.
+    fetch_hit = cached.per_item("fetch")
+    fetch_threads = max(0.0, cold.per_item("fetch") - fetch_hit)
+    process_extra = max(0.0, cold.cpu_per_sample() - cached.cpu_per_sample())
+    kernel_extra = max(0.0, cold.other_cpu_per_sample() - cached.other_cpu_per_sample())
+    fetch_miss = fetch_hit + max(fetch_threads, process_extra) + kernel_extra
 
     profile = {
-        "step_rate": step_rate,
-        "step_cpu": step_cpu,
+        **step_profile,
         "prep_cpu": prep_cpu,
-        "fetch_cpu_miss": _per_item(a0, b0, "fetch"),
-        "fetch_cpu_hit": _per_item(a1, b1, "fetch"),
+        "fetch_cpu_miss": fetch_miss,
+        "fetch_cpu_hit": fetch_hit,
         "item_bytes": item_bytes,
         "dataset_bytes": float(dataset_bytes),
         "dataset_items": num_items,
@@ -269,14 +412,60 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
             "jobs": 1,
             "shared": False,
         },
-        "cached_rate": cached_rate,
-        "cold_rate": cold_rate,
+        "cached_rate": cached.rate,
+        "cold_rate": cold.rate,
     }
     result = json.loads(_nostall.analysis_json(json.dumps(profile)))
     result["run"] = {"source": base.get("source"), "batch_size": batch, "items": items,
                      "dataset_items": num_items, "storage_probe": storage, "notes": notes,
-                     "spec": base}
+                     "spec": base,
+                     "windows": {name: {"batches": w.gaps, "samples": w.samples,
+                                        "seconds": w.seconds,
+                                        "process_cpu_s": w.process_cpu,
+                                        "machine_cpu_s": w.machine_cpu}
+                                 for name, w in (("cold", cold), ("cached", cached))},
+                     "fetch_cpu_cold": {"fetch_threads": fetch_threads,
+                                        "process": process_extra, "kernel": kernel_extra}}
     return Analysis(result)
+
+
+def contradictions(result: dict) -> list:
+    """Where an analysis's printed figures disagree with each other (an empty list: none).
+
+    The stall breakdown, the bottleneck and the recommendation must tell one
+    story: a compute bottleneck with no stall beyond the noise, and a
+    recommendation of nothing; a prep or fetch bottleneck with a measured
+    stall of that kind and a recommendation that changes something (or says
+    the model cannot explain the stall); the step's rate printed as measured.
+    """
+    out = []
+    b = result["breakdown"]
+    stall = b["prep_stall"] + b["fetch_stall"]
+    named = result["bottleneck"]
+    limit = result["predicted"]["limit"]
+    rec = result["recommendation"]
+    m = result["profile"]["measured"]
+    changes = [k for k in ("cache_fraction", "reads_in_flight", "cores", "prep_threads")
+               if rec["config"][k] > m[k] + 1e-9]
+    if named == "compute" and stall > _NOISE:
+        out.append(f"bottleneck compute with a measured stall of {stall:.1%}")
+    if named != "compute" and stall <= _NOISE:
+        out.append(f"bottleneck {named} with no stall beyond the noise ({stall:.1%})")
+    if named == "fetch" and b["fetch_stall"] <= _NOISE:
+        out.append(f"bottleneck fetch with a fetch stall of {b['fetch_stall']:.1%}")
+    if named == "prep" and b["prep_stall"] <= _NOISE and not (
+            limit == "cpu" and stall > _NOISE):
+        out.append(f"bottleneck prep with a prep stall of {b['prep_stall']:.1%}")
+    if named == "compute" and changes:
+        out.append(f"bottleneck compute, yet the recommendation changes {', '.join(changes)}")
+    if named == "fetch" and changes and not {"cache_fraction", "reads_in_flight"} & set(changes) \
+            and result["predicted"]["bottleneck"] == "fetch":
+        out.append("bottleneck fetch, yet the recommendation changes neither cache nor reads")
+    g = result["predicted"]["limits"]["compute"]
+    if g is not None and abs(g - result["profile"]["step_rate"]) > 1e-6 * g:
+        out.append(f"the step's rate printed as {g:,.0f}, measured "
+                   f"{result['profile']['step_rate']:,.0f}")
+    return out
 
 
 class Analysis:

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -24,7 +26,8 @@ json ConfigToJson(const Config& c) {
           {"bandwidth", c.bandwidth},
           {"latency_s", c.latency},
           {"jobs", c.jobs},
-          {"shared", c.shared}};
+          {"shared", c.shared},
+          {"step_threads", c.step_threads}};
 }
 
 Config ConfigFromJson(const json& j, Config c = {}) {
@@ -36,6 +39,7 @@ Config ConfigFromJson(const json& j, Config c = {}) {
   c.latency = j.value("latency_s", c.latency);
   c.jobs = j.value("jobs", c.jobs);
   c.shared = j.value("shared", c.shared);
+  c.step_threads = j.value("step_threads", c.step_threads);
   return c;
 }
 
@@ -64,7 +68,7 @@ double CpuPerSample(const Profile& p, const Config& c) {
   const double h = Clamp01(c.cache_fraction);
   const double pipelines = c.shared ? 1 : std::max(1, c.jobs);
   const double fetch = h * p.fetch_cpu_hit + (1 - h) * p.fetch_cpu_miss;
-  return pipelines * (p.prep_cpu + fetch) + std::max(1, c.jobs) * p.step_cpu;
+  return pipelines * (p.prep_cpu + fetch) + std::max(1, c.jobs) * StepAt(p, c).cpu;
 }
 
 }  // namespace
@@ -100,15 +104,109 @@ Bottleneck BottleneckOf(Limit l) {
   return Bottleneck::kCompute;
 }
 
+StepCost StepAt(const Profile& p, const Config& c) {
+  StepCost out;
+  const int measured = std::max(1, p.step_threads);
+  const int fit = std::max(1, static_cast<int>(std::floor(c.cores + 1e-9)));
+  const int k = c.step_threads > 0 ? c.step_threads : std::min(measured, fit);
+  out.threads = k;
+  const double tk = p.step_rate > 0 ? 1 / p.step_rate : 0;
+  if (k == measured || tk == 0) {
+    out.seconds = tk;
+    out.cpu = p.step_cpu;
+  } else if (p.step_rate_1 > 0 && measured > 1) {
+    // Amdahl through the two measured points: serial fraction f from
+    // t(measured) = t(1) * (f + (1 - f) / measured); CPU linear in threads.
+    const double t1 = 1 / p.step_rate_1;
+    const double f =
+        std::min(1.0, std::max(0.0, (tk / t1 - 1.0 / measured) / (1 - 1.0 / measured)));
+    out.seconds = t1 * (f + (1 - f) / k);
+    out.cpu = std::max(0.0, p.step_cpu_1 + (p.step_cpu - p.step_cpu_1) * (k - 1) /
+                                               static_cast<double>(measured - 1));
+  } else {
+    out.seconds = tk * measured / k;  // not measured: perfect scaling
+    out.cpu = p.step_cpu;
+  }
+  out.busy_cores = out.seconds > 0 ? std::min<double>(k, out.cpu / out.seconds) : 0;
+  out.spin_cpu = measured > 1 ? p.step_spin_cpu * (k - 1) / (measured - 1) : 0;
+  return out;
+}
+
+namespace {
+
+// Prep threads for `cores` whole cores: one per core, or one per core the
+// step leaves free, whichever the model says is faster.
+int PrepThreadsFor(const Profile& p, Config c, int cores, const Efficiency& eff);
+
+// The sharing limit (see nostall/analyze.h): one sample's cycle of step and
+// wait, the cores shared fairly among the runnable threads. Returns samples/s
+// per job; `oversubscribed` says whether the busy threads outnumber the cores.
+double SharingRate(const Profile& p, const Config& c, const Efficiency& e,
+                   bool* oversubscribed) {
+  *oversubscribed = false;
+  const double pipelines = c.shared ? 1 : std::max(1, c.jobs);
+  const double jobs = std::max(1, c.jobs);
+  const double work = pipelines * p.prep_cpu;  // prep CPU per sample of each job
+  const double threads = pipelines * std::max(1, c.prep_threads);
+  if (work <= 0 || c.cores <= 0 || e.cpu <= 0) return kInf;
+  const StepCost step = StepAt(p, c);
+  const double stepping = jobs * step.busy_cores;  // cores the steps want while they run
+  const double cpu_bound = step.threads > 0 ? std::min(1.0, step.busy_cores / step.threads) : 0;
+  const double spinners = jobs * std::max(0, step.threads - 1);
+  // The fetch threads' CPU (reading, the kernel's work for it) is taken off
+  // the cores the step and the prep threads share.
+  const double h = Clamp01(c.cache_fraction);
+  const double fetch = pipelines * (h * p.fetch_cpu_hit + (1 - h) * p.fetch_cpu_miss);
+  double busy = 1;  // fraction of the prep threads runnable while the step runs
+  double wait = 0, rate = 0;
+  for (int iter = 0; iter < 100; ++iter) {
+    const double cores = std::max(0.05 * c.cores, c.cores - rate * fetch / e.cpu);
+    const bool crowded = stepping + threads * busy > cores + 1e-9;
+    const double eff = e.cpu * (crowded && step.threads > 1 ? e.contention : 1);
+    const double share_step = std::min(1.0, cores / std::max(1e-12, stepping + threads * busy));
+    // The step runs at its own speed unless it has to share; then at its share.
+    const double slow = crowded ? 1 / std::min(1.0, share_step * eff) : 1;
+    const double step_time = step.seconds * ((1 - cpu_bound) + cpu_bound * slow);
+    const double done_in_step = threads * share_step * eff * step_time;
+    const double spinning =
+        wait > 0 ? std::min(spinners, jobs * step.spin_cpu / wait) : (step.spin_cpu > 0 ? spinners : 0);
+    const double share_wait = std::min(1.0, cores / std::max(1e-12, threads + spinning));
+    double next_busy = 1, next_wait = 0;
+    if (done_in_step >= work) {
+      next_busy = done_in_step > 0 ? work / done_in_step : 0;
+    } else {
+      next_wait = (work - done_in_step) / (threads * share_wait * eff);
+    }
+    *oversubscribed = crowded;
+    const double next_rate = 1 / (step_time + next_wait);
+    const bool settled = std::abs(next_rate - rate) <= 1e-9 * next_rate;
+    busy = 0.5 * (busy + next_busy);
+    wait = 0.5 * (wait + next_wait);
+    rate = iter == 0 ? next_rate : 0.5 * (rate + next_rate);
+    if (settled && iter > 2) break;
+  }
+  return rate;
+}
+
+}  // namespace
+
 Prediction Predict(const Profile& p, const Config& c, const Efficiency& eff) {
   Prediction out;
   const double miss = 1 - Clamp01(c.cache_fraction);
   const double pipelines = c.shared ? 1 : std::max(1, c.jobs);
   double* lim = out.limits;
-  lim[0] = p.step_rate > 0 ? p.step_rate * eff.compute : kInf;
+  const StepCost step = StepAt(p, c);
+  lim[0] = step.seconds > 0 ? eff.compute / step.seconds : kInf;
   const double cpu = CpuPerSample(p, c);
   lim[1] = cpu > 0 ? c.cores * eff.cpu / cpu : kInf;
-  lim[2] = p.prep_cpu > 0 ? c.prep_threads * eff.cpu / p.prep_cpu : kInf;
+  bool oversubscribed = false;
+  const double sharing = SharingRate(p, c, eff, &oversubscribed);
+  lim[2] = kInf;
+  if (oversubscribed) {
+    lim[1] = std::min(lim[1], sharing);
+  } else {
+    lim[2] = sharing;
+  }
   lim[3] = c.bandwidth > 0 && miss > 0 && p.item_bytes > 0
                ? c.bandwidth * eff.storage / (pipelines * miss * p.item_bytes)
                : kInf;
@@ -116,31 +214,93 @@ Prediction Predict(const Profile& p, const Config& c, const Efficiency& eff) {
   lim[4] = miss > 0 && read_time > 0 ? c.reads_in_flight * eff.storage / (miss * read_time) : kInf;
   int best = 0;
   for (int l = 1; l < 5; ++l) {
-    if (lim[l] < lim[best]) best = l;  // ties go to the earlier: compute first
+    if (lim[l] < lim[best] * (1 - 1e-9)) best = l;  // ties go to the earlier: compute first
   }
   out.limit = static_cast<Limit>(best);
   out.rate = lim[best];
   return out;
 }
 
+namespace {
+
+int PrepThreadsFor(const Profile& p, Config c, int cores, const Efficiency& eff) {
+  c.cores = cores;
+  const int all = std::max(1, cores);
+  const int left = std::max(1, cores - static_cast<int>(std::lround(StepAt(p, c).busy_cores)));
+  if (left == all) return all;
+  c.prep_threads = all;
+  const double rate_all = Predict(p, c, eff).rate;
+  c.prep_threads = left;
+  return Predict(p, c, eff).rate > rate_all * (1 + 1e-9) ? left : all;
+}
+
+double ClampEfficiency(double x) { return std::min(1.5, std::max(0.5, x)); }
+
+// The CPU (or contention) efficiency at which the model's CPU limits give
+// `rate` (the sharing limit is not linear in it: bisection; it rises with
+// efficiency).
+double EfficiencyFor(const Profile& p, const Config& c, double rate, Efficiency base,
+                     double Efficiency::*field) {
+  auto cpu_rate = [&](double x) {
+    Efficiency eff = base;
+    eff.*field = x;
+    eff.compute = 1e9;  // only the CPU limits
+    eff.storage = 1e9;
+    return Predict(p, c, eff).rate;
+  };
+  double lo = 0.5, hi = 1.5;
+  if (cpu_rate(lo) >= rate) return lo;
+  if (cpu_rate(hi) <= rate) return hi;
+  for (int i = 0; i < 60; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (cpu_rate(mid) < rate ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+// Whether a multithreaded step and the prep threads outnumber the cores at `c`.
+bool Crowded(const Profile& p, const Config& c) {
+  const StepCost step = StepAt(p, c);
+  return step.threads > 1 && step.busy_cores + std::max(1, c.prep_threads) > c.cores + 1e-9;
+}
+
+}  // namespace
+
 Efficiency Calibrate(const Profile& p) {
   Efficiency eff;
-  auto clamp = [](double x) { return std::min(1.5, std::max(0.5, x)); };
   Config cached = p.measured;
   cached.cache_fraction = 1;
-  if (p.cached_rate > 0) {
-    Prediction raw = Predict(p, cached, eff);
-    if (raw.bottleneck() == Bottleneck::kPrep) {
-      eff.cpu = clamp(p.cached_rate / raw.rate);
-    } else if (raw.limit == Limit::kCompute) {
-      eff.compute = clamp(p.cached_rate / raw.rate);
-    }
-  }
   Config cold = p.measured;
   cold.cache_fraction = 0;
+  // Where a multithreaded step crowds the prep threads, what the fair-share
+  // model misses is the step's spinning: calibrate that, not the prep cost,
+  // so that a configuration without the crowding does not inherit it.
+  double Efficiency::*field = Crowded(p, cached) ? &Efficiency::contention : &Efficiency::cpu;
+  if (p.cached_rate > 0) {
+    Prediction raw = Predict(p, cached, eff);
+    const bool slower_than_step = p.cached_rate < raw.limits[0] * (1 - kModelNoise);
+    if (raw.bottleneck() == Bottleneck::kPrep || slower_than_step) {
+      const double from_cached = EfficiencyFor(p, cached, p.cached_rate, eff, field);
+      // A cold run the CPU limits too is a second measurement of the same
+      // efficiency (the fetch CPU is measured apart): average the two.
+      Efficiency with = eff;
+      with.*field = from_cached;
+      Prediction cold_raw = Predict(p, cold, with);
+      if (p.cold_rate > 0 && cold_raw.bottleneck() == Bottleneck::kPrep &&
+          Crowded(p, cold) == Crowded(p, cached)) {
+        eff.*field = 0.5 * (from_cached + EfficiencyFor(p, cold, p.cold_rate, eff, field));
+      } else {
+        eff.*field = from_cached;
+      }
+    }
+  }
   if (p.cold_rate > 0) {
     Prediction raw = Predict(p, cold, eff);
-    if (raw.bottleneck() == Bottleneck::kFetch) eff.storage = clamp(p.cold_rate / raw.rate);
+    const double storage = std::min(raw.limits[3], raw.limits[4]);
+    const bool slower = p.cold_rate < raw.rate * (1 - kModelNoise);
+    if (std::isfinite(storage) && (raw.bottleneck() == Bottleneck::kFetch || slower)) {
+      eff.storage = ClampEfficiency(p.cold_rate / storage);
+    }
   }
   return eff;
 }
@@ -153,10 +313,12 @@ Recommendation Recommend(const Profile& p, const Efficiency& eff) {
   const double max_cores = 4 * std::max(1.0, p.measured.cores);
   Config best = c;
   best.cores = max_cores;
-  best.prep_threads = static_cast<int>(max_cores);
   best.cache_fraction = 1;
-  const double step_rate = p.step_rate * eff.compute;
-  const double target = std::min(step_rate, max_cores * eff.cpu / CpuPerSample(p, best));
+  best.prep_threads = PrepThreadsFor(p, best, static_cast<int>(max_cores), eff);
+  const double step_rate = Predict(p, c, eff).limits[0];
+  Efficiency pipeline_only = eff;
+  pipeline_only.compute = 1e9;
+  const double target = std::min(step_rate, Predict(p, best, pipeline_only).rate);
   const double pipelines = c.shared ? 1 : std::max(1, c.jobs);
   // Storage: a cache that cuts the bytes read to what the bandwidth carries,
   // then the reads in flight that hide the latency of what still misses.
@@ -176,11 +338,19 @@ Recommendation Recommend(const Profile& p, const Efficiency& eff) {
     const int need = static_cast<int>(std::ceil(target * miss_after * read_time / eff.storage - 1e-9));
     c.reads_in_flight = std::max(p.measured.reads_in_flight, std::min(need, kMaxSuggestedReads));
   }
-  // CPU: the cores that carry the pipeline(s) and the step(s) at the target.
-  const double cores = std::ceil(target * CpuPerSample(p, c) / eff.cpu - 1e-9);
-  const double thread_cores = std::ceil(target * p.prep_cpu / eff.cpu - 1e-9);
-  c.cores = std::max(p.measured.cores, std::min(max_cores, std::max(cores, thread_cores)));
-  c.prep_threads = std::max(p.measured.prep_threads, static_cast<int>(c.cores));
+  // CPU: the fewest whole cores (a prep thread each) that carry the
+  // pipeline(s) and the step(s) at the target, their sharing included.
+  Efficiency storage_free = eff;
+  storage_free.storage = 1e9;
+  Config trial = c;
+  for (int n = static_cast<int>(std::ceil(p.measured.cores - 1e-9)); n <= max_cores; ++n) {
+    trial.cores = std::max<double>(n, p.measured.cores);
+    trial.prep_threads = n == p.measured.cores ? p.measured.prep_threads
+                                               : PrepThreadsFor(p, trial, n, storage_free);
+    if (Predict(p, trial, storage_free).rate >= target * (1 - 1e-6)) break;
+  }
+  c.cores = trial.cores;
+  c.prep_threads = trial.prep_threads;
   r.config = c;
   r.cache_bytes = c.cache_fraction * p.dataset_bytes;
   r.rate = Predict(p, c, eff).rate;
@@ -194,6 +364,10 @@ Result<Profile> Profile::FromJson(const std::string& text) {
     Profile p;
     p.step_rate = j.at("step_rate").get<double>();
     p.step_cpu = j.value("step_cpu", 0.0);
+    p.step_threads = j.value("step_threads", 1);
+    p.step_rate_1 = j.value("step_rate_1", 0.0);
+    p.step_cpu_1 = j.value("step_cpu_1", 0.0);
+    p.step_spin_cpu = j.value("step_spin_cpu", 0.0);
     p.prep_cpu = j.at("prep_cpu").get<double>();
     p.fetch_cpu_miss = j.value("fetch_cpu_miss", 0.0);
     p.fetch_cpu_hit = j.value("fetch_cpu_hit", 0.0);
@@ -203,9 +377,10 @@ Result<Profile> Profile::FromJson(const std::string& text) {
     p.measured = ConfigFromJson(j.at("measured"));
     p.cached_rate = j.value("cached_rate", 0.0);
     p.cold_rate = j.value("cold_rate", 0.0);
-    if (p.step_rate <= 0 || p.prep_cpu < 0 || p.item_bytes < 0 || p.measured.cores <= 0) {
-      return InvalidArgument("a profile needs step_rate > 0, prep_cpu >= 0, item_bytes >= 0 "
-                             "and measured.cores > 0");
+    if (p.step_rate <= 0 || p.prep_cpu < 0 || p.item_bytes < 0 || p.measured.cores <= 0 ||
+        p.step_threads < 1 || p.step_rate_1 < 0 || p.step_cpu_1 < 0 || p.step_spin_cpu < 0) {
+      return InvalidArgument("a profile needs step_rate > 0, prep_cpu >= 0, item_bytes >= 0, "
+                             "measured.cores > 0, step_threads >= 1 and no negative step cost");
     }
     return p;
   } catch (const json::exception& e) {
@@ -215,6 +390,8 @@ Result<Profile> Profile::FromJson(const std::string& text) {
 
 std::string Profile::ToJson() const {
   json j = {{"step_rate", step_rate},           {"step_cpu", step_cpu},
+            {"step_threads", step_threads},     {"step_rate_1", step_rate_1},
+            {"step_cpu_1", step_cpu_1},         {"step_spin_cpu", step_spin_cpu},
             {"prep_cpu", prep_cpu},             {"fetch_cpu_miss", fetch_cpu_miss},
             {"fetch_cpu_hit", fetch_cpu_hit},   {"item_bytes", item_bytes},
             {"dataset_bytes", dataset_bytes},   {"dataset_items", dataset_items},
@@ -228,7 +405,10 @@ std::string AnalysisJson(const Profile& p) {
   const Config& m = p.measured;
   json out;
   out["profile"] = json::parse(p.ToJson());
-  out["efficiency"] = {{"compute", eff.compute}, {"cpu", eff.cpu}, {"storage", eff.storage}};
+  out["efficiency"] = {{"compute", eff.compute},
+                       {"cpu", eff.cpu},
+                       {"contention", eff.contention},
+                       {"storage", eff.storage}};
 
   // The differential measurement, as time per sample.
   const double t_step = 1 / p.step_rate;
@@ -246,9 +426,44 @@ std::string AnalysisJson(const Profile& p) {
   cold.cache_fraction = 0;
   const Prediction now = Predict(p, m, eff);
   out["predicted"] = PredictionJson(now);
-  out["bottleneck"] = BottleneckName(now.bottleneck());
-  out["check"] = {{"cached", {{"measured", p.cached_rate}, {"model", Predict(p, cached, eff).rate}}},
-                  {"cold", {{"measured", p.cold_rate}, {"model", Predict(p, cold, eff).rate}}}};
+  // The bottleneck printed must agree with the stalls printed: the model's,
+  // unless the measurement says its resource cost no time (within the
+  // noise); then the larger measured stall, or compute if neither counts.
+  const double prep_frac = prep_stall / total, fetch_frac = fetch_stall / total;
+  Bottleneck named = now.bottleneck();
+  const double named_stall = named == Bottleneck::kFetch ? fetch_frac
+                             : named == Bottleneck::kPrep
+                                 ? (now.limit == Limit::kCpu ? prep_frac + fetch_frac : prep_frac)
+                                 : 0.0;
+  if (prep_frac + fetch_frac <= kModelNoise) {
+    named = Bottleneck::kCompute;
+  } else if (named_stall <= kModelNoise) {
+    named = fetch_frac > prep_frac ? Bottleneck::kFetch : Bottleneck::kPrep;
+  }
+  out["bottleneck"] = BottleneckName(named);
+  out["model_bottleneck"] = BottleneckName(now.bottleneck());
+  // Model against measurement, before and after calibration; beyond the
+  // noise the report names the difference.
+  json check = json::object();
+  json disagreements = json::array();
+  for (const auto& [name, config, measured] :
+       {std::tuple<const char*, Config, double>{"cached", cached, p.cached_rate},
+        std::tuple<const char*, Config, double>{"cold", cold, p.cold_rate}}) {
+    const double raw = Predict(p, config, Efficiency{}).rate;
+    const double model = Predict(p, config, eff).rate;
+    check[name] = {{"measured", measured}, {"model", model}, {"uncalibrated", raw}};
+    if (measured <= 0) continue;
+    for (const auto& [kind, value] : {std::pair<const char*, double>{"uncalibrated", raw},
+                                      std::pair<const char*, double>{"calibrated", model}}) {
+      const double off = (value - measured) / measured;
+      if (std::abs(off) > kModelNoise) {
+        disagreements.push_back({{"run", name}, {"model", kind}, {"measured", measured},
+                                 {"predicted", value}, {"off", off}});
+      }
+    }
+  }
+  out["check"] = check;
+  out["disagreements"] = disagreements;
 
   json curves;
   json cache = json::array();
@@ -264,8 +479,10 @@ std::string AnalysisJson(const Profile& p) {
   for (int n = 1; n <= max_cores; n += step) {
     Config c = m;
     c.cores = n;
-    c.prep_threads = n;
-    cores.push_back(Point(n, Predict(p, c, eff)));
+    c.prep_threads = PrepThreadsFor(p, c, n, eff);
+    json point = Point(n, Predict(p, c, eff));
+    point["prep_threads"] = c.prep_threads;
+    cores.push_back(point);
   }
   curves["cores"] = cores;
   json bw = json::array();
@@ -312,7 +529,8 @@ Result<std::string> PredictJson(const Profile& p, const std::string& config_json
     json j = json::parse(config_json);
     if (!j.is_object()) return InvalidArgument("a configuration is a JSON object");
     static const char* kKnown[] = {"cores", "prep_threads", "reads_in_flight", "cache_fraction",
-                                   "bandwidth", "latency_s", "jobs", "shared"};
+                                   "bandwidth", "latency_s", "jobs", "shared",
+                                   "step_threads"};
     for (const auto& [key, value] : j.items()) {
       if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
         return InvalidArgument("unknown configuration field '" + key + "'");

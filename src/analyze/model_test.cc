@@ -64,7 +64,7 @@ TEST(ModelTest, StepCpuAndFetchCpuShareTheCores) {
   c.latency = 0;
   // 2 cores / (4 + 1 + 1 ms) per sample.
   EXPECT_DOUBLE_EQ(Predict(p, c).limits[static_cast<int>(Limit::kCpu)], 2 / 0.006);
-  c.cores = 8;
+  c.cores = 9;  // the step keeps one core busy; 8 prep threads on the other 8
   c.prep_threads = 8;
   EXPECT_DOUBLE_EQ(Predict(p, c).rate, 1000);
   EXPECT_EQ(Predict(p, c).bottleneck(), Bottleneck::kCompute);
@@ -106,7 +106,10 @@ TEST(ModelTest, CalibrationReproducesTheMeasuredRates) {
   EXPECT_NEAR(Predict(p, cold, e).rate, 300, 1e-9);
   // A wild measurement cannot bend the model beyond [0.5, 1.5].
   p.cached_rate = 5;
+  p.cold_rate = 0;
   EXPECT_DOUBLE_EQ(Calibrate(p).cpu, 0.5);
+  p.cached_rate = 5000;
+  EXPECT_DOUBLE_EQ(Calibrate(p).cpu, 1.5);
 }
 
 TEST(ModelTest, RecommendationRemovesTheStall) {
