@@ -65,8 +65,8 @@ def situations(data, shards):
              {"throttle_bandwidth": 20 * MB, "cache": 0.5}, "compute"),
             ("4 jobs, one shared pipeline", {"jobs": 4, "shared": True},
              {"jobs": 4, "shared": True}, "compute"),
-            ("4 jobs, a loader each", {"jobs": 4, "shared": False},
-             {"jobs": 4, "shared": False}, "prep"),
+            ("8 jobs, a loader each", {"jobs": 8, "shared": False},
+             {"jobs": 8, "shared": False}, "prep"),
         ], {}),
         ("latency-bound: 25 ms per read, 2 in flight", "fetch",
          {"throttle_latency_ms": 25, "reads_in_flight": 2}, sleep(0.010), [
@@ -75,7 +75,8 @@ def situations(data, shards):
         ], {}),
         ("mixed: 40 MB/s storage, prep and fetch stalls", "fetch",
          {"throttle_bandwidth": 40 * MB}, sleep(0.010), [
-            ("1 core", {"cores": 1, "prep_threads": 1}, {"cores": 1, "num_threads": 1}, "prep"),
+            ("1 core, cache 100%", {"cores": 1, "prep_threads": 1, "cache_fraction": 1.0},
+             {"cores": 1, "num_threads": 1, "cache": 1.0}, "prep"),
             ("cache 100%", {"cache_fraction": 1.0}, {"cache": 1.0}, "prep"),
         ], {}),
         ("tar shards: 30 MB/s storage", "fetch",
@@ -157,6 +158,21 @@ def make_step(desc):
     return torch_step.step
 
 
+def warm_up(step_desc, spec):
+    """A long training job's step is warm: run a torch step on a synthetic batch
+    first (its first few dozen steps are slower), as `analyze` does."""
+    if step_desc["kind"] != "torch":
+        return
+    import torch
+    import torch_step
+
+    size = next(t["size"] for t in spec["transforms"] if t["type"] == "RandomResizedCrop")
+    images = torch.rand(spec["batch_size"], 3, size, size)
+    labels = torch.zeros(spec["batch_size"], dtype=torch.int64)
+    for _ in range(30):
+        torch_step.step(images, labels)
+
+
 # ---------------------------------------------------------------- child side
 
 
@@ -201,6 +217,7 @@ def child_measure(job):
         first_timed = 1  # epoch 0 fills the cache
         epochs += 1
     step = make_step(job["step"])
+    warm_up(job["step"], spec)
     loader = nostall.Loader.from_spec(spec)
     try:
         rate = steady_rate(loader, epochs, step, first_timed=first_timed, warm=2)

@@ -293,17 +293,29 @@ def render_html(r) -> str:
     g = r["predicted"]["limits"]["compute"] or prof["step_rate"]
     curves = r["curves"]
     pred = r["predicted"]
-    rows = [("step alone, in-memory batches (G)", prof["step_rate"], None),
-            ("real data, all cached", prof["cached_rate"], r["check"]["cached"]["model"]),
-            ("real data, cold storage", prof["cold_rate"], r["check"]["cold"]["model"]),
-            (f"as configured (cache {m['cache_fraction']:.0%})", None, pred["rate"])]
+    chk = r["check"]
+    rows = [("step alone, in-memory batches (G)", prof["step_rate"], None, None),
+            ("real data, all cached", prof["cached_rate"], chk["cached"]["model"],
+             chk["cached"].get("uncalibrated")),
+            ("real data, cold storage", prof["cold_rate"], chk["cold"]["model"],
+             chk["cold"].get("uncalibrated")),
+            (f"as configured (cache {m['cache_fraction']:.0%})", None, pred["rate"], None)]
+
+    def cell(x):
+        return "" if x is None else f"{x:,.0f}"
+
     table = "".join(
-        f"<tr><td>{e(name)}</td><td>{'' if meas is None else f'{meas:,.0f}'}</td>"
-        f"<td>{'' if model is None else f'{model:,.0f}'}</td></tr>" for name, meas, model in rows)
+        f"<tr><td>{e(name)}</td><td>{cell(meas)}</td><td>{cell(model)}</td><td>{cell(raw)}</td></tr>"
+        for name, meas, model, raw in rows)
+    if r["bottleneck"] == r.get("model_bottleneck", r["bottleneck"]):
+        limit = f"(limit: {e(_limit_words(r))})"
+    else:
+        limit = "(from the measured stalls; the model disagrees, see the notes)"
     charts = [
         _svg_chart("vs cache size (MinIO)", curves["cache_fraction"], "fraction of dataset cached",
                    lambda x: f"{x:.0%}", g),
-        _svg_chart("vs cores", curves["cores"], "cores (prep threads = cores)",
+        _svg_chart("vs cores", curves["cores"], "cores (a prep thread per core, or per core "
+                   "the step leaves free)",
                    lambda x: f"{x:.0f}", g),
         _svg_chart("vs storage bandwidth", curves["bandwidth"], "MB/s",
                    lambda x: f"{x / 1e6:,.3g}", g, logx=True),
@@ -325,11 +337,11 @@ def render_html(r) -> str:
 <div class="sub">{e(str(run.get('source', '')))} &middot; {run.get('items', 0):,} of {run.get('dataset_items', 0):,} items sampled &middot;
 batch {run.get('batch_size', '?')} &middot; {m['cores']:.0f} cores &middot; storage {e(_bw(m['bandwidth']))}, {m['latency_s'] * 1e3:.2f} ms/read</div>
 <div class="big">Bottleneck: <b style="color:{_COLORS[r['bottleneck']]}">{e(_BOTTLENECK_WORDS[r['bottleneck']])}</b>
-(limit: {e(_limit_words(r))})</div>
+{limit}</div>
 <h2>Time per sample, storage cold</h2>
 {_breakdown_bar(r['breakdown'])}
 <h2>Measured and modelled (samples/s)</h2>
-<table><tr><th>run</th><th>measured</th><th>model</th></tr>{table}</table>
+<table><tr><th>run</th><th>measured</th><th>model</th><th>uncalibrated model</th></tr>{table}</table>
 <h2>What removes the stall</h2><ul>{rec}</ul>
 <h2>What if</h2><div class="sub key">markers:{key}; dashed green line: the step's rate G</div>
 <div class="charts">{''.join(charts)}</div>

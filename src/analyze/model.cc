@@ -15,6 +15,9 @@ namespace {
 using nlohmann::json;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr int kMaxSuggestedReads = 256;
+// Busy threads may outnumber the cores by this much (a step that sleeps on
+// the device still shows a trace of CPU) before the cores count as crowded.
+constexpr double kCrowdSlack = 0.05;
 
 double Clamp01(double x) { return std::min(1.0, std::max(0.0, x)); }
 
@@ -161,7 +164,7 @@ double SharingRate(const Profile& p, const Config& c, const Efficiency& e,
   double wait = 0, rate = 0;
   for (int iter = 0; iter < 100; ++iter) {
     const double cores = std::max(0.05 * c.cores, c.cores - rate * fetch / e.cpu);
-    const bool crowded = stepping + threads * busy > cores + 1e-9;
+    const bool crowded = stepping + threads * busy > cores + kCrowdSlack;
     const double eff = e.cpu * (crowded && step.threads > 1 ? e.contention : 1);
     const double share_step = std::min(1.0, cores / std::max(1e-12, stepping + threads * busy));
     // The step runs at its own speed unless it has to share; then at its share.
@@ -261,7 +264,8 @@ double EfficiencyFor(const Profile& p, const Config& c, double rate, Efficiency 
 // Whether a multithreaded step and the prep threads outnumber the cores at `c`.
 bool Crowded(const Profile& p, const Config& c) {
   const StepCost step = StepAt(p, c);
-  return step.threads > 1 && step.busy_cores + std::max(1, c.prep_threads) > c.cores + 1e-9;
+  return step.threads > 1 &&
+         step.busy_cores + std::max(1, c.prep_threads) > c.cores + kCrowdSlack;
 }
 
 }  // namespace

@@ -157,6 +157,101 @@ TEST(ModelTest, AnalysisJsonHasBreakdownCurvesAndRecommendation) {
   EXPECT_TRUE(j["recommendation"]["reaches_step_rate"].get<bool>());
 }
 
+// A step like a small conv net on torch's two intra-op threads: 1 ms per
+// sample, both cores busy while it runs (2 ms CPU per sample); 1.6 ms per
+// sample on one thread; nothing read from storage.
+Profile TorchLike() {
+  Profile p = Example();
+  p.step_rate = 1000;
+  p.step_cpu = 0.002;
+  p.step_threads = 2;
+  p.step_rate_1 = 625;
+  p.step_cpu_1 = 0.0016;
+  p.measured.bandwidth = 0;
+  p.measured.latency = 0;
+  return p;
+}
+
+TEST(ModelTest, AStepsOwnThreadsTakeCoresFromThePrepThreads) {
+  Profile p = TorchLike();
+  Config one = p.measured;
+  one.prep_threads = 1;
+  // With a step that uses no CPU, one prep thread makes 1 / 4 ms = 250/s.
+  Profile idle = p;
+  idle.step_cpu = 0;
+  idle.step_cpu_1 = 0;
+  EXPECT_NEAR(Predict(idle, one).rate, 250, 1e-6);
+  // Here the step's two threads and the prep thread share 2 cores while the
+  // step runs (2/3 of a core each: the step takes 1.5 ms), then the prep
+  // thread has a core to itself: 1 ms of prep during the step, 3 ms after:
+  // 1 / 4.5 ms = 222/s, and the cores are the limit, not the threads.
+  Prediction r = Predict(p, one);
+  EXPECT_NEAR(r.rate, 1 / 0.0045, 0.5);
+  EXPECT_EQ(r.limit, Limit::kCpu);
+  // Two more cores: nothing is crowded, the prep thread is the limit again.
+  one.cores = 4;
+  r = Predict(p, one);
+  EXPECT_NEAR(r.rate, 250, 1e-6);
+  EXPECT_EQ(r.limit, Limit::kThreads);
+}
+
+TEST(ModelTest, FewerCoresRunTheStepOnFewerThreads) {
+  Profile p = TorchLike();
+  Config c = p.measured;
+  c.cores = 1;
+  StepCost one = StepAt(p, c);
+  EXPECT_EQ(one.threads, 1);
+  EXPECT_NEAR(one.seconds, 1 / 625.0, 1e-12);
+  EXPECT_NEAR(one.busy_cores, 1, 1e-9);
+  EXPECT_NEAR(Predict(p, c).limits[static_cast<int>(Limit::kCompute)], 625, 1e-9);
+  c.cores = 2;
+  EXPECT_EQ(StepAt(p, c).threads, 2);
+  c.step_threads = 1;  // asked for explicitly
+  EXPECT_NEAR(StepAt(p, c).seconds, 1 / 625.0, 1e-12);
+}
+
+TEST(ModelTest, ContentionCalibratedOnACrowdedRunStaysWithCrowdedRuns) {
+  Profile p = TorchLike();
+  Config cached = p.measured;
+  cached.cache_fraction = 1;
+  const double raw = Predict(p, cached).rate;
+  p.cached_rate = 0.8 * raw;  // the step's threads spin: slower than a fair share
+  Efficiency e = Calibrate(p);
+  EXPECT_LT(e.contention, 1);
+  EXPECT_DOUBLE_EQ(e.cpu, 1);
+  EXPECT_NEAR(Predict(p, cached, e).rate, 0.8 * raw, 1e-6 * raw);
+  // One core: the step runs on one thread, nothing spins; no penalty.
+  Config one = p.measured;
+  one.cores = 1;
+  one.prep_threads = 1;
+  EXPECT_DOUBLE_EQ(Predict(p, one, e).rate, Predict(p, one).rate);
+}
+
+TEST(ModelTest, TheBottleneckAgreesWithTheMeasuredStalls) {
+  Profile p = Example();
+  p.measured.bandwidth = 0;
+  p.measured.latency = 0;
+  p.measured.cores = 8;
+  p.measured.prep_threads = 8;
+  // The pipeline keeps up (cached at G), but the cold run was 20% slower and
+  // nothing in the model explains it: the fetch stall is printed, so the
+  // bottleneck is fetch, the model's view is kept apart and the gap named.
+  p.cached_rate = 1000;
+  p.cold_rate = 800;
+  auto j = nlohmann::json::parse(AnalysisJson(p));
+  EXPECT_GT(j["breakdown"]["fetch_stall"].get<double>(), 0.15);
+  EXPECT_EQ(j["bottleneck"], "fetch");
+  EXPECT_EQ(j["model_bottleneck"], "compute");
+  ASSERT_FALSE(j["disagreements"].empty());
+  EXPECT_EQ(j["disagreements"][0]["run"], "cold");
+  EXPECT_NEAR(j["disagreements"][0]["off"].get<double>(), 0.25, 1e-6);
+  // Within the noise: compute, and nothing to name.
+  p.cold_rate = 980;
+  j = nlohmann::json::parse(AnalysisJson(p));
+  EXPECT_EQ(j["bottleneck"], "compute");
+  EXPECT_TRUE(j["disagreements"].empty());
+}
+
 TEST(ModelTest, ProfileJsonRoundTripsAndRejectsNonsense) {
   Profile p = Example();
   Profile q = Profile::FromJson(p.ToJson()).value();

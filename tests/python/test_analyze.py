@@ -180,3 +180,104 @@ def test_every_batch_wait_is_recorded(small_pngs):
     # Each batch waits ~8 reads x 10 ms, over several 50 ms polls: counted as one wait.
     assert 0.06 < c["wait_p50_s"] < 0.2
     assert 0.06 < c["max_wait_s"] < 0.5
+
+
+class _PacedLoader:
+    """A loader stand-in whose first `ready` batches are already made and the
+    rest arrive one every `gap` seconds: the shape of a pipeline that filled
+    its prefetch queue before the timing began."""
+
+    def __init__(self, batches, batch, ready, gap):
+        self.batches, self.batch, self.ready, self.gap = batches, batch, ready, gap
+        self.made = 0
+
+    def set_epoch(self, epoch):
+        pass
+
+    def __len__(self):
+        return self.batches
+
+    def stats(self):
+        n = self.made * self.batch
+        return {"stages": {s: {"items": n, "busy_cpu_s": 0.0, "bytes": 0}
+                           for s in ("fetch", "prep", "batch")}}
+
+    def __iter__(self):
+        import torch
+
+        for k in range(self.batches):
+            if k >= self.ready:
+                time.sleep(self.gap)
+            self.made += 1
+            yield torch.zeros(self.batch, 1), torch.zeros(self.batch)
+
+
+def test_a_timed_window_counts_only_samples_made_inside_it():
+    from nostall._progress import Phase
+    from nostall.analyze import _Window
+
+    # 8 batches of 10: 3 made before the window, then one every 20 ms; the
+    # window opens at batch 2. The pipeline's rate is 10 / 20 ms = 500/s; the
+    # old count (every batch from the one that opened the window) said ~700.
+    w = _Window()
+    w.run_epoch(_PacedLoader(8, 10, ready=3, gap=0.02), lambda x, y: None, 0, 2,
+                Phase(False, total=1))
+    assert w.samples == 50 and w.gaps == 5
+    assert w.rate == pytest.approx(500, rel=0.12)
+    assert w.too_short()  # 5 arrivals: too few to trust
+    w.run_epoch(_PacedLoader(8, 10, ready=0, gap=0.02), lambda x, y: None, 0, 0,
+                Phase(False, total=1))
+    assert w.gaps == 12
+
+
+def test_short_epochs_are_timed_within_what_storage_allows(small_pngs):
+    # 60 items in batches of 8 (7.5 batches) from a store with 20 ms per read
+    # and 2 reads in flight: at most 100 samples/s. Counting the samples made
+    # before the window, the cold rate came out about 1.2x too high.
+    spec = {"source": str(small_pngs), "batch_size": 8, "mode": "L",
+            "throttle_latency_ms": 20, "reads_in_flight": 2}
+    a = run(spec, instant, items=60)
+    assert a.profile["cold_rate"] <= 100 * 1.04, a.table()
+    assert a.result["run"]["windows"]["cold"]["batches"] >= 8  # widened to enough batches
+    assert a.bottleneck == "fetch"
+    assert a.result["efficiency"]["storage"] <= 1.05
+
+
+def test_too_few_batches_to_time_is_a_clear_error(small_pngs):
+    with pytest.raises(ValueError, match="too few to time"):
+        run({"source": str(small_pngs), "batch_size": 32, "mode": "L"}, instant, items=64)
+
+
+def test_contradictions_are_found_and_a_consistent_report_has_none(small_pngs):
+    from nostall.analyze import contradictions
+
+    a = run({"source": str(small_pngs), "batch_size": 32, "mode": "L"}, sleeper(0.04), items=384)
+    assert contradictions(a.result) == [], a.table()
+    bad = json.loads(json.dumps(a.result))
+    bad["breakdown"] = {"compute": 0.79, "prep_stall": 0.07, "fetch_stall": 0.14}
+    assert any("measured stall" in c for c in contradictions(bad))
+    bad["recommendation"]["config"]["cores"] = 8
+    assert any("recommendation changes cores" in c for c in contradictions(bad))
+
+
+def test_a_multithreaded_torch_step_is_profiled_with_its_threads(small_pngs):
+    import torch
+
+    conv = torch.nn.Conv2d(1, 64, 5, padding=2)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        def step(images, labels):  # enough work per batch to keep both threads busy
+            conv(images.float()).sum().backward()
+
+        a = run({"source": str(small_pngs), "batch_size": 32, "mode": "L"}, step, items=256)
+    finally:
+        torch.set_num_threads(before)
+    p = a.profile
+    assert p["step_threads"] == 2
+    assert p["step_rate_1"] > 0 and p["step_cpu_1"] > 0  # measured with one thread too
+    assert torch.get_num_threads() == 2  # given back as it was
+    # The step's threads take cores from the prep threads: on the measured
+    # cores, one prep thread cannot do better than with the cores to itself.
+    alone = 1 / p["prep_cpu"]
+    assert a.predict(prep_threads=1)["rate"] <= alone * 1.001
