@@ -96,13 +96,19 @@ _MIN_SECONDS = 1.0
 
 
 def _machine_busy_s():
-    """CPU seconds every core of the machine has spent busy (user, system, irq), from /proc/stat."""
+    """CPU seconds the cores this process may run on have spent busy (user,
+    system, irq; all processes), from /proc/stat; None where it cannot be read."""
     try:
+        allowed = {f"cpu{c}" for c in os.sched_getaffinity(0)}
+        busy = 0
         with open("/proc/stat") as f:
-            fields = f.readline().split()[1:]
-        user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
-        return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError):
+            for line in f:
+                fields = line.split()
+                if fields and fields[0] in allowed:
+                    user, nice, system, _idle, _iowait, irq, softirq = map(int, fields[1:8])
+                    busy += user + nice + system + irq + softirq
+        return busy / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
         return None
 
 
