@@ -16,6 +16,9 @@
 //              (a cycle of step and wait, below): "cpu" when they are more
 //              than the cores, "prep_threads" when they are not
 //   bandwidth  T * pipelines * (1 - h) * item_bytes <= bandwidth
+//
+// A shared pipeline also copies every sample into its segment, and each job
+// takes it from there: (1 + jobs) * copy_cpu more CPU per sample.
 //   latency    T * (1 - h) * (latency + item_bytes / bandwidth) <= reads_in_flight
 //
 // The sharing limit follows one sample's time as the consumer sees it: the
@@ -70,6 +73,7 @@ struct Profile {
   double fetch_cpu_miss = 0;  // reading one item from storage
   double fetch_cpu_hit = 0;   // copying one item from the cache
   double item_bytes = 0;      // mean encoded size
+  double copy_cpu = 0;        // copying one output sample in memory (one thread)
   double dataset_bytes = 0;   // the whole dataset's encoded size
   int64_t dataset_items = 0;
   Config measured;            // the configuration the runs below used
@@ -99,12 +103,16 @@ struct Efficiency {
 inline constexpr double kModelNoise = 0.05;
 
 // The step at a configuration's thread count: wall seconds per sample alone,
-// the cores it keeps busy while it runs, and its CPU per sample.
+// the cores it keeps busy while it runs, its CPU per sample, and the part of
+// that CPU that is work (several threads also spin at their barriers; that
+// CPU gives way to other threads, the work does not: the one-thread CPU).
 struct StepCost {
   int threads = 1;
   double seconds = 0;
   double busy_cores = 0;
   double cpu = 0;
+  double work_cpu = 0;
+  double work_cores = 0;  // work_cpu / seconds: the cores its work needs while it runs
   double spin_cpu = 0;
 };
 StepCost StepAt(const Profile& p, const Config& c);

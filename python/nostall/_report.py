@@ -86,6 +86,24 @@ def _recommendation_lines(r):
     return lines
 
 
+def _reading_on_busy_cores(r):
+    """The cores limit, and only reading cold made the step wait."""
+    return r["bottleneck"] == "fetch" and r.get("model_bottleneck") == "prep" \
+        and r["predicted"]["limit"] == "cpu"
+
+
+def _bottleneck_line(r):
+    words = _BOTTLENECK_WORDS[r["bottleneck"]]
+    if r["bottleneck"] == r.get("model_bottleneck", r["bottleneck"]):
+        return f"{words} (limit: {_limit_words(r)})"
+    if _reading_on_busy_cores(r):
+        p = r["profile"]
+        return (f"{words}: its CPU ({p['fetch_cpu_miss'] * 1e3:.3f} ms per sample from storage, "
+                f"{p['fetch_cpu_hit'] * 1e3:.3f} ms from cache) on cores the step and the "
+                "pipeline already fill (limit: CPU cores)")
+    return f"{words} (from the measured stalls; the model disagrees, see the notes)"
+
+
 def disagreement_notes(r):
     """One line per run where the model and the measurement differ by more than the noise."""
     out = []
@@ -101,7 +119,7 @@ def disagreement_notes(r):
         out.append(f"the {key} run measured {d['measured']:,.0f} samples/s; the model said "
                    f"{parts}" + ("; calibration closed the gap (efficiencies above)" if fixed
                                  else "; the model does not explain this run"))
-    if r.get("bottleneck") != r.get("model_bottleneck"):
+    if r.get("bottleneck") != r.get("model_bottleneck") and not _reading_on_busy_cores(r):
         out.append(f"the measured stalls name {r['bottleneck']} where the model alone names "
                    f"{r['model_bottleneck']}")
     return out
@@ -124,12 +142,7 @@ def render_table(r) -> str:
                       ("fetch_stall", "fetch stall")):
         out.append(f"  {name:<22} {b[key] * total_ms:8.3f} ms  {b[key]:6.1%}")
     pred = r["predicted"]
-    if r["bottleneck"] == r.get("model_bottleneck", r["bottleneck"]):
-        out.append(f"bottleneck: {_BOTTLENECK_WORDS[r['bottleneck']]} "
-                   f"(limit: {_limit_words(r)})")
-    else:
-        out.append(f"bottleneck: {_BOTTLENECK_WORDS[r['bottleneck']]} "
-                   "(from the measured stalls; the model disagrees, see the notes)")
+    out.append(f"bottleneck: {_bottleneck_line(r)}")
     out.append("")
     out.append(f"{'measured':<30} {'samples/s':>10} {'model':>10} {'uncalibrated':>13}")
     threads = prof.get("step_threads", 1)
@@ -307,10 +320,8 @@ def render_html(r) -> str:
     table = "".join(
         f"<tr><td>{e(name)}</td><td>{cell(meas)}</td><td>{cell(model)}</td><td>{cell(raw)}</td></tr>"
         for name, meas, model, raw in rows)
-    if r["bottleneck"] == r.get("model_bottleneck", r["bottleneck"]):
-        limit = f"(limit: {e(_limit_words(r))})"
-    else:
-        limit = "(from the measured stalls; the model disagrees, see the notes)"
+    words = _bottleneck_line(r)
+    limit = e(words[len(_BOTTLENECK_WORDS[r["bottleneck"]]):])
     charts = [
         _svg_chart("vs cache size (MinIO)", curves["cache_fraction"], "fraction of dataset cached",
                    lambda x: f"{x:.0%}", g),
@@ -336,8 +347,7 @@ def render_html(r) -> str:
 <h1>Where the time goes</h1>
 <div class="sub">{e(str(run.get('source', '')))} &middot; {run.get('items', 0):,} of {run.get('dataset_items', 0):,} items sampled &middot;
 batch {run.get('batch_size', '?')} &middot; {m['cores']:.0f} cores &middot; storage {e(_bw(m['bandwidth']))}, {m['latency_s'] * 1e3:.2f} ms/read</div>
-<div class="big">Bottleneck: <b style="color:{_COLORS[r['bottleneck']]}">{e(_BOTTLENECK_WORDS[r['bottleneck']])}</b>
-{limit}</div>
+<div class="big">Bottleneck: <b style="color:{_COLORS[r['bottleneck']]}">{e(_BOTTLENECK_WORDS[r['bottleneck']])}</b>{limit}</div>
 <h2>Time per sample, storage cold</h2>
 {_breakdown_bar(r['breakdown'])}
 <h2>Measured and modelled (samples/s)</h2>

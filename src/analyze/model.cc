@@ -67,11 +67,18 @@ double ReadTime(const Profile& p, const Config& c) {
   return c.latency + (c.bandwidth > 0 ? p.item_bytes / c.bandwidth : 0.0);
 }
 
+// A shared pipeline's producer copies each sample into the segment and every
+// job takes it from there (maps and reads it): about one copy each.
+double SharedCopyCpu(const Profile& p, const Config& c) {
+  return c.shared && c.jobs > 1 ? (1 + c.jobs) * p.copy_cpu : 0.0;
+}
+
 double CpuPerSample(const Profile& p, const Config& c) {
   const double h = Clamp01(c.cache_fraction);
   const double pipelines = c.shared ? 1 : std::max(1, c.jobs);
   const double fetch = h * p.fetch_cpu_hit + (1 - h) * p.fetch_cpu_miss;
-  return pipelines * (p.prep_cpu + fetch) + std::max(1, c.jobs) * StepAt(p, c).cpu;
+  return pipelines * (p.prep_cpu + fetch) + SharedCopyCpu(p, c) +
+         std::max(1, c.jobs) * StepAt(p, c).work_cpu;
 }
 
 }  // namespace
@@ -131,6 +138,8 @@ StepCost StepAt(const Profile& p, const Config& c) {
     out.cpu = p.step_cpu;
   }
   out.busy_cores = out.seconds > 0 ? std::min<double>(k, out.cpu / out.seconds) : 0;
+  out.work_cpu = p.step_cpu_1 > 0 ? std::min(out.cpu, p.step_cpu_1) : out.cpu;
+  out.work_cores = out.seconds > 0 ? std::min<double>(k, out.work_cpu / out.seconds) : 0;
   out.spin_cpu = measured > 1 ? p.step_spin_cpu * (k - 1) / (measured - 1) : 0;
   return out;
 }
@@ -153,13 +162,16 @@ double SharingRate(const Profile& p, const Config& c, const Efficiency& e,
   const double threads = pipelines * std::max(1, c.prep_threads);
   if (work <= 0 || c.cores <= 0 || e.cpu <= 0) return kInf;
   const StepCost step = StepAt(p, c);
-  const double stepping = jobs * step.busy_cores;  // cores the steps want while they run
-  const double cpu_bound = step.threads > 0 ? std::min(1.0, step.busy_cores / step.threads) : 0;
+  // Cores the steps' work needs while they run: their threads also spin at
+  // barriers, and that CPU gives way to a runnable prep thread.
+  const double stepping = jobs * step.work_cores;
+  const double cpu_bound = step.threads > 0 ? std::min(1.0, step.work_cores / step.threads) : 0;
   const double spinners = jobs * std::max(0, step.threads - 1);
   // The fetch threads' CPU (reading, the kernel's work for it) is taken off
   // the cores the step and the prep threads share.
   const double h = Clamp01(c.cache_fraction);
-  const double fetch = pipelines * (h * p.fetch_cpu_hit + (1 - h) * p.fetch_cpu_miss);
+  const double fetch =
+      pipelines * (h * p.fetch_cpu_hit + (1 - h) * p.fetch_cpu_miss) + SharedCopyCpu(p, c);
   double busy = 1;  // fraction of the prep threads runnable while the step runs
   double wait = 0, rate = 0;
   for (int iter = 0; iter < 100; ++iter) {
@@ -229,7 +241,7 @@ namespace {
 int PrepThreadsFor(const Profile& p, Config c, int cores, const Efficiency& eff) {
   c.cores = cores;
   const int all = std::max(1, cores);
-  const int left = std::max(1, cores - static_cast<int>(std::lround(StepAt(p, c).busy_cores)));
+  const int left = std::max(1, cores - static_cast<int>(std::lround(StepAt(p, c).work_cores)));
   if (left == all) return all;
   c.prep_threads = all;
   const double rate_all = Predict(p, c, eff).rate;
@@ -265,7 +277,7 @@ double EfficiencyFor(const Profile& p, const Config& c, double rate, Efficiency 
 bool Crowded(const Profile& p, const Config& c) {
   const StepCost step = StepAt(p, c);
   return step.threads > 1 &&
-         step.busy_cores + std::max(1, c.prep_threads) > c.cores + kCrowdSlack;
+         step.work_cores + std::max(1, c.prep_threads) > c.cores + kCrowdSlack;
 }
 
 }  // namespace
@@ -280,6 +292,17 @@ Efficiency Calibrate(const Profile& p) {
   // model misses is the step's spinning: calibrate that, not the prep cost,
   // so that a configuration without the crowding does not inherit it.
   double Efficiency::*field = Crowded(p, cached) ? &Efficiency::contention : &Efficiency::cpu;
+  // How far the model is from the measured runs the CPU limits bind (the
+  // cold run only when storage does not limit it).
+  auto cpu_error = [&](const Efficiency& e) {
+    double err = std::abs(Predict(p, cached, e).rate / p.cached_rate - 1);
+    Efficiency no_storage = e;
+    no_storage.storage = 1e9;
+    if (p.cold_rate > 0 && Predict(p, cold, no_storage).bottleneck() != Bottleneck::kFetch) {
+      err += std::abs(Predict(p, cold, no_storage).rate / p.cold_rate - 1);
+    }
+    return err;
+  };
   if (p.cached_rate > 0) {
     Prediction raw = Predict(p, cached, eff);
     const bool slower_than_step = p.cached_rate < raw.limits[0] * (1 - kModelNoise);
@@ -292,10 +315,11 @@ Efficiency Calibrate(const Profile& p) {
       Prediction cold_raw = Predict(p, cold, with);
       if (p.cold_rate > 0 && cold_raw.bottleneck() == Bottleneck::kPrep &&
           Crowded(p, cold) == Crowded(p, cached)) {
-        eff.*field = 0.5 * (from_cached + EfficiencyFor(p, cold, p.cold_rate, eff, field));
-      } else {
-        eff.*field = from_cached;
+        with.*field = 0.5 * (from_cached + EfficiencyFor(p, cold, p.cold_rate, eff, field));
       }
+      // Only an efficiency that brings the model closer to what was measured
+      // (one the clamp stops short of may not, and would bend the rest).
+      if (cpu_error(with) < cpu_error(eff)) eff = with;
     }
   }
   if (p.cold_rate > 0) {
@@ -376,13 +400,15 @@ Result<Profile> Profile::FromJson(const std::string& text) {
     p.fetch_cpu_miss = j.value("fetch_cpu_miss", 0.0);
     p.fetch_cpu_hit = j.value("fetch_cpu_hit", 0.0);
     p.item_bytes = j.at("item_bytes").get<double>();
+    p.copy_cpu = j.value("copy_cpu", 0.0);
     p.dataset_bytes = j.value("dataset_bytes", 0.0);
     p.dataset_items = j.value("dataset_items", int64_t{0});
     p.measured = ConfigFromJson(j.at("measured"));
     p.cached_rate = j.value("cached_rate", 0.0);
     p.cold_rate = j.value("cold_rate", 0.0);
     if (p.step_rate <= 0 || p.prep_cpu < 0 || p.item_bytes < 0 || p.measured.cores <= 0 ||
-        p.step_threads < 1 || p.step_rate_1 < 0 || p.step_cpu_1 < 0 || p.step_spin_cpu < 0) {
+        p.step_threads < 1 || p.step_rate_1 < 0 || p.step_cpu_1 < 0 || p.step_spin_cpu < 0 ||
+        p.copy_cpu < 0) {
       return InvalidArgument("a profile needs step_rate > 0, prep_cpu >= 0, item_bytes >= 0, "
                              "measured.cores > 0, step_threads >= 1 and no negative step cost");
     }
@@ -397,6 +423,7 @@ std::string Profile::ToJson() const {
             {"step_threads", step_threads},     {"step_rate_1", step_rate_1},
             {"step_cpu_1", step_cpu_1},         {"step_spin_cpu", step_spin_cpu},
             {"prep_cpu", prep_cpu},             {"fetch_cpu_miss", fetch_cpu_miss},
+            {"copy_cpu", copy_cpu},
             {"fetch_cpu_hit", fetch_cpu_hit},   {"item_bytes", item_bytes},
             {"dataset_bytes", dataset_bytes},   {"dataset_items", dataset_items},
             {"measured", ConfigToJson(measured)}, {"cached_rate", cached_rate},
@@ -443,6 +470,10 @@ std::string AnalysisJson(const Profile& p) {
     named = Bottleneck::kCompute;
   } else if (named_stall <= kModelNoise) {
     named = fetch_frac > prep_frac ? Bottleneck::kFetch : Bottleneck::kPrep;
+  } else if (named == Bottleneck::kPrep && prep_frac <= kModelNoise) {
+    // The cores are the limit, but only reading cold made the step wait:
+    // the stall is reading's CPU on busy cores, and a cache removes it.
+    named = Bottleneck::kFetch;
   }
   out["bottleneck"] = BottleneckName(named);
   out["model_bottleneck"] = BottleneckName(now.bottleneck());

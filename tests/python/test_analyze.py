@@ -139,7 +139,7 @@ def test_cli_runs_the_users_step_and_writes_reports(small_pngs, tmp_path):
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "bottleneck: compute" in out.stdout
-    assert "[4/4] real data, cached" in out.stderr  # progress, phase by phase
+    assert "[5/5] real data, cached" in out.stderr  # progress, phase by phase
     assert (tmp_path / "report.html").exists()
     assert json.loads((tmp_path / "report.json").read_text())["bottleneck"] == "compute"
     bad = subprocess.run([str(NOSTALL), "analyze", "--spec", str(spec), "--step", "train:nope"],
