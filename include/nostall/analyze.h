@@ -103,16 +103,16 @@ struct Efficiency {
 inline constexpr double kModelNoise = 0.05;
 
 // The step at a configuration's thread count: wall seconds per sample alone,
-// the cores it keeps busy while it runs, its CPU per sample, and the part of
-// that CPU that is work (several threads also spin at their barriers; that
-// CPU gives way to other threads, the work does not: the one-thread CPU).
+// the cores it keeps busy while it runs (its threads wait for each other, so
+// it needs them all), its CPU per sample, and the part of that CPU that is
+// work (the one-thread CPU; the rest is spinning at barriers): the CPU
+// budget counts the work, the sharing of cores counts the busy cores.
 struct StepCost {
   int threads = 1;
   double seconds = 0;
   double busy_cores = 0;
   double cpu = 0;
   double work_cpu = 0;
-  double work_cores = 0;  // work_cpu / seconds: the cores its work needs while it runs
   double spin_cpu = 0;
 };
 StepCost StepAt(const Profile& p, const Config& c);

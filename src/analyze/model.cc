@@ -139,7 +139,6 @@ StepCost StepAt(const Profile& p, const Config& c) {
   }
   out.busy_cores = out.seconds > 0 ? std::min<double>(k, out.cpu / out.seconds) : 0;
   out.work_cpu = p.step_cpu_1 > 0 ? std::min(out.cpu, p.step_cpu_1) : out.cpu;
-  out.work_cores = out.seconds > 0 ? std::min<double>(k, out.work_cpu / out.seconds) : 0;
   out.spin_cpu = measured > 1 ? p.step_spin_cpu * (k - 1) / (measured - 1) : 0;
   return out;
 }
@@ -162,10 +161,11 @@ double SharingRate(const Profile& p, const Config& c, const Efficiency& e,
   const double threads = pipelines * std::max(1, c.prep_threads);
   if (work <= 0 || c.cores <= 0 || e.cpu <= 0) return kInf;
   const StepCost step = StepAt(p, c);
-  // Cores the steps' work needs while they run: their threads also spin at
-  // barriers, and that CPU gives way to a runnable prep thread.
-  const double stepping = jobs * step.work_cores;
-  const double cpu_bound = step.threads > 0 ? std::min(1.0, step.work_cores / step.threads) : 0;
+  // Cores the steps keep busy while they run, spinning included: a step's
+  // threads wait for each other at barriers, so a thread that loses its
+  // core to a prep thread holds up the others.
+  const double stepping = jobs * step.busy_cores;
+  const double cpu_bound = step.threads > 0 ? std::min(1.0, step.busy_cores / step.threads) : 0;
   const double spinners = jobs * std::max(0, step.threads - 1);
   // The fetch threads' CPU (reading, the kernel's work for it) is taken off
   // the cores the step and the prep threads share.
@@ -241,7 +241,7 @@ namespace {
 int PrepThreadsFor(const Profile& p, Config c, int cores, const Efficiency& eff) {
   c.cores = cores;
   const int all = std::max(1, cores);
-  const int left = std::max(1, cores - static_cast<int>(std::lround(StepAt(p, c).work_cores)));
+  const int left = std::max(1, cores - static_cast<int>(std::lround(StepAt(p, c).busy_cores)));
   if (left == all) return all;
   c.prep_threads = all;
   const double rate_all = Predict(p, c, eff).rate;
@@ -277,7 +277,7 @@ double EfficiencyFor(const Profile& p, const Config& c, double rate, Efficiency 
 bool Crowded(const Profile& p, const Config& c) {
   const StepCost step = StepAt(p, c);
   return step.threads > 1 &&
-         step.work_cores + std::max(1, c.prep_threads) > c.cores + kCrowdSlack;
+         step.busy_cores + std::max(1, c.prep_threads) > c.cores + kCrowdSlack;
 }
 
 }  // namespace

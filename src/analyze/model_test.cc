@@ -181,17 +181,13 @@ TEST(ModelTest, AStepsOwnThreadsTakeCoresFromThePrepThreads) {
   idle.step_cpu = 0;
   idle.step_cpu_1 = 0;
   EXPECT_NEAR(Predict(idle, one).rate, 250, 1e-6);
-  // Here the step's work keeps 1.6 cores busy while it runs (its one-thread
-  // CPU, 1.6 ms, per 1 ms; the rest of its 2 ms is spinning, which gives way).
-  // With the prep thread that is 2.6 runnable on 2 cores, 0.77 of a core
-  // each: the step's CPU-bound 80% slows by 1.3x, to 1.24 ms, while the prep
-  // thread does 0.95 ms of its 4 ms; the other 3.05 ms follow with a core to
-  // itself: 1 / 4.29 ms = 233/s, and the cores are the limit, not the threads.
-  const double share = 2 / 2.6, step_ms = 0.2 + 0.8 / share;
-  const double wait_ms = 4 - share * step_ms;
+  // Here the step's two threads (spinning included, they wait for each
+  // other) and the prep thread share 2 cores while the step runs (2/3 of a
+  // core each: the step takes 1.5 ms), then the prep thread has a core to
+  // itself: 1 ms of prep during the step, 3 ms after: 1 / 4.5 ms = 222/s,
+  // and the cores are the limit, not the threads.
   Prediction r = Predict(p, one);
-  EXPECT_NEAR(r.rate, 1000 / (step_ms + wait_ms), 1e-3);
-  EXPECT_LT(r.rate, 240);
+  EXPECT_NEAR(r.rate, 1 / 0.0045, 0.5);
   EXPECT_EQ(r.limit, Limit::kCpu);
   // Two more cores: nothing is crowded, the prep thread is the limit again.
   one.cores = 4;
