@@ -251,6 +251,24 @@ TEST(TarSourceTest, PaxRecordWithAWrappingLengthIsIgnoredNotLooped) {
   }
 }
 
+// A GNU long-name ('L') member of size 0 names nothing: the next member keeps
+// its own name (this read a null buffer once).
+TEST(TarSourceTest, EmptyLongNameMemberLeavesTheNextNameAlone) {
+  TempDir dir;
+  auto jpg = EncodeJpeg(MakePixels(8, 8, 3, 0), 8, 8, 3);
+  std::vector<uint8_t> tar;
+  AppendTarMember(&tar, "././@LongLink", {});
+  PatchTarHeader(&tar, 0, 0, Bytes("././@LongLink"), 'L');
+  AppendTarMember(&tar, "k.jpg", jpg);
+  AppendTarMember(&tar, "k.cls", Bytes("4"));
+  FinishTar(&tar);
+  WriteFile(dir.path() + "/l.tar", tar);
+  auto src = OpenWithin10s(dir.path() + "/l.tar", NoCache());
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  ASSERT_EQ(src.value()->size(), 1);
+  EXPECT_EQ(src.value()->label(0), 4);
+}
+
 TEST(TarSourceTest, LabelsThatDoNotFitOrAreNotTextAreNamedErrors) {
   TempDir dir;
   auto jpg = EncodeJpeg(MakePixels(8, 8, 3, 0), 8, 8, 3);

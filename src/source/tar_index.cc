@@ -52,7 +52,9 @@ bool ChecksumOk(const uint8_t* h) {
   return sum == want;
 }
 
+// `p` may be null when `n` is 0 (an empty GNU long-name member).
 std::string CString(const uint8_t* p, size_t n) {
+  if (n == 0) return std::string();
   const char* c = reinterpret_cast<const char*>(p);
   return std::string(c, strnlen(c, n));
 }
