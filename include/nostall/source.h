@@ -29,7 +29,7 @@ struct SourceOptions {
   // error at index time, unless `skip_bad_samples` (then counted).
   bool skip_bad_samples = false;
   // Storage emulation, for benchmarks and tests of slow storage on a fast
-  // disk: reads share a pipe of this many bytes per second (0 = no limit),
+  // local disk (sources over local files only): reads share a pipe of this many bytes per second (0 = no limit),
   // and each read first waits this long (concurrent reads wait concurrently,
   // as requests to remote storage do).
   double throttle_bytes_per_second = 0;
@@ -58,19 +58,24 @@ class Source {
   virtual uint64_t fingerprint() const = 0;
   // Samples dropped while indexing (only with skip_bad_samples).
   virtual int64_t skipped_at_index() const { return 0; }
-  // "image-folder" or "tar-shards".
+  // The driver's name: "image-folder", "tar-shards" (src/source/driver.h).
   virtual const char* kind() const = 0;
 
   // Copies item `i`'s bytes into `out` (resized). Thread-safe. Errors are
   // not yet annotated with the key; the caller adds it.
   virtual Status Read(int64_t i, std::vector<uint8_t>* out) const = 0;
-  // Asks the kernel to drop item `i`'s bytes from the page cache
-  // (posix_fadvise DONTNEED: clean pages go, no root needed), so its next
-  // read comes from storage.
-  virtual Status Evict(int64_t i) const = 0;
+  // Sources over local files: asks the kernel to drop item `i`'s bytes
+  // from the page cache (posix_fadvise DONTNEED: clean pages go, no root
+  // needed), so its next read comes from storage. A source that does not
+  // read through the page cache reads from storage every time: nothing to do.
+  virtual Status Evict(int64_t i) const {
+    (void)i;
+    return Status::OK();
+  }
 };
 
-// Opens a dataset:
+// Opens a dataset with the first driver that claims the path
+// (src/source/driver.h):
 //   - a directory: image-folder layout (one subfolder per class, classes
 //     sorted by name, files .jpg/.jpeg/.png found recursively, as
 //     torchvision's ImageFolder does);

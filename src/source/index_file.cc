@@ -182,11 +182,15 @@ bool StampsStillHold(const Index& index) {
   for (const auto& s : index.stamps) {
     struct stat st;
     if (::stat(s.path.c_str(), &st) != 0) return false;
-    int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    int64_t mtime = MtimeNs(st);
     if (mtime != s.mtime_ns) return false;
     if (s.size != 0 && st.st_size != s.size) return false;
   }
   return !index.stamps.empty();
+}
+
+int64_t MtimeNs(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
 }  // namespace nostall

@@ -2,6 +2,8 @@
 #ifndef NOSTALL_SOURCE_INDEX_FILE_H_
 #define NOSTALL_SOURCE_INDEX_FILE_H_
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -41,6 +43,8 @@ Result<Index> LoadIndex(const std::string& path);
 // Written to a temporary file and renamed, so readers never see half a file.
 Status SaveIndex(const std::string& path, const Index& index);
 bool StampsStillHold(const Index& index);
+// A file's mtime in nanoseconds, as stamps record it.
+int64_t MtimeNs(const struct stat& st);
 
 }  // namespace nostall
 

@@ -1,0 +1,205 @@
+// The conformance suite every source driver passes (src/source/driver.h).
+//
+// A driver joins by adding a Maker below: it lays a dataset of given items
+// out the way that driver reads it and returns the path to open. The suite
+// checks what a loader relies on: every item, in order, with its label and
+// its exact bytes; reads from many threads at once; a missing item's error
+// (not a crash, not empty bytes); the index reused while the data holds and
+// rebuilt when it changes; the driver's kind.
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nostall/source.h"
+#include "source/driver.h"
+#include "testing/test_images.h"
+
+namespace nostall {
+namespace {
+
+using testing::EncodeJpeg;
+using testing::MakePixels;
+using testing::TempDir;
+using testing::WriteFile;
+
+struct Item {
+  std::string name;  // unique, in index order
+  int64_t label;     // non-decreasing
+  std::vector<uint8_t> bytes;
+};
+
+std::vector<Item> MakeItems(int n) {
+  std::vector<Item> items;
+  for (int i = 0; i < n; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof(name), "img%03d", i);
+    items.push_back({name, i * 3 / n, EncodeJpeg(MakePixels(8 + i % 5, 8, 3, i), 8 + i % 5, 8, 3)});
+  }
+  return items;
+}
+
+// One subfolder per label ("class0", ...), one .jpg per item.
+struct ImageFolderMaker {
+  static constexpr const char* kKind = "image-folder";
+  static std::string Write(const std::string& dir, const std::vector<Item>& items) {
+    for (const Item& it : items) {
+      std::filesystem::create_directories(dir + "/class" + std::to_string(it.label));
+      WriteFile(Path(dir, it), it.bytes);
+    }
+    return dir;
+  }
+  static void Remove(const std::string& dir, const Item& it) { ::unlink(Path(dir, it).c_str()); }
+  static std::string Path(const std::string& dir, const Item& it) {
+    return dir + "/class" + std::to_string(it.label) + "/" + it.name + ".jpg";
+  }
+};
+
+// Two WebDataset shards, the items split between them, labels in .cls.
+struct TarShardsMaker {
+  static constexpr const char* kKind = "tar-shards";
+  static std::string Write(const std::string& dir, const std::vector<Item>& items) {
+    const size_t half = items.size() / 2;
+    for (int s = 0; s < 2; ++s) {
+      std::vector<uint8_t> tar;
+      for (size_t i = s == 0 ? 0 : half; i < (s == 0 ? half : items.size()); ++i) {
+        testing::AppendTarMember(&tar, items[i].name + ".jpg", items[i].bytes);
+        std::string cls = std::to_string(items[i].label);
+        testing::AppendTarMember(&tar, items[i].name + ".cls", {cls.begin(), cls.end()});
+      }
+      testing::FinishTar(&tar);
+      WriteFile(dir + "/shard-" + std::to_string(s) + ".tar", tar);
+    }
+    return dir + "/shard-{0..1}.tar";
+  }
+  // A shard cut short: the members in its second half are gone.
+  static void Remove(const std::string& dir, const Item&) {
+    for (int s = 0; s < 2; ++s) {
+      std::string path = dir + "/shard-" + std::to_string(s) + ".tar";
+      ASSERT_EQ(::truncate(path.c_str(), 1024), 0);
+    }
+  }
+};
+
+template <typename Maker>
+class SourceConformance : public ::testing::Test {
+ protected:
+  SourceOptions Options(bool use_index_cache) {
+    SourceOptions o;
+    o.use_index_cache = use_index_cache;
+    o.index_cache_dir = index_dir_.path();
+    return o;
+  }
+  TempDir data_, index_dir_;
+};
+
+using Makers = ::testing::Types<ImageFolderMaker, TarShardsMaker>;
+TYPED_TEST_SUITE(SourceConformance, Makers);
+
+TYPED_TEST(SourceConformance, EveryItemInOrderWithItsLabelAndExactBytes) {
+  const auto items = MakeItems(12);
+  auto opened = OpenSource(TypeParam::Write(this->data_.path(), items), this->Options(false));
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  const Source& s = *opened.value();
+  EXPECT_EQ(std::string(s.kind()), TypeParam::kKind);
+  ASSERT_EQ(s.size(), static_cast<int64_t>(items.size()));
+  std::vector<std::string> keys;
+  for (int64_t i = 0; i < s.size(); ++i) {
+    SCOPED_TRACE(items[i].name);
+    EXPECT_NE(s.key(i).find(items[i].name), std::string::npos) << s.key(i);
+    EXPECT_EQ(s.label(i), items[i].label);
+    std::vector<uint8_t> out{1, 2, 3};  // stale contents must be replaced, not appended to
+    ASSERT_TRUE(s.Read(i, &out).ok());
+    EXPECT_EQ(out, items[i].bytes);
+    if (s.byte_size(i) >= 0) EXPECT_EQ(s.byte_size(i), static_cast<int64_t>(out.size()));
+    EXPECT_TRUE(s.Evict(i).ok());
+    keys.push_back(s.key(i));
+  }
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(std::unique(keys.begin(), keys.end()), keys.end()) << "keys must name one item each";
+}
+
+TYPED_TEST(SourceConformance, ManyThreadsReadAtOnce) {
+  const auto items = MakeItems(16);
+  auto opened = OpenSource(TypeParam::Write(this->data_.path(), items), this->Options(false));
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  const Source& s = *opened.value();
+  std::vector<int> wrong(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<uint8_t> out;
+      for (int round = 0; round < 20; ++round) {
+        for (int64_t i = (t + round) % s.size(), k = 0; k < s.size(); ++k, i = (i + 1) % s.size()) {
+          if (!s.Read(i, &out).ok() || out != items[i].bytes) ++wrong[t];
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(wrong[t], 0) << "thread " << t;
+}
+
+TYPED_TEST(SourceConformance, AMissingItemIsAnErrorNotEmptyBytes) {
+  const auto items = MakeItems(8);
+  auto opened = OpenSource(TypeParam::Write(this->data_.path(), items), this->Options(false));
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  const Source& s = *opened.value();
+  const int64_t last = s.size() - 1;
+  TypeParam::Remove(this->data_.path(), items[last]);
+  std::vector<uint8_t> out;
+  Status st = s.Read(last, &out);
+  EXPECT_FALSE(st.ok()) << "read " << out.size() << " bytes of a removed item";
+  EXPECT_FALSE(st.message().empty());
+}
+
+TYPED_TEST(SourceConformance, IndexIsReusedWhileTheDataHoldsAndRebuiltWhenItChanges) {
+  auto items = MakeItems(8);
+  const std::string uri = TypeParam::Write(this->data_.path(), items);
+  auto first = OpenSource(uri, this->Options(true));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_FALSE(std::filesystem::is_empty(this->index_dir_.path())) << "no index was saved";
+  auto again = OpenSource(uri, this->Options(true));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again.value()->fingerprint(), first.value()->fingerprint());
+  ASSERT_EQ(again.value()->size(), first.value()->size());
+  for (int64_t i = 0; i < again.value()->size(); ++i) {
+    EXPECT_EQ(again.value()->key(i), first.value()->key(i));
+    EXPECT_EQ(again.value()->label(i), first.value()->label(i));
+  }
+  // One more item: the saved index no longer holds.
+  auto more = MakeItems(9);
+  ASSERT_EQ(TypeParam::Write(this->data_.path(), more), uri);
+  auto changed = OpenSource(uri, this->Options(true));
+  ASSERT_TRUE(changed.ok()) << changed.status().ToString();
+  EXPECT_EQ(changed.value()->size(), 9);
+  EXPECT_NE(changed.value()->fingerprint(), first.value()->fingerprint());
+  std::vector<uint8_t> out;
+  ASSERT_TRUE(changed.value()->Read(8, &out).ok());
+  EXPECT_EQ(out, more[8].bytes);
+}
+
+TEST(SourceRegistryTest, EveryDriverHasAKindAndThePathPicksIt) {
+  ASSERT_FALSE(SourceDrivers().empty());
+  for (const SourceDriver& d : SourceDrivers()) {
+    EXPECT_NE(d.kind, nullptr);
+    EXPECT_NE(d.claims, nullptr);
+    EXPECT_NE(d.open, nullptr);
+  }
+  TempDir dir;
+  auto unsupported = OpenSource(dir.path() + "/notes.txt");
+  EXPECT_EQ(unsupported.status().code(), StatusCode::kNotFound);
+  WriteFile(dir.path() + "/notes.txt", {'x'});
+  unsupported = OpenSource(dir.path() + "/notes.txt");
+  EXPECT_EQ(unsupported.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(unsupported.status().message().find("image-folder"), std::string::npos)
+      << unsupported.status().message();
+}
+
+}  // namespace
+}  // namespace nostall

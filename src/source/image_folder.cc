@@ -1,0 +1,136 @@
+// The image-folder driver: one subfolder per class, classes sorted by name,
+// .jpg/.jpeg/.png files found recursively, as torchvision's ImageFolder does.
+// The index is a directory walk; each item is a whole file.
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "source/driver.h"
+#include "source/indexed_source.h"
+
+namespace nostall {
+namespace {
+
+bool HasImageExtension(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  for (const char* ext : {".jpg", ".jpeg", ".png"}) {
+    size_t n = std::strlen(ext);
+    if (lower.size() >= n && lower.compare(lower.size() - n, n, ext) == 0) return true;
+  }
+  return false;
+}
+
+struct WalkState {
+  // Directories already walked, and the dataset's root and class folders:
+  // each is walked once, as itself, so a symlink back up the tree (a loop)
+  // or into another class is not followed and nothing is counted twice.
+  std::set<std::pair<dev_t, ino_t>> seen;
+  std::vector<IndexStamp>* stamps;
+};
+
+// Collects (dir, file) pairs under `dir`, following symlinks like os.walk
+// with followlinks=True, but into no directory walked already (or reserved:
+// the root and the class folders). `top`: `dir` is a class folder itself.
+Status Walk(const std::string& dir, bool top, WalkState* ws,
+            std::vector<std::pair<std::string, std::string>>* files) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return ErrnoError("cannot stat " + dir, errno);
+  if (!ws->seen.insert({st.st_dev, st.st_ino}).second && !top) return Status::OK();
+  ws->stamps->push_back({dir, MtimeNs(st), 0});
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return ErrnoError("cannot list " + dir, errno);
+  std::vector<std::string> subdirs;
+  while (dirent* ent = ::readdir(d)) {
+    std::string name = ent->d_name;
+    if (name == "." || name == "..") continue;
+    std::string path = dir + "/" + name;
+    bool is_dir = ent->d_type == DT_DIR;
+    if (ent->d_type == DT_LNK || ent->d_type == DT_UNKNOWN) {
+      struct stat lst;
+      is_dir = ::stat(path.c_str(), &lst) == 0 && S_ISDIR(lst.st_mode);
+    }
+    if (is_dir) {
+      subdirs.push_back(path);
+    } else if (HasImageExtension(name)) {
+      files->emplace_back(dir, name);
+    }
+  }
+  ::closedir(d);
+  for (const std::string& sub : subdirs) NOSTALL_RETURN_IF_ERROR(Walk(sub, false, ws, files));
+  return Status::OK();
+}
+
+Result<Index> BuildFolderIndex(const std::string& root) {
+  Index index;
+  DIR* d = ::opendir(root.c_str());
+  if (d == nullptr) return ErrnoError("cannot list dataset folder " + root, errno);
+  while (dirent* ent = ::readdir(d)) {
+    std::string name = ent->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st;
+    if (::stat((root + "/" + name).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      index.classes.push_back(name);
+    }
+  }
+  ::closedir(d);
+  // Byte order, as Python's sorted() orders str (torchvision's find_classes).
+  std::sort(index.classes.begin(), index.classes.end());
+  if (index.classes.empty()) {
+    return NotFound("no class folders in " + root +
+                    " (expected one subfolder per class, as torchvision's ImageFolder)");
+  }
+  struct stat rst;
+  ::stat(root.c_str(), &rst);
+  index.stamps.push_back(
+      {root, MtimeNs(rst), 0});
+  WalkState ws{{}, &index.stamps};
+  ws.seen.insert({rst.st_dev, rst.st_ino});
+  for (const std::string& cls : index.classes) {
+    struct stat cst;
+    if (::stat((root + "/" + cls).c_str(), &cst) == 0) ws.seen.insert({cst.st_dev, cst.st_ino});
+  }
+  for (size_t c = 0; c < index.classes.size(); ++c) {
+    std::vector<std::pair<std::string, std::string>> files;
+    NOSTALL_RETURN_IF_ERROR(Walk(root + "/" + index.classes[c], /*top=*/true, &ws, &files));
+    if (files.empty()) {
+      return NotFound("class folder " + root + "/" + index.classes[c] +
+                      " has no .jpg/.jpeg/.png file");
+    }
+    std::sort(files.begin(), files.end());
+    for (auto& [dir, name] : files) {
+      index.items.push_back({dir + "/" + name, static_cast<int64_t>(c), -1, 0, -1});
+    }
+  }
+  return index;
+}
+
+std::string WithoutTrailingSlashes(std::string uri) {
+  while (uri.size() > 1 && uri.back() == '/') uri.pop_back();
+  return uri;
+}
+
+bool Claims(const std::string& uri) {
+  struct stat st;
+  return !uri.empty() && ::stat(WithoutTrailingSlashes(uri).c_str(), &st) == 0 &&
+         S_ISDIR(st.st_mode);
+}
+
+Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions& options) {
+  std::string root =
+      std::filesystem::absolute(WithoutTrailingSlashes(uri)).lexically_normal().string();
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  return OpenIndexed("image-folder", root, [&] { return BuildFolderIndex(root); }, options);
+}
+
+}  // namespace
+
+SourceDriver ImageFolderDriver() { return {"image-folder", Claims, Open, /*local_files=*/true}; }
+
+}  // namespace nostall

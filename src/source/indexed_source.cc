@@ -1,0 +1,88 @@
+// IndexedSource: reads of whole files or spans of shards by index entry, and
+// the index cache around building an Index.
+#include "source/indexed_source.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/fd.h"
+
+namespace nostall {
+namespace {
+
+class IndexedSource final : public Source {
+ public:
+  IndexedSource(Index index, const char* kind, uint64_t max_item_bytes, bool drop_page_cache)
+      : index_(std::move(index)),
+        kind_(kind),
+        max_item_bytes_(max_item_bytes),
+        drop_page_cache_(drop_page_cache) {
+    fingerprint_ = index_.Fingerprint();
+  }
+  int64_t size() const override { return static_cast<int64_t>(index_.items.size()); }
+  const std::string& key(int64_t i) const override { return index_.items[i].key; }
+  int64_t label(int64_t i) const override { return index_.items[i].label; }
+  int64_t byte_size(int64_t i) const override { return index_.items[i].size; }
+  const std::vector<std::string>& classes() const override { return index_.classes; }
+  uint64_t fingerprint() const override { return fingerprint_; }
+  int64_t skipped_at_index() const override { return index_.skipped; }
+  const char* kind() const override { return kind_; }
+
+  Status Evict(int64_t i) const override {
+    const IndexEntry& e = index_.items[i];
+    if (e.shard < 0) return DropFromPageCache(e.key);
+    return DropFromPageCache(index_.shards[e.shard], static_cast<uint64_t>(e.offset),
+                             static_cast<uint64_t>(e.size));
+  }
+
+  Status Read(int64_t i, std::vector<uint8_t>* out) const override {
+    const IndexEntry& e = index_.items[i];
+    if (e.shard < 0) return ReadWholeFile(e.key, max_item_bytes_, out, drop_page_cache_);
+    if (static_cast<uint64_t>(e.size) > max_item_bytes_) {
+      return DataError("member is over the item size limit");
+    }
+    NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(index_.shards[e.shard]));
+    out->resize(static_cast<size_t>(e.size));
+    Status st = PreadExact(fd.get(), e.offset, out->size(), out->data());
+    if (drop_page_cache_) {
+      ::posix_fadvise(fd.get(), static_cast<off_t>(e.offset), e.size, POSIX_FADV_DONTNEED);
+    }
+    return st;
+  }
+
+ private:
+  Index index_;
+  const char* kind_;
+  uint64_t max_item_bytes_;
+  bool drop_page_cache_;
+  uint64_t fingerprint_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Source>> OpenIndexed(const char* kind, const std::string& canonical,
+                                            const std::function<Result<Index>()>& build,
+                                            const SourceOptions& options) {
+  const std::string key =
+      std::string(kind) + "\n" + canonical + (options.skip_bad_samples ? "skip" : "raise");
+  std::string cache_path;
+  if (options.use_index_cache) {
+    cache_path = IndexCachePath(options.index_cache_dir, key);
+    Result<Index> cached = LoadIndex(cache_path);
+    if (cached.ok() && StampsStillHold(cached.value())) {
+      return std::unique_ptr<Source>(std::make_unique<IndexedSource>(
+          std::move(cached).value(), kind, options.max_item_bytes, options.drop_page_cache));
+    }
+  }
+  Result<Index> built = build();
+  if (!built.ok()) return built.status();
+  if (!cache_path.empty()) {
+    // A cache that cannot be written only costs the next run a rebuild.
+    (void)SaveIndex(cache_path, built.value());
+  }
+  return std::unique_ptr<Source>(std::make_unique<IndexedSource>(
+      std::move(built).value(), kind, options.max_item_bytes, options.drop_page_cache));
+}
+
+}  // namespace nostall
