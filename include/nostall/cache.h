@@ -23,19 +23,47 @@ struct CacheStats {
   int64_t items = 0;  // entries published
   int64_t hits = 0;
   int64_t misses = 0;
+  int64_t errors = 0;  // lookups that failed (a remote tier down): read from storage instead
+  std::string tier;    // the driver: "minio", "lru"
 };
 
 // Thread-safe; MinioCache is also safe across processes that share it.
+// Every cache passes the conformance suite in src/cache/cache_conformance_test.cc.
 class Cache {
  public:
   virtual ~Cache() = default;
-  // Copies item `item`'s bytes into `out` and returns true, or returns false.
-  virtual bool Lookup(int64_t item, std::vector<uint8_t>* out) = 0;
+  // Copies item `item`'s bytes into `out` and returns true (a hit), or
+  // returns false (a miss). An error means the tier could not answer (a
+  // remote server down or slow): the caller reads the item from storage.
+  // Never returns bytes other than those inserted for `item`.
+  virtual Result<bool> Lookup(int64_t item, std::vector<uint8_t>* out) = 0;
   // Caches the bytes if the item is not cached yet and they fit in what is
-  // left of the budget; returns whether this call cached them. Never evicts.
+  // left of the budget; returns whether this call cached them. MinIO never
+  // evicts; LRU evicts the least recently used.
   virtual bool Insert(int64_t item, const uint8_t* data, size_t size) = 0;
+  // All tiers together (a hit in any tier is a hit).
   virtual CacheStats Stats() const = 0;
+  // One entry per tier, front first (a plain cache is one tier).
+  virtual std::vector<CacheStats> TierStats() const { return {Stats()}; }
 };
+
+// What a cache is opened for. `name` names a shared cache (a MinIO cache's
+// segment); the fingerprint and item count tie it to one dataset.
+struct CacheConfig {
+  std::string name;
+  uint64_t budget_bytes = 0;
+  uint64_t dataset_fingerprint = 0;
+  int64_t num_items = 0;
+};
+
+// Opens a cache of `policy` ("minio", "lru"; see src/cache/driver.h for the
+// registry), or an InvalidArgument error naming the policies there are.
+Result<std::unique_ptr<Cache>> OpenCache(const std::string& policy, const CacheConfig& config);
+
+// Tiers, front first: a lookup tries each in turn, and a hit in a later
+// tier is inserted into the earlier ones; an insert goes to every tier; a
+// tier that fails a lookup counts an error and the next tier is asked.
+std::unique_ptr<Cache> StackCaches(std::vector<std::unique_ptr<Cache>> tiers);
 
 // An in-process LRU cache (the page cache's policy), for comparisons.
 std::unique_ptr<Cache> MakeLruCache(uint64_t budget_bytes);
@@ -66,7 +94,7 @@ class MinioCache final : public Cache {
   static Result<Info> Inspect(const std::string& name);
   ~MinioCache() override;
 
-  bool Lookup(int64_t item, std::vector<uint8_t>* out) override;
+  Result<bool> Lookup(int64_t item, std::vector<uint8_t>* out) override;
   bool Insert(int64_t item, const uint8_t* data, size_t size) override;
   CacheStats Stats() const override;
 

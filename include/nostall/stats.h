@@ -58,8 +58,16 @@ struct LoaderStats {
   struct CacheEpoch {
     int64_t epoch = 0;
     int64_t hits = 0, misses = 0;
+    int64_t errors = 0;  // of the misses: lookups a tier failed (read from storage instead)
     int64_t hit_bytes = 0, miss_bytes = 0;
   };
+  // Each tier of the cache, front first (counters over every process that shares it).
+  struct CacheTier {
+    std::string tier;
+    uint64_t budget_bytes = 0, used_bytes = 0;
+    int64_t items = 0, hits = 0, misses = 0, errors = 0;
+  };
+  std::vector<CacheTier> cache_tiers;
   bool has_cache = false;
   std::string cache_name;
   uint64_t cache_budget_bytes = 0;

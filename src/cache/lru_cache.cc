@@ -5,7 +5,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "nostall/cache.h"
+#include "cache/driver.h"
 
 namespace nostall {
 namespace {
@@ -14,7 +14,7 @@ class LruCache final : public Cache {
  public:
   explicit LruCache(uint64_t budget) : budget_(budget) {}
 
-  bool Lookup(int64_t item, std::vector<uint8_t>* out) override {
+  Result<bool> Lookup(int64_t item, std::vector<uint8_t>* out) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = where_.find(item);
     if (it == where_.end()) {
@@ -43,7 +43,7 @@ class LruCache final : public Cache {
 
   CacheStats Stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return {budget_, used_, static_cast<int64_t>(where_.size()), hits_, misses_};
+    return {budget_, used_, static_cast<int64_t>(where_.size()), hits_, misses_, 0, "lru"};
   }
 
  private:
@@ -59,6 +59,12 @@ class LruCache final : public Cache {
 
 std::unique_ptr<Cache> MakeLruCache(uint64_t budget_bytes) {
   return std::make_unique<LruCache>(budget_bytes);
+}
+
+CacheDriver LruDriver() {
+  return {"lru", [](const CacheConfig& c) -> Result<std::unique_ptr<Cache>> {
+            return MakeLruCache(c.budget_bytes);
+          }};
 }
 
 }  // namespace nostall

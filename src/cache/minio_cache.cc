@@ -7,6 +7,7 @@
 // at any point leaves at worst a CLAIMED entry (a miss), never a torn one; a
 // later writer that finds the claimer dead takes the entry over. Space is a
 // bump allocator (compare-and-swap on `used`); nothing is ever freed.
+#include "cache/driver.h"
 #include "nostall/cache.h"
 
 #include <fcntl.h>
@@ -291,7 +292,7 @@ Status MinioCache::Remove(const std::string& name) {
   return Status::OK();
 }
 
-bool MinioCache::Lookup(int64_t item, std::vector<uint8_t>* out) {
+Result<bool> MinioCache::Lookup(int64_t item, std::vector<uint8_t>* out) {
   Impl& m = *impl_;
   if (item < 0 || item >= m.num_items) return false;
   const Entry& e = m.entries[item];
@@ -318,12 +319,22 @@ bool MinioCache::InsertForTest(int64_t item, const uint8_t* data, size_t size, v
 CacheStats MinioCache::Stats() const {
   const Header& h = *impl_->header;
   CacheStats s;
+  s.tier = "minio";
   s.budget_bytes = impl_->budget;
   s.used_bytes = std::min(h.used.load(), impl_->budget);
   s.items = h.items.load();
   s.hits = h.hits.load();
   s.misses = h.misses.load();
   return s;
+}
+
+CacheDriver MinioDriver() {
+  return {"minio", [](const CacheConfig& c) -> Result<std::unique_ptr<Cache>> {
+            NOSTALL_ASSIGN_OR_RETURN(
+                std::unique_ptr<MinioCache> cache,
+                MinioCache::Open(c.name, c.budget_bytes, c.dataset_fingerprint, c.num_items));
+            return std::unique_ptr<Cache>(std::move(cache));
+          }};
 }
 
 }  // namespace nostall

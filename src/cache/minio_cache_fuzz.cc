@@ -37,12 +37,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (cache.ok()) {
     std::vector<uint8_t> out;
     for (int64_t i = -1; i <= items; ++i) {
-      if (cache.value()->Lookup(i, &out) && out.size() > size) std::abort();
+      Result<bool> hit = cache.value()->Lookup(i, &out);
+      if (hit.ok() && hit.value() && out.size() > size) std::abort();
     }
     const uint8_t payload[100] = {1, 2, 3};
     for (int64_t i = 0; i < items && i < 4; ++i) {
       if (cache.value()->Insert(i, payload, sizeof payload) &&
-          (!cache.value()->Lookup(i, &out) || out.size() != sizeof payload ||
+          (!cache.value()->Lookup(i, &out).value_or(false) || out.size() != sizeof payload ||
            std::memcmp(out.data(), payload, sizeof payload) != 0)) {
         std::abort();  // an insert that reads back wrong
       }

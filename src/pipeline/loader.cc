@@ -308,6 +308,10 @@ class PipelineLoader final : public Loader {
       st.cache_budget_bytes = cs.budget_bytes;
       st.cache_used_bytes = cs.used_bytes;
       st.cache_items = cs.items;
+      for (const CacheStats& t : cache_->TierStats()) {
+        st.cache_tiers.push_back(
+            {t.tier, t.budget_bytes, t.used_bytes, t.items, t.hits, t.misses, t.errors});
+      }
       st.cache_inserted_bytes = cache_inserted_bytes_.load();
       std::lock_guard<std::mutex> lock(cache_mu_);
       for (const auto& [epoch, counts] : cache_epochs_) st.cache_epochs.push_back(counts);
@@ -348,11 +352,12 @@ class PipelineLoader final : public Loader {
     return -1;
   }
 
-  void CountCache(int64_t epoch, bool hit, size_t bytes) {
+  void CountCache(int64_t epoch, bool hit, bool error, size_t bytes) {
     std::lock_guard<std::mutex> lock(cache_mu_);
     auto& e = cache_epochs_[epoch];
     e.epoch = epoch;
     (hit ? e.hits : e.misses) += 1;
+    e.errors += error ? 1 : 0;
     (hit ? e.hit_bytes : e.miss_bytes) += static_cast<int64_t>(bytes);
   }
 
@@ -440,12 +445,14 @@ class PipelineLoader final : public Loader {
       lock.unlock();
 
       const int64_t cpu0 = ThreadCpuNs(), wall0 = NowNs();
-      if (cache_ && cache_->Lookup(fi.item, &fi.bytes)) {
-        CountCache(fi.epoch, /*hit=*/true, fi.bytes.size());
+      // A tier that cannot answer costs a hit, never the item: it is read from storage.
+      Result<bool> hit = cache_ ? cache_->Lookup(fi.item, &fi.bytes) : Result<bool>(false);
+      if (hit.ok() && hit.value()) {
+        CountCache(fi.epoch, /*hit=*/true, !hit.ok(), fi.bytes.size());
       } else {
         fi.status = source_->Read(fi.item, &fi.bytes);
         if (cache_) {
-          CountCache(fi.epoch, /*hit=*/false, fi.bytes.size());
+          CountCache(fi.epoch, /*hit=*/false, !hit.ok(), fi.bytes.size());
           if (fi.status.ok() && cache_->Insert(fi.item, fi.bytes.data(), fi.bytes.size())) {
             cache_inserted_bytes_.fetch_add(static_cast<int64_t>(fi.bytes.size()));
           }
@@ -660,16 +667,9 @@ Result<std::unique_ptr<Loader>> Loader::Create(const LoaderSpec& in) {
   }
   std::unique_ptr<Cache> cache;
   if (!spec.cache_name.empty()) {
-    if (spec.cache_bytes == 0) return InvalidArgument("a cache needs a size (cache_bytes > 0)");
-    if (spec.cache_policy == "lru") {
-      cache = MakeLruCache(spec.cache_bytes);
-    } else if (spec.cache_policy == "minio") {
-      NOSTALL_ASSIGN_OR_RETURN(cache, MinioCache::Open(spec.cache_name, spec.cache_bytes,
-                                                       source->fingerprint(), source->size()));
-    } else {
-      return InvalidArgument("cache_policy must be \"minio\" or \"lru\", not \"" +
-                             spec.cache_policy + "\"");
-    }
+    NOSTALL_ASSIGN_OR_RETURN(cache, OpenCache(spec.cache_policy,
+                                              {spec.cache_name, spec.cache_bytes,
+                                               source->fingerprint(), source->size()}));
   }
   auto loader = std::make_unique<PipelineLoader>(std::move(spec), std::move(source),
                                                  std::move(sampler), out_h, out_w,

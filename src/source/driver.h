@@ -4,7 +4,7 @@
 // registry (registry.cc) asks the drivers in order and the first that claims
 // the path opens it, so a new kind of storage is one new file in src/source/
 // defining `SourceDriver FooDriver()` and one line in NOSTALL_SOURCE_DRIVERS.
-// Every driver passes the typed conformance suite in conformance_test.cc.
+// Every driver passes the typed conformance suite in source_conformance_test.cc.
 #ifndef NOSTALL_SOURCE_DRIVER_H_
 #define NOSTALL_SOURCE_DRIVER_H_
 

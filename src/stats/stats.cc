@@ -79,6 +79,7 @@ std::string LoaderStats::ToJson() const {
       epochs.push_back({{"epoch", e.epoch},
                         {"hits", e.hits},
                         {"misses", e.misses},
+                        {"errors", e.errors},
                         {"hit_rate", n > 0 ? static_cast<double>(e.hits) / n : 0.0},
                         {"byte_hit_rate", b > 0 ? static_cast<double>(e.hit_bytes) / b : 0.0}});
     }
@@ -91,6 +92,13 @@ std::string LoaderStats::ToJson() const {
                   {"items", cache_items},
                   {"inserted_bytes", cache_inserted_bytes},
                   {"epochs", epochs}};
+    nlohmann::json tiers = nlohmann::json::array();
+    for (const auto& t : cache_tiers) {
+      tiers.push_back({{"tier", t.tier}, {"budget_bytes", t.budget_bytes},
+                       {"used_bytes", t.used_bytes}, {"items", t.items}, {"hits", t.hits},
+                       {"misses", t.misses}, {"errors", t.errors}});
+    }
+    j["cache"]["tiers"] = tiers;
   }
   return j.dump();
 }
