@@ -19,7 +19,8 @@ uint64_t ImagesBytes(const RingHeader& h) { return RoundUp(h.batch_size * h.samp
 }  // namespace
 
 Result<std::unique_ptr<BatchRing>> BatchRing::Create(const RingGeometry& g,
-                                                     uint64_t spec_fingerprint) {
+                                                     uint64_t spec_fingerprint,
+                                                     const ExternalSlots* external) {
   if (g.slot_count == 0 || g.batch_size == 0 || g.sample_bytes == 0) {
     return InvalidArgument("ring geometry must be positive");
   }
@@ -29,8 +30,12 @@ Result<std::unique_ptr<BatchRing>> BatchRing::Create(const RingGeometry& g,
   }
   const uint64_t header_bytes = RoundUp(kSlotTableOffset + g.slot_count * sizeof(SlotHeader), kPage);
   const uint64_t per_slot = RoundUp(g.batch_size * g.sample_bytes, 64) + 2 * g.batch_size * sizeof(int64_t);
-  const uint64_t stride = RoundUp(per_slot, kPage);
-  const uint64_t total = header_bytes + stride * g.slot_count;
+  if (external != nullptr && (external->count != g.slot_count || external->stride < per_slot ||
+                              external->data == nullptr)) {
+    return InvalidArgument("external slots do not fit the ring's geometry");
+  }
+  const uint64_t stride = external ? external->stride : RoundUp(per_slot, kPage);
+  const uint64_t total = header_bytes + (external ? 0 : stride * g.slot_count);
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<ShmSegment> shm,
                            ShmSegment::Create("nostall-ring", total, /*keep_name=*/false));
   auto* h = new (shm->data()) RingHeader{};
@@ -45,6 +50,9 @@ Result<std::unique_ptr<BatchRing>> BatchRing::Create(const RingGeometry& g,
   h->creator_pid = ::getpid();
   h->creator_start_time = SelfStartTime();
   auto ring = std::unique_ptr<BatchRing>(new BatchRing(std::move(shm)));
+  ring->stride_ = stride;
+  ring->data_ = external ? external->data : ring->shm_->data() + header_bytes;
+  if (external) ring->external_owner_ = external->owner;
   for (uint64_t i = 0; i < g.slot_count; ++i) {
     SlotHeader* s = new (&ring->slot(i)) SlotHeader{};
     s->state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_relaxed);
@@ -60,7 +68,7 @@ SlotHeader& BatchRing::slot(uint64_t i) const {
 }
 
 uint8_t* BatchRing::images(uint64_t i) const {
-  return shm_->data() + header().data_offset + i * header().slot_stride;
+  return data_ + i * stride_;
 }
 
 int64_t* BatchRing::labels(uint64_t i) const {

@@ -48,10 +48,23 @@ struct RingHeader {
   uint64_t creator_start_time;  // /proc/<pid>/stat field 22, so a reused pid is told apart
 };
 
+// Slot memory owned by someone else (a named ring's data area) that a ring
+// uses for its slots' data instead of its own segment's: same layout per
+// slot (pixels, padded to 64 bytes, then labels, then dataset indices).
+struct ExternalSlots {
+  std::shared_ptr<void> owner;  // kept alive as long as the ring
+  uint8_t* data = nullptr;      // slot 0's data
+  uint64_t stride = 0;          // bytes from one slot's data to the next
+  uint64_t count = 0;           // slots
+};
+
 class BatchRing {
  public:
+  // With `external`, the segment holds only the header and slot table, and
+  // slot i's data is at external->data + i * external->stride.
   static Result<std::unique_ptr<BatchRing>> Create(const RingGeometry& geometry,
-                                                   uint64_t spec_fingerprint);
+                                                   uint64_t spec_fingerprint,
+                                                   const ExternalSlots* external = nullptr);
 
   const RingHeader& header() const { return *reinterpret_cast<RingHeader*>(shm_->data()); }
   SlotHeader& slot(uint64_t i) const;
@@ -64,6 +77,9 @@ class BatchRing {
  private:
   explicit BatchRing(std::unique_ptr<ShmSegment> shm) : shm_(std::move(shm)) {}
   std::unique_ptr<ShmSegment> shm_;
+  uint8_t* data_ = nullptr;  // slot 0's data
+  uint64_t stride_ = 0;
+  std::shared_ptr<void> external_owner_;
 };
 
 }  // namespace nostall

@@ -25,16 +25,10 @@
 #include "nostall/loader.h"
 #include "stats/consumer_recorder.h"
 #include "ops/prep.h"
+#include "pipeline/pipeline.h"
 #include "ring/batch_ring.h"
 
 namespace nostall {
-
-int AvailableCores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
 
 namespace {
 
@@ -110,15 +104,14 @@ class LeasedBatch final : public Batch {
 
 class PipelineLoader final : public Loader {
  public:
-  PipelineLoader(LoaderSpec spec, std::unique_ptr<Source> source, Sampler sampler, int out_h,
-                 int out_w, std::unique_ptr<Cache> cache)
-      : spec_(std::move(spec)),
-        source_(std::move(source)),
-        cache_(std::move(cache)),
-        sampler_(std::move(sampler)),
-        out_h_(out_h),
-        out_w_(out_w),
-        sample_bytes_(SampleBytes(spec_.prep, out_h, out_w)),
+  explicit PipelineLoader(PipelineParts parts)
+      : spec_(std::move(parts.spec)),
+        source_(std::move(parts.source)),
+        cache_(std::move(parts.cache)),
+        sampler_(std::move(*parts.sampler)),
+        out_h_(parts.out_h),
+        out_w_(parts.out_w),
+        sample_bytes_(SampleBytes(spec_.prep, out_h_, out_w_)),
         created_ns_(NowNs()) {}
 
   ~PipelineLoader() override {
@@ -133,13 +126,13 @@ class PipelineLoader final : public Loader {
     for (auto& t : threads_) t.join();
   }
 
-  Status Init() {
+  Status Init(const ExternalSlots* slots) {
     RingGeometry g;
-    g.slot_count = static_cast<uint64_t>(spec_.prefetch) + 2;
+    g.slot_count = slots ? slots->count : PipelineSlots(spec_);
     g.batch_size = static_cast<uint64_t>(spec_.batch_size);
     g.sample_bytes = sample_bytes_;
     state_ = std::make_shared<RingState>();
-    NOSTALL_ASSIGN_OR_RETURN(state_->ring, BatchRing::Create(g, spec_.Fingerprint()));
+    NOSTALL_ASSIGN_OR_RETURN(state_->ring, BatchRing::Create(g, spec_.Fingerprint(), slots));
     work_.resize(g.slot_count);
     for (auto& w : work_) w.bad.assign(static_cast<size_t>(spec_.batch_size), 0);
     // Fetched items wait here for a prep thread. The bound counts the reads
@@ -331,9 +324,7 @@ class PipelineLoader final : public Loader {
   }
   const LoaderSpec& spec() const override { return spec_; }
   std::vector<int64_t> SampleShape() const override {
-    int64_t c = spec_.prep.channels();
-    if (spec_.prep.layout == Layout::kNCHW) return {c, out_h_, out_w_};
-    return {out_h_, out_w_, c};
+    return SampleShapeOf(spec_.prep, out_h_, out_w_);
   }
 
  private:
@@ -613,68 +604,11 @@ class PipelineLoader final : public Loader {
 
 }  // namespace
 
-Result<std::unique_ptr<Loader>> Loader::Create(const LoaderSpec& in) {
-  LoaderSpec spec = in;
-  if (spec.batch_size <= 0) return InvalidArgument("batch_size must be positive");
-  if (spec.prefetch < 0 || spec.prefetch > 64) return InvalidArgument("prefetch must be in [0, 64]");
-  if (spec.num_threads < 0 || spec.reads_in_flight < 0) {
-    return InvalidArgument("thread counts must be >= 0 (0 = automatic)");
-  }
-  if (spec.num_threads > kMaxThreads) {
-    return InvalidArgument("num_threads must be at most " + std::to_string(kMaxThreads) +
-                           ", not " + std::to_string(spec.num_threads));
-  }
-  if (spec.reads_in_flight > kMaxReadsInFlight) {
-    return InvalidArgument("reads_in_flight must be at most " +
-                           std::to_string(kMaxReadsInFlight) + ", not " +
-                           std::to_string(spec.reads_in_flight));
-  }
-  if (spec.num_threads == 0) spec.num_threads = AvailableCores();
-  if (spec.reads_in_flight == 0) spec.reads_in_flight = 4;
-  NOSTALL_RETURN_IF_ERROR(spec.prep.Validate());
-  spec.source_options.skip_bad_samples = spec.on_error == ErrorPolicy::kSkip;
-  NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Source> source,
-                           OpenSource(spec.source, spec.source_options));
-  SamplerOptions so;
-  so.num_items = source->size();
-  so.batch_size = spec.batch_size;
-  so.shuffle = spec.shuffle;
-  so.seed = spec.seed;
-  so.rank = spec.rank;
-  so.world_size = spec.world_size;
-  so.drop_last = spec.drop_last;
-  so.subset = spec.subset;
-  so.shuffle_block = spec.shuffle_block;
-  NOSTALL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(so));
+uint64_t PipelineSlots(const LoaderSpec& spec) { return static_cast<uint64_t>(spec.prefetch) + 2; }
 
-  int out_h = 0, out_w = 0;
-  if (!spec.prep.FixedOutputSize(&out_h, &out_w)) {
-    // The transforms keep each image's own size: the first item sets the
-    // batch's, and any other size is reported per item.
-    std::vector<uint8_t> bytes;
-    Status st = source->Read(0, &bytes);
-    int w = 0, h = 0;
-    if (st.ok()) st = ProbeImageSize(bytes.data(), bytes.size(), &w, &h);
-    SamplePlan plan;
-    if (st.ok()) st = PlanSample(spec.prep, w, h, spec.seed, 0, 0, &plan);
-    if (!st.ok()) {
-      return InvalidArgument(
-          "the transforms do not fix the output size, and the first item, which would set it, "
-          "cannot be read: " + st.WithItem(source->key(0), "probe").ToString());
-    }
-    out_h = plan.out_h;
-    out_w = plan.out_w;
-  }
-  std::unique_ptr<Cache> cache;
-  if (!spec.cache_name.empty()) {
-    NOSTALL_ASSIGN_OR_RETURN(cache, OpenCache(spec.cache_policy,
-                                              {spec.cache_name, spec.cache_bytes,
-                                               source->fingerprint(), source->size()}));
-  }
-  auto loader = std::make_unique<PipelineLoader>(std::move(spec), std::move(source),
-                                                 std::move(sampler), out_h, out_w,
-                                                 std::move(cache));
-  NOSTALL_RETURN_IF_ERROR(loader->Init());
+Result<std::unique_ptr<Loader>> StartPipeline(PipelineParts parts, const ExternalSlots* slots) {
+  auto loader = std::make_unique<PipelineLoader>(std::move(parts));
+  NOSTALL_RETURN_IF_ERROR(loader->Init(slots));
   return std::unique_ptr<Loader>(std::move(loader));
 }
 

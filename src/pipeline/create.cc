@@ -1,0 +1,102 @@
+// Creating a pipeline: the spec validated and its defaults resolved, the
+// source opened, the order fixed, the output size found, the cache opened.
+// Running it is pipeline_loader.cc.
+#include <sched.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "nostall/cache.h"
+#include "nostall/loader.h"
+#include "ops/prep.h"
+#include "pipeline/pipeline.h"
+
+namespace nostall {
+
+int AvailableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+Result<PipelineParts> PreparePipeline(const LoaderSpec& in) {
+  LoaderSpec spec = in;
+  if (spec.batch_size <= 0) return InvalidArgument("batch_size must be positive");
+  if (spec.prefetch < 0 || spec.prefetch > 64) return InvalidArgument("prefetch must be in [0, 64]");
+  if (spec.num_threads < 0 || spec.reads_in_flight < 0) {
+    return InvalidArgument("thread counts must be >= 0 (0 = automatic)");
+  }
+  if (spec.num_threads > kMaxThreads) {
+    return InvalidArgument("num_threads must be at most " + std::to_string(kMaxThreads) +
+                           ", not " + std::to_string(spec.num_threads));
+  }
+  if (spec.reads_in_flight > kMaxReadsInFlight) {
+    return InvalidArgument("reads_in_flight must be at most " +
+                           std::to_string(kMaxReadsInFlight) + ", not " +
+                           std::to_string(spec.reads_in_flight));
+  }
+  if (spec.num_threads == 0) spec.num_threads = AvailableCores();
+  if (spec.reads_in_flight == 0) spec.reads_in_flight = 4;
+  NOSTALL_RETURN_IF_ERROR(spec.prep.Validate());
+  spec.source_options.skip_bad_samples = spec.on_error == ErrorPolicy::kSkip;
+  NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Source> source,
+                           OpenSource(spec.source, spec.source_options));
+  SamplerOptions so;
+  so.num_items = source->size();
+  so.batch_size = spec.batch_size;
+  so.shuffle = spec.shuffle;
+  so.seed = spec.seed;
+  so.rank = spec.rank;
+  so.world_size = spec.world_size;
+  so.drop_last = spec.drop_last;
+  so.subset = spec.subset;
+  so.shuffle_block = spec.shuffle_block;
+  NOSTALL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(so));
+
+  int out_h = 0, out_w = 0;
+  if (!spec.prep.FixedOutputSize(&out_h, &out_w)) {
+    // The transforms keep each image's own size: the first item sets the
+    // batch's, and any other size is reported per item.
+    std::vector<uint8_t> bytes;
+    Status st = source->Read(0, &bytes);
+    int w = 0, h = 0;
+    if (st.ok()) st = ProbeImageSize(bytes.data(), bytes.size(), &w, &h);
+    SamplePlan plan;
+    if (st.ok()) st = PlanSample(spec.prep, w, h, spec.seed, 0, 0, &plan);
+    if (!st.ok()) {
+      return InvalidArgument(
+          "the transforms do not fix the output size, and the first item, which would set it, "
+          "cannot be read: " + st.WithItem(source->key(0), "probe").ToString());
+    }
+    out_h = plan.out_h;
+    out_w = plan.out_w;
+  }
+  std::unique_ptr<Cache> cache;
+  if (!spec.cache_name.empty()) {
+    NOSTALL_ASSIGN_OR_RETURN(cache, OpenCache(spec.cache_policy,
+                                              {spec.cache_name, spec.cache_bytes,
+                                               source->fingerprint(), source->size()}));
+  }
+  PipelineParts parts;
+  parts.spec = std::move(spec);
+  parts.source = std::move(source);
+  parts.sampler = std::move(sampler);
+  parts.out_h = out_h;
+  parts.out_w = out_w;
+  parts.cache = std::move(cache);
+  return parts;
+}
+
+std::vector<int64_t> SampleShapeOf(const PrepSpec& prep, int64_t out_h, int64_t out_w) {
+  const int64_t c = prep.channels();
+  if (prep.layout == Layout::kNCHW) return {c, out_h, out_w};
+  return {out_h, out_w, c};
+}
+
+Result<std::unique_ptr<Loader>> Loader::Create(const LoaderSpec& spec) {
+  NOSTALL_ASSIGN_OR_RETURN(PipelineParts parts, PreparePipeline(spec));
+  return StartPipeline(std::move(parts));
+}
+
+}  // namespace nostall

@@ -1,0 +1,41 @@
+// Creating a pipeline, split from running it: the shared producer sizes its
+// segment from the prepared pipeline (the sample shape) before the pipeline
+// starts, then hands it the segment's slots to fill in place.
+#ifndef NOSTALL_PIPELINE_PIPELINE_H_
+#define NOSTALL_PIPELINE_PIPELINE_H_
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "nostall/cache.h"
+#include "nostall/loader.h"
+#include "ring/batch_ring.h"
+
+namespace nostall {
+
+// Everything a pipeline needs before its threads start (create.cc).
+struct PipelineParts {
+  LoaderSpec spec;  // validated, defaults resolved
+  std::unique_ptr<Source> source;
+  std::optional<Sampler> sampler;
+  int out_h = 0, out_w = 0;
+  std::unique_ptr<Cache> cache;  // may be null
+};
+Result<PipelineParts> PreparePipeline(const LoaderSpec& spec);
+
+// One sample's shape: (C, H, W) for NCHW, (H, W, C) for NHWC.
+std::vector<int64_t> SampleShapeOf(const PrepSpec& prep, int64_t out_h, int64_t out_w);
+
+// The slots a pipeline of `spec` fills ahead of the consumer: prefetch + 2.
+uint64_t PipelineSlots(const LoaderSpec& spec);
+
+// Starts the threads (pipeline_loader.cc). With `slots`, the batches are
+// written into that memory (a named ring's data area) instead of a private
+// ring's; the pipeline keeps `slots->owner` alive while any batch lives.
+Result<std::unique_ptr<Loader>> StartPipeline(PipelineParts parts,
+                                              const ExternalSlots* slots = nullptr);
+
+}  // namespace nostall
+
+#endif  // NOSTALL_PIPELINE_PIPELINE_H_
