@@ -1,0 +1,216 @@
+#include "ring/named_ring.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/fd.h"
+#include "common/process.h"
+
+namespace nostall::ring {
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns) {
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+  timespec ts{static_cast<time_t>(timeout_ns / 1000000000), static_cast<long>(timeout_ns % 1000000000)};
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void Bump(std::atomic<uint32_t>* word) {
+  word->fetch_add(1);
+  ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+Status ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 200) return InvalidArgument("shared loader name must be 1-200 characters");
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+      return InvalidArgument("shared loader name '" + name +
+                             "' may hold only letters, digits, '-', '_' and '.'");
+    }
+  }
+  return Status::OK();
+}
+
+Geometry ReadGeometry(const Header& h) {
+  // volatile: one load per field, whatever the compiler would like to re-read.
+  const volatile Header& v = h;
+  Geometry g;
+  g.header_bytes = v.header_bytes;
+  g.max_consumers = v.max_consumers;
+  g.slot_count = v.slot_count;
+  g.dtype = v.dtype;
+  g.chunk = v.chunk;
+  g.samples_per_epoch = v.samples_per_epoch;
+  g.chunks_per_epoch = v.chunks_per_epoch;
+  g.block_chunks = v.block_chunks;
+  g.sample_bytes = v.sample_bytes;
+  for (int i = 0; i < 3; ++i) g.shape[i] = v.shape[i];
+  g.consumers_offset = v.consumers_offset;
+  g.slots_offset = v.slots_offset;
+  g.pins_offset = v.pins_offset;
+  g.spec_offset = v.spec_offset;
+  g.spec_bytes = v.spec_bytes;
+  g.data_offset = v.data_offset;
+  g.slot_stride = v.slot_stride;
+  return g;
+}
+
+int64_t Segment::HeldFrom() const {
+  const int64_t produced = h->produced.load();
+  std::vector<int64_t> ready;
+  for (uint32_t s = 0; s < g.slot_count; ++s) {
+    if (slots[s].state.load() == kReady) ready.push_back(slots[s].seq.load());
+  }
+  std::sort(ready.rbegin(), ready.rend());
+  int64_t from = produced;
+  for (int64_t seq : ready) {
+    if (seq == from - 1) from = seq;
+    else if (seq < from - 1) break;
+  }
+  return from;
+}
+
+std::vector<ConsumerInfo> Segment::Consumers(bool check_alive) const {
+  std::vector<ConsumerInfo> out;
+  for (uint32_t i = 0; i < g.max_consumers; ++i) {
+    const ConsumerRow& c = consumers[i];
+    const uint32_t state = c.state.load();
+    const int64_t pid = c.pid.load();
+    if (pid == 0 || (state != kActive && state != kLagged)) continue;
+    std::string what = state == kActive ? "active" : "lagged";
+    if (check_alive && !ProcessAlive(pid, c.start_time.load())) what = "dead";
+    out.push_back({pid, what, c.need.load()});
+  }
+  return out;
+}
+
+void Segment::ReleaseRow(uint32_t i) const {
+  ConsumerRow& c = consumers[i];
+  for (uint32_t s = 0; s < g.slot_count; ++s) pin(s, i).store(0);
+  CrashPoint("consumer.releasing");
+  c.need.store(kNone);
+  c.state.store(kFree);
+  c.start_time.store(0);
+  c.pid.store(0);
+  Bump(&h->released_gen);
+}
+
+// A segment that lies (damaged, from another build, or hostile) is refused
+// instead of read out of bounds.
+Status CheckGeometry(const Geometry& h, uint64_t size, const std::string& name) {
+  auto bad = [&](const char* what) {
+    return FailedPrecondition("shared loader '" + name + "' is damaged (" + what + ")");
+  };
+  if (h.header_bytes != sizeof(Header)) return bad("header size");
+  if (h.max_consumers < 1 || h.max_consumers > 64) return bad("consumer count");
+  if (h.slot_count < 2 || h.slot_count > 1024) return bad("slot count");
+  if (h.dtype > 1) return bad("dtype");
+  constexpr int64_t kMaxCount = int64_t{1} << 40;
+  if (h.chunk < 1 || h.chunk > (1 << 20)) return bad("chunk size");
+  if (h.samples_per_epoch < 1 || h.samples_per_epoch > kMaxCount) return bad("epoch size");
+  if (h.chunks_per_epoch != (h.samples_per_epoch + h.chunk - 1) / h.chunk) return bad("chunks per epoch");
+  if (h.block_chunks < 1 || h.block_chunks > h.chunks_per_epoch) return bad("shuffle block");
+  uint64_t sample = h.dtype == 1 ? 4 : 1;
+  for (int64_t d : h.shape) {
+    if (d < 1 || d > (1 << 16)) return bad("sample shape");
+    sample *= static_cast<uint64_t>(d);
+  }
+  if (h.sample_bytes != sample) return bad("sample size");
+  const uint64_t chunk = static_cast<uint64_t>(h.chunk);
+  // Each part at or after the end of the one before it, 64-byte aligned.
+  const uint64_t parts[][2] = {
+      {RoundUp(sizeof(Header), 64), 0},
+      {h.consumers_offset, uint64_t{sizeof(ConsumerRow)} * h.max_consumers},
+      {h.slots_offset, uint64_t{sizeof(SlotRow)} * h.slot_count},
+      {h.pins_offset, uint64_t{sizeof(std::atomic<uint32_t>)} * h.slot_count * h.max_consumers},
+      {h.spec_offset, h.spec_bytes},
+      {h.data_offset, 0},
+  };
+  uint64_t end = 0;
+  for (const auto& part : parts) {
+    if (part[0] < end || part[0] % 64 != 0 || part[0] > size || part[1] > size - part[0]) {
+      return bad("table offsets");
+    }
+    end = part[0] + part[1];
+  }
+  if (sample > (uint64_t{1} << 40) / chunk) return bad("slot size");
+  if (h.slot_stride < RoundUp(chunk * sample, 64) + 2 * chunk * sizeof(int64_t) || h.slot_stride % 64 != 0 ||
+      h.slot_stride > (size - h.data_offset) / h.slot_count) {
+    return bad("slot size");
+  }
+  return Status::OK();
+}
+
+Result<std::shared_ptr<Segment>> MapSegment(const std::string& seg_name, int fd, size_t size) {
+  void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (addr == MAP_FAILED) return ErrnoError("cannot map " + seg_name, errno);
+  auto seg = std::make_shared<Segment>();
+  seg->mapping = Mapping(addr, size);
+  seg->name = seg_name;
+  return seg;
+}
+
+Result<std::shared_ptr<Segment>> OpenNamedRing(const std::string& name, bool writable,
+                                               double wait_s) {
+  NOSTALL_RETURN_IF_ERROR(ValidName(name));
+  const std::string seg_name = SegmentName(name);
+  const int64_t give_up = NowNs() + static_cast<int64_t>(wait_s * 1e9);
+  const int flags = (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC;
+  int raw = -1;
+  while ((raw = ::shm_open(seg_name.c_str(), flags, 0)) < 0 && errno == ENOENT &&
+         NowNs() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (raw < 0) {
+    if (errno == ENOENT) {
+      return NotFound("no shared loader '" + name + "' on this node (start one with "
+                      "`nostall serve --spec SPEC --name " + name + "`)");
+    }
+    return ErrnoError("cannot open shared loader '" + name + "'", errno);
+  }
+  UniqueFd fd(raw);
+  const std::string not_ours = "shared memory " + seg_name + " is not a nostall shared loader";
+  struct stat st;
+  // The producer may still be sizing a segment it has just created.
+  for (int i = 0;; ++i) {
+    if (::fstat(fd.get(), &st) != 0) return ErrnoError("cannot stat " + seg_name, errno);
+    if (static_cast<size_t>(st.st_size) >= sizeof(Header) || !writable || i >= 200) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const auto size = static_cast<uint64_t>(st.st_size);
+  if (size < sizeof(Header)) return FailedPrecondition(not_ours);
+  void* addr = ::mmap(nullptr, size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
+                      fd.get(), 0);
+  if (addr == MAP_FAILED) return ErrnoError("cannot map " + seg_name, errno);
+  auto seg = std::make_shared<Segment>();
+  seg->mapping = Mapping(addr, size);
+  seg->name = seg_name;
+  const auto* h = static_cast<const Header*>(addr);
+  // The magic is written last; a segment being created gets a moment to finish.
+  for (int i = 0; writable && i < 200 && std::memcmp(h->magic, kMagic, 8) != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (std::memcmp(h->magic, kMagic, 8) != 0) return FailedPrecondition(not_ours);
+  if (h->version != kVersion) {
+    return FailedPrecondition("shared loader '" + name + "' speaks format version " +
+                              std::to_string(h->version) + ", this nostall speaks " +
+                              std::to_string(kVersion) + "; serve it with this nostall");
+  }
+  const Geometry geometry = ReadGeometry(*h);
+  NOSTALL_RETURN_IF_ERROR(CheckGeometry(geometry, size, name));
+  seg->Bind(geometry);
+  return seg;
+}
+
+}  // namespace nostall::ring

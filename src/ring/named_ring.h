@@ -1,0 +1,167 @@
+// The named ring: the shared-memory segment a served pipeline writes its
+// chunks into and every consumer on the node reads (docs/ring_format.md).
+//
+// This is its format and the operations on it that both sides share:
+// header, consumer rows, slot rows, pins, futex waits, geometry checks and
+// opening a segment by name. The producer's side is src/shared/producer.cc,
+// the consumer's src/shared/consumer.cc, inspection src/shared/admin.cc.
+#ifndef NOSTALL_RING_NAMED_RING_H_
+#define NOSTALL_RING_NAMED_RING_H_
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/shm.h"
+#include "nostall/shared.h"
+#include "nostall/status.h"
+
+namespace nostall::ring {
+
+constexpr char kMagic[8] = {'N', 'S', 'T', 'S', 'H', 'R', 'D', '1'};
+constexpr uint32_t kVersion = 2;
+constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+enum : uint32_t { kRunning = 1, kClosed = 2, kFailed = 3 };
+enum : uint32_t { kFree = 0, kActive = 1, kLagged = 2, kClaimed = 3 };
+enum : uint32_t { kEmpty = 0, kWriting = 1, kReady = 2 };
+
+struct alignas(64) Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;
+  uint64_t spec_fingerprint;
+  uint64_t dataset_fingerprint;
+  int64_t producer_pid;
+  uint64_t producer_start_time;
+  std::atomic<int64_t> heartbeat_ns;  // CLOCK_MONOTONIC, every 100 ms
+  std::atomic<uint32_t> state;
+  uint32_t max_consumers;
+  uint32_t slot_count;
+  uint32_t dtype;  // 0 uint8, 1 float32
+  int64_t chunk, samples_per_epoch, chunks_per_epoch, block_chunks;
+  uint64_t sample_bytes;
+  int64_t shape[3];
+  std::atomic<int64_t> produced;  // chunks published: the next seq
+  // Futex words: bumped (and woken) when a chunk is published, and when a
+  // consumer lets go of something the producer may be waiting for.
+  std::atomic<uint32_t> published_gen;
+  std::atomic<uint32_t> released_gen;
+  std::atomic<int64_t> evictions;
+  std::atomic<int64_t> reaped;
+  uint64_t consumers_offset, slots_offset, pins_offset, spec_offset, spec_bytes;
+  uint64_t data_offset, slot_stride;
+  char error[512];
+};
+
+struct alignas(64) ConsumerRow {
+  std::atomic<uint32_t> state;
+  std::atomic<int64_t> pid;  // the owner; 0: free
+  std::atomic<uint64_t> start_time;
+  std::atomic<int64_t> need;
+};
+
+struct alignas(64) SlotRow {
+  std::atomic<int64_t> seq;  // -1: never written
+  std::atomic<uint32_t> state;
+  std::atomic<int64_t> published_ns;  // CLOCK_MONOTONIC when it became READY
+  int64_t count, epoch, chunk_in_epoch;
+};
+
+inline uint64_t RoundUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+
+
+// The POSIX shm name of the named ring `name`.
+inline std::string SegmentName(const std::string& name) { return "/nostall-shared-" + name; }
+
+// The header's layout fields, read once. Other processes can write the
+// header at any time (a bug, damage, hostility): each process checks this
+// copy against its mapping (CheckGeometry) and from then on uses only the
+// copy, so a header changed after attach cannot move a read out of bounds.
+struct Geometry {
+  uint32_t header_bytes = 0, max_consumers = 0, slot_count = 0, dtype = 0;
+  int64_t chunk = 0, samples_per_epoch = 0, chunks_per_epoch = 0, block_chunks = 0;
+  uint64_t sample_bytes = 0;
+  int64_t shape[3] = {0, 0, 0};
+  uint64_t consumers_offset = 0, slots_offset = 0, pins_offset = 0, spec_offset = 0,
+           spec_bytes = 0, data_offset = 0, slot_stride = 0;
+};
+
+// A mapped segment with typed views; shared by the loader and every lease.
+struct Segment {
+  Mapping mapping;
+  std::string name;
+  Geometry g;  // checked; the only layout this process trusts
+  Header* h = nullptr;
+  ConsumerRow* consumers = nullptr;
+  SlotRow* slots = nullptr;
+  std::atomic<uint32_t>* pins = nullptr;
+  uint8_t* data = nullptr;
+
+  // Points the views into the mapping by `geometry` (already checked).
+  void Bind(const Geometry& geometry) {
+    g = geometry;
+    auto* base = static_cast<uint8_t*>(mapping.data());
+    h = reinterpret_cast<Header*>(base);
+    consumers = reinterpret_cast<ConsumerRow*>(base + g.consumers_offset);
+    slots = reinterpret_cast<SlotRow*>(base + g.slots_offset);
+    pins = reinterpret_cast<std::atomic<uint32_t>*>(base + g.pins_offset);
+    data = base + g.data_offset;
+  }
+  std::atomic<uint32_t>& pin(uint32_t slot, uint32_t consumer) const {
+    return pins[static_cast<size_t>(slot) * g.max_consumers + consumer];
+  }
+  uint8_t* images(uint32_t s) const { return data + s * g.slot_stride; }
+  int64_t* labels(uint32_t s) const {
+    return reinterpret_cast<int64_t*>(images(s) + RoundUp(g.chunk * g.sample_bytes, 64));
+  }
+  int64_t* indices(uint32_t s) const { return labels(s) + g.chunk; }
+  int64_t ChunkCount(int64_t seq) const {
+    const int64_t k = seq % g.chunks_per_epoch;
+    return k == g.chunks_per_epoch - 1 ? g.samples_per_epoch - k * g.chunk : g.chunk;
+  }
+  std::string Spec() const {
+    return std::string(reinterpret_cast<const char*>(mapping.data()) + g.spec_offset,
+                       g.spec_bytes);
+  }
+  // The first chunk from which the segment holds every chunk up to the
+  // newest published one (`produced` when it holds none): where a consumer
+  // may start or rejoin. Older chunks may still sit in a slot, but with gaps
+  // after them (a slot nobody needed was reused), so they are no start.
+  int64_t HeldFrom() const;
+  // The owned rows of consumers that attached (claimed rows that have not
+  // yet are left out); with `check_alive`, a dead one's state says "dead".
+  std::vector<ConsumerInfo> Consumers(bool check_alive = false) const;
+  // Lets go of consumer row `i` and everything it holds; the pid goes last,
+  // so the row is free for another claim only once it is clean.
+  void ReleaseRow(uint32_t i) const;
+};
+
+// Blocks while *word == expected, at most `timeout_ns` (futex on shared
+// memory: works across processes).
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, int64_t timeout_ns);
+// Adds one to *word and wakes every waiter on it.
+void Bump(std::atomic<uint32_t>* word);
+// A name of letters, digits, '-', '_' and '.'.
+Status ValidName(const std::string& name);
+Geometry ReadGeometry(const Header& h);
+// Whether the header describes a segment that fits in `size` bytes, with
+// every table where the code will look for it.
+Status CheckGeometry(const Geometry& h, uint64_t size, const std::string& name);
+// Maps `fd` (read-write) as segment `seg_name`, unbound.
+Result<std::shared_ptr<Segment>> MapSegment(const std::string& seg_name, int fd, size_t size);
+
+// Opens the named ring `name` and checks that it is one: magic, format
+// version (a different one is an error naming both) and geometry, against
+// the segment's size. `writable`: map it read-write (a consumer), else
+// read-only (inspection). `wait_s`: how long to wait for the name to appear
+// (a producer starting); a segment being created is waited for briefly.
+Result<std::shared_ptr<Segment>> OpenNamedRing(const std::string& name, bool writable,
+                                               double wait_s);
+
+}  // namespace nostall::ring
+
+#endif  // NOSTALL_RING_NAMED_RING_H_

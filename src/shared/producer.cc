@@ -1,0 +1,370 @@
+// Shared loader, the producer's side of the named ring (docs/ring_format.md).
+//
+// Who writes what:
+//   header        producer (once; then heartbeat, produced, state, evictions)
+//   slot table    producer (seq, state, count, epoch, chunk); consumers read
+//   pins          each consumer its own column (+1 per live view of a slot);
+//                 the producer clears a dead consumer's column
+//   consumer row  its consumer (claim, need, state ACTIVE), the producer
+//                 (state LAGGED when it leaves one behind, FREE when it died).
+//                 A row is owned while its pid is non-zero: claimed by CAS of
+//                 the pid from 0, released by storing 0 last.
+//
+// The two races that matter are settled Dekker-style with sequentially
+// consistent operations on both sides:
+//   * overwrite vs need: the producer marks a slot WRITING, then reads every
+//     active consumer's `need`; a consumer publishes `need` and ACTIVE, then
+//     reads the slot. One of them sees the other.
+//   * overwrite vs pin: the producer marks WRITING, then reads the slot's
+//     pins; a consumer adds its pin, then re-reads the slot's state and seq.
+#include "nostall/shared.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <dirent.h>
+#include <limits>
+#include <mutex>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/fd.h"
+#include "common/process.h"
+#include "common/shm.h"
+#include "ring/named_ring.h"
+#include "pipeline/pipeline.h"
+
+namespace nostall {
+namespace {
+
+using namespace ring;  // NOLINT: this file is the named ring's producer
+
+class Producer final : public SharedProducer {
+ public:
+  Producer(std::shared_ptr<Segment> seg, std::unique_ptr<Loader> pipeline, LoaderSpec spec,
+           ServeOptions options)
+      : seg_(std::move(seg)), pipeline_(std::move(pipeline)), spec_(std::move(spec)),
+        options_(options) {
+    watcher_ = std::thread([this] { Watch(); });
+  }
+
+  ~Producer() override {
+    stop_watch_.store(true);
+    watcher_.join();
+    if (seg_->h->state.load() == kRunning) seg_->h->state.store(kClosed);
+    ::shm_unlink(seg_->name.c_str());
+  }
+
+  const LoaderSpec& spec() const override { return spec_; }
+
+  ProducerStatus Snapshot() const override {
+    ProducerStatus st;
+    const Header& h = *seg_->h;
+    st.produced = h.produced.load();
+    st.chunks_per_epoch = seg_->g.chunks_per_epoch;
+    st.evictions = h.evictions.load();
+    st.reaped = h.reaped.load();
+    st.consumers = seg_->Consumers();
+    return st;
+  }
+
+  Status Run(const std::atomic<bool>& stop) override {
+    Status st = Serve(stop);
+    if (!st.ok()) {
+      std::snprintf(seg_->h->error, sizeof seg_->h->error, "%s", st.ToString().c_str());
+      seg_->h->state.store(kFailed);
+    }
+    return st;
+  }
+
+ private:
+  Status Serve(const std::atomic<bool>& stop) {
+    int64_t epoch = 0;
+    NOSTALL_RETURN_IF_ERROR(pipeline_->StartEpoch(epoch));
+    int64_t seq = seg_->h->produced.load();
+    while (!stop.load()) {
+      NextStatus ns;
+      std::shared_ptr<Batch> batch;
+      NOSTALL_RETURN_IF_ERROR(pipeline_->Next(50, &ns, &batch));
+      if (ns == NextStatus::kTimeout) continue;
+      if (ns == NextStatus::kEndOfEpoch) {
+        NOSTALL_RETURN_IF_ERROR(pipeline_->StartEpoch(++epoch));
+        continue;
+      }
+      int64_t slot = -1;
+      while (!stop.load()) {
+        const uint32_t gen = seg_->h->released_gen.load();
+        if ((slot = ClaimSlot()) >= 0) break;
+        FutexWait(&seg_->h->released_gen, gen, 20000000);  // 20 ms: lag checks, stop
+      }
+      if (slot < 0) break;
+      Publish(static_cast<uint32_t>(slot), *batch, seq++);
+    }
+    return Status::OK();
+  }
+
+  // A slot whose chunk no active consumer needs and nobody views, marked
+  // WRITING; -1 if none (and then, after max_lag_s, the consumers holding
+  // everyone back are left behind).
+  int64_t ClaimSlot() {
+    Header& h = *seg_->h;
+    int64_t min_need = kNone;
+    for (uint32_t i = 0; i < seg_->g.max_consumers; ++i) {
+      if (seg_->consumers[i].state.load() == kActive) {
+        min_need = std::min(min_need, seg_->consumers[i].need.load());
+      }
+    }
+    // Nobody attached: fill empty slots (so the first consumer starts at
+    // once), but keep what is there rather than spin through the dataset.
+    const bool anyone = min_need != kNone;
+    bool blocked_by_need = false;
+    for (uint32_t s = 0; s < seg_->g.slot_count; ++s) {
+      SlotRow& row = seg_->slots[s];
+      uint32_t state = row.state.load();
+      if (state == kWriting) continue;
+      const int64_t old = row.seq.load();
+      if (state == kReady && (!anyone || old >= min_need)) {
+        blocked_by_need = anyone;
+        continue;
+      }
+      if (!row.state.compare_exchange_strong(state, kWriting)) continue;
+      CrashPoint("producer.slot_writing");
+      // Now that the slot says WRITING: does anyone still need or view it?
+      bool busy = false;
+      for (uint32_t i = 0; i < seg_->g.max_consumers && !busy; ++i) {
+        const ConsumerRow& c = seg_->consumers[i];
+        if (old >= 0 && c.state.load() == kActive && c.need.load() <= old) busy = true;
+        if (seg_->pin(s, i).load() != 0) busy = true;
+      }
+      if (!busy) return s;
+      row.state.store(state);  // give it back untouched
+    }
+    // Left behind: while the producer waits on the slowest consumer and
+    // another consumer waits on the producer, a consumer whose next chunk was
+    // published more than max_lag ago is too far behind to set the pace.
+    bool someone_waits = false;
+    const int64_t next = h.produced.load();
+    for (uint32_t i = 0; i < seg_->g.max_consumers; ++i) {
+      const ConsumerRow& c = seg_->consumers[i];
+      if (c.state.load() == kActive && c.need.load() >= next) someone_waits = true;
+    }
+    if (!blocked_by_need || !someone_waits) return -1;
+    const int64_t now = NowNs();
+    const int64_t lag_ns = static_cast<int64_t>(options_.max_lag_s * 1e9);
+    for (uint32_t i = 0; i < seg_->g.max_consumers; ++i) {
+      ConsumerRow& c = seg_->consumers[i];
+      if (c.state.load() != kActive) continue;
+      const int64_t need = c.need.load();
+      int64_t published = now;
+      for (uint32_t s = 0; s < seg_->g.slot_count; ++s) {
+        if (seg_->slots[s].seq.load() == need) published = seg_->slots[s].published_ns.load();
+      }
+      uint32_t active = kActive;
+      if (now - published > lag_ns && c.state.compare_exchange_strong(active, kLagged)) {
+        h.evictions.fetch_add(1);
+        if (options_.verbose) {
+          std::fprintf(stderr, "nostall serve: consumer pid %lld is more than %.1fs behind; "
+                       "it continues on its own pipeline\n",
+                       static_cast<long long>(c.pid.load()), options_.max_lag_s);
+        }
+      }
+    }
+    return -1;
+  }
+
+  void Publish(uint32_t s, const Batch& b, int64_t seq) {
+    const uint64_t sb = seg_->g.sample_bytes;
+    const auto n = static_cast<size_t>(b.size());
+    std::memcpy(seg_->images(s), b.images(), n * sb);
+    std::memcpy(seg_->labels(s), b.labels(), n * sizeof(int64_t));
+    std::memcpy(seg_->indices(s), b.indices(), n * sizeof(int64_t));
+    CrashPoint("producer.slot_copied");
+    SlotRow& row = seg_->slots[s];
+    row.count = b.size();
+    row.epoch = b.epoch();
+    row.chunk_in_epoch = b.index();
+    row.seq.store(seq);
+    row.published_ns.store(NowNs());
+    row.state.store(kReady);
+    CrashPoint("producer.slot_ready");
+    seg_->h->produced.store(seq + 1);
+    Bump(&seg_->h->published_gen);
+  }
+
+  // Every 100 ms: the heartbeat, and consumers that died are released.
+  void Watch() {
+    while (!stop_watch_.load()) {
+      Header& h = *seg_->h;
+      h.heartbeat_ns.store(NowNs());
+      for (uint32_t i = 0; i < seg_->g.max_consumers; ++i) {
+        ConsumerRow& c = seg_->consumers[i];
+        // A consistent (pid, start time): a row freed and claimed again
+        // between the two loads shows another pid on the second.
+        const int64_t pid = c.pid.load();
+        if (pid == 0) continue;
+        const uint64_t start = c.start_time.load();
+        if (c.pid.load() != pid || ProcessAlive(pid, start)) continue;
+        // Dead: only this thread touches the row until it is released.
+        seg_->ReleaseRow(i);
+        h.reaped.fetch_add(1);
+        if (options_.verbose) {
+          std::fprintf(stderr, "nostall serve: consumer pid %lld is gone; its slots are released\n",
+                       static_cast<long long>(pid));
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+
+  std::shared_ptr<Segment> seg_;
+  std::unique_ptr<Loader> pipeline_;
+  LoaderSpec spec_;
+  ServeOptions options_;
+  std::atomic<bool> stop_watch_{false};
+  std::thread watcher_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string& name,
+                                                               const LoaderSpec& user_spec,
+                                                               const ServeOptions& options) {
+  NOSTALL_RETURN_IF_ERROR(ValidName(name));
+  if (options.max_consumers < 1 || options.max_consumers > 64) {
+    return InvalidArgument("max_consumers must be in [1, 64]");
+  }
+  if (options.max_lag_s <= 0) return InvalidArgument("max_lag must be positive");
+  if (user_spec.world_size != 1) {
+    return InvalidArgument("a shared loader serves one node: world_size must be 1");
+  }
+  if (user_spec.on_error == ErrorPolicy::kSkip) {
+    return InvalidArgument("a shared loader serves whole chunks: on_error must be \"raise\" "
+                           "(a bad item stops the producer, and every consumer is told which)");
+  }
+  LoaderSpec spec = user_spec;
+  spec.batch_size = options.chunk > 0 ? options.chunk : user_spec.batch_size;
+  spec.drop_last = false;
+  // The sampler's count first (the pipeline is built after the block size is known).
+  NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Source> probe, OpenSource(spec.source, spec.source_options));
+  SamplerOptions so;
+  so.num_items = probe->size();
+  so.batch_size = spec.batch_size;
+  so.subset = spec.subset;
+  NOSTALL_ASSIGN_OR_RETURN(Sampler counting, Sampler::Create(so));
+  const int64_t n = counting.SamplesPerEpoch();
+  const int64_t k = counting.BatchesPerEpoch();
+  int64_t block_chunks = options.block_chunks > 0 ? options.block_chunks : std::max<int64_t>(1, k / 16);
+  block_chunks = std::min(block_chunks, k);
+  if (spec.shuffle) spec.shuffle_block = block_chunks * spec.batch_size;
+  NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Loader> pipeline, Loader::Create(spec));
+  const LoaderSpec& resolved = pipeline->spec();
+  const std::vector<int64_t> shape = pipeline->SampleShape();
+  uint64_t sample_bytes = resolved.prep.dtype == DType::kFloat32 ? 4 : 1;
+  for (int64_t d : shape) sample_bytes *= static_cast<uint64_t>(d);
+
+  const uint32_t max_consumers = static_cast<uint32_t>(options.max_consumers);
+  const uint32_t slots = static_cast<uint32_t>(options.slots > 0 ? options.slots : 4 + 2 * options.max_consumers);
+  if (slots < 2 || slots > 1024) return InvalidArgument("slots must be in [2, 1024]");
+  const std::string spec_json = resolved.ToJson();
+  uint64_t off = RoundUp(sizeof(Header), 64);
+  const uint64_t consumers_offset = off;
+  off += RoundUp(sizeof(ConsumerRow) * max_consumers, 64);
+  const uint64_t slots_offset = off;
+  off += RoundUp(sizeof(SlotRow) * slots, 64);
+  const uint64_t pins_offset = off;
+  off += RoundUp(sizeof(std::atomic<uint32_t>) * slots * max_consumers, 64);
+  const uint64_t spec_offset = off;
+  off += RoundUp(spec_json.size(), 64);
+  const uint64_t data_offset = RoundUp(off, 4096);
+  const uint64_t chunk = static_cast<uint64_t>(spec.batch_size);
+  const uint64_t stride = RoundUp(RoundUp(chunk * sample_bytes, 64) + 2 * chunk * sizeof(int64_t), 4096);
+  const uint64_t total = data_offset + stride * slots;
+
+  const std::string seg_name = SegmentName(name);
+  int raw = ::shm_open(seg_name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (raw < 0 && errno == EEXIST) {
+    // Another producer's: refuse while it lives; replace a dead one's.
+    UniqueFd old(::shm_open(seg_name.c_str(), O_RDONLY | O_CLOEXEC, 0));
+    struct stat st;
+    if (old.get() >= 0 && ::fstat(old.get(), &st) == 0 &&
+        static_cast<size_t>(st.st_size) >= sizeof(Header)) {
+      void* a = ::mmap(nullptr, sizeof(Header), PROT_READ, MAP_SHARED, old.get(), 0);
+      if (a != MAP_FAILED) {
+        const auto* h = static_cast<const Header*>(a);
+        const bool live = std::memcmp(h->magic, kMagic, 8) == 0 && h->state.load() == kRunning &&
+                          ProcessAlive(h->producer_pid, h->producer_start_time);
+        const int64_t pid = h->producer_pid;
+        ::munmap(a, sizeof(Header));
+        if (live) {
+          return FailedPrecondition("shared loader '" + name + "' is already served by pid " +
+                                    std::to_string(pid) + "; pick another name");
+        }
+      }
+    }
+    ::shm_unlink(seg_name.c_str());
+    raw = ::shm_open(seg_name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  }
+  if (raw < 0) return ErrnoError("cannot create shared memory " + seg_name, errno);
+  UniqueFd fd(raw);
+  Status reserved = ReserveShm(fd.get(), total, "shared loader '" + name + "'",
+                               "use a smaller chunk or fewer slots, or enlarge /dev/shm");
+  if (!reserved.ok()) {
+    ::shm_unlink(seg_name.c_str());
+    return reserved;
+  }
+  auto mapped = MapSegment(seg_name, fd.get(), total);
+  if (!mapped.ok()) {
+    ::shm_unlink(seg_name.c_str());
+    return mapped.status();
+  }
+  std::shared_ptr<Segment> seg = std::move(mapped).value();
+  auto* h = new (seg->mapping.data()) Header{};
+  h->version = kVersion;
+  h->header_bytes = sizeof(Header);
+  h->spec_fingerprint = SharedSpecFingerprint(resolved);
+  h->dataset_fingerprint = pipeline->source().fingerprint();
+  h->producer_pid = ::getpid();
+  h->producer_start_time = SelfStartTime();
+  h->heartbeat_ns.store(NowNs());
+  h->max_consumers = max_consumers;
+  h->slot_count = slots;
+  h->dtype = resolved.prep.dtype == DType::kFloat32 ? 1 : 0;
+  h->chunk = static_cast<int64_t>(chunk);
+  h->samples_per_epoch = n;
+  h->chunks_per_epoch = k;
+  h->block_chunks = block_chunks;
+  h->sample_bytes = sample_bytes;
+  for (size_t i = 0; i < 3 && i < shape.size(); ++i) h->shape[i] = shape[i];
+  h->consumers_offset = consumers_offset;
+  h->slots_offset = slots_offset;
+  h->pins_offset = pins_offset;
+  h->spec_offset = spec_offset;
+  h->spec_bytes = spec_json.size();
+  h->data_offset = data_offset;
+  h->slot_stride = stride;
+  seg->Bind(ReadGeometry(*h));
+  for (uint32_t i = 0; i < max_consumers; ++i) {
+    new (&seg->consumers[i]) ConsumerRow{};
+    seg->consumers[i].need.store(kNone);
+  }
+  for (uint32_t s = 0; s < slots; ++s) {
+    new (&seg->slots[s]) SlotRow{};
+    seg->slots[s].seq.store(-1);
+  }
+  for (uint64_t i = 0; i < uint64_t{slots} * max_consumers; ++i) new (&seg->pins[i]) std::atomic<uint32_t>(0);
+  std::memcpy(static_cast<uint8_t*>(seg->mapping.data()) + spec_offset, spec_json.data(), spec_json.size());
+  h->state.store(kRunning);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  std::memcpy(h->magic, kMagic, sizeof kMagic);  // last: the segment is complete
+  return std::unique_ptr<SharedProducer>(
+      new Producer(std::move(seg), std::move(pipeline), resolved, options));
+}
+
+}  // namespace nostall
