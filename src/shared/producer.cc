@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <dirent.h>
 #include <limits>
 #include <mutex>
@@ -48,9 +49,9 @@ using namespace ring;  // NOLINT: this file is the named ring's producer
 
 class Producer final : public SharedProducer {
  public:
-  Producer(std::shared_ptr<Segment> seg, std::unique_ptr<Loader> pipeline, LoaderSpec spec,
-           ServeOptions options)
-      : seg_(std::move(seg)), pipeline_(std::move(pipeline)), spec_(std::move(spec)),
+  Producer(std::shared_ptr<Segment> seg, std::unique_ptr<Loader> pipeline, size_t depth,
+           LoaderSpec spec, ServeOptions options)
+      : seg_(std::move(seg)), pipeline_(std::move(pipeline)), depth_(depth), spec_(std::move(spec)),
         options_(options) {
     watcher_ = std::thread([this] { Watch(); });
   }
@@ -58,6 +59,11 @@ class Producer final : public SharedProducer {
   ~Producer() override {
     stop_watch_.store(true);
     watcher_.join();
+    // The pipeline stops before the chunks it published are let go: it
+    // would otherwise start refilling their slots while consumers still
+    // read what the segment holds.
+    pipeline_.reset();
+    held_.clear();
     if (seg_->h->state.load() == kRunning) seg_->h->state.store(kClosed);
     ::shm_unlink(seg_->name.c_str());
   }
@@ -85,83 +91,111 @@ class Producer final : public SharedProducer {
   }
 
  private:
+  // The pipeline writes each chunk straight into a slot of the segment (no
+  // copy): the producer publishes the chunk in place and holds the batch,
+  // so the pipeline cannot refill the slot, until no consumer needs or views
+  // it. It keeps at most `slot_count - depth` chunks published while the
+  // pipeline has fewer than `depth` slots to fill; with nobody attached it
+  // keeps every chunk it made and the pipeline stops when it has no slot.
   Status Serve(const std::atomic<bool>& stop) {
     int64_t epoch = 0;
     NOSTALL_RETURN_IF_ERROR(pipeline_->StartEpoch(epoch));
     int64_t seq = seg_->h->produced.load();
+    const size_t slots = seg_->g.slot_count;
+    const size_t keep = slots - depth_;
     while (!stop.load()) {
+      const uint32_t gen = seg_->h->released_gen.load();
+      if (held_.size() > keep) GiveBack(keep, /*starved=*/held_.size() == slots);
+      if (held_.size() == slots) {  // the pipeline has no slot to fill
+        FutexWait(&seg_->h->released_gen, gen, 20000000);  // 20 ms: lag checks, stop
+        continue;
+      }
       NextStatus ns;
       std::shared_ptr<Batch> batch;
-      NOSTALL_RETURN_IF_ERROR(pipeline_->Next(50, &ns, &batch));
+      NOSTALL_RETURN_IF_ERROR(pipeline_->Next(held_.size() > keep ? 5 : 50, &ns, &batch));
       if (ns == NextStatus::kTimeout) continue;
       if (ns == NextStatus::kEndOfEpoch) {
         NOSTALL_RETURN_IF_ERROR(pipeline_->StartEpoch(++epoch));
         continue;
       }
-      int64_t slot = -1;
-      while (!stop.load()) {
-        const uint32_t gen = seg_->h->released_gen.load();
-        if ((slot = ClaimSlot()) >= 0) break;
-        FutexWait(&seg_->h->released_gen, gen, 20000000);  // 20 ms: lag checks, stop
-      }
-      if (slot < 0) break;
-      Publish(static_cast<uint32_t>(slot), *batch, seq++);
+      NOSTALL_ASSIGN_OR_RETURN(uint32_t slot, SlotOf(*batch));
+      Publish(slot, *batch, seq++);
+      held_.push_back({slot, std::move(batch)});
     }
     return Status::OK();
   }
 
-  // A slot whose chunk no active consumer needs and nobody views, marked
-  // WRITING; -1 if none (and then, after max_lag_s, the consumers holding
-  // everyone back are left behind).
-  int64_t ClaimSlot() {
-    Header& h = *seg_->h;
+  // The segment slot a pipeline batch was written into.
+  Result<uint32_t> SlotOf(const Batch& b) const {
+    const auto* images = static_cast<const uint8_t*>(b.images());
+    const uint64_t offset = static_cast<uint64_t>(images - seg_->data);
+    if (images < seg_->data || offset % seg_->g.slot_stride != 0 ||
+        offset / seg_->g.slot_stride >= seg_->g.slot_count) {
+      return Internal("the pipeline's batch is not in a slot of the segment");
+    }
+    return static_cast<uint32_t>(offset / seg_->g.slot_stride);
+  }
+
+  // Gives published slots back to the pipeline, oldest first, until at most
+  // `keep` are held or none is free to go. `starved`: the pipeline has no
+  // slot left, so a consumer that holds everyone back may be left behind.
+  void GiveBack(size_t keep, bool starved) {
     int64_t min_need = kNone;
     for (uint32_t i = 0; i < seg_->g.max_consumers; ++i) {
       if (seg_->consumers[i].state.load() == kActive) {
         min_need = std::min(min_need, seg_->consumers[i].need.load());
       }
     }
-    // Nobody attached: fill empty slots (so the first consumer starts at
-    // once), but keep what is there rather than spin through the dataset.
-    const bool anyone = min_need != kNone;
-    bool blocked_by_need = false;
-    for (uint32_t s = 0; s < seg_->g.slot_count; ++s) {
-      SlotRow& row = seg_->slots[s];
-      uint32_t state = row.state.load();
-      if (state == kWriting) continue;
-      const int64_t old = row.seq.load();
-      if (state == kReady && (!anyone || old >= min_need)) {
-        blocked_by_need = anyone;
-        continue;
+    for (auto it = held_.begin(); it != held_.end() && held_.size() > keep;) {
+      if (TryTakeBack(it->slot, min_need)) {
+        it = held_.erase(it);  // the batch goes: the pipeline may fill the slot
+      } else {
+        ++it;
       }
-      if (!row.state.compare_exchange_strong(state, kWriting)) continue;
-      CrashPoint("producer.slot_writing");
-      // Now that the slot says WRITING: does anyone still need or view it?
-      bool busy = false;
-      for (uint32_t i = 0; i < seg_->g.max_consumers && !busy; ++i) {
-        const ConsumerRow& c = seg_->consumers[i];
-        if (old >= 0 && c.state.load() == kActive && c.need.load() <= old) busy = true;
-        if (seg_->pin(s, i).load() != 0) busy = true;
-      }
-      if (!busy) return s;
-      row.state.store(state);  // give it back untouched
     }
-    // Left behind: while the producer waits on the slowest consumer and
-    // another consumer waits on the producer, a consumer whose next chunk was
-    // published more than max_lag ago is too far behind to set the pace.
+    if (held_.size() > keep && starved) LeaveBehindLaggards();
+  }
+
+  // Marks slot `s` WRITING if no active consumer needs its chunk and nobody
+  // views it. Nobody attached: chunks are kept, not spun through.
+  bool TryTakeBack(uint32_t s, int64_t min_need) {
+    SlotRow& row = seg_->slots[s];
+    uint32_t state = row.state.load();
+    const int64_t old = row.seq.load();
+    if (state != kReady || min_need == kNone || old >= min_need) return false;
+    if (!row.state.compare_exchange_strong(state, kWriting)) return false;
+    CrashPoint("producer.slot_writing");
+    // Now that the slot says WRITING: does anyone still need or view it?
+    bool busy = false;
+    for (uint32_t i = 0; i < seg_->g.max_consumers && !busy; ++i) {
+      const ConsumerRow& c = seg_->consumers[i];
+      if (c.state.load() == kActive && c.need.load() <= old) busy = true;
+      if (seg_->pin(s, i).load() != 0) busy = true;
+    }
+    if (!busy) return true;
+    row.state.store(state);  // give it back untouched
+    return false;
+  }
+
+  // While the producer waits on the slowest consumer and another consumer
+  // waits on the producer, a consumer whose next chunk was published more
+  // than max_lag ago is too far behind to set the pace: it is left behind.
+  void LeaveBehindLaggards() {
+    Header& h = *seg_->h;
     bool someone_waits = false;
     const int64_t next = h.produced.load();
     for (uint32_t i = 0; i < seg_->g.max_consumers; ++i) {
       const ConsumerRow& c = seg_->consumers[i];
       if (c.state.load() == kActive && c.need.load() >= next) someone_waits = true;
     }
-    if (!blocked_by_need || !someone_waits) return -1;
+    if (!someone_waits) return;
     const int64_t now = NowNs();
     const int64_t lag_ns = static_cast<int64_t>(options_.max_lag_s * 1e9);
     for (uint32_t i = 0; i < seg_->g.max_consumers; ++i) {
       ConsumerRow& c = seg_->consumers[i];
       if (c.state.load() != kActive) continue;
       const int64_t need = c.need.load();
+      if (need >= next) continue;  // waiting on the producer, not holding it
       int64_t published = now;
       for (uint32_t s = 0; s < seg_->g.slot_count; ++s) {
         if (seg_->slots[s].seq.load() == need) published = seg_->slots[s].published_ns.load();
@@ -176,16 +210,11 @@ class Producer final : public SharedProducer {
         }
       }
     }
-    return -1;
   }
 
+  // The pipeline has written chunk `seq` into slot `s`: publish it in place.
   void Publish(uint32_t s, const Batch& b, int64_t seq) {
-    const uint64_t sb = seg_->g.sample_bytes;
-    const auto n = static_cast<size_t>(b.size());
-    std::memcpy(seg_->images(s), b.images(), n * sb);
-    std::memcpy(seg_->labels(s), b.labels(), n * sizeof(int64_t));
-    std::memcpy(seg_->indices(s), b.indices(), n * sizeof(int64_t));
-    CrashPoint("producer.slot_copied");
+    CrashPoint("producer.slot_filled");
     SlotRow& row = seg_->slots[s];
     row.count = b.size();
     row.epoch = b.epoch();
@@ -223,8 +252,14 @@ class Producer final : public SharedProducer {
     }
   }
 
+  struct Held {
+    uint32_t slot;
+    std::shared_ptr<Batch> batch;  // the pipeline's lease on the slot
+  };
   std::shared_ptr<Segment> seg_;
   std::unique_ptr<Loader> pipeline_;
+  size_t depth_;  // slots the pipeline fills ahead
+  std::deque<Held> held_;  // published chunks, oldest first
   LoaderSpec spec_;
   ServeOptions options_;
   std::atomic<bool> stop_watch_{false};
@@ -263,15 +298,21 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   int64_t block_chunks = options.block_chunks > 0 ? options.block_chunks : std::max<int64_t>(1, k / 16);
   block_chunks = std::min(block_chunks, k);
   if (spec.shuffle) spec.shuffle_block = block_chunks * spec.batch_size;
-  NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Loader> pipeline, Loader::Create(spec));
-  const LoaderSpec& resolved = pipeline->spec();
-  const std::vector<int64_t> shape = pipeline->SampleShape();
+  // The pipeline is prepared (spec resolved, output shape known) to size
+  // the segment, and started on the segment's slots once it exists.
+  NOSTALL_ASSIGN_OR_RETURN(PipelineParts parts, PreparePipeline(spec));
+  const LoaderSpec resolved = parts.spec;
+  const std::vector<int64_t> shape = SampleShapeOf(resolved.prep, parts.out_h, parts.out_w);
+  const uint64_t dataset_fingerprint = parts.source->fingerprint();
+  const uint64_t depth = PipelineSlots(resolved);
   uint64_t sample_bytes = resolved.prep.dtype == DType::kFloat32 ? 4 : 1;
   for (int64_t d : shape) sample_bytes *= static_cast<uint64_t>(d);
 
   const uint32_t max_consumers = static_cast<uint32_t>(options.max_consumers);
-  const uint32_t slots = static_cast<uint32_t>(options.slots > 0 ? options.slots : 4 + 2 * options.max_consumers);
-  if (slots < 2 || slots > 1024) return InvalidArgument("slots must be in [2, 1024]");
+  // `slots` chunks kept for consumers, and the pipeline's own to fill.
+  const uint32_t kept = static_cast<uint32_t>(options.slots > 0 ? options.slots : 4 + 2 * options.max_consumers);
+  if (kept < 2 || kept > 512) return InvalidArgument("slots must be in [2, 512]");
+  const uint32_t slots = kept + static_cast<uint32_t>(depth);
   const std::string spec_json = resolved.ToJson();
   uint64_t off = RoundUp(sizeof(Header), 64);
   const uint64_t consumers_offset = off;
@@ -329,7 +370,7 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   h->version = kVersion;
   h->header_bytes = sizeof(Header);
   h->spec_fingerprint = SharedSpecFingerprint(resolved);
-  h->dataset_fingerprint = pipeline->source().fingerprint();
+  h->dataset_fingerprint = dataset_fingerprint;
   h->producer_pid = ::getpid();
   h->producer_start_time = SelfStartTime();
   h->heartbeat_ns.store(NowNs());
@@ -363,8 +404,14 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   h->state.store(kRunning);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   std::memcpy(h->magic, kMagic, sizeof kMagic);  // last: the segment is complete
-  return std::unique_ptr<SharedProducer>(
-      new Producer(std::move(seg), std::move(pipeline), resolved, options));
+  ExternalSlots external{seg, seg->data, seg->g.slot_stride, slots};
+  Result<std::unique_ptr<Loader>> pipeline = StartPipeline(std::move(parts), &external);
+  if (!pipeline.ok()) {
+    ::shm_unlink(seg_name.c_str());
+    return pipeline.status();
+  }
+  return std::unique_ptr<SharedProducer>(new Producer(
+      std::move(seg), std::move(pipeline).value(), depth, resolved, options));
 }
 
 }  // namespace nostall

@@ -1,4 +1,5 @@
 #include "nostall/shared.h"
+#include "pipeline/pipeline.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -225,7 +226,7 @@ TEST_F(SharedTest, DamagedSegmentsAreRefusedNotReadOutOfBounds) {
 TEST_F(SharedTest, AConsumerResumesMidEpochExactlyAndRejoinsAtTheNextEpoch) {
   const std::string name = Name("resume");
   ServeOptions so;
-  so.slots = 2;  // by the time it resumes, the chunks it needs are gone from the segment
+  so.slots = 2;
   auto serving = Serve(name, so);
   AttachOptions o;
   o.batch_size = 4;
@@ -236,6 +237,11 @@ TEST_F(SharedTest, AConsumerResumesMidEpochExactlyAndRejoinsAtTheNextEpoch) {
   const std::vector<std::vector<int64_t>> batches = RestOfEpoch(first.get());
   ASSERT_EQ(batches.size(), 12u);  // 45 samples in batches of 4
   first.reset();
+  {  // Another consumer reads two epochs: the stream moves on past 2 + 4
+     // slots, so the chunks the resumed one needs are overwritten.
+    auto other = AttachShared(name, o).value();
+    for (int epoch = 0; epoch < 2; ++epoch) EXPECT_EQ(Epoch(other.get(), epoch).size(), 45u);
+  }
   // A new consumer (as after a restart) resumes that epoch at batch 5: the
   // same batches, in the same order, from its private pipeline.
   auto resumed = AttachShared(name, o).value();
@@ -578,11 +584,12 @@ TEST_P(SharedProducerCrashTest, ConsumersReportItOrGoOnPrivately) {
   const std::string name = Name("crash-producer");
   pid_t child = ::fork();
   if (child == 0) {
-    // The fifth time: consumers are attached and mid-epoch by then (two
-    // slots fill before anyone attaches, then the producer waits).
-    KillAtCrashPointForTest(point, 5);
+    // Consumers are attached and mid-epoch by then: before anyone attaches
+    // the producer publishes its two kept chunks and the pipeline fills its
+    // own slots (prefetch + 2), then it waits.
     ServeOptions so;
     so.slots = 2;
+    KillAtCrashPointForTest(point, so.slots + static_cast<int>(PipelineSlots(Spec())) + 3);
     auto p = SharedProducer::Create(name, Spec(), so);
     if (!p.ok()) ::_exit(2);
     std::atomic<bool> stop{false};
@@ -625,7 +632,7 @@ TEST_P(SharedProducerCrashTest, ConsumersReportItOrGoOnPrivately) {
 
 INSTANTIATE_TEST_SUITE_P(EachStep, SharedProducerCrashTest,
                          ::testing::Values("producer.slot_writing",  // slot WRITING, old chunk gone
-                                           "producer.slot_copied",   // data written, not READY
+                                           "producer.slot_filled",   // chunk written in place, not READY
                                            "producer.slot_ready"),   // READY, `produced` not advanced
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            std::string n = info.param;
