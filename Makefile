@@ -13,7 +13,7 @@ APT_PACKAGES := g++ make python3-venv libjpeg62-turbo-dev libpng-dev libopencv-i
 PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmake ninja
 BUILD := build/py
 
-.PHONY: all deps venv install demo test test-cpp test-python test-asan fuzz bench bench-cache bench-analyze bench-shared clean
+.PHONY: all deps venv install demo test test-cpp test-python test-asan test-tsan check-locks fuzz bench bench-cache bench-analyze bench-shared clean
 
 all: install
 
@@ -57,6 +57,25 @@ test-asan: .make/venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake --build build/asan
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(BIN)/ctest --test-dir build/asan --output-on-failure -j2
+
+# The C++ tests under ThreadSanitizer (the tests that fork, and so cannot run
+# under TSan, say so and are skipped by name here).
+test-tsan: .make/venv
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake -S . -B build/tsan -G Ninja \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNOSTALL_TSAN=ON -DNOSTALL_BUILD_TESTS=ON
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake --build build/tsan
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  $(BIN)/ctest --test-dir build/tsan --output-on-failure -j2
+
+# The lock annotations checked by clang's -Wthread-safety (a compile, no run).
+check-locks: .make/venv
+	@missing=$$(for p in clang-16; do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+	CC=clang-16 CXX=clang++-16 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake -S . -B build/locks -G Ninja \
+	  -DCMAKE_BUILD_TYPE=Debug -DNOSTALL_THREAD_SAFETY=ON -DNOSTALL_BUILD_TESTS=OFF
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake --build build/locks
 
 # libFuzzer targets (tar indexer, image decoders, spec parser, cache and
 # shared-loader segments), each run FUZZ_SECONDS (default 300); see fuzz/run.sh.

@@ -59,6 +59,8 @@ struct LoaderSpec {
   std::string cache_policy = "minio";
 
   static Result<LoaderSpec> FromJson(const std::string& json);
+  // Every field FromJson reads, and ToJson writes (ToJson(FromJson(x)) keeps all).
+  static const std::vector<std::string>& FieldNames();
   std::string ToJson() const;
   uint64_t Fingerprint() const;
 };

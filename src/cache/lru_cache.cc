@@ -2,10 +2,10 @@
 // benchmarks that compare it with MinIO at the same memory (spec field
 // cache_policy = "lru"). Not shared between processes.
 #include <list>
-#include <mutex>
 #include <unordered_map>
 
 #include "cache/driver.h"
+#include "common/mutex.h"
 
 namespace nostall {
 namespace {
@@ -15,7 +15,7 @@ class LruCache final : public Cache {
   explicit LruCache(uint64_t budget) : budget_(budget) {}
 
   Result<bool> Lookup(int64_t item, std::vector<uint8_t>* out) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = where_.find(item);
     if (it == where_.end()) {
       ++misses_;
@@ -28,7 +28,7 @@ class LruCache final : public Cache {
   }
 
   bool Insert(int64_t item, const uint8_t* data, size_t size) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (size > budget_ || where_.count(item)) return false;
     while (used_ + size > budget_) {  // evict least recently used
       used_ -= order_.back().second.size();
@@ -42,17 +42,18 @@ class LruCache final : public Cache {
   }
 
   CacheStats Stats() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return {budget_, used_, static_cast<int64_t>(where_.size()), hits_, misses_, 0, "lru"};
   }
 
  private:
   const uint64_t budget_;
-  mutable std::mutex mu_;
-  std::list<std::pair<int64_t, std::vector<uint8_t>>> order_;
-  std::unordered_map<int64_t, std::list<std::pair<int64_t, std::vector<uint8_t>>>::iterator> where_;
-  uint64_t used_ = 0;
-  int64_t hits_ = 0, misses_ = 0;
+  mutable Mutex mu_;
+  std::list<std::pair<int64_t, std::vector<uint8_t>>> order_ GUARDED_BY(mu_);
+  std::unordered_map<int64_t, std::list<std::pair<int64_t, std::vector<uint8_t>>>::iterator> where_ GUARDED_BY(mu_);
+  uint64_t used_ GUARDED_BY(mu_) = 0;
+  int64_t hits_ GUARDED_BY(mu_) = 0;
+  int64_t misses_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace

@@ -48,8 +48,15 @@ int PrecomputeWeights(int in_size, double in0, double in1, int out_size, std::ve
 namespace {
 
 // The vertical pass's inner loop: contiguous, so it vectorises; built for
-// AVX2 too where the CPU has it (chosen at load time).
-__attribute__((target_clones("avx2", "default"))) void AccumulateRow(float* acc,
+// AVX2 too where the CPU has it (chosen at load time, by an ifunc resolver
+// that runs before ThreadSanitizer's runtime is up: a TSan build has the
+// default version only).
+#if defined(NOSTALL_NO_TARGET_CLONES)
+#define NOSTALL_CLONES
+#else
+#define NOSTALL_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+NOSTALL_CLONES void AccumulateRow(float* acc,
                                                                     const uint8_t* in,
                                                                     float weight, size_t n,
                                                                     bool first) {

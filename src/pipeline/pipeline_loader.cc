@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "nostall/cache.h"
 #include "nostall/loader.h"
 #include "stats/consumer_recorder.h"
@@ -71,10 +72,12 @@ struct SlotWork {
 // outliving its Loader can still be released safely.
 struct RingState {
   std::unique_ptr<BatchRing> ring;
-  std::mutex mu;
+  // Guards the pipeline's scheduling state (PipelineLoader's GUARDED_BY
+  // members) and the slot states' transitions.
+  Mutex mu;
   std::condition_variable slot_freed;  // fetchers wait for a free slot
-  void Release(uint64_t slot) {
-    std::lock_guard<std::mutex> lock(mu);
+  void Release(uint64_t slot) EXCLUDES(mu) {
+    MutexLock lock(&mu);
     SlotHeader& h = ring->slot(slot);
     if (--h.leases == 0) {
       h.state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
@@ -116,7 +119,7 @@ class PipelineLoader final : public Loader {
 
   ~PipelineLoader() override {
     {
-      std::lock_guard<std::mutex> lock(state_->mu);
+      MutexLock lock(&state_->mu);
       cancelled_ = true;
     }
     state_->slot_freed.notify_all();
@@ -133,8 +136,11 @@ class PipelineLoader final : public Loader {
     g.sample_bytes = sample_bytes_;
     state_ = std::make_shared<RingState>();
     NOSTALL_ASSIGN_OR_RETURN(state_->ring, BatchRing::Create(g, spec_.Fingerprint(), slots));
-    work_.resize(g.slot_count);
-    for (auto& w : work_) w.bad.assign(static_cast<size_t>(spec_.batch_size), 0);
+    {
+      MutexLock lock(&state_->mu);
+      work_.resize(g.slot_count);
+      for (auto& w : work_) w.bad.assign(static_cast<size_t>(spec_.batch_size), 0);
+    }
     // Fetched items wait here for a prep thread. The bound counts the reads
     // in flight too (memory stays bounded), but it must leave room for every
     // fetcher: bounded by the queue alone, items waiting for prep would take
@@ -161,12 +167,12 @@ class PipelineLoader final : public Loader {
       return InvalidArgument("batch " + std::to_string(first_batch) + " is outside the epoch's " +
                              std::to_string(nb) + " batches");
     }
-    std::unique_lock<std::mutex> lock(state_->mu);
+    MutexLock lock(&state_->mu);
     if (first_batch == 0 && started_ && fetch_epoch_ == epoch && epoch_ != epoch) {
       // The fetchers ran on into this epoch when the last one ran out: keep
       // that work. Batches of other epochs still being made finish first,
       // then every slot not holding this epoch (or leased) is freed.
-      auto other_epoch_filling = [&] {
+      auto other_epoch_filling = [&]() REQUIRES(state_->mu) {
         for (uint64_t s = 0; s < state_->ring->slot_count(); ++s) {
           const SlotHeader& h = state_->ring->slot(s);
           if (h.state.load() == static_cast<uint32_t>(SlotState::kFilling) && h.epoch != epoch) {
@@ -175,7 +181,7 @@ class PipelineLoader final : public Loader {
         }
         return false;
       };
-      ready_cv_.wait(lock, [&] { return cancelled_ || !other_epoch_filling(); });
+      while (!cancelled_ && other_epoch_filling()) ready_cv_.wait(lock.native());
       for (uint64_t s = 0; s < state_->ring->slot_count(); ++s) {
         SlotHeader& h = state_->ring->slot(s);
         if (h.state.load() == static_cast<uint32_t>(SlotState::kReady) && h.epoch != epoch) {
@@ -186,17 +192,17 @@ class PipelineLoader final : public Loader {
       consume_batch_ = 0;
       num_batches_ = nb;
       consumer_.EpochStarted();
-      lock.unlock();
+      lock.Unlock();
       state_->slot_freed.notify_all();
       return Status::OK();
     }
-    lock.unlock();
+    lock.Unlock();
     std::vector<int64_t> order = sampler_.EpochOrder(epoch);  // outside the lock
-    lock.lock();
+    lock.Lock();
     ++generation_;
     // Work of the old epoch already running must finish before its slots
     // are handed to the new one; it takes one decode at most.
-    idle_cv_.wait(lock, [&] { return active_preps_ == 0; });
+    while (active_preps_ != 0) idle_cv_.wait(lock.native());
     for (auto& item : prep_queue_) free_buffers_.push_back(std::move(item.bytes));
     prep_queue_.clear();
     for (uint64_t s = 0; s < state_->ring->slot_count(); ++s) {
@@ -214,7 +220,7 @@ class PipelineLoader final : public Loader {
     num_batches_ = nb;
     started_ = true;
     consumer_.EpochStarted();
-    lock.unlock();
+    lock.Unlock();
     work_cv_.notify_all();
     state_->slot_freed.notify_all();
     return Status::OK();
@@ -222,7 +228,7 @@ class PipelineLoader final : public Loader {
 
   Status Next(int64_t timeout_ms, NextStatus* status, std::shared_ptr<Batch>* out) override {
     const int64_t t0 = NowNs();
-    std::unique_lock<std::mutex> lock(state_->mu);
+    MutexLock lock(&state_->mu);
     if (!started_) return FailedPrecondition("StartEpoch was not called");
     consumer_.CallStarted(epoch_, t0);
     if (consume_batch_ >= num_batches_) {
@@ -231,15 +237,24 @@ class PipelineLoader final : public Loader {
     }
     int64_t found = -1;
     bool starved_by_caller = false;
-    auto ready = [&] {
+    auto ready = [&]() REQUIRES(state_->mu) {
       found = FindSlot(SlotState::kReady, consume_batch_);
       // Every slot leased to the caller: no batch can be made until it lets
       // one go, so waiting would be forever.
       starved_by_caller = found < 0 && AllSlotsLeased();
       return cancelled_ || found >= 0 || starved_by_caller;
     };
-    bool ok = timeout_ms < 0 ? (ready_cv_.wait(lock, ready), true)
-                             : ready_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
+    bool ok = true;
+    while (!ready()) {
+      if (timeout_ms < 0) {
+        ready_cv_.wait(lock.native());
+      } else if (ready_cv_.wait_until(lock.native(), deadline) == std::cv_status::timeout) {
+        ok = ready();
+        break;
+      }
+    }
     const int64_t waited = NowNs() - t0;
     consumer_.Waited(epoch_, waited);
     if (!ok) {
@@ -267,7 +282,7 @@ class PipelineLoader final : public Loader {
       Status err = w.error;
       w.error = Status::OK();
       h.state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
-      lock.unlock();
+      lock.Unlock();
       state_->slot_freed.notify_all();
       return err;
     }
@@ -306,7 +321,7 @@ class PipelineLoader final : public Loader {
             {t.tier, t.budget_bytes, t.used_bytes, t.items, t.hits, t.misses, t.errors});
       }
       st.cache_inserted_bytes = cache_inserted_bytes_.load();
-      std::lock_guard<std::mutex> lock(cache_mu_);
+      MutexLock lock(&cache_mu_);
       for (const auto& [epoch, counts] : cache_epochs_) st.cache_epochs.push_back(counts);
     }
     return st;
@@ -328,13 +343,13 @@ class PipelineLoader final : public Loader {
   }
 
  private:
-  int64_t SamplesThisEpoch() const { return static_cast<int64_t>(order_.size()); }
-  int64_t BatchCount(int64_t b) const {
+  int64_t SamplesThisEpoch() const REQUIRES(state_->mu) { return static_cast<int64_t>(order_.size()); }
+  int64_t BatchCount(int64_t b) const REQUIRES(state_->mu) {
     return std::min<int64_t>(spec_.batch_size, SamplesThisEpoch() - b * spec_.batch_size);
   }
 
   // A slot in `state` (holding `batch` of this epoch, if batch >= 0), or -1.
-  int64_t FindSlot(SlotState state, int64_t batch) const {
+  int64_t FindSlot(SlotState state, int64_t batch) const REQUIRES(state_->mu) {
     for (uint64_t i = 0; i < state_->ring->slot_count(); ++i) {
       const SlotHeader& h = state_->ring->slot(i);
       if (h.state.load(std::memory_order_acquire) != static_cast<uint32_t>(state)) continue;
@@ -343,8 +358,8 @@ class PipelineLoader final : public Loader {
     return -1;
   }
 
-  void CountCache(int64_t epoch, bool hit, bool error, size_t bytes) {
-    std::lock_guard<std::mutex> lock(cache_mu_);
+  void CountCache(int64_t epoch, bool hit, bool error, size_t bytes) EXCLUDES(cache_mu_) {
+    MutexLock lock(&cache_mu_);
     auto& e = cache_epochs_[epoch];
     e.epoch = epoch;
     (hit ? e.hits : e.misses) += 1;
@@ -352,7 +367,7 @@ class PipelineLoader final : public Loader {
     (hit ? e.hit_bytes : e.miss_bytes) += static_cast<int64_t>(bytes);
   }
 
-  bool AllSlotsLeased() const {
+  bool AllSlotsLeased() const REQUIRES(state_->mu) {
     for (uint64_t i = 0; i < state_->ring->slot_count(); ++i) {
       if (state_->ring->slot(i).state.load() != static_cast<uint32_t>(SlotState::kLeased)) {
         return false;
@@ -362,7 +377,7 @@ class PipelineLoader final : public Loader {
   }
 
   void FetchLoop() {
-    std::unique_lock<std::mutex> lock(state_->mu);
+    MutexLock lock(&state_->mu);
     while (true) {
       // Starved: no sample left to fetch. Blocked: the next batch's slot is
       // still in use, or the prep queue is full.
@@ -375,11 +390,13 @@ class PipelineLoader final : public Loader {
           // This epoch is all dispatched: run on into the next one, so its
           // first batches are ready when the caller asks (no bubble between
           // epochs). StartEpoch keeps this work if it asks for that epoch.
-          lock.unlock();
-          std::vector<int64_t> next = sampler_.EpochOrder(epoch_ + 1);
-          lock.lock();
-          if (fetch_epoch_ == epoch_ && cursor_ >= SamplesThisEpoch() && !cancelled_) {
-            fetch_epoch_ = epoch_ + 1;
+          const int64_t current = epoch_;
+          lock.Unlock();
+          std::vector<int64_t> next = sampler_.EpochOrder(current + 1);
+          lock.Lock();
+          if (epoch_ == current && fetch_epoch_ == current && cursor_ >= SamplesThisEpoch() &&
+              !cancelled_) {
+            fetch_epoch_ = current + 1;
             order_ = std::move(next);
             cursor_ = 0;
             fill_slot_ = -1;
@@ -396,9 +413,9 @@ class PipelineLoader final : public Loader {
           blocked = true;
         }
         if (blocked) {
-          state_->slot_freed.wait(lock);
+          state_->slot_freed.wait(lock.native());
         } else {
-          work_cv_.wait(lock);
+          work_cv_.wait(lock.native());
         }
       }
       (blocked ? fetch_.blocked_ns : fetch_.starved_ns).fetch_add(NowNs() - t0);
@@ -433,7 +450,7 @@ class PipelineLoader final : public Loader {
         free_buffers_.pop_back();
       }
       fetch_.InFlight(++fetching_);
-      lock.unlock();
+      lock.Unlock();
 
       const int64_t cpu0 = ThreadCpuNs(), wall0 = NowNs();
       // A tier that cannot answer costs a hit, never the item: it is read from storage.
@@ -462,7 +479,7 @@ class PipelineLoader final : public Loader {
       fetch_.items.fetch_add(1);
       fetch_.bytes.fetch_add(static_cast<int64_t>(fi.bytes.size()));
 
-      lock.lock();
+      lock.Lock();
       --fetching_;
       prep_queue_.push_back(std::move(fi));
       prep_cv_.notify_one();
@@ -471,10 +488,10 @@ class PipelineLoader final : public Loader {
 
   void PrepLoop() {
     PrepScratch scratch;
-    std::unique_lock<std::mutex> lock(state_->mu);
+    MutexLock lock(&state_->mu);
     while (true) {
       int64_t t0 = NowNs();
-      prep_cv_.wait(lock, [&] { return cancelled_ || !prep_queue_.empty(); });
+      while (!cancelled_ && prep_queue_.empty()) prep_cv_.wait(lock.native());
       prep_.starved_ns.fetch_add(NowNs() - t0);
       if (cancelled_) return;
       FetchedItem fi = std::move(prep_queue_.front());
@@ -486,7 +503,7 @@ class PipelineLoader final : public Loader {
       }
       const uint64_t s = fi.slot;
       ++active_preps_;
-      lock.unlock();
+      lock.Unlock();
 
       const int64_t cpu0 = ThreadCpuNs(), wall0 = NowNs();
       Status st = fi.status;
@@ -503,7 +520,7 @@ class PipelineLoader final : public Loader {
       prep_.items.fetch_add(1);
       prep_.bytes.fetch_add(static_cast<int64_t>(sample_bytes_));
 
-      lock.lock();
+      lock.Lock();
       --active_preps_;
       if (active_preps_ == 0) idle_cv_.notify_all();
       free_buffers_.push_back(std::move(fi.bytes));
@@ -519,9 +536,9 @@ class PipelineLoader final : public Loader {
       }
       if (--w.remaining == 0) {
         ++active_preps_;  // the slot is ours alone until published
-        lock.unlock();
+        lock.Unlock();
         FinishBatch(s);
-        lock.lock();
+        lock.Lock();
         --active_preps_;
         if (active_preps_ == 0) idle_cv_.notify_all();
         if (fi.generation == generation_) {
@@ -535,8 +552,10 @@ class PipelineLoader final : public Loader {
 
   // Closes the holes that skipped samples left, keeping the order of the
   // good ones; this is the only copy of pixels nostall ever makes, and only
-  // when a batch had bad items.
-  void FinishBatch(uint64_t s) {
+  // when a batch had bad items. Runs without the lock: the slot's last
+  // sample is done and it is not yet READY, so no other thread touches its
+  // work entry (the analysis cannot see that ownership).
+  void FinishBatch(uint64_t s) NO_THREAD_SAFETY_ANALYSIS {
     const int64_t cpu0 = ThreadCpuNs();
     SlotHeader& h = state_->ring->slot(s);
     SlotWork& w = work_[s];
@@ -565,9 +584,9 @@ class PipelineLoader final : public Loader {
   const LoaderSpec spec_;
   const std::unique_ptr<Source> source_;
   const std::unique_ptr<Cache> cache_;  // may be null
-  // Per-epoch cache counters of this loader; guarded by cache_mu_.
-  mutable std::mutex cache_mu_;
-  std::map<int64_t, LoaderStats::CacheEpoch> cache_epochs_;
+  // Per-epoch cache counters of this loader.
+  mutable Mutex cache_mu_;
+  std::map<int64_t, LoaderStats::CacheEpoch> cache_epochs_ GUARDED_BY(cache_mu_);
   std::atomic<int64_t> cache_inserted_bytes_{0};
   const Sampler sampler_;
   const int out_h_, out_w_;
@@ -580,22 +599,22 @@ class PipelineLoader final : public Loader {
   std::condition_variable ready_cv_;  // a batch became ready
   std::condition_variable idle_cv_;   // no prep work is running
   std::vector<std::thread> threads_;
-  bool cancelled_ = false;
-  bool started_ = false;
-  uint64_t generation_ = 0;
-  int64_t epoch_ = 0;          // the epoch Next() hands out
-  int64_t fetch_epoch_ = 0;    // the epoch `order_` and `cursor_` belong to
-  std::vector<int64_t> order_;
-  int64_t cursor_ = 0;         // next position in the epoch order to fetch
-  int64_t fill_slot_ = -1;     // the slot of the batch `cursor_` is in
-  int64_t consume_batch_ = 0;  // next batch Next() hands out
-  int64_t num_batches_ = 0;
-  std::vector<SlotWork> work_;
-  std::deque<FetchedItem> prep_queue_;
-  size_t prep_queue_cap_ = 8;
-  int fetching_ = 0;
-  int active_preps_ = 0;
-  std::vector<std::vector<uint8_t>> free_buffers_;
+  bool cancelled_ GUARDED_BY(state_->mu) = false;
+  bool started_ GUARDED_BY(state_->mu) = false;
+  uint64_t generation_ GUARDED_BY(state_->mu) = 0;
+  int64_t epoch_ GUARDED_BY(state_->mu) = 0;          // the epoch Next() hands out
+  int64_t fetch_epoch_ GUARDED_BY(state_->mu) = 0;    // the epoch `order_` and `cursor_` belong to
+  std::vector<int64_t> order_ GUARDED_BY(state_->mu);
+  int64_t cursor_ GUARDED_BY(state_->mu) = 0;         // next position in the epoch order to fetch
+  int64_t fill_slot_ GUARDED_BY(state_->mu) = -1;     // the slot of the batch `cursor_` is in
+  int64_t consume_batch_ GUARDED_BY(state_->mu) = 0;  // next batch Next() hands out
+  int64_t num_batches_ GUARDED_BY(state_->mu) = 0;
+  std::vector<SlotWork> work_ GUARDED_BY(state_->mu);
+  std::deque<FetchedItem> prep_queue_ GUARDED_BY(state_->mu);
+  size_t prep_queue_cap_ = 8;  // set before the threads start
+  int fetching_ GUARDED_BY(state_->mu) = 0;
+  int active_preps_ GUARDED_BY(state_->mu) = 0;
+  std::vector<std::vector<uint8_t>> free_buffers_ GUARDED_BY(state_->mu);
 
   StageCounters fetch_, prep_, batch_;
   std::atomic<int64_t> samples_{0}, delivered_{0}, errors_{0}, skipped_{0};

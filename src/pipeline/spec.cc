@@ -254,13 +254,18 @@ Status Enum(const json& j, const char* key, std::initializer_list<std::pair<cons
 
 }  // namespace
 
-Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
-  static const std::initializer_list<const char*> kKnown = {
-      "source", "batch_size", "shuffle", "seed", "rank", "world_size", "drop_last", "subset", "shuffle_block", "transforms",
-      "dtype", "layout", "mode", "max_pixels", "num_threads", "reads_in_flight", "prefetch",
-      "on_error", "index_cache_dir", "use_index_cache", "dct_scaling",
-      "throttle_bandwidth", "throttle_latency_ms", "drop_page_cache", "cache_name",
+const std::vector<std::string>& LoaderSpec::FieldNames() {
+  static const std::vector<std::string> kFields = {
+      "source", "batch_size", "shuffle", "seed", "rank", "world_size", "drop_last", "subset",
+      "shuffle_block", "transforms", "dtype", "layout", "mode", "max_pixels", "num_threads",
+      "reads_in_flight", "prefetch", "on_error", "index_cache_dir", "use_index_cache",
+      "dct_scaling", "throttle_bandwidth", "throttle_latency_ms", "drop_page_cache", "cache_name",
       "cache_bytes", "cache_policy"};
+  return kFields;
+}
+
+Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
+  const std::vector<std::string>& kKnown = FieldNames();
   try {
     json j = json::parse(text);
     if (!j.is_object()) return InvalidArgument("a loader spec is a JSON object");
@@ -348,6 +353,8 @@ std::string LoaderSpec::ToJson() const {
             {"reads_in_flight", reads_in_flight},
             {"prefetch", prefetch},
             {"on_error", on_error == ErrorPolicy::kRaise ? "raise" : "skip"},
+            {"index_cache_dir", source_options.index_cache_dir},
+            {"use_index_cache", source_options.use_index_cache},
             {"throttle_bandwidth", source_options.throttle_bytes_per_second},
             {"throttle_latency_ms", source_options.throttle_latency_ms},
             {"drop_page_cache", source_options.drop_page_cache},
@@ -363,6 +370,8 @@ uint64_t LoaderSpec::Fingerprint() const {
   j.erase("num_threads");
   j.erase("reads_in_flight");
   j.erase("prefetch");
+  j.erase("index_cache_dir");  // where the index is kept changes no batch
+  j.erase("use_index_cache");
   std::string s = j.dump();
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;

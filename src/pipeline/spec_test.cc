@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <map>
+#include <nlohmann/json.hpp>
+
 #include "nostall/loader.h"
 
 namespace nostall {
@@ -20,6 +23,57 @@ TEST(SpecTest, JsonRoundTripKeepsEverything) {
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->ToJson(), spec->ToJson());
   EXPECT_EQ(again->Fingerprint(), spec->Fingerprint());
+}
+
+// Every field, one at a time set to a value other than its default, comes
+// back from ToJson(FromJson(...)) as given. A field added to the spec and
+// not here fails the test, so none can be forgotten by ToJson.
+TEST(SpecTest, EveryFieldRoundTrips) {
+  const std::map<std::string, nlohmann::json> changed = {
+      {"source", "elsewhere/train"},
+      {"batch_size", 48},
+      {"shuffle", true},
+      {"seed", 77},
+      {"rank", 1},
+      {"world_size", 4},
+      {"drop_last", true},
+      {"subset", 500},
+      {"shuffle_block", 256},
+      {"transforms", nlohmann::json::array({{{"type", "RandomHorizontalFlip"}, {"p", 0.25}}})},
+      {"dtype", "float32"},
+      {"layout", "NHWC"},
+      {"mode", "L"},
+      {"max_pixels", 1000000},
+      {"num_threads", 3},
+      {"reads_in_flight", 9},
+      {"prefetch", 5},
+      {"on_error", "skip"},
+      {"index_cache_dir", "/tmp/idx"},
+      {"use_index_cache", false},
+      {"dct_scaling", false},
+      {"throttle_bandwidth", 1.5e8},
+      {"throttle_latency_ms", 12.5},
+      {"drop_page_cache", true},
+      {"cache_name", "imagenet"},
+      {"cache_bytes", 1 << 30},
+      {"cache_policy", "lru"},
+  };
+  for (const std::string& field : LoaderSpec::FieldNames()) {
+    SCOPED_TRACE(field);
+    auto it = changed.find(field);
+    ASSERT_NE(it, changed.end()) << "add the new field to this test";
+    nlohmann::json in = {{"source", "d"}};
+    in[field] = it->second;
+    auto spec = LoaderSpec::FromJson(in.dump());
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    const nlohmann::json out = nlohmann::json::parse(spec->ToJson());
+    ASSERT_TRUE(out.contains(field)) << "ToJson leaves it out";
+    EXPECT_EQ(out[field], it->second);
+    auto again = LoaderSpec::FromJson(out.dump());
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(again->ToJson(), spec->ToJson());
+  }
+  EXPECT_EQ(changed.size(), LoaderSpec::FieldNames().size());
 }
 
 TEST(SpecTest, FingerprintIgnoresThreadsButNotSeed) {

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "common/fd.h"
 #include "common/process.h"
 #include "common/shm.h"
@@ -145,7 +146,7 @@ class Consumer final : public Loader {
       return FailedPrecondition("a shared loader's consumer resumes mid-epoch only from the "
                                 "stream position it saved (state_dict / load_state_dict)");
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (started_) {
       // The next epoch, abandoning what is left of this one: the next K
       // chunks, or, off the segment, wherever the segment is now (any block
@@ -169,7 +170,7 @@ class Consumer final : public Loader {
   // The first chunk of the current epoch (with the batch index, where a
   // resumed consumer continues).
   SharedPosition Position() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return {base_, seg_->g.chunk, seg_->g.block_chunks};
   }
 
@@ -191,7 +192,7 @@ class Consumer final : public Loader {
       return InvalidArgument("batch " + std::to_string(first_batch) + " is outside the epoch's " +
                              std::to_string(batches));
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     SetBase(base);
     started_ = true;
     label_epoch_ = epoch;
@@ -211,7 +212,7 @@ class Consumer final : public Loader {
 
   Status Next(int64_t timeout_ms, NextStatus* status, std::shared_ptr<Batch>* out) override {
     const int64_t t0 = NowNs();
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!started_) return FailedPrecondition("StartEpoch was not called");
     consumer_.CallStarted(label_epoch_, t0);
     const int64_t n = seg_->g.samples_per_epoch;
@@ -228,7 +229,7 @@ class Consumer final : public Loader {
     const int64_t first = ChunkIndex(lo), last = ChunkIndex(hi - 1);
     // A timed-out wait returns here; a batch spanning several chunks keeps
     // what it has copied for the next call.
-    auto timed_out = [&] {
+    auto timed_out = [&]() REQUIRES(mu_) {
       consumer_.Waited(label_epoch_, NowNs() - t0);
       consumer_.TimedOut();
       *status = NextStatus::kTimeout;
@@ -315,7 +316,7 @@ class Consumer final : public Loader {
 
   LoaderStats Stats() const override {
     LoaderStats st;
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (private_) {
       LoaderStats p = private_->Stats();
       st.fetch = p.fetch;
@@ -353,7 +354,7 @@ class Consumer final : public Loader {
  private:
   int64_t EpochBase() const { return base_; }
   // The current epoch is the K chunks from `base` (a block boundary).
-  void SetBase(int64_t base) {
+  void SetBase(int64_t base) REQUIRES(mu_) {
     base_ = base;
     partial_.reset();
     prefix_.assign(1, 0);
@@ -361,12 +362,12 @@ class Consumer final : public Loader {
       prefix_.push_back(prefix_.back() + seg_->ChunkCount(base + i));
     }
   }
-  int64_t ChunkIndex(int64_t sample) const {
+  int64_t ChunkIndex(int64_t sample) const REQUIRES(mu_) {
     return static_cast<int64_t>(std::upper_bound(prefix_.begin(), prefix_.end(), sample) -
                                 prefix_.begin()) - 1;
   }
 
-  std::shared_ptr<ChunkLease> SharedLease(uint32_t s) {
+  std::shared_ptr<ChunkLease> SharedLease(uint32_t s) REQUIRES(mu_) {
     auto c = std::make_shared<ChunkLease>();
     c->seg = seg_;
     c->reg = reg_;
@@ -383,7 +384,7 @@ class Consumer final : public Loader {
 
   // Pins chunk `seq` if a slot holds it: 1 found, 0 not there (yet or any
   // more), -1 being written (look again).
-  int TryPin(int64_t seq, std::shared_ptr<ChunkLease>* out) {
+  int TryPin(int64_t seq, std::shared_ptr<ChunkLease>* out) REQUIRES(mu_) {
     for (uint32_t s = 0; s < seg_->g.slot_count; ++s) {
       SlotRow& row = seg_->slots[s];
       if (row.seq.load() != seq) continue;
@@ -403,7 +404,7 @@ class Consumer final : public Loader {
   }
 
   // Why the producer can no longer serve, or "" while it can.
-  std::string ProducerGone() const {
+  std::string ProducerGone() const REQUIRES(mu_) {
     const Header& h = *seg_->h;
     const uint32_t state = h.state.load();
     if (state == kClosed) return "the producer stopped";
@@ -425,7 +426,7 @@ class Consumer final : public Loader {
 
   // Gets chunk `seq`: from the segment while this consumer is served there,
   // else from its private pipeline. Null with OK status: the deadline passed.
-  Status Acquire(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) {
+  Status Acquire(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) REQUIRES(mu_) {
     if (held_ && held_seq_ == seq) {
       *out = held_;
       return Status::OK();
@@ -481,7 +482,7 @@ class Consumer final : public Loader {
   std::string spec_name() const { return seg_->name.substr(std::strlen("/nostall-shared-")); }
 
   Status Fallback(const std::string& why, int64_t seq, int64_t deadline,
-                  std::shared_ptr<ChunkLease>* out) {
+                  std::shared_ptr<ChunkLease>* out) REQUIRES(mu_) {
     ConsumerRow& row = seg_->consumers[me_];
     uint32_t active = kActive;
     row.state.compare_exchange_strong(active, kLagged);  // stop holding the producer back
@@ -493,7 +494,7 @@ class Consumer final : public Loader {
   }
 
   // Back to the segment if it still holds (or will hold) chunk `seq`.
-  bool TryRejoin(int64_t seq, std::shared_ptr<ChunkLease>* out) {
+  bool TryRejoin(int64_t seq, std::shared_ptr<ChunkLease>* out) REQUIRES(mu_) {
     const Header& h = *seg_->h;
     if (seq < seg_->HeldFrom() || seq >= h.produced.load() + seg_->g.slot_count) return false;
     ConsumerRow& row = seg_->consumers[me_];
@@ -515,7 +516,7 @@ class Consumer final : public Loader {
     return false;
   }
 
-  Status FromPrivate(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) {
+  Status FromPrivate(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) REQUIRES(mu_) {
     const int64_t k = seg_->g.chunks_per_epoch;
     if (!private_) {
       // Slots for the views this consumer may hand out (kMaxLiveViews),
@@ -569,22 +570,27 @@ class Consumer final : public Loader {
   int64_t base_ = 0;                // the chunk the current epoch starts at
   std::vector<int64_t> prefix_;     // samples before each chunk of the epoch
 
-  mutable std::mutex mu_;
-  bool started_ = false;
-  int64_t label_epoch_ = 0, batch_ = 0;
-  std::shared_ptr<ChunkLease> held_;
-  int64_t held_seq_ = -1;
+  mutable Mutex mu_;
+  bool started_ GUARDED_BY(mu_) = false;
+  int64_t label_epoch_ GUARDED_BY(mu_) = 0;
+  int64_t batch_ GUARDED_BY(mu_) = 0;
+  std::shared_ptr<ChunkLease> held_ GUARDED_BY(mu_);
+  int64_t held_seq_ GUARDED_BY(mu_) = -1;
   // A batch spanning chunks, filled so far up to sample partial_pos_ of the
   // epoch (a wait for its next chunk timed out).
-  std::shared_ptr<ConsumerBatch> partial_;
-  int64_t partial_pos_ = 0;
-  std::shared_ptr<std::atomic<int>> live_ = std::make_shared<std::atomic<int>>(0);
-  std::unique_ptr<Loader> private_;
-  int64_t private_next_ = -1;
-  bool producer_gone_ = false;
-  std::string mode_, reason_;
-  int64_t shared_chunks_ = 0, private_chunks_ = 0, copied_batches_ = 0, fallbacks_ = 0,
-          rejoins_ = 0;
+  std::shared_ptr<ConsumerBatch> partial_ GUARDED_BY(mu_);
+  int64_t partial_pos_ GUARDED_BY(mu_) = 0;
+  std::shared_ptr<std::atomic<int>> live_ GUARDED_BY(mu_) = std::make_shared<std::atomic<int>>(0);
+  std::unique_ptr<Loader> private_ GUARDED_BY(mu_);
+  int64_t private_next_ GUARDED_BY(mu_) = -1;
+  bool producer_gone_ GUARDED_BY(mu_) = false;
+  std::string mode_ GUARDED_BY(mu_);
+  std::string reason_ GUARDED_BY(mu_);
+  int64_t shared_chunks_ GUARDED_BY(mu_) = 0;
+  int64_t private_chunks_ GUARDED_BY(mu_) = 0;
+  int64_t copied_batches_ GUARDED_BY(mu_) = 0;
+  int64_t fallbacks_ GUARDED_BY(mu_) = 0;
+  int64_t rejoins_ GUARDED_BY(mu_) = 0;
   ConsumerRecorder consumer_;
   const int64_t created_ns_ = NowNs();
 };

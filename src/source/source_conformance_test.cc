@@ -116,7 +116,9 @@ TYPED_TEST(SourceConformance, EveryItemInOrderWithItsLabelAndExactBytes) {
     std::vector<uint8_t> out{1, 2, 3};  // stale contents must be replaced, not appended to
     ASSERT_TRUE(s.Read(i, &out).ok());
     EXPECT_EQ(out, items[i].bytes);
-    if (s.byte_size(i) >= 0) EXPECT_EQ(s.byte_size(i), static_cast<int64_t>(out.size()));
+    if (s.byte_size(i) >= 0) {
+      EXPECT_EQ(s.byte_size(i), static_cast<int64_t>(out.size()));
+    }
     EXPECT_TRUE(s.Evict(i).ok());
     keys.push_back(s.key(i));
   }

@@ -8,10 +8,10 @@
 // the inner source happens inside that time (it is usually far faster).
 #include <algorithm>
 #include <chrono>
-#include <mutex>
 #include <thread>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "nostall/source.h"
 
 namespace nostall {
@@ -40,7 +40,7 @@ class ThrottledSource final : public Source {
     int64_t done = start + latency_ns_;
     if (ns_per_byte_ > 0) {
       const int64_t transfer = static_cast<int64_t>(static_cast<double>(out->size()) * ns_per_byte_);
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       const int64_t begin = std::max(done, pipe_free_ns_);
       pipe_free_ns_ = begin + transfer;
       done = pipe_free_ns_;
@@ -54,8 +54,8 @@ class ThrottledSource final : public Source {
   const std::unique_ptr<Source> inner_;
   const double ns_per_byte_;
   const int64_t latency_ns_;
-  mutable std::mutex mu_;
-  mutable int64_t pipe_free_ns_ = 0;  // when the pipe has passed every byte booked so far
+  mutable Mutex mu_;
+  mutable int64_t pipe_free_ns_ GUARDED_BY(mu_) = 0;  // when the pipe has passed every byte booked so far
 };
 
 }  // namespace

@@ -13,7 +13,7 @@ LoaderStats::ConsumerEpoch& ConsumerRecorder::Epoch(int64_t epoch) {
 }
 
 void ConsumerRecorder::CallStarted(int64_t epoch, int64_t now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (last_return_ns_ == 0) return;
   const int64_t between = now - last_return_ns_;
   between_ns_ += between;
@@ -22,19 +22,19 @@ void ConsumerRecorder::CallStarted(int64_t epoch, int64_t now) {
 }
 
 void ConsumerRecorder::Waited(int64_t epoch, int64_t ns) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   wait_ns_ += ns;
   pending_wait_ns_ += ns;
   Epoch(epoch).wait_ns += ns;
 }
 
 void ConsumerRecorder::TimedOut() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   last_return_ns_ = 0;
 }
 
 void ConsumerRecorder::Delivered(int64_t epoch, int64_t samples, int64_t now) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const int64_t wait = pending_wait_ns_;
   pending_wait_ns_ = 0;
   max_wait_ns_ = std::max(max_wait_ns_, wait);
@@ -52,13 +52,13 @@ void ConsumerRecorder::Delivered(int64_t epoch, int64_t samples, int64_t now) {
 }
 
 void ConsumerRecorder::EpochStarted() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   last_return_ns_ = 0;
   pending_wait_ns_ = 0;
 }
 
 void ConsumerRecorder::Fill(LoaderStats* st) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   st->iterations = iterations_;
   st->wait_ns = wait_ns_;
   st->max_wait_ns = max_wait_ns_;

@@ -6,9 +6,9 @@
 #define NOSTALL_STATS_CONSUMER_RECORDER_H_
 
 #include <cstdint>
-#include <mutex>
 #include <vector>
 
+#include "common/mutex.h"
 #include "nostall/stats.h"
 
 namespace nostall {
@@ -32,14 +32,17 @@ class ConsumerRecorder {
   void Fill(LoaderStats* st) const;
 
  private:
-  LoaderStats::ConsumerEpoch& Epoch(int64_t epoch);
-  mutable std::mutex mu_;
-  int64_t last_return_ns_ = 0;
-  int64_t pending_wait_ns_ = 0;
-  int64_t iterations_ = 0, wait_ns_ = 0, max_wait_ns_ = 0, between_ns_ = 0;
-  std::vector<LoaderStats::ConsumerEpoch> epochs_;
-  std::vector<int64_t> recent_;
-  size_t recent_next_ = 0;
+  LoaderStats::ConsumerEpoch& Epoch(int64_t epoch) REQUIRES(mu_);
+  mutable Mutex mu_;
+  int64_t last_return_ns_ GUARDED_BY(mu_) = 0;
+  int64_t pending_wait_ns_ GUARDED_BY(mu_) = 0;
+  int64_t iterations_ GUARDED_BY(mu_) = 0;
+  int64_t wait_ns_ GUARDED_BY(mu_) = 0;
+  int64_t max_wait_ns_ GUARDED_BY(mu_) = 0;
+  int64_t between_ns_ GUARDED_BY(mu_) = 0;
+  std::vector<LoaderStats::ConsumerEpoch> epochs_ GUARDED_BY(mu_);
+  std::vector<int64_t> recent_ GUARDED_BY(mu_);
+  size_t recent_next_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace nostall
