@@ -58,8 +58,8 @@ test-asan: .make/venv
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(BIN)/ctest --test-dir build/asan --output-on-failure -j2
 
-# The C++ tests under ThreadSanitizer (the tests that fork, and so cannot run
-# under TSan, say so and are skipped by name here).
+# The C++ tests under ThreadSanitizer (the crash tests fork and kill real
+# processes; TSan follows the parent and checks every thread it starts).
 test-tsan: .make/venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake -S . -B build/tsan -G Ninja \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNOSTALL_TSAN=ON -DNOSTALL_BUILD_TESTS=ON
