@@ -10,7 +10,7 @@
 
 #include "nostall/cache.h"
 #include "nostall/loader.h"
-#include "ring/batch_ring.h"
+#include "ring/ring.h"
 
 namespace nostall {
 
@@ -30,11 +30,12 @@ std::vector<int64_t> SampleShapeOf(const PrepSpec& prep, int64_t out_h, int64_t 
 // The slots a pipeline of `spec` fills ahead of the consumer: prefetch + 2.
 uint64_t PipelineSlots(const LoaderSpec& spec);
 
-// Starts the threads (pipeline_loader.cc). With `slots`, the batches are
-// written into that memory (a named ring's data area) instead of a private
-// ring's; the pipeline keeps `slots->owner` alive while any batch lives.
+// Starts the threads (pipeline_loader.cc), filling the slots of `ring` (a
+// named ring: the shared producer's, whose slot_count the pipeline uses) or
+// of a private ring of PipelineSlots() slots made for it. Batches keep the
+// ring mapped while they live.
 Result<std::unique_ptr<Loader>> StartPipeline(PipelineParts parts,
-                                              const ExternalSlots* slots = nullptr);
+                                              std::shared_ptr<ring::Segment> ring = nullptr);
 
 }  // namespace nostall
 

@@ -27,7 +27,7 @@
 #include "stats/consumer_recorder.h"
 #include "ops/prep.h"
 #include "pipeline/pipeline.h"
-#include "ring/batch_ring.h"
+#include "ring/ring.h"
 
 namespace nostall {
 
@@ -70,17 +70,30 @@ struct SlotWork {
 
 // State shared between the loader and the leases it hands out, so a Batch
 // outliving its Loader can still be released safely.
+// A slot's life in the pipeline (docs/ring_format.md):
+//   free -> filling (a fetch thread claims it for a batch) -> ready (the
+//   thread that prepares its last sample) -> leased (Next) -> free (the last
+//   lease goes); StartEpoch frees every slot not leased.
+enum class SlotState { kFree, kFilling, kReady, kLeased };
+struct PipelineSlot {
+  SlotState state = SlotState::kFree;
+  uint32_t leases = 0;  // Batches holding it
+  int64_t epoch = 0, batch_index = 0;
+  int64_t count = 0;    // samples (fewer at the epoch's end or after skips)
+};
+
 struct RingState {
-  std::unique_ptr<BatchRing> ring;
-  // Guards the pipeline's scheduling state (PipelineLoader's GUARDED_BY
-  // members) and the slot states' transitions.
+  std::shared_ptr<ring::Segment> seg;  // the slots' memory (ring/ring.h)
+  // Guards the slots' states and the pipeline's scheduling state
+  // (PipelineLoader's GUARDED_BY members).
   Mutex mu;
   std::condition_variable slot_freed;  // fetchers wait for a free slot
+  std::vector<PipelineSlot> slots GUARDED_BY(mu);
   void Release(uint64_t slot) EXCLUDES(mu) {
     MutexLock lock(&mu);
-    SlotHeader& h = ring->slot(slot);
+    PipelineSlot& h = slots[slot];
     if (--h.leases == 0) {
-      h.state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+      h.state = SlotState::kFree;
       slot_freed.notify_all();
     }
   }
@@ -95,9 +108,9 @@ class LeasedBatch final : public Batch {
   int64_t epoch() const override { return epoch_; }
   int64_t index() const override { return index_; }
   int64_t size() const override { return size_; }
-  const void* images() const override { return state_->ring->images(slot_); }
-  const int64_t* labels() const override { return state_->ring->labels(slot_); }
-  const int64_t* indices() const override { return state_->ring->indices(slot_); }
+  const void* images() const override { return state_->seg->images(slot_); }
+  const int64_t* labels() const override { return state_->seg->labels(slot_); }
+  const int64_t* indices() const override { return state_->seg->indices(slot_); }
 
  private:
   std::shared_ptr<RingState> state_;
@@ -129,16 +142,32 @@ class PipelineLoader final : public Loader {
     for (auto& t : threads_) t.join();
   }
 
-  Status Init(const ExternalSlots* slots) {
-    RingGeometry g;
-    g.slot_count = slots ? slots->count : PipelineSlots(spec_);
-    g.batch_size = static_cast<uint64_t>(spec_.batch_size);
-    g.sample_bytes = sample_bytes_;
-    state_ = std::make_shared<RingState>();
-    NOSTALL_ASSIGN_OR_RETURN(state_->ring, BatchRing::Create(g, spec_.Fingerprint(), slots));
+  // `ring`: a named ring to fill (the shared producer's); null: a private one.
+  Status Init(std::shared_ptr<ring::Segment> ring) {
+    state_ = std::make_shared<RingState>();  // first: the destructor locks its mutex
+    if (ring == nullptr) {
+      ring::RingLayout l;
+      l.slot_count = static_cast<uint32_t>(PipelineSlots(spec_));
+      l.chunk = spec_.batch_size;
+      l.sample_bytes = sample_bytes_;
+      const std::vector<int64_t> shape = SampleShape();
+      for (size_t i = 0; i < 3 && i < shape.size(); ++i) l.shape[i] = shape[i];
+      l.dtype = spec_.prep.dtype == DType::kFloat32 ? 1 : 0;
+      l.samples_per_epoch = sampler_.SamplesPerEpoch();
+      l.chunks_per_epoch = sampler_.BatchesPerEpoch();
+      l.spec_fingerprint = spec_.Fingerprint();
+      l.dataset_fingerprint = source_->fingerprint();
+      l.spec_json = spec_.ToJson();
+      NOSTALL_ASSIGN_OR_RETURN(ring, ring::CreateRing("", l));
+    }
+    if (ring->g.chunk != spec_.batch_size || ring->g.sample_bytes != sample_bytes_) {
+      return Internal("the ring's slots do not fit the pipeline's batches");
+    }
+    state_->seg = std::move(ring);
     {
       MutexLock lock(&state_->mu);
-      work_.resize(g.slot_count);
+      state_->slots.resize(state_->seg->g.slot_count);
+      work_.resize(state_->seg->g.slot_count);
       for (auto& w : work_) w.bad.assign(static_cast<size_t>(spec_.batch_size), 0);
     }
     // Fetched items wait here for a prep thread. The bound counts the reads
@@ -173,19 +202,19 @@ class PipelineLoader final : public Loader {
       // that work. Batches of other epochs still being made finish first,
       // then every slot not holding this epoch (or leased) is freed.
       auto other_epoch_filling = [&]() REQUIRES(state_->mu) {
-        for (uint64_t s = 0; s < state_->ring->slot_count(); ++s) {
-          const SlotHeader& h = state_->ring->slot(s);
-          if (h.state.load() == static_cast<uint32_t>(SlotState::kFilling) && h.epoch != epoch) {
+        for (uint64_t s = 0; s < state_->slots.size(); ++s) {
+          const PipelineSlot& h = state_->slots[s];
+          if (h.state == SlotState::kFilling && h.epoch != epoch) {
             return true;
           }
         }
         return false;
       };
       while (!cancelled_ && other_epoch_filling()) ready_cv_.wait(lock.native());
-      for (uint64_t s = 0; s < state_->ring->slot_count(); ++s) {
-        SlotHeader& h = state_->ring->slot(s);
-        if (h.state.load() == static_cast<uint32_t>(SlotState::kReady) && h.epoch != epoch) {
-          h.state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+      for (uint64_t s = 0; s < state_->slots.size(); ++s) {
+        PipelineSlot& h = state_->slots[s];
+        if (h.state == SlotState::kReady && h.epoch != epoch) {
+          h.state = SlotState::kFree;
         }
       }
       epoch_ = epoch;
@@ -201,14 +230,18 @@ class PipelineLoader final : public Loader {
     lock.Lock();
     ++generation_;
     // Work of the old epoch already running must finish before its slots
-    // are handed to the new one; it takes one decode at most.
+    // are handed to the new one; it takes one decode at most. Meanwhile no
+    // fetcher may start a batch: it would carry the new generation with the
+    // old epoch's position, and its samples would land in a slot of the new
+    // epoch (a resumed epoch with another epoch's samples in it).
+    restarting_ = true;
     while (active_preps_ != 0) idle_cv_.wait(lock.native());
     for (auto& item : prep_queue_) free_buffers_.push_back(std::move(item.bytes));
     prep_queue_.clear();
-    for (uint64_t s = 0; s < state_->ring->slot_count(); ++s) {
-      SlotHeader& h = state_->ring->slot(s);
-      if (h.state.load() != static_cast<uint32_t>(SlotState::kLeased)) {
-        h.state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+    for (uint64_t s = 0; s < state_->slots.size(); ++s) {
+      PipelineSlot& h = state_->slots[s];
+      if (h.state != SlotState::kLeased) {
+        h.state = SlotState::kFree;
       }
     }
     epoch_ = epoch;
@@ -219,6 +252,7 @@ class PipelineLoader final : public Loader {
     consume_batch_ = first_batch;
     num_batches_ = nb;
     started_ = true;
+    restarting_ = false;
     consumer_.EpochStarted();
     lock.Unlock();
     work_cv_.notify_all();
@@ -265,12 +299,12 @@ class PipelineLoader final : public Loader {
     if (cancelled_) return Cancelled("loader shut down");
     if (starved_by_caller) {
       return FailedPrecondition(
-          "all " + std::to_string(state_->ring->slot_count()) +
+          "all " + std::to_string(state_->slots.size()) +
           " batch slots are held by batches still referenced, so no new batch can be made; "
           "drop references to old batches, or keep copies (copy=True), or raise prefetch");
     }
     const uint64_t s = static_cast<uint64_t>(found);
-    SlotHeader& h = state_->ring->slot(s);
+    PipelineSlot& h = state_->slots[s];
     const int64_t index = consume_batch_++;
     SlotWork& w = work_[s];
     // Counted as the caller meets them, not as made (the pipeline may be
@@ -281,12 +315,12 @@ class PipelineLoader final : public Loader {
       consumer_.Delivered(epoch_, 0, NowNs());  // the caller met the batch, as an error
       Status err = w.error;
       w.error = Status::OK();
-      h.state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+      h.state = SlotState::kFree;
       lock.Unlock();
       state_->slot_freed.notify_all();
       return err;
     }
-    h.state.store(static_cast<uint32_t>(SlotState::kLeased), std::memory_order_release);
+    h.state = SlotState::kLeased;
     h.leases = 1;
     samples_.fetch_add(h.count);
     delivered_.fetch_add(1);
@@ -307,8 +341,8 @@ class PipelineLoader final : public Loader {
     st.skipped = skipped_.load() + source_->skipped_at_index();
     consumer_.Fill(&st);
     st.elapsed_ns = NowNs() - created_ns_;
-    st.ring_bytes = state_->ring->bytes();
-    st.ring_slots = static_cast<int64_t>(state_->ring->slot_count());
+    st.ring_bytes = state_->seg->mapping.size();
+    st.ring_slots = static_cast<int64_t>(state_->slots.size());
     if (cache_) {
       CacheStats cs = cache_->Stats();
       st.has_cache = true;
@@ -350,9 +384,9 @@ class PipelineLoader final : public Loader {
 
   // A slot in `state` (holding `batch` of this epoch, if batch >= 0), or -1.
   int64_t FindSlot(SlotState state, int64_t batch) const REQUIRES(state_->mu) {
-    for (uint64_t i = 0; i < state_->ring->slot_count(); ++i) {
-      const SlotHeader& h = state_->ring->slot(i);
-      if (h.state.load(std::memory_order_acquire) != static_cast<uint32_t>(state)) continue;
+    for (uint64_t i = 0; i < state_->slots.size(); ++i) {
+      const PipelineSlot& h = state_->slots[i];
+      if (h.state != state) continue;
       if (batch < 0 || (h.batch_index == batch && h.epoch == epoch_)) return static_cast<int64_t>(i);
     }
     return -1;
@@ -368,8 +402,8 @@ class PipelineLoader final : public Loader {
   }
 
   bool AllSlotsLeased() const REQUIRES(state_->mu) {
-    for (uint64_t i = 0; i < state_->ring->slot_count(); ++i) {
-      if (state_->ring->slot(i).state.load() != static_cast<uint32_t>(SlotState::kLeased)) {
+    for (uint64_t i = 0; i < state_->slots.size(); ++i) {
+      if (state_->slots[i].state != SlotState::kLeased) {
         return false;
       }
     }
@@ -384,7 +418,7 @@ class PipelineLoader final : public Loader {
       int64_t t0 = NowNs();
       bool blocked = false;
       while (!cancelled_) {
-        if (!started_ || (cursor_ >= SamplesThisEpoch() && fetch_epoch_ != epoch_)) {
+        if (restarting_ || !started_ || (cursor_ >= SamplesThisEpoch() && fetch_epoch_ != epoch_)) {
           blocked = false;  // nothing to fetch until the caller starts an epoch
         } else if (cursor_ >= SamplesThisEpoch()) {
           // This epoch is all dispatched: run on into the next one, so its
@@ -424,12 +458,11 @@ class PipelineLoader final : public Loader {
       const int64_t b = pos_in_epoch / spec_.batch_size;
       if (pos_in_epoch % spec_.batch_size == 0 || fill_slot_ < 0) {
         const uint64_t s = static_cast<uint64_t>(FindSlot(SlotState::kFree, -1));
-        SlotHeader& h = state_->ring->slot(s);
-        h.seq.fetch_add(1);
+        PipelineSlot& h = state_->slots[s];
         h.epoch = fetch_epoch_;
         h.batch_index = b;
         h.count = BatchCount(b);
-        h.state.store(static_cast<uint32_t>(SlotState::kFilling), std::memory_order_release);
+        h.state = SlotState::kFilling;
         work_[s].remaining = h.count;
         work_[s].error = Status::OK();
         work_[s].error_pos = -1;
@@ -507,14 +540,14 @@ class PipelineLoader final : public Loader {
 
       const int64_t cpu0 = ThreadCpuNs(), wall0 = NowNs();
       Status st = fi.status;
-      uint8_t* dst = state_->ring->images(s) + static_cast<size_t>(fi.pos) * sample_bytes_;
+      uint8_t* dst = state_->seg->images(s) + static_cast<size_t>(fi.pos) * sample_bytes_;
       if (st.ok()) {
         st = PrepareSample(spec_.prep, fi.bytes.data(), fi.bytes.size(),
                            {spec_.seed, fi.epoch, fi.item}, out_h_, out_w_, dst, &scratch);
         if (!st.ok()) st = st.WithItem(source_->key(fi.item), "decode");
       }
-      state_->ring->labels(s)[fi.pos] = source_->label(fi.item);
-      state_->ring->indices(s)[fi.pos] = fi.item;
+      state_->seg->labels(s)[fi.pos] = source_->label(fi.item);
+      state_->seg->indices(s)[fi.pos] = fi.item;
       prep_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
       prep_.work_ns.fetch_add(NowNs() - wall0);
       prep_.items.fetch_add(1);
@@ -542,8 +575,7 @@ class PipelineLoader final : public Loader {
         --active_preps_;
         if (active_preps_ == 0) idle_cv_.notify_all();
         if (fi.generation == generation_) {
-          state_->ring->slot(s).state.store(static_cast<uint32_t>(SlotState::kReady),
-                                            std::memory_order_release);
+          state_->slots[s].state = SlotState::kReady;
           ready_cv_.notify_all();
         }
       }
@@ -557,12 +589,12 @@ class PipelineLoader final : public Loader {
   // work entry (the analysis cannot see that ownership).
   void FinishBatch(uint64_t s) NO_THREAD_SAFETY_ANALYSIS {
     const int64_t cpu0 = ThreadCpuNs();
-    SlotHeader& h = state_->ring->slot(s);
+    PipelineSlot& h = state_->slots[s];
     SlotWork& w = work_[s];
     int64_t kept = 0;
-    uint8_t* images = state_->ring->images(s);
-    int64_t* labels = state_->ring->labels(s);
-    int64_t* indices = state_->ring->indices(s);
+    uint8_t* images = state_->seg->images(s);
+    int64_t* labels = state_->seg->labels(s);
+    int64_t* indices = state_->seg->indices(s);
     for (int64_t p = 0; p < h.count; ++p) {
       if (w.bad[static_cast<size_t>(p)]) {
         ++w.skipped;
@@ -601,6 +633,7 @@ class PipelineLoader final : public Loader {
   std::vector<std::thread> threads_;
   bool cancelled_ GUARDED_BY(state_->mu) = false;
   bool started_ GUARDED_BY(state_->mu) = false;
+  bool restarting_ GUARDED_BY(state_->mu) = false;  // StartEpoch is waiting for old work
   uint64_t generation_ GUARDED_BY(state_->mu) = 0;
   int64_t epoch_ GUARDED_BY(state_->mu) = 0;          // the epoch Next() hands out
   int64_t fetch_epoch_ GUARDED_BY(state_->mu) = 0;    // the epoch `order_` and `cursor_` belong to
@@ -625,9 +658,10 @@ class PipelineLoader final : public Loader {
 
 uint64_t PipelineSlots(const LoaderSpec& spec) { return static_cast<uint64_t>(spec.prefetch) + 2; }
 
-Result<std::unique_ptr<Loader>> StartPipeline(PipelineParts parts, const ExternalSlots* slots) {
+Result<std::unique_ptr<Loader>> StartPipeline(PipelineParts parts,
+                                              std::shared_ptr<ring::Segment> ring) {
   auto loader = std::make_unique<PipelineLoader>(std::move(parts));
-  NOSTALL_RETURN_IF_ERROR(loader->Init(slots));
+  NOSTALL_RETURN_IF_ERROR(loader->Init(std::move(ring)));
   return std::unique_ptr<Loader>(std::move(loader));
 }
 

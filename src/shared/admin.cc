@@ -21,7 +21,7 @@
 #include "common/fd.h"
 #include "common/process.h"
 #include "common/shm.h"
-#include "ring/named_ring.h"
+#include "ring/ring.h"
 
 namespace nostall {
 

@@ -23,7 +23,7 @@
 #include "common/fd.h"
 #include "common/process.h"
 #include "common/shm.h"
-#include "ring/named_ring.h"
+#include "ring/ring.h"
 #include "stats/consumer_recorder.h"
 
 namespace nostall {

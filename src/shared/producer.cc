@@ -39,7 +39,8 @@
 #include "common/fd.h"
 #include "common/process.h"
 #include "common/shm.h"
-#include "ring/named_ring.h"
+#include "ring/ring.h"
+#include "ops/prep.h"
 #include "pipeline/pipeline.h"
 
 namespace nostall {
@@ -305,109 +306,27 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   const std::vector<int64_t> shape = SampleShapeOf(resolved.prep, parts.out_h, parts.out_w);
   const uint64_t dataset_fingerprint = parts.source->fingerprint();
   const uint64_t depth = PipelineSlots(resolved);
-  uint64_t sample_bytes = resolved.prep.dtype == DType::kFloat32 ? 4 : 1;
-  for (int64_t d : shape) sample_bytes *= static_cast<uint64_t>(d);
 
-  const uint32_t max_consumers = static_cast<uint32_t>(options.max_consumers);
   // `slots` chunks kept for consumers, and the pipeline's own to fill.
   const uint32_t kept = static_cast<uint32_t>(options.slots > 0 ? options.slots : 4 + 2 * options.max_consumers);
   if (kept < 2 || kept > 512) return InvalidArgument("slots must be in [2, 512]");
-  const uint32_t slots = kept + static_cast<uint32_t>(depth);
-  const std::string spec_json = resolved.ToJson();
-  uint64_t off = RoundUp(sizeof(Header), 64);
-  const uint64_t consumers_offset = off;
-  off += RoundUp(sizeof(ConsumerRow) * max_consumers, 64);
-  const uint64_t slots_offset = off;
-  off += RoundUp(sizeof(SlotRow) * slots, 64);
-  const uint64_t pins_offset = off;
-  off += RoundUp(sizeof(std::atomic<uint32_t>) * slots * max_consumers, 64);
-  const uint64_t spec_offset = off;
-  off += RoundUp(spec_json.size(), 64);
-  const uint64_t data_offset = RoundUp(off, 4096);
-  const uint64_t chunk = static_cast<uint64_t>(spec.batch_size);
-  const uint64_t stride = RoundUp(RoundUp(chunk * sample_bytes, 64) + 2 * chunk * sizeof(int64_t), 4096);
-  const uint64_t total = data_offset + stride * slots;
-
-  const std::string seg_name = SegmentName(name);
-  int raw = ::shm_open(seg_name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (raw < 0 && errno == EEXIST) {
-    // Another producer's: refuse while it lives; replace a dead one's.
-    UniqueFd old(::shm_open(seg_name.c_str(), O_RDONLY | O_CLOEXEC, 0));
-    struct stat st;
-    if (old.get() >= 0 && ::fstat(old.get(), &st) == 0 &&
-        static_cast<size_t>(st.st_size) >= sizeof(Header)) {
-      void* a = ::mmap(nullptr, sizeof(Header), PROT_READ, MAP_SHARED, old.get(), 0);
-      if (a != MAP_FAILED) {
-        const auto* h = static_cast<const Header*>(a);
-        const bool live = std::memcmp(h->magic, kMagic, 8) == 0 && h->state.load() == kRunning &&
-                          ProcessAlive(h->producer_pid, h->producer_start_time);
-        const int64_t pid = h->producer_pid;
-        ::munmap(a, sizeof(Header));
-        if (live) {
-          return FailedPrecondition("shared loader '" + name + "' is already served by pid " +
-                                    std::to_string(pid) + "; pick another name");
-        }
-      }
-    }
-    ::shm_unlink(seg_name.c_str());
-    raw = ::shm_open(seg_name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  }
-  if (raw < 0) return ErrnoError("cannot create shared memory " + seg_name, errno);
-  UniqueFd fd(raw);
-  Status reserved = ReserveShm(fd.get(), total, "shared loader '" + name + "'",
-                               "use a smaller chunk or fewer slots, or enlarge /dev/shm");
-  if (!reserved.ok()) {
-    ::shm_unlink(seg_name.c_str());
-    return reserved;
-  }
-  auto mapped = MapSegment(seg_name, fd.get(), total);
-  if (!mapped.ok()) {
-    ::shm_unlink(seg_name.c_str());
-    return mapped.status();
-  }
-  std::shared_ptr<Segment> seg = std::move(mapped).value();
-  auto* h = new (seg->mapping.data()) Header{};
-  h->version = kVersion;
-  h->header_bytes = sizeof(Header);
-  h->spec_fingerprint = SharedSpecFingerprint(resolved);
-  h->dataset_fingerprint = dataset_fingerprint;
-  h->producer_pid = ::getpid();
-  h->producer_start_time = SelfStartTime();
-  h->heartbeat_ns.store(NowNs());
-  h->max_consumers = max_consumers;
-  h->slot_count = slots;
-  h->dtype = resolved.prep.dtype == DType::kFloat32 ? 1 : 0;
-  h->chunk = static_cast<int64_t>(chunk);
-  h->samples_per_epoch = n;
-  h->chunks_per_epoch = k;
-  h->block_chunks = block_chunks;
-  h->sample_bytes = sample_bytes;
-  for (size_t i = 0; i < 3 && i < shape.size(); ++i) h->shape[i] = shape[i];
-  h->consumers_offset = consumers_offset;
-  h->slots_offset = slots_offset;
-  h->pins_offset = pins_offset;
-  h->spec_offset = spec_offset;
-  h->spec_bytes = spec_json.size();
-  h->data_offset = data_offset;
-  h->slot_stride = stride;
-  seg->Bind(ReadGeometry(*h));
-  for (uint32_t i = 0; i < max_consumers; ++i) {
-    new (&seg->consumers[i]) ConsumerRow{};
-    seg->consumers[i].need.store(kNone);
-  }
-  for (uint32_t s = 0; s < slots; ++s) {
-    new (&seg->slots[s]) SlotRow{};
-    seg->slots[s].seq.store(-1);
-  }
-  for (uint64_t i = 0; i < uint64_t{slots} * max_consumers; ++i) new (&seg->pins[i]) std::atomic<uint32_t>(0);
-  std::memcpy(static_cast<uint8_t*>(seg->mapping.data()) + spec_offset, spec_json.data(), spec_json.size());
-  h->state.store(kRunning);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  std::memcpy(h->magic, kMagic, sizeof kMagic);  // last: the segment is complete
-  ExternalSlots external{seg, seg->data, seg->g.slot_stride, slots};
-  Result<std::unique_ptr<Loader>> pipeline = StartPipeline(std::move(parts), &external);
+  RingLayout layout;
+  layout.max_consumers = static_cast<uint32_t>(options.max_consumers);
+  layout.slot_count = kept + static_cast<uint32_t>(depth);
+  layout.chunk = resolved.batch_size;
+  layout.sample_bytes = SampleBytes(resolved.prep, parts.out_h, parts.out_w);
+  for (size_t i = 0; i < 3 && i < shape.size(); ++i) layout.shape[i] = shape[i];
+  layout.dtype = resolved.prep.dtype == DType::kFloat32 ? 1 : 0;
+  layout.samples_per_epoch = n;
+  layout.chunks_per_epoch = k;
+  layout.block_chunks = block_chunks;
+  layout.spec_fingerprint = SharedSpecFingerprint(resolved);
+  layout.dataset_fingerprint = dataset_fingerprint;
+  layout.spec_json = resolved.ToJson();
+  NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<Segment> seg, CreateRing(name, layout));
+  Result<std::unique_ptr<Loader>> pipeline = StartPipeline(std::move(parts), seg);
   if (!pipeline.ok()) {
-    ::shm_unlink(seg_name.c_str());
+    ::shm_unlink(seg->name.c_str());
     return pipeline.status();
   }
   return std::unique_ptr<SharedProducer>(new Producer(

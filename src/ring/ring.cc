@@ -1,4 +1,4 @@
-#include "ring/named_ring.h"
+#include "ring/ring.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/fd.h"
 #include "common/process.h"
+#include "common/shm.h"
 
 namespace nostall::ring {
 
@@ -157,6 +158,147 @@ Result<std::shared_ptr<Segment>> MapSegment(const std::string& seg_name, int fd,
   auto seg = std::make_shared<Segment>();
   seg->mapping = Mapping(addr, size);
   seg->name = seg_name;
+  return seg;
+}
+
+namespace {
+
+// A fresh shm fd for the ring: a unique name for a private ring (unlinked
+// by the caller once mapped); the given name for a named one, replacing the
+// segment of a producer that is gone and refusing a live one's.
+Result<UniqueFd> CreateRingFd(const std::string& name, std::string* seg_name) {
+  const int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC;
+  if (name.empty()) {
+    static std::atomic<uint64_t> counter{0};
+    *seg_name = "/nostall-ring-" + std::to_string(::getpid()) + "-" +
+                std::to_string(counter.fetch_add(1));
+    int raw = ::shm_open(seg_name->c_str(), flags, 0600);
+    if (raw < 0) return ErrnoError("cannot create the batch ring " + *seg_name, errno);
+    return UniqueFd(raw);
+  }
+  NOSTALL_RETURN_IF_ERROR(ValidName(name));
+  *seg_name = SegmentName(name);
+  int raw = ::shm_open(seg_name->c_str(), flags, 0600);
+  if (raw < 0 && errno == EEXIST) {
+    // Another producer's: refuse while it lives; replace a dead one's.
+    UniqueFd old(::shm_open(seg_name->c_str(), O_RDONLY | O_CLOEXEC, 0));
+    struct stat st;
+    if (old.get() >= 0 && ::fstat(old.get(), &st) == 0 &&
+        static_cast<size_t>(st.st_size) >= sizeof(Header)) {
+      void* a = ::mmap(nullptr, sizeof(Header), PROT_READ, MAP_SHARED, old.get(), 0);
+      if (a != MAP_FAILED) {
+        const auto* h = static_cast<const Header*>(a);
+        const bool live = std::memcmp(h->magic, kMagic, 8) == 0 && h->state.load() == kRunning &&
+                          ProcessAlive(h->producer_pid, h->producer_start_time);
+        const int64_t pid = h->producer_pid;
+        ::munmap(a, sizeof(Header));
+        if (live) {
+          return FailedPrecondition("shared loader '" + name + "' is already served by pid " +
+                                    std::to_string(pid) + "; pick another name");
+        }
+      }
+    }
+    ::shm_unlink(seg_name->c_str());
+    raw = ::shm_open(seg_name->c_str(), flags, 0600);
+  }
+  if (raw < 0) return ErrnoError("cannot create shared memory " + *seg_name, errno);
+  return UniqueFd(raw);
+}
+
+// Writes the header and the empty tables of a freshly mapped ring.
+void InitRing(Segment* seg, const RingLayout& l, const Geometry& g) {
+  auto* h = new (seg->mapping.data()) Header{};
+  h->version = kVersion;
+  h->header_bytes = sizeof(Header);
+  h->spec_fingerprint = l.spec_fingerprint;
+  h->dataset_fingerprint = l.dataset_fingerprint;
+  h->producer_pid = ::getpid();
+  h->producer_start_time = SelfStartTime();
+  h->heartbeat_ns.store(NowNs());
+  h->max_consumers = g.max_consumers;
+  h->slot_count = g.slot_count;
+  h->dtype = g.dtype;
+  h->chunk = g.chunk;
+  h->samples_per_epoch = g.samples_per_epoch;
+  h->chunks_per_epoch = g.chunks_per_epoch;
+  h->block_chunks = g.block_chunks;
+  h->sample_bytes = g.sample_bytes;
+  for (int i = 0; i < 3; ++i) h->shape[i] = g.shape[i];
+  h->consumers_offset = g.consumers_offset;
+  h->slots_offset = g.slots_offset;
+  h->pins_offset = g.pins_offset;
+  h->spec_offset = g.spec_offset;
+  h->spec_bytes = g.spec_bytes;
+  h->data_offset = g.data_offset;
+  h->slot_stride = g.slot_stride;
+  seg->Bind(ReadGeometry(*h));
+  for (uint32_t i = 0; i < g.max_consumers; ++i) {
+    new (&seg->consumers[i]) ConsumerRow{};
+    seg->consumers[i].need.store(kNone);
+  }
+  for (uint32_t s = 0; s < g.slot_count; ++s) {
+    new (&seg->slots[s]) SlotRow{};
+    seg->slots[s].seq.store(-1);
+  }
+  for (uint64_t i = 0; i < uint64_t{g.slot_count} * g.max_consumers; ++i) {
+    new (&seg->pins[i]) std::atomic<uint32_t>(0);
+  }
+  std::memcpy(static_cast<uint8_t*>(seg->mapping.data()) + g.spec_offset, l.spec_json.data(),
+              l.spec_json.size());
+  h->state.store(kRunning);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  std::memcpy(h->magic, kMagic, sizeof kMagic);  // last: the segment is complete
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Segment>> CreateRing(const std::string& name, const RingLayout& l) {
+  if (l.slot_count == 0 || l.chunk <= 0 || l.sample_bytes == 0) {
+    return InvalidArgument("ring geometry must be positive");
+  }
+  if (l.sample_bytes > (uint64_t{1} << 40) / static_cast<uint64_t>(l.chunk) ||
+      l.slot_count > 1024 || l.max_consumers > 64) {
+    return InvalidArgument("absurd batch geometry: " + std::to_string(l.chunk) + " samples of " +
+                           std::to_string(l.sample_bytes) + " bytes");
+  }
+  Geometry g;
+  g.header_bytes = sizeof(Header);
+  g.max_consumers = l.max_consumers;
+  g.slot_count = l.slot_count;
+  g.dtype = l.dtype;
+  g.chunk = l.chunk;
+  g.samples_per_epoch = l.samples_per_epoch;
+  g.chunks_per_epoch = l.chunks_per_epoch;
+  g.block_chunks = l.block_chunks;
+  g.sample_bytes = l.sample_bytes;
+  for (int i = 0; i < 3; ++i) g.shape[i] = l.shape[i];
+  uint64_t off = RoundUp(sizeof(Header), 64);
+  g.consumers_offset = off;
+  off += RoundUp(sizeof(ConsumerRow) * l.max_consumers, 64);
+  g.slots_offset = off;
+  off += RoundUp(sizeof(SlotRow) * l.slot_count, 64);
+  g.pins_offset = off;
+  off += RoundUp(sizeof(std::atomic<uint32_t>) * l.slot_count * l.max_consumers, 64);
+  g.spec_offset = off;
+  g.spec_bytes = l.spec_json.size();
+  off += RoundUp(l.spec_json.size(), 64);
+  g.data_offset = RoundUp(off, 4096);
+  const uint64_t chunk = static_cast<uint64_t>(l.chunk);
+  g.slot_stride = RoundUp(RoundUp(chunk * l.sample_bytes, 64) + 2 * chunk * sizeof(int64_t), 4096);
+  const uint64_t total = g.data_offset + g.slot_stride * l.slot_count;
+
+  std::string seg_name;
+  NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, CreateRingFd(name, &seg_name));
+  const std::string what = name.empty() ? "the batch ring" : "shared loader '" + name + "'";
+  const std::string hint = name.empty() ? "lower batch_size or prefetch, or enlarge /dev/shm"
+                                        : "use a smaller chunk or fewer slots, or enlarge /dev/shm";
+  Status reserved = ReserveShm(fd.get(), total, what, hint);
+  Result<std::shared_ptr<Segment>> mapped =
+      reserved.ok() ? MapSegment(seg_name, fd.get(), total) : Result<std::shared_ptr<Segment>>(reserved);
+  if (name.empty() || !mapped.ok()) ::shm_unlink(seg_name.c_str());
+  if (!mapped.ok()) return mapped.status();
+  std::shared_ptr<Segment> seg = std::move(mapped).value();
+  InitRing(seg.get(), l, g);
   return seg;
 }
 

@@ -1,12 +1,15 @@
-// The named ring: the shared-memory segment a served pipeline writes its
-// chunks into and every consumer on the node reads (docs/ring_format.md).
-//
-// This is its format and the operations on it that both sides share:
+// The ring: the shared-memory segment of batch slots a pipeline writes into
+// (docs/ring_format.md). One format for both uses:
+//   private  a Loader's own ring, unlinked at creation (no consumer table);
+//   named    /nostall-shared-NAME, a served pipeline's, read by every
+//            consumer on the node (Loader.attach).
+// This is the format and the operations every side shares: creation,
 // header, consumer rows, slot rows, pins, futex waits, geometry checks and
-// opening a segment by name. The producer's side is src/shared/producer.cc,
-// the consumer's src/shared/consumer.cc, inspection src/shared/admin.cc.
-#ifndef NOSTALL_RING_NAMED_RING_H_
-#define NOSTALL_RING_NAMED_RING_H_
+// opening a named ring. The pipeline fills slots (pipeline_loader.cc); the
+// producer publishes them (src/shared/producer.cc), consumers read them
+// (src/shared/consumer.cc), inspection reads the header (src/shared/admin.cc).
+#ifndef NOSTALL_RING_RING_H_
+#define NOSTALL_RING_RING_H_
 
 #include <atomic>
 #include <cstdint>
@@ -21,8 +24,8 @@
 
 namespace nostall::ring {
 
-constexpr char kMagic[8] = {'N', 'S', 'T', 'S', 'H', 'R', 'D', '1'};
-constexpr uint32_t kVersion = 2;
+constexpr char kMagic[8] = {'N', 'S', 'T', 'R', 'I', 'N', 'G', '2'};
+constexpr uint32_t kVersion = 3;
 constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
 enum : uint32_t { kRunning = 1, kClosed = 2, kFailed = 3 };
 enum : uint32_t { kFree = 0, kActive = 1, kLagged = 2, kClaimed = 3 };
@@ -154,6 +157,27 @@ Status CheckGeometry(const Geometry& h, uint64_t size, const std::string& name);
 // Maps `fd` (read-write) as segment `seg_name`, unbound.
 Result<std::shared_ptr<Segment>> MapSegment(const std::string& seg_name, int fd, size_t size);
 
+// What a ring is made for.
+struct RingLayout {
+  uint32_t max_consumers = 0;  // 0: a private ring
+  uint32_t slot_count = 0;
+  int64_t chunk = 0;           // samples per slot (the pipeline's batch size)
+  uint64_t sample_bytes = 0;
+  int64_t shape[3] = {1, 1, 1};
+  uint32_t dtype = 0;          // 0 uint8, 1 float32
+  int64_t samples_per_epoch = 0, chunks_per_epoch = 0, block_chunks = 1;
+  uint64_t spec_fingerprint = 0, dataset_fingerprint = 0;
+  std::string spec_json;
+};
+
+// Creates a ring, every byte reserved (a full /dev/shm is an error now, not
+// a SIGBUS later), its header complete (the magic written last) and RUNNING.
+// `name` empty: private, unlinked at once, so it lives exactly as long as
+// its mappings and a crash leaves nothing in /dev/shm. Otherwise named
+// /nostall-shared-NAME, mode 0600: a name whose producer is alive is
+// refused, a dead producer's is replaced. `what` names it in errors.
+Result<std::shared_ptr<Segment>> CreateRing(const std::string& name, const RingLayout& layout);
+
 // Opens the named ring `name` and checks that it is one: magic, format
 // version (a different one is an error naming both) and geometry, against
 // the segment's size. `writable`: map it read-write (a consumer), else
@@ -164,4 +188,4 @@ Result<std::shared_ptr<Segment>> OpenNamedRing(const std::string& name, bool wri
 
 }  // namespace nostall::ring
 
-#endif  // NOSTALL_RING_NAMED_RING_H_
+#endif  // NOSTALL_RING_RING_H_

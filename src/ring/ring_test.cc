@@ -1,0 +1,102 @@
+#include "ring/ring.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "common/process.h"
+
+namespace nostall::ring {
+namespace {
+
+RingLayout Layout(uint32_t slots, int64_t chunk, uint64_t sample_bytes, uint32_t consumers = 0) {
+  RingLayout l;
+  l.max_consumers = consumers;
+  l.slot_count = slots;
+  l.chunk = chunk;
+  l.sample_bytes = sample_bytes;
+  l.shape[0] = static_cast<int64_t>(sample_bytes);
+  l.samples_per_epoch = chunk * 3;
+  l.chunks_per_epoch = 3;
+  l.spec_fingerprint = 0xabc;
+  l.spec_json = R"({"source": "d"})";
+  return l;
+}
+
+int NamesInShm(const std::string& prefix) {
+  int n = 0;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d)) n += std::string(e->d_name).rfind(prefix, 0) == 0;
+    ::closedir(d);
+  }
+  return n;
+}
+
+TEST(RingTest, HeaderDescribesTheGeometryAndItsCreator) {
+  auto ring = CreateRing("", Layout(3, 5, 27));
+  ASSERT_TRUE(ring.ok()) << ring.status().ToString();
+  const Segment& seg = *ring.value();
+  EXPECT_EQ(std::memcmp(seg.h->magic, kMagic, 8), 0);
+  EXPECT_EQ(seg.h->version, kVersion);
+  EXPECT_EQ(seg.h->spec_fingerprint, 0xabcu);
+  EXPECT_EQ(seg.g.slot_count, 3u);
+  EXPECT_EQ(seg.g.chunk, 5);
+  EXPECT_EQ(seg.h->producer_pid, ::getpid());
+  EXPECT_EQ(seg.h->producer_start_time, ProcessStartTime(::getpid()));
+  EXPECT_EQ(seg.Spec(), R"({"source": "d"})");
+  EXPECT_EQ(seg.h->state.load(), static_cast<uint32_t>(kRunning));
+  for (uint32_t s = 0; s < 3; ++s) EXPECT_EQ(seg.slots[s].seq.load(), -1);
+}
+
+TEST(RingTest, SlotRegionsAreAlignedAndDoNotOverlap) {
+  auto ring = CreateRing("", Layout(4, 7, 13)).value();
+  for (uint32_t s = 0; s < 4; ++s) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(ring->images(s)) % 4096, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(ring->labels(s)) % 64, 0u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(&ring->slots[s]) % 64, 0u);
+    EXPECT_GE(reinterpret_cast<uint8_t*>(ring->labels(s)), ring->images(s) + 7 * 13);
+    if (s + 1 < 4) {
+      EXPECT_LE(reinterpret_cast<uint8_t*>(ring->indices(s) + 7), ring->images(s + 1));
+    }
+  }
+  // The last slot's last index is inside the mapping.
+  ring->indices(3)[6] = 42;
+  EXPECT_EQ(ring->indices(3)[6], 42);
+  EXPECT_LE(reinterpret_cast<uint8_t*>(ring->indices(3) + 7),
+            static_cast<uint8_t*>(ring->mapping.data()) + ring->mapping.size());
+}
+
+TEST(RingTest, APrivateRingLeavesNoNameBehind) {
+  const std::string prefix = "nostall-ring-" + std::to_string(::getpid()) + "-";
+  auto ring = CreateRing("", Layout(2, 4, 8));
+  ASSERT_TRUE(ring.ok()) << ring.status().ToString();
+  EXPECT_EQ(NamesInShm(prefix), 0);
+}
+
+TEST(RingTest, ANamedRingOpensAsCreatedAndItsLiveNameIsNotTaken) {
+  const std::string name = "ring-test-" + std::to_string(::getpid());
+  auto ring = CreateRing(name, Layout(3, 4, 8, /*consumers=*/2));
+  ASSERT_TRUE(ring.ok()) << ring.status().ToString();
+  auto opened = OpenNamedRing(name, /*writable=*/false, /*wait_s=*/0);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  EXPECT_EQ(opened.value()->g.slot_stride, ring.value()->g.slot_stride);
+  EXPECT_EQ(opened.value()->g.max_consumers, 2u);
+  auto again = CreateRing(name, Layout(3, 4, 8, 2));
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.status().message().find("already served"), std::string::npos);
+  ::shm_unlink(SegmentName(name).c_str());
+}
+
+TEST(RingTest, AbsurdGeometryIsRejectedBeforeAllocating) {
+  EXPECT_EQ(CreateRing("", Layout(2, 1 << 20, 1ull << 40)).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_FALSE(CreateRing("", Layout(0, 1, 1)).ok());
+  EXPECT_FALSE(CreateRing("", Layout(2, 1, 1, /*consumers=*/65)).ok());
+}
+
+}  // namespace
+}  // namespace nostall::ring
