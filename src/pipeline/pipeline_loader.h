@@ -1,0 +1,239 @@
+// The pipeline loader's class: fetch and prep pools around bounded queues
+// and the ring. Internal; split by role: the consumer's side (StartEpoch,
+// Next, Stats) in pipeline_loader.cc, the workers in workers.cc.
+//
+// One mutex guards the scheduling state (cursor, slot states, prep queue);
+// it is held only to hand work over, never during I/O or decoding. Work
+// flows in sample order: fetch threads take the next sample position, once
+// its batch's slot is free; prep threads decode it straight into its place in
+// that slot; the thread that finishes a batch's last sample publishes it.
+// Every wait is timed into the stats. Shutdown: set `cancelled_`, notify
+// every condition variable, join every thread.
+#ifndef NOSTALL_PIPELINE_PIPELINE_LOADER_H_
+#define NOSTALL_PIPELINE_PIPELINE_LOADER_H_
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/mutex.h"
+#include "nostall/cache.h"
+#include "nostall/loader.h"
+#include "stats/consumer_recorder.h"
+#include "ops/prep.h"
+#include "pipeline/pipeline.h"
+#include "ring/ring.h"
+
+namespace nostall {
+
+struct StageCounters {
+  std::atomic<int64_t> items{0}, bytes{0}, busy_cpu_ns{0}, work_ns{0}, starved_ns{0},
+      blocked_ns{0}, peak_in_flight{0};
+  StageStats Snapshot(int threads) const {
+    return {items.load(),      bytes.load(),      busy_cpu_ns.load(), work_ns.load(),
+            starved_ns.load(), blocked_ns.load(), threads,          peak_in_flight.load()};
+  }
+  void InFlight(int64_t n) {  // called with the count just entered
+    int64_t peak = peak_in_flight.load(std::memory_order_relaxed);
+    while (n > peak && !peak_in_flight.compare_exchange_weak(peak, n)) {
+    }
+  }
+};
+
+struct FetchedItem {
+  uint64_t generation;
+  int64_t epoch;
+  int64_t batch;
+  uint64_t slot;
+  int64_t pos;   // within the batch
+  int64_t item;  // dataset index
+  std::vector<uint8_t> bytes;
+  Status status;  // a failed read travels on so the batch can complete
+};
+
+// Per-slot bookkeeping that only this process needs.
+struct SlotWork {
+  int64_t remaining = 0;        // samples not yet prepared
+  std::vector<uint8_t> bad;     // per position: 1 = skipped
+  Status error;                 // first error by position (raise policy)
+  int64_t error_pos = -1;
+  int64_t bad_items = 0;        // counted into the stats when handed out
+  int64_t skipped = 0;
+};
+
+// State shared between the loader and the leases it hands out, so a Batch
+// outliving its Loader can still be released safely.
+// A slot's life in the pipeline (docs/ring_format.md):
+//   free -> filling (a fetch thread claims it for a batch) -> ready (the
+//   thread that prepares its last sample) -> leased (Next) -> free (the last
+//   lease goes); StartEpoch frees every slot not leased.
+enum class SlotState { kFree, kFilling, kReady, kLeased };
+struct PipelineSlot {
+  SlotState state = SlotState::kFree;
+  uint32_t leases = 0;  // Batches holding it
+  int64_t epoch = 0, batch_index = 0;
+  int64_t count = 0;    // samples (fewer at the epoch's end or after skips)
+};
+
+struct RingState {
+  std::shared_ptr<ring::Segment> seg;  // the slots' memory (ring/ring.h)
+  // Guards the slots' states and the pipeline's scheduling state
+  // (PipelineLoader's GUARDED_BY members).
+  Mutex mu;
+  std::condition_variable slot_freed;  // fetchers wait for a free slot
+  std::vector<PipelineSlot> slots GUARDED_BY(mu);
+  void Release(uint64_t slot) EXCLUDES(mu) {
+    MutexLock lock(&mu);
+    PipelineSlot& h = slots[slot];
+    if (--h.leases == 0) {
+      h.state = SlotState::kFree;
+      slot_freed.notify_all();
+    }
+  }
+};
+
+class LeasedBatch final : public Batch {
+ public:
+  LeasedBatch(std::shared_ptr<RingState> state, uint64_t slot, int64_t epoch, int64_t index,
+              int64_t size)
+      : state_(std::move(state)), slot_(slot), epoch_(epoch), index_(index), size_(size) {}
+  ~LeasedBatch() override { state_->Release(slot_); }
+  int64_t epoch() const override { return epoch_; }
+  int64_t index() const override { return index_; }
+  int64_t size() const override { return size_; }
+  const void* images() const override { return state_->seg->images(slot_); }
+  const int64_t* labels() const override { return state_->seg->labels(slot_); }
+  const int64_t* indices() const override { return state_->seg->indices(slot_); }
+
+ private:
+  std::shared_ptr<RingState> state_;
+  uint64_t slot_;
+  int64_t epoch_, index_, size_;
+};
+
+class PipelineLoader final : public Loader {
+ public:
+  explicit PipelineLoader(PipelineParts parts)
+      : spec_(std::move(parts.spec)),
+        source_(std::move(parts.source)),
+        cache_(std::move(parts.cache)),
+        sampler_(std::move(*parts.sampler)),
+        out_h_(parts.out_h),
+        out_w_(parts.out_w),
+        sample_bytes_(SampleBytes(spec_.prep, out_h_, out_w_)),
+        created_ns_(NowNs()) {}
+
+  ~PipelineLoader() override;
+
+  // `ring`: a named ring to fill (the shared producer's); null: a private one.
+  Status Init(std::shared_ptr<ring::Segment> ring);
+
+  Status StartEpoch(int64_t epoch, int64_t first_batch) override;
+
+  Status Next(int64_t timeout_ms, NextStatus* status, std::shared_ptr<Batch>* out) override;
+
+  LoaderStats Stats() const override;
+
+  const Source& source() const override { return *source_; }
+  const Sampler& sampler() const override { return sampler_; }
+
+  Status EvictPageCache() const override;
+  const LoaderSpec& spec() const override { return spec_; }
+  std::vector<int64_t> SampleShape() const override {
+    return SampleShapeOf(spec_.prep, out_h_, out_w_);
+  }
+
+ private:
+  int64_t SamplesThisEpoch() const REQUIRES(state_->mu) { return static_cast<int64_t>(order_.size()); }
+  int64_t BatchCount(int64_t b) const REQUIRES(state_->mu) {
+    return std::min<int64_t>(spec_.batch_size, SamplesThisEpoch() - b * spec_.batch_size);
+  }
+
+  // A slot in `state` (holding `batch` of this epoch, if batch >= 0), or -1.
+  int64_t FindSlot(SlotState state, int64_t batch) const REQUIRES(state_->mu) {
+    for (uint64_t i = 0; i < state_->slots.size(); ++i) {
+      const PipelineSlot& h = state_->slots[i];
+      if (h.state != state) continue;
+      if (batch < 0 || (h.batch_index == batch && h.epoch == epoch_)) return static_cast<int64_t>(i);
+    }
+    return -1;
+  }
+
+  void CountCache(int64_t epoch, bool hit, bool error, size_t bytes) EXCLUDES(cache_mu_);
+
+  bool AllSlotsLeased() const REQUIRES(state_->mu) {
+    for (uint64_t i = 0; i < state_->slots.size(); ++i) {
+      if (state_->slots[i].state != SlotState::kLeased) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Workers (workers.cc).
+  void FetchLoop() EXCLUDES(state_->mu);
+  enum class Position { kReady, kNextEpoch, kCancelled };
+  Position WaitForPosition(std::unique_lock<std::mutex>& native, int64_t t0, int64_t* current)
+      REQUIRES(state_->mu);
+  void RunOn(int64_t current, std::vector<int64_t> next) REQUIRES(state_->mu);
+  FetchedItem ClaimPosition() REQUIRES(state_->mu);
+  void Fetch(FetchedItem* fi) EXCLUDES(state_->mu);
+  void PrepLoop() EXCLUDES(state_->mu);
+  // Closes the holes that skipped samples left, keeping the order of the
+  // good ones; this is the only copy of pixels nostall ever makes, and only
+  // when a batch had bad items. Runs without the lock: the slot's last
+  // sample is done and it is not yet READY, so no other thread touches its
+  // work entry (the analysis cannot see that ownership).
+  void FinishBatch(uint64_t s) NO_THREAD_SAFETY_ANALYSIS;
+
+  const LoaderSpec spec_;
+  const std::unique_ptr<Source> source_;
+  const std::unique_ptr<Cache> cache_;  // may be null
+  // Per-epoch cache counters of this loader.
+  mutable Mutex cache_mu_;
+  std::map<int64_t, LoaderStats::CacheEpoch> cache_epochs_ GUARDED_BY(cache_mu_);
+  std::atomic<int64_t> cache_inserted_bytes_{0};
+  const Sampler sampler_;
+  const int out_h_, out_w_;
+  const size_t sample_bytes_;
+  const int64_t created_ns_;
+
+  std::shared_ptr<RingState> state_;  // its mutex guards everything below
+  std::condition_variable work_cv_;   // an epoch began (fetchers wait for positions)
+  std::condition_variable prep_cv_;   // the prep queue gained an item
+  std::condition_variable ready_cv_;  // a batch became ready
+  std::condition_variable idle_cv_;   // no prep work is running
+  std::vector<std::thread> threads_;
+  bool cancelled_ GUARDED_BY(state_->mu) = false;
+  bool started_ GUARDED_BY(state_->mu) = false;
+  bool restarting_ GUARDED_BY(state_->mu) = false;  // StartEpoch is waiting for old work
+  uint64_t generation_ GUARDED_BY(state_->mu) = 0;
+  int64_t epoch_ GUARDED_BY(state_->mu) = 0;          // the epoch Next() hands out
+  int64_t fetch_epoch_ GUARDED_BY(state_->mu) = 0;    // the epoch `order_` and `cursor_` belong to
+  std::vector<int64_t> order_ GUARDED_BY(state_->mu);
+  int64_t cursor_ GUARDED_BY(state_->mu) = 0;         // next position in the epoch order to fetch
+  int64_t fill_slot_ GUARDED_BY(state_->mu) = -1;     // the slot of the batch `cursor_` is in
+  int64_t consume_batch_ GUARDED_BY(state_->mu) = 0;  // next batch Next() hands out
+  int64_t num_batches_ GUARDED_BY(state_->mu) = 0;
+  std::vector<SlotWork> work_ GUARDED_BY(state_->mu);
+  std::deque<FetchedItem> prep_queue_ GUARDED_BY(state_->mu);
+  size_t prep_queue_cap_ = 8;  // set before the threads start
+  int fetching_ GUARDED_BY(state_->mu) = 0;
+  int active_preps_ GUARDED_BY(state_->mu) = 0;
+  std::vector<std::vector<uint8_t>> free_buffers_ GUARDED_BY(state_->mu);
+
+  StageCounters fetch_, prep_, batch_;
+  std::atomic<int64_t> samples_{0}, delivered_{0}, errors_{0}, skipped_{0};
+  ConsumerRecorder consumer_;
+};
+
+}  // namespace nostall
+
+#endif  // NOSTALL_PIPELINE_PIPELINE_LOADER_H_
