@@ -1,0 +1,226 @@
+// Shared loader, the consumer getting its chunks (docs/ring_format.md):
+// entering the stream, pinning a slot of the segment, noticing the producer
+// is gone, falling back to a private pipeline at the exact position and
+// rejoining the segment when it holds what comes next.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/process.h"
+#include "shared/consumer.h"
+
+namespace nostall {
+
+using namespace ring;  // NOLINT: this file is the ring's consumer
+
+bool EnterStream(const Segment& seg, uint32_t me, uint32_t fallback_state, int attempts,
+                 int64_t* start) {
+  ConsumerRow& row = seg.consumers[me];
+  const int64_t k = seg.g.chunks_per_epoch, bc = seg.g.block_chunks;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    const int64_t from = seg.HeldFrom();
+    const int64_t epoch_start = from - from % k;
+    int64_t block_start = epoch_start + (from % k + bc - 1) / bc * bc;
+    if (block_start - epoch_start >= k) block_start = epoch_start + k;  // next epoch
+    row.need.store(block_start);
+    row.state.store(kActive);
+    Bump(&seg.h->released_gen);
+    CrashPoint("consumer.need_published");
+    if (seg.HeldFrom() <= block_start) {
+      *start = block_start;
+      return true;
+    }
+    row.state.store(fallback_state);
+  }
+  row.need.store(kNone);
+  Bump(&seg.h->released_gen);
+  return false;
+}
+
+std::shared_ptr<ChunkLease> Consumer::SharedLease(uint32_t s) {
+  auto c = std::make_shared<ChunkLease>();
+  c->seg = seg_;
+  c->reg = reg_;
+  c->slot = s;
+  c->me = me_;
+  c->live = live_;
+  live_->fetch_add(1);
+  c->images = seg_->images(s);
+  c->labels = seg_->labels(s);
+  c->indices = seg_->indices(s);
+  c->count = seg_->slots[s].count;
+  return c;
+}
+
+int Consumer::TryPin(int64_t seq, std::shared_ptr<ChunkLease>* out) {
+  for (uint32_t s = 0; s < seg_->g.slot_count; ++s) {
+    SlotRow& row = seg_->slots[s];
+    if (row.seq.load() != seq) continue;
+    if (row.state.load() != kReady) return -1;
+    seg_->pin(s, me_).fetch_add(1);
+    CrashPoint("consumer.pin_added");
+    if (row.state.load() == kReady && row.seq.load() == seq) {
+      // The lease takes over the pin just added.
+      auto c = SharedLease(s);
+      *out = std::move(c);
+      return 1;
+    }
+    seg_->pin(s, me_).fetch_sub(1);
+    return -1;
+  }
+  return 0;
+}
+
+std::string Consumer::ProducerGone() const {
+  const Header& h = *seg_->h;
+  const uint32_t state = h.state.load();
+  if (state == kClosed) return "the producer stopped";
+  if (state == kFailed) {
+    return "the producer failed: " + std::string(h.error, strnlen(h.error, sizeof h.error));
+  }
+  if (!ProcessAlive(h.producer_pid, h.producer_start_time)) {
+    return "the producer (pid " + std::to_string(h.producer_pid) + ") died";
+  }
+  const double silent = (NowNs() - h.heartbeat_ns.load()) / 1e9;
+  if (silent > options_.producer_timeout_s) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "the producer (pid %lld) has been silent for %.1fs",
+                  static_cast<long long>(h.producer_pid), silent);
+    return buf;
+  }
+  return "";
+}
+
+Status Consumer::Acquire(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) {
+  if (held_ && held_seq_ == seq) {
+    *out = held_;
+    return Status::OK();
+  }
+  held_.reset();
+  ConsumerRow& row = seg_->consumers[me_];
+  if (mode_ == "private") {
+    if (!producer_gone_ && TryRejoin(seq, out)) return Status::OK();
+    return FromPrivate(seq, deadline, out);
+  }
+  if (row.need.load() < seq) {
+    row.need.store(seq);
+    Bump(&seg_->h->released_gen);
+  }
+  int64_t last_check = 0;
+  while (true) {
+    const uint32_t gen = seg_->h->published_gen.load();
+    if (row.state.load() == kLagged) {
+      return Fallback("it fell more than max_lag behind the others", seq, deadline, out);
+    }
+    const int r = TryPin(seq, out);
+    if (r == 1) {
+      ++shared_chunks_;
+      return Status::OK();
+    }
+    if (r == 0 && seq < seg_->h->produced.load()) {
+      // Overwritten: only a consumer that was left behind can meet that.
+      return Fallback("its next chunk was overwritten", seq, deadline, out);
+    }
+    const int64_t now = NowNs();
+    if (now - last_check > 100000000) {
+      last_check = now;
+      const std::string gone = ProducerGone();
+      if (!gone.empty()) {
+        producer_gone_ = true;
+        if (!options_.fallback_to_private) {
+          return FailedPrecondition("shared loader '" + spec_name() + "': " + gone +
+                                    "; start it again and attach again, or attach with "
+                                    "on_producer_exit=\"private\" to continue alone");
+        }
+        return Fallback(gone, seq, deadline, out);
+      }
+    }
+    if (now >= deadline) return Status::OK();
+    if (r < 0) {  // a slot changing hands: look again in a moment
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    } else {
+      FutexWait(&seg_->h->published_gen, gen, std::min<int64_t>(deadline - now, 100000000));
+    }
+  }
+}
+
+Status Consumer::Fallback(const std::string& why, int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) {
+  ConsumerRow& row = seg_->consumers[me_];
+  uint32_t active = kActive;
+  row.state.compare_exchange_strong(active, kLagged);  // stop holding the producer back
+  Bump(&seg_->h->released_gen);
+  mode_ = "private";
+  reason_ = why;
+  ++fallbacks_;
+  return FromPrivate(seq, deadline, out);
+}
+
+bool Consumer::TryRejoin(int64_t seq, std::shared_ptr<ChunkLease>* out) {
+  const Header& h = *seg_->h;
+  if (seq < seg_->HeldFrom() || seq >= h.produced.load() + seg_->g.slot_count) return false;
+  ConsumerRow& row = seg_->consumers[me_];
+  row.need.store(seq);
+  row.state.store(kActive);
+  // With the need visible, nothing from `seq` on is overwritten any more:
+  // is everything from `seq` still there (or still to come)?
+  if (seg_->HeldFrom() <= seq) {
+    mode_ = "shared";
+    ++rejoins_;
+    if (TryPin(seq, out) == 1) {
+      ++shared_chunks_;
+      return true;
+    }
+    return false;  // registered; the chunk comes from the segment next time
+  }
+  row.state.store(kLagged);
+  Bump(&seg_->h->released_gen);
+  return false;
+}
+
+Status Consumer::FromPrivate(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) {
+  const int64_t k = seg_->g.chunks_per_epoch;
+  if (!private_) {
+    // Slots for the views this consumer may hand out (kMaxLiveViews),
+    // the chunk it holds and one being made.
+    LoaderSpec spec = producer_spec_;
+    spec.prefetch = std::max(spec.prefetch, kMaxLiveViews);
+    NOSTALL_ASSIGN_OR_RETURN(private_, Loader::Create(spec));
+    private_next_ = -1;
+  }
+  if (private_next_ != seq) {
+    NOSTALL_RETURN_IF_ERROR(private_->StartEpoch(seq / k, seq % k));
+    private_next_ = seq;
+  }
+  NextStatus ns;
+  std::shared_ptr<Batch> b;
+  while (true) {
+    const int64_t left = deadline == kNone ? -1 : std::max<int64_t>(0, (deadline - NowNs()) / 1000000);
+    NOSTALL_RETURN_IF_ERROR(private_->Next(left, &ns, &b));
+    if (ns == NextStatus::kTimeout) return Status::OK();  // no chunk yet: the caller comes back
+    if (ns == NextStatus::kBatch) break;
+    if (ns == NextStatus::kEndOfEpoch) {
+      NOSTALL_RETURN_IF_ERROR(private_->StartEpoch(seq / k + 1, 0));
+    }
+  }
+  ++private_next_;
+  if (private_next_ % k == 0) {
+    // The epoch is done: the private pipeline runs on into the next one.
+    NOSTALL_RETURN_IF_ERROR(private_->StartEpoch(private_next_ / k, 0));
+  }
+  auto c = std::make_shared<ChunkLease>();
+  c->images = static_cast<const uint8_t*>(b->images());
+  c->labels = b->labels();
+  c->indices = b->indices();
+  c->count = b->size();
+  c->private_batch = std::move(b);
+  c->live = live_;
+  live_->fetch_add(1);
+  ++private_chunks_;
+  *out = std::move(c);
+  return Status::OK();
+}
+
+}  // namespace nostall
