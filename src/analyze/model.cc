@@ -431,36 +431,12 @@ std::string Profile::ToJson() const {
   return j.dump();
 }
 
-std::string AnalysisJson(const Profile& p) {
-  const Efficiency eff = Calibrate(p);
-  const Config& m = p.measured;
-  json out;
-  out["profile"] = json::parse(p.ToJson());
-  out["efficiency"] = {{"compute", eff.compute},
-                       {"cpu", eff.cpu},
-                       {"contention", eff.contention},
-                       {"storage", eff.storage}};
+namespace {
 
-  // The differential measurement, as time per sample.
-  const double t_step = 1 / p.step_rate;
-  const double t_cached = p.cached_rate > 0 ? 1 / p.cached_rate : t_step;
-  const double t_cold = p.cold_rate > 0 ? 1 / p.cold_rate : t_cached;
-  const double prep_stall = std::max(0.0, t_cached - t_step);
-  const double fetch_stall = std::max(0.0, t_cold - std::max(t_cached, t_step));
-  const double total = t_step + prep_stall + fetch_stall;
-  out["breakdown"] = {{"compute", t_step / total},
-                      {"prep_stall", prep_stall / total},
-                      {"fetch_stall", fetch_stall / total}};
-
-  Config cached = m, cold = m;
-  cached.cache_fraction = 1;
-  cold.cache_fraction = 0;
-  const Prediction now = Predict(p, m, eff);
-  out["predicted"] = PredictionJson(now);
-  // The bottleneck printed must agree with the stalls printed: the model's,
-  // unless the measurement says its resource cost no time (within the
-  // noise); then the larger measured stall, or compute if neither counts.
-  const double prep_frac = prep_stall / total, fetch_frac = fetch_stall / total;
+// The bottleneck printed must agree with the stalls printed: the model's,
+// unless the measurement says its resource cost no time (within the
+// noise); then the larger measured stall, or compute if neither counts.
+Bottleneck NamedBottleneck(const Prediction& now, double prep_frac, double fetch_frac) {
   Bottleneck named = now.bottleneck();
   const double named_stall = named == Bottleneck::kFetch ? fetch_frac
                              : named == Bottleneck::kPrep
@@ -475,31 +451,37 @@ std::string AnalysisJson(const Profile& p) {
     // the stall is reading's CPU on busy cores, and a cache removes it.
     named = Bottleneck::kFetch;
   }
-  out["bottleneck"] = BottleneckName(named);
-  out["model_bottleneck"] = BottleneckName(now.bottleneck());
-  // Model against measurement, before and after calibration; beyond the
-  // noise the report names the difference.
-  json check = json::object();
-  json disagreements = json::array();
+  return named;
+}
+
+// Model against measurement (the cached and cold runs), before and after
+// calibration; beyond the noise the report names the difference.
+void CheckAgainstRuns(const Profile& p, const Efficiency& eff, json* check, json* disagreements) {
+  Config cached = p.measured, cold = p.measured;
+  cached.cache_fraction = 1;
+  cold.cache_fraction = 0;
   for (const auto& [name, config, measured] :
        {std::tuple<const char*, Config, double>{"cached", cached, p.cached_rate},
         std::tuple<const char*, Config, double>{"cold", cold, p.cold_rate}}) {
     const double raw = Predict(p, config, Efficiency{}).rate;
     const double model = Predict(p, config, eff).rate;
-    check[name] = {{"measured", measured}, {"model", model}, {"uncalibrated", raw}};
+    (*check)[name] = {{"measured", measured}, {"model", model}, {"uncalibrated", raw}};
     if (measured <= 0) continue;
     for (const auto& [kind, value] : {std::pair<const char*, double>{"uncalibrated", raw},
                                       std::pair<const char*, double>{"calibrated", model}}) {
       const double off = (value - measured) / measured;
       if (std::abs(off) > kModelNoise) {
-        disagreements.push_back({{"run", name}, {"model", kind}, {"measured", measured},
-                                 {"predicted", value}, {"off", off}});
+        disagreements->push_back({{"run", name}, {"model", kind}, {"measured", measured},
+                                  {"predicted", value}, {"off", off}});
       }
     }
   }
-  out["check"] = check;
-  out["disagreements"] = disagreements;
+}
 
+// The what-if curves: the rate as one thing changes (cache, cores,
+// bandwidth, latency, jobs sharing a pipeline or not).
+json Curves(const Profile& p, const Efficiency& eff) {
+  const Config& m = p.measured;
   json curves;
   json cache = json::array();
   for (int i = 0; i <= 20; ++i) {
@@ -548,7 +530,41 @@ std::string AnalysisJson(const Profile& p) {
                     {"independent_bottleneck", BottleneckName(po.bottleneck())}});
   }
   curves["jobs"] = jobs;
-  out["curves"] = curves;
+  return curves;
+}
+
+}  // namespace
+
+std::string AnalysisJson(const Profile& p) {
+  const Efficiency eff = Calibrate(p);
+  json out;
+  out["profile"] = json::parse(p.ToJson());
+  out["efficiency"] = {{"compute", eff.compute},
+                       {"cpu", eff.cpu},
+                       {"contention", eff.contention},
+                       {"storage", eff.storage}};
+
+  // The differential measurement, as time per sample.
+  const double t_step = 1 / p.step_rate;
+  const double t_cached = p.cached_rate > 0 ? 1 / p.cached_rate : t_step;
+  const double t_cold = p.cold_rate > 0 ? 1 / p.cold_rate : t_cached;
+  const double prep_stall = std::max(0.0, t_cached - t_step);
+  const double fetch_stall = std::max(0.0, t_cold - std::max(t_cached, t_step));
+  const double total = t_step + prep_stall + fetch_stall;
+  out["breakdown"] = {{"compute", t_step / total},
+                      {"prep_stall", prep_stall / total},
+                      {"fetch_stall", fetch_stall / total}};
+
+  const Prediction now = Predict(p, p.measured, eff);
+  out["predicted"] = PredictionJson(now);
+  out["bottleneck"] = BottleneckName(NamedBottleneck(now, prep_stall / total, fetch_stall / total));
+  out["model_bottleneck"] = BottleneckName(now.bottleneck());
+  json check = json::object();
+  json disagreements = json::array();
+  CheckAgainstRuns(p, eff, &check, &disagreements);
+  out["check"] = check;
+  out["disagreements"] = disagreements;
+  out["curves"] = Curves(p, eff);
 
   const Recommendation r = Recommend(p, eff);
   out["recommendation"] = {{"config", ConfigToJson(r.config)},
