@@ -11,7 +11,7 @@
 // built from the same spec at its exact position (it may rejoin later).
 // Dead consumers are found by pid and start time within 100 ms; a dead or
 // silent producer is found by its heartbeat. The protocol is written down in
-// docs/shared_format.md.
+// docs/ring_format.md.
 #ifndef NOSTALL_SHARED_H_
 #define NOSTALL_SHARED_H_
 

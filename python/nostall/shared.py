@@ -6,7 +6,7 @@
     # in each training process on the node
     loader = nostall.Loader.attach("hp-search", batch_size=128)
 
-The protocol is in docs/shared_format.md.
+The protocol is in docs/ring_format.md.
 """
 
 from __future__ import annotations

@@ -385,7 +385,7 @@ TEST_F(SharedTest, HeaderChangedAfterAttachIsNotFollowed) {
   std::vector<int64_t> seen = Epoch(c.get(), 0);
   UniqueFd fd(::shm_open(("/nostall-shared-" + name).c_str(), O_RDWR, 0));
   ASSERT_GE(fd.get(), 0);
-  // Format version 2's layout words (docs/shared_format.md): max_consumers,
+  // The layout words (docs/ring_format.md): max_consumers,
   // slot_count, chunk, samples/chunks per epoch, block, sample_bytes, shape,
   // and the offsets of the tables, data and slot stride.
   for (size_t off : {60, 64, 72, 80, 88, 96, 104, 112, 120, 128, 168, 176, 184, 192, 200, 208, 216}) {
