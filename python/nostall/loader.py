@@ -27,6 +27,12 @@ def _env_int(name):
         raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
 
 
+def _plain(value):
+    """A numpy scalar as the Python value it holds (JSON has no numpy types);
+    anything else as it is, for the spec's own check to accept or name."""
+    return value.item() if type(value).__module__ == "numpy" and hasattr(value, "item") else value
+
+
 def _integer(name, value):
     """An integer argument (None: 0, the default), never silently truncated:
     2.5 or "4" is an error naming the argument, as the spec's JSON is."""
@@ -129,12 +135,11 @@ class Loader(Closeable):
         progress=False,
     ):
         source = os.fspath(source)
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f'on_error must be "raise" or "skip", not {on_error!r}')
+        # The spec's fields go to C++ as given (numbers and flags as plain
+        # Python values): LoaderSpec checks and defaults them, and its error
+        # is the one raised. Only what C++ never sees is checked here.
         if output not in ("torch", "numpy"):
             raise ValueError(f'output must be "torch" or "numpy", not {output!r}')
-        if not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if world_size is None:
             world_size = _env_int("WORLD_SIZE") or 1
         if rank is None:
@@ -147,12 +152,12 @@ class Loader(Closeable):
             dtype = "float32" if any(isinstance(t, Normalize) for t in transforms) else "uint8"
         spec = {
             "source": source,
-            "batch_size": batch_size,
-            "shuffle": bool(shuffle),
+            "batch_size": _integer("batch_size", batch_size),
+            "shuffle": _plain(shuffle),
             "seed": _integer("seed", seed),
             "rank": _integer("rank", rank),
             "world_size": _integer("world_size", world_size),
-            "drop_last": bool(drop_last),
+            "drop_last": _plain(drop_last),
             "transforms": [t.to_dict() for t in transforms],
             "dtype": dtype,
             "layout": layout,
@@ -162,8 +167,8 @@ class Loader(Closeable):
             "reads_in_flight": _integer("reads_in_flight", reads_in_flight),
             "prefetch": _integer("prefetch", prefetch),
             "on_error": on_error,
-            "use_index_cache": bool(index_cache),
-            "dct_scaling": bool(dct_scaling),
+            "use_index_cache": _plain(index_cache),
+            "dct_scaling": _plain(dct_scaling),
             "throttle_bandwidth": float(throttle_bandwidth or 0),
             "throttle_latency_ms": float(throttle_latency_ms or 0),
             "drop_page_cache": bool(cache is not None if drop_page_cache is None
@@ -210,8 +215,7 @@ class Loader(Closeable):
         """
         if on_producer_exit not in ("raise", "private"):
             raise ValueError(f'on_producer_exit must be "raise" or "private", not {on_producer_exit!r}')
-        if not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        batch_size = _integer("batch_size", batch_size)  # C++ checks its range
         expect = 0
         if spec is not None:
             spec = spec.spec if isinstance(spec, Loader) else spec

@@ -175,7 +175,10 @@ def test_transform_mistakes_name_the_transform_and_field(fresh_folder, transform
 
 
 @pytest.mark.parametrize("kwargs,words", [
-    ({"batch_size": 2.5}, "batch_size must be a positive int"),
+    ({"batch_size": 2.5}, "batch_size must be an integer"),
+    ({"batch_size": 0}, "batch_size must be in [1, 1048576]"),
+    ({"on_error": "ignore"}, "on_error must be one of raise, skip"),
+    ({"shuffle": "no"}, "shuffle must be true or false"),
     ({"reads_in_flight": 2.5}, "reads_in_flight must be an integer"),
     ({"num_threads": "2"}, "num_threads must be an integer"),
     ({"reads_in_flight": 100000}, "reads_in_flight must be in [0, 1024]"),
