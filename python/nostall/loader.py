@@ -14,7 +14,6 @@ from .cache import Cache
 from .errors import DataError
 from .transforms import Normalize, Transform
 
-_STATE_VERSION = 1
 
 
 def _env_int(name):
@@ -329,57 +328,14 @@ class Loader(Closeable):
             epoch, batch = self._epoch + 1, 0
         else:
             epoch, batch = self._epoch, 0
-        spec = json.loads(core.spec_json())
-        state = {
-            "version": _STATE_VERSION,
-            "epoch": epoch,
-            "batch": batch,
-            "seed": spec["seed"],
-            "batch_size": spec["batch_size"],
-            "shuffle": spec["shuffle"],
-            "rank": spec["rank"],
-            "world_size": spec["world_size"],
-            "dataset_fingerprint": f"{core.fingerprint:016x}",
-        }
-        if self._shared is not None:
-            # A consumer's epoch is a stretch of the producer's stream: where it began.
-            state["shared"] = self._shared
-            state["spec_fingerprint"] = f"{_nostall.spec_fingerprint(core.spec_json()):016x}"
-            if batch > 0:
-                state["stream_position"] = list(core.shared_position())
-        return state
+        # Written and checked in C++ (nostall/resume.h), as the CLI and serve do.
+        return json.loads(core.resume_state_json(epoch, batch, self._shared or ""))
 
     def load_state_dict(self, state: dict) -> None:
         """Makes the next iteration continue where ``state`` was taken."""
         core = self._require_core()
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"unsupported loader state version {state.get('version')!r}")
-        spec = json.loads(core.spec_json())
-        for key in ("seed", "batch_size", "shuffle", "rank", "world_size"):
-            if state[key] != spec[key]:
-                raise ValueError(f"state was taken with {key}={state[key]!r}, this loader has "
-                                 f"{key}={spec[key]!r}: batches would differ")
-        if state["dataset_fingerprint"] != f"{core.fingerprint:016x}":
-            raise ValueError("state was taken on a different dataset (index fingerprints differ)")
-        batch = int(state["batch"])
-        if not 0 <= batch <= core.batches_per_epoch:
-            raise ValueError(f"state batch {batch} is outside the epoch's {core.batches_per_epoch}")
-        base = None
-        if self._shared is not None:
-            if "shared" not in state:
-                raise ValueError("state was taken from a local loader; a shared loader's consumer "
-                                 "resumes only from a consumer's state (its epochs follow the "
-                                 "producer's stream)")
-            mine = f"{_nostall.spec_fingerprint(core.spec_json()):016x}"
-            if state["spec_fingerprint"] != mine:
-                raise ValueError("state was taken from a consumer of another pipeline (spec "
-                                 "fingerprints differ)")
-            if batch > 0:
-                base = tuple(int(v) for v in state["stream_position"])
-        elif "shared" in state:
-            raise ValueError(f"state was taken from a consumer of shared loader "
-                             f"{state['shared']!r}; resume it with Loader.attach(...)")
-        self._epoch = int(state["epoch"])
+        epoch, batch, base = core.check_resume_state(self._shared is not None, json.dumps(state))
+        self._epoch = epoch
         self._epoch_set = True
         self._resume = (self._epoch, batch, base)
         self._active = False

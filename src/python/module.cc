@@ -18,6 +18,7 @@
 
 #include "nostall/analyze.h"
 #include "nostall/cache.h"
+#include "nostall/resume.h"
 #include "nostall/shared.h"
 #include "nostall/loader.h"
 
@@ -154,6 +155,21 @@ class PyLoader {
       st = nostall::ResumeShared(&Loader(), epoch, p, first_batch);
     }
     if (!st.ok()) RaiseStatus(st);
+  }
+
+  std::string ResumeStateJson(int64_t epoch, int64_t batch, const std::string& shared) const {
+    return ValueOrRaise(nostall::ResumeStateJson(Loader(), epoch, batch, shared));
+  }
+  // (epoch, batch, stream position or None); raises what does not fit.
+  nb::tuple CheckResumeState(bool is_consumer, const std::string& state_json) const {
+    nostall::ResumePoint r =
+        ValueOrRaise(nostall::CheckResumeState(Loader(), is_consumer, state_json));
+    nb::object position = nb::none();
+    if (r.stream_position) {
+      position = nb::make_tuple(r.stream_position->stream_base, r.stream_position->chunk,
+                                r.stream_position->block_chunks);
+    }
+    return nb::make_tuple(r.epoch, r.batch, position);
   }
 
   std::string StatsJson() const { return Loader().Stats().ToJson(); }
@@ -308,6 +324,8 @@ NB_MODULE(_nostall, m) {
       .def("start_epoch", &PyLoader::StartEpoch, "epoch"_a, "first_batch"_a = 0)
       .def("next", &PyLoader::Next)
       .def("shared_position", &PyLoader::SharedPosition)
+      .def("resume_state_json", &PyLoader::ResumeStateJson, "epoch"_a, "batch"_a, "shared"_a)
+      .def("check_resume_state", &PyLoader::CheckResumeState, "is_consumer"_a, "state_json"_a)
       .def("resume_shared", &PyLoader::ResumeShared, "epoch"_a, "position"_a, "first_batch"_a)
       .def("stats_json", &PyLoader::StatsJson)
       .def("stats_table", &PyLoader::StatsTable)
