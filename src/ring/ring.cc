@@ -106,6 +106,89 @@ void Segment::ReleaseRow(uint32_t i) const {
   Bump(&h->released_gen);
 }
 
+int64_t Segment::MinActiveNeed() const {
+  int64_t min_need = kNone;
+  for (uint32_t i = 0; i < g.max_consumers; ++i) {
+    if (consumers[i].state.load() == kActive) min_need = std::min(min_need, consumers[i].need.load());
+  }
+  return min_need;
+}
+
+bool Segment::TakeBack(uint32_t s, int64_t min_need) const {
+  SlotRow& row = slots[s];
+  uint32_t state = row.state.load();
+  const int64_t old = row.seq.load();
+  if (state != kReady || min_need == kNone || old >= min_need) return false;
+  if (!row.state.compare_exchange_strong(state, kWriting)) return false;
+  CrashPoint("producer.slot_writing");
+  // Now that the slot says WRITING: does anyone still need or view it?
+  bool busy = false;
+  for (uint32_t i = 0; i < g.max_consumers && !busy; ++i) {
+    const ConsumerRow& c = consumers[i];
+    if (c.state.load() == kActive && c.need.load() <= old) busy = true;
+    if (pin(s, i).load() != 0) busy = true;
+  }
+  if (!busy) return true;
+  row.state.store(state);  // give it back untouched
+  return false;
+}
+
+void Segment::Publish(uint32_t s, int64_t seq, int64_t count, int64_t epoch,
+                      int64_t chunk_in_epoch) const {
+  CrashPoint("producer.slot_filled");
+  SlotRow& row = slots[s];
+  row.count = count;
+  row.epoch = epoch;
+  row.chunk_in_epoch = chunk_in_epoch;
+  row.seq.store(seq);
+  row.published_ns.store(NowNs());
+  row.state.store(kReady);
+  CrashPoint("producer.slot_ready");
+  h->produced.store(seq + 1);
+  Bump(&h->published_gen);
+}
+
+int Segment::Pin(uint32_t me, int64_t seq, uint32_t* slot) const {
+  for (uint32_t s = 0; s < g.slot_count; ++s) {
+    SlotRow& row = slots[s];
+    if (row.seq.load() != seq) continue;
+    if (row.state.load() != kReady) return -1;
+    pin(s, me).fetch_add(1);
+    CrashPoint("consumer.pin_added");
+    if (row.state.load() == kReady && row.seq.load() == seq) {
+      *slot = s;
+      return 1;
+    }
+    pin(s, me).fetch_sub(1);
+    return -1;
+  }
+  return 0;
+}
+
+bool Segment::EnterStream(uint32_t me, uint32_t fallback_state, int attempts,
+                          int64_t* start) const {
+  ConsumerRow& row = consumers[me];
+  const int64_t k = g.chunks_per_epoch, bc = g.block_chunks;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    const int64_t from = HeldFrom();
+    const int64_t epoch_start = from - from % k;
+    int64_t block_start = epoch_start + (from % k + bc - 1) / bc * bc;
+    if (block_start - epoch_start >= k) block_start = epoch_start + k;  // next epoch
+    row.need.store(block_start);
+    row.state.store(kActive);
+    Bump(&h->released_gen);
+    CrashPoint("consumer.need_published");
+    if (HeldFrom() <= block_start) {
+      *start = block_start;
+      return true;
+    }
+    row.state.store(fallback_state);
+  }
+  row.need.store(kNone);
+  Bump(&h->released_gen);
+  return false;
+}
+
 // A segment that lies (damaged, from another build, or hostile) is refused
 // instead of read out of bounds.
 Status CheckGeometry(const Geometry& h, uint64_t size, const std::string& name) {

@@ -138,6 +138,31 @@ struct Segment {
   // The owned rows of consumers that attached (claimed rows that have not
   // yet are left out); with `check_alive`, a dead one's state says "dead".
   std::vector<ConsumerInfo> Consumers(bool check_alive = false) const;
+  // The serving protocol's transitions (docs/ring_format.md, "A slot's life
+  // when served"). Two races are settled Dekker-style, with sequentially
+  // consistent operations on both sides:
+  //   overwrite vs need: TakeBack marks a slot WRITING, then reads every
+  //     active consumer's `need`; EnterStream publishes `need` and ACTIVE,
+  //     then reads the slots. One of them sees the other.
+  //   overwrite vs pin: TakeBack marks WRITING, then reads the slot's pins;
+  //     Pin adds its pin, then re-reads the slot's state and seq.
+  //
+  // Producer: the smallest `need` of the ACTIVE consumers (kNone: nobody).
+  int64_t MinActiveNeed() const;
+  // Producer: marks slot `s` WRITING if no active consumer needs its chunk
+  // (given `min_need`) and nobody views it; else leaves it untouched.
+  bool TakeBack(uint32_t s, int64_t min_need) const;
+  // Producer: chunk `seq` is in slot `s` (written there by the pipeline):
+  // READY, then `produced`, then the consumers are woken.
+  void Publish(uint32_t s, int64_t seq, int64_t count, int64_t epoch, int64_t chunk_in_epoch) const;
+  // Consumer `me`: pins the slot holding chunk `seq`. 1: pinned (`*slot`),
+  // 0: no slot holds it, -1: a slot holds it but is changing hands.
+  int Pin(uint32_t me, int64_t seq, uint32_t* slot) const;
+  // Consumer `me`: enters the stream at the first block boundary from which
+  // the segment holds every chunk up to the newest (publishing `need` and
+  // ACTIVE, then checking again); tries `attempts` times, leaving the row in
+  // `fallback_state` on failure.
+  bool EnterStream(uint32_t me, uint32_t fallback_state, int attempts, int64_t* start) const;
   // Lets go of consumer row `i` and everything it holds; the pid goes last,
   // so the row is free for another claim only once it is clean.
   void ReleaseRow(uint32_t i) const;

@@ -16,30 +16,6 @@ namespace nostall {
 
 using namespace ring;  // NOLINT: this file is the ring's consumer
 
-bool EnterStream(const Segment& seg, uint32_t me, uint32_t fallback_state, int attempts,
-                 int64_t* start) {
-  ConsumerRow& row = seg.consumers[me];
-  const int64_t k = seg.g.chunks_per_epoch, bc = seg.g.block_chunks;
-  for (int attempt = 0; attempt < attempts; ++attempt) {
-    const int64_t from = seg.HeldFrom();
-    const int64_t epoch_start = from - from % k;
-    int64_t block_start = epoch_start + (from % k + bc - 1) / bc * bc;
-    if (block_start - epoch_start >= k) block_start = epoch_start + k;  // next epoch
-    row.need.store(block_start);
-    row.state.store(kActive);
-    Bump(&seg.h->released_gen);
-    CrashPoint("consumer.need_published");
-    if (seg.HeldFrom() <= block_start) {
-      *start = block_start;
-      return true;
-    }
-    row.state.store(fallback_state);
-  }
-  row.need.store(kNone);
-  Bump(&seg.h->released_gen);
-  return false;
-}
-
 std::shared_ptr<ChunkLease> Consumer::SharedLease(uint32_t s) {
   auto c = std::make_shared<ChunkLease>();
   c->seg = seg_;
@@ -56,22 +32,10 @@ std::shared_ptr<ChunkLease> Consumer::SharedLease(uint32_t s) {
 }
 
 int Consumer::TryPin(int64_t seq, std::shared_ptr<ChunkLease>* out) {
-  for (uint32_t s = 0; s < seg_->g.slot_count; ++s) {
-    SlotRow& row = seg_->slots[s];
-    if (row.seq.load() != seq) continue;
-    if (row.state.load() != kReady) return -1;
-    seg_->pin(s, me_).fetch_add(1);
-    CrashPoint("consumer.pin_added");
-    if (row.state.load() == kReady && row.seq.load() == seq) {
-      // The lease takes over the pin just added.
-      auto c = SharedLease(s);
-      *out = std::move(c);
-      return 1;
-    }
-    seg_->pin(s, me_).fetch_sub(1);
-    return -1;
-  }
-  return 0;
+  uint32_t s = 0;
+  const int r = seg_->Pin(me_, seq, &s);
+  if (r == 1) *out = SharedLease(s);  // the lease takes over the pin
+  return r;
 }
 
 std::string Consumer::ProducerGone() const {

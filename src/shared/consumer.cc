@@ -42,7 +42,7 @@ Status Consumer::StartEpoch(int64_t epoch, int64_t first_batch) {
     // boundary starts a whole epoch).
     int64_t next = base_ + seg_->g.chunks_per_epoch;
     int64_t at = 0;
-    if (mode_ == "private" && !producer_gone_ && EnterStream(*seg_, me_, kLagged, 3, &at)) {
+    if (mode_ == "private" && !producer_gone_ && seg_->EnterStream(me_, kLagged, 3, &at)) {
       next = at;
       mode_ = "shared";
       ++rejoins_;
@@ -282,7 +282,7 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
   reg->seg = seg;
   reg->me = me;
   int64_t start = 0;
-  if (!EnterStream(*seg, me, kClaimed, 1000, &start)) {
+  if (!seg->EnterStream(me, kClaimed, 1000, &start)) {
     return Internal("could not find a starting chunk in '" + name + "'");
   }
   return std::unique_ptr<Loader>(new Consumer(std::move(seg), std::move(reg), producer_spec,

@@ -77,15 +77,6 @@ class ConsumerBatch final : public Batch {
 
 
 
-// Where a consumer enters the stream: the first block boundary from which
-// the segment holds every chunk up to the newest (or the next chunk to come,
-// rounded up to a block). Publishes `need` = that chunk and ACTIVE, then
-// checks again: with the need visible, nothing from there on is overwritten
-// any more, so if all of it is still there the consumer is in. Otherwise
-// (the producer moved on meanwhile) tries again, `attempts` times, and on
-// failure leaves the row in `fallback_state`.
-bool EnterStream(const Segment& seg, uint32_t me, uint32_t fallback_state, int attempts,
-                 int64_t* start);
 
 // Chunks a consumer may hold views of before it hands out copies instead:
 // views the caller keeps must not hold the producer (or the consumer's own

@@ -10,13 +10,8 @@
 //                 A row is owned while its pid is non-zero: claimed by CAS of
 //                 the pid from 0, released by storing 0 last.
 //
-// The two races that matter are settled Dekker-style with sequentially
-// consistent operations on both sides:
-//   * overwrite vs need: the producer marks a slot WRITING, then reads every
-//     active consumer's `need`; a consumer publishes `need` and ACTIVE, then
-//     reads the slot. One of them sees the other.
-//   * overwrite vs pin: the producer marks WRITING, then reads the slot's
-//     pins; a consumer adds its pin, then re-reads the slot's state and seq.
+// The transitions both sides race on (taking a slot back, publishing,
+// pinning, entering the stream) are the ring's: Segment in src/ring/ring.h.
 #include "nostall/shared.h"
 
 #include <fcntl.h>
@@ -120,7 +115,7 @@ class Producer final : public SharedProducer {
         continue;
       }
       NOSTALL_ASSIGN_OR_RETURN(uint32_t slot, SlotOf(*batch));
-      Publish(slot, *batch, seq++);
+      seg_->Publish(slot, seq++, batch->size(), batch->epoch(), batch->index());
       held_.push_back({slot, std::move(batch)});
     }
     return Status::OK();
@@ -141,41 +136,15 @@ class Producer final : public SharedProducer {
   // `keep` are held or none is free to go. `starved`: the pipeline has no
   // slot left, so a consumer that holds everyone back may be left behind.
   void GiveBack(size_t keep, bool starved) {
-    int64_t min_need = kNone;
-    for (uint32_t i = 0; i < seg_->g.max_consumers; ++i) {
-      if (seg_->consumers[i].state.load() == kActive) {
-        min_need = std::min(min_need, seg_->consumers[i].need.load());
-      }
-    }
+    const int64_t min_need = seg_->MinActiveNeed();
     for (auto it = held_.begin(); it != held_.end() && held_.size() > keep;) {
-      if (TryTakeBack(it->slot, min_need)) {
+      if (seg_->TakeBack(it->slot, min_need)) {
         it = held_.erase(it);  // the batch goes: the pipeline may fill the slot
       } else {
         ++it;
       }
     }
     if (held_.size() > keep && starved) LeaveBehindLaggards();
-  }
-
-  // Marks slot `s` WRITING if no active consumer needs its chunk and nobody
-  // views it. Nobody attached: chunks are kept, not spun through.
-  bool TryTakeBack(uint32_t s, int64_t min_need) {
-    SlotRow& row = seg_->slots[s];
-    uint32_t state = row.state.load();
-    const int64_t old = row.seq.load();
-    if (state != kReady || min_need == kNone || old >= min_need) return false;
-    if (!row.state.compare_exchange_strong(state, kWriting)) return false;
-    CrashPoint("producer.slot_writing");
-    // Now that the slot says WRITING: does anyone still need or view it?
-    bool busy = false;
-    for (uint32_t i = 0; i < seg_->g.max_consumers && !busy; ++i) {
-      const ConsumerRow& c = seg_->consumers[i];
-      if (c.state.load() == kActive && c.need.load() <= old) busy = true;
-      if (seg_->pin(s, i).load() != 0) busy = true;
-    }
-    if (!busy) return true;
-    row.state.store(state);  // give it back untouched
-    return false;
   }
 
   // While the producer waits on the slowest consumer and another consumer
@@ -211,21 +180,6 @@ class Producer final : public SharedProducer {
         }
       }
     }
-  }
-
-  // The pipeline has written chunk `seq` into slot `s`: publish it in place.
-  void Publish(uint32_t s, const Batch& b, int64_t seq) {
-    CrashPoint("producer.slot_filled");
-    SlotRow& row = seg_->slots[s];
-    row.count = b.size();
-    row.epoch = b.epoch();
-    row.chunk_in_epoch = b.index();
-    row.seq.store(seq);
-    row.published_ns.store(NowNs());
-    row.state.store(kReady);
-    CrashPoint("producer.slot_ready");
-    seg_->h->produced.store(seq + 1);
-    Bump(&seg_->h->published_gen);
   }
 
   // Every 100 ms: the heartbeat, and consumers that died are released.
