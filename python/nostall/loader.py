@@ -147,8 +147,6 @@ class Loader(Closeable):
         for t in transforms:
             if not isinstance(t, Transform):
                 raise TypeError(f"transforms must be nostall.transforms objects, got {t!r}")
-        if dtype is None:
-            dtype = "float32" if any(isinstance(t, Normalize) for t in transforms) else "uint8"
         spec = {
             "source": source,
             "batch_size": _integer("batch_size", batch_size),
@@ -158,7 +156,6 @@ class Loader(Closeable):
             "world_size": _integer("world_size", world_size),
             "drop_last": _plain(drop_last),
             "transforms": [t.to_dict() for t in transforms],
-            "dtype": dtype,
             "layout": layout,
             "mode": mode,
             "max_pixels": _integer("max_pixels", max_pixels),
@@ -177,6 +174,8 @@ class Loader(Closeable):
             "cache_policy": cache.policy if cache is not None else "minio",
             "subset": _integer("subset", subset),
         }
+        if dtype is not None:  # else C++'s default: float32 after Normalize, uint8 otherwise
+            spec["dtype"] = dtype
         self._init(spec, copy=copy, return_indices=return_indices, output=output,
                    progress=progress)
 

@@ -140,6 +140,19 @@ struct MinioCache::Impl {
 MinioCache::MinioCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 MinioCache::~MinioCache() = default;
 
+namespace {
+SegmentKind CacheKind(const std::string& name) {
+  SegmentKind kind;
+  kind.magic = kMagic;
+  kind.version = kVersion;
+  kind.header_bytes = sizeof(Header);
+  kind.what = "cache '" + name + "'";
+  kind.not_ours = "shared memory " + SegmentName(name) + " is not a nostall cache";
+  kind.fix = "remove it (nostall cache rm " + name + ")";
+  return kind;
+}
+}  // namespace
+
 Result<std::unique_ptr<MinioCache>> MinioCache::Open(const std::string& name,
                                                      uint64_t budget_bytes,
                                                      uint64_t dataset_fingerprint,
@@ -173,25 +186,26 @@ Result<std::unique_ptr<MinioCache>> MinioCache::Open(const std::string& name,
       ::shm_unlink(seg.c_str());
       return reserved;
     }
+  }
+  SegmentKind kind = CacheKind(name);
+  Mapping mapping;
+  if (created) {
+    void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    if (addr == MAP_FAILED) return ErrnoError("cannot map cache " + seg, errno);
+    mapping = Mapping(addr, size);
   } else {
-    // The creator may still be sizing it: wait (bounded) for its full size.
-    struct stat st;
-    for (int i = 0; i < 500; ++i) {
-      if (::fstat(fd.get(), &st) == 0 && st.st_size > 0) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (st.st_size <= 0) return FailedPrecondition("cache '" + name + "' was never initialised");
-    size = static_cast<uint64_t>(st.st_size);
+    // The creator may still be sizing it and writing its header.
+    NOSTALL_ASSIGN_OR_RETURN(mapping, MapNostallSegment(fd.get(), true, true, kind));
+    size = mapping.size();
     if (size < data_offset) {
       return FailedPrecondition("cache '" + name + "' is truncated or holds another dataset (" +
                                 std::to_string(size) + " bytes); remove it (nostall cache rm " +
                                 name + ")");
     }
   }
-  void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (addr == MAP_FAILED) return ErrnoError("cannot map cache " + seg, errno);
+  void* addr = mapping.data();
   auto impl = std::make_unique<Impl>();
-  impl->mapping = Mapping(addr, size);
+  impl->mapping = std::move(mapping);
   auto* h = static_cast<Header*>(addr);
   if (created) {
     new (h) Header{};
@@ -203,18 +217,6 @@ Result<std::unique_ptr<MinioCache>> MinioCache::Open(const std::string& name,
     std::atomic_thread_fence(std::memory_order_release);
     std::memcpy(h->magic, kMagic, sizeof kMagic);  // last: the header is complete
   } else {
-    for (int i = 0; i < 500 && std::memcmp(h->magic, kMagic, 8) != 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (std::memcmp(h->magic, kMagic, 8) != 0) {
-      return FailedPrecondition("shared memory " + seg + " is not a nostall cache");
-    }
-    if (h->version != kVersion) {
-      return FailedPrecondition("cache '" + name + "' has format version " +
-                                std::to_string(h->version) + ", this nostall reads " +
-                                std::to_string(kVersion) + "; remove it (nostall cache rm)");
-    }
     if (h->dataset_fingerprint != dataset_fingerprint || h->num_items != num_items) {
       return FailedPrecondition("cache '" + name + "' holds another dataset (" +
                                 std::to_string(h->num_items) + " items); use another name or "
@@ -258,24 +260,14 @@ Result<MinioCache::Info> MinioCache::Inspect(const std::string& name) {
   int raw = ::shm_open(seg.c_str(), O_RDONLY | O_CLOEXEC, 0);
   if (raw < 0) return ErrnoError("no cache '" + name + "'", errno);
   UniqueFd fd(raw);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoError("cannot stat cache " + seg, errno);
-  if (static_cast<size_t>(st.st_size) < sizeof(Header)) {
-    return FailedPrecondition("cache '" + name + "' is not initialised");
-  }
-  void* addr = ::mmap(nullptr, sizeof(Header), PROT_READ, MAP_SHARED, fd.get(), 0);
-  if (addr == MAP_FAILED) return ErrnoError("cannot map cache " + seg, errno);
-  Mapping map(addr, sizeof(Header));
-  const auto* h = static_cast<const Header*>(addr);
-  if (std::memcmp(h->magic, kMagic, 8) != 0) {
-    return FailedPrecondition(seg + " is not a nostall cache");
-  }
+  NOSTALL_ASSIGN_OR_RETURN(Mapping map, MapNostallSegment(fd.get(), false, false, CacheKind(name)));
+  const auto* h = static_cast<const Header*>(map.data());
   Info info;
   info.name = name;
   info.version = h->version;
   info.dataset_fingerprint = h->dataset_fingerprint;
   info.num_items = h->num_items;
-  info.segment_bytes = static_cast<uint64_t>(st.st_size);
+  info.segment_bytes = map.size();
   info.stats.budget_bytes = h->budget_bytes;
   info.stats.used_bytes = std::min(h->used.load(), h->budget_bytes);
   info.stats.items = h->items.load();

@@ -1,5 +1,11 @@
 #include "common/shm.h"
 
+#include <thread>
+
+#include <cstring>
+
+#include <chrono>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -115,6 +121,35 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& prefix
 
 ShmSegment::~ShmSegment() {
   if (owns_name_) ::shm_unlink(name_.c_str());
+}
+
+Result<Mapping> MapNostallSegment(int fd, bool writable, bool wait, const SegmentKind& kind) {
+  struct stat st;
+  for (int i = 0;; ++i) {
+    if (::fstat(fd, &st) != 0) return ErrnoError("cannot stat " + kind.what, errno);
+    if (static_cast<size_t>(st.st_size) >= kind.header_bytes || !wait || i >= 200) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const auto size = static_cast<size_t>(st.st_size);
+  if (size < kind.header_bytes) return FailedPrecondition(kind.not_ours);
+  void* addr = ::mmap(nullptr, size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
+                      fd, 0);
+  if (addr == MAP_FAILED) return ErrnoError("cannot map " + kind.what, errno);
+  Mapping mapping(addr, size);
+  const auto* bytes = static_cast<const uint8_t*>(addr);
+  for (int i = 0; wait && i < 200 && std::memcmp(bytes, kind.magic, 8) != 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (std::memcmp(bytes, kind.magic, 8) != 0) return FailedPrecondition(kind.not_ours);
+  uint32_t version = 0;
+  std::memcpy(&version, bytes + 8, sizeof version);
+  if (version != kind.version) {
+    return FailedPrecondition(kind.what + " has format version " + std::to_string(version) +
+                              ", this nostall reads " + std::to_string(kind.version) + "; " +
+                              kind.fix);
+  }
+  return mapping;
 }
 
 }  // namespace nostall

@@ -45,6 +45,24 @@ class ShmSegment {
 // not first touch (and give back) gigabytes.
 Status ReserveShm(int fd, uint64_t size, const std::string& what, const std::string& hint);
 
+// What a nostall segment starts with: 8 bytes of magic (written last by its
+// creator), then a u32 format version.
+struct SegmentKind {
+  const char* magic = nullptr;  // 8 bytes
+  uint32_t version = 0;
+  size_t header_bytes = 0;      // a segment is at least this big
+  std::string what;             // e.g. "shared loader 'train'": named in errors
+  std::string not_ours;         // the error when the magic is wrong
+  std::string fix;              // what to do about another version
+};
+
+// Maps the existing segment open as `fd` (read-write or read-only) and
+// checks that it is of `kind`: big enough for the header, the magic, the
+// version (another one is an error naming both). With `wait`, a creator
+// still sizing it or writing its header is waited for (about 2 s at most).
+// Geometry beyond the header is the caller's to check.
+Result<Mapping> MapNostallSegment(int fd, bool writable, bool wait, const SegmentKind& kind);
+
 // Bytes free in /dev/shm (0 if unknown).
 uint64_t ShmBytesFree();
 // MemAvailable from /proc/meminfo, in bytes (0 if unknown).

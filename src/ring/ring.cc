@@ -263,21 +263,21 @@ Result<UniqueFd> CreateRingFd(const std::string& name, std::string* seg_name) {
   *seg_name = SegmentName(name);
   int raw = ::shm_open(seg_name->c_str(), flags, 0600);
   if (raw < 0 && errno == EEXIST) {
-    // Another producer's: refuse while it lives; replace a dead one's.
+    // Another producer's: refuse while it lives; replace a dead one's (or
+    // anything else under the name: it is in nostall's namespace).
     UniqueFd old(::shm_open(seg_name->c_str(), O_RDONLY | O_CLOEXEC, 0));
-    struct stat st;
-    if (old.get() >= 0 && ::fstat(old.get(), &st) == 0 &&
-        static_cast<size_t>(st.st_size) >= sizeof(Header)) {
-      void* a = ::mmap(nullptr, sizeof(Header), PROT_READ, MAP_SHARED, old.get(), 0);
-      if (a != MAP_FAILED) {
-        const auto* h = static_cast<const Header*>(a);
-        const bool live = std::memcmp(h->magic, kMagic, 8) == 0 && h->state.load() == kRunning &&
-                          ProcessAlive(h->producer_pid, h->producer_start_time);
-        const int64_t pid = h->producer_pid;
-        ::munmap(a, sizeof(Header));
-        if (live) {
+    SegmentKind kind;
+    kind.magic = kMagic;
+    kind.version = kVersion;
+    kind.header_bytes = sizeof(Header);
+    kind.what = "shared loader '" + name + "'";
+    if (old.get() >= 0) {
+      Result<Mapping> mapped = MapNostallSegment(old.get(), false, false, kind);
+      if (mapped.ok()) {
+        const auto* h = static_cast<const Header*>(mapped.value().data());
+        if (h->state.load() == kRunning && ProcessAlive(h->producer_pid, h->producer_start_time)) {
           return FailedPrecondition("shared loader '" + name + "' is already served by pid " +
-                                    std::to_string(pid) + "; pick another name");
+                                    std::to_string(h->producer_pid) + "; pick another name");
         }
       }
     }
@@ -404,34 +404,19 @@ Result<std::shared_ptr<Segment>> OpenNamedRing(const std::string& name, bool wri
     return ErrnoError("cannot open shared loader '" + name + "'", errno);
   }
   UniqueFd fd(raw);
-  const std::string not_ours = "shared memory " + seg_name + " is not a nostall shared loader";
-  struct stat st;
-  // The producer may still be sizing a segment it has just created.
-  for (int i = 0;; ++i) {
-    if (::fstat(fd.get(), &st) != 0) return ErrnoError("cannot stat " + seg_name, errno);
-    if (static_cast<size_t>(st.st_size) >= sizeof(Header) || !writable || i >= 200) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  const auto size = static_cast<uint64_t>(st.st_size);
-  if (size < sizeof(Header)) return FailedPrecondition(not_ours);
-  void* addr = ::mmap(nullptr, size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
-                      fd.get(), 0);
-  if (addr == MAP_FAILED) return ErrnoError("cannot map " + seg_name, errno);
+  SegmentKind kind;
+  kind.magic = kMagic;
+  kind.version = kVersion;
+  kind.header_bytes = sizeof(Header);
+  kind.what = "shared loader '" + name + "'";
+  kind.not_ours = "shared memory " + seg_name + " is not a nostall shared loader";
+  kind.fix = "serve it with this nostall, or remove it (nostall shared rm " + name + ")";
+  NOSTALL_ASSIGN_OR_RETURN(Mapping mapping, MapNostallSegment(fd.get(), writable, writable, kind));
+  const uint64_t size = mapping.size();
   auto seg = std::make_shared<Segment>();
-  seg->mapping = Mapping(addr, size);
+  seg->mapping = std::move(mapping);
   seg->name = seg_name;
-  const auto* h = static_cast<const Header*>(addr);
-  // The magic is written last; a segment being created gets a moment to finish.
-  for (int i = 0; writable && i < 200 && std::memcmp(h->magic, kMagic, 8) != 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (std::memcmp(h->magic, kMagic, 8) != 0) return FailedPrecondition(not_ours);
-  if (h->version != kVersion) {
-    return FailedPrecondition("shared loader '" + name + "' speaks format version " +
-                              std::to_string(h->version) + ", this nostall speaks " +
-                              std::to_string(kVersion) + "; serve it with this nostall");
-  }
+  const auto* h = static_cast<const Header*>(seg->mapping.data());
   const Geometry geometry = ReadGeometry(*h);
   NOSTALL_RETURN_IF_ERROR(CheckGeometry(geometry, size, name));
   seg->Bind(geometry);
