@@ -1,11 +1,5 @@
 #include "common/shm.h"
 
-#include <thread>
-
-#include <cstring>
-
-#include <chrono>
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -15,7 +9,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <thread>
 
 namespace nostall {
 
@@ -91,36 +88,6 @@ Status ReserveShm(int fd, uint64_t size, const std::string& what, const std::str
   if (err == ENOSPC) return NoShmRoom(size, ShmBytesFree(), what, hint);
   if (err != 0) return ErrnoError("cannot reserve " + FormatBytes(size) + " of shared memory", err);
   return Status::OK();
-}
-
-Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string& prefix, size_t size,
-                                                       bool keep_name) {
-  static std::atomic<uint64_t> counter{0};
-  if (size == 0) return InvalidArgument("shared-memory segment of zero bytes");
-  std::string name = "/" + prefix + "-" + std::to_string(::getpid()) + "-" +
-                     std::to_string(counter.fetch_add(1));
-  int raw = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (raw < 0) return ErrnoError("cannot create shared memory " + name, errno);
-  UniqueFd fd(raw);
-  auto unlink_name = [&] { ::shm_unlink(name.c_str()); };
-  Status reserved = ReserveShm(fd.get(), size, "the " + prefix + " segment",
-                               "lower batch_size or prefetch, or enlarge /dev/shm");
-  if (!reserved.ok()) {
-    unlink_name();
-    return reserved;
-  }
-  void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (addr == MAP_FAILED) {
-    int e = errno;
-    unlink_name();
-    return ErrnoError("cannot map " + FormatBytes(size) + " of shared memory", e);
-  }
-  if (!keep_name) unlink_name();
-  return std::unique_ptr<ShmSegment>(new ShmSegment(name, Mapping(addr, size), keep_name));
-}
-
-ShmSegment::~ShmSegment() {
-  if (owns_name_) ::shm_unlink(name_.c_str());
 }
 
 Result<Mapping> MapNostallSegment(int fd, bool writable, bool wait, const SegmentKind& kind) {

@@ -1,6 +1,8 @@
 #include "ring/ring.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -9,6 +11,7 @@
 #include <string>
 
 #include "common/process.h"
+#include "common/shm.h"
 
 namespace nostall::ring {
 namespace {
@@ -96,6 +99,50 @@ TEST(RingTest, AbsurdGeometryIsRejectedBeforeAllocating) {
             StatusCode::kInvalidArgument);
   EXPECT_FALSE(CreateRing("", Layout(0, 1, 1)).ok());
   EXPECT_FALSE(CreateRing("", Layout(2, 1, 1, /*consumers=*/65)).ok());
+}
+
+TEST(RingTest, ANamedRingIsPrivateToTheUserAndFullyReserved) {
+  const std::string name = "ring-mode-" + std::to_string(::getpid());
+  auto ring = CreateRing(name, Layout(2, 64, 4096, 1));
+  ASSERT_TRUE(ring.ok()) << ring.status().ToString();
+  struct stat st;
+  ASSERT_EQ(::stat(("/dev/shm" + SegmentName(name)).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), ring.value()->mapping.size());
+  // Reserved now, not on first touch (a full /dev/shm is an error here).
+  EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, ring.value()->mapping.size());
+  EXPECT_EQ(ring.value()->images(1)[100], 0);
+  ::shm_unlink(SegmentName(name).c_str());
+}
+
+TEST(RingTest, MoreThanDevShmHoldsIsAClearErrorAtCreation) {
+  struct statvfs vfs;
+  ASSERT_EQ(::statvfs("/dev/shm", &vfs), 0);
+  const uint64_t too_much = static_cast<uint64_t>(vfs.f_blocks) * vfs.f_frsize + (uint64_t{1} << 30);
+  auto ring = CreateRing("", Layout(1, 1024, too_much / 1024 + 1));
+  ASSERT_FALSE(ring.ok());
+  EXPECT_EQ(ring.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(ring.status().message().find("free"), std::string::npos) << ring.status().message();
+  EXPECT_NE(ring.status().message().find("batch ring"), std::string::npos);
+}
+
+// Where /dev/shm is larger than the memory available (as on many hosts,
+// tmpfs being sized apart from RAM), a ring between the two is refused at
+// creation instead of being reserved and ending in the OOM killer.
+TEST(RingTest, ARingLargerThanMemoryButNotDevShmIsRefused) {
+  const uint64_t shm_free = ShmBytesFree(), mem = MemoryAvailable();
+  ASSERT_GT(mem, 0u) << "no MemAvailable in /proc/meminfo";
+  const uint64_t margin = std::min<uint64_t>(mem / 16, uint64_t{1} << 30);
+  const uint64_t size = mem - margin / 2;
+  if (shm_free < size) {
+    GTEST_SKIP() << "/dev/shm (" << FormatBytes(shm_free) << " free) is smaller than the "
+                 << "memory available (" << FormatBytes(mem) << ") on this machine";
+  }
+  auto ring = CreateRing("", Layout(1, 1024, size / 1024));
+  ASSERT_FALSE(ring.ok());
+  EXPECT_EQ(ring.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(ring.status().message().find("of memory is available"), std::string::npos)
+      << ring.status().message();
 }
 
 }  // namespace
