@@ -243,6 +243,23 @@ int Serve(const Args& args) {
   return 0;
 }
 
+// The pipeline `nostall bench` runs without --spec: RandomResizedCrop(size)
+// + flip + ImageNet Normalize into float32 batches of 256, shuffled.
+nostall::LoaderSpec DefaultBenchSpec(int size) {
+  nostall::LoaderSpec spec;
+  spec.batch_size = 256;
+  spec.shuffle = true;
+  nostall::Transform rrc{nostall::TransformKind::kRandomResizedCrop};
+  rrc.height = rrc.width = size;
+  nostall::Transform flip{nostall::TransformKind::kRandomHorizontalFlip};
+  nostall::Transform norm{nostall::TransformKind::kNormalize};
+  norm.mean = {0.485, 0.456, 0.406};
+  norm.std = {0.229, 0.224, 0.225};
+  spec.prep.transforms = {rrc, flip, norm};
+  spec.prep.dtype = nostall::DType::kFloat32;
+  return spec;
+}
+
 int Bench(const Args& args) {
   if (Has(args, "--help") || Has(args, "-h")) {
     std::fputs(kBenchUsage, stdout);
@@ -270,16 +287,7 @@ int Bench(const Args& args) {
   } else {
     long long size = 224;
     if (!IntOption(args, "--size", 1, &size)) return 2;
-    spec.batch_size = 256;
-    spec.shuffle = true;
-    nostall::Transform rrc{nostall::TransformKind::kRandomResizedCrop};
-    rrc.height = rrc.width = static_cast<int>(size);
-    nostall::Transform flip{nostall::TransformKind::kRandomHorizontalFlip};
-    nostall::Transform norm{nostall::TransformKind::kNormalize};
-    norm.mean = {0.485, 0.456, 0.406};
-    norm.std = {0.229, 0.224, 0.225};
-    spec.prep.transforms = {rrc, flip, norm};
-    spec.prep.dtype = nostall::DType::kFloat32;
+    spec = DefaultBenchSpec(static_cast<int>(size));
   }
   spec.source = args.positional[0];
   long long batch = spec.batch_size, threads = spec.num_threads, reads = spec.reads_in_flight,
