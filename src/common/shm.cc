@@ -92,9 +92,12 @@ Status ReserveShm(int fd, uint64_t size, const std::string& what, const std::str
 
 Result<Mapping> MapNostallSegment(int fd, bool writable, bool wait, const SegmentKind& kind) {
   struct stat st;
+  // A creator sizes a segment in one step and writes the magic last: an
+  // empty segment or an all-zero magic may still be being made (waited
+  // for); any other size or magic is final, and refused at once.
   for (int i = 0;; ++i) {
     if (::fstat(fd, &st) != 0) return ErrnoError("cannot stat " + kind.what, errno);
-    if (static_cast<size_t>(st.st_size) >= kind.header_bytes || !wait || i >= 200) break;
+    if (st.st_size > 0 || !wait || i >= 200) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   const auto size = static_cast<size_t>(st.st_size);
@@ -104,7 +107,8 @@ Result<Mapping> MapNostallSegment(int fd, bool writable, bool wait, const Segmen
   if (addr == MAP_FAILED) return ErrnoError("cannot map " + kind.what, errno);
   Mapping mapping(addr, size);
   const auto* bytes = static_cast<const uint8_t*>(addr);
-  for (int i = 0; wait && i < 200 && std::memcmp(bytes, kind.magic, 8) != 0; ++i) {
+  static const char kUnwritten[8] = {};
+  for (int i = 0; wait && i < 200 && std::memcmp(bytes, kUnwritten, 8) == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   std::atomic_thread_fence(std::memory_order_seq_cst);
