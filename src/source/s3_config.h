@@ -1,0 +1,77 @@
+// Where an S3 dataset lives and how to reach it, resolved as AWS's own tools
+// resolve it (the S3 driver's configuration; no network here).
+//
+//   credentials  AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN),
+//                else the profile's keys in ~/.aws/credentials
+//                (AWS_SHARED_CREDENTIALS_FILE), else in ~/.aws/config
+//                (AWS_CONFIG_FILE); none found: unsigned requests (public
+//                buckets), said so in every access error
+//   profile      the spec's s3_profile, else AWS_PROFILE, else "default"
+//   region       the spec's s3_region, else AWS_REGION, AWS_DEFAULT_REGION,
+//                the profile's region, else us-east-1
+//   endpoint     the spec's s3_endpoint, else AWS_ENDPOINT_URL_S3,
+//                AWS_ENDPOINT_URL, the profile's endpoint_url, else
+//                https://s3.REGION.amazonaws.com
+//   addressing   the spec's s3_addressing: "virtual" (bucket.host/key),
+//                "path" (host/bucket/key), or "auto": virtual on AWS, path
+//                on any other endpoint (MinIO, SeaweedFS, Ceph...)
+//
+// Secrets never leave this struct as text: Describe() and every error name
+// where the keys came from, never the keys.
+#ifndef NOSTALL_SOURCE_S3_CONFIG_H_
+#define NOSTALL_SOURCE_S3_CONFIG_H_
+
+#include <functional>
+#include <string>
+
+#include "nostall/status.h"
+
+namespace nostall {
+
+// s3://BUCKET/KEY: a bucket and a key or prefix (possibly empty).
+struct S3Location {
+  std::string bucket;
+  std::string key;
+};
+// Bucket names as S3 allows them (3-63 of a-z, 0-9, '.', '-'); keys as given.
+Result<S3Location> ParseS3Uri(const std::string& uri);
+
+// What the spec says (empty: from the environment).
+struct S3Options {
+  std::string endpoint;
+  std::string region;
+  std::string profile;
+  std::string addressing = "auto";  // "auto", "path" or "virtual"
+  bool unsigned_requests = false;   // never sign, even with credentials at hand
+};
+
+struct S3Config {
+  std::string endpoint;  // scheme://host[:port], no trailing slash
+  std::string region;
+  bool path_style = false;
+  bool sign = false;
+  std::string credentials_from;  // e.g. "environment", "/home/u/.aws/credentials [train]"
+  std::string access_key, secret_key, session_token;  // never printed
+
+  // The URL of an object (the key percent-encoded as S3 expects: every byte
+  // but A-Z a-z 0-9 - _ . ~ and '/').
+  std::string ObjectUrl(const std::string& bucket, const std::string& key) const;
+  // The bucket's URL, for ListObjectsV2 (query appended by the caller).
+  std::string BucketUrl(const std::string& bucket) const;
+  // "endpoint http://127.0.0.1:8333, region us-east-1, path-style, signed
+  // (credentials from environment)": no secrets.
+  std::string Describe() const;
+};
+
+// `getenv` is the environment to read (std::getenv in the driver; a map in
+// tests); HOME comes from it too.
+using EnvLookup = std::function<const char*(const char*)>;
+Result<S3Config> ResolveS3Config(const S3Options& options, const EnvLookup& getenv);
+
+// Percent-encodes `s` for a URL path or query value (RFC 3986 unreserved
+// bytes kept; '/' kept when `keep_slash`).
+std::string UriEncode(const std::string& s, bool keep_slash);
+
+}  // namespace nostall
+
+#endif  // NOSTALL_SOURCE_S3_CONFIG_H_
