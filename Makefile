@@ -9,8 +9,10 @@ PIP := $(VENV)/bin/pip
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := g++ make python3-venv libjpeg62-turbo-dev libpng-dev libopencv-imgproc-dev \
-	libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev dataset-fashion-mnist
-PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmake ninja
+	libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcurl4-openssl-dev \
+	dataset-fashion-mnist
+PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmake ninja \
+	boto3 moto[server]
 BUILD := build/py
 
 .PHONY: all deps venv install demo test test-cpp test-python test-asan test-tsan check-locks fuzz bench bench-cache bench-analyze bench-shared clean

@@ -32,6 +32,7 @@ const std::vector<SourceDriver>& SourceDrivers();
 
 // The drivers, one line each (X(Name) defines `SourceDriver NameDriver()`).
 #define NOSTALL_SOURCE_DRIVERS(X) \
+  X(S3Folder)                     \
   X(ImageFolder)                  \
   X(TarShards)
 

@@ -1,0 +1,60 @@
+// An S3 client over libcurl's multi interface: one I/O thread drives every
+// request in flight over kept-alive connections; callers block on their own
+// request only. Requests are signed with libcurl's SigV4 (CURLOPT_AWS_SIGV4)
+// when the configuration has keys. Failures that may pass (HTTP 500, 502,
+// 503, 504, timeouts, connections reset or bodies cut short) are retried with
+// jittered exponential backoff, honouring Retry-After, a bounded number of
+// times; the rest (403, 404, a final failure) are errors naming the object
+// and the HTTP status, never the keys.
+#ifndef NOSTALL_SOURCE_S3_CLIENT_H_
+#define NOSTALL_SOURCE_S3_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nostall/status.h"
+#include "source/s3_config.h"
+
+namespace nostall {
+
+struct S3ClientStats {
+  int64_t requests = 0;  // sent, retries included
+  int64_t bytes = 0;     // of bodies received
+  int64_t retries = 0;
+  int64_t errors = 0;    // requests that failed for good
+};
+
+struct S3Object {
+  std::string key;
+  int64_t size = 0;
+  std::string etag;
+};
+
+class S3Client {
+ public:
+  static Result<std::unique_ptr<S3Client>> Create(S3Config config);
+  ~S3Client();
+
+  // The bytes of `key`, or of [offset, offset + length) of it (length < 0:
+  // to the end). Blocks this caller until the request is done.
+  Status Get(const std::string& bucket, const std::string& key, uint64_t offset, int64_t length,
+             std::vector<uint8_t>* out);
+  // Every object under `prefix` (ListObjectsV2, all pages), in key order.
+  Result<std::vector<S3Object>> List(const std::string& bucket, const std::string& prefix);
+
+  S3ClientStats Stats() const;
+  const S3Config& config() const;
+
+  struct Impl;
+
+ private:
+  explicit S3Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nostall
+
+#endif  // NOSTALL_SOURCE_S3_CLIENT_H_

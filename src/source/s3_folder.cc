@@ -1,0 +1,118 @@
+// The S3 image-folder driver: s3://BUCKET/PREFIX/ laid out as an image
+// folder (one first-level prefix per class, .jpg/.jpeg/.png objects under
+// it at any depth), indexed by listing the prefix (ListObjectsV2, every
+// page) and ordered exactly as the image-folder driver orders the same files
+// on disk, so batches are the same bytes either way. Each item is one GET
+// over the client's kept-alive connections.
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "source/driver.h"
+#include "source/index_file.h"
+#include "source/s3_client.h"
+
+namespace nostall {
+namespace {
+
+bool HasImageExtension(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  for (const char* ext : {".jpg", ".jpeg", ".png"}) {
+    const size_t n = std::strlen(ext);
+    if (lower.size() >= n && lower.compare(lower.size() - n, n, ext) == 0) return true;
+  }
+  return false;
+}
+
+class S3FolderSource final : public Source {
+ public:
+  S3FolderSource(std::unique_ptr<S3Client> client, std::string bucket, Index index,
+                 uint64_t max_item_bytes)
+      : client_(std::move(client)),
+        bucket_(std::move(bucket)),
+        index_(std::move(index)),
+        max_item_bytes_(max_item_bytes),
+        fingerprint_(index_.Fingerprint()) {}
+
+  int64_t size() const override { return static_cast<int64_t>(index_.items.size()); }
+  const std::string& key(int64_t i) const override { return index_.items[i].key; }
+  int64_t label(int64_t i) const override { return index_.items[i].label; }
+  int64_t byte_size(int64_t i) const override { return index_.items[i].size; }
+  const std::vector<std::string>& classes() const override { return index_.classes; }
+  uint64_t fingerprint() const override { return fingerprint_; }
+  const char* kind() const override { return "s3-image-folder"; }
+
+  Status Read(int64_t i, std::vector<uint8_t>* out) const override {
+    const IndexEntry& e = index_.items[i];
+    if (static_cast<uint64_t>(e.size) > max_item_bytes_) {
+      return DataError("object is over the item size limit");
+    }
+    // The object key is the item key without "s3://bucket/".
+    return client_->Get(bucket_, e.key.substr(5 + bucket_.size() + 1), 0, -1, out);
+  }
+
+ private:
+  const std::unique_ptr<S3Client> client_;
+  const std::string bucket_;
+  const Index index_;
+  const uint64_t max_item_bytes_;
+  const uint64_t fingerprint_;
+};
+
+bool Claims(const std::string& uri) {
+  return uri.rfind("s3://", 0) == 0 && !(uri.size() >= 4 && uri.compare(uri.size() - 4, 4, ".tar") == 0);
+}
+
+Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions& options) {
+  NOSTALL_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(uri));
+  std::string prefix = loc.key;
+  if (!prefix.empty() && prefix.back() != '/') prefix += '/';
+  NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config({}, [](const char* name) {
+                             return static_cast<const char*>(std::getenv(name));
+                           }));
+  NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<S3Client> client, S3Client::Create(config));
+  Result<std::vector<S3Object>> listed = client->List(loc.bucket, prefix);
+  if (!listed.ok()) {
+    return Status(listed.status().code(), listed.status().message() + " [" +
+                                               client->config().Describe() + "]");
+  }
+  // class -> (dir, name, object) as the local driver sorts (dir, file) pairs.
+  std::map<std::string, std::vector<std::pair<std::pair<std::string, std::string>, S3Object>>> by_class;
+  for (S3Object& o : listed.value()) {
+    const std::string rel = o.key.substr(prefix.size());
+    const size_t slash = rel.find('/');
+    if (slash == std::string::npos || slash == 0) continue;  // not inside a class prefix
+    const std::string cls = rel.substr(0, slash);
+    const size_t last = o.key.rfind('/');
+    const std::string name = o.key.substr(last + 1);
+    if (!HasImageExtension(name)) continue;
+    by_class[cls].push_back({{o.key.substr(0, last), name}, std::move(o)});
+  }
+  if (by_class.empty()) {
+    return NotFound("no class prefixes with .jpg/.jpeg/.png objects under " + uri +
+                    " (expected PREFIX/CLASS/IMAGE, as an image folder) [" +
+                    client->config().Describe() + "]");
+  }
+  Index index;
+  for (auto& [cls, objects] : by_class) {  // std::map: byte order, as sorted() orders str
+    std::sort(objects.begin(), objects.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    const int64_t label = static_cast<int64_t>(index.classes.size());
+    index.classes.push_back(cls);
+    for (auto& [where, o] : objects) {
+      index.items.push_back({"s3://" + loc.bucket + "/" + o.key, label, -1, 0, o.size});
+    }
+  }
+  return std::unique_ptr<Source>(std::make_unique<S3FolderSource>(
+      std::move(client), loc.bucket, std::move(index), options.max_item_bytes));
+}
+
+}  // namespace
+
+SourceDriver S3FolderDriver() { return {"s3-image-folder", Claims, Open, /*local_files=*/false}; }
+
+}  // namespace nostall

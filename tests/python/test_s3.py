@@ -1,0 +1,154 @@
+"""Training straight from S3: a real S3 API server (moto's server mode) on
+loopback, the data put there with boto3, read back by nostall over HTTP."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import nostall
+from conftest import augment, epoch_batches, write_jpeg_folder
+
+boto3 = pytest.importorskip("boto3")  # installed by the test command (make test)
+
+SECRET = "s3cr3t-never-printed"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("moto's S3 server did not start")
+            time.sleep(0.1)
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {"AWS_ACCESS_KEY_ID": "AKIDTEST", "AWS_SECRET_ACCESS_KEY": SECRET,
+           "AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="AKIDTEST", aws_secret_access_key=SECRET)
+    client.create_bucket(Bucket="train-data")
+    local = write_jpeg_folder(tmp_path_factory.mktemp("s3src"), classes=3, per_class=7, seed=5)
+    for path in sorted(local.rglob("*.jpg")):
+        client.upload_file(str(path), "train-data", "imagenet/train/" + str(path.relative_to(local)))
+    client.put_object(Bucket="train-data", Key="imagenet/train/README.txt", Body=b"not an image")
+    yield client, local
+    server.terminate()
+    server.wait(timeout=10)
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def test_batches_from_s3_are_the_batches_of_the_local_copy(s3):
+    _, local = s3
+    kw = dict(batch_size=5, shuffle=True, seed=9, transforms=augment(), return_indices=True)
+    remote = nostall.Loader("s3://train-data/imagenet/train/", **kw)
+    here = nostall.Loader(local, **kw)
+    assert remote.classes == here.classes == ["class_0", "class_1", "class_2"]
+    assert remote.num_items == here.num_items == 21
+    for epoch in (0, 1):
+        a, b = epoch_batches(remote, epoch), epoch_batches(here, epoch)
+        assert len(a) == len(b) == 5
+        for (ia, la, xa), (ib, lb, xb) in zip(a, b):
+            assert torch.equal(xa, xb) and torch.equal(la, lb)
+            assert torch.equal(ia, ib)  # byte-identical pixels
+    assert remote.key(0).startswith("s3://train-data/imagenet/train/class_0/")
+
+
+def test_a_missing_object_is_a_data_error_naming_it_or_skipped(s3):
+    client, local = s3
+    client.copy_object(Bucket="train-data", Key="gone/c/x.jpg",
+                       CopySource={"Bucket": "train-data", "Key": "imagenet/train/class_0/000.jpg"})
+    client.copy_object(Bucket="train-data", Key="gone/c/y.jpg",
+                       CopySource={"Bucket": "train-data", "Key": "imagenet/train/class_0/001.jpg"})
+    loader = nostall.Loader("s3://train-data/gone/", batch_size=1, transforms=[nostall.Resize((8, 8))])
+    skipping = nostall.Loader("s3://train-data/gone/", batch_size=1, on_error="skip",
+                              transforms=[nostall.Resize((8, 8))])
+    client.delete_object(Bucket="train-data", Key="gone/c/x.jpg")  # listed, then removed
+    with pytest.raises(nostall.DataError) as e:
+        list(loader)
+    assert "s3://train-data/gone/c/x.jpg" in str(e.value) and "404" in str(e.value)
+    assert SECRET not in str(e.value)
+    assert sum(int(labels.shape[0]) for _, labels in skipping) == 1
+    assert skipping.stats()["skipped"] == 1
+
+
+def test_a_bucket_that_does_not_exist_is_a_clear_error(s3):
+    with pytest.raises(nostall.NostallError) as e:
+        nostall.Loader("s3://no-such-bucket/x/", batch_size=1)
+    text = str(e.value)
+    assert "NoSuchBucket" in text and "404" in text
+    assert "credentials from environment" in text or "signed" in text
+    assert SECRET not in text and "AKIDTEST" not in text
+
+
+def test_a_prefix_without_class_folders_says_what_it_expected(s3):
+    with pytest.raises(FileNotFoundError) as e:  # as for a local path that holds no dataset
+        nostall.Loader("s3://train-data/imagenet/nothing-here/", batch_size=1)
+    assert "no class prefixes" in str(e.value)
+
+
+@pytest.fixture
+def faulty_endpoint(s3):
+    """The S3 server behind tests/tools/fault_proxy.py: 10% of requests
+    answered 503 SlowDown, 1% of bodies cut in half. Yields finish(), which
+    stops the proxy and returns what it did."""
+    tool = os.path.join(os.path.dirname(__file__), "..", "tools", "fault_proxy.py")
+    proxy = subprocess.Popen([sys.executable, tool, "--upstream", os.environ["AWS_ENDPOINT_URL"],
+                              "--status-503", "0.10", "--cut", "0.01", "--seed", "7"],
+                             stdout=subprocess.PIPE, text=True)
+    port = int(proxy.stdout.readline().split()[1])
+    saved = os.environ["AWS_ENDPOINT_URL"]
+    os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{port}"
+    counts = {}
+
+    def finish():
+        if not counts:
+            proxy.terminate()
+            out, _ = proxy.communicate(timeout=10)
+            counts.update(json.loads(out.strip().splitlines()[-1]))
+        return counts
+
+    yield finish
+    os.environ["AWS_ENDPOINT_URL"] = saved
+    finish()
+
+
+def test_503s_and_cut_bodies_are_retried_and_every_sample_arrives_once(s3, faulty_endpoint):
+    _, local = s3
+    kw = dict(batch_size=4, shuffle=True, seed=3, transforms=[nostall.Resize((16, 16))],
+              return_indices=True)
+    remote = nostall.Loader("s3://train-data/imagenet/train/", **kw)
+    here = nostall.Loader(local, **kw)
+    for epoch in range(6):
+        a, b = epoch_batches(remote, epoch), epoch_batches(here, epoch)
+        seen = sorted(int(i) for _, _, idx in a for i in idx)
+        assert seen == list(range(21))  # every sample exactly once
+        for (ia, la, xa), (ib, lb, xb) in zip(a, b):
+            assert torch.equal(xa, xb) and torch.equal(ia, ib)
+    remote.close()
+    counts = faulty_endpoint()
+    # 1 listing + 6 x 21 GETs, and about a tenth of them answered 503.
+    assert counts["requests"] >= 127
+    assert counts["503"] >= 5, counts
