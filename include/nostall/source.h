@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,19 @@ struct SourceOptions {
   // of bytes nostall caches itself, and "cold" storage stays cold between
   // epochs without root (no drop_caches). Off by default.
   bool drop_page_cache = false;
+  // Object storage (s3://): empty values come from the environment and
+  // ~/.aws as the AWS tools take them (docs/s3.md). Never the keys.
+  std::string s3_endpoint, s3_region, s3_profile;
+  std::string s3_addressing = "auto";  // "auto", "path" or "virtual"
+  bool s3_unsigned = false;            // never sign (public buckets)
+};
+
+// Requests to remote storage, over the source's life.
+struct StorageStats {
+  int64_t requests = 0;  // sent, retries included
+  int64_t bytes = 0;     // of bodies received
+  int64_t retries = 0;
+  int64_t errors = 0;    // requests that failed for good
 };
 
 class Source {
@@ -58,6 +72,8 @@ class Source {
   virtual uint64_t fingerprint() const = 0;
   // Samples dropped while indexing (only with skip_bad_samples).
   virtual int64_t skipped_at_index() const { return 0; }
+  // Remote sources: their requests so far; local files: none.
+  virtual std::optional<StorageStats> storage_stats() const { return std::nullopt; }
   // The driver's name: "image-folder", "tar-shards" (src/source/driver.h).
   virtual const char* kind() const = 0;
 

@@ -41,6 +41,9 @@ struct LoaderStats {
   int64_t elapsed_ns = 0;   // since the loader was created
   uint64_t ring_bytes = 0;
   int64_t ring_slots = 0;
+  // Requests to remote storage (s3://); has_storage false for local files.
+  bool has_storage = false;
+  int64_t storage_requests = 0, storage_bytes = 0, storage_retries = 0, storage_errors = 0;
 
   // The consumer per epoch, in the order the epochs began.
   struct ConsumerEpoch {

@@ -97,6 +97,9 @@ class Loader(Closeable):
         progress: ``True`` shows a live bar on stderr (images/s and the
             share of time the training loop waited on data) and a one-line
             summary at each epoch end; ``"epoch"`` prints only the summaries.
+        s3_endpoint, s3_region, s3_profile, s3_addressing, s3_unsigned: for an
+            ``s3://`` source, override what the environment and ``~/.aws`` say
+            (docs/s3.md); the keys themselves only ever come from there.
 
     Whatever ``progress`` says, ``stats()`` records the wait of every batch:
     ``stats()["consumer"]`` has the stall fraction, per-epoch figures and the
@@ -132,6 +135,11 @@ class Loader(Closeable):
         cache: Optional["Cache"] = None,
         subset: Optional[int] = None,
         progress=False,
+        s3_endpoint: Optional[str] = None,
+        s3_region: Optional[str] = None,
+        s3_profile: Optional[str] = None,
+        s3_addressing: str = "auto",
+        s3_unsigned: bool = False,
     ):
         source = os.fspath(source)
         # The spec's fields go to C++ as given (numbers and flags as plain
@@ -173,6 +181,11 @@ class Loader(Closeable):
             "cache_bytes": cache.size if cache is not None else 0,
             "cache_policy": cache.policy if cache is not None else "minio",
             "subset": _integer("subset", subset),
+            "s3_endpoint": s3_endpoint or "",
+            "s3_region": s3_region or "",
+            "s3_profile": s3_profile or "",
+            "s3_addressing": s3_addressing,
+            "s3_unsigned": _plain(s3_unsigned),
         }
         if dtype is not None:  # else C++'s default: float32 after Normalize, uint8 otherwise
             spec["dtype"] = dtype

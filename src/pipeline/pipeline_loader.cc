@@ -224,6 +224,13 @@ LoaderStats PipelineLoader::Stats() const {
   st.elapsed_ns = NowNs() - created_ns_;
   st.ring_bytes = state_->seg->mapping.size();
   st.ring_slots = static_cast<int64_t>(state_->seg->g.slot_count);
+  if (std::optional<StorageStats> remote = source_->storage_stats()) {
+    st.has_storage = true;
+    st.storage_requests = remote->requests;
+    st.storage_bytes = remote->bytes;
+    st.storage_retries = remote->retries;
+    st.storage_errors = remote->errors;
+  }
   if (cache_) {
     CacheStats cs = cache_->Stats();
     st.has_cache = true;

@@ -260,7 +260,8 @@ const std::vector<std::string>& LoaderSpec::FieldNames() {
       "shuffle_block", "transforms", "dtype", "layout", "mode", "max_pixels", "num_threads",
       "reads_in_flight", "prefetch", "on_error", "index_cache_dir", "use_index_cache",
       "dct_scaling", "throttle_bandwidth", "throttle_latency_ms", "drop_page_cache", "cache_name",
-      "cache_bytes", "cache_policy"};
+      "cache_bytes", "cache_policy", "s3_endpoint", "s3_region", "s3_profile", "s3_addressing",
+      "s3_unsigned"};
   return kFields;
 }
 
@@ -299,6 +300,11 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "cache_name", &s.cache_name));
     NOSTALL_RETURN_IF_ERROR(GetU64(j, w, "cache_bytes", &s.cache_bytes));
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "cache_policy", &s.cache_policy));
+    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_endpoint", &s.source_options.s3_endpoint));
+    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_region", &s.source_options.s3_region));
+    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_profile", &s.source_options.s3_profile));
+    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_addressing", &s.source_options.s3_addressing));
+    NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "s3_unsigned", &s.source_options.s3_unsigned));
     // With a cache, the page cache would hold the same bytes twice: bypass
     // it unless asked otherwise.
     s.source_options.drop_page_cache = !s.cache_name.empty();
@@ -360,7 +366,12 @@ std::string LoaderSpec::ToJson() const {
             {"drop_page_cache", source_options.drop_page_cache},
             {"cache_name", cache_name},
             {"cache_bytes", cache_bytes},
-            {"cache_policy", cache_policy}};
+            {"cache_policy", cache_policy},
+            {"s3_endpoint", source_options.s3_endpoint},
+            {"s3_region", source_options.s3_region},
+            {"s3_profile", source_options.s3_profile},
+            {"s3_addressing", source_options.s3_addressing},
+            {"s3_unsigned", source_options.s3_unsigned}};
   return j.dump();
 }
 
@@ -372,6 +383,9 @@ uint64_t LoaderSpec::Fingerprint() const {
   j.erase("prefetch");
   j.erase("index_cache_dir");  // where the index is kept changes no batch
   j.erase("use_index_cache");
+  for (const char* where : {"s3_endpoint", "s3_region", "s3_profile", "s3_addressing", "s3_unsigned"}) {
+    j.erase(where);  // where the same objects are fetched from changes no batch
+  }
   std::string s = j.dump();
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;

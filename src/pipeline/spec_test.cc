@@ -57,6 +57,11 @@ TEST(SpecTest, EveryFieldRoundTrips) {
       {"cache_name", "imagenet"},
       {"cache_bytes", 1 << 30},
       {"cache_policy", "lru"},
+      {"s3_endpoint", "http://127.0.0.1:8333"},
+      {"s3_region", "eu-west-1"},
+      {"s3_profile", "train"},
+      {"s3_addressing", "path"},
+      {"s3_unsigned", true},
   };
   for (const std::string& field : LoaderSpec::FieldNames()) {
     SCOPED_TRACE(field);

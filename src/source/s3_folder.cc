@@ -45,6 +45,10 @@ class S3FolderSource final : public Source {
   const std::vector<std::string>& classes() const override { return index_.classes; }
   uint64_t fingerprint() const override { return fingerprint_; }
   const char* kind() const override { return "s3-image-folder"; }
+  std::optional<StorageStats> storage_stats() const override {
+    const S3ClientStats c = client_->Stats();
+    return StorageStats{c.requests, c.bytes, c.retries, c.errors};
+  }
 
   Status Read(int64_t i, std::vector<uint8_t>* out) const override {
     const IndexEntry& e = index_.items[i];
@@ -71,7 +75,13 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
   NOSTALL_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(uri));
   std::string prefix = loc.key;
   if (!prefix.empty() && prefix.back() != '/') prefix += '/';
-  NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config({}, [](const char* name) {
+  S3Options s3;
+  s3.endpoint = options.s3_endpoint;
+  s3.region = options.s3_region;
+  s3.profile = options.s3_profile;
+  s3.addressing = options.s3_addressing;
+  s3.unsigned_requests = options.s3_unsigned;
+  NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(s3, [](const char* name) {
                              return static_cast<const char*>(std::getenv(name));
                            }));
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<S3Client> client, S3Client::Create(config));

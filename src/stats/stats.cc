@@ -72,6 +72,12 @@ std::string LoaderStats::ToJson() const {
                    {"private_chunks", private_chunks}, {"copied_batches", copied_batches},
                    {"fallbacks", fallbacks},      {"rejoins", rejoins}};
   }
+  if (has_storage) {
+    j["storage"] = {{"requests", storage_requests},
+                    {"bytes", storage_bytes},
+                    {"retries", storage_retries},
+                    {"errors", storage_errors}};
+  }
   if (has_cache) {
     nlohmann::json epochs = nlohmann::json::array();
     for (const auto& e : cache_epochs) {

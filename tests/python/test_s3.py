@@ -147,8 +147,38 @@ def test_503s_and_cut_bodies_are_retried_and_every_sample_arrives_once(s3, fault
         assert seen == list(range(21))  # every sample exactly once
         for (ia, la, xa), (ib, lb, xb) in zip(a, b):
             assert torch.equal(xa, xb) and torch.equal(ia, ib)
+    # The loader reads on into the next epoch until its ring is full: wait
+    # until it has stopped asking before comparing counts.
+    storage = remote.stats()["storage"]
+    while True:
+        time.sleep(0.3)
+        now = remote.stats()["storage"]
+        if now == storage:
+            break
+        storage = now
     remote.close()
     counts = faulty_endpoint()
     # 1 listing + 6 x 21 GETs, and about a tenth of them answered 503.
     assert counts["requests"] >= 127
     assert counts["503"] >= 5, counts
+    # What the proxy did is what the loader counts: every request it saw, and
+    # a retry for each 503 and each body cut short.
+    assert storage["requests"] == counts["requests"], (storage, counts)
+    assert storage["retries"] == counts["503"] + counts["cut"], (storage, counts)
+    assert storage["errors"] == 0
+
+
+def test_spec_fields_override_the_environment(s3):
+    saved = os.environ["AWS_ENDPOINT_URL"]
+    os.environ["AWS_ENDPOINT_URL"] = "http://127.0.0.1:9"  # nothing listens there
+    try:
+        with pytest.raises(nostall.NostallError):
+            nostall.Loader("s3://train-data/imagenet/train/", batch_size=4)
+        loader = nostall.Loader("s3://train-data/imagenet/train/", batch_size=4, s3_endpoint=saved,
+                                transforms=[nostall.Resize((8, 8))])
+        assert sum(int(l.shape[0]) for _, l in loader) == 21
+        assert json.loads(json.dumps(loader.spec))["s3_endpoint"] == saved
+        assert SECRET not in json.dumps(loader.spec) and SECRET not in json.dumps(loader.stats())
+        assert loader.stats()["storage"]["requests"] >= 22
+    finally:
+        os.environ["AWS_ENDPOINT_URL"] = saved
