@@ -33,6 +33,7 @@ const std::vector<SourceDriver>& SourceDrivers();
 // The drivers, one line each (X(Name) defines `SourceDriver NameDriver()`).
 #define NOSTALL_SOURCE_DRIVERS(X) \
   X(S3Folder)                     \
+  X(S3Tar)                        \
   X(ImageFolder)                  \
   X(TarShards)
 

@@ -182,3 +182,49 @@ def test_spec_fields_override_the_environment(s3):
         assert loader.stats()["storage"]["requests"] >= 22
     finally:
         os.environ["AWS_ENDPOINT_URL"] = saved
+
+
+def write_shards(folder, out_dir, shards=2):
+    """WebDataset shards of an image folder: KEY.jpg + KEY.cls per sample."""
+    import io
+    import tarfile
+    files = sorted(folder.rglob("*.jpg"))
+    classes = sorted({p.parent.name for p in files})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for s in range(shards):
+        with tarfile.open(out_dir / f"train-{s}.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+            for i, path in enumerate(files[s::shards]):
+                key = f"sample{s}{i:04d}"
+                for name, data in ((key + ".jpg", path.read_bytes()),
+                                   (key + ".cls", str(classes.index(path.parent.name)).encode())):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    return str(out_dir / ("train-{0..%d}.tar" % (shards - 1)))
+
+
+def test_tar_shards_on_s3_give_the_batches_of_the_local_shards(s3, tmp_path):
+    client, local = s3
+    pattern = write_shards(local, tmp_path / "shards")
+    for s in range(2):
+        client.upload_file(str(tmp_path / "shards" / f"train-{s}.tar"), "train-data", f"shards/train-{s}.tar")
+    kw = dict(batch_size=6, shuffle=True, seed=4, transforms=augment(), return_indices=True)
+    remote = nostall.Loader("s3://train-data/shards/train-{0..1}.tar", **kw)
+    here = nostall.Loader(pattern, **kw)
+    assert remote.num_items == here.num_items == 21
+    for epoch in (0, 1):
+        a, b = epoch_batches(remote, epoch), epoch_batches(here, epoch)
+        for (ia, la, xa), (ib, lb, xb) in zip(a, b):
+            assert torch.equal(ia, ib) and torch.equal(la, lb) and torch.equal(xa, xb)
+    assert remote.key(0).startswith("s3://train-data/shards/train-0.tar:")
+    # Indexed once: a second loader reuses the saved index (no more ranged GETs
+    # of the shards than the one listing), until a shard changes.
+    again = nostall.Loader("s3://train-data/shards/train-{0..1}.tar", **kw)
+    assert again.stats()["storage"]["requests"] == 1
+    client.upload_file(str(tmp_path / "shards" / "train-0.tar"), "train-data", "shards/train-1.tar")
+    changed = nostall.Loader("s3://train-data/shards/train-{0..1}.tar", **kw)
+    assert changed.stats()["storage"]["requests"] > 1
+    assert changed.num_items == 22  # shard 0's 11 samples, twice
+    with pytest.raises(FileNotFoundError) as e:
+        nostall.Loader("s3://train-data/shards/train-{0..2}.tar", **kw)
+    assert "train-2.tar" in str(e.value)
