@@ -1,7 +1,10 @@
 // Resolving an S3 endpoint, region and credentials (s3_config.h).
 #include "source/s3_config.h"
 
+#include "nostall/source.h"
+
 #include <cctype>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 
@@ -163,6 +166,16 @@ Result<S3Config> ResolveS3Config(const S3Options& options, const EnvLookup& gete
   c.sign = !options.unsigned_requests && !c.access_key.empty();
   if (c.credentials_from.empty()) c.credentials_from = "none found";
   return c;
+}
+
+Result<S3Config> ResolveS3Config(const SourceOptions& options) {
+  S3Options s3;
+  s3.endpoint = options.s3_endpoint;
+  s3.region = options.s3_region;
+  s3.profile = options.s3_profile;
+  s3.addressing = options.s3_addressing;
+  s3.unsigned_requests = options.s3_unsigned;
+  return ResolveS3Config(s3, [](const char* name) { return static_cast<const char*>(std::getenv(name)); });
 }
 
 std::string S3Config::BucketUrl(const std::string& bucket) const {

@@ -68,6 +68,11 @@ struct S3Config {
 using EnvLookup = std::function<const char*(const char*)>;
 Result<S3Config> ResolveS3Config(const S3Options& options, const EnvLookup& getenv);
 
+// The configuration of a source's s3:// dataset: the spec's s3_* fields
+// over the process environment.
+struct SourceOptions;
+Result<S3Config> ResolveS3Config(const SourceOptions& options);
+
 // Percent-encodes `s` for a URL path or query value (RFC 3986 unreserved
 // bytes kept; '/' kept when `keep_slash`).
 std::string UriEncode(const std::string& s, bool keep_slash);

@@ -98,15 +98,7 @@ bool Claims(const std::string& uri) {
 Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions& options) {
   NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> uris, ExpandBraces(uri));
   NOSTALL_ASSIGN_OR_RETURN(S3Location first, ParseS3Uri(uris.front()));
-  S3Options s3;
-  s3.endpoint = options.s3_endpoint;
-  s3.region = options.s3_region;
-  s3.profile = options.s3_profile;
-  s3.addressing = options.s3_addressing;
-  s3.unsigned_requests = options.s3_unsigned;
-  NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(s3, [](const char* name) {
-                             return static_cast<const char*>(std::getenv(name));
-                           }));
+  NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(options));
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<S3Client> client, S3Client::Create(config));
   // One listing of the shards' common prefix gives every size and ETag.
   std::vector<std::string> keys;
