@@ -81,6 +81,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> bytes(data, data + size);
   if (bytes.size() < 4096) bytes.resize(4096, 0);
   MakeHeaderClaimLiveProducerForFuzzing(bytes.data(), bytes.size());
+  // A spec naming object storage would send the attach to the network (and
+  // wait on it): not this target's business, so no s3:// survives.
+  for (size_t i = 0; i + 5 <= bytes.size(); ++i) {
+    if (std::memcmp(bytes.data() + i, "s3://", 5) == 0) bytes[i + 3] = '_';
+  }
   int fd = ::shm_open(seg.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
   if (fd < 0) std::abort();
   if (!bytes.empty() && ::write(fd, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) {
