@@ -16,17 +16,6 @@
 namespace nostall {
 namespace {
 
-bool HasImageExtension(const std::string& name) {
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
-  for (const char* ext : {".jpg", ".jpeg", ".png"}) {
-    size_t n = std::strlen(ext);
-    if (lower.size() >= n && lower.compare(lower.size() - n, n, ext) == 0) return true;
-  }
-  return false;
-}
-
 struct WalkState {
   // Directories already walked, and the dataset's root and class folders:
   // each is walked once, as itself, so a symlink back up the tree (a loop)
@@ -58,7 +47,7 @@ Status Walk(const std::string& dir, bool top, WalkState* ws,
     }
     if (is_dir) {
       subdirs.push_back(path);
-    } else if (HasImageExtension(name)) {
+    } else if (IsImageFileName(name)) {
       files->emplace_back(dir, name);
     }
   }

@@ -6,27 +6,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+
 #include "common/fd.h"
 
 namespace nostall {
 namespace {
 
-class IndexedSource final : public Source {
+class IndexedSource final : public IndexSource {
  public:
   IndexedSource(Index index, const char* kind, uint64_t max_item_bytes, bool drop_page_cache)
-      : index_(std::move(index)),
+      : IndexSource(std::move(index)),
         kind_(kind),
         max_item_bytes_(max_item_bytes),
-        drop_page_cache_(drop_page_cache) {
-    fingerprint_ = index_.Fingerprint();
-  }
-  int64_t size() const override { return static_cast<int64_t>(index_.items.size()); }
-  const std::string& key(int64_t i) const override { return index_.items[i].key; }
-  int64_t label(int64_t i) const override { return index_.items[i].label; }
-  int64_t byte_size(int64_t i) const override { return index_.items[i].size; }
-  const std::vector<std::string>& classes() const override { return index_.classes; }
-  uint64_t fingerprint() const override { return fingerprint_; }
-  int64_t skipped_at_index() const override { return index_.skipped; }
+        drop_page_cache_(drop_page_cache) {}
   const char* kind() const override { return kind_; }
 
   Status Evict(int64_t i) const override {
@@ -52,14 +47,23 @@ class IndexedSource final : public Source {
   }
 
  private:
-  Index index_;
   const char* kind_;
   uint64_t max_item_bytes_;
   bool drop_page_cache_;
-  uint64_t fingerprint_;
 };
 
 }  // namespace
+
+bool IsImageFileName(const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  for (const char* ext : {".jpg", ".jpeg", ".png"}) {
+    const size_t n = std::strlen(ext);
+    if (lower.size() >= n && lower.compare(lower.size() - n, n, ext) == 0) return true;
+  }
+  return false;
+}
 
 Result<std::unique_ptr<Source>> OpenIndexed(const char* kind, const std::string& canonical,
                                             const std::function<Result<Index>()>& build,

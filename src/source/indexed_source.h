@@ -14,6 +14,30 @@
 
 namespace nostall {
 
+// A Source whose items are an Index: the accessors every indexed driver
+// (local files, S3) shares; a driver adds Read, kind and what else it has.
+class IndexSource : public Source {
+ public:
+  int64_t size() const override { return static_cast<int64_t>(index_.items.size()); }
+  const std::string& key(int64_t i) const override { return index_.items[i].key; }
+  int64_t label(int64_t i) const override { return index_.items[i].label; }
+  int64_t byte_size(int64_t i) const override { return index_.items[i].size; }
+  const std::vector<std::string>& classes() const override { return index_.classes; }
+  uint64_t fingerprint() const override { return fingerprint_; }
+  int64_t skipped_at_index() const override { return index_.skipped; }
+
+ protected:
+  explicit IndexSource(Index index) : index_(std::move(index)), fingerprint_(index_.Fingerprint()) {}
+  const Index index_;
+
+ private:
+  const uint64_t fingerprint_;
+};
+
+// A file or object name ending in .jpg, .jpeg or .png, in any case: an
+// image of an image folder.
+bool IsImageFileName(const std::string& name);
+
 // Opens the dataset that `canonical` names (a string equal for equal
 // datasets): from the index cache if its stamps still hold, else by
 // `build`, saving what it built.

@@ -11,39 +11,21 @@
 #include <map>
 
 #include "source/driver.h"
-#include "source/index_file.h"
+#include "source/indexed_source.h"
 #include "source/s3_client.h"
 
 namespace nostall {
 namespace {
 
-bool HasImageExtension(const std::string& name) {
-  std::string lower = name;
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char c) { return std::tolower(c); });
-  for (const char* ext : {".jpg", ".jpeg", ".png"}) {
-    const size_t n = std::strlen(ext);
-    if (lower.size() >= n && lower.compare(lower.size() - n, n, ext) == 0) return true;
-  }
-  return false;
-}
-
-class S3FolderSource final : public Source {
+class S3FolderSource final : public IndexSource {
  public:
   S3FolderSource(std::unique_ptr<S3Client> client, std::string bucket, Index index,
                  uint64_t max_item_bytes)
-      : client_(std::move(client)),
+      : IndexSource(std::move(index)),
+        client_(std::move(client)),
         bucket_(std::move(bucket)),
-        index_(std::move(index)),
-        max_item_bytes_(max_item_bytes),
-        fingerprint_(index_.Fingerprint()) {}
+        max_item_bytes_(max_item_bytes) {}
 
-  int64_t size() const override { return static_cast<int64_t>(index_.items.size()); }
-  const std::string& key(int64_t i) const override { return index_.items[i].key; }
-  int64_t label(int64_t i) const override { return index_.items[i].label; }
-  int64_t byte_size(int64_t i) const override { return index_.items[i].size; }
-  const std::vector<std::string>& classes() const override { return index_.classes; }
-  uint64_t fingerprint() const override { return fingerprint_; }
   const char* kind() const override { return "s3-image-folder"; }
   std::optional<StorageStats> storage_stats() const override {
     const S3ClientStats c = client_->Stats();
@@ -62,9 +44,7 @@ class S3FolderSource final : public Source {
  private:
   const std::unique_ptr<S3Client> client_;
   const std::string bucket_;
-  const Index index_;
   const uint64_t max_item_bytes_;
-  const uint64_t fingerprint_;
 };
 
 bool Claims(const std::string& uri) {
@@ -91,7 +71,7 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     const std::string cls = rel.substr(0, slash);
     const size_t last = o.key.rfind('/');
     const std::string name = o.key.substr(last + 1);
-    if (!HasImageExtension(name)) continue;
+    if (!IsImageFileName(name)) continue;
     by_class[cls].push_back({{o.key.substr(0, last), name}, std::move(o)});
   }
   if (by_class.empty()) {

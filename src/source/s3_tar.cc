@@ -10,7 +10,7 @@
 #include <map>
 
 #include "source/driver.h"
-#include "source/index_file.h"
+#include "source/indexed_source.h"
 #include "source/s3_client.h"
 #include "source/tar_index.h"
 
@@ -19,24 +19,16 @@ namespace {
 
 constexpr uint64_t kWindow = 4 << 20;
 
-class S3TarSource final : public Source {
+class S3TarSource final : public IndexSource {
  public:
   S3TarSource(std::unique_ptr<S3Client> client, std::string bucket, std::vector<std::string> keys,
               Index index, uint64_t max_item_bytes)
-      : client_(std::move(client)),
+      : IndexSource(std::move(index)),
+        client_(std::move(client)),
         bucket_(std::move(bucket)),
         keys_(std::move(keys)),
-        index_(std::move(index)),
-        max_item_bytes_(max_item_bytes),
-        fingerprint_(index_.Fingerprint()) {}
+        max_item_bytes_(max_item_bytes) {}
 
-  int64_t size() const override { return static_cast<int64_t>(index_.items.size()); }
-  const std::string& key(int64_t i) const override { return index_.items[i].key; }
-  int64_t label(int64_t i) const override { return index_.items[i].label; }
-  int64_t byte_size(int64_t i) const override { return index_.items[i].size; }
-  const std::vector<std::string>& classes() const override { return index_.classes; }
-  uint64_t fingerprint() const override { return fingerprint_; }
-  int64_t skipped_at_index() const override { return index_.skipped; }
   const char* kind() const override { return "s3-tar-shards"; }
   std::optional<StorageStats> storage_stats() const override {
     const S3ClientStats c = client_->Stats();
@@ -55,9 +47,7 @@ class S3TarSource final : public Source {
   const std::unique_ptr<S3Client> client_;
   const std::string bucket_;
   const std::vector<std::string> keys_;  // per shard
-  const Index index_;
   const uint64_t max_item_bytes_;
-  const uint64_t fingerprint_;
 };
 
 // Reads a shard front to back through ranged GETs of kWindow bytes: the
