@@ -196,8 +196,9 @@ class Producer final : public SharedProducer {
         const uint64_t start = c.start_time.load();
         if (c.pid.load() != pid || ProcessAlive(pid, start)) continue;
         // Dead: only this thread touches the row until it is released.
-        seg_->ReleaseRow(i);
+        // Counted first: whoever sees the row gone sees it counted.
         h.reaped.fetch_add(1);
+        seg_->ReleaseRow(i);
         if (options_.verbose) {
           std::fprintf(stderr, "nostall serve: consumer pid %lld is gone; its slots are released\n",
                        static_cast<long long>(pid));
