@@ -9,11 +9,13 @@
 #define NOSTALL_SOURCE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "nostall/stats.h"
 #include "nostall/status.h"
 
 namespace nostall {
@@ -47,14 +49,6 @@ struct SourceOptions {
   bool s3_unsigned = false;            // never sign (public buckets)
 };
 
-// Requests to remote storage, over the source's life.
-struct StorageStats {
-  int64_t requests = 0;  // sent, retries included
-  int64_t bytes = 0;     // of bodies received
-  int64_t retries = 0;
-  int64_t errors = 0;    // requests that failed for good
-};
-
 class Source {
  public:
   virtual ~Source() = default;
@@ -80,6 +74,22 @@ class Source {
   // Copies item `i`'s bytes into `out` (resized). Thread-safe. Errors are
   // not yet annotated with the key; the caller adds it.
   virtual Status Read(int64_t i, std::vector<uint8_t>* out) const = 0;
+
+  // Remote sources keep many reads in flight without a thread each: with
+  // ReadsAsync() true, ReadAsync starts reading item `i` (into `buffer`'s
+  // storage) and returns at once; `done` is called exactly once, on the
+  // source's own I/O thread (keep it short). CancelReads answers every read
+  // not yet done with Cancelled, promptly. RequestLatencySeconds: the recent
+  // mean time a read takes (0 before the first), which the pipeline sizes its
+  // reads in flight by.
+  using ReadDone = std::function<void(Status, std::vector<uint8_t>)>;
+  virtual bool ReadsAsync() const { return false; }
+  virtual void ReadAsync(int64_t i, std::vector<uint8_t> buffer, ReadDone done) const {
+    Status st = Read(i, &buffer);
+    done(std::move(st), std::move(buffer));
+  }
+  virtual void CancelReads() const {}
+  virtual double RequestLatencySeconds() const { return 0; }
   // Sources over local files: asks the kernel to drop item `i`'s bytes
   // from the page cache (posix_fadvise DONTNEED: clean pages go, no root
   // needed), so its next read comes from storage. A source that does not

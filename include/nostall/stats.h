@@ -14,6 +14,22 @@
 
 namespace nostall {
 
+// Requests to remote storage (s3://), over the source's life.
+struct StorageStats {
+  int64_t requests = 0;  // sent, retries included
+  int64_t bytes = 0;     // of bodies received
+  int64_t retries = 0;
+  int64_t errors = 0;    // requests that failed for good
+  int64_t in_flight = 0, peak_in_flight = 0;
+  double latency_p50_s = 0, latency_p99_s = 0;  // of answered requests
+  // Retries by cause: 503 SlowDown; other 5xx; timeouts (connect, or a body
+  // stalled); connections refused or reset; bodies cut short.
+  int64_t retry_slow_down = 0, retry_server_error = 0, retry_timeout = 0, retry_connection = 0,
+          retry_cut_short = 0;
+  // CPU time of the client's I/O thread (signing, TLS, HTTP, copying bodies).
+  int64_t io_cpu_ns = 0;
+};
+
 struct StageStats {
   int64_t items = 0;
   int64_t bytes = 0;
@@ -43,7 +59,8 @@ struct LoaderStats {
   int64_t ring_slots = 0;
   // Requests to remote storage (s3://); has_storage false for local files.
   bool has_storage = false;
-  int64_t storage_requests = 0, storage_bytes = 0, storage_retries = 0, storage_errors = 0;
+  StorageStats storage;
+  int reads_in_flight_target = 0;  // the limit the pipeline keeps now (adapts for s3://)
 
   // The consumer per epoch, in the order the epochs began.
   struct ConsumerEpoch {

@@ -37,11 +37,13 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in) {
                            std::to_string(spec.reads_in_flight));
   }
   if (spec.num_threads == 0) spec.num_threads = AvailableCores();
-  if (spec.reads_in_flight == 0) spec.reads_in_flight = 4;
   NOSTALL_RETURN_IF_ERROR(spec.prep.Validate());
   spec.source_options.skip_bad_samples = spec.on_error == ErrorPolicy::kSkip;
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Source> source,
                            OpenSource(spec.source, spec.source_options));
+  // Local files: 4 fetch threads. Remote sources: 0 stays "adapt to the
+  // measured latency" (pipeline_loader.h, AdaptReadLimit).
+  if (spec.reads_in_flight == 0 && !source->ReadsAsync()) spec.reads_in_flight = 4;
   SamplerOptions so;
   so.num_items = source->size();
   so.batch_size = spec.batch_size;

@@ -22,6 +22,13 @@ PipelineLoader::~PipelineLoader() {
   prep_cv_.notify_all();
   ready_cv_.notify_all();
   for (auto& t : threads_) t.join();
+  if (async_) {
+    // Reads still in flight call back into this object: cancel them (the
+    // source answers them at once) and wait for the last answer.
+    source_->CancelReads();
+    MutexLock lock(&state_->mu);
+    while (fetching_ != 0) reads_done_cv_.wait(lock.native());
+  }
 }
 
 Status PipelineLoader::Init(std::shared_ptr<ring::Segment> ring) {
@@ -56,15 +63,27 @@ Status PipelineLoader::Init(std::shared_ptr<ring::Segment> ring) {
   // fetcher: bounded by the queue alone, items waiting for prep would take
   // the places of reads and fewer than reads_in_flight reads would run
   // whenever prep is busy (on slow storage, a loss of throughput).
-  prep_queue_cap_ =
-      static_cast<size_t>(spec_.reads_in_flight + std::max(8, 2 * spec_.num_threads));
+  async_ = source_->ReadsAsync();
+  if (async_) {
+    prep_queue_cap_ = static_cast<size_t>(std::max(8, 2 * spec_.num_threads));
+    read_limit_ = spec_.reads_in_flight > 0 ? spec_.reads_in_flight : kFirstAutoReads;
+    if (std::optional<StorageStats> remote = source_->storage_stats()) {
+      io_cpu_at_start_ = remote->io_cpu_ns;
+    }
+  } else {
+    prep_queue_cap_ =
+        static_cast<size_t>(spec_.reads_in_flight + std::max(8, 2 * spec_.num_threads));
+  }
   try {
-    for (int i = 0; i < spec_.reads_in_flight; ++i) threads_.emplace_back([this] { FetchLoop(); });
+    if (async_) threads_.emplace_back([this] { DispatchLoop(); });
+    for (int i = 0; !async_ && i < spec_.reads_in_flight; ++i) {
+      threads_.emplace_back([this] { FetchLoop(); });
+    }
     for (int i = 0; i < spec_.num_threads; ++i) threads_.emplace_back([this] { PrepLoop(); });
   } catch (const std::system_error& e) {
     // The threads already started are joined by the destructor.
     return ResourceExhausted("cannot start the loader's " +
-                             std::to_string(spec_.reads_in_flight + spec_.num_threads) +
+                             std::to_string((async_ ? 1 : spec_.reads_in_flight) + spec_.num_threads) +
                              " threads (" + e.what() + "); lower num_threads or reads_in_flight");
   }
   return Status::OK();
@@ -213,7 +232,8 @@ Status PipelineLoader::Next(int64_t timeout_ms, NextStatus* status, std::shared_
 
 LoaderStats PipelineLoader::Stats() const {
   LoaderStats st;
-  st.fetch = fetch_.Snapshot(spec_.reads_in_flight);
+  st.fetch = fetch_.Snapshot(async_ ? read_limit_.load() : spec_.reads_in_flight);
+  st.reads_in_flight_target = async_ ? read_limit_.load() : spec_.reads_in_flight;
   st.prep = prep_.Snapshot(spec_.num_threads);
   st.batch = batch_.Snapshot(0);
   st.batches = delivered_.load();
@@ -226,10 +246,9 @@ LoaderStats PipelineLoader::Stats() const {
   st.ring_slots = static_cast<int64_t>(state_->seg->g.slot_count);
   if (std::optional<StorageStats> remote = source_->storage_stats()) {
     st.has_storage = true;
-    st.storage_requests = remote->requests;
-    st.storage_bytes = remote->bytes;
-    st.storage_retries = remote->retries;
-    st.storage_errors = remote->errors;
+    st.storage = *remote;
+    // The I/O thread's CPU is the fetch stage's (requests, bodies).
+    if (async_) st.fetch.busy_cpu_ns += remote->io_cpu_ns - io_cpu_at_start_;
   }
   if (cache_) {
     CacheStats cs = cache_->Stats();

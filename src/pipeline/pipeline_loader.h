@@ -9,6 +9,13 @@
 // that slot; the thread that finishes a batch's last sample publishes it.
 // Every wait is timed into the stats. Shutdown: set `cancelled_`, notify
 // every condition variable, join every thread.
+//
+// A remote source (Source::ReadsAsync) is read without a thread per read:
+// one dispatch thread claims positions and starts reads, which complete on
+// the source's I/O thread into the prep queue. How many are in flight is
+// `reads_in_flight` when the spec fixes it, else sized by Little's law from
+// the measured request latency and the rate prep can take items at
+// (AdaptReadLimit).
 #ifndef NOSTALL_PIPELINE_PIPELINE_LOADER_H_
 #define NOSTALL_PIPELINE_PIPELINE_LOADER_H_
 
@@ -32,6 +39,13 @@
 #include "ring/ring.h"
 
 namespace nostall {
+
+// Reads in flight for a remote source when the spec leaves them to adapt.
+constexpr int kFirstAutoReads = 16;   // before the first latency is measured
+constexpr int kMinAutoReads = 4;
+constexpr int kMaxAutoReads = 256;
+constexpr double kAutoReadBytes = 256.0 * (1 << 20);  // bytes in flight at most
+constexpr double kAssumedPrepSeconds = 0.002;       // per item, before prep is measured
 
 struct StageCounters {
   std::atomic<int64_t> items{0}, bytes{0}, busy_cpu_ns{0}, work_ns{0}, starved_ns{0},
@@ -179,6 +193,19 @@ class PipelineLoader final : public Loader {
 
   // Workers (workers.cc).
   void FetchLoop() EXCLUDES(state_->mu);
+  void DispatchLoop() EXCLUDES(state_->mu);
+  void ReadDone(FetchedItem fi, int64_t wall0) EXCLUDES(state_->mu);
+  void AdaptReadLimit() REQUIRES(state_->mu);
+  bool RoomToFetch() const REQUIRES(state_->mu) {
+    if (!async_) return prep_queue_.size() + fetching_ < prep_queue_cap_;
+    const size_t limit = static_cast<size_t>(read_limit_.load(std::memory_order_relaxed));
+    return static_cast<size_t>(fetching_) < limit &&
+           prep_queue_.size() + fetching_ < limit + prep_queue_cap_;
+  }
+  // A failed read as the error policy sees it, named by the item.
+  void NameFetchError(FetchedItem* fi) const;
+  // After a miss read from storage: into the cache, and counted.
+  void CacheMiss(FetchedItem* fi, bool lookup_failed);
   enum class Position { kReady, kNextEpoch, kCancelled };
   Position WaitForPosition(std::unique_lock<std::mutex>& native, int64_t t0, int64_t* current)
       REQUIRES(state_->mu);
@@ -224,7 +251,11 @@ class PipelineLoader final : public Loader {
   int64_t num_batches_ GUARDED_BY(state_->mu) = 0;
   std::vector<SlotWork> work_ GUARDED_BY(state_->mu);
   std::deque<FetchedItem> prep_queue_ GUARDED_BY(state_->mu);
-  size_t prep_queue_cap_ = 8;  // set before the threads start
+  size_t prep_queue_cap_ = 8;  // set before the threads start (async: room beyond the reads)
+  bool async_ = false;         // reads through Source::ReadAsync (set before the threads start)
+  std::atomic<int> read_limit_{4};  // async: reads in flight allowed now
+  int64_t io_cpu_at_start_ = 0;     // the source's I/O thread CPU before this pipeline
+  std::condition_variable reads_done_cv_;  // async: fetching_ fell to 0
   int fetching_ GUARDED_BY(state_->mu) = 0;
   int active_preps_ GUARDED_BY(state_->mu) = 0;
   std::vector<std::vector<uint8_t>> free_buffers_ GUARDED_BY(state_->mu);

@@ -2,6 +2,7 @@
 // threads (decode into the slot, publish the batch). The class and the
 // consumer's side (StartEpoch, Next) are pipeline_loader.h/.cc.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "common/clock.h"
@@ -31,8 +32,7 @@ PipelineLoader::Position PipelineLoader::WaitForPosition(std::unique_lock<std::m
       // A new batch needs a free slot; any will do, so a batch the
       // caller still holds never blocks the ones after it.
       const bool have_slot = cursor_ % spec_.batch_size != 0 && fill_slot_ >= 0;
-      if ((have_slot || FindSlot(SlotState::kFree, -1) >= 0) &&
-          prep_queue_.size() + fetching_ < prep_queue_cap_) {
+      if ((have_slot || FindSlot(SlotState::kFree, -1) >= 0) && RoomToFetch()) {
         result = Position::kReady;
         break;
       }
@@ -95,10 +95,27 @@ FetchedItem PipelineLoader::ClaimPosition() {
   return fi;
 }
 
+void PipelineLoader::NameFetchError(FetchedItem* fi) const {
+  if (fi->status.ok()) return;
+  // A file that vanished or cannot be read is a bad item, handled by the
+  // error policy; running out of descriptors is not the item's fault.
+  const StatusCode code = fi->status.code() == StatusCode::kResourceExhausted
+                              ? fi->status.code()
+                              : StatusCode::kDataError;
+  fi->status = Status(code, fi->status.message()).WithItem(source_->key(fi->item), "fetch");
+}
+
+void PipelineLoader::CacheMiss(FetchedItem* fi, bool lookup_failed) {
+  if (!cache_) return;
+  CountCache(fi->epoch, /*hit=*/false, lookup_failed, fi->bytes.size());
+  if (fi->status.ok() && cache_->Insert(fi->item, fi->bytes.data(), fi->bytes.size())) {
+    cache_inserted_bytes_.fetch_add(static_cast<int64_t>(fi->bytes.size()));
+  }
+}
+
 // Reads `fi`'s bytes (from the cache, else from the source, caching them),
 // without the lock; a failed read travels on in `fi->status`.
 void PipelineLoader::Fetch(FetchedItem* fi) {
-
   const int64_t cpu0 = ThreadCpuNs(), wall0 = NowNs();
   // A tier that cannot answer costs a hit, never the item: it is read from storage.
   Result<bool> hit = cache_ ? cache_->Lookup(fi->item, &fi->bytes) : Result<bool>(false);
@@ -106,21 +123,9 @@ void PipelineLoader::Fetch(FetchedItem* fi) {
     CountCache(fi->epoch, /*hit=*/true, !hit.ok(), fi->bytes.size());
   } else {
     fi->status = source_->Read(fi->item, &fi->bytes);
-    if (cache_) {
-      CountCache(fi->epoch, /*hit=*/false, !hit.ok(), fi->bytes.size());
-      if (fi->status.ok() && cache_->Insert(fi->item, fi->bytes.data(), fi->bytes.size())) {
-        cache_inserted_bytes_.fetch_add(static_cast<int64_t>(fi->bytes.size()));
-      }
-    }
+    CacheMiss(fi, !hit.ok());
   }
-  if (!fi->status.ok()) {
-    // A file that vanished or cannot be read is a bad item, handled by
-    // the error policy; running out of descriptors is not the item's fault.
-    StatusCode code = fi->status.code() == StatusCode::kResourceExhausted
-                          ? fi->status.code()
-                          : StatusCode::kDataError;
-    fi->status = Status(code, fi->status.message()).WithItem(source_->key(fi->item), "fetch");
-  }
+  NameFetchError(fi);
   fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
   fetch_.work_ns.fetch_add(NowNs() - wall0);
   fetch_.items.fetch_add(1);
@@ -149,6 +154,86 @@ void PipelineLoader::FetchLoop() {
     prep_queue_.push_back(std::move(fi));
     prep_cv_.notify_one();
   }
+}
+
+// Remote sources: one thread starts every read (Source::ReadAsync); each
+// completes on the source's I/O thread (ReadDone). Cache hits skip the
+// source. The reads in flight are bounded by `read_limit_` (RoomToFetch).
+void PipelineLoader::DispatchLoop() {
+  MutexLock lock(&state_->mu);
+  while (true) {
+    int64_t current = 0;
+    const Position p = WaitForPosition(lock.native(), NowNs(), &current);
+    if (p == Position::kCancelled) return;
+    if (p == Position::kNextEpoch) {
+      lock.Unlock();
+      std::vector<int64_t> next = sampler_.EpochOrder(current + 1);
+      lock.Lock();
+      RunOn(current, std::move(next));
+      continue;
+    }
+    FetchedItem fi = ClaimPosition();
+    fetch_.InFlight(++fetching_);
+    lock.Unlock();
+    const int64_t cpu0 = ThreadCpuNs(), wall0 = NowNs();
+    Result<bool> hit = cache_ ? cache_->Lookup(fi.item, &fi.bytes) : Result<bool>(false);
+    if (hit.ok() && hit.value()) {
+      CountCache(fi.epoch, /*hit=*/true, false, fi.bytes.size());
+      fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
+      ReadDone(std::move(fi), wall0);
+    } else {
+      if (!hit.ok()) CountCache(fi.epoch, /*hit=*/false, /*error=*/true, 0);
+      std::vector<uint8_t> buffer = std::move(fi.bytes);
+      const int64_t item = fi.item;
+      source_->ReadAsync(item, std::move(buffer),
+                         [this, fi = std::move(fi), wall0](Status st, std::vector<uint8_t> b) mutable {
+                           fi.status = std::move(st);
+                           fi.bytes = std::move(b);
+                           CacheMiss(&fi, /*lookup_failed=*/false);
+                           ReadDone(std::move(fi), wall0);
+                         });
+      fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
+    }
+    lock.Lock();
+  }
+}
+
+// A read is done (on the source's I/O thread, or a cache hit on the
+// dispatcher): into the prep queue.
+void PipelineLoader::ReadDone(FetchedItem fi, int64_t wall0) {
+  NameFetchError(&fi);
+  fetch_.work_ns.fetch_add(NowNs() - wall0);
+  fetch_.items.fetch_add(1);
+  fetch_.bytes.fetch_add(static_cast<int64_t>(fi.bytes.size()));
+  MutexLock lock(&state_->mu);
+  --fetching_;
+  prep_queue_.push_back(std::move(fi));
+  AdaptReadLimit();
+  prep_cv_.notify_one();
+  state_->slot_freed.notify_all();  // room for the dispatcher
+  if (fetching_ == 0) reads_done_cv_.notify_all();
+}
+
+// Little's law: to keep prep fed, reads in flight = the rate prep takes
+// items at x the time a read takes; with headroom for the latency's spread,
+// within [kMinAutoReads, kMaxAutoReads] and a memory cap. A fixed
+// reads_in_flight is kept as given.
+void PipelineLoader::AdaptReadLimit() {
+  if (spec_.reads_in_flight > 0) return;
+  const double latency = source_->RequestLatencySeconds();
+  if (latency <= 0) return;
+  const int64_t items = prep_.items.load(std::memory_order_relaxed);
+  const double per_item = items >= 16 ? prep_.work_ns.load(std::memory_order_relaxed) / 1e9 / items
+                                      : kAssumedPrepSeconds;
+  const double rate = spec_.num_threads / std::max(per_item, 1e-6);
+  double want = std::ceil(rate * latency * 1.5) + 2;
+  const int64_t fetched = fetch_.items.load(std::memory_order_relaxed);
+  if (fetched > 0) {
+    const double item_bytes = static_cast<double>(fetch_.bytes.load(std::memory_order_relaxed)) / fetched;
+    want = std::min(want, kAutoReadBytes / std::max(item_bytes, 1.0));
+  }
+  read_limit_.store(static_cast<int>(std::clamp(want, double{kMinAutoReads}, double{kMaxAutoReads})),
+                    std::memory_order_relaxed);
 }
 
 void PipelineLoader::PrepLoop() {

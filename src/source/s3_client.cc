@@ -1,18 +1,21 @@
 // S3 over libcurl's multi interface (s3_client.h). One I/O thread owns the
 // multi handle: it starts the requests callers queue, drives them all with
-// curl_multi_perform/poll, retries what may pass, and hands each result back
-// to the caller waiting on it. Hand-written here: the small XML reading of
-// ListObjectsV2 and error bodies (a handful of flat tags).
+// curl_multi_perform/poll, retries what may pass, and calls each request's
+// completion (a waiting caller's, or an asynchronous reader's). Hand-written
+// here: the small XML reading of ListObjectsV2 and error bodies (a handful of
+// flat tags).
 #include "source/s3_client.h"
 
 #include <curl/curl.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <random>
 #include <thread>
+#include <unordered_set>
 
 #include "common/clock.h"
 #include "common/mutex.h"
@@ -20,12 +23,12 @@
 namespace nostall {
 namespace {
 
-constexpr int kMaxAttempts = 6;
-
 struct Request {
   std::string url;
   std::string range;  // "a-b", "a-", or "" for the whole object
   std::string what;   // s3://bucket/key, for errors
+  uint64_t offset = 0;
+  int64_t length = -1;  // asked for; -1: to the end
   std::vector<uint8_t> body;
   double retry_after_s = -1;
   int attempt = 0;
@@ -33,11 +36,7 @@ struct Request {
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
   long http = 0;
-  // Completion, waited on by the caller.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Status status;
+  S3Client::Done done;
 };
 
 std::string XmlDecode(const std::string& s) {
@@ -109,21 +108,74 @@ size_t ReadHeader(char* data, size_t size, size_t n, void* user) {
   return size * n;
 }
 
-bool Retriable(CURLcode code, long http) {
+// Why a finished attempt may be tried again (RetryCause::kNone: it may not).
+enum class RetryCause { kNone, kSlowDown, kServerError, kTimeout, kConnection, kCutShort };
+RetryCause Classify(CURLcode code, long http) {
   switch (code) {
     case CURLE_OK:
-      return http == 500 || http == 502 || http == 503 || http == 504;
+      if (http == 503) return RetryCause::kSlowDown;
+      return http == 500 || http == 502 || http == 504 ? RetryCause::kServerError : RetryCause::kNone;
     case CURLE_OPERATION_TIMEDOUT:
+      return RetryCause::kTimeout;
     case CURLE_COULDNT_CONNECT:
     case CURLE_RECV_ERROR:
     case CURLE_SEND_ERROR:
+      return RetryCause::kConnection;
     case CURLE_PARTIAL_FILE:
     case CURLE_GOT_NOTHING:
-      return true;
+      return RetryCause::kCutShort;
     default:
-      return false;
+      return RetryCause::kNone;
   }
 }
+
+// Latency histogram: 8 buckets per octave from 1 us (about 9% wide).
+constexpr int kLatencyBuckets = 8 * 27;
+int LatencyBucket(int64_t us) {
+  if (us <= 1) return 0;
+  return std::min(kLatencyBuckets - 1, static_cast<int>(std::log2(static_cast<double>(us)) * 8));
+}
+double BucketSeconds(int b) { return std::exp2((b + 0.5) / 8) * 1e-6; }
+
+// A request's answer checked against what was asked for: a server that
+// ignores Range sends the whole object (the range is cut out of it); any
+// other length is an error, never bytes passed on as the item.
+Status CheckBody(Request* r) {
+  if (r->http == 200 && !r->range.empty()) {
+    if (r->offset > r->body.size()) return DataError(r->what + ": shorter than the range asked for");
+    const uint64_t end = r->length >= 0 ? std::min<uint64_t>(r->body.size(), r->offset + r->length)
+                                        : r->body.size();
+    r->body.erase(r->body.begin() + static_cast<int64_t>(end), r->body.end());
+    r->body.erase(r->body.begin(), r->body.begin() + static_cast<int64_t>(r->offset));
+  }
+  if (r->length >= 0 && r->body.size() != static_cast<uint64_t>(r->length)) {
+    return DataError(r->what + ": " + std::to_string(r->body.size()) + " bytes where " +
+                     std::to_string(r->length) + " were asked for");
+  }
+  return Status::OK();
+}
+
+// Blocks until `submit`'s request is answered.
+struct Waiter {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+  std::vector<uint8_t> body;
+  S3Client::Done Callback() {
+    return [this](Status st, std::vector<uint8_t> b) {
+      std::lock_guard<std::mutex> lock(mu);
+      status = std::move(st);
+      body = std::move(b);
+      done = true;
+      cv.notify_all();
+    };
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+  }
+};
 
 }  // namespace
 
@@ -134,10 +186,23 @@ struct S3Client::Impl {
   Mutex mu;
   std::deque<Request*> incoming GUARDED_BY(mu);
   bool stop GUARDED_BY(mu) = false;
-  std::atomic<int64_t> requests{0}, bytes{0}, retries{0}, errors{0};
+  int64_t cancel_requested GUARDED_BY(mu) = 0;  // CancelAll calls so far
+  // The I/O thread's own: requests in the multi handle, and waiting to be retried.
+  std::unordered_set<Request*> active;
+  std::vector<Request*> later;
+  int64_t cancel_done = 0;
+  std::atomic<int64_t> requests{0}, bytes{0}, retries{0}, errors{0}, in_flight{0}, peak{0},
+      io_cpu_ns{0};
+  std::atomic<int64_t> retry_by[6] = {};
+  std::atomic<int64_t> latency_hist[kLatencyBuckets] = {};
+  std::atomic<int64_t> latency_ewma_ns{0};
   std::mt19937_64 jitter{std::random_device{}()};
 
   void Submit(Request* r) {
+    const int64_t n = in_flight.fetch_add(1) + 1;
+    int64_t p = peak.load(std::memory_order_relaxed);
+    while (n > p && !peak.compare_exchange_weak(p, n)) {
+    }
     {
       MutexLock lock(&mu);
       incoming.push_back(r);
@@ -145,11 +210,14 @@ struct S3Client::Impl {
     curl_multi_wakeup(multi);
   }
 
-  static void Complete(Request* r, Status st) {
-    std::lock_guard<std::mutex> lock(r->mu);
-    r->status = std::move(st);
-    r->done = true;
-    r->cv.notify_all();
+  void Complete(Request* r, Status st) {
+    if (st.ok()) st = CheckBody(r);
+    if (!st.ok() && st.code() != StatusCode::kCancelled) errors.fetch_add(1);
+    in_flight.fetch_sub(1);
+    Done done = std::move(r->done);
+    std::vector<uint8_t> body = std::move(r->body);
+    delete r;
+    done(std::move(st), std::move(body));
   }
 
   void Start(Request* r) {
@@ -166,10 +234,12 @@ struct S3Client::Impl {
     curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-    // A server that stalls mid-body: under 1 byte/s for 10 s is a timeout.
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(config.connect_timeout_s * 1000));
+    // A server that stalls mid-body: under 1 byte/s for the read timeout.
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, 10L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME,
+                     std::max(1L, static_cast<long>(std::lround(config.read_timeout_s))));
     if (!r->range.empty()) curl_easy_setopt(e, CURLOPT_RANGE, r->range.c_str());
     if (config.sign) {
       const std::string sigv4 = "aws:amz:" + config.region + ":s3";
@@ -183,10 +253,12 @@ struct S3Client::Impl {
     }
     if (r->headers) curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->headers);
     requests.fetch_add(1);
+    active.insert(r);
     curl_multi_add_handle(multi, e);
   }
 
   void Release(Request* r) {
+    active.erase(r);
     curl_multi_remove_handle(multi, r->easy);
     curl_easy_cleanup(r->easy);
     r->easy = nullptr;
@@ -194,58 +266,89 @@ struct S3Client::Impl {
     r->headers = nullptr;
   }
 
+  void RecordLatency(int64_t us) {
+    latency_hist[LatencyBucket(us)].fetch_add(1, std::memory_order_relaxed);
+    const int64_t old = latency_ewma_ns.load(std::memory_order_relaxed);
+    const int64_t ns = us * 1000;
+    latency_ewma_ns.store(old == 0 ? ns : old + (ns - old) / 16, std::memory_order_relaxed);
+  }
+
   // A finished transfer: done, failed for good, or queued again.
-  void Finish(Request* r, CURLcode code, std::vector<Request*>* later) {
+  void Finish(Request* r, CURLcode code) {
     curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &r->http);
+    curl_off_t total_us = 0;
+    if (code == CURLE_OK) {
+      curl_easy_getinfo(r->easy, CURLINFO_TOTAL_TIME_T, &total_us);
+      RecordLatency(static_cast<int64_t>(total_us));
+    }
     Release(r);
     bytes.fetch_add(static_cast<int64_t>(r->body.size()));
-    if (Retriable(code, r->http) && ++r->attempt < kMaxAttempts) {
+    const RetryCause cause = Classify(code, r->http);
+    if (cause != RetryCause::kNone && ++r->attempt < config.max_attempts) {
       retries.fetch_add(1);
-      double delay = std::min(5.0, 0.05 * (1 << r->attempt)) *
+      retry_by[static_cast<int>(cause)].fetch_add(1);
+      double delay = std::min(5.0, 0.05 * (1 << std::min(r->attempt, 16))) *
                      std::uniform_real_distribution<double>(0.5, 1.5)(jitter);
       if (r->retry_after_s >= 0) delay = std::min(30.0, r->retry_after_s);
       r->start_at_ns = NowNs() + static_cast<int64_t>(delay * 1e9);
-      later->push_back(r);
+      later.push_back(r);
       return;
     }
+    if (cause != RetryCause::kNone) ++r->attempt;  // counted as tried
     Status st;
     if (code != CURLE_OK) {
       st = IoError("cannot read " + r->what + ": " + curl_easy_strerror(code) + " (after " +
-                   std::to_string(r->attempt) + " attempts)");
+                   std::to_string(std::max(1, r->attempt)) + " attempts; " + config.Describe() +
+                   ")");
     } else if (r->http != 200 && r->http != 206) {
       const std::string xml(r->body.begin(), r->body.end());
       const std::string s3code = Tag(xml, "Code"), message = Tag(xml, "Message");
       std::string text = r->what + ": HTTP " + std::to_string(r->http);
       if (!s3code.empty()) text += " " + s3code;
       if (!message.empty()) text += " (" + message + ")";
+      if (cause != RetryCause::kNone) text += " (after " + std::to_string(r->attempt) + " attempts)";
       if (r->http == 403) {
         text += config.sign ? "; signed with credentials from " + config.credentials_from
                             : "; the request was unsigned (" + config.credentials_from + ")";
       }
       st = DataError(text);
     }
-    if (!st.ok()) errors.fetch_add(1);
     Complete(r, st);
   }
 
+  // Answers everything not yet done with `why`.
+  void CancelEverything(std::deque<Request*>* fresh, const char* why) {
+    for (Request* r : *fresh) Complete(r, Cancelled(why));
+    fresh->clear();
+    for (Request* r : later) Complete(r, Cancelled(why));
+    later.clear();
+    const std::vector<Request*> running(active.begin(), active.end());
+    for (Request* r : running) {
+      Release(r);
+      Complete(r, Cancelled(why));
+    }
+  }
+
   void Loop() {
-    std::vector<Request*> later;  // waiting to be retried
     int running = 0;
+    int64_t cpu_seen = ThreadCpuNs();
     while (true) {
       std::deque<Request*> fresh;
       bool stopping;
+      int64_t cancels;
       {
         MutexLock lock(&mu);
         fresh.swap(incoming);
         stopping = stop;
+        cancels = cancel_requested;
       }
       if (stopping) {
-        // The owner is going: nobody can be waiting on a transfer still in
-        // the multi handle (the source outlives its readers), but a request
-        // queued or waiting to be retried is answered.
-        for (Request* r : fresh) Complete(r, Cancelled("the S3 client was closed"));
-        for (Request* r : later) Complete(r, Cancelled("the S3 client was closed"));
+        CancelEverything(&fresh, "the S3 client was closed");
         return;
+      }
+      if (cancels != cancel_done) {
+        cancel_done = cancels;
+        CancelEverything(&fresh, "the read was cancelled (the loader is stopping)");
       }
       for (Request* r : fresh) Start(r);
       const int64_t now = NowNs();
@@ -265,11 +368,26 @@ struct S3Client::Impl {
         if (m->msg != CURLMSG_DONE) continue;
         Request* r = nullptr;
         curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &r);
-        Finish(r, m->data.result, &later);
+        Finish(r, m->data.result);
       }
+      const int64_t cpu = ThreadCpuNs();
+      io_cpu_ns.fetch_add(cpu - cpu_seen, std::memory_order_relaxed);
+      cpu_seen = cpu;
       const int wait_ms = static_cast<int>(std::max<int64_t>(1, (next_due - NowNs()) / 1000000));
       curl_multi_poll(multi, nullptr, 0, std::min(wait_ms, 100), nullptr);
     }
+  }
+
+  double Quantile(double q) const {
+    int64_t total = 0;
+    for (const auto& b : latency_hist) total += b.load(std::memory_order_relaxed);
+    if (total == 0) return 0;
+    int64_t seen = 0;
+    for (int b = 0; b < kLatencyBuckets; ++b) {
+      seen += latency_hist[b].load(std::memory_order_relaxed);
+      if (seen >= q * static_cast<double>(total)) return BucketSeconds(b);
+    }
+    return BucketSeconds(kLatencyBuckets - 1);
   }
 };
 
@@ -297,53 +415,61 @@ S3Client::~S3Client() {
   curl_multi_cleanup(impl_->multi);
 }
 
+void S3Client::CancelAll() {
+  {
+    MutexLock lock(&impl_->mu);
+    ++impl_->cancel_requested;
+  }
+  curl_multi_wakeup(impl_->multi);
+}
+
+void S3Client::GetAsync(const std::string& bucket, const std::string& key, uint64_t offset,
+                        int64_t length, std::vector<uint8_t> buffer, Done done) {
+  if (length == 0) {
+    buffer.clear();
+    done(Status::OK(), std::move(buffer));
+    return;
+  }
+  auto* r = new Request;
+  r->url = impl_->config.ObjectUrl(bucket, key);
+  r->what = "s3://" + bucket + "/" + key;
+  r->offset = offset;
+  r->length = length;
+  if (offset > 0 || length >= 0) {
+    r->range = std::to_string(offset) + "-" +
+               (length >= 0 ? std::to_string(offset + static_cast<uint64_t>(length) - 1) : "");
+  }
+  buffer.clear();
+  if (length > 0) buffer.reserve(static_cast<size_t>(length));
+  r->body = std::move(buffer);
+  r->done = std::move(done);
+  impl_->Submit(r);
+}
+
 Status S3Client::Get(const std::string& bucket, const std::string& key, uint64_t offset,
                      int64_t length, std::vector<uint8_t>* out) {
-  Request r;
-  r.url = impl_->config.ObjectUrl(bucket, key);
-  r.what = "s3://" + bucket + "/" + key;
-  if (offset > 0 || length >= 0) {
-    r.range = std::to_string(offset) + "-" +
-              (length >= 0 ? std::to_string(offset + static_cast<uint64_t>(length) - 1) : "");
-    if (length == 0) {
-      out->clear();
-      return Status::OK();
-    }
-  }
-  impl_->Submit(&r);
-  std::unique_lock<std::mutex> lock(r.mu);
-  r.cv.wait(lock, [&] { return r.done; });
-  if (!r.status.ok()) return r.status;
-  if (r.http == 200 && !r.range.empty()) {
-    // The server sent the whole object: keep the range asked for.
-    const uint64_t end = length >= 0 ? std::min<uint64_t>(r.body.size(), offset + length)
-                                     : r.body.size();
-    if (offset > r.body.size()) return DataError(r.what + ": shorter than the range asked for");
-    r.body = std::vector<uint8_t>(r.body.begin() + offset, r.body.begin() + end);
-  }
-  if (length >= 0 && r.body.size() != static_cast<uint64_t>(length)) {
-    return DataError(r.what + ": " + std::to_string(r.body.size()) + " bytes where " +
-                     std::to_string(length) + " were asked for");
-  }
-  *out = std::move(r.body);
-  return Status::OK();
+  Waiter w;
+  GetAsync(bucket, key, offset, length, std::move(*out), w.Callback());
+  w.Wait();
+  *out = std::move(w.body);
+  return w.status;
 }
 
 Result<std::vector<S3Object>> S3Client::List(const std::string& bucket, const std::string& prefix) {
   std::vector<S3Object> objects;
   std::string token;
   for (int page = 0; page < 1000000; ++page) {
-    Request r;
-    r.url = impl_->config.BucketUrl(bucket) + "?list-type=2&prefix=" + UriEncode(prefix, false);
-    if (!token.empty()) r.url += "&continuation-token=" + UriEncode(token, false);
-    r.what = "s3://" + bucket + "/" + prefix + " (listing)";
-    impl_->Submit(&r);
-    {
-      std::unique_lock<std::mutex> lock(r.mu);
-      r.cv.wait(lock, [&] { return r.done; });
-    }
-    if (!r.status.ok()) return r.status;
-    const std::string xml(r.body.begin(), r.body.end());
+    auto* r = new Request;
+    r->url = impl_->config.BucketUrl(bucket) + "?list-type=2&prefix=" + UriEncode(prefix, false);
+    if (!token.empty()) r->url += "&continuation-token=" + UriEncode(token, false);
+    r->what = "s3://" + bucket + "/" + prefix + " (listing)";
+    const std::string what = r->what;
+    Waiter w;
+    r->done = w.Callback();
+    impl_->Submit(r);
+    w.Wait();
+    if (!w.status.ok()) return w.status;
+    const std::string xml(w.body.begin(), w.body.end());
     for (size_t at = xml.find("<Contents>"); at != std::string::npos;
          at = xml.find("<Contents>", at + 1)) {
       const size_t end = xml.find("</Contents>", at);
@@ -355,16 +481,34 @@ Result<std::vector<S3Object>> S3Client::List(const std::string& bucket, const st
     }
     if (Tag(xml, "IsTruncated") != "true") break;
     token = Tag(xml, "NextContinuationToken");
-    if (token.empty()) return DataError(r.what + ": a truncated listing without a continuation token");
+    if (token.empty()) return DataError(what + ": a truncated listing without a continuation token");
   }
   std::sort(objects.begin(), objects.end(),
             [](const S3Object& a, const S3Object& b) { return a.key < b.key; });
   return objects;
 }
 
-S3ClientStats S3Client::Stats() const {
-  return {impl_->requests.load(), impl_->bytes.load(), impl_->retries.load(), impl_->errors.load()};
+StorageStats S3Client::Stats() const {
+  const Impl& i = *impl_;
+  StorageStats s;
+  s.requests = i.requests.load();
+  s.bytes = i.bytes.load();
+  s.retries = i.retries.load();
+  s.errors = i.errors.load();
+  s.in_flight = i.in_flight.load();
+  s.peak_in_flight = i.peak.load();
+  s.latency_p50_s = i.Quantile(0.5);
+  s.latency_p99_s = i.Quantile(0.99);
+  s.retry_slow_down = i.retry_by[static_cast<int>(RetryCause::kSlowDown)].load();
+  s.retry_server_error = i.retry_by[static_cast<int>(RetryCause::kServerError)].load();
+  s.retry_timeout = i.retry_by[static_cast<int>(RetryCause::kTimeout)].load();
+  s.retry_connection = i.retry_by[static_cast<int>(RetryCause::kConnection)].load();
+  s.retry_cut_short = i.retry_by[static_cast<int>(RetryCause::kCutShort)].load();
+  s.io_cpu_ns = i.io_cpu_ns.load();
+  return s;
 }
+
+double S3Client::LatencySeconds() const { return impl_->latency_ewma_ns.load() / 1e9; }
 
 const S3Config& S3Client::config() const { return impl_->config; }
 

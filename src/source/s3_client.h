@@ -1,6 +1,7 @@
 // An S3 client over libcurl's multi interface: one I/O thread drives every
-// request in flight over kept-alive connections; callers block on their own
-// request only. Requests are signed with libcurl's SigV4 (CURLOPT_AWS_SIGV4)
+// request in flight over kept-alive connections; a caller either blocks on
+// its own request (Get) or is called back when it is done (GetAsync), so
+// hundreds of reads can be in flight without a thread each. Requests are signed with libcurl's SigV4 (CURLOPT_AWS_SIGV4)
 // when the configuration has keys. Failures that may pass (HTTP 500, 502,
 // 503, 504, timeouts, connections reset or bodies cut short) are retried with
 // jittered exponential backoff, honouring Retry-After, a bounded number of
@@ -11,21 +12,16 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "nostall/stats.h"
 #include "nostall/status.h"
 #include "source/s3_config.h"
 
 namespace nostall {
-
-struct S3ClientStats {
-  int64_t requests = 0;  // sent, retries included
-  int64_t bytes = 0;     // of bodies received
-  int64_t retries = 0;
-  int64_t errors = 0;    // requests that failed for good
-};
 
 struct S3Object {
   std::string key;
@@ -42,10 +38,23 @@ class S3Client {
   // to the end). Blocks this caller until the request is done.
   Status Get(const std::string& bucket, const std::string& key, uint64_t offset, int64_t length,
              std::vector<uint8_t>* out);
+  // The same, without blocking: `done` is called once, on the client's I/O
+  // thread (keep it short), with the status and the bytes (`buffer`'s
+  // storage reused). After CancelAll, or as the client closes, requests not
+  // yet done are answered Cancelled.
+  using Done = std::function<void(Status, std::vector<uint8_t>)>;
+  void GetAsync(const std::string& bucket, const std::string& key, uint64_t offset, int64_t length,
+                std::vector<uint8_t> buffer, Done done);
+  // Answers every request not yet done with Cancelled, promptly (a Loader
+  // shutting down does not wait out retries and timeouts).
+  void CancelAll();
   // Every object under `prefix` (ListObjectsV2, all pages), in key order.
   Result<std::vector<S3Object>> List(const std::string& bucket, const std::string& prefix);
 
-  S3ClientStats Stats() const;
+  StorageStats Stats() const;
+  // Recent request latency (an exponentially weighted mean of answered
+  // requests, seconds; 0 before the first).
+  double LatencySeconds() const;
   const S3Config& config() const;
 
   struct Impl;

@@ -4,6 +4,7 @@
 #include "nostall/source.h"
 
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -100,6 +101,20 @@ Result<S3Location> ParseS3Uri(const std::string& uri) {
   return loc;
 }
 
+// `text` as a number in [lo, hi], or an error naming `name`.
+static Result<double> PositiveNumber(const char* name, const std::string& text, double lo,
+                                     double hi) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(v >= lo && v <= hi)) {
+    char range[64];
+    std::snprintf(range, sizeof range, "[%g, %g]", lo, hi);
+    return InvalidArgument(std::string(name) + " must be a number in " + range + ", not \"" +
+                           text + "\"");
+  }
+  return v;
+}
+
 Result<S3Config> ResolveS3Config(const S3Options& options, const EnvLookup& getenv) {
   if (options.addressing != "auto" && options.addressing != "path" &&
       options.addressing != "virtual") {
@@ -164,6 +179,18 @@ Result<S3Config> ResolveS3Config(const S3Options& options, const EnvLookup& gete
     }
   }
   c.sign = !options.unsigned_requests && !c.access_key.empty();
+  const std::string attempts =
+      !Env(getenv, "AWS_MAX_ATTEMPTS").empty() ? Env(getenv, "AWS_MAX_ATTEMPTS") : Get(conf_section, "max_attempts");
+  if (!attempts.empty()) {
+    NOSTALL_ASSIGN_OR_RETURN(double n, PositiveNumber("AWS_MAX_ATTEMPTS", attempts, 1, 100));
+    c.max_attempts = static_cast<int>(n);
+  }
+  for (auto [name, field] : {std::pair{"NOSTALL_S3_CONNECT_TIMEOUT", &c.connect_timeout_s},
+                             std::pair{"NOSTALL_S3_READ_TIMEOUT", &c.read_timeout_s}}) {
+    if (!Env(getenv, name).empty()) {
+      NOSTALL_ASSIGN_OR_RETURN(*field, PositiveNumber(name, Env(getenv, name), 0.05, 3600));
+    }
+  }
   if (c.credentials_from.empty()) c.credentials_from = "none found";
   return c;
 }

@@ -12,6 +12,11 @@
 //   endpoint     the spec's s3_endpoint, else AWS_ENDPOINT_URL_S3,
 //                AWS_ENDPOINT_URL, the profile's endpoint_url, else
 //                https://s3.REGION.amazonaws.com
+//   attempts     AWS_MAX_ATTEMPTS (the profile's max_attempts), else 6: tries
+//                of a request before its failure is final
+//   timeouts     NOSTALL_S3_CONNECT_TIMEOUT (seconds, default 3) for a
+//                connection, NOSTALL_S3_READ_TIMEOUT (default 10) for a body
+//                that stops arriving
 //   addressing   the spec's s3_addressing: "virtual" (bucket.host/key),
 //                "path" (host/bucket/key), or "auto": virtual on AWS, path
 //                on any other endpoint (MinIO, SeaweedFS, Ceph...)
@@ -52,6 +57,8 @@ struct S3Config {
   bool sign = false;
   std::string credentials_from;  // e.g. "environment", "/home/u/.aws/credentials [train]"
   std::string access_key, secret_key, session_token;  // never printed
+  int max_attempts = 6;
+  double connect_timeout_s = 3, read_timeout_s = 10;
 
   // The URL of an object (the key percent-encoded as S3 expects: every byte
   // but A-Z a-z 0-9 - _ . ~ and '/').

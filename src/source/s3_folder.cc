@@ -11,40 +11,28 @@
 #include <map>
 
 #include "source/driver.h"
-#include "source/indexed_source.h"
-#include "source/s3_client.h"
+#include "source/s3_source.h"
 
 namespace nostall {
 namespace {
 
-class S3FolderSource final : public IndexSource {
+class S3FolderSource final : public S3Source {
  public:
   S3FolderSource(std::unique_ptr<S3Client> client, std::string bucket, Index index,
-                 uint64_t max_item_bytes)
-      : IndexSource(std::move(index)),
-        client_(std::move(client)),
-        bucket_(std::move(bucket)),
-        max_item_bytes_(max_item_bytes) {}
+                 std::vector<std::string> keys, uint64_t max_item_bytes)
+      : S3Source(std::move(client), std::move(bucket), std::move(index), max_item_bytes),
+        keys_(std::move(keys)) {}
 
   const char* kind() const override { return "s3-image-folder"; }
-  std::optional<StorageStats> storage_stats() const override {
-    const S3ClientStats c = client_->Stats();
-    return StorageStats{c.requests, c.bytes, c.retries, c.errors};
-  }
-
-  Status Read(int64_t i, std::vector<uint8_t>* out) const override {
-    const IndexEntry& e = index_.items[i];
-    if (static_cast<uint64_t>(e.size) > max_item_bytes_) {
-      return DataError("object is over the item size limit");
-    }
-    // The object key is the item key without "s3://bucket/".
-    return client_->Get(bucket_, e.key.substr(5 + bucket_.size() + 1), 0, -1, out);
-  }
 
  private:
-  const std::unique_ptr<S3Client> client_;
-  const std::string bucket_;
-  const uint64_t max_item_bytes_;
+  Result<Span> Where(int64_t i) const override {
+    if (static_cast<uint64_t>(index_.items[i].size) > max_item_bytes_) {
+      return DataError("object is over the item size limit");
+    }
+    return Span{&keys_[static_cast<size_t>(i)], 0, -1};
+  }
+  const std::vector<std::string> keys_;  // per item: the object key
 };
 
 bool Claims(const std::string& uri) {
@@ -80,6 +68,7 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
                     client->config().Describe() + "]");
   }
   Index index;
+  std::vector<std::string> keys;
   for (auto& [cls, objects] : by_class) {  // std::map: byte order, as sorted() orders str
     std::sort(objects.begin(), objects.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -87,10 +76,11 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     index.classes.push_back(cls);
     for (auto& [where, o] : objects) {
       index.items.push_back({"s3://" + loc.bucket + "/" + o.key, label, -1, 0, o.size});
+      keys.push_back(o.key);
     }
   }
   return std::unique_ptr<Source>(std::make_unique<S3FolderSource>(
-      std::move(client), loc.bucket, std::move(index), options.max_item_bytes));
+      std::move(client), loc.bucket, std::move(index), std::move(keys), options.max_item_bytes));
 }
 
 }  // namespace

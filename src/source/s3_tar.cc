@@ -10,8 +10,7 @@
 #include <map>
 
 #include "source/driver.h"
-#include "source/indexed_source.h"
-#include "source/s3_client.h"
+#include "source/s3_source.h"
 #include "source/tar_index.h"
 
 namespace nostall {
@@ -19,35 +18,24 @@ namespace {
 
 constexpr uint64_t kWindow = 4 << 20;
 
-class S3TarSource final : public IndexSource {
+class S3TarSource final : public S3Source {
  public:
   S3TarSource(std::unique_ptr<S3Client> client, std::string bucket, std::vector<std::string> keys,
               Index index, uint64_t max_item_bytes)
-      : IndexSource(std::move(index)),
-        client_(std::move(client)),
-        bucket_(std::move(bucket)),
-        keys_(std::move(keys)),
-        max_item_bytes_(max_item_bytes) {}
+      : S3Source(std::move(client), std::move(bucket), std::move(index), max_item_bytes),
+        keys_(std::move(keys)) {}
 
   const char* kind() const override { return "s3-tar-shards"; }
-  std::optional<StorageStats> storage_stats() const override {
-    const S3ClientStats c = client_->Stats();
-    return StorageStats{c.requests, c.bytes, c.retries, c.errors};
-  }
 
-  Status Read(int64_t i, std::vector<uint8_t>* out) const override {
+ private:
+  Result<Span> Where(int64_t i) const override {
     const IndexEntry& e = index_.items[i];
     if (static_cast<uint64_t>(e.size) > max_item_bytes_) {
       return DataError("member is over the item size limit");
     }
-    return client_->Get(bucket_, keys_[static_cast<size_t>(e.shard)], e.offset, e.size, out);
+    return Span{&keys_[static_cast<size_t>(e.shard)], e.offset, e.size};
   }
-
- private:
-  const std::unique_ptr<S3Client> client_;
-  const std::string bucket_;
   const std::vector<std::string> keys_;  // per shard
-  const uint64_t max_item_bytes_;
 };
 
 // Reads a shard front to back through ranged GETs of kWindow bytes: the

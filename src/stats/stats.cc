@@ -73,10 +73,22 @@ std::string LoaderStats::ToJson() const {
                    {"fallbacks", fallbacks},      {"rejoins", rejoins}};
   }
   if (has_storage) {
-    j["storage"] = {{"requests", storage_requests},
-                    {"bytes", storage_bytes},
-                    {"retries", storage_retries},
-                    {"errors", storage_errors}};
+    const StorageStats& s = storage;
+    j["storage"] = {{"requests", s.requests},
+                    {"bytes", s.bytes},
+                    {"retries", s.retries},
+                    {"errors", s.errors},
+                    {"in_flight", s.in_flight},
+                    {"peak_in_flight", s.peak_in_flight},
+                    {"reads_in_flight_target", reads_in_flight_target},
+                    {"latency_p50_s", s.latency_p50_s},
+                    {"latency_p99_s", s.latency_p99_s},
+                    {"retries_by_cause", {{"slow_down", s.retry_slow_down},
+                                          {"server_error", s.retry_server_error},
+                                          {"timeout", s.retry_timeout},
+                                          {"connection", s.retry_connection},
+                                          {"cut_short", s.retry_cut_short}}},
+                    {"io_cpu_s", s.io_cpu_ns / 1e9}};
   }
   if (has_cache) {
     nlohmann::json epochs = nlohmann::json::array();

@@ -153,9 +153,10 @@ def test_503s_and_cut_bodies_are_retried_and_every_sample_arrives_once(s3, fault
     while True:
         time.sleep(0.3)
         now = remote.stats()["storage"]
-        if now == storage:
+        if now["requests"] == storage["requests"] and now["in_flight"] == 0:
             break
         storage = now
+    storage = now
     remote.close()
     counts = faulty_endpoint()
     # 1 listing + 6 x 21 GETs, and about a tenth of them answered 503.
@@ -165,6 +166,9 @@ def test_503s_and_cut_bodies_are_retried_and_every_sample_arrives_once(s3, fault
     # a retry for each 503 and each body cut short.
     assert storage["requests"] == counts["requests"], (storage, counts)
     assert storage["retries"] == counts["503"] + counts["cut"], (storage, counts)
+    causes = storage["retries_by_cause"]
+    assert causes["slow_down"] == counts["503"], causes
+    assert causes["cut_short"] + causes["connection"] == counts["cut"], causes
     assert storage["errors"] == 0
 
 
