@@ -284,7 +284,8 @@ struct S3Client::Impl {
     Release(r);
     bytes.fetch_add(static_cast<int64_t>(r->body.size()));
     const RetryCause cause = Classify(code, r->http);
-    if (cause != RetryCause::kNone && ++r->attempt < config.max_attempts) {
+    ++r->attempt;  // tries so far
+    if (cause != RetryCause::kNone && r->attempt < config.max_attempts) {
       retries.fetch_add(1);
       retry_by[static_cast<int>(cause)].fetch_add(1);
       double delay = std::min(5.0, 0.05 * (1 << std::min(r->attempt, 16))) *
@@ -294,11 +295,10 @@ struct S3Client::Impl {
       later.push_back(r);
       return;
     }
-    if (cause != RetryCause::kNone) ++r->attempt;  // counted as tried
     Status st;
     if (code != CURLE_OK) {
       st = IoError("cannot read " + r->what + ": " + curl_easy_strerror(code) + " (after " +
-                   std::to_string(std::max(1, r->attempt)) + " attempts; " + config.Describe() +
+                   std::to_string(r->attempt) + " attempts; " + config.Describe() +
                    ")");
     } else if (r->http != 200 && r->http != 206) {
       const std::string xml(r->body.begin(), r->body.end());
@@ -306,7 +306,7 @@ struct S3Client::Impl {
       std::string text = r->what + ": HTTP " + std::to_string(r->http);
       if (!s3code.empty()) text += " " + s3code;
       if (!message.empty()) text += " (" + message + ")";
-      if (cause != RetryCause::kNone) text += " (after " + std::to_string(r->attempt) + " attempts)";
+      if (r->attempt > 1) text += " (after " + std::to_string(r->attempt) + " attempts)";
       if (r->http == 403) {
         text += config.sign ? "; signed with credentials from " + config.credentials_from
                             : "; the request was unsigned (" + config.credentials_from + ")";

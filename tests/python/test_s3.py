@@ -109,30 +109,114 @@ def test_a_prefix_without_class_folders_says_what_it_expected(s3):
     assert "no class prefixes" in str(e.value)
 
 
+class FaultProxy:
+    """The S3 server behind tests/tools/fault_proxy.py with the given faults,
+    made the endpoint (AWS_ENDPOINT_URL) while it runs. finish() stops it
+    and returns what it did."""
+
+    def __init__(self, *faults):
+        tool = os.path.join(os.path.dirname(__file__), "..", "tools", "fault_proxy.py")
+        self.proc = subprocess.Popen([sys.executable, tool, "--upstream", os.environ["AWS_ENDPOINT_URL"],
+                                      *faults], stdout=subprocess.PIPE, text=True)
+        self.port = int(self.proc.stdout.readline().split()[1])
+        self.saved = os.environ["AWS_ENDPOINT_URL"]
+        os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{self.port}"
+        self.counts = {}
+
+    def finish(self):
+        if not self.counts and self.proc.poll() is None:
+            self.proc.terminate()
+            out, _ = self.proc.communicate(timeout=10)
+            self.counts.update(json.loads(out.strip().splitlines()[-1]))
+        return self.counts
+
+    def kill(self):
+        self.proc.kill()
+        self.proc.wait()
+
+    def restore(self):
+        os.environ["AWS_ENDPOINT_URL"] = self.saved
+        if self.proc.poll() is None:
+            self.finish()
+
+
 @pytest.fixture
 def faulty_endpoint(s3):
-    """The S3 server behind tests/tools/fault_proxy.py: 10% of requests
-    answered 503 SlowDown, 1% of bodies cut in half. Yields finish(), which
-    stops the proxy and returns what it did."""
-    tool = os.path.join(os.path.dirname(__file__), "..", "tools", "fault_proxy.py")
-    proxy = subprocess.Popen([sys.executable, tool, "--upstream", os.environ["AWS_ENDPOINT_URL"],
-                              "--status-503", "0.10", "--cut", "0.01", "--seed", "7"],
-                             stdout=subprocess.PIPE, text=True)
-    port = int(proxy.stdout.readline().split()[1])
-    saved = os.environ["AWS_ENDPOINT_URL"]
-    os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{port}"
-    counts = {}
+    """10% of requests answered 503 SlowDown, 1% of bodies cut in half."""
+    proxy = FaultProxy("--status-503", "0.10", "--cut", "0.01", "--seed", "7")
+    yield proxy.finish
+    proxy.restore()
 
-    def finish():
-        if not counts:
-            proxy.terminate()
-            out, _ = proxy.communicate(timeout=10)
-            counts.update(json.loads(out.strip().splitlines()[-1]))
-        return counts
 
-    yield finish
-    os.environ["AWS_ENDPOINT_URL"] = saved
-    finish()
+@pytest.fixture
+def env():
+    """os.environ, restored after the test."""
+    saved = dict(os.environ)
+    yield os.environ
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def test_a_body_that_stalls_times_out_and_is_retried(s3, env):
+    _, local = s3
+    env["NOSTALL_S3_READ_TIMEOUT"] = "1"
+    proxy = FaultProxy("--stall", "0.15", "--seed", "5")
+    try:
+        kw = dict(batch_size=4, shuffle=True, seed=3, transforms=[nostall.Resize((16, 16))],
+                  return_indices=True)
+        remote = nostall.Loader("s3://train-data/imagenet/train/", **kw)
+        a, b = epoch_batches(remote, 0), epoch_batches(nostall.Loader(local, **kw), 0)
+        assert sorted(int(i) for _, _, idx in a for i in idx) == list(range(21))
+        for (ia, _, xa), (ib, _, xb) in zip(a, b):
+            assert torch.equal(xa, xb) and torch.equal(ia, ib)
+        stalls = remote.stats()["storage"]["retries_by_cause"]["timeout"]
+        remote.close()
+        assert stalls >= 1 and stalls <= proxy.finish()["stall"], (stalls, proxy.counts)
+    finally:
+        proxy.restore()
+
+
+def test_storage_gone_mid_epoch_is_a_clear_error_within_the_timeout(s3, env):
+    env["NOSTALL_S3_CONNECT_TIMEOUT"] = "1"
+    env["AWS_MAX_ATTEMPTS"] = "3"
+    proxy = FaultProxy()
+    try:
+        loader = nostall.Loader("s3://train-data/imagenet/train/", batch_size=4, prefetch=1,
+                                transforms=[nostall.Resize((8, 8))])
+        it = iter(loader)
+        next(it)
+        proxy.kill()  # connections are refused from now on
+        t0 = time.monotonic()
+        with pytest.raises(nostall.DataError) as err:
+            for epoch in range(20):  # past what was read ahead
+                loader.set_epoch(epoch)
+                for _ in (it if epoch == 0 else loader):
+                    pass
+        assert time.monotonic() - t0 < 20
+        text = str(err.value)
+        assert "s3://train-data/imagenet/train/" in text and "after 3 attempts" in text, text
+        assert loader.stats()["storage"]["retries_by_cause"]["connection"] >= 2
+        loader.close()
+    finally:
+        proxy.restore()
+
+
+def test_closing_a_loader_with_reads_stalled_in_flight_is_prompt(s3, env):
+    proxy = FaultProxy("--stall", "1.0")  # every GET of an item stalls
+    try:
+        loader = nostall.Loader("s3://train-data/imagenet/train/", batch_size=4,
+                                transforms=[nostall.Resize((8, 8))])
+        it = iter(loader)  # the epoch starts: its reads go out, and stall
+        deadline = time.monotonic() + 10
+        while loader.stats()["storage"]["in_flight"] < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert loader.stats()["storage"]["in_flight"] >= 4
+        t0 = time.monotonic()
+        loader.close()
+        assert time.monotonic() - t0 < 2.0
+        del it
+    finally:
+        proxy.restore()
 
 
 def test_503s_and_cut_bodies_are_retried_and_every_sample_arrives_once(s3, faulty_endpoint):
@@ -232,3 +316,25 @@ def test_tar_shards_on_s3_give_the_batches_of_the_local_shards(s3, tmp_path):
     with pytest.raises(FileNotFoundError) as e:
         nostall.Loader("s3://train-data/shards/train-{0..2}.tar", **kw)
     assert "train-2.tar" in str(e.value)
+
+
+def test_reads_in_flight_follow_latency_unless_fixed(s3):
+    """100 ms per request: left to adapt, nostall keeps many reads in flight
+    (more than the 4 a local source reads at once); a fixed reads_in_flight
+    is never exceeded."""
+    proxy = FaultProxy("--latency-ms", "100")
+    try:
+        peaks = {}
+        for fixed in (0, 3):
+            loader = nostall.Loader("s3://train-data/imagenet/train/", batch_size=8,
+                                    reads_in_flight=fixed, transforms=[nostall.Resize((8, 8))])
+            t0 = time.monotonic()
+            assert sum(int(l.shape[0]) for _, l in loader) == 21
+            peaks[fixed] = (loader.stats()["storage"]["peak_in_flight"], time.monotonic() - t0,
+                            loader.stats()["storage"]["latency_p50_s"])
+            loader.close()
+        assert peaks[0][0] >= 8, peaks
+        assert peaks[3][0] <= 3, peaks
+        assert 0.08 < peaks[0][2] < 0.5, peaks  # the latency it measured
+    finally:
+        proxy.restore()

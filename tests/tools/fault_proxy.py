@@ -7,9 +7,11 @@ Forwards each request (method, path, headers, body) to the upstream server
 over a kept-alive connection and relays the answer, except that, at random
 with the given rates, it answers 503 SlowDown itself (with Retry-After: 0)
 or sends the upstream's headers and only half the body before closing the
-connection. --latency-ms delays every request before it is forwarded.
+connection, or (--stall) sends headers and half the body and then nothing
+for --stall-seconds, holding the connection open (listings never stall).
+--latency-ms delays every request before it is forwarded.
 Prints "port N" on its first line, and on SIGTERM/SIGINT a JSON line of
-what it did: {"requests": .., "503": .., "cut": ..}.
+what it did: {"requests": .., "503": .., "cut": .., "stall": ..}.
 """
 import argparse
 import http.client
@@ -31,13 +33,15 @@ def main():
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--status-503", type=float, default=0.0, dest="p503")
     ap.add_argument("--cut", type=float, default=0.0)
+    ap.add_argument("--stall", type=float, default=0.0)
+    ap.add_argument("--stall-seconds", type=float, default=30.0)
     ap.add_argument("--latency-ms", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     up = urllib.parse.urlsplit(args.upstream)
     rng = random.Random(args.seed)
     lock = threading.Lock()
-    counts = {"requests": 0, "503": 0, "cut": 0}
+    counts = {"requests": 0, "503": 0, "cut": 0, "stall": 0}
     local = threading.local()
 
     def upstream():
@@ -82,17 +86,21 @@ def main():
                     if attempt:
                         raise
             cut = draw < args.p503 + args.cut and len(data) > 1
+            stall = (not cut and draw < args.p503 + args.cut + args.stall and len(data) > 1
+                     and "list-type" not in self.path)
             self.send_response(resp.status)
             for k, v in resp.getheaders():
                 if k.lower() not in HOP and k.lower() != "content-length":
                     self.send_header(k, v)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            if cut:
+            if cut or stall:
                 with lock:
-                    counts["cut"] += 1
+                    counts["cut" if cut else "stall"] += 1
                 self.wfile.write(data[: len(data) // 2])
                 self.wfile.flush()
+                if stall:
+                    time.sleep(args.stall_seconds)
                 self.close_connection = True
                 return
             self.wfile.write(data)
