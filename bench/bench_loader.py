@@ -101,13 +101,20 @@ class PilImageFolder:
         path, label = self.items[index]
         with open(path, "rb") as f:
             img = Image.open(f).convert("RGB")
+        return self.transform(img), label
+
+    def transform(self, img):
+        import numpy as np
+        import torch
+        from PIL import Image
+
         i, j, h, w = self.rrc_params(*img.size)
         img = img.crop((j, i, j + w, i + h)).resize((224, 224), Image.BILINEAR)
         if random.random() < 0.5:
             img = img.transpose(Image.FLIP_LEFT_RIGHT)
         t = torch.from_numpy(np.array(img, np.uint8, copy=True)).view(224, 224, 3)
         t = t.permute(2, 0, 1).contiguous().float().div(255)
-        return (t - self.mean) / self.std, label
+        return (t - self.mean) / self.std
 
 
 def run_torch(data, cores, batch):

@@ -196,6 +196,12 @@ struct S3Client::Impl {
   std::atomic<int64_t> retry_by[6] = {};
   std::atomic<int64_t> latency_hist[kLatencyBuckets] = {};
   std::atomic<int64_t> latency_ewma_ns{0};
+  // The least latency of each window of kWindow answers: the round trip
+  // without queueing (a server or proxy that queues requests shows longer
+  // latency the more are sent; sizing reads in flight by that would chase it).
+  static constexpr int kWindow = 128;
+  int64_t window_min_ns = INT64_MAX, window_count = 0;  // the I/O thread's
+  std::atomic<int64_t> base_latency_ns{0};
   std::mt19937_64 jitter{std::random_device{}()};
 
   void Submit(Request* r) {
@@ -271,6 +277,14 @@ struct S3Client::Impl {
     const int64_t old = latency_ewma_ns.load(std::memory_order_relaxed);
     const int64_t ns = us * 1000;
     latency_ewma_ns.store(old == 0 ? ns : old + (ns - old) / 16, std::memory_order_relaxed);
+    window_min_ns = std::min(window_min_ns, ns);
+    if (++window_count == kWindow || base_latency_ns.load(std::memory_order_relaxed) == 0) {
+      base_latency_ns.store(window_min_ns, std::memory_order_relaxed);
+      if (window_count == kWindow) {
+        window_min_ns = INT64_MAX;
+        window_count = 0;
+      }
+    }
   }
 
   // A finished transfer: done, failed for good, or queued again.
@@ -508,7 +522,7 @@ StorageStats S3Client::Stats() const {
   return s;
 }
 
-double S3Client::LatencySeconds() const { return impl_->latency_ewma_ns.load() / 1e9; }
+double S3Client::LatencySeconds() const { return impl_->base_latency_ns.load() / 1e9; }
 
 const S3Config& S3Client::config() const { return impl_->config; }
 

@@ -52,8 +52,8 @@ class S3Client {
   Result<std::vector<S3Object>> List(const std::string& bucket, const std::string& prefix);
 
   StorageStats Stats() const;
-  // Recent request latency (an exponentially weighted mean of answered
-  // requests, seconds; 0 before the first).
+  // Recent request latency without queueing: the least of each window of
+  // answered requests (seconds; 0 before the first).
   double LatencySeconds() const;
   const S3Config& config() const;
 
