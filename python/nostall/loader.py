@@ -65,7 +65,8 @@ class Loader(Closeable):
             must be last and makes the output float32.
         num_threads: decode+augment threads; default: the cores this process
             may use.
-        reads_in_flight: concurrent reads from storage (default 4).
+        reads_in_flight: concurrent reads from storage (default: 4 fetch threads for
+            local files; for s3:// as many requests as the measured latency needs).
         prefetch: batches prepared ahead of the one being used (default 2).
         rank, world_size: shard the data across processes; default: from the
             torchrun environment (``RANK``, ``WORLD_SIZE``), else 0 and 1.

@@ -474,8 +474,11 @@ Result<std::vector<S3Object>> S3Client::List(const std::string& bucket, const st
   std::string token;
   for (int page = 0; page < 1000000; ++page) {
     auto* r = new Request;
-    r->url = impl_->config.BucketUrl(bucket) + "?list-type=2&prefix=" + UriEncode(prefix, false);
-    if (!token.empty()) r->url += "&continuation-token=" + UriEncode(token, false);
+    // Parameters in SigV4's canonical (sorted) order: libcurl signs the
+    // query as written, and a server sorts it before checking.
+    r->url = impl_->config.BucketUrl(bucket) + "?";
+    if (!token.empty()) r->url += "continuation-token=" + UriEncode(token, false) + "&";
+    r->url += "list-type=2&prefix=" + UriEncode(prefix, false);
     r->what = "s3://" + bucket + "/" + prefix + " (listing)";
     const std::string what = r->what;
     Waiter w;

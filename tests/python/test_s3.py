@@ -338,3 +338,18 @@ def test_reads_in_flight_follow_latency_unless_fixed(s3):
         assert 0.08 < peaks[0][2] < 0.5, peaks  # the latency it measured
     finally:
         proxy.restore()
+
+
+def test_a_listing_of_many_pages_is_read_whole(s3):
+    """Over 1,000 objects: ListObjectsV2 answers in pages, each after the
+    first asked for with a continuation token (signed in canonical order)."""
+    client, _ = s3
+    src = {"Bucket": "train-data", "Key": "imagenet/train/class_0/000.jpg"}
+    for i in range(1003):
+        client.copy_object(Bucket="train-data", Key=f"paged/c{i % 2}/{i:05d}.jpg", CopySource=src)
+    loader = nostall.Loader("s3://train-data/paged/", batch_size=64, transforms=[nostall.Resize((8, 8))])
+    assert loader.num_items == 1003
+    assert loader.classes == ["c0", "c1"]
+    assert loader.key(501) == "s3://train-data/paged/c0/01002.jpg"  # c0: 0, 2, ..., 1002
+    assert loader.key(1002) == "s3://train-data/paged/c1/01001.jpg"
+    loader.close()
