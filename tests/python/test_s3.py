@@ -353,3 +353,30 @@ def test_a_listing_of_many_pages_is_read_whole(s3):
     assert loader.key(501) == "s3://train-data/paged/c0/01002.jpg"  # c0: 0, 2, ..., 1002
     assert loader.key(1002) == "s3://train-data/paged/c1/01001.jpg"
     loader.close()
+
+
+def test_the_shared_memory_cache_in_front_of_s3_saves_every_request(s3):
+    """Once every item is cached, epochs come from the MinIO cache: no GET,
+    and the batches are those of the local copy. (An item whose read was still
+    in flight as the pipeline ran on into the next epoch is read twice, so
+    the first epochs may miss a few.)"""
+    _, local = s3
+    name = f"test-s3-cache-{os.getpid()}"
+    kw = dict(batch_size=4, shuffle=True, seed=9, transforms=[nostall.Resize((16, 16))],
+              return_indices=True)
+    cache = nostall.Cache(name, "64MB")
+    try:
+        remote = nostall.Loader("s3://train-data/imagenet/train/", cache=cache, reads_in_flight=8, **kw)
+        here = nostall.Loader(local, **kw)
+        epoch_batches(remote, 0)
+        epoch_batches(remote, 1)
+        before = remote.stats()["storage"]["requests"]
+        for epoch in (2, 3):
+            for (ia, _, xa), (ib, _, xb) in zip(epoch_batches(remote, epoch), epoch_batches(here, epoch)):
+                assert torch.equal(xa, xb) and torch.equal(ia, ib)
+        st = remote.stats()
+        assert st["storage"]["requests"] == before, st["storage"]
+        assert [e["hit_rate"] for e in st["cache"]["epochs"] if e["epoch"] in (2, 3)] == [1.0, 1.0], st["cache"]
+        remote.close()
+    finally:
+        cache.remove()
