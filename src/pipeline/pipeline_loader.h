@@ -193,6 +193,7 @@ class PipelineLoader final : public Loader {
 
   // Workers (workers.cc).
   void FetchLoop() EXCLUDES(state_->mu);
+  bool TakePosition(std::unique_lock<std::mutex>& native, FetchedItem* fi) REQUIRES(state_->mu);
   void DispatchLoop() EXCLUDES(state_->mu);
   void ReadDone(FetchedItem fi, int64_t wall0) EXCLUDES(state_->mu);
   void AdaptReadLimit() REQUIRES(state_->mu);

@@ -132,21 +132,29 @@ void PipelineLoader::Fetch(FetchedItem* fi) {
   fetch_.bytes.fetch_add(static_cast<int64_t>(fi->bytes.size()));
 }
 
-void PipelineLoader::FetchLoop() {
-  MutexLock lock(&state_->mu);
+// Waits for the next sample position (running on into the next epoch when
+// this one is all dispatched) and claims it as a read in flight; false at
+// shutdown.
+bool PipelineLoader::TakePosition(std::unique_lock<std::mutex>& native, FetchedItem* fi) {
   while (true) {
     int64_t current = 0;
-    const Position p = WaitForPosition(lock.native(), NowNs(), &current);
-    if (p == Position::kCancelled) return;
-    if (p == Position::kNextEpoch) {
-      lock.Unlock();
-      std::vector<int64_t> next = sampler_.EpochOrder(current + 1);
-      lock.Lock();
-      RunOn(current, std::move(next));
-      continue;
-    }
-    FetchedItem fi = ClaimPosition();
-    fetch_.InFlight(++fetching_);
+    const Position p = WaitForPosition(native, NowNs(), &current);
+    if (p == Position::kCancelled) return false;
+    if (p == Position::kReady) break;
+    native.unlock();
+    std::vector<int64_t> next = sampler_.EpochOrder(current + 1);
+    native.lock();
+    RunOn(current, std::move(next));
+  }
+  *fi = ClaimPosition();
+  fetch_.InFlight(++fetching_);
+  return true;
+}
+
+void PipelineLoader::FetchLoop() {
+  MutexLock lock(&state_->mu);
+  FetchedItem fi{};
+  while (TakePosition(lock.native(), &fi)) {
     lock.Unlock();
     Fetch(&fi);
     lock.Lock();
@@ -161,19 +169,8 @@ void PipelineLoader::FetchLoop() {
 // source. The reads in flight are bounded by `read_limit_` (RoomToFetch).
 void PipelineLoader::DispatchLoop() {
   MutexLock lock(&state_->mu);
-  while (true) {
-    int64_t current = 0;
-    const Position p = WaitForPosition(lock.native(), NowNs(), &current);
-    if (p == Position::kCancelled) return;
-    if (p == Position::kNextEpoch) {
-      lock.Unlock();
-      std::vector<int64_t> next = sampler_.EpochOrder(current + 1);
-      lock.Lock();
-      RunOn(current, std::move(next));
-      continue;
-    }
-    FetchedItem fi = ClaimPosition();
-    fetch_.InFlight(++fetching_);
+  FetchedItem fi{};
+  while (TakePosition(lock.native(), &fi)) {
     lock.Unlock();
     const int64_t cpu0 = ThreadCpuNs(), wall0 = NowNs();
     Result<bool> hit = cache_ ? cache_->Lookup(fi.item, &fi.bytes) : Result<bool>(false);
@@ -182,14 +179,15 @@ void PipelineLoader::DispatchLoop() {
       fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
       ReadDone(std::move(fi), wall0);
     } else {
-      if (!hit.ok()) CountCache(fi.epoch, /*hit=*/false, /*error=*/true, 0);
       std::vector<uint8_t> buffer = std::move(fi.bytes);
       const int64_t item = fi.item;
+      const bool lookup_failed = !hit.ok();
       source_->ReadAsync(item, std::move(buffer),
-                         [this, fi = std::move(fi), wall0](Status st, std::vector<uint8_t> b) mutable {
+                         [this, fi = std::move(fi), wall0, lookup_failed](
+                             Status st, std::vector<uint8_t> b) mutable {
                            fi.status = std::move(st);
                            fi.bytes = std::move(b);
-                           CacheMiss(&fi, /*lookup_failed=*/false);
+                           CacheMiss(&fi, lookup_failed);
                            ReadDone(std::move(fi), wall0);
                          });
       fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
