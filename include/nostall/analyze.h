@@ -10,7 +10,7 @@
 // The model built on those numbers is a set of rate limits, one per
 // resource; the job runs at the smallest (Plumber's view of a pipeline):
 //
-//   compute    T <= G(step threads)
+//   compute    T <= 1 / (1 / G(step threads) + loop overhead)
 //   cpu        T * (pipelines * (prep + fetch(h)) + jobs * step_cpu) <= cores
 //   sharing    the prep threads and the step's own threads share the cores
 //              (a cycle of step and wait, below): "cpu" when they are more
@@ -52,7 +52,7 @@ namespace nostall {
 struct Config {
   double cores = 1;            // CPUs the job(s) may use
   int prep_threads = 1;        // decode + augment threads per pipeline
-  int reads_in_flight = 4;     // concurrent reads per pipeline
+  int reads_in_flight = 4;     // concurrent reads per pipeline; 0: adaptive (AdaptiveReads)
   double cache_fraction = 0;   // of the dataset's bytes held in a MinIO cache
   double bandwidth = 0;        // storage bytes/s (0: unlimited)
   double latency = 0;          // storage seconds per read
@@ -69,6 +69,11 @@ struct Profile {
   double step_rate_1 = 0;     // G with one intra-op thread (0: not measured)
   double step_cpu_1 = 0;      // CPU seconds per sample with one intra-op thread
   double step_spin_cpu = 0;   // CPU seconds per sample the step's idle threads burn after it
+  // Seconds per sample the training loop spends outside the step and outside
+  // waiting for data (taking the batch, Python, being scheduled on cores the
+  // prep threads keep busy), measured in the cached run: the loop around the
+  // step runs at 1 / (1 / G + loop_overhead) at most.
+  double loop_overhead = 0;
   double prep_cpu = 0;        // decode + augment
   double fetch_cpu_miss = 0;  // reading one item from storage
   double fetch_cpu_hit = 0;   // copying one item from the cache
@@ -79,6 +84,9 @@ struct Profile {
   Config measured;            // the configuration the runs below used
   double cached_rate = 0;     // measured samples/s with the step, all items cached
   double cold_rate = 0;       // measured samples/s with the step, nothing cached
+  // Items the batch slots can hold reads for (the slots ahead of the one in
+  // use x the batch size): reads in flight never exceed it. 0: no bound.
+  int64_t slot_items = 0;
 
   static Result<Profile> FromJson(const std::string& json);
   std::string ToJson() const;
@@ -116,6 +124,13 @@ struct StepCost {
   double spin_cpu = 0;
 };
 StepCost StepAt(const Profile& p, const Config& c);
+
+// The reads in flight a configuration runs with: `reads_in_flight` when
+// fixed; when adaptive (0), what the loader keeps by Little's law (the rate
+// the prep threads take items at x the read time, 1.5x headroom + 2, within
+// [4, 256] and 256 MiB of bodies: src/pipeline/workers.cc). Either way at
+// most the items the batch slots hold.
+double ReadsInFlight(const Profile& p, const Config& c);
 
 struct Prediction {
   double rate = 0;  // samples/s per job

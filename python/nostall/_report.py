@@ -47,6 +47,15 @@ def _limit_words(r):
             f"and your step ({p['step_cpu'] * 1e3:.2f} ms)")
 
 
+def _reads_words(r):
+    """The reads in flight of the measured configuration, in words."""
+    fixed = r["profile"]["measured"]["reads_in_flight"]
+    if fixed > 0:
+        return f"{fixed} reads in flight"
+    return (f"reads in flight adaptive (about {r['predicted'].get('reads_in_flight', 0):.0f} "
+            "at this latency)")
+
+
 def _changes(rec, m):
     """What the recommendation changes, as (field, new, now) for every field it raises."""
     c = rec["config"]
@@ -62,7 +71,9 @@ def _recommendation_lines(r):
     g = r["predicted"]["limits"]["compute"] or prof["step_rate"]
     lines = []
     if r["bottleneck"] == "compute":
-        return [f"nothing: the step's own rate ({g:,.0f} samples/s) is the limit; "
+        where = ("the step's own rate" if g >= prof["step_rate"] * 0.995
+                 else "the step's rate in the training loop")
+        return [f"nothing: {where} ({g:,.0f} samples/s) is the limit; "
                 "the data pipeline keeps up."]
     if not _changes(rec, m):
         cold = prof["cold_rate"]
@@ -76,7 +87,9 @@ def _recommendation_lines(r):
                      f"({_bytes(rec['cache_bytes'])}): cache=nostall.Cache(name, "
                      f"size=\"{_bytes(rec['cache_bytes']).replace(' ', '')}\"){alt}")
     if c["reads_in_flight"] > m["reads_in_flight"]:
-        lines.append(f"reads_in_flight={c['reads_in_flight']} (now {m['reads_in_flight']})")
+        now = (f"now adaptive, about {r['predicted']['reads_in_flight']:.0f}"
+               if m["reads_in_flight"] == 0 else f"now {m['reads_in_flight']}")
+        lines.append(f"reads_in_flight={c['reads_in_flight']} ({now})")
     if c["cores"] > m["cores"] or c["prep_threads"] > m["prep_threads"]:
         lines.append(f"{c['cores']:.0f} cores (now {m['cores']:.0f}), "
                      f"num_threads={c['prep_threads']}")
@@ -131,7 +144,7 @@ def render_table(r) -> str:
     run = r.get("run", {})
     b = r["breakdown"]
     t_cold = 1.0 / prof["cold_rate"] if prof["cold_rate"] else 0.0
-    total_ms = 1e3 * max(t_cold, 1.0 / prof["step_rate"])
+    total_ms = 1e3 * max(t_cold, 1.0 / prof["step_rate"] + prof.get("loop_overhead", 0.0))
     out = []
     out.append(f"nostall analyze: {run.get('source', '?')} "
                f"({run.get('items', '?'):,} of {run.get('dataset_items', '?'):,} items sampled; "
@@ -148,6 +161,10 @@ def render_table(r) -> str:
     threads = prof.get("step_threads", 1)
     alone = "step alone (G)" + (f", {threads} threads" if threads > 1 else "")
     out.append(f"  {alone:<28} {prof['step_rate']:10,.0f}")
+    loop = r["predicted"]["limits"]["compute"]
+    if loop is not None and loop < prof["step_rate"] * 0.995:
+        out.append(f"  {'step in the loop, no stall':<28} {'':>10} {loop:10,.0f}"
+                   f"   (+{prof['loop_overhead'] * 1e3:.3f} ms per sample taking batches)")
     for key, label in (("cached", "real data, cached"), ("cold", "real data, cold")):
         chk = r["check"][key]
         out.append(f"  {label:<28} {prof[key + '_rate']:10,.0f} {chk['model']:10,.0f} "
@@ -160,7 +177,7 @@ def render_table(r) -> str:
                f"{prof['fetch_cpu_hit'] * 1e3:.3f} ms from cache; step "
                f"{prof['step_cpu'] * 1e3:.3f} ms CPU; {_bytes(prof['item_bytes'])} encoded")
     out.append(f"storage: {_bw(m['bandwidth'])}, {m['latency_s'] * 1e3:.2f} ms per read, "
-               f"{m['reads_in_flight']} reads in flight; dataset {_bytes(prof['dataset_bytes'])}")
+               f"{_reads_words(r)}; dataset {_bytes(prof['dataset_bytes'])}")
     out.append("")
     out.append("what if (predicted samples/s per job; bottleneck initial: c/p/f)")
     curves = r["curves"]
@@ -308,6 +325,8 @@ def render_html(r) -> str:
     pred = r["predicted"]
     chk = r["check"]
     rows = [("step alone, in-memory batches (G)", prof["step_rate"], None, None),
+            ("step in the training loop, no stall (loop overhead "
+             f"{prof.get('loop_overhead', 0) * 1e3:.3f} ms per sample)", None, g, None),
             ("real data, all cached", prof["cached_rate"], chk["cached"]["model"],
              chk["cached"].get("uncalibrated")),
             ("real data, cold storage", prof["cold_rate"], chk["cold"]["model"],

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nostall/analyze.h"
+#include "pipeline/read_limit.h"
 
 namespace nostall {
 namespace {
@@ -67,6 +68,13 @@ double ReadTime(const Profile& p, const Config& c) {
   return c.latency + (c.bandwidth > 0 ? p.item_bytes / c.bandwidth : 0.0);
 }
 
+// Whether `reads` in flight would be what the loader ends up with anyway.
+bool AdaptiveGives(const Profile& p, const Config& c, int reads) {
+  Config adaptive = c;
+  adaptive.reads_in_flight = 0;
+  return ReadsInFlight(p, adaptive) >= reads;
+}
+
 // A shared pipeline's producer copies each sample into the segment and every
 // job takes it from there (maps and reads it): about one copy each.
 double SharedCopyCpu(const Profile& p, const Config& c) {
@@ -112,6 +120,17 @@ Bottleneck BottleneckOf(Limit l) {
     case Limit::kLatency: return Bottleneck::kFetch;
   }
   return Bottleneck::kCompute;
+}
+
+double ReadsInFlight(const Profile& p, const Config& c) {
+  double reads = c.reads_in_flight;
+  if (reads <= 0) {
+    const double prep_rate =
+        p.prep_cpu > 0 ? std::max(1, c.prep_threads) / p.prep_cpu : 1 / kAssumedPrepSeconds;
+    reads = AutoReadsInFlight(prep_rate, ReadTime(p, c), p.item_bytes);
+  }
+  if (p.slot_items > 0) reads = std::min(reads, static_cast<double>(p.slot_items));
+  return reads;
 }
 
 StepCost StepAt(const Profile& p, const Config& c) {
@@ -181,7 +200,7 @@ double SharingRate(const Profile& p, const Config& c, const Efficiency& e,
     const double share_step = std::min(1.0, cores / std::max(1e-12, stepping + threads * busy));
     // The step runs at its own speed unless it has to share; then at its share.
     const double slow = crowded ? 1 / std::min(1.0, share_step * eff) : 1;
-    const double step_time = step.seconds * ((1 - cpu_bound) + cpu_bound * slow);
+    const double step_time = step.seconds * ((1 - cpu_bound) + cpu_bound * slow) + p.loop_overhead;
     const double done_in_step = threads * share_step * eff * step_time;
     const double spinning =
         wait > 0 ? std::min(spinners, jobs * step.spin_cpu / wait) : (step.spin_cpu > 0 ? spinners : 0);
@@ -211,7 +230,8 @@ Prediction Predict(const Profile& p, const Config& c, const Efficiency& eff) {
   const double pipelines = c.shared ? 1 : std::max(1, c.jobs);
   double* lim = out.limits;
   const StepCost step = StepAt(p, c);
-  lim[0] = step.seconds > 0 ? eff.compute / step.seconds : kInf;
+  const double loop = step.seconds + p.loop_overhead;
+  lim[0] = loop > 0 ? eff.compute / loop : kInf;
   const double cpu = CpuPerSample(p, c);
   lim[1] = cpu > 0 ? c.cores * eff.cpu / cpu : kInf;
   bool oversubscribed = false;
@@ -226,7 +246,7 @@ Prediction Predict(const Profile& p, const Config& c, const Efficiency& eff) {
                ? c.bandwidth * eff.storage / (pipelines * miss * p.item_bytes)
                : kInf;
   const double read_time = ReadTime(p, c);
-  lim[4] = miss > 0 && read_time > 0 ? c.reads_in_flight * eff.storage / (miss * read_time) : kInf;
+  lim[4] = miss > 0 && read_time > 0 ? ReadsInFlight(p, c) * eff.storage / (miss * read_time) : kInf;
   int best = 0;
   for (int l = 1; l < 5; ++l) {
     if (lim[l] < lim[best] * (1 - 1e-9)) best = l;  // ties go to the earlier: compute first
@@ -363,8 +383,14 @@ Recommendation Recommend(const Profile& p, const Efficiency& eff) {
   }
   const double miss_after = 1 - Clamp01(c.cache_fraction);
   if (read_time > 0 && miss_after > 0) {
-    const int need = static_cast<int>(std::ceil(target * miss_after * read_time / eff.storage - 1e-9));
-    c.reads_in_flight = std::max(p.measured.reads_in_flight, std::min(need, kMaxSuggestedReads));
+    const int need = std::min(
+        kMaxSuggestedReads,
+        static_cast<int>(std::ceil(target * miss_after * read_time / eff.storage - 1e-9)));
+    // Adaptive reads stay adaptive where they already reach what is needed.
+    const bool adaptive = p.measured.reads_in_flight <= 0;
+    if (!(adaptive && AdaptiveGives(p, c, need))) {
+      c.reads_in_flight = std::max(p.measured.reads_in_flight, need);
+    }
   }
   // CPU: the fewest whole cores (a prep thread each) that carry the
   // pipeline(s) and the step(s) at the target, their sharing included.
@@ -396,6 +422,7 @@ Result<Profile> Profile::FromJson(const std::string& text) {
     p.step_rate_1 = j.value("step_rate_1", 0.0);
     p.step_cpu_1 = j.value("step_cpu_1", 0.0);
     p.step_spin_cpu = j.value("step_spin_cpu", 0.0);
+    p.loop_overhead = j.value("loop_overhead", 0.0);
     p.prep_cpu = j.at("prep_cpu").get<double>();
     p.fetch_cpu_miss = j.value("fetch_cpu_miss", 0.0);
     p.fetch_cpu_hit = j.value("fetch_cpu_hit", 0.0);
@@ -406,6 +433,7 @@ Result<Profile> Profile::FromJson(const std::string& text) {
     p.measured = ConfigFromJson(j.at("measured"));
     p.cached_rate = j.value("cached_rate", 0.0);
     p.cold_rate = j.value("cold_rate", 0.0);
+    p.slot_items = j.value("slot_items", int64_t{0});
     if (p.step_rate <= 0 || p.prep_cpu < 0 || p.item_bytes < 0 || p.measured.cores <= 0 ||
         p.step_threads < 1 || p.step_rate_1 < 0 || p.step_cpu_1 < 0 || p.step_spin_cpu < 0 ||
         p.copy_cpu < 0) {
@@ -422,12 +450,13 @@ std::string Profile::ToJson() const {
   json j = {{"step_rate", step_rate},           {"step_cpu", step_cpu},
             {"step_threads", step_threads},     {"step_rate_1", step_rate_1},
             {"step_cpu_1", step_cpu_1},         {"step_spin_cpu", step_spin_cpu},
+            {"loop_overhead", loop_overhead},
             {"prep_cpu", prep_cpu},             {"fetch_cpu_miss", fetch_cpu_miss},
             {"copy_cpu", copy_cpu},
             {"fetch_cpu_hit", fetch_cpu_hit},   {"item_bytes", item_bytes},
             {"dataset_bytes", dataset_bytes},   {"dataset_items", dataset_items},
             {"measured", ConfigToJson(measured)}, {"cached_rate", cached_rate},
-            {"cold_rate", cold_rate}};
+            {"cold_rate", cold_rate},           {"slot_items", slot_items}};
   return j.dump();
 }
 
@@ -545,7 +574,8 @@ std::string AnalysisJson(const Profile& p) {
                        {"storage", eff.storage}};
 
   // The differential measurement, as time per sample.
-  const double t_step = 1 / p.step_rate;
+  // The step and the loop around it (taking each batch): "compute".
+  const double t_step = 1 / p.step_rate + p.loop_overhead;
   const double t_cached = p.cached_rate > 0 ? 1 / p.cached_rate : t_step;
   const double t_cold = p.cold_rate > 0 ? 1 / p.cold_rate : t_cached;
   const double prep_stall = std::max(0.0, t_cached - t_step);
@@ -557,6 +587,7 @@ std::string AnalysisJson(const Profile& p) {
 
   const Prediction now = Predict(p, p.measured, eff);
   out["predicted"] = PredictionJson(now);
+  out["predicted"]["reads_in_flight"] = ReadsInFlight(p, p.measured);
   out["bottleneck"] = BottleneckName(NamedBottleneck(now, prep_stall / total, fetch_stall / total));
   out["model_bottleneck"] = BottleneckName(now.bottleneck());
   json check = json::object();
@@ -571,6 +602,7 @@ std::string AnalysisJson(const Profile& p) {
                            {"cache_bytes", r.cache_bytes},
                            {"bandwidth_instead", r.bandwidth_instead},
                            {"rate", r.rate},
+                           {"reads_in_flight", ReadsInFlight(p, r.config)},
                            {"reaches_step_rate", r.reaches_step_rate}};
   return out.dump();
 }
@@ -590,6 +622,7 @@ Result<std::string> PredictJson(const Profile& p, const std::string& config_json
     const Config c = ConfigFromJson(j, p.measured);
     json out = PredictionJson(Predict(p, c, Calibrate(p)));
     out["config"] = ConfigToJson(c);
+    out["reads_in_flight"] = ReadsInFlight(p, c);
     return out.dump();
   } catch (const json::exception& e) {
     return InvalidArgument(std::string("bad configuration: ") + e.what());

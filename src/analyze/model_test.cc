@@ -55,6 +55,67 @@ TEST(ModelTest, CacheCutsOnlyTheReads) {
   EXPECT_TRUE(std::isinf(Predict(p, c).limits[static_cast<int>(Limit::kBandwidth)]));
 }
 
+TEST(ModelTest, AdaptiveReadsFollowLittlesLawAsTheLoaderDoes) {
+  Profile p = Example();
+  Config c = p.measured;
+  c.reads_in_flight = 0;  // adaptive: prep takes 2 / 4 ms = 500 items/s; a read takes 12 ms
+  EXPECT_DOUBLE_EQ(ReadsInFlight(p, c), std::ceil(500 * 0.012 * 1.5) + 2);  // 11
+  EXPECT_DOUBLE_EQ(Predict(p, c).limits[static_cast<int>(Limit::kLatency)], 11 / 0.012);
+  EXPECT_NE(Predict(p, c).limit, Limit::kLatency);  // latency hidden
+  // At 100 ms per read the loader keeps 77; far away, it stops at 256.
+  c.latency = 0.098;
+  EXPECT_DOUBLE_EQ(ReadsInFlight(p, c), 77);
+  c.latency = 2.0;
+  EXPECT_DOUBLE_EQ(ReadsInFlight(p, c), 256);
+  // 256 MiB of bodies at most: 10 MB items allow 26.
+  p.item_bytes = 10e6;
+  EXPECT_DOUBLE_EQ(ReadsInFlight(p, c), 26);
+  // Fixed or adaptive, a read needs room in a batch slot.
+  p.item_bytes = 100e3;
+  p.slot_items = 96;
+  EXPECT_DOUBLE_EQ(ReadsInFlight(p, c), 96);
+  c.reads_in_flight = 128;
+  EXPECT_DOUBLE_EQ(ReadsInFlight(p, c), 96);
+  c.reads_in_flight = 8;
+  EXPECT_DOUBLE_EQ(ReadsInFlight(p, c), 8);
+}
+
+TEST(ModelTest, RecommendationKeepsAdaptiveReadsThatSuffice) {
+  Profile p = Example();
+  p.measured.reads_in_flight = 0;  // adaptive gives 11; 6 are needed
+  EXPECT_EQ(Recommend(p, {}).config.reads_in_flight, 0);
+  // 10 MB items: the loader stops at 26 for memory's sake. 5 GB/s carries 500
+  // of the 1000 samples/s (a 50% cache for the rest); the misses need
+  // 500/s x (10 ms + 2 ms) = 6 reads in flight, then, 200 ms away, 101.
+  p.item_bytes = 10e6;
+  p.dataset_bytes = 10e9;
+  p.measured.bandwidth = 5e9;
+  EXPECT_EQ(Recommend(p, {}).config.reads_in_flight, 0);
+  p.measured.latency = 0.2;
+  EXPECT_EQ(Recommend(p, {}).config.reads_in_flight, 101);
+}
+
+TEST(ModelTest, TheLoopAroundTheStepBoundsTheComputeRate) {
+  Profile p = Example();
+  p.step_rate = 300;            // 3.33 ms per sample
+  p.loop_overhead = 0.0001;     // taking each batch: 0.1 ms per sample
+  Config c = p.measured;
+  c.cache_fraction = 1;
+  c.reads_in_flight = 64;
+  c.cores = 8;
+  c.prep_threads = 8;
+  const Prediction r = Predict(p, c);
+  EXPECT_NEAR(r.limits[static_cast<int>(Limit::kCompute)], 1 / (1 / 300.0 + 0.0001), 1e-9);
+  EXPECT_EQ(r.limit, Limit::kCompute);
+  // A cached run at the loop's rate is no prep stall: nothing to calibrate.
+  p.cached_rate = 1 / (1 / 300.0 + 0.0001);
+  p.measured = c;
+  EXPECT_DOUBLE_EQ(Calibrate(p).cpu, 1);
+  const auto j = nlohmann::json::parse(AnalysisJson(p));
+  EXPECT_EQ(j["bottleneck"], "compute");
+  EXPECT_NEAR(j["breakdown"]["prep_stall"].get<double>(), 0, 1e-9);
+}
+
 TEST(ModelTest, StepCpuAndFetchCpuShareTheCores) {
   Profile p = Example();
   p.step_cpu = 0.001;

@@ -36,16 +36,10 @@
 #include "stats/consumer_recorder.h"
 #include "ops/prep.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/read_limit.h"
 #include "ring/ring.h"
 
 namespace nostall {
-
-// Reads in flight for a remote source when the spec leaves them to adapt.
-constexpr int kFirstAutoReads = 16;   // before the first latency is measured
-constexpr int kMinAutoReads = 4;
-constexpr int kMaxAutoReads = 256;
-constexpr double kAutoReadBytes = 256.0 * (1 << 20);  // bytes in flight at most
-constexpr double kAssumedPrepSeconds = 0.002;       // per item, before prep is measured
 
 struct StageCounters {
   std::atomic<int64_t> items{0}, bytes{0}, busy_cpu_ns{0}, work_ns{0}, starved_ns{0},

@@ -212,9 +212,8 @@ void PipelineLoader::ReadDone(FetchedItem fi, int64_t wall0) {
   if (fetching_ == 0) reads_done_cv_.notify_all();
 }
 
-// Little's law: to keep prep fed, reads in flight = the rate prep takes
-// items at x the time a read takes; with headroom for the latency's spread,
-// within [kMinAutoReads, kMaxAutoReads] and a memory cap. A fixed
+// Little's law (pipeline/read_limit.h): to keep prep fed, reads in flight
+// = the rate prep takes items at x the time a read takes. A fixed
 // reads_in_flight is kept as given.
 void PipelineLoader::AdaptReadLimit() {
   if (spec_.reads_in_flight > 0) return;
@@ -224,14 +223,10 @@ void PipelineLoader::AdaptReadLimit() {
   const double per_item = items >= 16 ? prep_.work_ns.load(std::memory_order_relaxed) / 1e9 / items
                                       : kAssumedPrepSeconds;
   const double rate = spec_.num_threads / std::max(per_item, 1e-6);
-  double want = std::ceil(rate * latency * 1.5) + 2;
   const int64_t fetched = fetch_.items.load(std::memory_order_relaxed);
-  if (fetched > 0) {
-    const double item_bytes = static_cast<double>(fetch_.bytes.load(std::memory_order_relaxed)) / fetched;
-    want = std::min(want, kAutoReadBytes / std::max(item_bytes, 1.0));
-  }
-  read_limit_.store(static_cast<int>(std::clamp(want, double{kMinAutoReads}, double{kMaxAutoReads})),
-                    std::memory_order_relaxed);
+  const double item_bytes =
+      fetched > 0 ? static_cast<double>(fetch_.bytes.load(std::memory_order_relaxed)) / fetched : 0;
+  read_limit_.store(AutoReadsInFlight(rate, latency, item_bytes), std::memory_order_relaxed);
 }
 
 void PipelineLoader::PrepLoop() {

@@ -190,6 +190,7 @@ class _PacedLoader:
     def __init__(self, batches, batch, ready, gap):
         self.batches, self.batch, self.ready, self.gap = batches, batch, ready, gap
         self.made = 0
+        self.waited = 0.0
 
     def set_epoch(self, epoch):
         pass
@@ -200,14 +201,17 @@ class _PacedLoader:
     def stats(self):
         n = self.made * self.batch
         return {"stages": {s: {"items": n, "busy_cpu_s": 0.0, "bytes": 0}
-                           for s in ("fetch", "prep", "batch")}}
+                           for s in ("fetch", "prep", "batch")},
+                "consumer": {"wait_s": self.waited}}
 
     def __iter__(self):
         import torch
 
         for k in range(self.batches):
             if k >= self.ready:
+                t0 = time.perf_counter()
                 time.sleep(self.gap)
+                self.waited += time.perf_counter() - t0
             self.made += 1
             yield torch.zeros(self.batch, 1), torch.zeros(self.batch)
 
@@ -225,9 +229,41 @@ def test_a_timed_window_counts_only_samples_made_inside_it():
     assert w.samples == 50 and w.gaps == 5
     assert w.rate == pytest.approx(500, rel=0.12)
     assert w.too_short()  # 5 arrivals: too few to trust
+    # All of the window was waiting for data: no time in the loop around the step.
+    assert w.loop_overhead() < 0.1e-3
     w.run_epoch(_PacedLoader(8, 10, ready=0, gap=0.02), lambda x, y: None, 0, 0,
                 Phase(False, total=1))
     assert w.gaps == 12
+
+
+def test_the_loop_around_the_step_is_timed_apart_from_step_and_waits():
+    from nostall._progress import Phase
+    from nostall.analyze import _Window
+
+    # Batches of 10 always ready; each step 10 ms; the loop then does 5 ms
+    # of its own per batch (the stand-in for taking a batch on busy cores).
+    loader = _PacedLoader(12, 10, ready=12, gap=0)
+
+    def step(x, y):
+        time.sleep(0.010)
+
+    class Slow:
+        def __iter__(self):
+            for batch in loader:
+                time.sleep(0.005)
+                yield batch
+
+        def __getattr__(self, name):
+            return getattr(loader, name)
+
+        def __len__(self):
+            return len(loader)
+
+    w = _Window()
+    w.run_epoch(Slow(), step, 0, 1, Phase(False, total=1))
+    assert w.gaps == 10 and w.wait_s == 0
+    assert w.step_s == pytest.approx(0.100, rel=0.2)
+    assert w.loop_overhead() == pytest.approx(0.5e-3, rel=0.4)  # 5 ms per 10 samples
 
 
 def test_short_epochs_are_timed_within_what_storage_allows(small_pngs):

@@ -380,3 +380,44 @@ def test_the_shared_memory_cache_in_front_of_s3_saves_every_request(s3):
         remote.close()
     finally:
         cache.remove()
+
+
+def test_analyze_on_s3_sees_the_latency_and_predicts_more_reads_in_flight(s3):
+    """nostall.analyze on s3:// 30 ms away with 2 reads in flight: the probe
+    finds the latency, the run is fetch-bound on it, and the model says what
+    more reads in flight (fixed, or left to adapt) would give."""
+    proxy = FaultProxy("--latency-ms", "30")
+    try:
+        spec = {"source": "s3://train-data/imagenet/train/", "batch_size": 4,
+                "reads_in_flight": 2, "transforms": [{"type": "Resize", "size": [16, 16]}]}
+        a = nostall.analyze(spec, lambda x, y: None, step_seconds=0.5, progress=False)
+    finally:
+        proxy.restore()
+    text = a.table() + a.to_json()
+    assert SECRET not in text and "AKIDTEST" not in text
+    m = a.profile["measured"]
+    assert 0.025 < m["latency_s"] < 0.1, a.table()
+    assert a.bottleneck == "fetch" and a.result["predicted"]["limit"] == "latency", a.table()
+    cold = a.profile["cold_rate"]
+    assert cold <= 2 / 0.030 * 1.1, a.table()  # 2 reads of 30 ms at a time
+    assert a.result["run"]["storage_stats"]["requests"] > 0
+    # Reads in flight: 8 fixed predict 4x. Left to adapt, the loader would
+    # keep more than these tiny images need, but a read needs room in a batch
+    # slot: 3 batches of 4 ahead of the one in use hold 12.
+    assert a.predict(reads_in_flight=8)["rate"] == pytest.approx(4 * a.predict()["rate"], rel=0.01)
+    adaptive = a.predict(reads_in_flight=0)
+    assert adaptive["reads_in_flight"] == 12
+    assert adaptive["rate"] == pytest.approx(6 * a.predict()["rate"], rel=0.01)
+    assert a.recommendation["config"]["reads_in_flight"] > 2
+    assert "reads_in_flight=" in a.table()
+
+
+def test_analyze_on_s3_with_reads_left_to_adapt(s3):
+    """The default on s3:// (reads in flight adapt) is analysed as such."""
+    spec = {"source": "s3://train-data/imagenet/train/", "batch_size": 2,
+            "transforms": [{"type": "Resize", "size": [16, 16]}]}
+    a = nostall.analyze(spec, lambda x, y: None, step_seconds=0.5, progress=False)
+    assert a.profile["measured"]["reads_in_flight"] == 0
+    assert a.result["predicted"]["reads_in_flight"] >= 4
+    assert "reads in flight adaptive" in a.table()
+    assert a.result["predicted"]["limit"] != "latency", a.table()
