@@ -6,7 +6,8 @@ with a synthetic step (a sleep of a chosen length per batch); and, unlike
 those the model was first checked on, WebDataset tar shards, a real PyTorch
 CPU step (a small conv net, forward + backward + SGD, torch's own intra-op
 threads), another output size and batch size, a short epoch on a slow store,
-and one read in flight on a high-latency store. For each, `analyze` runs
+one read in flight on a high-latency store, and a real S3 server 40 ms away
+(SeaweedFS through tests/tools/latency_proxy.py; --no-s3 leaves it out). For each, `analyze` runs
 once at the situation's configuration; its model then predicts other
 configurations (cache fractions, cores and threads, bandwidths, reads in
 flight), and each of those is measured for real in a fresh process (pinned
@@ -531,8 +532,10 @@ def render(rows, args, took):
         "cache dropped); each situation's step is a sleep of a chosen time per batch or a "
         "real PyTorch CPU step (`bench/torch_step.py`: a small conv net, forward + backward + "
         "SGD on torch's own intra-op threads), and some change the source (8 WebDataset tar "
-        "shards of the same images), the output size and batch, or the sample (a short "
-        "epoch). `analyze` runs once per situation; every other row is the model's "
+        "shards of the same images), the output size and batch, the sample (a short "
+        "epoch), or the storage: S3 (SeaweedFS's S3 gateway on loopback behind a 40 ms "
+        "latency proxy, both pinned to the second core, that situation's runs to the "
+        "first). `analyze` runs once per situation; every other row is the model's "
         "prediction from that one profile, then measured for real in a fresh process pinned "
         f"to its cores (at least {args.epochs} epochs and 16 batches timed, from the arrival "
         "of the third batch to the arrival of the last, counting only batches that arrived "
