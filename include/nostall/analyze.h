@@ -17,8 +17,8 @@
 //              than the cores, "prep_threads" when they are not
 //   bandwidth  T * pipelines * (1 - h) * item_bytes <= bandwidth
 //
-// A shared pipeline also copies every sample into its segment, and each job
-// takes it from there: (1 + jobs) * copy_cpu more CPU per sample.
+// A shared pipeline writes each chunk in place in its segment and each job
+// takes a view of it (docs/ring_format.md): no copy is charged.
 //   latency    T * (1 - h) * (latency + item_bytes / bandwidth) <= reads_in_flight
 //
 // The sharing limit follows one sample's time as the consumer sees it: the
@@ -78,7 +78,6 @@ struct Profile {
   double fetch_cpu_miss = 0;  // reading one item from storage
   double fetch_cpu_hit = 0;   // copying one item from the cache
   double item_bytes = 0;      // mean encoded size
-  double copy_cpu = 0;        // copying one output sample in memory (one thread)
   double dataset_bytes = 0;   // the whole dataset's encoded size
   int64_t dataset_items = 0;
   Config measured;            // the configuration the runs below used

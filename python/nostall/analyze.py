@@ -263,20 +263,6 @@ def _synthetic_batch(shape, dtype, batch, torch):
     return images, torch.zeros(batch, dtype=torch.int64)
 
 
-def _copy_cpu(images):
-    """CPU seconds to copy one sample of the batch in memory, on one thread (numpy)."""
-    import numpy as np
-
-    src = images.numpy()
-    dst = np.empty_like(src)
-    np.copyto(dst, src)  # pages touched once, as in a segment in use
-    c0, n = time.thread_time(), 0
-    while n < 5 or (time.thread_time() - c0 < 0.05 and n < 200):
-        np.copyto(dst, src)
-        n += 1
-    return (time.thread_time() - c0) / (n * images.shape[0])
-
-
 def _step_alone(step, shape, dtype, batch, seconds, phases, torch):
     """Phase 1: the step on one synthetic batch already in memory.
 
@@ -292,8 +278,7 @@ def _step_alone(step, shape, dtype, batch, seconds, phases, torch):
     # core busy (a step that sleeps or waits on a GPU does not).
     threads = max(1, torch.get_num_threads()) if cpu * rate > 1.05 else 1
     out = {"step_rate": rate, "step_cpu": cpu, "step_threads": threads,
-           "step_rate_1": 0.0, "step_cpu_1": 0.0, "step_spin_cpu": 0.0,
-           "copy_cpu": _copy_cpu(images)}
+           "step_rate_1": 0.0, "step_cpu_1": 0.0, "step_spin_cpu": 0.0}
     if threads > 1:
         out["step_spin_cpu"] = _spin_after_step(step, images, labels)
     phases.end(f"G = {rate:,.0f} samples/s" + (f" on {threads} threads" if threads > 1 else ""))

@@ -75,17 +75,11 @@ bool AdaptiveGives(const Profile& p, const Config& c, int reads) {
   return ReadsInFlight(p, adaptive) >= reads;
 }
 
-// A shared pipeline's producer copies each sample into the segment and every
-// job takes it from there (maps and reads it): about one copy each.
-double SharedCopyCpu(const Profile& p, const Config& c) {
-  return c.shared && c.jobs > 1 ? (1 + c.jobs) * p.copy_cpu : 0.0;
-}
-
 double CpuPerSample(const Profile& p, const Config& c) {
   const double h = Clamp01(c.cache_fraction);
   const double pipelines = c.shared ? 1 : std::max(1, c.jobs);
   const double fetch = h * p.fetch_cpu_hit + (1 - h) * p.fetch_cpu_miss;
-  return pipelines * (p.prep_cpu + fetch) + SharedCopyCpu(p, c) +
+  return pipelines * (p.prep_cpu + fetch) +
          std::max(1, c.jobs) * StepAt(p, c).work_cpu;
 }
 
@@ -190,7 +184,7 @@ double SharingRate(const Profile& p, const Config& c, const Efficiency& e,
   // the cores the step and the prep threads share.
   const double h = Clamp01(c.cache_fraction);
   const double fetch =
-      pipelines * (h * p.fetch_cpu_hit + (1 - h) * p.fetch_cpu_miss) + SharedCopyCpu(p, c);
+      pipelines * (h * p.fetch_cpu_hit + (1 - h) * p.fetch_cpu_miss);
   double busy = 1;  // fraction of the prep threads runnable while the step runs
   double wait = 0, rate = 0;
   for (int iter = 0; iter < 100; ++iter) {
@@ -427,7 +421,6 @@ Result<Profile> Profile::FromJson(const std::string& text) {
     p.fetch_cpu_miss = j.value("fetch_cpu_miss", 0.0);
     p.fetch_cpu_hit = j.value("fetch_cpu_hit", 0.0);
     p.item_bytes = j.at("item_bytes").get<double>();
-    p.copy_cpu = j.value("copy_cpu", 0.0);
     p.dataset_bytes = j.value("dataset_bytes", 0.0);
     p.dataset_items = j.value("dataset_items", int64_t{0});
     p.measured = ConfigFromJson(j.at("measured"));
@@ -436,9 +429,10 @@ Result<Profile> Profile::FromJson(const std::string& text) {
     p.slot_items = j.value("slot_items", int64_t{0});
     if (p.step_rate <= 0 || p.prep_cpu < 0 || p.item_bytes < 0 || p.measured.cores <= 0 ||
         p.step_threads < 1 || p.step_rate_1 < 0 || p.step_cpu_1 < 0 || p.step_spin_cpu < 0 ||
-        p.copy_cpu < 0) {
+        p.loop_overhead < 0 || p.slot_items < 0 || p.measured.reads_in_flight < 0) {
       return InvalidArgument("a profile needs step_rate > 0, prep_cpu >= 0, item_bytes >= 0, "
-                             "measured.cores > 0, step_threads >= 1 and no negative step cost");
+                             "measured.cores > 0, step_threads >= 1, reads_in_flight >= 0 (0: "
+                             "adaptive) and no negative step cost, loop overhead or slot count");
     }
     return p;
   } catch (const json::exception& e) {
@@ -452,7 +446,6 @@ std::string Profile::ToJson() const {
             {"step_cpu_1", step_cpu_1},         {"step_spin_cpu", step_spin_cpu},
             {"loop_overhead", loop_overhead},
             {"prep_cpu", prep_cpu},             {"fetch_cpu_miss", fetch_cpu_miss},
-            {"copy_cpu", copy_cpu},
             {"fetch_cpu_hit", fetch_cpu_hit},   {"item_bytes", item_bytes},
             {"dataset_bytes", dataset_bytes},   {"dataset_items", dataset_items},
             {"measured", ConfigToJson(measured)}, {"cached_rate", cached_rate},

@@ -328,11 +328,14 @@ int Bench(const Args& args) {
                 res.seconds, res.images_per_second(), res.stats.ToJson().c_str());
     return 0;
   }
-  std::printf("%s: %lld images in %.2f s = %.1f images/s (batch %lld, %d prep threads, %d reads in "
-              "flight)\n\n%s",
+  const std::string reads_text =
+      res.stats.has_storage && spec.reads_in_flight == 0
+          ? "reads in flight adaptive, " + std::to_string(res.stats.reads_in_flight_target) + " at the end"
+          : std::to_string(res.stats.fetch.threads) + " reads in flight";
+  std::printf("%s: %lld images in %.2f s = %.1f images/s (batch %lld, %d prep threads, %s)\n\n%s",
               spec.source.c_str(), static_cast<long long>(res.images), res.seconds,
               res.images_per_second(), static_cast<long long>(spec.batch_size),
-              res.stats.prep.threads, res.stats.fetch.threads, res.stats.ToTable().c_str());
+              res.stats.prep.threads, reads_text.c_str(), res.stats.ToTable().c_str());
   return 0;
 }
 

@@ -1,12 +1,21 @@
 // S3 over libcurl's multi interface (s3_client.h). One I/O thread owns the
-// multi handle: it starts the requests callers queue, drives them all with
-// curl_multi_perform/poll, retries what may pass, and calls each request's
-// completion (a waiting caller's, or an asynchronous reader's). Hand-written
+// multi handle: it starts the requests callers queue, drives them with
+// curl_multi_socket_action from an epoll loop (only the connections that are
+// ready are touched: with curl_multi_perform every wake-up stepped every
+// transfer in flight, a cost that grew with the reads in flight a distant
+// store needs), retries what may pass, and calls each request's completion
+// (a waiting caller's, or an asynchronous reader's). Hand-written
 // here: the small XML reading of ListObjectsV2 and error bodies (a handful of
 // flat tags).
 #include "source/s3_client.h"
 
 #include <curl/curl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cmath>
@@ -182,6 +191,9 @@ struct Waiter {
 struct S3Client::Impl {
   S3Config config;
   CURLM* multi = nullptr;
+  int epoll_fd = -1;  // the sockets curl asks to watch, and wake_fd
+  int wake_fd = -1;   // an eventfd: new requests, cancel, stop
+  int64_t timer_due_ns = -1;  // when curl wants its timeout handled (-1: no timer)
   std::thread io;
   Mutex mu;
   std::deque<Request*> incoming GUARDED_BY(mu);
@@ -213,7 +225,46 @@ struct S3Client::Impl {
       MutexLock lock(&mu);
       incoming.push_back(r);
     }
-    curl_multi_wakeup(multi);
+    Wake();
+  }
+
+  void Wake() {
+    const uint64_t one = 1;
+    (void)!write(wake_fd, &one, sizeof one);
+  }
+
+  // curl's socket callback: which sockets to watch, for what.
+  static int OnSocket(CURL*, curl_socket_t fd, int what, void* user, void*) {
+    auto* self = static_cast<Impl*>(user);
+    if (what == CURL_POLL_REMOVE) {
+      epoll_ctl(self->epoll_fd, EPOLL_CTL_DEL, fd, nullptr);  // may be closed already: fine
+      return 0;
+    }
+    epoll_event ev{};
+    ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u);
+    ev.data.fd = fd;
+    if (epoll_ctl(self->epoll_fd, EPOLL_CTL_MOD, fd, &ev) != 0 && errno == ENOENT) {
+      epoll_ctl(self->epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+    }
+    return 0;
+  }
+
+  // curl's timer callback: when to call it back with CURL_SOCKET_TIMEOUT.
+  static int OnTimer(CURLM*, long timeout_ms, void* user) {
+    auto* self = static_cast<Impl*>(user);
+    self->timer_due_ns = timeout_ms < 0 ? -1 : NowNs() + static_cast<int64_t>(timeout_ms) * 1000000;
+    return 0;
+  }
+
+  // Every transfer curl has finished: done, failed for good, or queued again.
+  void TakeFinished() {
+    int left = 0;
+    while (CURLMsg* m = curl_multi_info_read(multi, &left)) {
+      if (m->msg != CURLMSG_DONE) continue;
+      Request* r = nullptr;
+      curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &r);
+      Finish(r, m->data.result);
+    }
   }
 
   void Complete(Request* r, Status st) {
@@ -346,6 +397,7 @@ struct S3Client::Impl {
   void Loop() {
     int running = 0;
     int64_t cpu_seen = ThreadCpuNs();
+    epoll_event events[64];
     while (true) {
       std::deque<Request*> fresh;
       bool stopping;
@@ -365,7 +417,7 @@ struct S3Client::Impl {
         CancelEverything(&fresh, "the read was cancelled (the loader is stopping)");
       }
       for (Request* r : fresh) Start(r);
-      const int64_t now = NowNs();
+      int64_t now = NowNs();
       int64_t next_due = now + 100000000;
       for (auto it = later.begin(); it != later.end();) {
         if ((*it)->start_at_ns <= now) {
@@ -376,19 +428,34 @@ struct S3Client::Impl {
           ++it;
         }
       }
-      curl_multi_perform(multi, &running);
-      int left = 0;
-      while (CURLMsg* m = curl_multi_info_read(multi, &left)) {
-        if (m->msg != CURLMSG_DONE) continue;
-        Request* r = nullptr;
-        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &r);
-        Finish(r, m->data.result);
+      // curl's own timeouts (and the first step of requests just added).
+      if (timer_due_ns >= 0 && timer_due_ns <= NowNs()) {
+        timer_due_ns = -1;
+        curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running);
+        TakeFinished();
       }
       const int64_t cpu = ThreadCpuNs();
       io_cpu_ns.fetch_add(cpu - cpu_seen, std::memory_order_relaxed);
       cpu_seen = cpu;
-      const int wait_ms = static_cast<int>(std::max<int64_t>(1, (next_due - NowNs()) / 1000000));
-      curl_multi_poll(multi, nullptr, 0, std::min(wait_ms, 100), nullptr);
+      if (timer_due_ns >= 0) next_due = std::min(next_due, timer_due_ns);
+      now = NowNs();
+      const int wait_ms =
+          next_due <= now ? 0 : static_cast<int>(std::min<int64_t>(100, (next_due - now + 999999) / 1000000));
+      const int n = epoll_wait(epoll_fd, events, 64, wait_ms);
+      for (int k = 0; k < n; ++k) {
+        const int fd = events[k].data.fd;
+        if (fd == wake_fd) {
+          uint64_t count;
+          (void)!read(wake_fd, &count, sizeof count);
+          continue;
+        }
+        const uint32_t ev = events[k].events;
+        const int flags = ((ev & EPOLLIN) ? CURL_CSELECT_IN : 0) |
+                          ((ev & EPOLLOUT) ? CURL_CSELECT_OUT : 0) |
+                          ((ev & (EPOLLERR | EPOLLHUP)) ? CURL_CSELECT_ERR : 0);
+        curl_multi_socket_action(multi, fd, flags, &running);
+      }
+      TakeFinished();
     }
   }
 
@@ -412,6 +479,23 @@ Result<std::unique_ptr<S3Client>> S3Client::Create(S3Config config) {
   impl->config = std::move(config);
   impl->multi = curl_multi_init();
   if (impl->multi == nullptr) return Internal("libcurl could not make a multi handle");
+  impl->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  impl->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (impl->epoll_fd < 0 || impl->wake_fd < 0) {
+    const std::string why = std::strerror(errno);
+    if (impl->epoll_fd >= 0) close(impl->epoll_fd);
+    if (impl->wake_fd >= 0) close(impl->wake_fd);
+    curl_multi_cleanup(impl->multi);
+    return ResourceExhausted("the S3 client could not make its event loop: " + why);
+  }
+  epoll_event wake{};
+  wake.events = EPOLLIN;
+  wake.data.fd = impl->wake_fd;
+  epoll_ctl(impl->epoll_fd, EPOLL_CTL_ADD, impl->wake_fd, &wake);
+  curl_multi_setopt(impl->multi, CURLMOPT_SOCKETFUNCTION, &Impl::OnSocket);
+  curl_multi_setopt(impl->multi, CURLMOPT_SOCKETDATA, impl.get());
+  curl_multi_setopt(impl->multi, CURLMOPT_TIMERFUNCTION, &Impl::OnTimer);
+  curl_multi_setopt(impl->multi, CURLMOPT_TIMERDATA, impl.get());
   Impl* raw = impl.get();
   impl->io = std::thread([raw] { raw->Loop(); });
   return std::unique_ptr<S3Client>(new S3Client(std::move(impl)));
@@ -424,9 +508,11 @@ S3Client::~S3Client() {
     MutexLock lock(&impl_->mu);
     impl_->stop = true;
   }
-  curl_multi_wakeup(impl_->multi);
+  impl_->Wake();
   impl_->io.join();
   curl_multi_cleanup(impl_->multi);
+  close(impl_->epoll_fd);
+  close(impl_->wake_fd);
 }
 
 void S3Client::CancelAll() {
@@ -434,7 +520,7 @@ void S3Client::CancelAll() {
     MutexLock lock(&impl_->mu);
     ++impl_->cancel_requested;
   }
-  curl_multi_wakeup(impl_->multi);
+  impl_->Wake();
 }
 
 void S3Client::GetAsync(const std::string& bucket, const std::string& key, uint64_t offset,

@@ -155,6 +155,20 @@ std::string LoaderStats::ToTable() const {
     }
     out += "\n";
   }
+  if (has_storage) {
+    // For remote storage the fetch row's "threads" is the reads-in-flight
+    // limit (one dispatcher starts them; they complete on the I/O thread).
+    std::snprintf(line, sizeof line,
+                  "storage: %lld requests (%lld retried, %lld failed), %.1f MB; reads in flight "
+                  "now %lld, limit %d, peak %lld; latency p50 %.1f ms, p99 %.1f ms; "
+                  "I/O thread %.2fs CPU\n",
+                  static_cast<long long>(storage.requests), static_cast<long long>(storage.retries),
+                  static_cast<long long>(storage.errors), storage.bytes / 1e6,
+                  static_cast<long long>(storage.in_flight), reads_in_flight_target,
+                  static_cast<long long>(storage.peak_in_flight), storage.latency_p50_s * 1e3,
+                  storage.latency_p99_s * 1e3, storage.io_cpu_ns / 1e9);
+    out += line;
+  }
   if (has_shared) {
     std::snprintf(line, sizeof line,
                   "shared '%s': %s; %lld chunks shared, %lld private, %lld batches copied, "

@@ -421,3 +421,23 @@ def test_analyze_on_s3_with_reads_left_to_adapt(s3):
     assert a.result["predicted"]["reads_in_flight"] >= 4
     assert "reads in flight adaptive" in a.table()
     assert a.result["predicted"]["limit"] != "latency", a.table()
+
+
+def test_the_command_line_inspects_and_benches_s3(s3):
+    """`nostall inspect|bench s3://...` as a user runs them (keys from the environment)."""
+    from test_cli import run as cli
+
+    r = cli("inspect", "s3://train-data/imagenet/train/")
+    assert r.returncode == 0, r.stderr
+    assert "s3-image-folder" in r.stdout and "items:       21" in r.stdout
+    assert SECRET not in r.stdout + r.stderr
+    r = cli("bench", "s3://train-data/imagenet/train/", "--batch-size", 4, "--size", 32)
+    assert r.returncode == 0, r.stderr
+    assert "21 images" in r.stdout and "reads in flight adaptive" in r.stdout
+    assert "storage: " in r.stdout and "requests" in r.stdout and "latency p50" in r.stdout
+    j = json.loads(cli("bench", "s3://train-data/imagenet/train/", "--batch-size", 4, "--size", 32,
+                       "--json", "--reads-in-flight", 3).stdout)
+    assert j["images"] == 21 and j["stats"]["storage"]["peak_in_flight"] <= 3
+    assert j["stats"]["storage"]["requests"] >= 21
+    r = cli("bench", "s3://no-such-bucket/x/", "--batch-size", 4)
+    assert r.returncode == 1 and "NoSuchBucket" in r.stderr and SECRET not in r.stderr
