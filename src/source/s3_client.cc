@@ -555,15 +555,16 @@ Status S3Client::Get(const std::string& bucket, const std::string& key, uint64_t
   return w.status;
 }
 
-Result<std::vector<S3Object>> S3Client::List(const std::string& bucket, const std::string& prefix) {
-  std::vector<S3Object> objects;
+Status S3Client::ListPages(const std::string& bucket, const std::string& prefix, bool folders,
+                           const std::function<void(const std::string& xml)>& page) {
   std::string token;
-  for (int page = 0; page < 1000000; ++page) {
+  for (int n = 0; n < 1000000; ++n) {
     auto* r = new Request;
     // Parameters in SigV4's canonical (sorted) order: libcurl signs the
     // query as written, and a server sorts it before checking.
     r->url = impl_->config.BucketUrl(bucket) + "?";
     if (!token.empty()) r->url += "continuation-token=" + UriEncode(token, false) + "&";
+    if (folders) r->url += "delimiter=%2F&";
     r->url += "list-type=2&prefix=" + UriEncode(prefix, false);
     r->what = "s3://" + bucket + "/" + prefix + " (listing)";
     const std::string what = r->what;
@@ -573,6 +574,17 @@ Result<std::vector<S3Object>> S3Client::List(const std::string& bucket, const st
     w.Wait();
     if (!w.status.ok()) return w.status;
     const std::string xml(w.body.begin(), w.body.end());
+    page(xml);
+    if (Tag(xml, "IsTruncated") != "true") return Status::OK();
+    token = Tag(xml, "NextContinuationToken");
+    if (token.empty()) return DataError(what + ": a truncated listing without a continuation token");
+  }
+  return DataError("s3://" + bucket + "/" + prefix + ": a listing of over a million pages");
+}
+
+Result<std::vector<S3Object>> S3Client::List(const std::string& bucket, const std::string& prefix) {
+  std::vector<S3Object> objects;
+  NOSTALL_RETURN_IF_ERROR(ListPages(bucket, prefix, false, [&](const std::string& xml) {
     for (size_t at = xml.find("<Contents>"); at != std::string::npos;
          at = xml.find("<Contents>", at + 1)) {
       const size_t end = xml.find("</Contents>", at);
@@ -582,13 +594,25 @@ Result<std::vector<S3Object>> S3Client::List(const std::string& bucket, const st
       o.etag = Tag(xml, "ETag", at, end);
       objects.push_back(std::move(o));
     }
-    if (Tag(xml, "IsTruncated") != "true") break;
-    token = Tag(xml, "NextContinuationToken");
-    if (token.empty()) return DataError(what + ": a truncated listing without a continuation token");
-  }
+  }));
   std::sort(objects.begin(), objects.end(),
             [](const S3Object& a, const S3Object& b) { return a.key < b.key; });
   return objects;
+}
+
+Result<std::vector<std::string>> S3Client::ListFolders(const std::string& bucket,
+                                                       const std::string& prefix) {
+  std::vector<std::string> folders;
+  NOSTALL_RETURN_IF_ERROR(ListPages(bucket, prefix, true, [&](const std::string& xml) {
+    for (size_t at = xml.find("<CommonPrefixes>"); at != std::string::npos;
+         at = xml.find("<CommonPrefixes>", at + 1)) {
+      const size_t end = xml.find("</CommonPrefixes>", at);
+      std::string folder = Tag(xml, "Prefix", at, end);
+      if (!folder.empty()) folders.push_back(std::move(folder));
+    }
+  }));
+  std::sort(folders.begin(), folders.end());
+  return folders;
 }
 
 StorageStats S3Client::Stats() const {

@@ -50,6 +50,9 @@ class S3Client {
   void CancelAll();
   // Every object under `prefix` (ListObjectsV2, all pages), in key order.
   Result<std::vector<S3Object>> List(const std::string& bucket, const std::string& prefix);
+  // The "folders" right under `prefix` (ListObjectsV2 with delimiter '/',
+  // all pages: each common prefix, ending in '/'), in key order.
+  Result<std::vector<std::string>> ListFolders(const std::string& bucket, const std::string& prefix);
 
   StorageStats Stats() const;
   // Recent request latency without queueing: the least of each window of
@@ -61,6 +64,9 @@ class S3Client {
 
  private:
   explicit S3Client(std::unique_ptr<Impl> impl);
+  // ListObjectsV2 page by page; `page` gets each page's XML.
+  Status ListPages(const std::string& bucket, const std::string& prefix, bool folders,
+                   const std::function<void(const std::string& xml)>& page);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,14 +1,16 @@
 // The S3 image-folder driver: s3://BUCKET/PREFIX/ laid out as an image
 // folder (one first-level prefix per class, .jpg/.jpeg/.png objects under
-// it at any depth), indexed by listing the prefix (ListObjectsV2, every
-// page) and ordered exactly as the image-folder driver orders the same files
+// it at any depth), indexed by listing the classes, then every class at once
+// (ListObjectsV2, every page; ListClasses) and ordered exactly as the image-folder driver orders the same files
 // on disk, so batches are the same bytes either way. Each item is one GET
 // over the client's kept-alive connections.
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <map>
+#include <thread>
 
 #include "source/driver.h"
 #include "source/s3_source.h"
@@ -39,13 +41,42 @@ bool Claims(const std::string& uri) {
   return uri.rfind("s3://", 0) == 0 && !(uri.size() >= 4 && uri.compare(uri.size() - 4, 4, ".tar") == 0);
 }
 
+// Every object under the class prefixes of `prefix`: the classes from one
+// listing with a delimiter, then each class listed on its own, up to
+// kListingsInFlight at a time (a listing is one page of 1,000 keys per round
+// trip: ImageNet's 1.28 M objects listed in one sequence take ~1,300 of
+// them). Objects right under `prefix`, outside any class, are not listed.
+constexpr int kListingsInFlight = 32;
+
+Result<std::vector<S3Object>> ListClasses(S3Client* client, const std::string& bucket,
+                                          const std::string& prefix) {
+  NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> classes, client->ListFolders(bucket, prefix));
+  std::vector<Result<std::vector<S3Object>>> each(classes.size(),
+                                                  Result<std::vector<S3Object>>(std::vector<S3Object>{}));
+  std::atomic<size_t> next{0};
+  auto lister = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < classes.size();) each[k] = client->List(bucket, classes[k]);
+  };
+  std::vector<std::thread> threads;
+  const size_t n = std::min<size_t>(kListingsInFlight, classes.size());
+  for (size_t t = 1; t < n; ++t) threads.emplace_back(lister);
+  lister();
+  for (auto& t : threads) t.join();
+  std::vector<S3Object> objects;
+  for (auto& r : each) {
+    if (!r.ok()) return r.status();
+    for (S3Object& o : r.value()) objects.push_back(std::move(o));
+  }
+  return objects;
+}
+
 Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions& options) {
   NOSTALL_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(uri));
   std::string prefix = loc.key;
   if (!prefix.empty() && prefix.back() != '/') prefix += '/';
   NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(options));
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<S3Client> client, S3Client::Create(config));
-  Result<std::vector<S3Object>> listed = client->List(loc.bucket, prefix);
+  Result<std::vector<S3Object>> listed = ListClasses(client.get(), loc.bucket, prefix);
   if (!listed.ok()) {
     return Status(listed.status().code(), listed.status().message() + " [" +
                                                client->config().Describe() + "]");

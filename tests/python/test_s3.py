@@ -345,14 +345,40 @@ def test_a_listing_of_many_pages_is_read_whole(s3):
     first asked for with a continuation token (signed in canonical order)."""
     client, _ = s3
     src = {"Bucket": "train-data", "Key": "imagenet/train/class_0/000.jpg"}
-    for i in range(1003):
-        client.copy_object(Bucket="train-data", Key=f"paged/c{i % 2}/{i:05d}.jpg", CopySource=src)
+    for i in range(1003):  # c0: 1,001 objects (two pages of its own listing), c1: 2
+        client.copy_object(Bucket="train-data", Key=f"paged/c{0 if i < 1001 else 1}/{i:05d}.jpg",
+                           CopySource=src)
     loader = nostall.Loader("s3://train-data/paged/", batch_size=64, transforms=[nostall.Resize((8, 8))])
     assert loader.num_items == 1003
     assert loader.classes == ["c0", "c1"]
-    assert loader.key(501) == "s3://train-data/paged/c0/01002.jpg"  # c0: 0, 2, ..., 1002
-    assert loader.key(1002) == "s3://train-data/paged/c1/01001.jpg"
+    assert loader.key(1000) == "s3://train-data/paged/c0/01000.jpg"
+    assert loader.key(1001) == "s3://train-data/paged/c1/01001.jpg"
     loader.close()
+
+
+def test_the_classes_are_listed_at_once(s3):
+    """Each class prefix is listed on its own, many at a time: 12 classes 300 ms
+    away take a few round trips, not 13 in a row (as one listing would, page
+    after page, on a large dataset)."""
+    client, _ = s3
+    src = {"Bucket": "train-data", "Key": "imagenet/train/class_0/000.jpg"}
+    for c in range(12):
+        for i in range(2):
+            client.copy_object(Bucket="train-data", Key=f"wide/k{c:02d}/{i}.jpg", CopySource=src)
+    proxy = FaultProxy("--latency-ms", "300")
+    try:
+        t0 = time.monotonic()
+        loader = nostall.Loader("s3://train-data/wide/", batch_size=4,
+                                transforms=[nostall.Resize((8, 8))])
+        took = time.monotonic() - t0
+        assert loader.num_items == 24 and loader.classes == [f"k{c:02d}" for c in range(12)]
+        assert loader.key(23) == "s3://train-data/wide/k11/1.jpg"
+        loader.close()
+    finally:
+        counts = proxy.finish()
+        proxy.restore()
+    assert counts["requests"] == 13, counts  # the classes, then one listing each
+    assert took < 6 * 0.3, took  # in a row: 13 x 0.3 s at least
 
 
 def test_the_shared_memory_cache_in_front_of_s3_saves_every_request(s3):
@@ -441,3 +467,38 @@ def test_the_command_line_inspects_and_benches_s3(s3):
     assert j["stats"]["storage"]["requests"] >= 21
     r = cli("bench", "s3://no-such-bucket/x/", "--batch-size", 4)
     assert r.returncode == 1 and "NoSuchBucket" in r.stderr and SECRET not in r.stderr
+
+
+def test_nostall_serve_on_s3_feeds_attached_jobs(s3, tmp_path):
+    """`nostall serve` with a spec whose path is s3://: an attached job gets
+    every sample once per epoch, the pixels of the local copy."""
+    import signal
+
+    _, local = s3
+    spec = {"source": "s3://train-data/imagenet/train/", "batch_size": 3, "shuffle": True,
+            "seed": 4, "transforms": [{"type": "Resize", "size": [16, 16]}]}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    name = f"s3-serve-{os.getpid()}"
+    nostall_cmd = os.path.join(os.path.dirname(sys.executable), "nostall")
+    server = subprocess.Popen([nostall_cmd, "serve", "--spec", str(tmp_path / "spec.json"),
+                               "--name", name, "--quiet"], stderr=subprocess.PIPE, text=True)
+    try:
+        here = {}
+        with nostall.Loader(local, batch_size=3, transforms=[nostall.Resize((16, 16))],
+                            return_indices=True) as ld:
+            for x, _, idx in ld:
+                for k, i in enumerate(idx.tolist()):
+                    here[i] = x[k].clone()
+        with nostall.Loader.attach(name, batch_size=3, wait=30, return_indices=True) as job:
+            for _ in range(2):
+                seen = []
+                for x, _, idx in job:
+                    for k, i in enumerate(idx.tolist()):
+                        assert torch.equal(x[k], here[i])
+                        seen.append(i)
+                assert sorted(seen) == list(range(21))
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=30)
+    assert server.returncode == 0, err
+    assert SECRET not in err
