@@ -24,7 +24,7 @@ struct CacheStats {
   int64_t hits = 0;
   int64_t misses = 0;
   int64_t errors = 0;  // lookups that failed (a remote tier down): read from storage instead
-  std::string tier;    // the driver: "minio", "lru"
+  std::string tier;    // the driver: "minio", "lru", "memcached"
 };
 
 // Thread-safe; MinioCache is also safe across processes that share it.
@@ -54,9 +54,11 @@ struct CacheConfig {
   uint64_t budget_bytes = 0;
   uint64_t dataset_fingerprint = 0;
   int64_t num_items = 0;
+  // A cluster tier's servers ("host:port"); empty: NOSTALL_CACHE_SERVERS.
+  std::vector<std::string> servers = {};
 };
 
-// Opens a cache of `policy` ("minio", "lru"; see src/cache/driver.h for the
+// Opens a cache of `policy` ("minio", "lru", "memcached"; see src/cache/driver.h for the
 // registry), or an InvalidArgument error naming the policies there are.
 Result<std::unique_ptr<Cache>> OpenCache(const std::string& policy, const CacheConfig& config);
 

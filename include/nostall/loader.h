@@ -57,6 +57,9 @@ struct LoaderSpec {
   // "minio" (default) or "lru": an in-process LRU cache of the same size,
   // the page cache's policy, for benchmarks (cache_name is then only a label).
   std::string cache_policy = "minio";
+  // "memcached": the servers of the cluster tier ("host:port"; empty:
+  // NOSTALL_CACHE_SERVERS). See src/cache/memcached_cache.cc.
+  std::vector<std::string> cache_servers;
 
   static Result<LoaderSpec> FromJson(const std::string& json);
   // Every field FromJson reads, and ToJson writes (ToJson(FromJson(x)) keeps all).

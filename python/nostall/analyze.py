@@ -98,9 +98,11 @@ _MIN_GAPS = 8
 _MIN_SECONDS = 1.0
 
 
-def _machine_busy_s():
-    """CPU seconds the cores this process may run on have spent busy (user,
-    system, irq; all processes), from /proc/stat; None where it cannot be read."""
+def _machine_kernel_s():
+    """CPU seconds the cores this process may run on have spent in the kernel
+    (system, irq, softirq; all processes), from /proc/stat; None where it
+    cannot be read. Other processes' own (user) work is left out: on a busy
+    machine it would be taken for the cost of this job's reads."""
     try:
         allowed = {f"cpu{c}" for c in os.sched_getaffinity(0)}
         busy = 0
@@ -108,8 +110,8 @@ def _machine_busy_s():
             for line in f:
                 fields = line.split()
                 if fields and fields[0] in allowed:
-                    user, nice, system, _idle, _iowait, irq, softirq = map(int, fields[1:8])
-                    busy += user + nice + system + irq + softirq
+                    _user, _nice, system, _idle, _iowait, irq, softirq = map(int, fields[1:8])
+                    busy += system + irq + softirq
         return busy / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, AttributeError):
         return None
@@ -118,6 +120,10 @@ def _machine_busy_s():
 def _process_cpu_s():
     t = os.times()
     return t.user + t.system
+
+
+def _process_system_s():
+    return os.times().system
 
 
 class _Window:
@@ -134,6 +140,7 @@ class _Window:
         self.gaps = 0
         self.seconds = 0.0
         self.process_cpu = 0.0
+        self.process_sys = 0.0
         self.machine_cpu = 0.0
         self.stats = []  # (before, after) loader stats per window
         self.step_s = 0.0  # inside the window, in the step
@@ -156,10 +163,11 @@ class _Window:
         return max(0.0, self.seconds - self.step_s - self.wait_s) / self.samples
 
     def other_cpu_per_sample(self):
-        """Machine CPU outside this process (the kernel's work for it, mostly) per sample."""
+        """The kernel's CPU outside this process's own system time (I/O
+        completion, page-cache work for it, mostly) per sample."""
         if self.samples == 0 or self.machine_cpu is None:
             return 0.0
-        return max(0.0, self.machine_cpu - self.process_cpu) / self.samples
+        return max(0.0, self.machine_cpu - self.process_sys) / self.samples
 
     def run_epoch(self, loader, step, epoch, warm, phase):
         """One epoch through ``step``; the window covers batch ``warm`` to the last."""
@@ -175,13 +183,13 @@ class _Window:
             now = time.perf_counter()
             if k == warm:
                 t0, before = now, loader.stats()
-                cpu0, machine0 = _process_cpu_s(), _machine_busy_s()
+                cpu0, sys0, machine0 = _process_cpu_s(), _process_system_s(), _machine_kernel_s()
             elif t0 is not None:
                 samples += images.shape[0]
                 gaps += 1
                 t_last = now
             if t_last is not None and k == n_batches - 1:
-                cpu1, machine1 = _process_cpu_s(), _machine_busy_s()
+                cpu1, sys1, machine1 = _process_cpu_s(), _process_system_s(), _machine_kernel_s()
                 after = loader.stats()
             s0 = time.perf_counter()
             step(images, labels)
@@ -192,11 +200,13 @@ class _Window:
         if t_last is None:
             return
         if after is None:  # fewer batches than len() said: close the window here
-            cpu1, machine1, after = _process_cpu_s(), _machine_busy_s(), loader.stats()
+            cpu1, sys1, machine1 = _process_cpu_s(), _process_system_s(), _machine_kernel_s()
+            after = loader.stats()
         self.samples += samples
         self.gaps += gaps
         self.seconds += t_last - t0
         self.process_cpu += cpu1 - cpu0
+        self.process_sys += sys1 - sys0
         if self.machine_cpu is not None and machine0 is not None and machine1 is not None:
             self.machine_cpu += machine1 - machine0
         else:
@@ -440,12 +450,17 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
     # of everything else (more wake-ups, more spinning). All of it is the
     # price of reading cold, so the fetch CPU per item from storage is the
     # cached fetch CPU plus the whole difference in CPU per sample, cold
-    # minus cached, this process and the rest of the machine, or at least
+    # minus cached, this process and the kernel's work for it, or at least
     # what the fetch threads' clocks say.
     fetch_hit = cached.per_item("fetch")
     fetch_threads = max(0.0, cold.per_item("fetch") - fetch_hit)
     process_extra = max(0.0, cold.cpu_per_sample() - cached.cpu_per_sample())
-    kernel_extra = max(0.0, cold.other_cpu_per_sample() - cached.other_cpu_per_sample())
+    # The kernel's work outside the process is counted for local files only
+    # (page-cache drops, I/O completion); a remote store's reads are this
+    # process's own (the client's I/O thread and its system calls), and
+    # anything else in the kernel then belongs to other processes.
+    kernel_extra = (max(0.0, cold.other_cpu_per_sample() - cached.other_cpu_per_sample())
+                    if cold_storage is None else 0.0)
     fetch_miss = fetch_hit + max(fetch_threads, process_extra) + kernel_extra
 
     profile = {
@@ -480,7 +495,7 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
                      "windows": {name: {"batches": w.gaps, "samples": w.samples,
                                         "seconds": w.seconds,
                                         "process_cpu_s": w.process_cpu,
-                                        "machine_cpu_s": w.machine_cpu}
+                                        "machine_kernel_s": w.machine_cpu}
                                  for name, w in (("cold", cold), ("cached", cached))},
                      "storage_stats": cold_storage,
                      "fetch_cpu_cold": {"fetch_threads": fetch_threads,

@@ -32,16 +32,31 @@ class Cache:
     names the same cache attaches to it and reads what is already there. The
     memory lives in /dev/shm until removed; with a cache, reads of missed items
     bypass the OS page cache (drop_page_cache) so the bytes are not held twice.
+
+    With ``servers=["node1:11211", ...]`` (or ``policy="memcached"`` and
+    NOSTALL_CACHE_SERVERS) the items are kept in the nodes' memcached servers
+    instead, partitioned across them (each item on one server), so every
+    node's cache memory serves every node; ``size`` is then what this loader
+    may insert. Start the servers with ``memcached -M`` (refuse, never evict).
     """
 
-    def __init__(self, name: str, size, policy: str = "minio"):
+    def __init__(self, name: str, size, policy: str | None = None, servers=None):
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", name or ""):
             raise ValueError(f"cache name {name!r} may hold only letters, digits, - _ .")
-        if policy not in ("minio", "lru"):
-            raise ValueError(f'policy must be "minio" or "lru" (in-process, for comparisons), not {policy!r}')
+        if servers is not None:
+            if isinstance(servers, str) or not all(isinstance(x, str) for x in servers):
+                raise TypeError('servers must be a list of "host:port" strings')
+            servers = list(servers)
+        policy = policy or ("memcached" if servers else "minio")
+        if policy not in ("minio", "lru", "memcached"):
+            raise ValueError('policy must be "minio", "memcached" (with servers) or "lru" '
+                             f"(in-process, for comparisons), not {policy!r}")
+        if servers and policy != "memcached":
+            raise ValueError(f'servers go with policy="memcached", not {policy!r}')
         self.name = name
         self.size = parse_size(size)
         self.policy = policy
+        self.servers = servers or []
 
     def remove(self) -> None:
         """Removes the cache's shared memory; loaders attached keep theirs until they close."""

@@ -12,12 +12,15 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cache/driver.h"
 #include "nostall/cache.h"
+#include "testing/memcached_server.h"
 
 namespace nostall {
 namespace {
@@ -62,6 +65,23 @@ struct TieredFactory {
   static void Remove(const std::string& name) { MinioFactory::Remove(name); }
 };
 
+// The cluster tier against a real memcached of its own (src/testing).
+struct MemcachedFactory {
+  static std::map<std::string, std::unique_ptr<testing::MemcachedServer>>& Servers() {
+    static std::map<std::string, std::unique_ptr<testing::MemcachedServer>> servers;
+    return servers;
+  }
+  static Result<std::unique_ptr<Cache>> Open(const std::string& name, uint64_t budget) {
+    auto& server = Servers()[name];
+    if (!server) server = std::make_unique<testing::MemcachedServer>();
+    if (!server->started()) return Internal("memcached did not start");
+    CacheConfig config{name, budget, 42, kItems};
+    config.servers = {server->address()};
+    return OpenCache("memcached", config);
+  }
+  static void Remove(const std::string& name) { Servers().erase(name); }
+};
+
 template <typename Factory>
 class CacheConformance : public ::testing::Test {
  protected:
@@ -80,7 +100,7 @@ class CacheConformance : public ::testing::Test {
   std::string name_ = NameFor("cache");
 };
 
-using Factories = ::testing::Types<MinioFactory, LruFactory, TieredFactory>;
+using Factories = ::testing::Types<MinioFactory, LruFactory, TieredFactory, MemcachedFactory>;
 TYPED_TEST_SUITE(CacheConformance, Factories);
 
 TYPED_TEST(CacheConformance, AMissThenTheExactBytesOnceInserted) {

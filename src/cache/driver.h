@@ -26,7 +26,8 @@ const std::vector<CacheDriver>& CacheDrivers();
 // The drivers, one line each (X(Name) defines `CacheDriver NameDriver()`).
 #define NOSTALL_CACHE_DRIVERS(X) \
   X(Minio)                       \
-  X(Lru)
+  X(Lru)                         \
+  X(Memcached)
 
 #define NOSTALL_DECLARE_CACHE_DRIVER(name) CacheDriver name##Driver();
 NOSTALL_CACHE_DRIVERS(NOSTALL_DECLARE_CACHE_DRIVER)

@@ -76,9 +76,9 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in) {
   }
   std::unique_ptr<Cache> cache;
   if (!spec.cache_name.empty()) {
-    NOSTALL_ASSIGN_OR_RETURN(cache, OpenCache(spec.cache_policy,
-                                              {spec.cache_name, spec.cache_bytes,
-                                               source->fingerprint(), source->size()}));
+    CacheConfig config{spec.cache_name, spec.cache_bytes, source->fingerprint(), source->size()};
+    config.servers = spec.cache_servers;
+    NOSTALL_ASSIGN_OR_RETURN(cache, OpenCache(spec.cache_policy, config));
   }
   PipelineParts parts;
   parts.spec = std::move(spec);

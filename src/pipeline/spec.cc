@@ -94,6 +94,17 @@ Status GetString(const json& j, const std::string& where, const char* key, std::
   return Status::OK();
 }
 
+Status GetStrings(const json& j, const std::string& where, const char* key,
+                  std::vector<std::string>* out) {
+  if (!j.contains(key)) return Status::OK();
+  const json& v = j[key];
+  bool ok = v.is_array();
+  for (size_t i = 0; ok && i < v.size(); ++i) ok = v[i].is_string();
+  if (!ok) return InvalidArgument(where + key + " must be a list of strings, not " + Shown(v));
+  *out = v.get<std::vector<std::string>>();
+  return Status::OK();
+}
+
 Status GetPair(const json& j, const std::string& where, const char* key, double* a, double* b) {
   if (!j.contains(key)) return Status::OK();
   const json& v = j[key];
@@ -260,7 +271,7 @@ const std::vector<std::string>& LoaderSpec::FieldNames() {
       "shuffle_block", "transforms", "dtype", "layout", "mode", "max_pixels", "num_threads",
       "reads_in_flight", "prefetch", "on_error", "index_cache_dir", "use_index_cache",
       "dct_scaling", "throttle_bandwidth", "throttle_latency_ms", "drop_page_cache", "cache_name",
-      "cache_bytes", "cache_policy", "s3_endpoint", "s3_region", "s3_profile", "s3_addressing",
+      "cache_bytes", "cache_policy", "cache_servers", "s3_endpoint", "s3_region", "s3_profile", "s3_addressing",
       "s3_unsigned"};
   return kFields;
 }
@@ -300,6 +311,7 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "cache_name", &s.cache_name));
     NOSTALL_RETURN_IF_ERROR(GetU64(j, w, "cache_bytes", &s.cache_bytes));
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "cache_policy", &s.cache_policy));
+    NOSTALL_RETURN_IF_ERROR(GetStrings(j, w, "cache_servers", &s.cache_servers));
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_endpoint", &s.source_options.s3_endpoint));
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_region", &s.source_options.s3_region));
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_profile", &s.source_options.s3_profile));
@@ -367,6 +379,7 @@ std::string LoaderSpec::ToJson() const {
             {"cache_name", cache_name},
             {"cache_bytes", cache_bytes},
             {"cache_policy", cache_policy},
+            {"cache_servers", cache_servers},
             {"s3_endpoint", source_options.s3_endpoint},
             {"s3_region", source_options.s3_region},
             {"s3_profile", source_options.s3_profile},
@@ -383,6 +396,7 @@ uint64_t LoaderSpec::Fingerprint() const {
   j.erase("prefetch");
   j.erase("index_cache_dir");  // where the index is kept changes no batch
   j.erase("use_index_cache");
+  j.erase("cache_servers");  // where the cached copies are kept changes no batch
   for (const char* where : {"s3_endpoint", "s3_region", "s3_profile", "s3_addressing", "s3_unsigned"}) {
     j.erase(where);  // where the same objects are fetched from changes no batch
   }

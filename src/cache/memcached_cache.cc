@@ -1,0 +1,318 @@
+// The cluster tier: encoded items partitioned across the nodes' memcached
+// servers (CoorDL's partitioned cache, on a cache people already run).
+//
+// libmemcached (the maintained "awesome" fork) places each key on one server
+// by ketama consistent hashing and speaks the binary protocol. Each value
+// carries a header naming the dataset, the item, the length and a CRC32 of
+// the bytes: a value cut short, damaged, or written for another dataset is a
+// miss, never the item's bytes. Items are added, never replaced or evicted:
+// the servers run with -M (a full server refuses instead of evicting), and a
+// server that answers "out of memory" gets no more inserts from this client
+// (first come, first cached, as the node-local MinIO cache). A server that
+// does not answer within the timeouts (milliseconds) costs hits, never the
+// item: the lookup is an error and the loader reads storage. After two
+// failures in a row a server is left alone (its lookups are errors at once,
+// its inserts skipped) for a backoff of 1 s, doubling up to 30 s, then tried
+// again; one answer puts it back.
+#include <libmemcached/memcached.h>
+#include <libmemcached/util.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+
+#include "cache/driver.h"
+#include "common/mutex.h"
+
+namespace nostall {
+namespace {
+
+constexpr char kMagic[4] = {'N', 'S', 'M', 'C'};
+constexpr int kPoolSize = 32;  // connections' handles: one per thread reading at once
+constexpr int kFailuresToDrop = 2;
+constexpr double kFirstBackoffS = 1.0, kMaxBackoffS = 30.0;
+
+struct Header {
+  char magic[4];
+  uint32_t crc;  // CRC32 of the item's bytes
+  uint64_t fingerprint;
+  int64_t item;
+  uint64_t length;
+};
+static_assert(sizeof(Header) == 32);
+
+uint32_t Crc(const uint8_t* data, size_t n) {
+  uLong c = crc32(0L, Z_NULL, 0);
+  while (n > 0) {  // zlib takes 32-bit lengths
+    const uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    c = crc32(c, data, chunk);
+    data += chunk;
+    n -= chunk;
+  }
+  return static_cast<uint32_t>(c);
+}
+
+// "host:port" (port 11211 when left out).
+Result<std::pair<std::string, int>> ParseServer(const std::string& s) {
+  const size_t colon = s.rfind(':');
+  std::string host = colon == std::string::npos ? s : s.substr(0, colon);
+  int port = 11211;
+  if (colon != std::string::npos) {
+    char* end = nullptr;
+    const long p = std::strtol(s.c_str() + colon + 1, &end, 10);
+    if (*end != '\0' || p <= 0 || p > 65535) {
+      return InvalidArgument("cache server \"" + s + "\": the port must be a number in [1, 65535]");
+    }
+    port = static_cast<int>(p);
+  }
+  if (host.empty()) return InvalidArgument("cache server \"" + s + "\" names no host");
+  return std::make_pair(host, port);
+}
+
+bool OutOfMemory(memcached_return_t rc) {
+  return rc == MEMCACHED_SERVER_MEMORY_ALLOCATION_FAILURE ||
+         rc == MEMCACHED_MEMORY_ALLOCATION_FAILURE || rc == MEMCACHED_E2BIG;
+}
+
+class MemcachedCache final : public Cache {
+ public:
+  MemcachedCache(memcached_st* master, memcached_pool_st* pool, const CacheConfig& config)
+      : master_(master), pool_(pool), config_(config) {}
+
+  ~MemcachedCache() override {
+    memcached_pool_destroy(pool_);
+    memcached_free(master_);
+  }
+
+  Result<bool> Lookup(int64_t item, std::vector<uint8_t>* out) override {
+    const std::string key = Key(item);
+    memcached_return_t rc;
+    memcached_st* mc = Fetch(&rc);
+    if (mc == nullptr) return Failed("no connection handle", rc);
+    const std::string server = ServerOf(mc, key);
+    if (IsDown(server)) {
+      memcached_pool_release(pool_, mc);
+      errors_.fetch_add(1);
+      return IoError("memcached server " + server + " is down (tried again after a backoff)");
+    }
+    size_t len = 0;
+    uint32_t flags = 0;
+    char* value = memcached_get(mc, key.data(), key.size(), &len, &flags, &rc);
+    memcached_pool_release(pool_, mc);
+    Answered(server, rc == MEMCACHED_SUCCESS || rc == MEMCACHED_NOTFOUND);
+    if (rc == MEMCACHED_NOTFOUND) {
+      misses_.fetch_add(1);
+      return false;
+    }
+    if (rc != MEMCACHED_SUCCESS) {
+      std::free(value);
+      return Failed(key + " on " + server, rc);
+    }
+    const bool good = Check(item, reinterpret_cast<const uint8_t*>(value), len, out);
+    std::free(value);
+    (good ? hits_ : misses_).fetch_add(1);
+    if (!good) rejected_.fetch_add(1);
+    return good;
+  }
+
+  bool Insert(int64_t item, const uint8_t* data, size_t size) override {
+    const uint64_t need = size + sizeof(Header);
+    uint64_t used = used_.load();
+    do {  // this client's share of the budget, reserved before the add
+      if (used + need > config_.budget_bytes) return false;
+    } while (!used_.compare_exchange_weak(used, used + need));
+    const std::string key = Key(item);
+    memcached_return_t rc;
+    memcached_st* mc = Fetch(&rc);
+    bool stored = false;
+    if (mc != nullptr) {
+      const std::string server = ServerOf(mc, key);
+      if (!IsFull(server) && !IsDown(server)) {
+        std::string value(sizeof(Header) + size, '\0');
+        Header h{};
+        std::memcpy(h.magic, kMagic, sizeof kMagic);
+        h.crc = Crc(data, size);
+        h.fingerprint = config_.dataset_fingerprint;
+        h.item = item;
+        h.length = size;
+        std::memcpy(value.data(), &h, sizeof h);
+        if (size > 0) std::memcpy(value.data() + sizeof h, data, size);
+        // add: stored only if absent (a second insert, or another node's, wins nothing).
+        rc = memcached_add(mc, key.data(), key.size(), value.data(), value.size(), 0, 0);
+        stored = rc == MEMCACHED_SUCCESS;
+        if (OutOfMemory(rc)) MarkFull(server);
+        Answered(server, rc == MEMCACHED_SUCCESS || rc == MEMCACHED_NOTSTORED ||
+                             rc == MEMCACHED_DATA_EXISTS || OutOfMemory(rc));
+      }
+      memcached_pool_release(pool_, mc);
+    }
+    if (stored) {
+      items_.fetch_add(1);
+    } else {
+      used_.fetch_sub(need);
+    }
+    return stored;
+  }
+
+  CacheStats Stats() const override {
+    CacheStats s;
+    s.budget_bytes = config_.budget_bytes;
+    s.used_bytes = used_.load();
+    s.items = items_.load();
+    s.hits = hits_.load();
+    s.misses = misses_.load();
+    s.errors = errors_.load();
+    s.tier = "memcached";
+    return s;
+  }
+
+ private:
+  std::string Key(int64_t item) const {
+    char key[64];
+    std::snprintf(key, sizeof key, "nostall:%016llx:%lld",
+                  static_cast<unsigned long long>(config_.dataset_fingerprint),
+                  static_cast<long long>(item));
+    return key;
+  }
+
+  memcached_st* Fetch(memcached_return_t* rc) {
+    struct timespec wait = {1, 0};
+    return memcached_pool_fetch(pool_, &wait, rc);
+  }
+
+  Status Failed(const std::string& what, memcached_return_t rc) {
+    errors_.fetch_add(1);
+    return IoError("memcached: " + what + ": " + memcached_strerror(master_, rc));
+  }
+
+  // The value as written by Insert for this dataset and item, its bytes whole.
+  bool Check(int64_t item, const uint8_t* value, size_t len, std::vector<uint8_t>* out) const {
+    if (value == nullptr || len < sizeof(Header)) return false;
+    Header h;
+    std::memcpy(&h, value, sizeof h);
+    if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 ||
+        h.fingerprint != config_.dataset_fingerprint || h.item != item ||
+        h.length != len - sizeof(Header) || Crc(value + sizeof h, h.length) != h.crc) {
+      return false;
+    }
+    out->assign(value + sizeof h, value + len);
+    return true;
+  }
+
+  std::string ServerOf(memcached_st* mc, const std::string& key) {
+    memcached_return_t rc;
+    const memcached_instance_st* s = memcached_server_by_key(mc, key.data(), key.size(), &rc);
+    if (s == nullptr) return "";
+    return std::string(memcached_server_name(s)) + ":" + std::to_string(memcached_server_port(s));
+  }
+  bool IsFull(const std::string& server) {
+    MutexLock lock(&mu_);
+    return full_.count(server) > 0;
+  }
+  void MarkFull(const std::string& server) {
+    MutexLock lock(&mu_);
+    full_.insert(server);
+  }
+
+  // The circuit breaker: consecutive failures per server, and until when it
+  // is left alone.
+  struct Health {
+    int failures = 0;
+    double backoff_s = 0;
+    std::chrono::steady_clock::time_point down_until{};
+  };
+  bool IsDown(const std::string& server) {
+    MutexLock lock(&mu_);
+    auto it = health_.find(server);
+    return it != health_.end() && std::chrono::steady_clock::now() < it->second.down_until;
+  }
+  void Answered(const std::string& server, bool ok) {
+    MutexLock lock(&mu_);
+    Health& h = health_[server];
+    if (ok) {
+      h = Health{};
+      return;
+    }
+    if (++h.failures >= kFailuresToDrop) {
+      h.backoff_s = h.backoff_s == 0 ? kFirstBackoffS : std::min(kMaxBackoffS, 2 * h.backoff_s);
+      h.down_until = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(h.backoff_s));
+      h.failures = kFailuresToDrop - 1;  // one more failure when it is tried again: down again
+    }
+  }
+
+  memcached_st* master_;
+  memcached_pool_st* pool_;
+  const CacheConfig config_;
+  std::atomic<uint64_t> used_{0};
+  std::atomic<int64_t> items_{0}, hits_{0}, misses_{0}, errors_{0}, rejected_{0};
+  Mutex mu_;
+  std::set<std::string> full_ GUARDED_BY(mu_);  // servers that answered "out of memory"
+  std::map<std::string, Health> health_ GUARDED_BY(mu_);
+};
+
+Result<std::unique_ptr<Cache>> Open(const CacheConfig& config) {
+  std::vector<std::string> servers = config.servers;
+  if (servers.empty()) {
+    if (const char* env = std::getenv("NOSTALL_CACHE_SERVERS"); env != nullptr) {
+      std::string list = env;
+      for (size_t at = 0; at <= list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        if (comma > at) servers.push_back(list.substr(at, comma - at));
+        at = comma + 1;
+      }
+    }
+  }
+  if (servers.empty()) {
+    return InvalidArgument("a memcached cache needs its servers (cache_servers, or "
+                           "NOSTALL_CACHE_SERVERS=host:port,host:port)");
+  }
+  memcached_st* master = memcached_create(nullptr);
+  if (master == nullptr) return ResourceExhausted("libmemcached could not make a client");
+  // Timeouts in milliseconds: a slow or dead server costs hits, not time.
+  memcached_behavior_set(master, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, 1);
+  memcached_behavior_set(master, MEMCACHED_BEHAVIOR_DISTRIBUTION,
+                         MEMCACHED_DISTRIBUTION_CONSISTENT_KETAMA);
+  memcached_behavior_set(master, MEMCACHED_BEHAVIOR_TCP_NODELAY, 1);
+  memcached_behavior_set(master, MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, 200);   // ms
+  memcached_behavior_set(master, MEMCACHED_BEHAVIOR_POLL_TIMEOUT, 200);      // ms
+  memcached_behavior_set(master, MEMCACHED_BEHAVIOR_RCV_TIMEOUT, 200000);    // us
+  memcached_behavior_set(master, MEMCACHED_BEHAVIOR_SND_TIMEOUT, 200000);    // us
+  memcached_behavior_set(master, MEMCACHED_BEHAVIOR_SERVER_FAILURE_LIMIT, 2);
+  memcached_behavior_set(master, MEMCACHED_BEHAVIOR_SERVER_TIMEOUT_LIMIT, 2);  // timeouts count too
+  memcached_behavior_set(master, MEMCACHED_BEHAVIOR_REMOVE_FAILED_SERVERS, 1);
+  memcached_behavior_set(master, MEMCACHED_BEHAVIOR_RETRY_TIMEOUT, 2);       // s, then try again
+  for (const std::string& s : servers) {
+    Result<std::pair<std::string, int>> hp = ParseServer(s);
+    if (!hp.ok()) {
+      memcached_free(master);
+      return hp.status();
+    }
+    const memcached_return_t rc =
+        memcached_server_add(master, hp.value().first.c_str(), static_cast<in_port_t>(hp.value().second));
+    if (rc != MEMCACHED_SUCCESS) {
+      memcached_free(master);
+      return InvalidArgument("cache server \"" + s + "\": " + memcached_strerror(nullptr, rc));
+    }
+  }
+  memcached_pool_st* pool = memcached_pool_create(master, 1, kPoolSize);
+  if (pool == nullptr) {
+    memcached_free(master);
+    return ResourceExhausted("libmemcached could not make a connection pool");
+  }
+  return std::unique_ptr<Cache>(std::make_unique<MemcachedCache>(master, pool, config));
+}
+
+}  // namespace
+
+CacheDriver MemcachedDriver() { return {"memcached", Open}; }
+
+}  // namespace nostall

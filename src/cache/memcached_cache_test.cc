@@ -1,0 +1,217 @@
+// The cluster tier with real memcached processes: values that are not ours
+// are misses, a killed server costs hits and not time, a full server refuses
+// and keeps what it has. (The conformance suite covers the rest.)
+#include <libmemcached/memcached.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nostall/cache.h"
+#include "testing/memcached_server.h"
+
+namespace nostall {
+namespace {
+
+using testing::MemcachedServer;
+
+std::vector<uint8_t> Bytes(int64_t item, size_t n) {
+  std::vector<uint8_t> b(n);
+  for (size_t k = 0; k < n; ++k) b[k] = static_cast<uint8_t>(item * 131 + k * 7);
+  return b;
+}
+
+std::unique_ptr<Cache> Open(const std::vector<std::string>& servers, uint64_t fingerprint = 7,
+                            uint64_t budget = 256 << 20) {
+  CacheConfig config{"cluster", budget, fingerprint, 1000};
+  config.servers = servers;
+  auto c = OpenCache("memcached", config);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
+// Writes `value` under the key the tier uses for (fingerprint, item), as
+// another program (or a damaged server) might.
+void Overwrite(const MemcachedServer& server, uint64_t fingerprint, int64_t item,
+               const std::string& value) {
+  memcached_st* mc = memcached_create(nullptr);
+  memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, 1);
+  memcached_server_add(mc, "127.0.0.1", static_cast<in_port_t>(server.port()));
+  char key[64];
+  std::snprintf(key, sizeof key, "nostall:%016llx:%lld", static_cast<unsigned long long>(fingerprint),
+                static_cast<long long>(item));
+  ASSERT_EQ(memcached_set(mc, key, std::strlen(key), value.data(), value.size(), 0, 0),
+            MEMCACHED_SUCCESS);
+  memcached_free(mc);
+}
+
+TEST(MemcachedCacheTest, ServersComeFromTheConfigOrTheEnvironmentOrItSaysSo) {
+  unsetenv("NOSTALL_CACHE_SERVERS");
+  auto none = OpenCache("memcached", {"x", 1 << 20, 1, 10});
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("NOSTALL_CACHE_SERVERS"), std::string::npos);
+  CacheConfig bad{"x", 1 << 20, 1, 10};
+  bad.servers = {"node1:http"};
+  auto wrong = OpenCache("memcached", bad);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("node1:http"), std::string::npos);
+  MemcachedServer server;
+  ASSERT_TRUE(server.started());
+  setenv("NOSTALL_CACHE_SERVERS", server.address().c_str(), 1);
+  auto from_env = OpenCache("memcached", {"x", 1 << 20, 1, 10});
+  unsetenv("NOSTALL_CACHE_SERVERS");
+  ASSERT_TRUE(from_env.ok()) << from_env.status().ToString();
+  const auto b = Bytes(1, 100);
+  EXPECT_TRUE(from_env.value()->Insert(1, b.data(), b.size()));
+}
+
+TEST(MemcachedCacheTest, ValuesThatAreNotOursAreMissesNeverBytes) {
+  MemcachedServer server;
+  ASSERT_TRUE(server.started());
+  auto cache = Open({server.address()});
+  ASSERT_NE(cache, nullptr);
+  const auto good = Bytes(3, 5000);
+  ASSERT_TRUE(cache->Insert(3, good.data(), good.size()));
+  std::vector<uint8_t> out;
+  ASSERT_TRUE(cache->Lookup(3, &out).value());
+  EXPECT_EQ(out, good);
+  // Another dataset's items (another fingerprint) are never ours.
+  auto other = Open({server.address()}, /*fingerprint=*/8);
+  EXPECT_FALSE(other->Lookup(3, &out).value());
+  // Garbage, a header alone, and a value cut short under our key: misses.
+  Overwrite(server, 7, 4, "not a nostall value");
+  EXPECT_FALSE(cache->Lookup(4, &out).value());
+  ASSERT_TRUE(cache->Insert(5, good.data(), good.size()));
+  memcached_st* mc = memcached_create(nullptr);
+  memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_BINARY_PROTOCOL, 1);
+  memcached_server_add(mc, "127.0.0.1", static_cast<in_port_t>(server.port()));
+  size_t len = 0;
+  uint32_t flags = 0;
+  memcached_return_t rc;
+  const char* key = "nostall:0000000000000007:5";
+  char* whole = memcached_get(mc, key, std::strlen(key), &len, &flags, &rc);
+  ASSERT_EQ(rc, MEMCACHED_SUCCESS);
+  const std::string value(whole, len);
+  std::free(whole);
+  memcached_free(mc);
+  Overwrite(server, 7, 5, value.substr(0, len - 1));  // cut short
+  EXPECT_FALSE(cache->Lookup(5, &out).value());
+  std::string flipped = value;
+  flipped[len / 2] ^= 1;  // one bit of the bytes
+  Overwrite(server, 7, 5, flipped);
+  EXPECT_FALSE(cache->Lookup(5, &out).value());
+  Overwrite(server, 7, 6, value);  // item 5's value under item 6's key
+  EXPECT_FALSE(cache->Lookup(6, &out).value());
+  EXPECT_EQ(cache->Stats().errors, 0);
+}
+
+TEST(MemcachedCacheTest, AKilledServerCostsItsHitsNotTimeNorBytes) {
+  MemcachedServer a, b;
+  ASSERT_TRUE(a.started() && b.started());
+  auto cache = Open({a.address(), b.address()});
+  ASSERT_NE(cache, nullptr);
+  constexpr int kItems = 200;
+  for (int64_t i = 0; i < kItems; ++i) {
+    const auto bytes = Bytes(i, 1000 + i);
+    ASSERT_TRUE(cache->Insert(i, bytes.data(), bytes.size())) << i;
+  }
+  b.Kill();
+  const auto t0 = std::chrono::steady_clock::now();
+  int hits = 0, errors = 0;
+  std::vector<uint8_t> out;
+  for (int round = 0; round < 3; ++round) {
+    for (int64_t i = 0; i < kItems; ++i) {
+      Result<bool> r = cache->Lookup(i, &out);
+      if (!r.ok()) {
+        ++errors;
+      } else if (r.value()) {
+        ++hits;
+        ASSERT_EQ(out, Bytes(i, 1000 + i)) << i;
+      }
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Consistent hashing spreads the items over both; the survivor keeps its share.
+  EXPECT_GT(hits, 3 * kItems / 4);
+  EXPECT_LT(hits, 3 * kItems);
+  EXPECT_LT(seconds, 3.0) << "a dead server must cost milliseconds, not seconds";
+  const CacheStats s = cache->Stats();
+  EXPECT_EQ(s.errors, errors);
+  EXPECT_EQ(s.hits + s.misses + s.errors, 3 * kItems);
+}
+
+TEST(MemcachedCacheTest, AServerThatDoesNotAnswerCostsMillisecondsAndIsDropped) {
+  MemcachedServer a, b;
+  ASSERT_TRUE(a.started() && b.started());
+  auto cache = Open({a.address(), b.address()});
+  ASSERT_NE(cache, nullptr);
+  constexpr int kItems = 100;
+  for (int64_t i = 0; i < kItems; ++i) {
+    const auto bytes = Bytes(i, 2000);
+    ASSERT_TRUE(cache->Insert(i, bytes.data(), bytes.size())) << i;
+  }
+  b.Pause();  // its connections stay open; nothing comes back
+  const auto t0 = std::chrono::steady_clock::now();
+  int hits = 0, errors = 0;
+  std::vector<uint8_t> out;
+  for (int64_t i = 0; i < kItems; ++i) {
+    Result<bool> r = cache->Lookup(i, &out);
+    if (!r.ok()) {
+      ++errors;
+    } else if (r.value()) {
+      ++hits;
+      ASSERT_EQ(out, Bytes(i, 2000)) << i;
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  b.Resume();
+  EXPECT_GT(errors, 0);
+  EXPECT_GT(hits, kItems / 4);
+  // Two timeouts of 200 ms, then the server is left alone: not one per item.
+  EXPECT_LT(seconds, 2.0) << errors << " errors";
+  // After its backoff (1 s) it is asked again, and its items are hits again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  int back = 0;
+  for (int64_t i = 0; i < kItems; ++i) {
+    Result<bool> r = cache->Lookup(i, &out);
+    if (r.ok() && r.value()) ++back;
+  }
+  EXPECT_EQ(back, kItems);
+}
+
+TEST(MemcachedCacheTest, AFullServerRefusesAndKeepsWhatItHas) {
+  MemcachedServer server(/*megabytes=*/4);
+  ASSERT_TRUE(server.started());
+  auto cache = Open({server.address()});
+  ASSERT_NE(cache, nullptr);
+  std::vector<int64_t> stored;
+  int refused = 0;
+  for (int64_t i = 0; i < 200 && refused < 3; ++i) {
+    const auto bytes = Bytes(i, 100000);
+    if (cache->Insert(i, bytes.data(), bytes.size())) {
+      stored.push_back(i);
+    } else {
+      ++refused;
+    }
+  }
+  ASSERT_GT(refused, 0) << "4 MB of memcached took 20 MB of items";
+  ASSERT_GT(stored.size(), 5u);
+  // Never evicted: everything it took is still there.
+  std::vector<uint8_t> out;
+  for (int64_t i : stored) {
+    ASSERT_TRUE(cache->Lookup(i, &out).value()) << "item " << i << " was evicted";
+    EXPECT_EQ(out, Bytes(i, 100000));
+  }
+}
+
+}  // namespace
+}  // namespace nostall
