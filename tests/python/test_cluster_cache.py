@@ -75,10 +75,14 @@ def test_every_node_reads_what_any_node_cached(data, servers):
     addresses = [s.address for s in servers]
     plain = loader(data)
     first = loader(data, nostall.Cache("cluster-test", size="64MiB", servers=addresses))
-    same(epoch_batches(first, 0), epoch_batches(plain, 0))
-    same(epoch_batches(first, 1), epoch_batches(plain, 1))
+    for epoch in range(3):
+        same(epoch_batches(first, epoch), epoch_batches(plain, epoch))
     epochs = first.stats()["cache"]["epochs"]
-    assert epochs[0]["hit_rate"] == 0 and epochs[1]["hit_rate"] == 1.0, epochs
+    # Epoch 1 starts while epoch 0's last reads are in flight (the pipeline
+    # runs on), so a few of its items may not be cached yet; from epoch 2 on
+    # every item is.
+    assert epochs[0]["hit_rate"] == 0 and epochs[1]["hit_rate"] > 0.8, epochs
+    assert epochs[2]["hit_rate"] == 1.0, epochs
     # Another node (another loader, its own process in a real job) finds
     # every item already cached: its first epoch is all hits.
     second = loader(data, nostall.Cache("cluster-test", size="64MiB", servers=addresses))

@@ -30,8 +30,11 @@ def test_del_loader_joins_every_thread(jpeg_folder):
 
 def test_ctrl_c_while_waiting_for_a_batch(tmp_path):
     data = write_jpeg_folder(tmp_path / "big", classes=1, per_class=40, min_side=700, max_side=800)
+    # Python's own Ctrl-C handler, as in a terminal: a process started in
+    # the background by a shell without job control inherits SIGINT ignored.
     script = textwrap.dedent(f"""
-        import sys, nostall
+        import signal, sys, nostall
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         loader = nostall.Loader({str(data)!r}, batch_size=40, num_threads=1, prefetch=0,
                                 transforms=[nostall.Resize((512, 512))])
         loader.set_epoch(0)
