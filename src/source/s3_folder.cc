@@ -1,14 +1,15 @@
 // The S3 image-folder driver: s3://BUCKET/PREFIX/ laid out as an image
 // folder (one first-level prefix per class, .jpg/.jpeg/.png objects under
 // it at any depth), indexed by listing the classes, then every class at once
-// (ListObjectsV2, every page; ListClasses) and ordered exactly as the image-folder driver orders the same files
-// on disk, so batches are the same bytes either way. Each item is one GET
-// over the client's kept-alive connections.
+// (ListObjectsV2, every page; ListClasses), and ordered exactly as the
+// image-folder driver orders the same files on disk, so batches are the same
+// bytes either way. Each item is one GET over the client's kept-alive
+// connections.
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
-#include <atomic>
 #include <map>
 #include <thread>
 
