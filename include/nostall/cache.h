@@ -25,6 +25,11 @@ struct CacheStats {
   int64_t misses = 0;
   int64_t errors = 0;  // lookups that failed (a remote tier down): read from storage instead
   std::string tier;    // the driver: "minio", "lru", "memcached"
+  // This process's lookups in this tier (TieredCache counts them): how many,
+  // their time in all, and the bytes they found.
+  int64_t lookups = 0;
+  int64_t lookup_ns = 0;
+  int64_t hit_bytes = 0;
 };
 
 // Thread-safe; MinioCache is also safe across processes that share it.
@@ -41,6 +46,13 @@ class Cache {
   // left of the budget; returns whether this call cached them. MinIO never
   // evicts; LRU evicts the least recently used.
   virtual bool Insert(int64_t item, const uint8_t* data, size_t size) = 0;
+  // A hint: these items will be looked up soon (a batch's). A remote tier
+  // asks for them all in one round trip (memcached's multi-get), and their
+  // Lookups then wait for that answer instead of asking one by one.
+  virtual void Prefetch(const int64_t* items, size_t n) {
+    (void)items;
+    (void)n;
+  }
   // All tiers together (a hit in any tier is a hit).
   virtual CacheStats Stats() const = 0;
   // One entry per tier, front first (a plain cache is one tier).
@@ -65,6 +77,8 @@ Result<std::unique_ptr<Cache>> OpenCache(const std::string& policy, const CacheC
 // Tiers, front first: a lookup tries each in turn, and a hit in a later
 // tier is inserted into the earlier ones; an insert goes to every tier; a
 // tier that fails a lookup counts an error and the next tier is asked.
+// TierStats() adds each tier's lookups, their time and the bytes found (one
+// tier alone is stacked for those).
 std::unique_ptr<Cache> StackCaches(std::vector<std::unique_ptr<Cache>> tiers);
 
 // An in-process LRU cache (the page cache's policy), for comparisons.

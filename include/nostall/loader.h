@@ -60,6 +60,9 @@ struct LoaderSpec {
   // "memcached": the servers of the cluster tier ("host:port"; empty:
   // NOSTALL_CACHE_SERVERS). See src/cache/memcached_cache.cc.
   std::vector<std::string> cache_servers;
+  // "memcached" only: a node-local MinIO tier of this size in front of the
+  // cluster tier (shared memory, named cache_name; 0: none).
+  uint64_t cache_local_bytes = 0;
 
   static Result<LoaderSpec> FromJson(const std::string& json);
   // Every field FromJson reads, and ToJson writes (ToJson(FromJson(x)) keeps all).

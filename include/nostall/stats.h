@@ -81,11 +81,14 @@ struct LoaderStats {
     int64_t errors = 0;  // of the misses: lookups a tier failed (read from storage instead)
     int64_t hit_bytes = 0, miss_bytes = 0;
   };
-  // Each tier of the cache, front first (counters over every process that shares it).
+  // Each tier of the cache, front first: hits, misses and errors as the
+  // tier counts them (a MinIO tier: every process that shares it); lookups,
+  // their time and the bytes found: this loader's.
   struct CacheTier {
     std::string tier;
     uint64_t budget_bytes = 0, used_bytes = 0;
     int64_t items = 0, hits = 0, misses = 0, errors = 0;
+    int64_t lookups = 0, lookup_ns = 0, hit_bytes = 0;
   };
   std::vector<CacheTier> cache_tiers;
   bool has_cache = false;

@@ -85,17 +85,37 @@ class EpochProgress:
         if e is None:
             return
         self.line.draw(f"epoch {epoch} {_bar(batches, total)} {batches}/{total} batches, "
-                       f"{e['images_per_s']:,.0f} images/s, stalled {e['stall_fraction']:.1%}")
+                       f"{e['images_per_s']:,.0f} images/s, stalled {e['stall_fraction']:.1%}"
+                       f"{_cache_text(loader.stats(), epoch)}")
 
     def finish(self, loader, epoch):
         e = _epoch_stats(loader, epoch)
         if e is None:
             return
         wall = e["wait_s"] + e["between_s"]
-        p99 = loader.stats()["consumer"]["wait_p99_s"]
+        stats = loader.stats()
+        p99 = stats["consumer"]["wait_p99_s"]
         self.line.finish(f"epoch {epoch}: {e['samples']:,} images in {wall:.2f} s, "
                          f"{e['images_per_s']:,.0f} images/s, waited on data {e['stall_fraction']:.1%} "
-                         f"of the time (p99 wait {p99 * 1e3:.1f} ms)")
+                         f"of the time (p99 wait {p99 * 1e3:.1f} ms){_cache_text(stats, epoch)}")
+
+
+def _cache_text(stats, epoch):
+    """", cache hits 73% of bytes (lookups: minio 0.01 ms, memcached 0.12 ms)" or ""."""
+    cache = stats.get("cache")
+    if not cache:
+        return ""
+    e = next((x for x in cache["epochs"] if x["epoch"] == epoch), None)
+    if e is None:
+        return ""
+    text = f", cache hits {e['byte_hit_rate']:.0%} of bytes"
+    tiers = cache.get("tiers", [])
+    if len(tiers) > 1 or any(t["errors"] for t in tiers):
+        text += " (lookups: " + ", ".join(f"{t['tier']} {t['lookup_mean_s'] * 1e3:.2f} ms"
+                                          for t in tiers) + ")"
+    if e["errors"]:
+        text += f", {e['errors']} tier errors"
+    return text
 
 
 def _epoch_stats(loader, epoch):

@@ -37,10 +37,16 @@ class Cache:
     NOSTALL_CACHE_SERVERS) the items are kept in the nodes' memcached servers
     instead, partitioned across them (each item on one server), so every
     node's cache memory serves every node; ``size`` is then what this loader
-    may insert. Start the servers with ``memcached -M`` (refuse, never evict).
+    may insert. Start the servers with ``memcached -M`` (refuse, never evict):
+    ``nostall cache serve --size 40GiB`` starts one the right way or prints
+    the command. ``local_size="8GiB"`` adds a node-local MinIO tier (shared
+    memory, named ``name``) in front of the cluster tier: items this node
+    reads stay on the node too. ``loader.stats()["cache"]["tiers"]`` reports
+    each tier (hits, misses, errors, bytes found, lookup time).
     """
 
-    def __init__(self, name: str, size, policy: str | None = None, servers=None):
+    def __init__(self, name: str, size, policy: str | None = None, servers=None,
+                 local_size=None):
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", name or ""):
             raise ValueError(f"cache name {name!r} may hold only letters, digits, - _ .")
         if servers is not None:
@@ -57,6 +63,10 @@ class Cache:
         self.size = parse_size(size)
         self.policy = policy
         self.servers = servers or []
+        self.local_size = parse_size(local_size) if local_size is not None else 0
+        if self.local_size and policy != "memcached":
+            raise ValueError("local_size is a node-local tier in front of a cluster cache: "
+                             "give servers (or policy=\"memcached\") with it")
 
     def remove(self) -> None:
         """Removes the cache's shared memory; loaders attached keep theirs until they close."""
@@ -65,4 +75,6 @@ class Cache:
         _nostall.remove_cache(self.name)
 
     def __repr__(self):
-        return f"Cache({self.name!r}, size={self.size})"
+        extra = f", servers={self.servers!r}" if self.servers else ""
+        extra += f", local_size={self.local_size}" if self.local_size else ""
+        return f"Cache({self.name!r}, size={self.size}, policy={self.policy!r}{extra})"

@@ -182,6 +182,7 @@ class Loader(Closeable):
             "cache_bytes": cache.size if cache is not None else 0,
             "cache_policy": cache.policy if cache is not None else "minio",
             "cache_servers": cache.servers if cache is not None else [],
+            "cache_local_bytes": cache.local_size if cache is not None else 0,
             "subset": _integer("subset", subset),
             "s3_endpoint": s3_endpoint or "",
             "s3_region": s3_region or "",

@@ -14,6 +14,12 @@
 // failures in a row a server is left alone (its lookups are errors at once,
 // its inserts skipped) for a backoff of 1 s, doubling up to 30 s, then tried
 // again; one answer puts it back.
+//
+// Prefetch asks for a batch's items in one multi-get (one round trip per
+// server, not one per item); their Lookups take the answers from a small
+// staging table, waiting for the multi-get if it is still running. An item
+// the multi-get could not answer (a server failed meanwhile) is looked up
+// on its own.
 #include <libmemcached/memcached.h>
 #include <libmemcached/util.h>
 #include <zlib.h>
@@ -25,8 +31,11 @@
 #include <cstring>
 #include <chrono>
 #include <map>
+#include <condition_variable>
+#include <deque>
 #include <set>
 #include <string>
+#include <unordered_map>
 
 #include "cache/driver.h"
 #include "common/mutex.h"
@@ -38,6 +47,7 @@ constexpr char kMagic[4] = {'N', 'S', 'M', 'C'};
 constexpr int kPoolSize = 32;  // connections' handles: one per thread reading at once
 constexpr int kFailuresToDrop = 2;
 constexpr double kFirstBackoffS = 1.0, kMaxBackoffS = 30.0;
+constexpr size_t kMaxStaged = 8192;  // prefetched answers not yet looked up
 
 struct Header {
   char magic[4];
@@ -91,7 +101,104 @@ class MemcachedCache final : public Cache {
     memcached_free(master_);
   }
 
+  void Prefetch(const int64_t* items, size_t n) override {
+    std::vector<int64_t> mine;  // the items this call asks for (not staged yet)
+    {
+      MutexLock lock(&stage_mu_);
+      for (size_t i = 0; i < n; ++i) {
+        if (staged_.count(items[i]) > 0) continue;
+        staged_[items[i]] = Staged{};
+        stage_order_.push_back(items[i]);
+        mine.push_back(items[i]);
+      }
+      TrimStaged();
+    }
+    if (mine.empty()) return;
+    std::unordered_map<std::string, int64_t> item_of;
+    std::vector<std::string> keys;
+    std::vector<const char*> key_ptrs;
+    std::vector<size_t> key_lens;
+    memcached_return_t rc;
+    memcached_st* mc = Fetch(&rc);
+    std::unordered_map<int64_t, std::string> found;
+    bool clean = false;  // every asked server answered: what is not found is a miss
+    if (mc != nullptr) {
+      keys.reserve(mine.size());
+      for (int64_t item : mine) {
+        std::string key = Key(item);
+        if (IsDown(ServerOf(mc, key))) continue;  // its Lookup answers at once
+        item_of[key] = item;
+        keys.push_back(std::move(key));
+      }
+      for (const std::string& k : keys) {
+        key_ptrs.push_back(k.data());
+        key_lens.push_back(k.size());
+      }
+      rc = keys.empty() ? MEMCACHED_SUCCESS
+                        : memcached_mget(mc, key_ptrs.data(), key_lens.data(), keys.size());
+      clean = rc == MEMCACHED_SUCCESS && keys.size() == mine.size();
+      if (rc == MEMCACHED_SUCCESS && !keys.empty()) {
+        memcached_result_st result;
+        memcached_result_create(mc, &result);
+        for (int failures = 0;;) {
+          memcached_result_st* r = memcached_fetch_result(mc, &result, &rc);
+          if (r != nullptr) {
+            auto it = item_of.find(std::string(memcached_result_key_value(r),
+                                               memcached_result_key_length(r)));
+            if (it != item_of.end()) {
+              found[it->second].assign(memcached_result_value(r), memcached_result_length(r));
+            }
+            continue;
+          }
+          // The end of the answers (libmemcached says NOTFOUND, or END).
+          if (rc == MEMCACHED_END || rc == MEMCACHED_NOTFOUND) break;
+          clean = false;  // a server failed part-way: the rest are asked one by one
+          if (++failures > 2) break;
+        }
+        memcached_result_free(&result);
+      }
+      memcached_pool_release(pool_, mc);
+    }
+    MutexLock lock(&stage_mu_);
+    for (int64_t item : mine) {
+      auto it = staged_.find(item);
+      if (it == staged_.end()) continue;
+      auto f = found.find(item);
+      if (f != found.end()) {
+        it->second.value = std::move(f->second);
+        it->second.state = Staged::kFound;
+      } else if (clean) {
+        it->second.state = Staged::kAbsent;
+      } else {
+        staged_.erase(it);  // unknown: its Lookup asks on its own
+      }
+    }
+    staged_cv_.notify_all();
+  }
+
   Result<bool> Lookup(int64_t item, std::vector<uint8_t>* out) override {
+    {
+      MutexLock lock(&stage_mu_);
+      auto it = staged_.find(item);
+      while (it != staged_.end() && it->second.state == Staged::kPending) {
+        staged_cv_.wait(lock.native());
+        it = staged_.find(item);
+      }
+      if (it != staged_.end()) {
+        Staged s = std::move(it->second);
+        staged_.erase(it);
+        lock.Unlock();
+        if (s.state == Staged::kAbsent) {
+          misses_.fetch_add(1);
+          return false;
+        }
+        const bool good = Check(item, reinterpret_cast<const uint8_t*>(s.value.data()),
+                                s.value.size(), out);
+        (good ? hits_ : misses_).fetch_add(1);
+        if (!good) rejected_.fetch_add(1);
+        return good;
+      }
+    }
     const std::string key = Key(item);
     memcached_return_t rc;
     memcached_st* mc = Fetch(&rc);
@@ -249,6 +356,34 @@ class MemcachedCache final : public Cache {
     }
   }
 
+  // Drops the oldest answered entries beyond kMaxStaged (prefetched, never
+  // looked up: the loader restarted an epoch, or a front tier hit).
+  void TrimStaged() REQUIRES(stage_mu_) {
+    if (stage_order_.size() > 2 * kMaxStaged) {  // forget the ids looked up since
+      std::deque<int64_t> live;
+      std::set<int64_t> seen;
+      for (int64_t item : stage_order_) {
+        if (staged_.count(item) > 0 && seen.insert(item).second) live.push_back(item);
+      }
+      stage_order_.swap(live);
+    }
+    for (size_t n = stage_order_.size(); n > 0 && staged_.size() > kMaxStaged; --n) {
+      const int64_t item = stage_order_.front();
+      stage_order_.pop_front();
+      auto it = staged_.find(item);
+      if (it != staged_.end() && it->second.state == Staged::kPending) {
+        stage_order_.push_back(item);
+      } else if (it != staged_.end()) {
+        staged_.erase(it);
+      }
+    }
+  }
+
+  struct Staged {
+    enum State { kPending, kFound, kAbsent } state = kPending;
+    std::string value;  // as stored: header and bytes
+  };
+
   memcached_st* master_;
   memcached_pool_st* pool_;
   const CacheConfig config_;
@@ -257,6 +392,10 @@ class MemcachedCache final : public Cache {
   Mutex mu_;
   std::set<std::string> full_ GUARDED_BY(mu_);  // servers that answered "out of memory"
   std::map<std::string, Health> health_ GUARDED_BY(mu_);
+  Mutex stage_mu_;
+  std::condition_variable staged_cv_;
+  std::unordered_map<int64_t, Staged> staged_ GUARDED_BY(stage_mu_);
+  std::deque<int64_t> stage_order_ GUARDED_BY(stage_mu_);  // oldest first (and ids since looked up)
 };
 
 Result<std::unique_ptr<Cache>> Open(const CacheConfig& config) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -204,6 +205,92 @@ TEST(MemcachedCacheTest, AFullServerRefusesAndKeepsWhatItHas) {
   for (int64_t i : stored) {
     ASSERT_TRUE(cache->Lookup(i, &out).value()) << "item " << i << " was evicted";
     EXPECT_EQ(out, Bytes(i, 100000));
+  }
+}
+
+TEST(MemcachedCacheTest, APrefetchedBatchIsAnsweredFromOneMultiGet) {
+  MemcachedServer a, b;
+  ASSERT_TRUE(a.started() && b.started());
+  auto cache = Open({a.address(), b.address()});
+  ASSERT_NE(cache, nullptr);
+  constexpr int kItems = 64;
+  Fill(*cache, kItems);
+  Overwrite(a, 7, 1000, "not a nostall value");  // under our key, on one of them
+  Overwrite(b, 7, 1000, "not a nostall value");
+  std::vector<int64_t> batch;
+  for (int64_t i = 0; i < kItems; ++i) batch.push_back(i);
+  batch.push_back(500);   // never cached: a miss
+  batch.push_back(1000);  // not ours: a miss
+  cache->Prefetch(batch.data(), batch.size());
+  // The answers are in hand: with both servers gone, the batch is still all here.
+  a.Kill();
+  b.Kill();
+  int hits = 0, errors = 0;
+  LookAll(*cache, kItems, &hits, &errors);
+  EXPECT_EQ(hits, kItems);
+  EXPECT_EQ(errors, 0);
+  std::vector<uint8_t> out;
+  Result<bool> never = cache->Lookup(500, &out);
+  ASSERT_TRUE(never.ok());
+  EXPECT_FALSE(never.value());
+  Result<bool> foreign = cache->Lookup(1000, &out);
+  ASSERT_TRUE(foreign.ok());
+  EXPECT_FALSE(foreign.value());
+  // Looked up once, gone from the staging: the next lookup asks the (dead) servers.
+  EXPECT_FALSE(cache->Lookup(0, &out).ok());
+}
+
+TEST(MemcachedCacheTest, APrefetchWithAServerDownCostsItsItemsNotTime) {
+  MemcachedServer a, b;
+  ASSERT_TRUE(a.started() && b.started());
+  auto cache = Open({a.address(), b.address()});
+  ASSERT_NE(cache, nullptr);
+  constexpr int kItems = 200;
+  Fill(*cache, kItems);
+  b.Kill();
+  std::vector<int64_t> batch;
+  for (int64_t i = 0; i < kItems; ++i) batch.push_back(i);
+  const auto t0 = std::chrono::steady_clock::now();
+  int hits = 0, errors = 0;
+  for (int round = 0; round < 3; ++round) {
+    cache->Prefetch(batch.data(), batch.size());
+    LookAll(*cache, kItems, &hits, &errors);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GT(hits, 3 * kItems / 4);  // the survivor's share, every round
+  EXPECT_LT(hits, 3 * kItems);
+  EXPECT_LT(seconds, 3.0);
+  const CacheStats s = cache->Stats();
+  EXPECT_EQ(s.hits + s.misses + s.errors, 3 * kItems);
+}
+
+TEST(MemcachedCacheTest, LookupsRacingTheirPrefetchGetTheItemsBytes) {
+  MemcachedServer server;
+  ASSERT_TRUE(server.started());
+  auto cache = Open({server.address()});
+  ASSERT_NE(cache, nullptr);
+  constexpr int kItems = 300;
+  Fill(*cache, kItems);
+  std::vector<int64_t> batch;
+  for (int64_t i = 0; i < kItems; ++i) batch.push_back(i);
+  for (int round = 0; round < 5; ++round) {
+    std::vector<std::thread> readers;
+    std::atomic<int> hits{0};
+    readers.emplace_back([&] { cache->Prefetch(batch.data(), batch.size()); });
+    for (int t = 0; t < 3; ++t) {
+      readers.emplace_back([&, t] {
+        std::vector<uint8_t> out;
+        for (int64_t i = t; i < kItems; i += 3) {
+          Result<bool> r = cache->Lookup(i, &out);
+          ASSERT_TRUE(r.ok());
+          ASSERT_TRUE(r.value()) << "item " << i;
+          EXPECT_EQ(out, Bytes(i, SizeOf(i)));
+          ++hits;
+        }
+      });
+    }
+    for (auto& r : readers) r.join();
+    EXPECT_EQ(hits.load(), kItems);
   }
 }
 

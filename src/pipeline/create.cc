@@ -78,7 +78,18 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in) {
   if (!spec.cache_name.empty()) {
     CacheConfig config{spec.cache_name, spec.cache_bytes, source->fingerprint(), source->size()};
     config.servers = spec.cache_servers;
-    NOSTALL_ASSIGN_OR_RETURN(cache, OpenCache(spec.cache_policy, config));
+    // Tiers, front first: the node-local MinIO cache, then the cluster tier.
+    // One tier alone is stacked too, for its lookup timing (TierStats).
+    std::vector<std::unique_ptr<Cache>> tiers;
+    if (spec.cache_local_bytes > 0) {
+      CacheConfig local = config;
+      local.budget_bytes = spec.cache_local_bytes;
+      NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Cache> front, OpenCache("minio", local));
+      tiers.push_back(std::move(front));
+    }
+    NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Cache> tier, OpenCache(spec.cache_policy, config));
+    tiers.push_back(std::move(tier));
+    cache = StackCaches(std::move(tiers));
   }
   PipelineParts parts;
   parts.spec = std::move(spec);

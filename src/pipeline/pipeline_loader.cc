@@ -258,8 +258,8 @@ LoaderStats PipelineLoader::Stats() const {
     st.cache_used_bytes = cs.used_bytes;
     st.cache_items = cs.items;
     for (const CacheStats& t : cache_->TierStats()) {
-      st.cache_tiers.push_back(
-          {t.tier, t.budget_bytes, t.used_bytes, t.items, t.hits, t.misses, t.errors});
+      st.cache_tiers.push_back({t.tier, t.budget_bytes, t.used_bytes, t.items, t.hits, t.misses,
+                                t.errors, t.lookups, t.lookup_ns, t.hit_bytes});
     }
     st.cache_inserted_bytes = cache_inserted_bytes_.load();
     MutexLock lock(&cache_mu_);

@@ -64,6 +64,10 @@ struct FetchedItem {
   int64_t item;  // dataset index
   std::vector<uint8_t> bytes;
   Status status;  // a failed read travels on so the batch can complete
+  // Set on a batch's first position: the items the cache is asked for in
+  // one go (Cache::Prefetch; this batch's when it is an epoch's first, and
+  // the next batch's), before this item is looked up.
+  std::vector<int64_t> prefetch;
 };
 
 // Per-slot bookkeeping that only this process needs.
@@ -174,6 +178,7 @@ class PipelineLoader final : public Loader {
     return -1;
   }
 
+  void PrefetchFromCache(FetchedItem* fi);
   void CountCache(int64_t epoch, bool hit, bool error, size_t bytes) EXCLUDES(cache_mu_);
 
   bool AllSlotsLeased() const REQUIRES(state_->mu) {

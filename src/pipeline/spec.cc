@@ -271,7 +271,7 @@ const std::vector<std::string>& LoaderSpec::FieldNames() {
       "shuffle_block", "transforms", "dtype", "layout", "mode", "max_pixels", "num_threads",
       "reads_in_flight", "prefetch", "on_error", "index_cache_dir", "use_index_cache",
       "dct_scaling", "throttle_bandwidth", "throttle_latency_ms", "drop_page_cache", "cache_name",
-      "cache_bytes", "cache_policy", "cache_servers", "s3_endpoint", "s3_region", "s3_profile", "s3_addressing",
+      "cache_bytes", "cache_policy", "cache_servers", "cache_local_bytes", "s3_endpoint", "s3_region", "s3_profile", "s3_addressing",
       "s3_unsigned"};
   return kFields;
 }
@@ -312,6 +312,12 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     NOSTALL_RETURN_IF_ERROR(GetU64(j, w, "cache_bytes", &s.cache_bytes));
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "cache_policy", &s.cache_policy));
     NOSTALL_RETURN_IF_ERROR(GetStrings(j, w, "cache_servers", &s.cache_servers));
+    NOSTALL_RETURN_IF_ERROR(GetU64(j, w, "cache_local_bytes", &s.cache_local_bytes));
+    if (s.cache_local_bytes > 0 && s.cache_policy != "memcached") {
+      return InvalidArgument("cache_local_bytes is the node-local tier in front of a cluster "
+                             "cache: it goes with cache_policy \"memcached\", not \"" +
+                             s.cache_policy + "\"");
+    }
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_endpoint", &s.source_options.s3_endpoint));
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_region", &s.source_options.s3_region));
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_profile", &s.source_options.s3_profile));
@@ -380,6 +386,7 @@ std::string LoaderSpec::ToJson() const {
             {"cache_bytes", cache_bytes},
             {"cache_policy", cache_policy},
             {"cache_servers", cache_servers},
+            {"cache_local_bytes", cache_local_bytes},
             {"s3_endpoint", source_options.s3_endpoint},
             {"s3_region", source_options.s3_region},
             {"s3_profile", source_options.s3_profile},
@@ -397,6 +404,7 @@ uint64_t LoaderSpec::Fingerprint() const {
   j.erase("index_cache_dir");  // where the index is kept changes no batch
   j.erase("use_index_cache");
   j.erase("cache_servers");  // where the cached copies are kept changes no batch
+  j.erase("cache_local_bytes");
   for (const char* where : {"s3_endpoint", "s3_region", "s3_profile", "s3_addressing", "s3_unsigned"}) {
     j.erase(where);  // where the same objects are fetched from changes no batch
   }

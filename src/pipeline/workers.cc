@@ -92,6 +92,15 @@ FetchedItem PipelineLoader::ClaimPosition() {
     fi.bytes = std::move(free_buffers_.back());
     free_buffers_.pop_back();
   }
+  if (cache_ && pos_in_epoch % spec_.batch_size == 0) {
+    auto add = [&](int64_t batch) {
+      const int64_t first = batch * spec_.batch_size;
+      const int64_t last = std::min(SamplesThisEpoch(), first + spec_.batch_size);
+      for (int64_t p = first; p < last; ++p) fi.prefetch.push_back(order_[static_cast<size_t>(p)]);
+    };
+    if (b == 0) add(0);
+    add(b + 1);
+  }
   return fi;
 }
 
@@ -113,10 +122,18 @@ void PipelineLoader::CacheMiss(FetchedItem* fi, bool lookup_failed) {
   }
 }
 
+// A batch's first position asks the cache for the batch's items at once.
+void PipelineLoader::PrefetchFromCache(FetchedItem* fi) {
+  if (fi->prefetch.empty()) return;
+  cache_->Prefetch(fi->prefetch.data(), fi->prefetch.size());
+  fi->prefetch.clear();
+}
+
 // Reads `fi`'s bytes (from the cache, else from the source, caching them),
 // without the lock; a failed read travels on in `fi->status`.
 void PipelineLoader::Fetch(FetchedItem* fi) {
   const int64_t cpu0 = ThreadCpuNs(), wall0 = NowNs();
+  PrefetchFromCache(fi);
   // A tier that cannot answer costs a hit, never the item: it is read from storage.
   Result<bool> hit = cache_ ? cache_->Lookup(fi->item, &fi->bytes) : Result<bool>(false);
   if (hit.ok() && hit.value()) {
@@ -173,6 +190,7 @@ void PipelineLoader::DispatchLoop() {
   while (TakePosition(lock.native(), &fi)) {
     lock.Unlock();
     const int64_t cpu0 = ThreadCpuNs(), wall0 = NowNs();
+    PrefetchFromCache(&fi);
     Result<bool> hit = cache_ ? cache_->Lookup(fi.item, &fi.bytes) : Result<bool>(false);
     if (hit.ok() && hit.value()) {
       CountCache(fi.epoch, /*hit=*/true, false, fi.bytes.size());

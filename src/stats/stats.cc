@@ -114,7 +114,9 @@ std::string LoaderStats::ToJson() const {
     for (const auto& t : cache_tiers) {
       tiers.push_back({{"tier", t.tier}, {"budget_bytes", t.budget_bytes},
                        {"used_bytes", t.used_bytes}, {"items", t.items}, {"hits", t.hits},
-                       {"misses", t.misses}, {"errors", t.errors}});
+                       {"misses", t.misses}, {"errors", t.errors}, {"lookups", t.lookups},
+                       {"lookup_mean_s", t.lookups > 0 ? t.lookup_ns / 1e9 / t.lookups : 0.0},
+                       {"hit_bytes", t.hit_bytes}});
     }
     j["cache"]["tiers"] = tiers;
   }
@@ -154,6 +156,18 @@ std::string LoaderStats::ToTable() const {
       out += line;
     }
     out += "\n";
+    if (cache_tiers.size() > 1 || (!cache_tiers.empty() && cache_tiers[0].errors > 0)) {
+      for (const auto& t : cache_tiers) {
+        std::snprintf(line, sizeof line,
+                      "  tier %-10s %.1f%% full, %lld hits, %lld misses, %lld errors, %.1f MB "
+                      "found; lookup %.2f ms mean\n",
+                      t.tier.c_str(), t.budget_bytes ? 100.0 * t.used_bytes / t.budget_bytes : 0.0,
+                      static_cast<long long>(t.hits), static_cast<long long>(t.misses),
+                      static_cast<long long>(t.errors), t.hit_bytes / 1e6,
+                      t.lookups > 0 ? t.lookup_ns / 1e6 / t.lookups : 0.0);
+        out += line;
+      }
+    }
   }
   if (has_storage) {
     // For remote storage the fetch row's "threads" is the reads-in-flight

@@ -91,7 +91,16 @@ def test_every_node_reads_what_any_node_cached(data, servers):
     assert second.stats()["cache"]["tiers"][0]["tier"] == "memcached"
 
 
-def test_a_server_killed_mid_epoch_costs_hits_not_samples(data, servers):
+@pytest.fixture(scope="module")
+def more_data(tmp_path_factory):
+    # Enough batches that a kill after the second lands before the loader
+    # has prefetched the epoch's rest (it asks a batch ahead, 3 batches deep).
+    return write_jpeg_folder(tmp_path_factory.mktemp("cluster-more"), classes=3, per_class=64,
+                             seed=12)
+
+
+def test_a_server_killed_mid_epoch_costs_hits_not_samples(more_data, servers):
+    data = more_data
     addresses = [s.address for s in servers]
     plain = loader(data)
     cached = loader(data, nostall.Cache("cluster-kill", size="64MiB", servers=addresses))
