@@ -81,6 +81,18 @@ Result<std::unique_ptr<Cache>> OpenCache(const std::string& policy, const CacheC
 // tier alone is stacked for those).
 std::unique_ptr<Cache> StackCaches(std::vector<std::unique_ptr<Cache>> tiers);
 
+// What a cluster tier's memcached server says of itself (`nostall cache
+// inspect --servers`): one entry per server, `error` set when it did not answer.
+struct MemcachedServerInfo {
+  std::string server;  // host:port
+  std::string error;   // empty: it answered
+  std::string version;
+  uint64_t bytes = 0, limit_bytes = 0;
+  int64_t items = 0, evictions = 0, get_hits = 0, get_misses = 0;
+};
+Result<std::vector<MemcachedServerInfo>> InspectMemcachedServers(
+    const std::vector<std::string>& servers);
+
 // An in-process LRU cache (the page cache's policy), for comparisons.
 std::unique_ptr<Cache> MakeLruCache(uint64_t budget_bytes);
 

@@ -454,4 +454,40 @@ Result<std::unique_ptr<Cache>> Open(const CacheConfig& config) {
 
 CacheDriver MemcachedDriver() { return {"memcached", Open}; }
 
+Result<std::vector<MemcachedServerInfo>> InspectMemcachedServers(
+    const std::vector<std::string>& servers) {
+  std::vector<MemcachedServerInfo> out;
+  for (const std::string& s : servers) {
+    NOSTALL_ASSIGN_OR_RETURN(auto hp, ParseServer(s));
+    MemcachedServerInfo info;
+    info.server = hp.first + ":" + std::to_string(hp.second);
+    memcached_st* mc = memcached_create(nullptr);
+    if (mc == nullptr) return ResourceExhausted("libmemcached could not make a client");
+    memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_CONNECT_TIMEOUT, 1000);
+    memcached_behavior_set(mc, MEMCACHED_BEHAVIOR_POLL_TIMEOUT, 1000);
+    memcached_server_add(mc, hp.first.c_str(), static_cast<in_port_t>(hp.second));
+    memcached_return_t rc;
+    memcached_stat_st* st = memcached_stat(mc, nullptr, &rc);
+    if (st == nullptr || rc != MEMCACHED_SUCCESS) {
+      const memcached_return_t last = memcached_last_error(mc);
+      info.error = memcached_strerror(mc, last != MEMCACHED_SUCCESS ? last : rc);
+      if (const int e = memcached_last_error_errno(mc); e != 0) {
+        info.error += std::string(" (") + std::strerror(e) + ")";
+      }
+    } else {
+      info.version = st->version;
+      info.bytes = st->bytes;
+      info.limit_bytes = st->limit_maxbytes;
+      info.items = static_cast<int64_t>(st->curr_items);
+      info.evictions = static_cast<int64_t>(st->evictions);
+      info.get_hits = static_cast<int64_t>(st->get_hits);
+      info.get_misses = static_cast<int64_t>(st->get_misses);
+    }
+    if (st != nullptr) memcached_stat_free(mc, st);
+    memcached_free(mc);
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
 }  // namespace nostall

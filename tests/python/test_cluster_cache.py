@@ -4,16 +4,22 @@ shared by every loader that names them, and a server killed mid-epoch costs
 hits, never a sample or its bytes."""
 import os
 import shutil
+import json
 import signal
 import socket
 import subprocess
+import sys
 import time
+import zlib
+from pathlib import Path
 
 import pytest
 import torch
 
 import nostall
 from conftest import augment, epoch_batches, write_jpeg_folder
+
+HERE = Path(__file__).parent
 
 MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"
 
@@ -128,3 +134,145 @@ def test_no_servers_is_a_clear_error(data, monkeypatch):
         nostall.Cache("x", size="1MiB", servers="node1:11211")
     with pytest.raises(ValueError, match="servers go with"):
         nostall.Cache("x", size="1MiB", policy="lru", servers=["node1:11211"])
+
+
+def reference(data, rank, world_size, epochs):
+    """{epoch: {index: crc}} from a loader without a cache, as the node's."""
+    plain = nostall.Loader(data, batch_size=4, shuffle=True, seed=5, transforms=augment(),
+                           return_indices=True, output="numpy", rank=rank, world_size=world_size)
+    out = []
+    for epoch in range(epochs):
+        plain.set_epoch(epoch)
+        out.append({i: zlib.crc32(x[j].tobytes())
+                    for x, _, idx in plain for j, i in enumerate(idx.tolist())})
+    return out
+
+
+def test_four_nodes_with_rank_and_world_size_share_one_cache_and_survive_a_kill(more_data, tmp_path):
+    """4 node processes (RANK 0-3 of 4), one memcached each; the cache holds
+    the dataset. From the second epoch every item is a hit on some node's
+    server; one server SIGKILLed in the third epoch costs its share of hits
+    and nothing else: every sample once per epoch, its pixels as without a
+    cache, no long wait."""
+    world, epochs = 4, 4
+    servers = [Memcached() for _ in range(world)]
+    addresses = ",".join(s.address for s in servers)
+    env = dict(os.environ, WORLD_SIZE=str(world), PYTHONPATH=str(HERE))
+    env.pop("NOSTALL_CACHE_SERVERS", None)
+    nodes = []
+    try:
+        for rank in range(world):
+            out = tmp_path / f"node{rank}.json"
+            nodes.append((out, subprocess.Popen(
+                [sys.executable, str(HERE / "cluster_node.py"), str(more_data), str(out),
+                 str(epochs), addresses, str(64 << 20), "0.05"],
+                env=dict(env, RANK=str(rank)))))
+        # Mid-epoch 2 (node 0's first batch of it is out), a node's server dies.
+        deadline = time.monotonic() + 120
+        while not Path(f"{nodes[0][0]}.epoch2").exists():
+            assert nodes[0][1].poll() is None and time.monotonic() < deadline, "node 0 stopped"
+            time.sleep(0.01)
+        servers[3].kill()
+        for out, proc in nodes:
+            assert proc.wait(timeout=120) == 0, f"{out.name} failed"
+    finally:
+        for _, proc in nodes:
+            if proc.poll() is None:
+                proc.kill()
+        for s in servers:
+            s.kill()
+    results = [json.loads(out.read_text()) for out, _ in nodes]
+    items = len(list(Path(more_data).rglob("*.jpg")))
+    for epoch in range(epochs):
+        everyone = [i for r in results for i, _ in r["epochs"][epoch]]
+        assert sorted(everyone) == list(range(items)), f"epoch {epoch}: not every sample once"
+    for rank, r in enumerate(results):
+        expected = reference(more_data, rank, world, epochs)
+        for epoch in range(epochs):
+            assert dict(map(tuple, r["epochs"][epoch])) == expected[epoch], (rank, epoch)
+        assert max(r["max_wait_s"][1:]) < 1.0, (rank, r["max_wait_s"])
+
+    def hit_rate(epoch):
+        counts = [e for r in results for e in r["cache"]["epochs"] if e["epoch"] == epoch]
+        return sum(e["hits"] for e in counts) / sum(e["hits"] + e["misses"] for e in counts)
+
+    assert hit_rate(0) == 0
+    assert hit_rate(1) > 0.95  # epoch 1 may start while epoch 0's last inserts are in flight
+    # The killed server held about a quarter; the others' items still hit.
+    assert 0.5 < hit_rate(2) < 1.0 and 0.5 < hit_rate(3) < 1.0, [hit_rate(e) for e in range(4)]
+
+
+NOSTALL = shutil.which("nostall", path=str(Path(sys.executable).parent)) or shutil.which("nostall")
+
+
+def wait_for_port(port, proc, seconds=10):
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+
+
+def test_cache_serve_starts_memcached_the_way_the_cluster_cache_needs(data):
+    printed = subprocess.run([NOSTALL, "cache", "serve", "--size", "1GiB", "--print"],
+                             capture_output=True, text=True)
+    assert printed.returncode == 0, printed.stderr
+    command = printed.stdout.split()
+    assert "-M" in command and command[command.index("-m") + 1] == "1024", printed.stdout
+    assert command[command.index("-p") + 1] == "11211"
+    small = subprocess.run([NOSTALL, "cache", "serve", "--size", "3MB"], capture_output=True, text=True)
+    assert small.returncode == 2 and "--size" in small.stderr
+    port = free_port()
+    server = subprocess.Popen([NOSTALL, "cache", "serve", "--size", "64MiB", "--port", str(port),
+                               "--listen", "127.0.0.1"], stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_port(port, server)
+        address = f"127.0.0.1:{port}"
+        cached = loader(data, nostall.Cache("cluster-serve", size="64MiB", servers=[address]))
+        plain = loader(data)
+        for epoch in range(3):
+            same(epoch_batches(cached, epoch), epoch_batches(plain, epoch))
+        assert cached.stats()["cache"]["epochs"][2]["hit_rate"] == 1.0
+        inspected = subprocess.run([NOSTALL, "cache", "inspect", "--servers", address],
+                                   capture_output=True, text=True)
+        assert inspected.returncode == 0, inspected.stderr
+        assert f"{len(list(Path(data).rglob('*.jpg')))} items, 0 evictions" in inspected.stdout
+    finally:
+        server.terminate()
+        assert server.wait(timeout=10) is not None
+    assert "NOSTALL_CACHE_SERVERS=" in server.stderr.read()
+    down = subprocess.run([NOSTALL, "cache", "inspect", "--servers", f"127.0.0.1:{port}"],
+                          capture_output=True, text=True)
+    assert down.returncode == 1 and "down:" in down.stdout
+
+
+def test_a_node_local_tier_in_front_of_the_cluster_tier(data, servers):
+    addresses = [servers[0].address]
+    plain = loader(data)
+    cache = nostall.Cache("cluster-local", size="64MiB", servers=addresses, local_size="64MiB")
+    try:
+        first = loader(data, cache)
+        same(epoch_batches(first, 0), epoch_batches(plain, 0))
+        tiers = first.stats()["cache"]["tiers"]
+        assert [t["tier"] for t in tiers] == ["minio", "memcached"]
+        items = len(list(Path(data).rglob("*.jpg")))
+        assert tiers[0]["items"] == items and tiers[1]["items"] == items, tiers
+        # The cluster gone, a second loader on this node still finds every
+        # item in the node-local tier, and the cluster tier is never asked.
+        servers[0].kill()
+        second = loader(data, nostall.Cache("cluster-local", size="64MiB", servers=addresses,
+                                            local_size="64MiB"))
+        same(epoch_batches(second, 1), epoch_batches(plain, 1))
+        stats = second.stats()["cache"]
+        assert stats["epochs"][0]["hit_rate"] == 1.0
+        front, back = stats["tiers"]
+        # (It may have run on into the next epoch: at least this one's lookups.)
+        assert front["lookups"] >= items and front["hit_bytes"] > 0 and back["lookups"] == 0
+        assert front["lookup_mean_s"] < 0.01
+    finally:
+        cache.remove()
+    with pytest.raises(ValueError, match="local_size"):
+        nostall.Cache("x", size="1MiB", local_size="1MiB")
