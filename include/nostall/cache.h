@@ -44,7 +44,10 @@ class Cache {
   virtual Result<bool> Lookup(int64_t item, std::vector<uint8_t>* out) = 0;
   // Caches the bytes if the item is not cached yet and they fit in what is
   // left of the budget; returns whether this call cached them. MinIO never
-  // evicts; LRU evicts the least recently used.
+  // evicts; LRU evicts the least recently used. The memcached tier's budget
+  // is this client's share of the servers' memory (which -M bounds), pooled
+  // with the job's other clients (CacheConfig.pool_parts): it adds while any
+  // of the pool is left, so it may pass it by one item.
   virtual bool Insert(int64_t item, const uint8_t* data, size_t size) = 0;
   // A hint: these items will be looked up soon (a batch's). A remote tier
   // asks for them all in one round trip (memcached's multi-get), and their
@@ -68,6 +71,9 @@ struct CacheConfig {
   int64_t num_items = 0;
   // A cluster tier's servers ("host:port"); empty: NOSTALL_CACHE_SERVERS.
   std::vector<std::string> servers = {};
+  // A cluster tier's shares pooled across the job: every client adds while
+  // the job's inserts are below budget_bytes x pool_parts (the world size).
+  int64_t pool_parts = 1;
 };
 
 // Opens a cache of `policy` ("minio", "lru", "memcached"; see src/cache/driver.h for the

@@ -56,11 +56,18 @@ def _reads_words(r):
             "at this latency)")
 
 
+def hit_rate(config):
+    """The fraction of items a configuration's cache holds (a cluster cache pools N nodes')."""
+    return min(1.0, config["cache_fraction"] * config.get("cache_nodes", 1))
+
+
 def _changes(rec, m):
-    """What the recommendation changes, as (field, new, now) for every field it raises."""
+    """What the recommendation changes, as (field, new, now) for every field it raises
+    (the cache as the hit rate it gives)."""
     c = rec["config"]
-    return [(k, c[k], m[k]) for k in ("cache_fraction", "reads_in_flight", "cores", "prep_threads")
-            if c[k] > m[k] + 1e-9]
+    out = [("cache", hit_rate(c), hit_rate(m))] if hit_rate(c) > hit_rate(m) + 1e-9 else []
+    return out + [(k, c[k], m[k]) for k in ("reads_in_flight", "cores", "prep_threads")
+                  if c[k] > m[k] + 1e-9]
 
 
 def _recommendation_lines(r):
@@ -80,12 +87,20 @@ def _recommendation_lines(r):
         return [f"the model finds nothing to change, yet a {r['bottleneck']} stall was measured: "
                 f"it predicts {r['predicted']['rate']:,.0f} samples/s where {cold:,.0f} were "
                 f"measured ({(r['predicted']['rate'] - cold) / cold:+.0%}); see the notes"]
-    if c["cache_fraction"] > m["cache_fraction"] + 1e-9:
+    if hit_rate(c) > hit_rate(m) + 1e-9:
         alt = (f", or storage at {_bw(rec['bandwidth_instead'])}" if rec["bandwidth_instead"]
                else "")
-        lines.append(f"cache {c['cache_fraction']:.0%} of the dataset "
-                     f"({_bytes(rec['cache_bytes'])}): cache=nostall.Cache(name, "
-                     f"size=\"{_bytes(rec['cache_bytes']).replace(' ', '')}\"){alt}")
+        nodes = c.get("cache_nodes", 1)
+        if nodes > 1:
+            per = _bytes(rec["cache_bytes_per_node"]).replace(" ", "")
+            lines.append(f"cache {hit_rate(c):.0%} of the dataset ({_bytes(rec['cache_bytes'])}) "
+                         f"across your {nodes} nodes, {per} on each: `nostall cache serve "
+                         f"--size {per}` on every node, then cache=nostall.Cache(name, "
+                         f"size=\"{per}\", servers=[every node's host:11211]){alt}")
+        else:
+            lines.append(f"cache {c['cache_fraction']:.0%} of the dataset "
+                         f"({_bytes(rec['cache_bytes'])}): cache=nostall.Cache(name, "
+                         f"size=\"{_bytes(rec['cache_bytes']).replace(' ', '')}\"){alt}")
     if c["reads_in_flight"] > m["reads_in_flight"]:
         now = (f"now adaptive, about {r['predicted']['reads_in_flight']:.0f}"
                if m["reads_in_flight"] == 0 else f"now {m['reads_in_flight']}")
@@ -190,8 +205,16 @@ def render_table(r) -> str:
     cores = curves["cores"]
     row("cores", cores if len(cores) <= 12 else cores[:: max(1, len(cores) // 12)],
         lambda x: f"{x:.0f}")
-    row("bandwidth", curves["bandwidth"], lambda x: f"{x / 1e6:,.0f}MB/s")
+    row("bandwidth", curves["bandwidth"],
+        lambda x: f"{x / 1e6:,.0f}MB/s" if x >= 10e6 else f"{x / 1e6:.2g}MB/s")
     row("latency", curves["latency_s"], lambda x: f"{x * 1e3:g}ms")
+    if "cache_nodes" in curves:
+        nodes = curves["cache_nodes"]
+        per = nodes[0]["hit_rate"]
+        out.append(f"  nodes      " + "  ".join(
+            f"{p['x']:.0f}:{p['rate']:,.0f}{p['bottleneck'][0]}" for p in nodes)
+            + f"   (a cache of {per:.0%} per node pooled across N nodes: hit rate "
+            "min(1, N x that), peers over a 10 Gb/s network)")
     jobs = curves["jobs"]
     out.append("  jobs       " + "  ".join(
         f"{p['x']}:{p['shared']:,.0f}/{p['independent']:,.0f}" for p in jobs)
@@ -344,6 +367,9 @@ def render_html(r) -> str:
     charts = [
         _svg_chart("vs cache size (MinIO)", curves["cache_fraction"], "fraction of dataset cached",
                    lambda x: f"{x:.0%}", g),
+        _svg_chart("vs nodes pooling their caches (cluster cache)", curves["cache_nodes"],
+                   f"nodes, each caching {curves['cache_nodes'][0]['hit_rate']:.0%} of the dataset",
+                   lambda x: f"{x:.0f}", g, logx=True),
         _svg_chart("vs cores", curves["cores"], "cores (a prep thread per core, or per core "
                    "the step leaves free)",
                    lambda x: f"{x:.0f}", g),

@@ -335,8 +335,11 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
     if items is not None and items <= 0:
         raise ValueError("items must be positive")
     run = dict(base)
-    for key in ("cache_name", "cache_bytes", "cache_policy"):
+    for key in ("cache_name", "cache_bytes", "cache_policy", "cache_servers", "cache_local_bytes"):
         run.pop(key, None)
+    # A cluster cache pools every rank's share (cache.h, CacheConfig.pool_parts).
+    cache_nodes = (int(base.get("world_size", 1) or 1)
+                   if base.get("cache_name") and base.get("cache_policy") == "memcached" else 1)
     with Loader.from_spec({**run, "batch_size": 1, "prefetch": 0, "num_threads": 1,
                            "reads_in_flight": 1, "subset": 1}) as probe:
         num_items = probe.num_items
@@ -482,11 +485,14 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
             "latency_s": storage["latency_s"],
             "jobs": 1,
             "shared": False,
+            "cache_nodes": cache_nodes,
         },
         "cached_rate": cached.rate,
         "cold_rate": cold.rate,
         # Reads in flight need a batch slot: those ahead of the one in use.
         "slot_items": (int(resolved.get("prefetch", 2)) + 1) * batch,
+        # The job's nodes, whose memory a cluster cache could pool.
+        "nodes": int(base.get("world_size", 1) or 1),
     }
     result = json.loads(_nostall.analysis_json(json.dumps(profile)))
     result["run"] = {"source": base.get("source"), "batch_size": batch, "items": items,
@@ -519,8 +525,12 @@ def contradictions(result: dict) -> list:
     limit = result["predicted"]["limit"]
     rec = result["recommendation"]
     m = result["profile"]["measured"]
-    changes = [k for k in ("cache_fraction", "reads_in_flight", "cores", "prep_threads")
+    from ._report import hit_rate
+
+    changes = [k for k in ("reads_in_flight", "cores", "prep_threads")
                if rec["config"][k] > m[k] + 1e-9]
+    if hit_rate(rec["config"]) > hit_rate(m) + 1e-9:
+        changes.insert(0, "cache_fraction")
     if named == "compute" and stall > _NOISE:
         out.append(f"bottleneck compute with a measured stall of {stall:.1%}")
     if named != "compute" and stall <= _NOISE:
@@ -569,7 +579,9 @@ class Analysis:
         """Predicted samples/s per job for a configuration (fields not given: as measured).
 
         Fields: cores, prep_threads, reads_in_flight, cache_fraction,
-        bandwidth (bytes/s), latency_s, jobs, shared.
+        bandwidth (bytes/s), latency_s, jobs, shared; cache_nodes (the cache
+        pooled across that many nodes, each holding cache_fraction: the
+        cluster cache), peer_latency_s, peer_bandwidth (bytes/s).
         """
         return json.loads(_nostall.predict_json(json.dumps(self.profile), json.dumps(config)))
 

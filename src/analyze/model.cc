@@ -22,6 +22,27 @@ constexpr double kCrowdSlack = 0.05;
 
 double Clamp01(double x) { return std::min(1.0, std::max(0.0, x)); }
 
+// A cluster-cache hit costs the network stack's CPU and the checksum on top
+// of a local hit's copy: 2 ns per byte, measured here (bench_cluster.py's
+// nodes: 0.45 s of process CPU more per 215 MB than from shared memory).
+constexpr double kPeerCpuPerByte = 2e-9;
+
+// The fraction of items found in the cache: a node-local cache holds its
+// fraction; a cluster cache pools every node's.
+double HitRate(const Config& c) {
+  return Clamp01(c.cache_fraction * std::max(1, c.cache_nodes));
+}
+
+// Of the hits, the fraction on another node's server.
+double PeerHitRate(const Config& c) {
+  const int n = std::max(1, c.cache_nodes);
+  return n > 1 ? HitRate(c) * (n - 1) / n : 0.0;
+}
+
+double HitCpu(const Profile& p, const Config& c) {
+  return p.fetch_cpu_hit + (c.cache_nodes > 1 ? kPeerCpuPerByte * p.item_bytes : 0.0);
+}
+
 json ConfigToJson(const Config& c) {
   return {{"cores", c.cores},
           {"prep_threads", c.prep_threads},
@@ -31,7 +52,10 @@ json ConfigToJson(const Config& c) {
           {"latency_s", c.latency},
           {"jobs", c.jobs},
           {"shared", c.shared},
-          {"step_threads", c.step_threads}};
+          {"step_threads", c.step_threads},
+          {"cache_nodes", c.cache_nodes},
+          {"peer_latency_s", c.peer_latency},
+          {"peer_bandwidth", c.peer_bandwidth}};
 }
 
 Config ConfigFromJson(const json& j, Config c = {}) {
@@ -44,6 +68,9 @@ Config ConfigFromJson(const json& j, Config c = {}) {
   c.jobs = j.value("jobs", c.jobs);
   c.shared = j.value("shared", c.shared);
   c.step_threads = j.value("step_threads", c.step_threads);
+  c.cache_nodes = j.value("cache_nodes", c.cache_nodes);
+  c.peer_latency = j.value("peer_latency_s", c.peer_latency);
+  c.peer_bandwidth = j.value("peer_bandwidth", c.peer_bandwidth);
   return c;
 }
 
@@ -76,9 +103,9 @@ bool AdaptiveGives(const Profile& p, const Config& c, int reads) {
 }
 
 double CpuPerSample(const Profile& p, const Config& c) {
-  const double h = Clamp01(c.cache_fraction);
+  const double h = HitRate(c);
   const double pipelines = c.shared ? 1 : std::max(1, c.jobs);
-  const double fetch = h * p.fetch_cpu_hit + (1 - h) * p.fetch_cpu_miss;
+  const double fetch = h * HitCpu(p, c) + (1 - h) * p.fetch_cpu_miss;
   return pipelines * (p.prep_cpu + fetch) +
          std::max(1, c.jobs) * StepAt(p, c).work_cpu;
 }
@@ -182,9 +209,8 @@ double SharingRate(const Profile& p, const Config& c, const Efficiency& e,
   const double spinners = jobs * std::max(0, step.threads - 1);
   // The fetch threads' CPU (reading, the kernel's work for it) is taken off
   // the cores the step and the prep threads share.
-  const double h = Clamp01(c.cache_fraction);
-  const double fetch =
-      pipelines * (h * p.fetch_cpu_hit + (1 - h) * p.fetch_cpu_miss);
+  const double h = HitRate(c);
+  const double fetch = pipelines * (h * HitCpu(p, c) + (1 - h) * p.fetch_cpu_miss);
   double busy = 1;  // fraction of the prep threads runnable while the step runs
   double wait = 0, rate = 0;
   for (int iter = 0; iter < 100; ++iter) {
@@ -220,7 +246,8 @@ double SharingRate(const Profile& p, const Config& c, const Efficiency& e,
 
 Prediction Predict(const Profile& p, const Config& c, const Efficiency& eff) {
   Prediction out;
-  const double miss = 1 - Clamp01(c.cache_fraction);
+  const double miss = 1 - HitRate(c);
+  const double peer = PeerHitRate(c);
   const double pipelines = c.shared ? 1 : std::max(1, c.jobs);
   double* lim = out.limits;
   const StepCost step = StepAt(p, c);
@@ -239,8 +266,14 @@ Prediction Predict(const Profile& p, const Config& c, const Efficiency& eff) {
   lim[3] = c.bandwidth > 0 && miss > 0 && p.item_bytes > 0
                ? c.bandwidth * eff.storage / (pipelines * miss * p.item_bytes)
                : kInf;
+  // A cluster cache's peers: their hits cross the network too.
+  if (peer > 0 && c.peer_bandwidth > 0 && p.item_bytes > 0) {
+    lim[3] = std::min(lim[3], c.peer_bandwidth / (pipelines * peer * p.item_bytes));
+  }
   const double read_time = ReadTime(p, c);
-  lim[4] = miss > 0 && read_time > 0 ? ReadsInFlight(p, c) * eff.storage / (miss * read_time) : kInf;
+  const double peer_time = peer > 0 ? c.peer_latency + (c.peer_bandwidth > 0 ? p.item_bytes / c.peer_bandwidth : 0) : 0;
+  const double in_flight_time = miss * read_time / eff.storage + peer * peer_time;
+  lim[4] = in_flight_time > 0 ? ReadsInFlight(p, c) / in_flight_time : kInf;
   int best = 0;
   for (int l = 1; l < 5; ++l) {
     if (lim[l] < lim[best] * (1 - 1e-9)) best = l;  // ties go to the earlier: compute first
@@ -365,7 +398,7 @@ Recommendation Recommend(const Profile& p, const Efficiency& eff) {
   // Storage: a cache that cuts the bytes read to what the bandwidth carries,
   // then the reads in flight that hide the latency of what still misses.
   const double read_time = ReadTime(p, c);
-  const double miss = 1 - Clamp01(c.cache_fraction);
+  const double miss = 1 - HitRate(c);
   if (c.bandwidth > 0 && p.item_bytes > 0) {
     const double bytes_per_sample = pipelines * p.item_bytes;
     const double max_miss = c.bandwidth * eff.storage / (bytes_per_sample * target);
@@ -375,7 +408,19 @@ Recommendation Recommend(const Profile& p, const Efficiency& eff) {
       c.cache_fraction = std::min(1.0, std::ceil((1 - max_miss) * 100 - 1e-9) / 100);
     }
   }
-  const double miss_after = 1 - Clamp01(c.cache_fraction);
+  // Across the job's nodes: a cluster cache holds what is needed with each
+  // node giving 1/N of it, where the network carries the peers' hits.
+  r.cache_bytes_per_node = 0;
+  if (p.nodes > 1 && c.cache_fraction > p.measured.cache_fraction + 1e-9) {
+    Config cluster = c;
+    cluster.cache_nodes = p.nodes;
+    cluster.cache_fraction = c.cache_fraction / p.nodes;
+    if (Predict(p, cluster, eff).rate >= Predict(p, c, eff).rate * (1 - kModelNoise)) {
+      c.cache_nodes = p.nodes;
+      c.cache_fraction = cluster.cache_fraction;
+    }
+  }
+  const double miss_after = 1 - HitRate(c);
   if (read_time > 0 && miss_after > 0) {
     const int need = std::min(
         kMaxSuggestedReads,
@@ -400,7 +445,8 @@ Recommendation Recommend(const Profile& p, const Efficiency& eff) {
   c.cores = trial.cores;
   c.prep_threads = trial.prep_threads;
   r.config = c;
-  r.cache_bytes = c.cache_fraction * p.dataset_bytes;
+  r.cache_bytes = HitRate(c) * p.dataset_bytes;
+  if (c.cache_nodes > 1) r.cache_bytes_per_node = c.cache_fraction * p.dataset_bytes;
   r.rate = Predict(p, c, eff).rate;
   r.reaches_step_rate = r.rate >= step_rate * 0.999;
   return r;
@@ -427,6 +473,7 @@ Result<Profile> Profile::FromJson(const std::string& text) {
     p.cached_rate = j.value("cached_rate", 0.0);
     p.cold_rate = j.value("cold_rate", 0.0);
     p.slot_items = j.value("slot_items", int64_t{0});
+    p.nodes = std::max(1, j.value("nodes", 1));
     if (p.step_rate <= 0 || p.prep_cpu < 0 || p.item_bytes < 0 || p.measured.cores <= 0 ||
         p.step_threads < 1 || p.step_rate_1 < 0 || p.step_cpu_1 < 0 || p.step_spin_cpu < 0 ||
         p.loop_overhead < 0 || p.slot_items < 0 || p.measured.reads_in_flight < 0) {
@@ -449,7 +496,8 @@ std::string Profile::ToJson() const {
             {"fetch_cpu_hit", fetch_cpu_hit},   {"item_bytes", item_bytes},
             {"dataset_bytes", dataset_bytes},   {"dataset_items", dataset_items},
             {"measured", ConfigToJson(measured)}, {"cached_rate", cached_rate},
-            {"cold_rate", cold_rate},           {"slot_items", slot_items}};
+            {"cold_rate", cold_rate},           {"slot_items", slot_items},
+            {"nodes", nodes}};
   return j.dump();
 }
 
@@ -512,6 +560,18 @@ json Curves(const Profile& p, const Efficiency& eff) {
     cache.push_back(Point(c.cache_fraction, Predict(p, c, eff)));
   }
   curves["cache_fraction"] = cache;
+  // The node's cache (as measured, or a quarter of the dataset when none)
+  // pooled across N nodes.
+  json nodes = json::array();
+  for (int n : {1, 2, 4, 8, 16, 32, 64}) {
+    Config c = m;
+    c.cache_fraction = m.cache_fraction > 0 ? m.cache_fraction : 0.25;
+    c.cache_nodes = n;
+    json point = Point(n, Predict(p, c, eff));
+    point["hit_rate"] = HitRate(c);
+    nodes.push_back(point);
+  }
+  curves["cache_nodes"] = nodes;
   json cores = json::array();
   const int max_cores = static_cast<int>(std::ceil(4 * m.cores));
   const int step = std::max(1, max_cores / 32);
@@ -593,6 +653,7 @@ std::string AnalysisJson(const Profile& p) {
   const Recommendation r = Recommend(p, eff);
   out["recommendation"] = {{"config", ConfigToJson(r.config)},
                            {"cache_bytes", r.cache_bytes},
+                           {"cache_bytes_per_node", r.cache_bytes_per_node},
                            {"bandwidth_instead", r.bandwidth_instead},
                            {"rate", r.rate},
                            {"reads_in_flight", ReadsInFlight(p, r.config)},
@@ -606,7 +667,8 @@ Result<std::string> PredictJson(const Profile& p, const std::string& config_json
     if (!j.is_object()) return InvalidArgument("a configuration is a JSON object");
     static const char* kKnown[] = {"cores", "prep_threads", "reads_in_flight", "cache_fraction",
                                    "bandwidth", "latency_s", "jobs", "shared",
-                                   "step_threads"};
+                                   "step_threads", "cache_nodes", "peer_latency_s",
+                                   "peer_bandwidth"};
     for (const auto& [key, value] : j.items()) {
       if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
         return InvalidArgument("unknown configuration field '" + key + "'");

@@ -55,6 +55,43 @@ TEST(ModelTest, CacheCutsOnlyTheReads) {
   EXPECT_TRUE(std::isinf(Predict(p, c).limits[static_cast<int>(Limit::kBandwidth)]));
 }
 
+TEST(ModelTest, ACacheAcrossNodesPoolsTheirMemoryAndPaysTheNetwork) {
+  Profile p = Example();
+  Config c = p.measured;
+  c.reads_in_flight = 64;
+  c.cache_fraction = 0.25;  // each node's memory holds a quarter
+  EXPECT_DOUBLE_EQ(Predict(p, c).limits[static_cast<int>(Limit::kBandwidth)], 50e6 / (0.75 * 100e3));
+  c.cache_nodes = 4;  // pooled: every item is on some node
+  Prediction pooled = Predict(p, c);
+  // No storage reads; the peers' 3/4 of the items cross a 10 Gb/s network.
+  EXPECT_DOUBLE_EQ(pooled.limits[static_cast<int>(Limit::kBandwidth)], 1.25e9 / (0.75 * 100e3));
+  const double peer_time = 0.0005 + 100e3 / 1.25e9;
+  EXPECT_DOUBLE_EQ(pooled.limits[static_cast<int>(Limit::kLatency)], 64 / (0.75 * peer_time));
+  EXPECT_EQ(pooled.bottleneck(), Bottleneck::kPrep);
+  c.cache_nodes = 2;  // half the dataset: half the reads still go to storage
+  EXPECT_DOUBLE_EQ(Predict(p, c).limits[static_cast<int>(Limit::kBandwidth)], 50e6 / (0.5 * 100e3));
+  // A slow network makes the peers the limit.
+  c.cache_nodes = 4;
+  c.peer_bandwidth = 10e6;
+  EXPECT_EQ(Predict(p, c).limit, Limit::kBandwidth);
+}
+
+TEST(ModelTest, TheRecommendationNamesTheClusterCacheWhenTheJobHasNodes) {
+  Profile p = Example();
+  p.measured.reads_in_flight = 64;
+  p.measured.cache_fraction = 0.25;
+  Recommendation alone = Recommend(p, Efficiency{});
+  EXPECT_EQ(alone.config.cache_nodes, 1);
+  EXPECT_GT(alone.config.cache_fraction, 0.25);
+  p.nodes = 4;
+  Recommendation job = Recommend(p, Efficiency{});
+  ASSERT_EQ(job.config.cache_nodes, 4);
+  // The same hit rate, a quarter of it on each node.
+  EXPECT_NEAR(job.config.cache_fraction * 4, alone.config.cache_fraction, 1e-9);
+  EXPECT_NEAR(job.cache_bytes_per_node * 4, job.cache_bytes, 1);
+  EXPECT_GE(job.rate, alone.rate * 0.95);
+}
+
 TEST(ModelTest, AdaptiveReadsFollowLittlesLawAsTheLoaderDoes) {
   Profile p = Example();
   Config c = p.measured;

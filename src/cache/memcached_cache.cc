@@ -231,17 +231,16 @@ class MemcachedCache final : public Cache {
 
   bool Insert(int64_t item, const uint8_t* data, size_t size) override {
     const uint64_t need = size + sizeof(Header);
-    uint64_t used = used_.load();
-    do {  // this client's share of the budget, reserved before the add
-      if (used + need > config_.budget_bytes) return false;
-    } while (!used_.compare_exchange_weak(used, used + need));
+    if (need > config_.budget_bytes) return false;  // bigger than a whole share
     const std::string key = Key(item);
     memcached_return_t rc;
     memcached_st* mc = Fetch(&rc);
+    if (mc == nullptr) return false;
     bool stored = false;
-    if (mc != nullptr) {
-      const std::string server = ServerOf(mc, key);
-      if (!IsFull(server) && !IsDown(server)) {
+    const std::string server = ServerOf(mc, key);
+    if (!IsFull(server) && !IsDown(server)) {
+      const Reserved reserved = Reserve(mc, need);
+      if (reserved != Reserved::kNone) {
         std::string value(sizeof(Header) + size, '\0');
         Header h{};
         std::memcpy(h.magic, kMagic, sizeof kMagic);
@@ -257,14 +256,15 @@ class MemcachedCache final : public Cache {
         if (OutOfMemory(rc)) MarkFull(server);
         Answered(server, rc == MEMCACHED_SUCCESS || rc == MEMCACHED_NOTSTORED ||
                              rc == MEMCACHED_DATA_EXISTS || OutOfMemory(rc));
+        if (stored) {
+          items_.fetch_add(1);
+          if (reserved == Reserved::kPool) used_.fetch_add(need);
+        } else {
+          Release(mc, reserved, need);
+        }
       }
-      memcached_pool_release(pool_, mc);
     }
-    if (stored) {
-      items_.fetch_add(1);
-    } else {
-      used_.fetch_sub(need);
-    }
+    memcached_pool_release(pool_, mc);
     return stored;
   }
 
@@ -281,6 +281,51 @@ class MemcachedCache final : public Cache {
   }
 
  private:
+  // Room for `need` more bytes. The job's shares are pooled: every client of
+  // the dataset adds to one counter on the servers (its key hashed like an
+  // item's) and adds while the total is below its share x pool_parts (the
+  // job's world size), so what one node's items leave of its share serves
+  // the others'. The pool is reached, not never crossed (by less than one
+  // item; the servers' -M bounds their memory). When the counter's server
+  // does not answer, this client's own share is the bound.
+  enum class Reserved { kNone, kPool, kLocal };
+  Reserved Reserve(memcached_st* mc, uint64_t need) {
+    const std::string pool = PoolKey();
+    const std::string server = ServerOf(mc, pool);
+    if (!IsDown(server)) {
+      uint64_t total = 0;
+      const memcached_return_t rc = memcached_increment_with_initial(
+          mc, pool.data(), pool.size(), need, need, 0, &total);
+      Answered(server, rc == MEMCACHED_SUCCESS || OutOfMemory(rc));
+      if (rc == MEMCACHED_SUCCESS) {
+        const uint64_t limit = config_.budget_bytes * static_cast<uint64_t>(config_.pool_parts);
+        if (total - need < limit) return Reserved::kPool;
+        memcached_decrement(mc, pool.data(), pool.size(), static_cast<uint32_t>(need), &total);
+        return Reserved::kNone;
+      }
+    }
+    uint64_t used = used_.load();
+    do {
+      if (used >= config_.budget_bytes) return Reserved::kNone;
+    } while (!used_.compare_exchange_weak(used, used + need));
+    return Reserved::kLocal;
+  }
+  void Release(memcached_st* mc, Reserved reserved, uint64_t need) {
+    if (reserved == Reserved::kLocal) {
+      used_.fetch_sub(need);
+    } else if (reserved == Reserved::kPool) {
+      const std::string pool = PoolKey();
+      uint64_t total = 0;
+      memcached_decrement(mc, pool.data(), pool.size(), static_cast<uint32_t>(need), &total);
+    }
+  }
+  std::string PoolKey() const {
+    char key[64];
+    std::snprintf(key, sizeof key, "nostall:%016llx:pool",
+                  static_cast<unsigned long long>(config_.dataset_fingerprint));
+    return key;
+  }
+
   std::string Key(int64_t item) const {
     char key[64];
     std::snprintf(key, sizeof key, "nostall:%016llx:%lld",

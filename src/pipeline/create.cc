@@ -78,9 +78,15 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in) {
   if (!spec.cache_name.empty()) {
     CacheConfig config{spec.cache_name, spec.cache_bytes, source->fingerprint(), source->size()};
     config.servers = spec.cache_servers;
+    config.pool_parts = spec.world_size;  // every rank's share, pooled in the cluster tier
     // Tiers, front first: the node-local MinIO cache, then the cluster tier.
     // One tier alone is stacked too, for its lookup timing (TierStats).
     std::vector<std::unique_ptr<Cache>> tiers;
+    if (spec.cache_local_bytes > 0 && spec.cache_policy != "memcached") {
+      return InvalidArgument("cache_local_bytes is the node-local tier in front of a cluster "
+                             "cache: it goes with cache_policy \"memcached\", not \"" +
+                             spec.cache_policy + "\"");
+    }
     if (spec.cache_local_bytes > 0) {
       CacheConfig local = config;
       local.budget_bytes = spec.cache_local_bytes;

@@ -313,11 +313,6 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "cache_policy", &s.cache_policy));
     NOSTALL_RETURN_IF_ERROR(GetStrings(j, w, "cache_servers", &s.cache_servers));
     NOSTALL_RETURN_IF_ERROR(GetU64(j, w, "cache_local_bytes", &s.cache_local_bytes));
-    if (s.cache_local_bytes > 0 && s.cache_policy != "memcached") {
-      return InvalidArgument("cache_local_bytes is the node-local tier in front of a cluster "
-                             "cache: it goes with cache_policy \"memcached\", not \"" +
-                             s.cache_policy + "\"");
-    }
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_endpoint", &s.source_options.s3_endpoint));
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_region", &s.source_options.s3_region));
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_profile", &s.source_options.s3_profile));

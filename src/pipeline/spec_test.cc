@@ -58,6 +58,7 @@ TEST(SpecTest, EveryFieldRoundTrips) {
       {"cache_bytes", 1 << 30},
       {"cache_policy", "lru"},
       {"cache_servers", {"node1:11211", "node2:11211"}},
+      {"cache_local_bytes", 1 << 28},
       {"s3_endpoint", "http://127.0.0.1:8333"},
       {"s3_region", "eu-west-1"},
       {"s3_profile", "train"},

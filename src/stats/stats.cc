@@ -98,6 +98,8 @@ std::string LoaderStats::ToJson() const {
                         {"hits", e.hits},
                         {"misses", e.misses},
                         {"errors", e.errors},
+                        {"hit_bytes", e.hit_bytes},
+                        {"miss_bytes", e.miss_bytes},
                         {"hit_rate", n > 0 ? static_cast<double>(e.hits) / n : 0.0},
                         {"byte_hit_rate", b > 0 ? static_cast<double>(e.hit_bytes) / b : 0.0}});
     }

@@ -96,18 +96,44 @@ def test_fetch_bound_on_slow_storage(small_pngs):
     assert a.recommendation["config"]["reads_in_flight"] > 40
 
 
+def test_a_job_on_several_nodes_is_told_to_pool_their_caches(small_pngs):
+    """Storage bandwidth binds; the job has 4 ranks: a cache across the 4
+    nodes gives the hit rate of one 4 times the size on each."""
+    spec = {"source": str(small_pngs), "batch_size": 16, "mode": "L", "reads_in_flight": 8,
+            "throttle_bandwidth": 100e3, "world_size": 4, "rank": 1}
+    a = run(spec, sleeper(0.002), items=128)
+    assert a.bottleneck == "fetch", a.table()
+    alone = a.predict(cache_fraction=0.25)["rate"]
+    pooled = a.predict(cache_fraction=0.25, cache_nodes=4)["rate"]
+    everything = a.predict(cache_fraction=1.0)["rate"]
+    assert pooled > 1.2 * alone, (alone, pooled, a.table())
+    assert pooled == pytest.approx(everything, rel=0.1)  # the peers' network is not the limit
+    # A 10 MB/s network is.
+    assert a.predict(cache_fraction=0.25, cache_nodes=4, peer_bandwidth=10e3)["rate"] < alone
+    rec = a.recommendation
+    assert rec["config"]["cache_nodes"] == 4, a.table()
+    assert rec["cache_bytes_per_node"] == pytest.approx(rec["cache_bytes"] / 4)
+    table = a.table()
+    assert "across your 4 nodes" in table and "nostall cache serve" in table, table
+    assert "nodes      1:" in table, table
+    from nostall.analyze import contradictions
+
+    assert contradictions(a.result) == [], a.table()
+
+
 def test_reports_json_and_self_contained_html(small_pngs, tmp_path):
     a = run({"source": str(small_pngs), "batch_size": 32, "mode": "L"}, sleeper(0.02), items=256)
     a.save_json(tmp_path / "a.json")
     a.save_html(tmp_path / "a.html")
     data = json.loads((tmp_path / "a.json").read_text())
     assert data["bottleneck"] == a.bottleneck
-    assert set(data["curves"]) == {"cache_fraction", "cores", "bandwidth", "latency_s", "jobs"}
+    assert set(data["curves"]) == {"cache_fraction", "cache_nodes", "cores", "bandwidth",
+                                   "latency_s", "jobs"}
     page = (tmp_path / "a.html").read_text()
     # Nothing fetched from anywhere: no scripts, links, images or url() styles.
     assert not re.search(r"<script|<link|<img|src=|href=|url\(", page)
     svgs = re.findall(r"<svg.*?</svg>", page, flags=re.S)
-    assert len(svgs) == 6  # the breakdown bar and five what-if charts
+    assert len(svgs) == 7  # the breakdown bar and six what-if charts
     for svg in svgs:
         ET.fromstring(svg)  # well-formed
     assert "What removes the stall" in page

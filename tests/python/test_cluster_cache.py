@@ -196,7 +196,9 @@ def test_four_nodes_with_rank_and_world_size_share_one_cache_and_survive_a_kill(
         counts = [e for r in results for e in r["cache"]["epochs"] if e["epoch"] == epoch]
         return sum(e["hits"] for e in counts) / sum(e["hits"] + e["misses"] for e in counts)
 
-    assert hit_rate(0) == 0
+    # The nodes start apart (each its own process): a node still in epoch 0
+    # may find an item that a faster node read, and cached, in its epoch 1.
+    assert hit_rate(0) < 0.05
     assert hit_rate(1) > 0.95  # epoch 1 may start while epoch 0's last inserts are in flight
     # The killed server held about a quarter; the others' items still hit.
     assert 0.5 < hit_rate(2) < 1.0 and 0.5 < hit_rate(3) < 1.0, [hit_rate(e) for e in range(4)]
@@ -239,7 +241,8 @@ def test_cache_serve_starts_memcached_the_way_the_cluster_cache_needs(data):
         inspected = subprocess.run([NOSTALL, "cache", "inspect", "--servers", address],
                                    capture_output=True, text=True)
         assert inspected.returncode == 0, inspected.stderr
-        assert f"{len(list(Path(data).rglob('*.jpg')))} items, 0 evictions" in inspected.stdout
+        # Every item, and the job's pool counter (cache.h, CacheConfig.pool_parts).
+        assert f"{len(list(Path(data).rglob('*.jpg'))) + 1} items, 0 evictions" in inspected.stdout
     finally:
         server.terminate()
         assert server.wait(timeout=10) is not None
