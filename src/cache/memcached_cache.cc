@@ -48,6 +48,7 @@ constexpr int kPoolSize = 32;  // connections' handles: one per thread reading a
 constexpr int kFailuresToDrop = 2;
 constexpr double kFirstBackoffS = 1.0, kMaxBackoffS = 30.0;
 constexpr size_t kMaxStaged = 8192;  // prefetched answers not yet looked up
+constexpr auto kStagedWait = std::chrono::milliseconds(50);
 
 struct Header {
   char magic[4];
@@ -176,11 +177,15 @@ class MemcachedCache final : public Cache {
     {
       MutexLock lock(&stage_mu_);
       auto it = staged_.find(item);
-      while (it != staged_.end() && it->second.state == Staged::kPending) {
-        staged_cv_.wait(lock.native());
+      // A multi-get is waited for while it is quick; one that is not (its
+      // thread descheduled, a server slow) does not hold this lookup up.
+      const auto deadline = std::chrono::steady_clock::now() + kStagedWait;
+      while (it != staged_.end() && it->second.state == Staged::kPending &&
+             staged_cv_.wait_until(lock.native(), deadline) == std::cv_status::no_timeout) {
         it = staged_.find(item);
       }
-      if (it != staged_.end()) {
+      it = staged_.find(item);
+      if (it != staged_.end() && it->second.state != Staged::kPending) {
         Staged s = std::move(it->second);
         staged_.erase(it);
         lock.Unlock();
