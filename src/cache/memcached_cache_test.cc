@@ -160,6 +160,29 @@ TEST(MemcachedCacheTest, AKilledServerCostsItsHitsNotTimeNorBytes) {
   EXPECT_EQ(s.hits + s.misses + s.errors, 3 * kItems);
 }
 
+TEST(MemcachedCacheTest, AServerDownAtStartCostsItsShareOnly) {
+  MemcachedServer live, dead;
+  ASSERT_TRUE(live.started() && dead.started());
+  const std::string gone = dead.address();
+  dead.Kill();  // named in the list, never up while the cache runs
+  auto cache = Open({live.address(), gone});
+  ASSERT_NE(cache, nullptr);
+  constexpr int kItems = 200;
+  int stored = 0;
+  for (int64_t i = 0; i < kItems; ++i) {
+    const auto bytes = Bytes(i, SizeOf(i));
+    stored += cache->Insert(i, bytes.data(), bytes.size()) ? 1 : 0;
+  }
+  // The live server takes its share (and, once the dead one is dropped
+  // from the ring, may take more); nothing fails outright.
+  EXPECT_GT(stored, kItems / 4);
+  int hits = 0, errors = 0;
+  const double seconds = LookAll(*cache, kItems, &hits, &errors);
+  EXPECT_GT(hits, kItems / 4);  // the live server's items, each with its bytes (LookAll)
+  EXPECT_LE(hits, stored);
+  EXPECT_LT(seconds, 2.0) << errors << " errors";
+}
+
 TEST(MemcachedCacheTest, AServerThatDoesNotAnswerCostsMillisecondsAndIsDropped) {
   MemcachedServer a, b;
   ASSERT_TRUE(a.started() && b.started());

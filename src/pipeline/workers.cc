@@ -93,13 +93,12 @@ FetchedItem PipelineLoader::ClaimPosition() {
     free_buffers_.pop_back();
   }
   if (cache_ && pos_in_epoch % spec_.batch_size == 0) {
-    auto add = [&](int64_t batch) {
+    // (A loop, not a lambda: the lock analysis does not follow into one.)
+    for (int64_t batch = b == 0 ? 0 : b + 1; batch <= b + 1; ++batch) {
       const int64_t first = batch * spec_.batch_size;
       const int64_t last = std::min(SamplesThisEpoch(), first + spec_.batch_size);
       for (int64_t p = first; p < last; ++p) fi.prefetch.push_back(order_[static_cast<size_t>(p)]);
-    };
-    if (b == 0) add(0);
-    add(b + 1);
+    }
   }
   return fi;
 }
