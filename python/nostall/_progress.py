@@ -81,19 +81,20 @@ class EpochProgress:
     def update(self, loader, epoch, batches, total):
         if not self.bar or not self.line.due():
             return
-        e = _epoch_stats(loader, epoch)
+        stats = loader.stats()
+        e = _epoch_stats(stats, epoch)
         if e is None:
             return
         self.line.draw(f"epoch {epoch} {_bar(batches, total)} {batches}/{total} batches, "
                        f"{e['images_per_s']:,.0f} images/s, stalled {e['stall_fraction']:.1%}"
-                       f"{_cache_text(loader.stats(), epoch)}")
+                       f"{_cache_text(stats, epoch)}")
 
     def finish(self, loader, epoch):
-        e = _epoch_stats(loader, epoch)
+        stats = loader.stats()
+        e = _epoch_stats(stats, epoch)
         if e is None:
             return
         wall = e["wait_s"] + e["between_s"]
-        stats = loader.stats()
         p99 = stats["consumer"]["wait_p99_s"]
         self.line.finish(f"epoch {epoch}: {e['samples']:,} images in {wall:.2f} s, "
                          f"{e['images_per_s']:,.0f} images/s, waited on data {e['stall_fraction']:.1%} "
@@ -118,8 +119,8 @@ def _cache_text(stats, epoch):
     return text
 
 
-def _epoch_stats(loader, epoch):
-    for e in loader.stats()["consumer"]["epochs"]:
+def _epoch_stats(stats, epoch):
+    for e in stats["consumer"]["epochs"]:
         if e["epoch"] == epoch:
             return e
     return None

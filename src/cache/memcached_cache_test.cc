@@ -123,6 +123,13 @@ void Fill(Cache& cache, int n) {
   }
 }
 
+// Items 0..n-1, as a batch to prefetch.
+std::vector<int64_t> FirstItems(int n) {
+  std::vector<int64_t> items(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) items[static_cast<size_t>(i)] = i;
+  return items;
+}
+
 // Looks items 0..n-1 up: a hit must be the item's bytes. Adds to the counts
 // and returns the seconds it took.
 double LookAll(Cache& cache, int n, int* hits, int* errors) {
@@ -240,8 +247,7 @@ TEST(MemcachedCacheTest, APrefetchedBatchIsAnsweredFromOneMultiGet) {
   Fill(*cache, kItems);
   Overwrite(a, 7, 1000, "not a nostall value");  // under our key, on one of them
   Overwrite(b, 7, 1000, "not a nostall value");
-  std::vector<int64_t> batch;
-  for (int64_t i = 0; i < kItems; ++i) batch.push_back(i);
+  std::vector<int64_t> batch = FirstItems(kItems);
   batch.push_back(500);   // never cached: a miss
   batch.push_back(1000);  // not ours: a miss
   cache->Prefetch(batch.data(), batch.size());
@@ -271,8 +277,7 @@ TEST(MemcachedCacheTest, APrefetchWithAServerDownCostsItsItemsNotTime) {
   constexpr int kItems = 200;
   Fill(*cache, kItems);
   b.Kill();
-  std::vector<int64_t> batch;
-  for (int64_t i = 0; i < kItems; ++i) batch.push_back(i);
+  const std::vector<int64_t> batch = FirstItems(kItems);
   const auto t0 = std::chrono::steady_clock::now();
   int hits = 0, errors = 0;
   for (int round = 0; round < 3; ++round) {
@@ -294,8 +299,7 @@ TEST(MemcachedCacheTest, LookupsRacingTheirPrefetchGetTheItemsBytes) {
   ASSERT_NE(cache, nullptr);
   constexpr int kItems = 300;
   Fill(*cache, kItems);
-  std::vector<int64_t> batch;
-  for (int64_t i = 0; i < kItems; ++i) batch.push_back(i);
+  const std::vector<int64_t> batch = FirstItems(kItems);
   for (int round = 0; round < 5; ++round) {
     std::vector<std::thread> readers;
     std::atomic<int> hits{0};
