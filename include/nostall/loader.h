@@ -46,9 +46,13 @@ struct LoaderSpec {
   int64_t subset = 0;  // > 0: use this many items, a fixed random sample (see SamplerOptions)
   int64_t shuffle_block = 0;  // > 0: shuffle within fixed blocks (see SamplerOptions)
   PrepSpec prep;
-  int num_threads = 0;      // prep threads; 0 = the cores this process may use
-  int reads_in_flight = 0;  // fetch threads; 0 = 4
-  int prefetch = 2;         // batches prepared ahead of the one being used
+  int num_threads = 0;      // prep threads; 0 = tuned (autotune), else the cores this process may use
+  int reads_in_flight = 0;  // reads at once; 0 = tuned, else 4 fetch threads (remote: adaptive)
+  int prefetch = -1;        // batches prepared ahead of the one being used; -1 = tuned, else 2
+  // The autotuner (src/pipeline/autotune.h): "auto" tunes the knobs above
+  // left unset while the pipeline runs; "on" tunes all three, starting from
+  // the values given; "off" tunes none (unset knobs take the defaults).
+  std::string autotune = "auto";
   ErrorPolicy on_error = ErrorPolicy::kRaise;
   // A MinIO cache of encoded bytes shared by every loader on the node that
   // names it (empty: no cache). See nostall/cache.h.

@@ -41,6 +41,14 @@ struct StageStats {
   int64_t peak_in_flight = 0;  // fetch only: most reads in flight at once (0 elsewhere)
 };
 
+// One change the autotuner made (src/pipeline/autotune.h).
+struct AutotuneDecision {
+  double time_s = 0;   // since the loader was created
+  std::string knob;    // "threads", "reads_in_flight" or "prefetch"
+  int from = 0, to = 0;
+  std::string why;
+};
+
 struct LoaderStats {
   StageStats fetch;  // reading encoded bytes from the source
   StageStats prep;   // decode + augment, written into the batch slot
@@ -61,6 +69,15 @@ struct LoaderStats {
   bool has_storage = false;
   StorageStats storage;
   int reads_in_flight_target = 0;  // the limit the pipeline keeps now (adapts for s3://)
+
+  // The autotuner, when any knob is tuned: which, their values now, and
+  // every change it made (the first kMaxDecisions; the count goes on).
+  bool has_autotune = false;
+  std::vector<std::string> autotune_knobs;
+  int autotune_threads = 0, autotune_reads = 0, autotune_prefetch = 0;
+  std::vector<AutotuneDecision> autotune_decisions;
+  int64_t autotune_changes = 0;
+  static constexpr size_t kMaxDecisions = 256;
 
   // The consumer per epoch, in the order the epochs began.
   struct ConsumerEpoch {

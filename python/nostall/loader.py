@@ -63,11 +63,18 @@ class Loader(Closeable):
         seed: seeds the order and every sample's augmentation.
         transforms: a list of :mod:`nostall.transforms`. Normalize (if used)
             must be last and makes the output float32.
-        num_threads: decode+augment threads; default: the cores this process
-            may use.
-        reads_in_flight: concurrent reads from storage (default: 4 fetch threads for
-            local files; for s3:// as many requests as the measured latency needs).
-        prefetch: batches prepared ahead of the one being used (default 2).
+        num_threads: decode+augment threads; default: tuned while the loader
+            runs (see ``autotune``), starting from the cores this process may use.
+        reads_in_flight: concurrent reads from storage; default: tuned, starting
+            from 4 fetch threads for local files, 16 requests for s3://.
+        prefetch: batches prepared ahead of the one being used; default: tuned,
+            starting from 2.
+        autotune: ``None`` (default) tunes the three knobs above that are left
+            unset, online: the fewest threads, reads and batches ahead with
+            which the training loop never waits (docs/autotune.md); each change
+            is in ``stats()["autotune"]``. ``True`` tunes all three, starting
+            from the values given; ``False`` tunes none (unset knobs take the
+            defaults: all cores, 4 reads, 2 batches).
         rank, world_size: shard the data across processes; default: from the
             torchrun environment (``RANK``, ``WORLD_SIZE``), else 0 and 1.
         drop_last: drop the final incomplete batch of each epoch.
@@ -116,7 +123,8 @@ class Loader(Closeable):
         transforms: Iterable[Transform] = (),
         num_threads: Optional[int] = None,
         reads_in_flight: Optional[int] = None,
-        prefetch: int = 2,
+        prefetch: Optional[int] = None,
+        autotune: Optional[bool] = None,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         drop_last: bool = False,
@@ -170,7 +178,8 @@ class Loader(Closeable):
             "max_pixels": _integer("max_pixels", max_pixels),
             "num_threads": _integer("num_threads", num_threads),
             "reads_in_flight": _integer("reads_in_flight", reads_in_flight),
-            "prefetch": _integer("prefetch", prefetch),
+            "prefetch": -1 if prefetch is None else _integer("prefetch", prefetch),
+            "autotune": "auto" if autotune is None else _plain(autotune),
             "on_error": on_error,
             "use_index_cache": _plain(index_cache),
             "dct_scaling": _plain(dct_scaling),

@@ -10,6 +10,7 @@
 #include "nostall/loader.h"
 #include "ops/prep.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/read_limit.h"
 
 namespace nostall {
 
@@ -23,7 +24,20 @@ int AvailableCores() {
 Result<PipelineParts> PreparePipeline(const LoaderSpec& in) {
   LoaderSpec spec = in;
   if (spec.batch_size <= 0) return InvalidArgument("batch_size must be positive");
-  if (spec.prefetch < 0 || spec.prefetch > 64) return InvalidArgument("prefetch must be in [0, 64]");
+  if (spec.prefetch < -1 || spec.prefetch > 64) {
+    return InvalidArgument("prefetch must be in [0, 64] (or -1: tuned)");
+  }
+  if (spec.autotune != "auto" && spec.autotune != "on" && spec.autotune != "off") {
+    return InvalidArgument("autotune must be \"auto\", \"on\" or \"off\" (or true/false), not '" +
+                           spec.autotune + "'");
+  }
+  // Which knobs the autotuner moves: "auto" those left unset, "on" all.
+  AutotuneLimits tune;
+  const bool all = spec.autotune == "on", some = spec.autotune == "auto";
+  tune.threads = all || (some && spec.num_threads == 0);
+  tune.reads = all || (some && spec.reads_in_flight == 0);
+  tune.prefetch = all || (some && spec.prefetch < 0);
+  if (spec.prefetch < 0) spec.prefetch = kDefaultPrefetch;
   if (spec.num_threads < 0 || spec.reads_in_flight < 0) {
     return InvalidArgument("thread counts must be >= 0 (0 = automatic)");
   }
@@ -44,6 +58,12 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in) {
   // Local files: 4 fetch threads. Remote sources: 0 stays "adapt to the
   // measured latency" (pipeline_loader.h, AdaptReadLimit).
   if (spec.reads_in_flight == 0 && !source->ReadsAsync()) spec.reads_in_flight = 4;
+  // Tuned: prep threads up to the cores this process may use; reads up to
+  // kMaxAutoReads (fetch threads for local files, requests for remote).
+  const bool async = source->ReadsAsync();
+  tune.max_threads = std::max(AvailableCores(), spec.num_threads);
+  tune.min_reads = async ? 1 : 2;
+  tune.max_reads = std::max(kMaxAutoReads, spec.reads_in_flight);
   SamplerOptions so;
   so.num_items = source->size();
   so.batch_size = spec.batch_size;
@@ -97,7 +117,13 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in) {
     tiers.push_back(std::move(tier));
     cache = StackCaches(std::move(tiers));
   }
+  // Prefetch within kAutotuneRingBytes of slots (at most 8 batches ahead).
+  const uint64_t slot_bytes =
+      std::max<uint64_t>(1, SampleBytes(spec.prep, out_h, out_w) * static_cast<uint64_t>(spec.batch_size));
+  tune.max_prefetch = std::max<int>(
+      spec.prefetch, static_cast<int>(std::min<uint64_t>(8, kAutotuneRingBytes / slot_bytes)) - 2);
   PipelineParts parts;
+  parts.tune = tune;
   parts.spec = std::move(spec);
   parts.source = std::move(source);
   parts.sampler = std::move(sampler);

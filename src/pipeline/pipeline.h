@@ -10,6 +10,7 @@
 
 #include "nostall/cache.h"
 #include "nostall/loader.h"
+#include "pipeline/autotune.h"
 #include "ring/ring.h"
 
 namespace nostall {
@@ -21,14 +22,24 @@ struct PipelineParts {
   std::optional<Sampler> sampler;
   int out_h = 0, out_w = 0;
   std::unique_ptr<Cache> cache;  // may be null
+  // The knobs the autotuner moves (none: it does not run); the spec holds
+  // their starting values.
+  AutotuneLimits tune;
 };
 Result<PipelineParts> PreparePipeline(const LoaderSpec& spec);
 
 // One sample's shape: (C, H, W) for NCHW, (H, W, C) for NHWC.
 std::vector<int64_t> SampleShapeOf(const PrepSpec& prep, int64_t out_h, int64_t out_w);
 
+// The prefetch a spec that leaves it unset starts from (tuned) or keeps.
+inline constexpr int kDefaultPrefetch = 2;
+
 // The slots a pipeline of `spec` fills ahead of the consumer: prefetch + 2.
 uint64_t PipelineSlots(const LoaderSpec& spec);
+
+// The memory the autotuner may give the batch ring (prefetch), unless the
+// starting prefetch already takes more.
+inline constexpr uint64_t kAutotuneRingBytes = uint64_t{1} << 30;
 
 // Starts the threads (pipeline_loader.cc), filling the slots of `ring` (a
 // named ring: the shared producer's, whose slot_count the pipeline uses) or

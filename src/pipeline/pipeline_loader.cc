@@ -17,9 +17,12 @@ PipelineLoader::~PipelineLoader() {
     MutexLock lock(&state_->mu);
     cancelled_ = true;
   }
+  tune_cv_.notify_all();
+  if (tuner_thread_.joinable()) tuner_thread_.join();  // first: it starts workers
   state_->slot_freed.notify_all();
   work_cv_.notify_all();
   prep_cv_.notify_all();
+  park_cv_.notify_all();
   ready_cv_.notify_all();
   for (auto& t : threads_) t.join();
   if (async_) {
@@ -33,9 +36,13 @@ PipelineLoader::~PipelineLoader() {
 
 Status PipelineLoader::Init(std::shared_ptr<ring::Segment> ring) {
   state_ = std::make_shared<RingState>();  // first: the destructor locks its mutex
+  const bool own_ring = ring == nullptr;
   if (ring == nullptr) {
     ring::RingLayout l;
-    l.slot_count = static_cast<uint32_t>(PipelineSlots(spec_));
+    // Tuned prefetch: slots for the most it may take, memory reserved for
+    // the first ones (the rest are reserved as the tuner takes them).
+    l.slot_count = static_cast<uint32_t>(tune_.prefetch ? tune_.max_prefetch + 2 : PipelineSlots(spec_));
+    l.reserved_slots = static_cast<uint32_t>(PipelineSlots(spec_));
     l.chunk = spec_.batch_size;
     l.sample_bytes = sample_bytes_;
     const std::vector<int64_t> shape = SampleShape();
@@ -58,28 +65,42 @@ Status PipelineLoader::Init(std::shared_ptr<ring::Segment> ring) {
     work_.resize(state_->seg->g.slot_count);
     for (auto& w : work_) w.bad.assign(static_cast<size_t>(spec_.batch_size), 0);
   }
-  // Fetched items wait here for a prep thread. The bound counts the reads
-  // in flight too (memory stays bounded), but it must leave room for every
-  // fetcher: bounded by the queue alone, items waiting for prep would take
-  // the places of reads and fewer than reads_in_flight reads would run
-  // whenever prep is busy (on slow storage, a loss of throughput).
+  // Fetched items wait for a prep thread in the prep queue. Its bound
+  // counts the reads in flight too (memory stays bounded), but it leaves
+  // room for every read: bounded by the queue alone, items waiting for prep
+  // would take the places of reads and fewer than reads_in_flight reads
+  // would run whenever prep is busy (on slow storage, a loss of
+  // throughput). RoomToFetch.
   async_ = source_->ReadsAsync();
   if (async_) {
-    prep_queue_cap_ = static_cast<size_t>(std::max(8, 2 * spec_.num_threads));
     read_limit_ = spec_.reads_in_flight > 0 ? spec_.reads_in_flight : kFirstAutoReads;
     if (std::optional<StorageStats> remote = source_->storage_stats()) {
       io_cpu_at_start_ = remote->io_cpu_ns;
     }
-  } else {
-    prep_queue_cap_ =
-        static_cast<size_t>(spec_.reads_in_flight + std::max(8, 2 * spec_.num_threads));
   }
+  MutexLock lock(&state_->mu);
+  prep_active_ = spec_.num_threads;
+  fetch_active_ = async_ ? 0 : spec_.reads_in_flight;
+  // A named ring (the shared producer's) is all the pipeline's: its owner
+  // holds the slots it keeps for consumers.
+  slot_limit_ = own_ring ? static_cast<int64_t>(PipelineSlots(spec_))
+                         : static_cast<int64_t>(state_->slots.size());
+  slots_reserved_ = slot_limit_;
   try {
     if (async_) threads_.emplace_back([this] { DispatchLoop(); });
-    for (int i = 0; !async_ && i < spec_.reads_in_flight; ++i) {
-      threads_.emplace_back([this] { FetchLoop(); });
+    StartWorkers();
+    if (tune_.threads || tune_.reads || tune_.prefetch) {
+      AutotuneSettings start{spec_.num_threads, async_ ? read_limit_.load() : spec_.reads_in_flight,
+                             spec_.prefetch};
+      AutotuneLimits limits = tune_;
+      limits.prefetch = limits.prefetch && own_ring;  // a named ring is sized by its owner
+      autotuner_ = std::make_unique<Autotuner>(limits, start);
+      {
+        MutexLock tl(&tune_mu_);
+        tuned_now_ = start;
+      }
+      tuner_thread_ = std::thread([this] { AutotuneLoop(); });
     }
-    for (int i = 0; i < spec_.num_threads; ++i) threads_.emplace_back([this] { PrepLoop(); });
   } catch (const std::system_error& e) {
     // The threads already started are joined by the destructor.
     return ResourceExhausted("cannot start the loader's " +
@@ -232,9 +253,16 @@ Status PipelineLoader::Next(int64_t timeout_ms, NextStatus* status, std::shared_
 
 LoaderStats PipelineLoader::Stats() const {
   LoaderStats st;
-  st.fetch = fetch_.Snapshot(async_ ? read_limit_.load() : spec_.reads_in_flight);
-  st.reads_in_flight_target = async_ ? read_limit_.load() : spec_.reads_in_flight;
-  st.prep = prep_.Snapshot(spec_.num_threads);
+  int reads = 0, threads = 0;
+  {
+    MutexLock lock(&state_->mu);
+    reads = ReadLimitNow();
+    threads = prep_active_;
+    st.ring_slots = slot_limit_;
+  }
+  st.fetch = fetch_.Snapshot(reads);
+  st.reads_in_flight_target = reads;
+  st.prep = prep_.Snapshot(threads);
   st.batch = batch_.Snapshot(0);
   st.batches = delivered_.load();
   st.samples = samples_.load();
@@ -242,8 +270,20 @@ LoaderStats PipelineLoader::Stats() const {
   st.skipped = skipped_.load() + source_->skipped_at_index();
   consumer_.Fill(&st);
   st.elapsed_ns = NowNs() - created_ns_;
-  st.ring_bytes = state_->seg->mapping.size();
-  st.ring_slots = static_cast<int64_t>(state_->seg->g.slot_count);
+  st.ring_bytes = state_->seg->g.data_offset + state_->seg->g.slot_stride * static_cast<uint64_t>(st.ring_slots);
+  if (autotuner_) {
+    const AutotuneLimits& l = autotuner_->limits();
+    st.has_autotune = true;
+    if (l.threads) st.autotune_knobs.push_back("threads");
+    if (l.reads) st.autotune_knobs.push_back("reads_in_flight");
+    if (l.prefetch) st.autotune_knobs.push_back("prefetch");
+    MutexLock lock(&tune_mu_);
+    st.autotune_threads = tuned_now_.threads;
+    st.autotune_reads = tuned_now_.reads;
+    st.autotune_prefetch = tuned_now_.prefetch;
+    st.autotune_decisions = decisions_;
+    st.autotune_changes = changes_;
+  }
   if (std::optional<StorageStats> remote = source_->storage_stats()) {
     st.has_storage = true;
     st.storage = *remote;
@@ -285,7 +325,9 @@ void PipelineLoader::CountCache(int64_t epoch, bool hit, bool error, size_t byte
   (hit ? e.hit_bytes : e.miss_bytes) += static_cast<int64_t>(bytes);
 }
 
-uint64_t PipelineSlots(const LoaderSpec& spec) { return static_cast<uint64_t>(spec.prefetch) + 2; }
+uint64_t PipelineSlots(const LoaderSpec& spec) {
+  return static_cast<uint64_t>(spec.prefetch < 0 ? kDefaultPrefetch : spec.prefetch) + 2;
+}
 
 Result<std::unique_ptr<Loader>> StartPipeline(PipelineParts parts,
                                               std::shared_ptr<ring::Segment> ring) {

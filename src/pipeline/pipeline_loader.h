@@ -16,6 +16,13 @@
 // `reads_in_flight` when the spec fixes it, else sized by Little's law from
 // the measured request latency and the rate prep can take items at
 // (AdaptReadLimit).
+//
+// Autotuned knobs (src/pipeline/autotune.h) move while it runs: prep and
+// fetch threads are started up to the count asked for and park (waiting on
+// park_cv_, counted neither starved nor busy) beyond it; the slots in use
+// are bounded by slot_limit_ within a ring reserved for the most the tuner
+// may ask. Batches do not depend on any of it: each sample's place and
+// randomness come from its position, whichever thread makes it.
 #ifndef NOSTALL_PIPELINE_PIPELINE_LOADER_H_
 #define NOSTALL_PIPELINE_PIPELINE_LOADER_H_
 
@@ -35,6 +42,7 @@
 #include "nostall/loader.h"
 #include "stats/consumer_recorder.h"
 #include "ops/prep.h"
+#include "pipeline/autotune.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/read_limit.h"
 #include "ring/ring.h"
@@ -140,7 +148,8 @@ class PipelineLoader final : public Loader {
         out_h_(parts.out_h),
         out_w_(parts.out_w),
         sample_bytes_(SampleBytes(spec_.prep, out_h_, out_w_)),
-        created_ns_(NowNs()) {}
+        created_ns_(NowNs()),
+        tune_(parts.tune) {}
 
   ~PipelineLoader() override;
 
@@ -168,6 +177,14 @@ class PipelineLoader final : public Loader {
     return std::min<int64_t>(spec_.batch_size, SamplesThisEpoch() - b * spec_.batch_size);
   }
 
+  // A free slot a new batch may take (the slots in use are below the
+  // limit), or -1.
+  int64_t SlotToClaim() const REQUIRES(state_->mu) {
+    int64_t in_use = 0;
+    for (const PipelineSlot& h : state_->slots) in_use += h.state != SlotState::kFree;
+    return in_use < slot_limit_ ? FindSlot(SlotState::kFree, -1) : -1;
+  }
+
   // A slot in `state` (holding `batch` of this epoch, if batch >= 0), or -1.
   int64_t FindSlot(SlotState state, int64_t batch) const REQUIRES(state_->mu) {
     for (uint64_t i = 0; i < state_->slots.size(); ++i) {
@@ -182,25 +199,26 @@ class PipelineLoader final : public Loader {
   void CountCache(int64_t epoch, bool hit, bool error, size_t bytes) EXCLUDES(cache_mu_);
 
   bool AllSlotsLeased() const REQUIRES(state_->mu) {
-    for (uint64_t i = 0; i < state_->slots.size(); ++i) {
-      if (state_->slots[i].state != SlotState::kLeased) {
-        return false;
-      }
-    }
-    return true;
+    int64_t leased = 0;
+    for (const PipelineSlot& h : state_->slots) leased += h.state == SlotState::kLeased;
+    return leased >= slot_limit_;
   }
 
   // Workers (workers.cc).
-  void FetchLoop() EXCLUDES(state_->mu);
+  void FetchLoop(int index) EXCLUDES(state_->mu);
   bool TakePosition(std::unique_lock<std::mutex>& native, FetchedItem* fi) REQUIRES(state_->mu);
   void DispatchLoop() EXCLUDES(state_->mu);
   void ReadDone(FetchedItem fi, int64_t wall0) EXCLUDES(state_->mu);
   void AdaptReadLimit() REQUIRES(state_->mu);
+  // Items waiting for prep beyond the reads: enough for every prep thread.
+  size_t PrepQueueRoom() const REQUIRES(state_->mu) {
+    return static_cast<size_t>(std::max(8, 2 * prep_active_));
+  }
   bool RoomToFetch() const REQUIRES(state_->mu) {
-    if (!async_) return prep_queue_.size() + fetching_ < prep_queue_cap_;
-    const size_t limit = static_cast<size_t>(read_limit_.load(std::memory_order_relaxed));
+    const size_t limit = static_cast<size_t>(ReadLimitNow());
+    if (!async_) return prep_queue_.size() + fetching_ < limit + PrepQueueRoom();
     return static_cast<size_t>(fetching_) < limit &&
-           prep_queue_.size() + fetching_ < limit + prep_queue_cap_;
+           prep_queue_.size() + fetching_ < limit + PrepQueueRoom();
   }
   // A failed read as the error policy sees it, named by the item.
   void NameFetchError(FetchedItem* fi) const;
@@ -212,7 +230,22 @@ class PipelineLoader final : public Loader {
   void RunOn(int64_t current, std::vector<int64_t> next) REQUIRES(state_->mu);
   FetchedItem ClaimPosition() REQUIRES(state_->mu);
   void Fetch(FetchedItem* fi) EXCLUDES(state_->mu);
-  void PrepLoop() EXCLUDES(state_->mu);
+  void PrepLoop(int index) EXCLUDES(state_->mu);
+  // The autotuner's thread (autotune.cc decides, this applies).
+  struct TuneSample {
+    int64_t t_ns = 0, wait_ns = 0, prep_items = 0, prep_cpu_ns = 0, prep_work_ns = 0,
+            prep_starved_ns = 0, fetch_items = 0, fetch_work_ns = 0, fetch_bytes = 0,
+            process_cpu_ns = 0, loader_cpu_ns = 0;
+  };
+  TuneSample MeasureForTune() const;
+  void AutotuneLoop() EXCLUDES(state_->mu);
+  void ApplyTune(const AutotuneDecision& d) REQUIRES(state_->mu);
+  // Starts workers up to the counts now asked for (threads start parked
+  // beyond it, so the tuner never waits for one to start).
+  void StartWorkers() REQUIRES(state_->mu);
+  int ReadLimitNow() const REQUIRES(state_->mu) {
+    return async_ ? read_limit_.load(std::memory_order_relaxed) : fetch_active_;
+  }
   // Closes the holes that skipped samples left, keeping the order of the
   // good ones; this is the only copy of pixels nostall ever makes, and only
   // when a batch had bad items. Runs without the lock: the slot's last
@@ -231,13 +264,27 @@ class PipelineLoader final : public Loader {
   const int out_h_, out_w_;
   const size_t sample_bytes_;
   const int64_t created_ns_;
+  const AutotuneLimits tune_;
 
   std::shared_ptr<RingState> state_;  // its mutex guards everything below
   std::condition_variable work_cv_;   // an epoch began (fetchers wait for positions)
   std::condition_variable prep_cv_;   // the prep queue gained an item
   std::condition_variable ready_cv_;  // a batch became ready
   std::condition_variable idle_cv_;   // no prep work is running
-  std::vector<std::thread> threads_;
+  std::vector<std::thread> threads_;   // fetch and prep workers (the tuner may add some)
+  std::thread tuner_thread_;           // joined first: it starts workers
+  std::condition_variable park_cv_;    // workers beyond the counts asked for wait here
+  std::condition_variable tune_cv_;    // wakes the tuner at shutdown
+  int prep_active_ GUARDED_BY(state_->mu) = 0;   // prep threads at work (the rest park)
+  int fetch_active_ GUARDED_BY(state_->mu) = 0;  // local sources: fetch threads at work
+  int prep_started_ GUARDED_BY(state_->mu) = 0, fetch_started_ GUARDED_BY(state_->mu) = 0;
+  int64_t slot_limit_ GUARDED_BY(state_->mu) = 0;  // slots batches may take (prefetch + 2)
+  int64_t slots_reserved_ GUARDED_BY(state_->mu) = 0;  // of a private ring: memory reserved
+  std::unique_ptr<Autotuner> autotuner_;  // null: nothing tuned
+  mutable Mutex tune_mu_;
+  std::vector<AutotuneDecision> decisions_ GUARDED_BY(tune_mu_);
+  int64_t changes_ GUARDED_BY(tune_mu_) = 0;
+  AutotuneSettings tuned_now_ GUARDED_BY(tune_mu_);
   bool cancelled_ GUARDED_BY(state_->mu) = false;
   bool started_ GUARDED_BY(state_->mu) = false;
   bool restarting_ GUARDED_BY(state_->mu) = false;  // StartEpoch is waiting for old work
@@ -251,7 +298,6 @@ class PipelineLoader final : public Loader {
   int64_t num_batches_ GUARDED_BY(state_->mu) = 0;
   std::vector<SlotWork> work_ GUARDED_BY(state_->mu);
   std::deque<FetchedItem> prep_queue_ GUARDED_BY(state_->mu);
-  size_t prep_queue_cap_ = 8;  // set before the threads start (async: room beyond the reads)
   bool async_ = false;         // reads through Source::ReadAsync (set before the threads start)
   std::atomic<int> read_limit_{4};  // async: reads in flight allowed now
   int64_t io_cpu_at_start_ = 0;     // the source's I/O thread CPU before this pipeline

@@ -269,7 +269,7 @@ const std::vector<std::string>& LoaderSpec::FieldNames() {
   static const std::vector<std::string> kFields = {
       "source", "batch_size", "shuffle", "seed", "rank", "world_size", "drop_last", "subset",
       "shuffle_block", "transforms", "dtype", "layout", "mode", "max_pixels", "num_threads",
-      "reads_in_flight", "prefetch", "on_error", "index_cache_dir", "use_index_cache",
+      "reads_in_flight", "prefetch", "autotune", "on_error", "index_cache_dir", "use_index_cache",
       "dct_scaling", "throttle_bandwidth", "throttle_latency_ms", "drop_page_cache", "cache_name",
       "cache_bytes", "cache_policy", "cache_servers", "cache_local_bytes", "s3_endpoint", "s3_region", "s3_profile", "s3_addressing",
       "s3_unsigned"};
@@ -301,7 +301,12 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "shuffle_block", 0, kMaxCount, &s.shuffle_block));
     NOSTALL_RETURN_IF_ERROR(GetIntAs(j, w, "num_threads", 0, kMaxThreads, &s.num_threads));
     NOSTALL_RETURN_IF_ERROR(GetIntAs(j, w, "reads_in_flight", 0, kMaxReadsInFlight, &s.reads_in_flight));
-    NOSTALL_RETURN_IF_ERROR(GetIntAs(j, w, "prefetch", 0, 64, &s.prefetch));
+    NOSTALL_RETURN_IF_ERROR(GetIntAs(j, w, "prefetch", -1, 64, &s.prefetch));
+    if (j.contains("autotune") && j["autotune"].is_boolean()) {
+      s.autotune = j["autotune"].get<bool>() ? "on" : "off";
+    } else {
+      NOSTALL_RETURN_IF_ERROR(GetString(j, w, "autotune", &s.autotune));
+    }
     NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "max_pixels", 1, kMaxCount, &s.prep.max_pixels));
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "dct_scaling", &s.prep.dct_scaling));
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "index_cache_dir", &s.source_options.index_cache_dir));
@@ -371,6 +376,7 @@ std::string LoaderSpec::ToJson() const {
             {"num_threads", num_threads},
             {"reads_in_flight", reads_in_flight},
             {"prefetch", prefetch},
+            {"autotune", autotune},
             {"on_error", on_error == ErrorPolicy::kRaise ? "raise" : "skip"},
             {"index_cache_dir", source_options.index_cache_dir},
             {"use_index_cache", source_options.use_index_cache},
@@ -396,6 +402,7 @@ uint64_t LoaderSpec::Fingerprint() const {
   j.erase("num_threads");
   j.erase("reads_in_flight");
   j.erase("prefetch");
+  j.erase("autotune");
   j.erase("index_cache_dir");  // where the index is kept changes no batch
   j.erase("use_index_cache");
   j.erase("cache_servers");  // where the cached copies are kept changes no batch

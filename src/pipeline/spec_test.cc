@@ -47,6 +47,7 @@ TEST(SpecTest, EveryFieldRoundTrips) {
       {"num_threads", 3},
       {"reads_in_flight", 9},
       {"prefetch", 5},
+      {"autotune", "off"},
       {"on_error", "skip"},
       {"index_cache_dir", "/tmp/idx"},
       {"use_index_cache", false},

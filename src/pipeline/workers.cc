@@ -32,7 +32,7 @@ PipelineLoader::Position PipelineLoader::WaitForPosition(std::unique_lock<std::m
       // A new batch needs a free slot; any will do, so a batch the
       // caller still holds never blocks the ones after it.
       const bool have_slot = cursor_ % spec_.batch_size != 0 && fill_slot_ >= 0;
-      if ((have_slot || FindSlot(SlotState::kFree, -1) >= 0) && RoomToFetch()) {
+      if ((have_slot || SlotToClaim() >= 0) && RoomToFetch()) {
         result = Position::kReady;
         break;
       }
@@ -67,7 +67,7 @@ FetchedItem PipelineLoader::ClaimPosition() {
   const int64_t pos_in_epoch = cursor_++;
   const int64_t b = pos_in_epoch / spec_.batch_size;
   if (pos_in_epoch % spec_.batch_size == 0 || fill_slot_ < 0) {
-    const uint64_t s = static_cast<uint64_t>(FindSlot(SlotState::kFree, -1));
+    const uint64_t s = static_cast<uint64_t>(SlotToClaim());
     PipelineSlot& h = state_->slots[s];
     h.epoch = fetch_epoch_;
     h.batch_index = b;
@@ -167,10 +167,13 @@ bool PipelineLoader::TakePosition(std::unique_lock<std::mutex>& native, FetchedI
   return true;
 }
 
-void PipelineLoader::FetchLoop() {
+void PipelineLoader::FetchLoop(int index) {
   MutexLock lock(&state_->mu);
   FetchedItem fi{};
-  while (TakePosition(lock.native(), &fi)) {
+  while (true) {
+    // Beyond the reads asked for now: parked until the tuner asks for more.
+    while (!cancelled_ && index >= fetch_active_) park_cv_.wait(lock.native());
+    if (!TakePosition(lock.native(), &fi)) return;
     lock.Unlock();
     Fetch(&fi);
     lock.Lock();
@@ -233,27 +236,30 @@ void PipelineLoader::ReadDone(FetchedItem fi, int64_t wall0) {
 // = the rate prep takes items at x the time a read takes. A fixed
 // reads_in_flight is kept as given.
 void PipelineLoader::AdaptReadLimit() {
-  if (spec_.reads_in_flight > 0) return;
+  if (spec_.reads_in_flight > 0 || tune_.reads) return;  // fixed, or the autotuner's
   const double latency = source_->RequestLatencySeconds();
   if (latency <= 0) return;
   const int64_t items = prep_.items.load(std::memory_order_relaxed);
   const double per_item = items >= 16 ? prep_.work_ns.load(std::memory_order_relaxed) / 1e9 / items
                                       : kAssumedPrepSeconds;
-  const double rate = spec_.num_threads / std::max(per_item, 1e-6);
+  const double rate = prep_active_ / std::max(per_item, 1e-6);
   const int64_t fetched = fetch_.items.load(std::memory_order_relaxed);
   const double item_bytes =
       fetched > 0 ? static_cast<double>(fetch_.bytes.load(std::memory_order_relaxed)) / fetched : 0;
   read_limit_.store(AutoReadsInFlight(rate, latency, item_bytes), std::memory_order_relaxed);
 }
 
-void PipelineLoader::PrepLoop() {
+void PipelineLoader::PrepLoop(int index) {
   PrepScratch scratch;
   MutexLock lock(&state_->mu);
   while (true) {
+    // Beyond the threads asked for now: parked, not starved.
+    while (!cancelled_ && index >= prep_active_) park_cv_.wait(lock.native());
     int64_t t0 = NowNs();
-    while (!cancelled_ && prep_queue_.empty()) prep_cv_.wait(lock.native());
+    while (!cancelled_ && index < prep_active_ && prep_queue_.empty()) prep_cv_.wait(lock.native());
     prep_.starved_ns.fetch_add(NowNs() - t0);
     if (cancelled_) return;
+    if (index >= prep_active_) continue;
     FetchedItem fi = std::move(prep_queue_.front());
     prep_queue_.pop_front();
     state_->slot_freed.notify_all();  // room in the prep queue for a fetcher

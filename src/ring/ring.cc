@@ -375,7 +375,12 @@ Result<std::shared_ptr<Segment>> CreateRing(const std::string& name, const RingL
   const std::string what = name.empty() ? "the batch ring" : "shared loader '" + name + "'";
   const std::string hint = name.empty() ? "lower batch_size or prefetch, or enlarge /dev/shm"
                                         : "use a smaller chunk or fewer slots, or enlarge /dev/shm";
-  Status reserved = ReserveShm(fd.get(), total, what, hint);
+  const uint32_t reserved_slots =
+      l.reserved_slots > 0 && name.empty() ? std::min(l.reserved_slots, l.slot_count) : l.slot_count;
+  Status reserved = ReserveShm(fd.get(), g.data_offset + g.slot_stride * reserved_slots, what, hint);
+  if (reserved.ok() && reserved_slots < l.slot_count && ::ftruncate(fd.get(), static_cast<off_t>(total)) != 0) {
+    reserved = ErrnoError("cannot size " + what, errno);
+  }
   Result<std::shared_ptr<Segment>> mapped =
       reserved.ok() ? MapSegment(seg_name, fd.get(), total) : Result<std::shared_ptr<Segment>>(reserved);
   if (name.empty() || !mapped.ok()) ::shm_unlink(seg_name.c_str());
@@ -383,6 +388,18 @@ Result<std::shared_ptr<Segment>> CreateRing(const std::string& name, const RingL
   std::shared_ptr<Segment> seg = std::move(mapped).value();
   InitRing(seg.get(), l, g);
   return seg;
+}
+
+Status ReserveSlots(const Segment& seg, uint32_t first, uint32_t count) {
+  if (count == 0) return Status::OK();
+  if (first + count > seg.g.slot_count) return Internal("slots beyond the ring");
+  const uint64_t bytes = seg.g.slot_stride * count;
+  NOSTALL_RETURN_IF_ERROR(CheckShmRoom(bytes, ShmBytesFree(), MemoryAvailable(), "the batch ring's "
+                                       "slots", "lower batch_size or prefetch, or enlarge /dev/shm"));
+  if (::madvise(seg.images(first), bytes, MADV_POPULATE_WRITE) != 0 && errno != EINVAL) {
+    return ErrnoError("cannot reserve " + FormatBytes(bytes) + " for the batch ring's slots", errno);
+  }
+  return Status::OK();
 }
 
 Result<std::shared_ptr<Segment>> OpenNamedRing(const std::string& name, bool writable,

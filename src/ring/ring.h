@@ -193,7 +193,15 @@ struct RingLayout {
   int64_t samples_per_epoch = 0, chunks_per_epoch = 0, block_chunks = 1;
   uint64_t spec_fingerprint = 0, dataset_fingerprint = 0;
   std::string spec_json;
+  // Private rings: memory is reserved for the first this many slots (0:
+  // all); the rest are reserved by ReserveSlots before they are used.
+  uint32_t reserved_slots = 0;
 };
+
+// Reserves the memory of slots [first, first + count) of a ring created
+// with fewer reserved (prefaulted, so a full /dev/shm is an error here, not
+// a SIGBUS when a batch is written).
+Status ReserveSlots(const Segment& seg, uint32_t first, uint32_t count);
 
 // Creates a ring, every byte reserved (a full /dev/shm is an error now, not
 // a SIGBUS later), its header complete (the magic written last) and RUNNING.

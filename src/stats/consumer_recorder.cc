@@ -57,6 +57,11 @@ void ConsumerRecorder::EpochStarted() {
   pending_wait_ns_ = 0;
 }
 
+int64_t ConsumerRecorder::WaitNs() const {
+  MutexLock lock(&mu_);
+  return wait_ns_;
+}
+
 void ConsumerRecorder::Fill(LoaderStats* st) const {
   MutexLock lock(&mu_);
   st->iterations = iterations_;

@@ -28,6 +28,8 @@ class ConsumerRecorder {
   void Delivered(int64_t epoch, int64_t samples, int64_t now);
   // A new epoch starts: nothing carries over.
   void EpochStarted();
+  // Total time waited so far (calls that returned).
+  int64_t WaitNs() const;
   // Fills the consumer fields of `st`.
   void Fill(LoaderStats* st) const;
 

@@ -66,6 +66,19 @@ std::string LoaderStats::ToJson() const {
       {"elapsed_s", elapsed_ns / 1e9},
       {"ring", {{"bytes", ring_bytes}, {"slots", ring_slots}}},
   };
+  if (has_autotune) {
+    nlohmann::json decisions = nlohmann::json::array();
+    for (const auto& d : autotune_decisions) {
+      decisions.push_back({{"time_s", d.time_s}, {"knob", d.knob}, {"from", d.from},
+                           {"to", d.to}, {"why", d.why}});
+    }
+    j["autotune"] = {{"knobs", autotune_knobs},
+                     {"threads", autotune_threads},
+                     {"reads_in_flight", autotune_reads},
+                     {"prefetch", autotune_prefetch},
+                     {"changes", autotune_changes},
+                     {"decisions", decisions}};
+  }
   if (has_shared) {
     j["shared"] = {{"name", shared_name},         {"mode", shared_mode},
                    {"reason", shared_reason},     {"shared_chunks", shared_chunks},
@@ -183,6 +196,15 @@ std::string LoaderStats::ToTable() const {
                   static_cast<long long>(storage.in_flight), reads_in_flight_target,
                   static_cast<long long>(storage.peak_in_flight), storage.latency_p50_s * 1e3,
                   storage.latency_p99_s * 1e3, storage.io_cpu_ns / 1e9);
+    out += line;
+  }
+  if (has_autotune) {
+    std::string knobs;
+    for (const auto& k : autotune_knobs) knobs += (knobs.empty() ? "" : ", ") + k;
+    std::snprintf(line, sizeof line,
+                  "autotune (%s): threads %d, reads in flight %d, prefetch %d; %lld changes\n",
+                  knobs.c_str(), autotune_threads, autotune_reads, autotune_prefetch,
+                  static_cast<long long>(autotune_changes));
     out += line;
   }
   if (has_shared) {

@@ -15,11 +15,28 @@ def native_threads():
     return len(os.listdir("/proc/self/task"))
 
 
+def test_del_loader_joins_every_thread_the_autotuner_started(jpeg_folder, tmp_path):
+    # An autotuned loader starts threads as it runs; all are joined by del.
+    before = native_threads()
+    loader = nostall.Loader(jpeg_folder, batch_size=4, autotune=True, num_threads=1,
+                            reads_in_flight=1, throttle_latency_ms=20,
+                            transforms=[nostall.RandomResizedCrop(64)])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and loader.stats()["autotune"]["changes"] == 0:
+        for _ in loader:  # prep waits on reads of 20 ms: the tuner adds reads
+            pass
+    assert loader.stats()["autotune"]["reads_in_flight"] > 1
+    assert native_threads() > before + 3
+    del loader
+    assert native_threads() == before
+
+
 def test_del_loader_joins_every_thread(jpeg_folder):
     before = native_threads()
     loader = nostall.Loader(jpeg_folder, batch_size=4, num_threads=3, reads_in_flight=5,
                             transforms=[nostall.RandomResizedCrop(64)])
-    assert native_threads() == before + 8
+    # 3 prep + 5 fetch threads, and the autotuner's (prefetch is left to it).
+    assert native_threads() == before + 9
     batch = next(iter(loader))  # mid-epoch, threads busy
     t0 = time.monotonic()
     del loader

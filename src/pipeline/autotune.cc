@@ -1,0 +1,156 @@
+#include "pipeline/autotune.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+
+#include "pipeline/read_limit.h"
+
+namespace nostall {
+namespace {
+
+constexpr const char* kKnobNames[] = {"threads", "reads_in_flight", "prefetch"};
+constexpr double kGain = 1.04;        // an added thread or reads must raise the rate 4%
+constexpr double kBusy = 0.8;         // prep threads this busy: prep is the bottleneck
+constexpr double kStarved = 0.2;      // prep threads this starved: reads are
+constexpr double kFitCpu = 0.8;       // one thread fewer must carry prep's CPU at 80%
+constexpr double kMaxBackoff = 120;
+
+std::string Format(const char* fmt, double a, double b = 0, double c = 0) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, fmt, a, b, c);
+  return buf;
+}
+
+}  // namespace
+
+// The first window holds the start (threads starting, the first reads):
+// it is not evidence.
+Autotuner::Autotuner(const AutotuneLimits& limits, const AutotuneSettings& start)
+    : limits_(limits), s_(start), settle_(1) {}
+
+int& Autotuner::Value(Knob k) {
+  return k == kThreads ? s_.threads : k == kReads ? s_.reads : s_.prefetch;
+}
+
+bool Autotuner::Allowed(const Bound& b, double now_s) const { return b.value == 0 || now_s >= b.until_s; }
+
+AutotuneDecision Autotuner::Change(Knob knob, int to, double now_s, std::string why, double rate,
+                                   double wait) {
+  int& v = Value(knob);
+  AutotuneDecision d{now_s, kKnobNames[knob], v, to, std::move(why)};
+  pending_ = Pending{knob, v, to, rate, wait};
+  v = to;
+  settle_ = 1;
+  return d;
+}
+
+// Judges the last change on the window after the one it settled in.
+std::optional<AutotuneDecision> Autotuner::Judge(const AutotuneWindow& w, double now_s, double rate,
+                                                 double wait) {
+  const Pending p = *pending_;
+  pending_.reset();
+  if (p.knob == kPrefetch) return std::nullopt;
+  const bool added = p.to > p.from;
+  std::string why;
+  Bound* bound = nullptr;
+  if (added && wait > kNoWait && rate < p.rate_before * kGain) {
+    const double step_cores = std::max(0.0, w.process_cpu_s - w.loader_cpu_s) / w.wall_s;
+    why = Format("the rate went from %.0f to %.0f items/s only (the training step uses %.1f cores): "
+                 "taken back",
+                 p.rate_before, rate, step_cores);
+    bound = &ceiling_[p.knob];
+  } else if (!added && wait > std::max(kWaiting, p.wait_before + 0.02)) {
+    why = Format("with fewer the consumer waited %.0f%% of the time: given back", wait * 100);
+    bound = &floor_[p.knob];
+  } else {
+    return std::nullopt;
+  }
+  // After a knob's second reversal its bound stays.
+  const bool permanent = ++reversals_[p.knob] >= 2;
+  bound->value = p.from;
+  bound->until_s = permanent ? std::numeric_limits<double>::infinity() : now_s + bound->backoff_s;
+  bound->backoff_s = std::min(kMaxBackoff, bound->backoff_s * 2);
+  AutotuneDecision d = Change(p.knob, p.from, now_s, std::move(why), rate, wait);
+  pending_.reset();  // a reversal is not judged again
+  return d;
+}
+
+std::optional<AutotuneDecision> Autotuner::Step(const AutotuneWindow& w, double now_s) {
+  if (w.wall_s <= 0 || w.prep_items < 4) return std::nullopt;  // nothing flowing: no evidence
+  if (settle_ > 0) {
+    --settle_;
+    return std::nullopt;
+  }
+  const double rate = static_cast<double>(w.prep_items) / w.wall_s;
+  const double wait = std::clamp(w.consumer_wait_s / w.wall_s, 0.0, 1.0);
+  if (pending_) {
+    if (std::optional<AutotuneDecision> d = Judge(w, now_s, rate, wait)) return d;
+  }
+  const double threads = std::max(1, s_.threads);
+  const double busy = w.prep_work_s / (threads * w.wall_s);
+  const double starved = w.prep_starved_s / (threads * w.wall_s);
+  const double per_item = w.prep_work_s / static_cast<double>(w.prep_items);
+  const double latency = w.read_latency_s > 0 ? w.read_latency_s
+                         : w.fetch_items > 0  ? w.fetch_work_s / static_cast<double>(w.fetch_items)
+                                              : 0;
+  const double item_bytes = w.fetch_items > 0 ? w.fetch_bytes / static_cast<double>(w.fetch_items) : 0;
+  auto little = [&](double r) {
+    return std::clamp(AutoReadsInFlight(r, latency, item_bytes), limits_.min_reads, limits_.max_reads);
+  };
+
+  if (wait > kWaiting) {
+    if (limits_.threads && busy > kBusy && s_.threads < limits_.max_threads &&
+        (Allowed(ceiling_[kThreads], now_s) || s_.threads < ceiling_[kThreads].value)) {
+      return Change(kThreads, s_.threads + 1, now_s,
+                    Format("the consumer waited %.0f%% of the time and the prep threads were busy "
+                           "%.0f%%",
+                           wait * 100, busy * 100),
+                    rate, wait);
+    }
+    // What prep could take (its threads at their measured time per item).
+    const double capacity = per_item > 0 ? threads / per_item : rate * 2;
+    if (limits_.reads && starved > kStarved && latency > 0 && little(capacity) > s_.reads &&
+        (Allowed(ceiling_[kReads], now_s) || s_.reads < ceiling_[kReads].value)) {
+      const int to = little(capacity);
+      return Change(kReads, to, now_s,
+                    Format("the consumer waited %.0f%% of the time and prep waited for reads; "
+                           "%.1f ms a read x %.0f items/s prep can take",
+                           wait * 100, latency * 1e3, capacity),
+                    rate, wait);
+    }
+    if (limits_.prefetch && busy <= kBusy && starved <= kStarved &&
+        s_.prefetch < limits_.max_prefetch) {
+      return Change(kPrefetch, s_.prefetch + 1, now_s,
+                    Format("the consumer waited %.0f%% of the time while prep kept up on average "
+                           "(busy %.0f%%): one more batch covers the jitter",
+                           wait * 100, busy * 100),
+                    rate, wait);
+    }
+    return std::nullopt;
+  }
+  if (wait >= kNoWait) return std::nullopt;
+  const double prep_cores = w.prep_cpu_s / w.wall_s;
+  if (limits_.threads && s_.threads > 1 && prep_cores <= (s_.threads - 1) * kFitCpu &&
+      (Allowed(floor_[kThreads], now_s) || s_.threads > floor_[kThreads].value)) {
+    return Change(kThreads, s_.threads - 1, now_s,
+                  Format("the consumer never waited and prep used %.2f cores: %.0f thread(s) carry it",
+                         prep_cores, s_.threads - 1.0),
+                  rate, wait);
+  }
+  if (limits_.reads && latency > 0) {
+    const int need = little(rate * 1.3);
+    if (need < s_.reads && need * 3 <= s_.reads * 2 &&
+        (Allowed(floor_[kReads], now_s) || need >= floor_[kReads].value)) {
+      return Change(kReads, need, now_s,
+                    Format("the consumer never waited; %.1f ms a read x %.0f items/s (+30%%) needs "
+                           "about %.0f in flight",
+                           latency * 1e3, rate, need),
+                    rate, wait);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace nostall
