@@ -15,7 +15,7 @@ PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmak
 	boto3 moto[server]
 BUILD := build/py
 
-.PHONY: all deps venv install demo test test-cpp test-python test-asan test-tsan check-locks fuzz bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster clean
+.PHONY: all deps venv install demo test test-cpp test-python test-asan test-tsan check-locks fuzz bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune clean
 
 all: install
 
@@ -111,6 +111,9 @@ bench-s3: install
 	$(PY) bench/bench_s3.py
 
 # 4 nodes (loader processes) with a memcached each: docs/cluster_cache.md.
+bench-autotune: install
+	$(PY) bench/bench_autotune.py
+
 bench-cluster: install
 	$(PY) bench/bench_cluster.py
 

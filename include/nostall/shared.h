@@ -61,6 +61,8 @@ class SharedProducer {
   // pipeline fails (the error is returned and recorded for consumers).
   virtual Status Run(const std::atomic<bool>& stop) = 0;
   virtual ProducerStatus Snapshot() const = 0;
+  // The pipeline's own stats (its stages, the autotuner's decisions).
+  virtual LoaderStats PipelineStats() const = 0;
   virtual const LoaderSpec& spec() const = 0;  // the producer's (batch_size = chunk)
 };
 

@@ -87,7 +87,7 @@ class EpochProgress:
             return
         self.line.draw(f"epoch {epoch} {_bar(batches, total)} {batches}/{total} batches, "
                        f"{e['images_per_s']:,.0f} images/s, stalled {e['stall_fraction']:.1%}"
-                       f"{_cache_text(stats, epoch)}")
+                       f"{_cache_text(stats, epoch)}{_autotune_text(stats)}")
 
     def finish(self, loader, epoch):
         stats = loader.stats()
@@ -98,7 +98,17 @@ class EpochProgress:
         p99 = stats["consumer"]["wait_p99_s"]
         self.line.finish(f"epoch {epoch}: {e['samples']:,} images in {wall:.2f} s, "
                          f"{e['images_per_s']:,.0f} images/s, waited on data {e['stall_fraction']:.1%} "
-                         f"of the time (p99 wait {p99 * 1e3:.1f} ms){_cache_text(stats, epoch)}")
+                         f"of the time (p99 wait {p99 * 1e3:.1f} ms){_cache_text(stats, epoch)}"
+                         f"{_autotune_text(stats)}")
+
+
+def _autotune_text(stats):
+    """"; autotuned: 1 thread, 4 reads, prefetch 2" or "" (nothing tuned)."""
+    a = stats.get("autotune")
+    if not a:
+        return ""
+    return (f"; autotuned: {a['threads']} thread{'s' if a['threads'] != 1 else ''}, "
+            f"{a['reads_in_flight']} reads, prefetch {a['prefetch']}")
 
 
 def _cache_text(stats, epoch):

@@ -223,6 +223,12 @@ def render_table(r) -> str:
     out.append("what removes the stall:")
     for line in _recommendation_lines(r):
         out.append("  " + line)
+    start = r.get("autotune_start")
+    if start:
+        out.append("")
+        out.append(f"autotune would start from: num_threads={start['threads']}, "
+                   f"reads_in_flight={start['reads_in_flight']}, prefetch={start['prefetch']} "
+                   f"({start['why']}); Loader(..., autotune=True) with these starts there")
     for note in disagreement_notes(r) + run.get("notes", []):
         out.append(f"note: {note}")
     return "\n".join(out) + "\n"

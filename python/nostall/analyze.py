@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import math
 import os
 import sys
 import time
@@ -495,6 +496,7 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
         "nodes": int(base.get("world_size", 1) or 1),
     }
     result = json.loads(_nostall.analysis_json(json.dumps(profile)))
+    result["autotune_start"] = autotune_start(result, cores)
     result["run"] = {"source": base.get("source"), "batch_size": batch, "items": items,
                      "dataset_items": num_items, "storage_probe": storage, "notes": notes,
                      "spec": base,
@@ -507,6 +509,27 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
                      "fetch_cpu_cold": {"fetch_threads": fetch_threads,
                                         "process": process_extra, "kernel": kernel_extra}}
     return Analysis(result)
+
+
+def autotune_start(result: dict, cores: float) -> dict:
+    """The configuration the autotuner would start from for this job: just
+    enough for the step's rate in the loop (no faster), by the same rules it
+    tunes with (docs/autotune.md): prep threads that carry the prep CPU at 80%
+    busy, reads in flight by Little's law (src/pipeline/read_limit.h), 2
+    batches ahead."""
+    prof = result["profile"]
+    m = prof["measured"]
+    limits = result["predicted"]["limits"]
+    need = limits.get("compute") or prof["step_rate"]  # the step's rate in the loop
+    threads = int(min(max(1, math.ceil(need * prof["prep_cpu"] / 0.8)), max(1, round(cores))))
+    latency = m["latency_s"]
+    reads = math.ceil(need * latency * 1.5) + 2
+    if prof["item_bytes"] > 0:
+        reads = min(reads, (256 << 20) / prof["item_bytes"])
+    reads = int(min(max(reads, 4), 256))
+    return {"threads": threads, "reads_in_flight": reads, "prefetch": 2,
+            "why": f"{need:,.0f} samples/s x {prof['prep_cpu'] * 1e3:.2f} ms prep CPU; "
+                   f"{latency * 1e3:.2f} ms a read"}
 
 
 def contradictions(result: dict) -> list:

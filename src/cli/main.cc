@@ -66,9 +66,13 @@ images/s and where the time went.
 
 options:
   --batch-size N        samples per batch (default 256)
-  --threads N           decode+augment threads (default: this process's cores)
-  --reads-in-flight N   concurrent reads (default 4)
-  --prefetch N          batches prepared ahead (default 2)
+  --threads N           decode+augment threads (default: tuned, from this process's cores)
+  --reads-in-flight N   concurrent reads (default: tuned, from 4)
+  --prefetch N          batches prepared ahead (default: tuned, from 2)
+  --autotune            tune all three while it runs, starting from the values given,
+                        and print the configuration it chose (without it, only the
+                        ones not given are tuned)
+  --no-autotune         tune none: unset ones are all cores, 4 reads, 2 batches
   --size N              output side in pixels (default 224)
   --epochs N            epochs to run (default 1)
   --max-batches N       stop after N batches (default: whole epochs)
@@ -88,7 +92,7 @@ struct Args {
 
 bool IsFlag(const std::string& name) {
   return name == "--json" || name == "--quiet" || name == "--help" || name == "-h" ||
-         name == "--print";
+         name == "--print" || name == "--autotune" || name == "--no-autotune";
 }
 
 bool Parse(int argc, char** argv, int start, Args* args) {
@@ -314,6 +318,12 @@ int Bench(const Args& args) {
   spec.num_threads = static_cast<int>(threads);
   spec.reads_in_flight = static_cast<int>(reads);
   spec.prefetch = static_cast<int>(prefetch);
+  if (Has(args, "--autotune") && Has(args, "--no-autotune")) {
+    std::fputs("nostall bench: --autotune and --no-autotune contradict each other\n", stderr);
+    return 2;
+  }
+  if (Has(args, "--autotune")) spec.autotune = "on";
+  if (Has(args, "--no-autotune")) spec.autotune = "off";
   const bool json = Has(args, "--json");
   const bool show_progress = !Has(args, "--quiet") && !json && isatty(STDERR_FILENO);
   auto progress = [&](int64_t images, double secs) {
@@ -341,6 +351,15 @@ int Bench(const Args& args) {
               spec.source.c_str(), static_cast<long long>(res.images), res.seconds,
               res.images_per_second(), static_cast<long long>(spec.batch_size),
               res.stats.prep.threads, reads_text.c_str(), res.stats.ToTable().c_str());
+  if (res.stats.has_autotune && Has(args, "--autotune")) {
+    std::printf("\nautotune chose: --threads %d --reads-in-flight %d --prefetch %d (%lld changes)\n",
+                res.stats.autotune_threads, res.stats.autotune_reads, res.stats.autotune_prefetch,
+                static_cast<long long>(res.stats.autotune_changes));
+    for (const auto& d : res.stats.autotune_decisions) {
+      std::printf("  %6.1f s  %-15s %d -> %d: %s\n", d.time_s, d.knob.c_str(), d.from, d.to,
+                  d.why.c_str());
+    }
+  }
   return 0;
 }
 

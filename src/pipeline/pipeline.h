@@ -4,6 +4,7 @@
 #ifndef NOSTALL_PIPELINE_PIPELINE_H_
 #define NOSTALL_PIPELINE_PIPELINE_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -47,6 +48,11 @@ inline constexpr uint64_t kAutotuneRingBytes = uint64_t{1} << 30;
 // ring mapped while they live.
 Result<std::unique_ptr<Loader>> StartPipeline(PipelineParts parts,
                                               std::shared_ptr<ring::Segment> ring = nullptr);
+
+// The autotuner of `loader` (a pipeline) judges the consumer's waits by
+// `waited_ns` (a running total) instead of its own Next() calls: a shared
+// producer's consumers wait on the producer, not on its calls.
+void SetConsumerWaitSource(Loader* loader, std::function<int64_t()> waited_ns);
 
 }  // namespace nostall
 

@@ -31,6 +31,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <system_error>
@@ -237,7 +238,13 @@ class PipelineLoader final : public Loader {
             prep_starved_ns = 0, fetch_items = 0, fetch_work_ns = 0, fetch_bytes = 0,
             process_cpu_ns = 0, loader_cpu_ns = 0;
   };
-  TuneSample MeasureForTune() const;
+  TuneSample MeasureForTune() const EXCLUDES(tune_mu_);
+ public:
+  void SetWaitSource(std::function<int64_t()> f) EXCLUDES(tune_mu_) {
+    MutexLock lock(&tune_mu_);
+    wait_source_ = std::move(f);
+  }
+ private:
   void AutotuneLoop() EXCLUDES(state_->mu);
   void ApplyTune(const AutotuneDecision& d) REQUIRES(state_->mu);
   // Starts workers up to the counts now asked for (threads start parked
@@ -285,6 +292,7 @@ class PipelineLoader final : public Loader {
   std::vector<AutotuneDecision> decisions_ GUARDED_BY(tune_mu_);
   int64_t changes_ GUARDED_BY(tune_mu_) = 0;
   AutotuneSettings tuned_now_ GUARDED_BY(tune_mu_);
+  std::function<int64_t()> wait_source_ GUARDED_BY(tune_mu_);  // null: consumer_'s waits
   bool cancelled_ GUARDED_BY(state_->mu) = false;
   bool started_ GUARDED_BY(state_->mu) = false;
   bool restarting_ GUARDED_BY(state_->mu) = false;  // StartEpoch is waiting for old work

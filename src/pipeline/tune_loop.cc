@@ -40,7 +40,10 @@ void PipelineLoader::StartWorkers() {
 PipelineLoader::TuneSample PipelineLoader::MeasureForTune() const {
   TuneSample m;
   m.t_ns = NowNs();
-  m.wait_ns = consumer_.WaitNs();
+  {
+    MutexLock lock(&tune_mu_);
+    m.wait_ns = wait_source_ ? wait_source_() : consumer_.WaitNs();
+  }
   m.prep_items = prep_.items.load();
   m.prep_cpu_ns = prep_.busy_cpu_ns.load();
   m.prep_work_ns = prep_.work_ns.load();
@@ -145,6 +148,10 @@ void PipelineLoader::ApplyTune(const AutotuneDecision& in) {
   ++changes_;
   if (decisions_.size() < LoaderStats::kMaxDecisions) decisions_.push_back(d);
   tuned_now_ = autotuner_->settings();
+}
+
+void SetConsumerWaitSource(Loader* loader, std::function<int64_t()> waited_ns) {
+  if (auto* p = dynamic_cast<PipelineLoader*>(loader)) p->SetWaitSource(std::move(waited_ns));
 }
 
 }  // namespace nostall

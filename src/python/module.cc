@@ -284,7 +284,8 @@ class PyServer {
     }
     return nlohmann::json{{"produced", st.produced}, {"chunks_per_epoch", st.chunks_per_epoch},
                           {"evictions", st.evictions}, {"reaped", st.reaped},
-                          {"consumers", consumers}, {"running", !finished()}}
+                          {"consumers", consumers}, {"running", !finished()},
+                          {"pipeline", nlohmann::json::parse(producer_->PipelineStats().ToJson())}}
         .dump();
   }
   bool finished() const { return done_.load(); }

@@ -49,6 +49,7 @@ class Producer final : public SharedProducer {
            LoaderSpec spec, ServeOptions options)
       : seg_(std::move(seg)), pipeline_(std::move(pipeline)), depth_(depth), spec_(std::move(spec)),
         options_(options) {
+    SetConsumerWaitSource(pipeline_.get(), [this] { return consumers_waited_ns_.load(); });
     watcher_ = std::thread([this] { Watch(); });
   }
 
@@ -65,6 +66,7 @@ class Producer final : public SharedProducer {
   }
 
   const LoaderSpec& spec() const override { return spec_; }
+  LoaderStats PipelineStats() const override { return pipeline_->Stats(); }
 
   ProducerStatus Snapshot() const override {
     ProducerStatus st;
@@ -108,7 +110,12 @@ class Producer final : public SharedProducer {
       }
       NextStatus ns;
       std::shared_ptr<Batch> batch;
+      const int64_t t0 = NowNs();
       NOSTALL_RETURN_IF_ERROR(pipeline_->Next(held_.size() > keep ? 5 : 50, &ns, &batch));
+      // The pipeline's autotuner sees the consumers' waits: the producer's
+      // own wait counts only while a consumer waits on it (else the
+      // producer is merely ahead of them).
+      if (SomeoneWaits(seq)) consumers_waited_ns_.fetch_add(NowNs() - t0);
       if (ns == NextStatus::kTimeout) continue;
       if (ns == NextStatus::kEndOfEpoch) {
         NOSTALL_RETURN_IF_ERROR(pipeline_->StartEpoch(++epoch));
@@ -147,18 +154,22 @@ class Producer final : public SharedProducer {
     if (held_.size() > keep && starved) LeaveBehindLaggards();
   }
 
+  // Some active consumer needs chunk `next` or later (not yet published).
+  bool SomeoneWaits(int64_t next) const {
+    for (uint32_t i = 0; i < seg_->g.max_consumers; ++i) {
+      const ConsumerRow& c = seg_->consumers[i];
+      if (c.state.load() == kActive && c.need.load() >= next) return true;
+    }
+    return false;
+  }
+
   // While the producer waits on the slowest consumer and another consumer
   // waits on the producer, a consumer whose next chunk was published more
   // than max_lag ago is too far behind to set the pace: it is left behind.
   void LeaveBehindLaggards() {
     Header& h = *seg_->h;
-    bool someone_waits = false;
     const int64_t next = h.produced.load();
-    for (uint32_t i = 0; i < seg_->g.max_consumers; ++i) {
-      const ConsumerRow& c = seg_->consumers[i];
-      if (c.state.load() == kActive && c.need.load() >= next) someone_waits = true;
-    }
-    if (!someone_waits) return;
+    if (!SomeoneWaits(next)) return;
     const int64_t now = NowNs();
     const int64_t lag_ns = static_cast<int64_t>(options_.max_lag_s * 1e9);
     for (uint32_t i = 0; i < seg_->g.max_consumers; ++i) {
@@ -220,6 +231,7 @@ class Producer final : public SharedProducer {
   ServeOptions options_;
   std::atomic<bool> stop_watch_{false};
   std::thread watcher_;
+  std::atomic<int64_t> consumers_waited_ns_{0};  // the pipeline's autotuner reads it
 };
 
 }  // namespace

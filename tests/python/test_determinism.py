@@ -24,6 +24,28 @@ def test_identical_batches_for_one_and_two_threads(jpeg_folder):
         assert same(epoch_batches(one, epoch), epoch_batches(two, epoch))
 
 
+def test_identical_batches_while_the_autotuner_changes_settings(jpeg_folder):
+    # From 1 thread and 1 read of 20 ms, the autotuner adds reads and threads
+    # mid-epoch; every epoch's batches stay those of a fixed configuration.
+    fixed = make(jpeg_folder, 2, reads_in_flight=7, autotune=False)
+    tuned = make(jpeg_folder, 1, reads_in_flight=1, autotune=True, throttle_latency_ms=20)
+    epoch = 0
+    while epoch < 40:
+        assert same(epoch_batches(tuned, epoch), epoch_batches(fixed, epoch)), f"epoch {epoch}"
+        epoch += 1
+        a = tuned.stats()["autotune"]
+        if epoch >= 3 and {d["knob"] for d in a["decisions"]} >= {"reads_in_flight"} \
+                and a["reads_in_flight"] > 1:
+            break
+    a = tuned.stats()["autotune"]
+    assert a["knobs"] == ["threads", "reads_in_flight", "prefetch"]
+    assert a["changes"] >= 1 and a["reads_in_flight"] > 1, a
+    # Each decision says what moved and why.
+    d = a["decisions"][0]
+    assert d["to"] != d["from"] and d["why"] and d["time_s"] > 0
+    assert "autotune" not in fixed.stats()  # nothing tuned: no tuner
+
+
 def test_epochs_and_seeds_change_order_and_augmentation(jpeg_folder):
     a = make(jpeg_folder, 2)
     e0, e1 = epoch_batches(a, 0), epoch_batches(a, 1)
