@@ -115,18 +115,21 @@ def run_child(job):
 
 
 def serve_child(job):
-    """The served pipeline: a producer in this process until `duration` s; its CPU."""
+    """The served pipeline: a producer in this process; its CPU per image it
+    produced while the consumers ran (from `measure_from` to `duration`)."""
     import nostall
 
     server = nostall.serve(job["spec"], job["name"], max_consumers=CONSUMERS, block=False,
                            verbose=False)
     t0 = time.perf_counter()
-    cpu_at = None
-    while time.perf_counter() - t0 < job["duration"] + 3:
-        if cpu_at is None and time.perf_counter() - t0 >= job["measure_from"]:
-            cpu_at = (time.perf_counter() - t0, time.process_time())
-        time.sleep(0.05)
-    out = {"cpu_at": cpu_at, "end": (time.perf_counter() - t0, time.process_time()),
+    marks = []
+    for mark in (job["measure_from"] + 1, job["duration"]):  # consumers start ~1 s later
+        while time.perf_counter() - t0 < mark:
+            time.sleep(0.02)
+        marks.append((time.perf_counter() - t0, time.process_time(),
+                      server.status()["produced"] * BATCH))
+    time.sleep(3)
+    out = {"cpu_ms_per_image": 1e3 * (marks[1][1] - marks[0][1]) / max(1, marks[1][2] - marks[0][2]),
            "autotune": server.status()["pipeline"].get("autotune")}
     server.close()
     return out
@@ -205,9 +208,7 @@ def run_one(data, situation, setting, reps_per_ms, duration, measure_from, final
     out["rate"] = statistics.mean(p["rate"] for p in per)
     if final_s:
         out["converged_s"] = max(p["converged_s"] for p in per)
-    # CPU: the producer's over the measured part, per image one consumer received.
-    images = out["rate"] * (s["end"][0] - s["cpu_at"][0])
-    out["cpu_ms_per_image"] = 1e3 * (s["end"][1] - s["cpu_at"][1]) / max(1.0, images)
+    out["cpu_ms_per_image"] = s["cpu_ms_per_image"]  # the producer's, per image it produced
     return out
 
 
@@ -248,7 +249,7 @@ def main():
     p.add_argument("--images", type=int, default=1200)
     p.add_argument("--situations", default=",".join(SITUATIONS))
     p.add_argument("--static-s", type=float, default=5.0, help="length of a static run")
-    p.add_argument("--auto-s", type=float, default=16.0, help="length of an autotuned run")
+    p.add_argument("--auto-s", type=float, default=24.0, help="length of an autotuned run")
     p.add_argument("--write", default=str(ROOT / "docs" / "benchmarks.md"))
     args = p.parse_args()
     from nostall.datasets import make_imagenet_like

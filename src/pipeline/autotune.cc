@@ -12,6 +12,7 @@ namespace {
 
 constexpr const char* kKnobNames[] = {"threads", "reads_in_flight", "prefetch"};
 constexpr double kGain = 1.04;        // an added thread or reads must raise the rate 4%
+constexpr double kLoss = 0.9;        // a removal that cost 10% of the rate is given back
 constexpr double kBusy = 0.8;         // prep threads this busy: prep is the bottleneck
 constexpr double kStarved = 0.2;      // prep threads this starved: reads are
 constexpr double kFitCpu = 0.8;       // one thread fewer must carry prep's CPU at 80%
@@ -35,6 +36,17 @@ int& Autotuner::Value(Knob k) {
 }
 
 bool Autotuner::Allowed(const Bound& b, double now_s) const { return b.value == 0 || now_s >= b.until_s; }
+
+// An add from `cur` towards `to` under the knob's ceiling: halfway to it
+// (bisecting between what paid and what did not), none once that is within
+// a quarter (or 1), or after the knob's second reversal.
+int Autotuner::CapAdd(Knob k, int cur, int to, double now_s) const {
+  const Bound& c = ceiling_[k];
+  if (Allowed(c, now_s)) return to;
+  // After the knob's second reversal it bisects no more.
+  if (reversals_[k] >= 2 || c.value - cur <= std::max(1, cur / 4)) return cur;
+  return std::min(to, (cur + c.value) / 2);
+}
 
 AutotuneDecision Autotuner::Change(Knob knob, int to, double now_s, std::string why, double rate,
                                    double wait) {
@@ -61,15 +73,20 @@ std::optional<AutotuneDecision> Autotuner::Judge(const AutotuneWindow& w, double
                  "taken back",
                  p.rate_before, rate, step_cores);
     bound = &ceiling_[p.knob];
-  } else if (!added && wait > std::max(kWaiting, p.wait_before + 0.02)) {
-    why = Format("with fewer the consumer waited %.0f%% of the time: given back", wait * 100);
+  } else if (!added && (wait > std::max(kWaiting, p.wait_before + 0.02) ||
+                        (wait > kNoWait && rate < p.rate_before * kLoss))) {
+    why = Format("with fewer the consumer waited %.0f%% of the time (%.0f items/s, %.0f before): "
+                 "given back",
+                 wait * 100, rate, p.rate_before);
     bound = &floor_[p.knob];
   } else {
     return std::nullopt;
   }
   // After a knob's second reversal its bound stays.
   const bool permanent = ++reversals_[p.knob] >= 2;
-  bound->value = p.from;
+  // A ceiling is the value that did not pay (later adds bisect below it); a
+  // floor the value given back to.
+  bound->value = bound == &ceiling_[p.knob] ? p.to : p.from;
   bound->until_s = permanent ? std::numeric_limits<double>::infinity() : now_s + bound->backoff_s;
   bound->backoff_s = std::min(kMaxBackoff, bound->backoff_s * 2);
   AutotuneDecision d = Change(p.knob, p.from, now_s, std::move(why), rate, wait);
@@ -91,7 +108,6 @@ std::optional<AutotuneDecision> Autotuner::Step(const AutotuneWindow& w, double 
   const double threads = std::max(1, s_.threads);
   const double busy = w.prep_work_s / (threads * w.wall_s);
   const double starved = w.prep_starved_s / (threads * w.wall_s);
-  const double per_item = w.prep_work_s / static_cast<double>(w.prep_items);
   const double latency = w.read_latency_s > 0 ? w.read_latency_s
                          : w.fetch_items > 0  ? w.fetch_work_s / static_cast<double>(w.fetch_items)
                                               : 0;
@@ -102,22 +118,44 @@ std::optional<AutotuneDecision> Autotuner::Step(const AutotuneWindow& w, double 
 
   if (wait > kWaiting) {
     if (limits_.threads && busy > kBusy && s_.threads < limits_.max_threads &&
-        (Allowed(ceiling_[kThreads], now_s) || s_.threads < ceiling_[kThreads].value)) {
+        CapAdd(kThreads, s_.threads, s_.threads + 1, now_s) > s_.threads) {
       return Change(kThreads, s_.threads + 1, now_s,
                     Format("the consumer waited %.0f%% of the time and the prep threads were busy "
                            "%.0f%%",
                            wait * 100, busy * 100),
                     rate, wait);
     }
-    // What prep could take (its threads at their measured time per item).
-    const double capacity = per_item > 0 ? threads / per_item : rate * 2;
-    if (limits_.reads && starved > kStarved && latency > 0 && little(capacity) > s_.reads &&
-        (Allowed(ceiling_[kReads], now_s) || s_.reads < ceiling_[kReads].value)) {
-      const int to = little(capacity);
-      return Change(kReads, to, now_s,
+    // What prep could take: its threads at their measured CPU per item (the
+    // wall time per item is inflated while threads share cores).
+    const double cpu_per_item = w.prep_cpu_s / static_cast<double>(w.prep_items);
+    const double capacity = cpu_per_item > 0 ? threads / cpu_per_item : rate * 2;
+    // Reads are the limit when prep waits for them, or when every read in
+    // flight is busy (the rate is what they can bring: reads / latency).
+    const bool reads_bound = starved > kStarved || rate * latency >= kBusy * s_.reads;
+    const int more_reads = CapAdd(
+        kReads, s_.reads,
+        std::min({little(capacity), std::max(s_.reads * 4, s_.reads + 2), limits_.max_reads}), now_s);
+    if (limits_.reads && reads_bound && latency > 0 && more_reads > s_.reads) {
+      // Little's law, at most 4x at a time: every step is judged
+      // (rule 1), so too many reads (threads and requests cost CPU too)
+      // are found and taken back.
+      return Change(kReads, more_reads, now_s,
                     Format("the consumer waited %.0f%% of the time and prep waited for reads; "
                            "%.1f ms a read x %.0f items/s prep can take",
                            wait * 100, latency * 1e3, capacity),
+                    rate, wait);
+    }
+    // Reads prep never waits for: each costs CPU (a fetch thread waking, a
+    // request), and on a prep-bound pipeline the consumer always waits, so
+    // the never-waits rule below would never cut them. Halved at a time.
+    if (limits_.reads && w.fetch_items > 0 && starved < kStarved / 2 && s_.reads > limits_.min_reads &&
+        s_.reads * 2 > little(capacity) * 3 &&
+        (Allowed(floor_[kReads], now_s) || s_.reads / 2 >= floor_[kReads].value)) {
+      const int to = std::max({little(capacity), s_.reads / 2, limits_.min_reads});
+      return Change(kReads, to, now_s,
+                    Format("prep never waited for reads: %.1f ms a read x %.0f items/s prep can "
+                           "take needs about %.0f in flight",
+                           latency * 1e3, capacity, little(capacity)),
                     rate, wait);
     }
     if (limits_.prefetch && busy <= kBusy && starved <= kStarved &&

@@ -6,16 +6,18 @@
 // consumer's wait, each stage's busy/starved time, the read latency, the
 // process's CPU) and answers with at most one change. The rules, in order:
 //   1. A change is judged on the window after the one it settled in: a
-//      thread added that did not raise the rate (the cores are taken, by
-//      the training step or the other threads) is taken back and the count
-//      becomes a ceiling; a thread or reads removed after which the consumer
-//      waits are given back and the count becomes a floor. A ceiling or floor
-//      is tried again after a back-off (15 s, doubling), and never after a
+//      thread or reads added that did not raise the rate (the cores are
+//      taken, by the training step or the other threads) are taken back and
+//      the count that did not pay becomes a ceiling (later adds bisect below
+//      it); a thread or reads removed after which the consumer waits or the
+//      rate falls are given back and the count becomes a floor. A ceiling or
+//      floor is lifted after a back-off (15 s, doubling), and never after a
 //      knob's second reversal.
 //   2. The consumer waits (> 3% of the window):
 //        prep busy          -> one more prep thread (up to the cores);
-//        prep starved       -> reads in flight by Little's law (rate prep
-//                              could take x read latency, read_limit.h);
+//        prep starved       -> reads in flight towards Little's law (the
+//                              rate prep could take x read latency,
+//                              read_limit.h), at most 4x at a time;
 //        neither (jitter)   -> one more batch of prefetch (up to the cap).
 //   3. The consumer never waits (< 1%): one prep thread less when the prep
 //      CPU fits in one thread fewer at 80%; reads in flight down to Little's
@@ -94,6 +96,7 @@ class Autotuner {
   std::optional<AutotuneDecision> Judge(const AutotuneWindow& w, double now_s, double rate,
                                         double wait);
   bool Allowed(const Bound& b, double now_s) const;
+  int CapAdd(Knob k, int cur, int to, double now_s) const;
   int& Value(Knob k);
 
   AutotuneLimits limits_;

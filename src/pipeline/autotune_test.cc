@@ -130,9 +130,33 @@ TEST(AutotuneTest, FarStorageGetsReadsByLittlesLaw) {
   auto d = Feed(&t, make, &now);
   ASSERT_FALSE(d.empty());
   EXPECT_EQ(d[0].knob, "reads_in_flight");
-  // 500/s x 30 ms x 1.5 + 2 = 25 (read_limit.h)
-  EXPECT_EQ(t.settings().reads, 25);
+  // Enough to bring the 500/s prep can take (15 at 30 ms), no more than
+  // Little's law with its headroom: 500/s x 30 ms x 1.5 + 2 = 25 (read_limit.h).
+  EXPECT_GE(t.settings().reads, 15);
+  EXPECT_LE(t.settings().reads, 25);
+  // Up 4x at a time at most: 1 -> 4.
+  EXPECT_EQ(d[0].to, 4);
   EXPECT_NE(d[0].why.find("30.0 ms"), std::string::npos) << d[0].why;
+}
+
+TEST(AutotuneTest, ReadsThatDidNotPayAreTakenBackThenBisected) {
+  // Reads of 30 ms; the rate grows with them up to 60, then falls (each
+  // read costs the cores something): the tuner ends between 45 and 75.
+  Autotuner t(AllTuned(2), {2, 16, 2});
+  double now = 0;
+  auto make = [](const AutotuneSettings& s) {
+    const double rate = s.reads <= 60 ? s.reads / 0.03 : 2000 - (s.reads - 60) * 15.0;
+    AutotuneWindow w = Window(2, rate, 0.0005, 0.9, 0.03);
+    w.prep_starved_s = 1.0;  // prep waits for reads
+    return w;
+  };
+  auto d = Feed(&t, make, &now);
+  EXPECT_GE(t.settings().reads, 45);
+  EXPECT_LE(t.settings().reads, 75);
+  int reversals = 0;
+  for (const auto& x : d) reversals += x.why.find("taken back") != std::string::npos;
+  EXPECT_GE(reversals, 1);
+  EXPECT_LE(reversals, 2);
 }
 
 TEST(AutotuneTest, TooManyReadsComeDownWhenTheConsumerNeverWaits) {
