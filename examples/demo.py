@@ -43,7 +43,8 @@ def main():
                     nostall.RandomHorizontalFlip(),
                     nostall.Normalize([MEAN], [STD])])
     print(f"nostall loader: {loader.num_items} images, {len(loader.classes)} classes, "
-          f"{len(loader)} batches of {args.batch_size}, {loader.spec['num_threads']} prep threads")
+          f"{len(loader)} batches of {args.batch_size}, {loader.spec['num_threads']} prep threads "
+          f"to start (autotuned)")
 
     torch.manual_seed(0)
     torch.set_num_threads(max(1, nostall.available_cores()))
@@ -82,6 +83,12 @@ def main():
     print(f"training loop waited on data {100 * stats['consumer']['stall_fraction']:.1f}% of the "
           f"time ({stats['consumer']['wait_s']:.2f}s of {elapsed:.1f}s)")
     print(f"test accuracy after one epoch: {100 * acc:.1f}%")
+    tuned = stats.get("autotune")
+    if tuned:
+        print(f"autotune settled on {tuned['threads']} prep threads, {tuned['reads_in_flight']} reads "
+              f"in flight, prefetch {tuned['prefetch']} ({tuned['changes']} changes):")
+        for d in tuned["decisions"][:10]:
+            print(f"  {d['time_s']:5.1f}s {d['knob']} {d['from']} -> {d['to']}: {d['why']}")
     print()
     print("where the time went (nostall stall report):")
     print(loader.stats_table())

@@ -335,7 +335,10 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
     user_cache_bytes = int(base.get("cache_bytes", 0) or 0) if base.get("cache_name") else 0
     if items is not None and items <= 0:
         raise ValueError("items must be positive")
-    run = dict(base)
+    # The configuration is analysed as it stands: unset knobs at their
+    # defaults, not moved by the autotuner while the runs are measured (the
+    # table names where the autotuner would start instead).
+    run = {**base, "autotune": "off"}
     for key in ("cache_name", "cache_bytes", "cache_policy", "cache_servers", "cache_local_bytes"):
         run.pop(key, None)
     # A cluster cache pools every rank's share (cache.h, CacheConfig.pool_parts).

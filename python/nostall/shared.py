@@ -47,7 +47,8 @@ class Server(Closeable):
                                      int(slots), float(max_lag), int(block_chunks), bool(verbose))
 
     def status(self) -> dict:
-        """Chunks produced, consumers (pid, state, next chunk), evictions and reaped consumers."""
+        """Chunks produced, consumers (pid, state, next chunk), evictions, reaped consumers,
+        and the pipeline's own stats (``["pipeline"]``: stages, the autotuner's decisions)."""
         return json.loads(self._core.status_json())
 
     @property
@@ -87,9 +88,12 @@ def serve(spec, name, *, chunk=0, max_consumers=8, slots=0, max_lag=1.0, block_c
             if verbose and time.monotonic() - last >= 5:
                 last = time.monotonic()
                 consumers = ", ".join(f"{c['pid']} {c['state']}" for c in st["consumers"]) or "none"
+                tuned = st.get("pipeline", {}).get("autotune")
+                setting = (f"; autotuned: {tuned['threads']} threads, {tuned['reads_in_flight']} "
+                           f"reads" if tuned else "")
                 print(f"nostall serve {name}: {st['produced']:,} chunks "
                       f"(epoch {st['produced'] // max(1, st['chunks_per_epoch'])}), "
-                      f"consumers: {consumers}", file=sys.stderr, flush=True)
+                      f"consumers: {consumers}{setting}", file=sys.stderr, flush=True)
             time.sleep(0.2)
     except KeyboardInterrupt:
         pass

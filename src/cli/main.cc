@@ -237,10 +237,15 @@ int Serve(const Args& args) {
       for (const auto& c : st.consumers) {
         who += (who.empty() ? "" : ", ") + std::to_string(c.pid) + " " + c.state;
       }
-      std::fprintf(stderr, "nostall serve: %lld chunks (epoch %lld), consumers: %s\n",
+      const nostall::LoaderStats ps = p.PipelineStats();
+      const std::string tuned =
+          ps.has_autotune ? "; autotuned: " + std::to_string(ps.autotune_threads) + " threads, " +
+                                std::to_string(ps.autotune_reads) + " reads"
+                          : "";
+      std::fprintf(stderr, "nostall serve: %lld chunks (epoch %lld), consumers: %s%s\n",
                    static_cast<long long>(st.produced),
                    static_cast<long long>(st.produced / std::max<int64_t>(1, st.chunks_per_epoch)),
-                   who.empty() ? "none" : who.c_str());
+                   who.empty() ? "none" : who.c_str(), tuned.c_str());
     }
   });
   nostall::Status result = producer.value()->Run(g_stop);

@@ -132,9 +132,13 @@ std::optional<AutotuneDecision> Autotuner::Step(const AutotuneWindow& w, double 
     // Reads are the limit when prep waits for them, or when every read in
     // flight is busy (the rate is what they can bring: reads / latency).
     const bool reads_bound = starved > kStarved || rate * latency >= kBusy * s_.reads;
+    // Towards Little's law for 80% of that capacity (its 1.5x headroom over
+    // the rate prep reaches then, 1.2x over the capacity): reads past it
+    // cost more CPU than they bring.
     const int more_reads = CapAdd(
         kReads, s_.reads,
-        std::min({little(capacity), std::max(s_.reads * 4, s_.reads + 2), limits_.max_reads}), now_s);
+        std::min({little(capacity * kBusy), std::max(s_.reads * 4, s_.reads + 2), limits_.max_reads}),
+        now_s);
     if (limits_.reads && reads_bound && latency > 0 && more_reads > s_.reads) {
       // Little's law, at most 4x at a time: every step is judged
       // (rule 1), so too many reads (threads and requests cost CPU too)
@@ -147,11 +151,12 @@ std::optional<AutotuneDecision> Autotuner::Step(const AutotuneWindow& w, double 
     }
     // Reads prep never waits for: each costs CPU (a fetch thread waking, a
     // request), and on a prep-bound pipeline the consumer always waits, so
-    // the never-waits rule below would never cut them. Halved at a time.
+    // the never-waits rule below would never cut them. Straight to Little's
+    // law (judged like any removal).
     if (limits_.reads && w.fetch_items > 0 && starved < kStarved / 2 && s_.reads > limits_.min_reads &&
         s_.reads * 2 > little(capacity) * 3 &&
-        (Allowed(floor_[kReads], now_s) || s_.reads / 2 >= floor_[kReads].value)) {
-      const int to = std::max({little(capacity), s_.reads / 2, limits_.min_reads});
+        (Allowed(floor_[kReads], now_s) || little(capacity) >= floor_[kReads].value)) {
+      const int to = std::max(little(capacity), limits_.min_reads);
       return Change(kReads, to, now_s,
                     Format("prep never waited for reads: %.1f ms a read x %.0f items/s prep can "
                            "take needs about %.0f in flight",

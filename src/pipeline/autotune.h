@@ -15,9 +15,10 @@
 //      knob's second reversal.
 //   2. The consumer waits (> 3% of the window):
 //        prep busy          -> one more prep thread (up to the cores);
-//        prep starved       -> reads in flight towards Little's law (the
+//        reads the limit    -> reads in flight towards Little's law (the
 //                              rate prep could take x read latency,
 //                              read_limit.h), at most 4x at a time;
+//        reads idle         -> reads cut to Little's law (each costs CPU);
 //        neither (jitter)   -> one more batch of prefetch (up to the cap).
 //   3. The consumer never waits (< 1%): one prep thread less when the prep
 //      CPU fits in one thread fewer at 80%; reads in flight down to Little's

@@ -167,6 +167,19 @@ TEST(AutotuneTest, TooManyReadsComeDownWhenTheConsumerNeverWaits) {
   EXPECT_EQ(t.settings().reads, 10);
 }
 
+TEST(AutotuneTest, IdleReadsOfAPrepBoundPipelineAreCut) {
+  // All cores busy preparing, the consumer always waits, reads take 0.1 ms:
+  // 64 fetch threads are 60 too many (each wakes and costs CPU).
+  Autotuner t(AllTuned(2), {2, 64, 2});
+  double now = 0;
+  auto d = Feed(&t, [](const AutotuneSettings& s) { return Window(2, 500, 0.004, 0.9); }, &now);
+  ASSERT_FALSE(d.empty());
+  EXPECT_EQ(d[0].knob, "reads_in_flight");
+  EXPECT_EQ(d[0].to, 4);  // Little's law: 500/s x 0.1 ms, at least 4 (read_limit.h)
+  EXPECT_NE(d[0].why.find("never waited for reads"), std::string::npos) << d[0].why;
+  EXPECT_EQ(t.settings().threads, 2);
+}
+
 TEST(AutotuneTest, JitterGetsPrefetchUpToTheCap) {
   // Prep keeps up on average (60% busy, not starved) yet the consumer waits.
   Autotuner t(AllTuned(2), {2, 4, 1});

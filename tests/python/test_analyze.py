@@ -94,6 +94,10 @@ def test_fetch_bound_on_slow_storage(small_pngs):
         2 * a.result["predicted"]["rate"], rel=0.05)
     # Storage measured as unlimited bandwidth: hide the latency with ~8000 x 10 ms reads in flight.
     assert a.recommendation["config"]["reads_in_flight"] > 40
+    # The autotuner would start with reads for the step's rate (Little's law), not 1.
+    start = a.result["autotune_start"]
+    assert start["reads_in_flight"] > 40 and start["prefetch"] == 2, start
+    assert f"reads_in_flight={start['reads_in_flight']}" in a.table()
 
 
 def test_a_job_on_several_nodes_is_told_to_pool_their_caches(small_pngs):
@@ -186,6 +190,8 @@ def test_progress_prints_a_summary_per_epoch(small_pngs, capfd):
     assert len(lines) == 2, err
     assert re.match(r"epoch 0: 512 images in [\d.]+ s, [\d,]+ images/s, waited on data [\d.]+% "
                     r"of the time \(p99 wait [\d.]+ ms\)", lines[0]), lines[0]
+    # The tuned setting as it stands (nothing was fixed).
+    assert re.search(r"; autotuned: \d+ threads?, \d+ reads, prefetch \d+$", lines[0]), lines[0]
     epochs = loader.stats()["consumer"]["epochs"]
     assert [e["samples"] for e in epochs] == [512, 512]
     assert all(0 <= e["stall_fraction"] <= 1 for e in epochs)

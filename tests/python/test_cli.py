@@ -1,6 +1,7 @@
 """The `nostall` command, run as a user runs it."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -31,7 +32,7 @@ def test_bench_reports_images_per_second_and_stages(jpeg_folder):
     for stage in ("fetch", "decode+augment", "batch", "consumer"):
         assert stage in r.stdout
     j = json.loads(run("bench", jpeg_folder, "--batch-size", 8, "--size", 64, "--json",
-                       "--epochs", 2).stdout)
+                       "--epochs", 2, "--no-autotune").stdout)
     assert j["images"] == 72 and j["images_per_s"] > 0
     assert j["stats"]["samples"] == 72
     assert j["stats"]["stages"]["prep"]["items"] >= 72  # may run on into a next epoch
@@ -40,6 +41,21 @@ def test_bench_reports_images_per_second_and_stages(jpeg_folder):
     fetch = j["stats"]["stages"]["fetch"]
     assert 1 <= fetch["peak_in_flight"] <= fetch["threads"]
     assert "peak_in_flight" not in j["stats"]["stages"]["prep"]
+
+
+def test_bench_autotune_prints_the_configuration_it_chose(jpeg_folder):
+    # One read of 20 ms at a time to start: the tuner adds reads.
+    r = run("bench", jpeg_folder, "--batch-size", 8, "--size", 64, "--epochs", 8, "--autotune",
+            "--threads", 1, "--reads-in-flight", 1, "--throttle-latency-ms", 20)
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"autotune chose: --threads (\d+) --reads-in-flight (\d+) --prefetch (\d+) "
+                  r"\((\d+) changes\)", r.stdout)
+    assert m, r.stdout
+    assert int(m.group(2)) > 1 and int(m.group(4)) >= 1, r.stdout
+    assert re.search(r"reads_in_flight +1 -> \d+: .*prep waited for reads", r.stdout), r.stdout
+    assert "autotune (threads, reads_in_flight, prefetch)" in r.stdout  # the stats table's line
+    bad = run("bench", jpeg_folder, "--autotune", "--no-autotune")
+    assert bad.returncode == 2 and "contradict" in bad.stderr
 
 
 def test_inspect_describes_the_dataset(jpeg_folder):
