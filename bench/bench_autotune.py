@@ -166,14 +166,21 @@ def summarize(times, cpu_at, end, autotune, final_s):
                 converged = t + 2
             t += 0.5
         out["converged_s"] = converged
-        reversals = {}
-        last_dir = {}
+        # After converging, per knob: changes undone ("taken back", "given
+        # back": the tuner's reversals) and changes of direction (a probe
+        # and its undoing count two).
+        undone, turns, last_dir = {}, {}, {}
         for d in (autotune or {}).get("decisions", []):
             direction = 1 if d["to"] > d["from"] else -1
-            if d["time_s"] > converged and d["knob"] in last_dir and last_dir[d["knob"]] != direction:
-                reversals[d["knob"]] = reversals.get(d["knob"], 0) + 1
+            late = d["time_s"] > converged
+            if late and d["knob"] in last_dir and last_dir[d["knob"]] != direction:
+                turns[d["knob"]] = turns.get(d["knob"], 0) + 1
+            if late and ("taken back" in d["why"] or "given back" in d["why"]):
+                undone[d["knob"]] = undone.get(d["knob"], 0) + 1
             last_dir[d["knob"]] = direction
-        out["reversals"] = max(reversals.values(), default=0)
+        out["reversals"] = max(undone.values(), default=0)
+        out["turns"] = max(turns.values(), default=0)
+        out["decisions"] = (autotune or {}).get("decisions", [])
         out["setting"] = {k: (autotune or {}).get(k) for k in ("threads", "reads_in_flight", "prefetch")}
         out["changes"] = (autotune or {}).get("changes", 0)
     else:
@@ -251,6 +258,7 @@ def main():
     p.add_argument("--static-s", type=float, default=5.0, help="length of a static run")
     p.add_argument("--auto-s", type=float, default=24.0, help="length of an autotuned run")
     p.add_argument("--write", default=str(ROOT / "docs" / "benchmarks.md"))
+    p.add_argument("--json-out", default="", help="every run's figures and decisions, as JSON")
     args = p.parse_args()
     from nostall.datasets import make_imagenet_like
     from report import write_block
@@ -302,7 +310,7 @@ def report(results, situations, args, cores, write_block):
         f"(`nostall serve` + {CONSUMERS} consumers, 100 ms per batch each).",
         "",
         "| situation | best static | least-CPU static within 2% | today's default | autotune: default "
-        "start | from 1 thr / 1 read | from all cores / 64 reads | converged in (s) | reversals |",
+        "start | from 1 thr / 1 read | from all cores / 64 reads | converged in (s) | reversals (turns) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     summary = {}
@@ -322,27 +330,31 @@ def report(results, situations, args, cores, write_block):
                  "autotune from all cores / 64 reads"]
         conv = max(med(rs[k], "converged_s") for k in autos)
         rev = max(max(r["reversals"] for r in rs[k]) for k in autos)
+        turns = max(max(r.get("turns", 0) for r in rs[k]) for k in autos)
         settings_seen = rs["autotune from its default"][-1]["setting"]
         lines.append(f"| {s} | {best_k}: {cell(best_k, False)} | {least_k}: {cell(least_k)} | "
                      f"{cell(today := 'today' + chr(39) + 's default (all cores, 4 reads, prefetch 2)')} | "
                      f"{cell(autos[0])} -> {settings_seen} | {cell(autos[1])} | {cell(autos[2])} | "
-                     f"{conv:.1f} | {rev} |")
+                     f"{conv:.1f} | {rev} ({turns}) |")
         summary[s] = {
             "rate_vs_best": min(med(rs[k], "rate") for k in autos) / best,
             "cpu_vs_least": max(med(rs[k], "cpu_ms_per_image") for k in autos)
             / med(static[least_k], "cpu_ms_per_image"),
             "cpu_vs_today": med(rs[autos[0]], "cpu_ms_per_image") / med(rs[today], "cpu_ms_per_image"),
-            "converged_s": conv, "reversals": rev}
+            "converged_s": conv, "reversals": rev, "turns": turns}
     lines += ["", "Bars: autotuned rate (worst of the three starts) / best static; autotuned CPU per "
               "image (worst start) / the least-CPU static within 2% of the best; autotune's CPU per "
               "image / today's default's:", ""]
     for s, v in summary.items():
         lines.append(f"- {s}: rate {v['rate_vs_best']:.0%} of best static; CPU {v['cpu_vs_least']:.0%} "
                      f"of the least-CPU static; {v['cpu_vs_today']:.0%} of today's default's CPU; "
-                     f"converged in {v['converged_s']:.1f} s; at most {v['reversals']} reversals per "
-                     "knob after converging")
+                     f"converged in {v['converged_s']:.1f} s (median of the worst start); after "
+                     f"converging, at most {v['reversals']} changes undone and {v['turns']} changes "
+                     "of direction per knob in any run")
     text = "\n".join(lines) + "\n"
     print(text)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(results, indent=1))
     if args.write:
         write_block(args.write, "bench-autotune", text)
 

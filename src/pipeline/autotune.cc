@@ -69,9 +69,11 @@ std::optional<AutotuneDecision> Autotuner::Judge(const AutotuneWindow& w, double
   Bound* bound = nullptr;
   if (added && wait > kNoWait && rate < p.rate_before * kGain) {
     const double step_cores = std::max(0.0, w.process_cpu_s - w.loader_cpu_s) / w.wall_s;
-    why = Format("the rate went from %.0f to %.0f items/s only (the training step uses %.1f cores): "
-                 "taken back",
-                 p.rate_before, rate, step_cores);
+    why = p.knob == kThreads
+              ? Format("the rate went from %.0f to %.0f items/s only (the training step uses %.1f "
+                       "cores): taken back",
+                       p.rate_before, rate, step_cores)
+              : Format("the rate went from %.0f to %.0f items/s only: taken back", p.rate_before, rate);
     bound = &ceiling_[p.knob];
   } else if (!added && (wait > std::max(kWaiting, p.wait_before + 0.02) ||
                         (wait > kNoWait && rate < p.rate_before * kLoss))) {
@@ -139,7 +141,9 @@ std::optional<AutotuneDecision> Autotuner::Step(const AutotuneWindow& w, double 
         kReads, s_.reads,
         std::min({little(capacity * kBusy), std::max(s_.reads * 4, s_.reads + 2), limits_.max_reads}),
         now_s);
-    if (limits_.reads && reads_bound && latency > 0 && more_reads > s_.reads) {
+    // An add under a quarter cannot show the 4% gain it is judged by (near
+    // the best count the probe is noise): not tried.
+    if (limits_.reads && reads_bound && latency > 0 && more_reads * 4 >= s_.reads * 5) {
       // Little's law, at most 4x at a time: every step is judged
       // (rule 1), so too many reads (threads and requests cost CPU too)
       // are found and taken back.

@@ -17,7 +17,8 @@
 //        prep busy          -> one more prep thread (up to the cores);
 //        reads the limit    -> reads in flight towards Little's law (the
 //                              rate prep could take x read latency,
-//                              read_limit.h), at most 4x at a time;
+//                              read_limit.h), at most 4x at a time,
+//                              at least +25% (a smaller add is noise);
 //        reads idle         -> reads cut to Little's law (each costs CPU);
 //        neither (jitter)   -> one more batch of prefetch (up to the cap).
 //   3. The consumer never waits (< 1%): one prep thread less when the prep
