@@ -1,4 +1,4 @@
-// Clocks used by the stats: wall time and this thread's CPU time.
+// Clocks used by the stats: wall time, this thread's and this process's CPU time.
 #ifndef NOSTALL_COMMON_CLOCK_H_
 #define NOSTALL_COMMON_CLOCK_H_
 
@@ -17,6 +17,12 @@ inline int64_t NowNs() {
 inline int64_t ThreadCpuNs() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+inline int64_t ProcessCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 

@@ -234,9 +234,8 @@ class PipelineLoader final : public Loader {
   void PrepLoop(int index) EXCLUDES(state_->mu);
   // The autotuner's thread (autotune.cc decides, this applies).
   struct TuneSample {
-    int64_t t_ns = 0, wait_ns = 0, prep_items = 0, prep_cpu_ns = 0, prep_work_ns = 0,
-            prep_starved_ns = 0, fetch_items = 0, fetch_work_ns = 0, fetch_bytes = 0,
-            process_cpu_ns = 0, loader_cpu_ns = 0;
+    int64_t t_ns = 0, wait_ns = 0, process_cpu_ns = 0, loader_cpu_ns = 0;
+    StageStats prep, fetch;
   };
   TuneSample MeasureForTune() const EXCLUDES(tune_mu_);
  public:

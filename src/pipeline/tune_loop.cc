@@ -1,7 +1,6 @@
 // The loader's side of the autotuner (src/pipeline/autotune.h decides):
 // measuring a window, applying a change, starting workers as the counts
 // grow.
-#include <time.h>
 
 #include <chrono>
 #include <cstdio>
@@ -17,12 +16,6 @@ constexpr auto kTick = std::chrono::milliseconds(250);
 constexpr int64_t kWindowNs = 1'000'000'000;     // a window: at least a second...
 constexpr int64_t kMinWindowItems = 16;          // ...and this many items prepared,
 constexpr int64_t kLongestWindowNs = 8'000'000'000;  // or this long
-
-int64_t ProcessCpuNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
 
 }  // namespace
 
@@ -44,15 +37,10 @@ PipelineLoader::TuneSample PipelineLoader::MeasureForTune() const {
     MutexLock lock(&tune_mu_);
     m.wait_ns = wait_source_ ? wait_source_() : consumer_.WaitNs();
   }
-  m.prep_items = prep_.items.load();
-  m.prep_cpu_ns = prep_.busy_cpu_ns.load();
-  m.prep_work_ns = prep_.work_ns.load();
-  m.prep_starved_ns = prep_.starved_ns.load();
-  m.fetch_items = fetch_.items.load();
-  m.fetch_work_ns = fetch_.work_ns.load();
-  m.fetch_bytes = fetch_.bytes.load();
+  m.prep = prep_.Snapshot(0);
+  m.fetch = fetch_.Snapshot(0);
   m.process_cpu_ns = ProcessCpuNs();
-  m.loader_cpu_ns = m.prep_cpu_ns + fetch_.busy_cpu_ns.load() + batch_.busy_cpu_ns.load();
+  m.loader_cpu_ns = m.prep.busy_cpu_ns + m.fetch.busy_cpu_ns + batch_.busy_cpu_ns.load();
   if (async_) {
     if (std::optional<StorageStats> remote = source_->storage_stats()) {
       m.loader_cpu_ns += remote->io_cpu_ns;
@@ -75,20 +63,20 @@ void PipelineLoader::AutotuneLoop() {
     lock.Unlock();
     const TuneSample now = MeasureForTune();
     const int64_t wall = now.t_ns - prev.t_ns;
-    if (wall < kWindowNs || (now.prep_items - prev.prep_items < kMinWindowItems && wall < kLongestWindowNs)) {
+    if (wall < kWindowNs || (now.prep.items - prev.prep.items < kMinWindowItems && wall < kLongestWindowNs)) {
       lock.Lock();
       continue;
     }
     AutotuneWindow w;
     w.wall_s = wall / 1e9;
     w.consumer_wait_s = (now.wait_ns - prev.wait_ns) / 1e9;
-    w.prep_items = now.prep_items - prev.prep_items;
-    w.prep_cpu_s = (now.prep_cpu_ns - prev.prep_cpu_ns) / 1e9;
-    w.prep_work_s = (now.prep_work_ns - prev.prep_work_ns) / 1e9;
-    w.prep_starved_s = (now.prep_starved_ns - prev.prep_starved_ns) / 1e9;
-    w.fetch_items = now.fetch_items - prev.fetch_items;
-    w.fetch_work_s = (now.fetch_work_ns - prev.fetch_work_ns) / 1e9;
-    w.fetch_bytes = static_cast<double>(now.fetch_bytes - prev.fetch_bytes);
+    w.prep_items = now.prep.items - prev.prep.items;
+    w.prep_cpu_s = (now.prep.busy_cpu_ns - prev.prep.busy_cpu_ns) / 1e9;
+    w.prep_work_s = (now.prep.work_ns - prev.prep.work_ns) / 1e9;
+    w.prep_starved_s = (now.prep.starved_ns - prev.prep.starved_ns) / 1e9;
+    w.fetch_items = now.fetch.items - prev.fetch.items;
+    w.fetch_work_s = (now.fetch.work_ns - prev.fetch.work_ns) / 1e9;
+    w.fetch_bytes = static_cast<double>(now.fetch.bytes - prev.fetch.bytes);
     w.read_latency_s = async_ ? source_->RequestLatencySeconds() : 0;
     w.process_cpu_s = (now.process_cpu_ns - prev.process_cpu_ns) / 1e9;
     w.loader_cpu_s = (now.loader_cpu_ns - prev.loader_cpu_ns) / 1e9;
