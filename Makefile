@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := g++ make python3-venv libjpeg62-turbo-dev libpng-dev libopencv-imgproc-dev \
 	libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcurl4-openssl-dev \
-	libmemcached-dev libhashkit-dev libxxhash-dev memcached pkg-config dataset-fashion-mnist
+	libmemcached-dev libhashkit-dev libxxhash-dev libhwy-dev memcached pkg-config dataset-fashion-mnist
 PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmake ninja \
 	boto3 moto[server]
 BUILD := build/py

@@ -9,6 +9,7 @@
 #define NOSTALL_TRANSFORMS_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,12 +17,17 @@
 
 namespace nostall {
 
+class ImageOp;  // src/ops/op.h
+
 enum class TransformKind {
   kRandomResizedCrop,
   kResize,
   kCenterCrop,
   kRandomHorizontalFlip,
   kNormalize,
+  // Any op of the registry (ColorJitter, TrivialAugmentWide, RandomErasing,
+  // ...): works on pixels after the geometry above has been resampled.
+  kOp,
 };
 
 struct Transform {
@@ -39,6 +45,10 @@ struct Transform {
   double p = 0.5;
   // Normalize, in [0, 1] units as torchvision's (applied to x / 255).
   std::vector<double> mean, std;
+  // kOp: the op's name, its resolved arguments (a JSON object) and the op.
+  std::string op_name;
+  std::string op_args;
+  std::shared_ptr<const ImageOp> op;
 };
 
 enum class DType { kUint8, kFloat32 };

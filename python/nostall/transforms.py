@@ -104,3 +104,182 @@ class Normalize(Transform):
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+# --- Ops on pixels, after the geometry (crops, resizes, flips) ---------------
+#
+# Each runs in the loader's C++ threads with torchvision's semantics on PIL
+# images; see docs/transforms.md for the tolerance each is tested to against
+# PIL. Arguments are checked when the transform is made, with the error
+# naming the transform and the argument.
+
+
+class InterpolationMode:
+    """The interpolations the pixel ops take (torchvision's names)."""
+
+    NEAREST = "nearest"
+    BILINEAR = "bilinear"
+
+
+class AutoAugmentPolicy:
+    IMAGENET = "imagenet"
+    CIFAR10 = "cifar10"
+    SVHN = "svhn"
+
+
+def _plain(v):
+    """JSON-ready values: enums by value, tuples as lists."""
+    if hasattr(v, "value") and isinstance(v.value, str):  # torchvision's enums
+        return v.value.lower()
+    if isinstance(v, (tuple, list)):
+        return [_plain(x) for x in v]
+    return v
+
+
+class _Op(Transform):
+    def __init__(self, **args):
+        self._args = {k: _plain(v) for k, v in args.items() if v is not None}
+        import json
+
+        from . import _nostall
+
+        name = type(self).__name__
+        spec = {"source": ".", "transforms": [{"type": name, **self._args}]}
+        try:
+            _nostall.resolve_transforms(json.dumps(spec))
+        except ValueError as e:  # "InvalidArgument: transforms[0] (Name): why" -> "Name: why"
+            raise ValueError(f"{name}: {str(e).split('): ', 1)[-1]}") from None
+
+    def to_dict(self):
+        return {"type": type(self).__name__, **self._args}
+
+
+class ColorJitter(_Op):
+    """Brightness, contrast, saturation and hue factors drawn per sample, applied in random order.
+
+    A number x gives the factor range [max(0, 1 - x), 1 + x] (hue: [-x, x], x <= 0.5).
+    """
+
+    def __init__(self, brightness=0, contrast=0, saturation=0, hue=0):
+        super().__init__(brightness=brightness, contrast=contrast, saturation=saturation, hue=hue)
+
+
+class Grayscale(_Op):
+    """Gray as PIL's convert("L"), kept in 3 channels (for one channel load with mode="L")."""
+
+    def __init__(self, num_output_channels=3):
+        super().__init__(num_output_channels=num_output_channels)
+
+
+class RandomGrayscale(_Op):
+    def __init__(self, p=0.1):
+        super().__init__(p=p)
+
+
+class GaussianBlur(_Op):
+    """Blur with sigma uniform in ``sigma`` per sample; kernel_size odd (or (x, y))."""
+
+    def __init__(self, kernel_size, sigma=(0.1, 2.0)):
+        super().__init__(kernel_size=kernel_size, sigma=sigma)
+
+
+class RandomErasing(_Op):
+    """Erase a random box of the tensor (after Normalize); value 0, per channel, or "random"."""
+
+    def __init__(self, p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0, inplace=False):
+        super().__init__(p=p, scale=scale, ratio=ratio, value=value)
+
+
+class TrivialAugmentWide(_Op):
+    def __init__(self, num_magnitude_bins=31, interpolation=InterpolationMode.NEAREST, fill=None):
+        super().__init__(num_magnitude_bins=num_magnitude_bins, interpolation=interpolation,
+                         fill=fill)
+
+
+class RandAugment(_Op):
+    def __init__(self, num_ops=2, magnitude=9, num_magnitude_bins=31,
+                 interpolation=InterpolationMode.NEAREST, fill=None):
+        super().__init__(num_ops=num_ops, magnitude=magnitude,
+                         num_magnitude_bins=num_magnitude_bins, interpolation=interpolation,
+                         fill=fill)
+
+
+class AutoAugment(_Op):
+    def __init__(self, policy=AutoAugmentPolicy.IMAGENET, interpolation=InterpolationMode.NEAREST,
+                 fill=None):
+        super().__init__(policy=policy, interpolation=interpolation, fill=fill)
+
+
+class RandomRotation(_Op):
+    """Rotate by an angle uniform in ``degrees`` (a number d means [-d, d]); no expand."""
+
+    def __init__(self, degrees, interpolation=InterpolationMode.NEAREST, expand=False, center=None,
+                 fill=0):
+        super().__init__(degrees=degrees, interpolation=interpolation, expand=expand,
+                         center=center, fill=fill)
+
+
+class RandomAffine(_Op):
+    def __init__(self, degrees, translate=None, scale=None, shear=None,
+                 interpolation=InterpolationMode.NEAREST, fill=0, center=None):
+        super().__init__(degrees=degrees, translate=translate, scale=scale, shear=shear,
+                         interpolation=interpolation, fill=fill, center=center)
+
+
+class RandomVerticalFlip(_Op):
+    def __init__(self, p=0.5):
+        super().__init__(p=p)
+
+
+class RandomInvert(_Op):
+    def __init__(self, p=0.5):
+        super().__init__(p=p)
+
+
+class RandomPosterize(_Op):
+    def __init__(self, bits, p=0.5):
+        super().__init__(bits=bits, p=p)
+
+
+class RandomSolarize(_Op):
+    def __init__(self, threshold, p=0.5):
+        super().__init__(threshold=threshold, p=p)
+
+
+class RandomAutocontrast(_Op):
+    def __init__(self, p=0.5):
+        super().__init__(p=p)
+
+
+class RandomEqualize(_Op):
+    def __init__(self, p=0.5):
+        super().__init__(p=p)
+
+
+class RandomAdjustSharpness(_Op):
+    def __init__(self, sharpness_factor, p=0.5):
+        super().__init__(sharpness_factor=sharpness_factor, p=p)
+
+
+def sample_params(transforms, width: int, height: int, *, seed: int = 0, epoch: int = 0,
+                  index: int = 0, mode: str = "RGB") -> dict:
+    """What the loader would do to item ``index`` (a ``width`` x ``height`` image) in ``epoch``.
+
+    Returns ``{"box": [x, y, w, h], "size": [h, w], "flip": bool, "ops": [...]}``: the source
+    box the geometry resamples (in source pixels), the output size, the flip, and each op's
+    drawn parameters in order. No pixel is touched; the same (seed, epoch, index) gives the
+    same parameters as the loader, whatever its thread count.
+    """
+    import json
+
+    from . import _nostall
+
+    ts = [t.to_dict() for t in transforms]
+    normalizes = any(t["type"] == "Normalize" for t in ts)
+    spec = {"source": ".", "transforms": ts, "seed": int(seed), "mode": mode,
+            "dtype": "float32" if normalizes else "uint8"}
+    return json.loads(_nostall.sample_params(json.dumps(spec), int(width), int(height),
+                                             int(epoch), int(index)))
+
+
+from .mix import CutMix, MixUp, RandomChoice  # noqa: E402  (batch ops, on the consumer side)

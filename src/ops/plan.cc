@@ -9,13 +9,33 @@
 
 #include "common/philox.h"
 #include "nostall/transforms.h"
+#include "ops/op.h"
 
 namespace nostall {
 
 Status PrepSpec::Validate() const {
+  // Order: geometry (crops, resizes, flips), then pixel ops, then Normalize,
+  // then ops on the tensor (RandomErasing).
+  int first_pixel_op = -1, first_output_op = -1, normalize_at = -1;
   for (size_t i = 0; i < transforms.size(); ++i) {
     const Transform& t = transforms[i];
     std::string where = "transform #" + std::to_string(i) + ": ";
+    const bool geometric = t.kind == TransformKind::kRandomResizedCrop ||
+                           t.kind == TransformKind::kResize ||
+                           t.kind == TransformKind::kCenterCrop;
+    if (geometric && first_pixel_op >= 0) {
+      return InvalidArgument(where + "crops and resizes must come before the pixel ops (" +
+                             transforms[first_pixel_op].op_name + " is transform #" +
+                             std::to_string(first_pixel_op) + ")");
+    }
+    const bool pixel = t.kind != TransformKind::kNormalize &&
+                       !(t.kind == TransformKind::kOp && t.op && t.op->on_output());
+    if (pixel && (normalize_at >= 0 || first_output_op >= 0)) {
+      return InvalidArgument(where + "must come before " +
+                             (normalize_at >= 0 ? std::string("Normalize")
+                                                : transforms[first_output_op].op_name) +
+                             ", which works on the tensor");
+    }
     switch (t.kind) {
       case TransformKind::kRandomResizedCrop:
         if (t.height <= 0 || t.width <= 0) return InvalidArgument(where + "size must be positive");
@@ -38,9 +58,13 @@ Status PrepSpec::Validate() const {
         if (!(t.p >= 0 && t.p <= 1)) return InvalidArgument(where + "p must be in [0, 1]");
         break;
       case TransformKind::kNormalize:
-        if (i + 1 != transforms.size()) {
-          return InvalidArgument(where + "Normalize must be the last transform");
+        if (first_output_op >= 0) {
+          return InvalidArgument(where + "Normalize must come before " +
+                                 transforms[first_output_op].op_name +
+                                 " (as in torchvision, it erases the normalised tensor)");
         }
+        if (normalize_at >= 0) return InvalidArgument(where + "Normalize is given twice");
+        normalize_at = static_cast<int>(i);
         if (t.mean.size() != static_cast<size_t>(channels()) || t.std.size() != t.mean.size()) {
           return InvalidArgument(where + "mean and std need " + std::to_string(channels()) +
                                  " values for " + (channels() == 3 ? "RGB" : "grayscale"));
@@ -50,6 +74,14 @@ Status PrepSpec::Validate() const {
         }
         if (dtype != DType::kFloat32) {
           return InvalidArgument(where + "Normalize needs dtype float32");
+        }
+        break;
+      case TransformKind::kOp:
+        if (!t.op) return InvalidArgument(where + "op " + t.op_name + " was not created");
+        if (t.op->on_output()) {
+          if (first_output_op < 0) first_output_op = static_cast<int>(i);
+        } else if (first_pixel_op < 0) {
+          first_pixel_op = static_cast<int>(i);
         }
         break;
     }
@@ -89,6 +121,9 @@ Status PlanSample(const PrepSpec& spec, int src_w, int src_h, uint64_t seed, int
     rh = h * sy;
   };
   for (const Transform& t : spec.transforms) {
+    // The geometry ends at the first op: what follows runs on pixels
+    // (PrepareSample), from a stream of its own.
+    if (t.kind == TransformKind::kOp) break;
     switch (t.kind) {
       case TransformKind::kRandomResizedCrop: {
         // torchvision.transforms.RandomResizedCrop.get_params.
@@ -159,6 +194,7 @@ Status PlanSample(const PrepSpec& spec, int src_w, int src_h, uint64_t seed, int
         if (rng.Uniform() < t.p) flip = !flip;
         break;
       case TransformKind::kNormalize:
+      case TransformKind::kOp:
         break;
     }
   }

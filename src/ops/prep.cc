@@ -5,7 +5,10 @@
 #include <cstring>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "ops/decode.h"
+#include "ops/functional.h"
 #include "ops/resample.h"
 
 namespace nostall {
@@ -50,7 +53,73 @@ void WriteOut(const uint8_t* src, int h, int w, int c, bool flip, bool nchw, con
   if (!flip && !nchw) WriteOutImpl<Out, false, false>(src, h, w, c, a, b, dst);
 }
 
+// The ops' own stream: the geometry's draws (PlanSample) are unchanged by
+// adding ops, and the ops' depend on (seed, epoch, index) alone.
+Philox OpsRng(const PrepKey& key) {
+  return Philox(key.seed ^ 0x6f70735f72616e64ULL, static_cast<uint64_t>(key.epoch),
+                static_cast<uint64_t>(key.sample_index));
+}
+
+size_t FirstOp(const PrepSpec& spec) {
+  for (size_t i = 0; i < spec.transforms.size(); ++i) {
+    if (spec.transforms[i].kind == TransformKind::kOp) return i;
+  }
+  return spec.transforms.size();
+}
+
+// Whether pixels are transformed between the resample and the write-out.
+bool HasPixelStage(const PrepSpec& spec) {
+  for (size_t i = FirstOp(spec); i < spec.transforms.size(); ++i) {
+    const Transform& t = spec.transforms[i];
+    if (t.kind == TransformKind::kRandomHorizontalFlip) return true;
+    if (t.kind == TransformKind::kOp && !t.op->on_output()) return true;
+  }
+  return false;
+}
+
+// The ops on pixels, in order; a flip among them is drawn here.
+void PixelOps(const PrepSpec& spec, const ImageView& img, Philox& rng, OpScratch& scratch,
+              nlohmann::json* trace) {
+  for (size_t i = FirstOp(spec); i < spec.transforms.size(); ++i) {
+    const Transform& t = spec.transforms[i];
+    if (t.kind == TransformKind::kRandomHorizontalFlip) {
+      const bool flip = rng.Uniform() < t.p;
+      if (trace) trace->push_back({{"op", "RandomHorizontalFlip"}, {"applied", flip}});
+      if (flip && img.data) FlipHorizontal(img);
+    } else if (t.kind == TransformKind::kOp && !t.op->on_output()) {
+      t.op->Apply(img, rng, scratch, trace);
+    }
+  }
+}
+
+void OutputOps(const PrepSpec& spec, const OutputView& out, Philox& rng, nlohmann::json* trace) {
+  for (size_t i = FirstOp(spec); i < spec.transforms.size(); ++i) {
+    const Transform& t = spec.transforms[i];
+    if (t.kind == TransformKind::kOp && t.op->on_output()) t.op->ApplyOutput(out, rng, trace);
+  }
+}
+
 }  // namespace
+
+Status TraceSample(const PrepSpec& spec, int src_w, int src_h, const PrepKey& key,
+                   nlohmann::json* out) {
+  SamplePlan plan;
+  NOSTALL_RETURN_IF_ERROR(
+      PlanSample(spec, src_w, src_h, key.seed, key.epoch, key.sample_index, &plan));
+  nlohmann::json ops = nlohmann::json::array();
+  Philox rng = OpsRng(key);
+  OpScratch scratch;
+  ImageView img{nullptr, plan.out_h, plan.out_w, spec.channels()};
+  PixelOps(spec, img, rng, scratch, &ops);
+  OutputView o{nullptr, spec.dtype == DType::kFloat32, spec.layout == Layout::kNCHW, plan.out_h,
+               plan.out_w, spec.channels()};
+  OutputOps(spec, o, rng, &ops);
+  *out = {{"box", {plan.x, plan.y, plan.w, plan.h}},
+          {"size", {plan.out_h, plan.out_w}},
+          {"flip", plan.flip},
+          {"ops", ops}};
+  return Status::OK();
+}
 
 size_t SampleBytes(const PrepSpec& spec, int out_h, int out_w) {
   return static_cast<size_t>(out_h) * out_w * spec.channels() *
@@ -104,7 +173,11 @@ Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, con
     region.h = plan.h;
   }
   const bool nchw = spec.layout == Layout::kNCHW;
-  const bool direct = spec.dtype == DType::kUint8 && !nchw && !plan.flip;
+  const bool pixel_stage = HasPixelStage(spec);
+  // Without pixel ops, a flip costs nothing: the write-out reads rows
+  // backwards. Before pixel ops, it is done on the pixels first.
+  const bool flip_on_write = plan.flip && !pixel_stage;
+  const bool direct = spec.dtype == DType::kUint8 && !nchw && !flip_on_write;
   uint8_t* resized = static_cast<uint8_t*>(dst);
   if (!direct) {
     scratch->resized.resize(static_cast<size_t>(out_h) * out_w * c);
@@ -122,7 +195,17 @@ Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, con
     ResampleBox(region.pixels, region.width, region.height, region.stride, c, region.x, region.y,
                 region.w, region.h, resized, out_w, out_h, &scratch->resample);
   }
-  if (direct) return Status::OK();
+  Philox rng = OpsRng(key);
+  if (pixel_stage) {
+    const ImageView img{resized, out_h, out_w, c};
+    if (plan.flip) FlipHorizontal(img);
+    PixelOps(spec, img, rng, scratch->ops, nullptr);
+  }
+  const OutputView out{dst, spec.dtype == DType::kFloat32, nchw, out_h, out_w, c};
+  if (direct) {
+    OutputOps(spec, out, rng, nullptr);
+    return Status::OK();
+  }
 
   float a[3] = {1.0f / 255, 1.0f / 255, 1.0f / 255}, b[3] = {0, 0, 0};
   for (const Transform& t : spec.transforms) {
@@ -133,12 +216,13 @@ Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, con
     }
   }
   if (spec.dtype == DType::kFloat32) {
-    WriteOut(scratch->resized.data(), out_h, out_w, c, plan.flip, nchw, a, b,
+    WriteOut(scratch->resized.data(), out_h, out_w, c, flip_on_write, nchw, a, b,
              static_cast<float*>(dst));
   } else {
-    WriteOut(scratch->resized.data(), out_h, out_w, c, plan.flip, nchw, a, b,
+    WriteOut(scratch->resized.data(), out_h, out_w, c, flip_on_write, nchw, a, b,
              static_cast<uint8_t*>(dst));
   }
+  OutputOps(spec, out, rng, nullptr);
   return Status::OK();
 }
 

@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "nostall/transforms.h"
+#include "ops/op.h"
 #include "ops/resample.h"
 
 namespace nostall {
@@ -18,6 +21,7 @@ struct PrepScratch {
   std::vector<uint8_t> decoded;
   std::vector<uint8_t> resized;
   ResampleScratch resample;
+  OpScratch ops;
 };
 
 struct PrepKey {
@@ -30,6 +34,12 @@ struct PrepKey {
 // output size must equal (out_h, out_w) or the sample is a DataError.
 Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, const PrepKey& key,
                      int out_h, int out_w, void* dst, PrepScratch* scratch);
+
+// The parameters sample `key` of a src_w x src_h image would be augmented
+// with, without touching pixels: {"box": [x, y, w, h] (source pixels),
+// "size": [h, w], "flip": bool, "ops": [one object per op draw]}.
+Status TraceSample(const PrepSpec& spec, int src_w, int src_h, const PrepKey& key,
+                   nlohmann::json* out);
 
 // Reads just the header: the size of the image in `data`.
 Status ProbeImageSize(const uint8_t* data, size_t size, int* width, int* height);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "nostall/loader.h"
+#include "ops/op.h"
 
 namespace nostall {
 namespace {
@@ -18,6 +19,7 @@ const char* KindName(TransformKind k) {
     case TransformKind::kCenterCrop: return "CenterCrop";
     case TransformKind::kRandomHorizontalFlip: return "RandomHorizontalFlip";
     case TransformKind::kNormalize: return "Normalize";
+    case TransformKind::kOp: return "op";
   }
   return "?";
 }
@@ -210,15 +212,27 @@ Result<Transform> TransformFromJson(const json& j, size_t position) {
     t.kind = TransformKind::kNormalize;
     NOSTALL_RETURN_IF_ERROR(GetNumbers(j, where, "mean", &t.mean));
     NOSTALL_RETURN_IF_ERROR(GetNumbers(j, where, "std", &t.std));
+  } else if (OpFactory make = FindImageOp(type)) {
+    OpArgs args(j, where);
+    NOSTALL_ASSIGN_OR_RETURN(t.op, make(args));
+    NOSTALL_RETURN_IF_ERROR(args.CheckNoOthers());
+    t.kind = TransformKind::kOp;
+    t.op_name = type;
+    t.op_args = args.resolved().dump();
   } else {
     return InvalidArgument(at + ": unknown transform '" + type +
                            "' (known: RandomResizedCrop, Resize, CenterCrop, "
-                           "RandomHorizontalFlip, Normalize)");
+                           "RandomHorizontalFlip, Normalize, " + ImageOpNames() + ")");
   }
   return t;
 }
 
 json TransformToJson(const Transform& t) {
+  if (t.kind == TransformKind::kOp) {
+    json j = {{"type", t.op_name}};
+    j.update(json::parse(t.op_args));
+    return j;
+  }
   json j = {{"type", KindName(t.kind)}};
   switch (t.kind) {
     case TransformKind::kRandomResizedCrop:
@@ -240,6 +254,7 @@ json TransformToJson(const Transform& t) {
       j["mean"] = t.mean;
       j["std"] = t.std;
       break;
+    case TransformKind::kOp: break;
   }
   return j;
 }

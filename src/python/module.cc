@@ -21,6 +21,7 @@
 #include "nostall/resume.h"
 #include "nostall/shared.h"
 #include "nostall/loader.h"
+#include "ops/prep.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -57,6 +58,10 @@ nb::object MessageText(const std::string& s) { return Text(s, "backslashreplace"
   }
   PyErr_SetObject(type.ptr(), MessageText(st.ToString()).ptr());
   throw nb::python_error();
+}
+
+void RaiseIfError(const Status& st) {
+  if (!st.ok()) RaiseStatus(st);
 }
 
 template <typename T>
@@ -356,6 +361,22 @@ NB_MODULE(_nostall, m) {
         nostall::ValueOrRaise(nostall::LoaderSpec::FromJson(spec_json)));
   });
   m.def("available_cores", &nostall::AvailableCores);
+  // The spec's transforms with every argument resolved (errors name the
+  // transform and the argument), as a JSON list.
+  m.def("resolve_transforms", [](const std::string& spec_json) {
+    nostall::LoaderSpec spec = nostall::ValueOrRaise(nostall::LoaderSpec::FromJson(spec_json));
+    nostall::RaiseIfError(spec.prep.Validate());
+    return nlohmann::json::parse(spec.ToJson())["transforms"].dump();
+  });
+  m.def("sample_params", [](const std::string& spec_json, int width, int height, int64_t epoch,
+                            int64_t index) {
+    nostall::LoaderSpec spec = nostall::ValueOrRaise(nostall::LoaderSpec::FromJson(spec_json));
+    nostall::RaiseIfError(spec.prep.Validate());
+    nlohmann::json out;
+    nostall::RaiseIfError(nostall::TraceSample(
+        spec.prep, width, height, nostall::PrepKey{spec.seed, epoch, index}, &out));
+    return out.dump();
+  });
   m.def("predict_json", [](const std::string& profile_json, const std::string& config_json) {
     return nostall::ValueOrRaise(nostall::PredictJson(
         nostall::ValueOrRaise(nostall::Profile::FromJson(profile_json)), config_json));

@@ -1,0 +1,118 @@
+"""MixUp and CutMix: batch ops on the consumer side, as torchvision.transforms.v2's.
+
+They run in torch on whichever device the batch is on (after ``.cuda()`` they
+run on the GPU). Their random draws are counter-based like the loader's: the
+same (seed, epoch, step) gives the same mix, whatever ran before.
+
+    mix = nostall.transforms.RandomChoice([MixUp(alpha=0.2, num_classes=1000),
+                                           CutMix(alpha=1.0, num_classes=1000)], seed=0)
+    for step, (images, labels) in enumerate(loader):
+        images, labels = mix(images.cuda(), labels.cuda(), epoch=epoch, step=step)
+        # labels: (batch, num_classes) float, mixed as the images are
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import torch
+
+
+def _rng(seed: int, epoch: int, step: int, salt: int) -> random.Random:
+    # A stream keyed by (seed, epoch, step): independent of call order.
+    # random.Random seeds a str through SHA-512: stable across processes.
+    return random.Random(f"{int(seed)}/{int(epoch)}/{int(step)}/{salt}")
+
+
+class _BatchOp:
+    _salt = 0
+
+    def __init__(self, alpha: float = 1.0, num_classes: int | None = None, seed: int = 0):
+        if not alpha > 0:
+            raise ValueError(f"{type(self).__name__}: alpha must be positive, got {alpha}")
+        if num_classes is None or int(num_classes) < 1:
+            raise ValueError(f"{type(self).__name__}: num_classes is needed (the labels become "
+                             f"(batch, num_classes) probabilities)")
+        self.alpha = float(alpha)
+        self.num_classes = int(num_classes)
+        self.seed = int(seed)
+        self._step = 0
+
+    def _check(self, images, labels):
+        if not isinstance(images, torch.Tensor) or images.dim() != 4:
+            raise ValueError(f"{type(self).__name__}: images must be a (batch, C, H, W) tensor")
+        if not images.is_floating_point():
+            raise ValueError(f"{type(self).__name__}: images must be float (add Normalize)")
+        if labels.dim() != 1 or labels.shape[0] != images.shape[0]:
+            raise ValueError(f"{type(self).__name__}: labels must be (batch,) class indices")
+        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):
+            raise ValueError(f"{type(self).__name__}: a label is outside [0, {self.num_classes})")
+
+    def _one_hot(self, labels, dtype):
+        return torch.nn.functional.one_hot(labels.long(), self.num_classes).to(dtype)
+
+    def __call__(self, images, labels, *, epoch: int = 0, step: int | None = None):
+        """Mixes the batch with itself rolled by one; returns (images, soft labels)."""
+        self._check(images, labels)
+        if step is None:
+            step, self._step = self._step, self._step + 1
+        return self._mix(images, labels, _rng(self.seed, epoch, step, self._salt))
+
+    def __repr__(self):
+        return f"{type(self).__name__}(alpha={self.alpha}, num_classes={self.num_classes})"
+
+
+class MixUp(_BatchOp):
+    """images = lam * x + (1 - lam) * x.roll(1), lam ~ Beta(alpha, alpha); labels likewise."""
+
+    _salt = 1
+
+    def _mix(self, images, labels, rng):
+        lam = rng.betavariate(self.alpha, self.alpha)
+        y = self._one_hot(labels, images.dtype)
+        out = images.roll(1, 0).mul_(1.0 - lam).add_(images.mul(lam))
+        return out, y.roll(1, 0).mul_(1.0 - lam).add_(y.mul(lam))
+
+
+class CutMix(_BatchOp):
+    """Pastes a box of x.roll(1) (area about 1 - lam, lam ~ Beta(alpha, alpha)); labels by area."""
+
+    _salt = 2
+
+    def _mix(self, images, labels, rng):
+        lam = rng.betavariate(self.alpha, self.alpha)
+        H, W = images.shape[-2:]
+        r_x, r_y = rng.randrange(W), rng.randrange(H)
+        r = 0.5 * math.sqrt(1.0 - lam)
+        r_w_half, r_h_half = int(r * W), int(r * H)
+        x1, y1 = max(r_x - r_w_half, 0), max(r_y - r_h_half, 0)
+        x2, y2 = min(r_x + r_w_half, W), min(r_y + r_h_half, H)
+        out = images.clone()
+        out[..., y1:y2, x1:x2] = images.roll(1, 0)[..., y1:y2, x1:x2]
+        lam_adjusted = 1.0 - (x2 - x1) * (y2 - y1) / (W * H)
+        y = self._one_hot(labels, images.dtype)
+        return out, y.roll(1, 0).mul_(1.0 - lam_adjusted).add_(y.mul(lam_adjusted))
+
+
+class RandomChoice:
+    """One of ``ops`` per batch, uniformly (or with ``p``), as torchvision's RandomChoice."""
+
+    def __init__(self, ops, p=None, seed: int = 0):
+        self.ops = list(ops)
+        if not self.ops:
+            raise ValueError("RandomChoice: needs at least one op")
+        if p is not None and (len(p) != len(self.ops) or any(x < 0 for x in p) or sum(p) <= 0):
+            raise ValueError("RandomChoice: p needs one non-negative weight per op")
+        self.p = [float(x) for x in p] if p is not None else [1.0] * len(self.ops)
+        self.seed = int(seed)
+        self._step = 0
+
+    def __call__(self, images, labels, *, epoch: int = 0, step: int | None = None):
+        if step is None:
+            step, self._step = self._step, self._step + 1
+        op = _rng(self.seed, epoch, step, 0).choices(self.ops, weights=self.p)[0]
+        if isinstance(op, _BatchOp):  # drawn from this RandomChoice's seed
+            op._check(images, labels)
+            return op._mix(images, labels, _rng(self.seed, epoch, step, op._salt))
+        return op(images, labels)

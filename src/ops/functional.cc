@@ -1,0 +1,488 @@
+#include "ops/functional.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace nostall {
+namespace {
+
+// PIL's ImagingBlend: im1 + alpha * (im2 - im1) in float, truncated; clipped
+// only when alpha is outside [0, 1] (inside, the result cannot leave 0-255).
+inline uint8_t Blend(int degenerate, int v, float alpha) {
+  float t = static_cast<float>(degenerate) + alpha * static_cast<float>(v - degenerate);
+  if (t <= 0.0f) return 0;
+  if (t >= 255.0f) return 255;
+  return static_cast<uint8_t>(t);
+}
+
+inline uint8_t Clip8(float v) {
+  if (v <= 0.0f) return 0;
+  if (v >= 255.0f) return 255;
+  return static_cast<uint8_t>(v);
+}
+
+}  // namespace
+
+void AdjustBrightness(const ImageView& img, double factor) {
+  const float a = static_cast<float>(factor);
+  uint8_t* p = img.data;
+  const size_t n = img.bytes();
+  for (size_t i = 0; i < n; ++i) p[i] = Blend(0, p[i], a);
+}
+
+void AdjustContrast(const ImageView& img, double factor) {
+  // ImageEnhance.Contrast: the degenerate is the mean of convert("L"),
+  // int(mean + 0.5).
+  const size_t px = static_cast<size_t>(img.h) * img.w;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < px; ++i) {
+    sum += img.c == 3 ? Luma(img.data + i * 3) : img.data[i];
+  }
+  const int mean = static_cast<int>(static_cast<double>(sum) / static_cast<double>(px) + 0.5);
+  const float a = static_cast<float>(factor);
+  uint8_t* p = img.data;
+  const size_t n = img.bytes();
+  for (size_t i = 0; i < n; ++i) p[i] = Blend(mean, p[i], a);
+}
+
+void AdjustSaturation(const ImageView& img, double factor) {
+  if (img.c != 3) return;  // convert("L") of a gray image is itself
+  const float a = static_cast<float>(factor);
+  const size_t px = static_cast<size_t>(img.h) * img.w;
+  for (size_t i = 0; i < px; ++i) {
+    uint8_t* p = img.data + i * 3;
+    const int g = Luma(p);
+    p[0] = Blend(g, p[0], a);
+    p[1] = Blend(g, p[1], a);
+    p[2] = Blend(g, p[2], a);
+  }
+}
+
+void AdjustSharpness(const ImageView& img, double factor, OpScratch& scratch) {
+  // ImageEnhance.Sharpness: the degenerate is ImageFilter.SMOOTH (3x3,
+  // weights 1 1 1 / 1 5 1 / 1 1 1 over 13, rounded), whose border pixels are
+  // the image's own.
+  if (img.h < 3 || img.w < 3) return;
+  const int c = img.c;
+  const size_t row = static_cast<size_t>(img.w) * c;
+  scratch.tmp.assign(img.data, img.data + img.bytes());
+  const uint8_t* src = scratch.tmp.data();
+  const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
+  const float a = static_cast<float>(factor);
+  for (int y = 1; y < img.h - 1; ++y) {
+    const uint8_t* up = src + (y - 1) * row;
+    const uint8_t* mid = src + y * row;
+    const uint8_t* down = src + (y + 1) * row;
+    uint8_t* out = img.data + y * row;
+    for (size_t i = c; i < row - c; ++i) {
+      float ss = 0.0f;
+      ss += up[i - c] * k1 + up[i] * k1 + up[i + c] * k1;
+      ss += mid[i - c] * k1 + mid[i] * k5 + mid[i + c] * k1;
+      ss += down[i - c] * k1 + down[i] * k1 + down[i + c] * k1;
+      out[i] = Blend(Clip8(ss + 0.5f), mid[i], a);
+    }
+  }
+  // Border pixels: degenerate == image, so the blend leaves them as they are.
+}
+
+void AdjustHue(const ImageView& img, double hue_factor) {
+  if (img.c != 3) return;
+  // numpy's uint8 cast of hue_factor * 255 (through an integer: wraps).
+  const uint8_t shift =
+      static_cast<uint8_t>(static_cast<int64_t>(hue_factor * 255.0) & 0xFF);
+  const size_t px = static_cast<size_t>(img.h) * img.w;
+  for (size_t i = 0; i < px; ++i) {
+    uint8_t* p = img.data + i * 3;
+    // PIL's rgb2hsv (Convert.c).
+    const int r = p[0], g = p[1], b = p[2];
+    const int maxc = std::max(r, std::max(g, b)), minc = std::min(r, std::min(g, b));
+    uint8_t uh = 0, us = 0;
+    const uint8_t uv = static_cast<uint8_t>(maxc);
+    if (minc != maxc) {
+      const float cr = static_cast<float>(maxc - minc);
+      const float s = cr / static_cast<float>(maxc);
+      const float rc = static_cast<float>(maxc - r) / cr;
+      const float gc = static_cast<float>(maxc - g) / cr;
+      const float bc = static_cast<float>(maxc - b) / cr;
+      // PIL's arithmetic: float variables, double constants.
+      float h;
+      if (r == maxc) {
+        h = bc - gc;
+      } else if (g == maxc) {
+        h = static_cast<float>(2.0 + rc - bc);
+      } else {
+        h = static_cast<float>(4.0 + gc - rc);
+      }
+      h = static_cast<float>(std::fmod(h / 6.0 + 1.0, 1.0));
+      uh = static_cast<uint8_t>(std::clamp(static_cast<int>(h * 255.0), 0, 255));
+      us = static_cast<uint8_t>(std::clamp(static_cast<int>(s * 255.0), 0, 255));
+    }
+    uh = static_cast<uint8_t>(uh + shift);
+    // PIL's hsv2rgb.
+    if (us == 0) {
+      p[0] = p[1] = p[2] = uv;
+      continue;
+    }
+    const int seg = static_cast<int>(std::floor(static_cast<float>(uh) * 6.0 / 255.0));
+    const float f = static_cast<float>(static_cast<float>(uh) * 6.0 / 255.0 - seg);
+    const float fs = static_cast<float>(us) / 255.0f;
+    auto clip = [](double v) { return static_cast<uint8_t>(std::clamp(static_cast<int>(std::lround(v)), 0, 255)); };
+    const uint8_t pv = clip(static_cast<float>(uv) * (1.0 - fs));
+    const uint8_t qv = clip(static_cast<float>(uv) * (1.0 - fs * f));
+    const uint8_t tv = clip(static_cast<float>(uv) * (1.0 - fs * (1.0 - f)));
+    switch (seg % 6) {
+      case 0: p[0] = uv; p[1] = tv; p[2] = pv; break;
+      case 1: p[0] = qv; p[1] = uv; p[2] = pv; break;
+      case 2: p[0] = pv; p[1] = uv; p[2] = tv; break;
+      case 3: p[0] = pv; p[1] = qv; p[2] = uv; break;
+      case 4: p[0] = tv; p[1] = pv; p[2] = uv; break;
+      default: p[0] = uv; p[1] = pv; p[2] = qv; break;
+    }
+  }
+}
+
+void ToGrayscale(const ImageView& img) {
+  if (img.c != 3) return;
+  const size_t px = static_cast<size_t>(img.h) * img.w;
+  for (size_t i = 0; i < px; ++i) {
+    uint8_t* p = img.data + i * 3;
+    p[0] = p[1] = p[2] = Luma(p);
+  }
+}
+
+void ApplyLut(const ImageView& img, const Lut* lut) {
+  const size_t px = static_cast<size_t>(img.h) * img.w;
+  const int c = img.c;
+  for (size_t i = 0; i < px; ++i) {
+    uint8_t* p = img.data + i * c;
+    for (int k = 0; k < c; ++k) p[k] = lut[k][p[k]];
+  }
+}
+
+namespace {
+void SameLut(const ImageView& img, const Lut& lut) {
+  Lut all[3] = {lut, lut, lut};
+  ApplyLut(img, all);
+}
+
+std::array<std::array<uint32_t, 256>, 3> Histograms(const ImageView& img) {
+  std::array<std::array<uint32_t, 256>, 3> hist{};
+  const size_t px = static_cast<size_t>(img.h) * img.w;
+  for (size_t i = 0; i < px; ++i) {
+    for (int k = 0; k < img.c; ++k) ++hist[k][img.data[i * img.c + k]];
+  }
+  return hist;
+}
+}  // namespace
+
+void Posterize(const ImageView& img, int bits) {
+  const int mask = ~((1 << (8 - std::clamp(bits, 0, 8))) - 1);
+  Lut lut;
+  for (int i = 0; i < 256; ++i) lut[i] = static_cast<uint8_t>(i & mask);
+  SameLut(img, lut);
+}
+
+void Solarize(const ImageView& img, double threshold) {
+  Lut lut;
+  for (int i = 0; i < 256; ++i) lut[i] = static_cast<uint8_t>(i < threshold ? i : 255 - i);
+  SameLut(img, lut);
+}
+
+void Invert(const ImageView& img) {
+  uint8_t* p = img.data;
+  const size_t n = img.bytes();
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(255 - p[i]);
+}
+
+void Autocontrast(const ImageView& img) {
+  // ImageOps.autocontrast(cutoff=0): each band stretched from its lowest to
+  // its highest value, int(ix * scale + offset).
+  const auto hist = Histograms(img);
+  Lut lut[3];
+  for (int k = 0; k < img.c; ++k) {
+    int lo = 0, hi = 255;
+    while (lo < 256 && hist[k][lo] == 0) ++lo;
+    while (hi >= 0 && hist[k][hi] == 0) --hi;
+    for (int i = 0; i < 256; ++i) {
+      if (hi <= lo) {
+        lut[k][i] = static_cast<uint8_t>(i);
+        continue;
+      }
+      const double scale = 255.0 / (hi - lo), offset = -lo * scale;
+      lut[k][i] = static_cast<uint8_t>(std::clamp(static_cast<int>(i * scale + offset), 0, 255));
+    }
+  }
+  ApplyLut(img, lut);
+}
+
+void Equalize(const ImageView& img) {
+  // ImageOps.equalize: per band, step = (count - last nonzero bin) // 255.
+  const auto hist = Histograms(img);
+  Lut lut[3];
+  for (int k = 0; k < img.c; ++k) {
+    uint64_t total = 0, last = 0;
+    int nonzero = 0;
+    for (int i = 0; i < 256; ++i) {
+      if (hist[k][i]) {
+        total += hist[k][i];
+        last = hist[k][i];
+        ++nonzero;
+      }
+    }
+    const uint64_t step = nonzero <= 1 ? 0 : (total - last) / 255;
+    uint64_t n = step / 2;
+    for (int i = 0; i < 256; ++i) {
+      if (step == 0) {
+        lut[k][i] = static_cast<uint8_t>(i);
+      } else {
+        lut[k][i] = static_cast<uint8_t>(std::min<uint64_t>(n / step, 255));
+        n += hist[k][i];
+      }
+    }
+  }
+  ApplyLut(img, lut);
+}
+
+void FlipVertical(const ImageView& img) {
+  const size_t row = static_cast<size_t>(img.w) * img.c;
+  std::vector<uint8_t> tmp(row);
+  for (int y = 0; y < img.h / 2; ++y) {
+    uint8_t* a = img.data + y * row;
+    uint8_t* b = img.data + (img.h - 1 - y) * row;
+    std::memcpy(tmp.data(), a, row);
+    std::memcpy(a, b, row);
+    std::memcpy(b, tmp.data(), row);
+  }
+}
+
+void FlipHorizontal(const ImageView& img) {
+  const int c = img.c;
+  for (int y = 0; y < img.h; ++y) {
+    uint8_t* row = img.data + static_cast<size_t>(y) * img.w * c;
+    for (int x = 0; x < img.w / 2; ++x) {
+      for (int k = 0; k < c; ++k) std::swap(row[x * c + k], row[(img.w - 1 - x) * c + k]);
+    }
+  }
+}
+
+namespace {
+
+// PIL's FLOOR and COORD (Geometry.c).
+inline int Floor(double v) { return v < 0.0 ? static_cast<int>(std::floor(v)) : static_cast<int>(v); }
+inline int Coord(double v) { return v < 0.0 ? -1 : static_cast<int>(v); }
+
+bool CheckFixed(const double a[6], int x, int y) {
+  return std::fabs(x * a[0] + y * a[1] + a[2]) < 32768.0 &&
+         std::fabs(x * a[3] + y * a[4] + a[5]) < 32768.0;
+}
+
+}  // namespace
+
+void AffineTransform(const ImageView& img, const double a[6], bool bilinear,
+                     const std::vector<double>& fill, OpScratch& scratch) {
+  const int w = img.w, h = img.h, c = img.c;
+  scratch.tmp.assign(img.data, img.data + img.bytes());
+  const uint8_t* in = scratch.tmp.data();
+  uint8_t fillpx[3];
+  for (int k = 0; k < c; ++k) {
+    fillpx[k] = static_cast<uint8_t>(
+        std::clamp(static_cast<int>(fill.empty() ? 0 : fill[fill.size() == 1 ? 0 : k]), 0, 255));
+  }
+  auto put_fill = [&](uint8_t* out) { std::memcpy(out, fillpx, c); };
+  const size_t row = static_cast<size_t>(w) * c;
+  if (bilinear) {
+    // ImagingGenericTransform with bilinear_filter: samples at the pixel's
+    // centre, outside the image is fill, taps clamped to the edge, truncated.
+    for (int y = 0; y < h; ++y) {
+      uint8_t* out = img.data + y * row;
+      for (int x = 0; x < w; ++x, out += c) {
+        double xin = a[0] * (x + 0.5) + a[1] * (y + 0.5) + a[2];
+        double yin = a[3] * (x + 0.5) + a[4] * (y + 0.5) + a[5];
+        if (xin < 0.0 || xin >= w || yin < 0.0 || yin >= h) {
+          put_fill(out);
+          continue;
+        }
+        xin -= 0.5;
+        yin -= 0.5;
+        const int x0 = Floor(xin), y0 = Floor(yin);
+        const double dx = xin - x0, dy = yin - y0;
+        const int xa = std::clamp(x0, 0, w - 1) * c, xb = std::clamp(x0 + 1, 0, w - 1) * c;
+        const uint8_t* r0 = in + std::clamp(y0, 0, h - 1) * row;
+        const bool has_r1 = y0 + 1 >= 0 && y0 + 1 < h;
+        const uint8_t* r1 = has_r1 ? in + (y0 + 1) * row : r0;
+        for (int k = 0; k < c; ++k) {
+          double v1 = r0[xa + k] + (r0[xb + k] - r0[xa + k]) * dx;
+          double v2 = has_r1 ? r1[xa + k] + (r1[xb + k] - r1[xa + k]) * dx : v1;
+          out[k] = static_cast<uint8_t>(v1 + (v2 - v1) * dy);
+        }
+      }
+    }
+    return;
+  }
+  if (CheckFixed(a, w, h)) {
+    // affine_fixed: 16.16 fixed point, FIX(v) = FLOOR(v * 65536 + 0.5).
+    auto fix = [](double v) { return Floor(v * 65536.0 + 0.5); };
+    const int a0 = fix(a[0]), a1 = fix(a[1]), a3 = fix(a[3]), a4 = fix(a[4]);
+    int a2 = fix(a[2] + a[1] * 0.5 + a[0] * 0.5);
+    int a5 = fix(a[5] + a[4] * 0.5 + a[3] * 0.5);
+    for (int y = 0; y < h; ++y) {
+      uint8_t* out = img.data + y * row;
+      int xx = a2, yy = a5;
+      for (int x = 0; x < w; ++x, out += c) {
+        const int xin = xx >> 16, yin = yy >> 16;
+        if (xin >= 0 && xin < w && yin >= 0 && yin < h) {
+          std::memcpy(out, in + yin * row + xin * c, c);
+        } else {
+          put_fill(out);
+        }
+        xx += a0;
+        yy += a3;
+      }
+      a2 += a1;
+      a5 += a4;
+    }
+    return;
+  }
+  // The floating-point path PIL takes for coordinates past 16.16's range.
+  double xo = a[2] + a[1] * 0.5 + a[0] * 0.5, yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
+  for (int y = 0; y < h; ++y) {
+    uint8_t* out = img.data + y * row;
+    double xx = xo, yy = yo;
+    for (int x = 0; x < w; ++x, out += c) {
+      const int xin = Coord(xx), yin = Coord(yy);
+      if (xin >= 0 && xin < w && yin >= 0 && yin < h) {
+        std::memcpy(out, in + yin * row + xin * c, c);
+      } else {
+        put_fill(out);
+      }
+      xx += a[0];
+      yy += a[3];
+    }
+    xo += a[1];
+    yo += a[4];
+  }
+}
+
+void InverseAffineMatrix(double cx, double cy, double angle_deg, double tx, double ty,
+                         double scale, double shear_x_deg, double shear_y_deg, double m[6]) {
+  const double rot = angle_deg * M_PI / 180.0;
+  const double sx = shear_x_deg * M_PI / 180.0, sy = shear_y_deg * M_PI / 180.0;
+  const double a = std::cos(rot - sy) / std::cos(sy);
+  const double b = -std::cos(rot - sy) * std::tan(sx) / std::cos(sy) - std::sin(rot);
+  const double c = std::sin(rot - sy) / std::cos(sy);
+  const double d = -std::sin(rot - sy) * std::tan(sx) / std::cos(sy) + std::cos(rot);
+  m[0] = d / scale;
+  m[1] = -b / scale;
+  m[2] = 0.0;
+  m[3] = -c / scale;
+  m[4] = a / scale;
+  m[5] = 0.0;
+  m[2] += m[0] * (-cx - tx) + m[1] * (-cy - ty);
+  m[5] += m[3] * (-cx - tx) + m[4] * (-cy - ty);
+  m[2] += cx;
+  m[5] += cy;
+}
+
+namespace {
+// Python's round(v, 15), to the precision that matters here.
+double Round15(double v) { return std::nearbyint(v * 1e15) / 1e15; }
+
+void Rotate180(const ImageView& img) {
+  FlipVertical(img);
+  FlipHorizontal(img);
+}
+
+// Transpose.ROTATE_90 (counter-clockwise) or ROTATE_270, square images.
+void RotateSquare(const ImageView& img, bool ccw90, OpScratch& scratch) {
+  const int n = img.w, c = img.c;
+  scratch.tmp.assign(img.data, img.data + img.bytes());
+  const uint8_t* in = scratch.tmp.data();
+  for (int y = 0; y < n; ++y) {
+    for (int x = 0; x < n; ++x) {
+      // ROTATE_90: out(x, y) = in(n - 1 - y, x); ROTATE_270: in(y, n - 1 - x).
+      const int sx = ccw90 ? n - 1 - y : y, sy = ccw90 ? x : n - 1 - x;
+      std::memcpy(img.data + (static_cast<size_t>(y) * n + x) * c,
+                  in + (static_cast<size_t>(sy) * n + sx) * c, c);
+    }
+  }
+}
+}  // namespace
+
+void Rotate(const ImageView& img, double angle_deg, const double* center, bool bilinear,
+            const std::vector<double>& fill, OpScratch& scratch) {
+  double angle = std::fmod(angle_deg, 360.0);
+  if (angle < 0) angle += 360.0;
+  if (center == nullptr) {
+    if (angle == 0) return;
+    if (angle == 180) return Rotate180(img);
+    if ((angle == 90 || angle == 270) && img.w == img.h) {
+      return RotateSquare(img, angle == 90, scratch);
+    }
+  }
+  const double cx = center ? center[0] : img.w / 2.0, cy = center ? center[1] : img.h / 2.0;
+  const double rad = -angle * M_PI / 180.0;
+  double m[6] = {Round15(std::cos(rad)), Round15(std::sin(rad)), 0.0,
+                 Round15(-std::sin(rad)), Round15(std::cos(rad)), 0.0};
+  const double tx = -cx, ty = -cy;
+  const double m2 = m[0] * tx + m[1] * ty + m[2], m5 = m[3] * tx + m[4] * ty + m[5];
+  m[2] = m2 + cx;
+  m[5] = m5 + cy;
+  AffineTransform(img, m, bilinear, fill, scratch);
+}
+
+void GaussianBlur(const ImageView& img, int kx, int ky, double sigma_x, double sigma_y,
+                  OpScratch& scratch) {
+  // torchvision's _get_gaussian_kernel1d in float32: exp(-0.5 (x / sigma)^2)
+  // over linspace(-(k-1)/2, (k-1)/2, k), normalised.
+  auto kernel = [](int k, double sigma) {
+    std::vector<float> w(k);
+    float sum = 0;
+    const float s = static_cast<float>(sigma);
+    for (int i = 0; i < k; ++i) {
+      const float x = -(k - 1) * 0.5f + static_cast<float>(i);
+      const float t = x / s;
+      w[i] = std::exp(-0.5f * t * t);
+      sum += w[i];
+    }
+    for (float& v : w) v /= sum;
+    return w;
+  };
+  const std::vector<float> wx = kernel(kx, sigma_x), wy = kernel(ky, sigma_y);
+  const int w = img.w, h = img.h, c = img.c;
+  const int px = kx / 2, py = ky / 2;
+  // Reflect (without repeating the edge), as torch's pad(mode="reflect").
+  auto reflect = [](int i, int n) {
+    if (n == 1) return 0;
+    while (i < 0 || i >= n) i = i < 0 ? -i : 2 * (n - 1) - i;
+    return i;
+  };
+  // Vertical pass into floats, then horizontal, then round half to even.
+  scratch.ftmp.assign(static_cast<size_t>(w) * h * c, 0.0f);
+  const size_t row = static_cast<size_t>(w) * c;
+  for (int y = 0; y < h; ++y) {
+    float* acc = scratch.ftmp.data() + y * row;
+    for (int i = 0; i < ky; ++i) {
+      const uint8_t* in = img.data + reflect(y - py + i, h) * row;
+      const float k = wy[i];
+      for (size_t j = 0; j < row; ++j) acc[j] += k * in[j];
+    }
+  }
+  std::vector<float> line(row);
+  for (int y = 0; y < h; ++y) {
+    const float* in = scratch.ftmp.data() + y * row;
+    uint8_t* out = img.data + y * row;
+    for (int x = 0; x < w; ++x) {
+      for (int k = 0; k < c; ++k) {
+        float s = 0;
+        for (int i = 0; i < kx; ++i) s += wx[i] * in[reflect(x - px + i, w) * c + k];
+        line[x * c + k] = s;
+      }
+    }
+    for (size_t j = 0; j < row; ++j) {
+      out[j] = static_cast<uint8_t>(std::clamp(std::nearbyint(line[j]), 0.0f, 255.0f));
+    }
+  }
+}
+
+}  // namespace nostall

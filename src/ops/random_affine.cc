@@ -1,0 +1,165 @@
+// RandomRotation and RandomAffine (torchvision's get_params and F.rotate /
+// F.affine on PIL images; no expand: the batch's size is fixed).
+#include <cmath>
+
+#include "ops/functional.h"
+
+namespace nostall {
+namespace {
+
+Status Degrees(OpArgs& args, const char* key, bool required, double* lo, double* hi) {
+  const nlohmann::json* v = args.Raw(key);
+  *lo = *hi = 0;
+  if (v == nullptr) {
+    if (required) return args.Error(std::string("needs ") + key);
+    args.Record(key, nullptr);
+    return Status::OK();
+  }
+  if (v->is_number()) {
+    const double d = v->get<double>();
+    if (!(d >= 0)) return args.Error(std::string(key) + " as a single number must be non-negative");
+    *lo = -d;
+    *hi = d;
+  } else if (v->is_array() && v->size() == 2 && (*v)[0].is_number() && (*v)[1].is_number()) {
+    *lo = (*v)[0].get<double>();
+    *hi = (*v)[1].get<double>();
+    if (!(*lo <= *hi)) return args.Error(std::string(key) + " must be [min, max] with min <= max");
+  } else {
+    return args.Error(std::string(key) + " must be a number or [min, max], not " + v->dump());
+  }
+  args.Record(key, nlohmann::json::array({*lo, *hi}));
+  return Status::OK();
+}
+
+Status Center(OpArgs& args, bool* has, double center[2]) {
+  const nlohmann::json* v = args.Raw("center");
+  *has = false;
+  if (v == nullptr) {
+    args.Record("center", nullptr);
+    return Status::OK();
+  }
+  if (!(v->is_array() && v->size() == 2 && (*v)[0].is_number() && (*v)[1].is_number())) {
+    return args.Error("center must be [x, y] in pixels, not " + v->dump());
+  }
+  center[0] = (*v)[0].get<double>();
+  center[1] = (*v)[1].get<double>();
+  *has = true;
+  args.Record("center", *v);
+  return Status::OK();
+}
+
+Status NoExpand(OpArgs& args) {
+  bool expand = false;
+  NOSTALL_RETURN_IF_ERROR(args.Bool("expand", false, &expand));
+  if (expand) {
+    return args.Error("expand=true changes the image size, and a batch has one size; "
+                      "crop or resize after rotating instead");
+  }
+  return Status::OK();
+}
+
+class RandomRotationOp : public ImageOp {
+ public:
+  double lo = 0, hi = 0, center[2] = {0, 0};
+  bool has_center = false, bilinear = false;
+  std::vector<double> fill;
+
+  void Apply(const ImageView& img, Philox& rng, OpScratch& scratch,
+             nlohmann::json* trace) const override {
+    const double angle = rng.Uniform(lo, hi);
+    if (trace) trace->push_back({{"op", "RandomRotation"}, {"angle", angle}});
+    if (img.data) Rotate(img, angle, has_center ? center : nullptr, bilinear, fill, scratch);
+  }
+};
+
+class RandomAffineOp : public ImageOp {
+ public:
+  double deg_lo = 0, deg_hi = 0;
+  bool has_translate = false, has_scale = false, has_center = false, bilinear = false;
+  double translate[2] = {0, 0}, scale_lo = 1, scale_hi = 1, center[2] = {0, 0};
+  std::vector<double> shear;  // 0, 2 or 4 values: x range, then y range
+  std::vector<double> fill;
+
+  void Apply(const ImageView& img, Philox& rng, OpScratch& scratch,
+             nlohmann::json* trace) const override {
+    const double angle = rng.Uniform(deg_lo, deg_hi);
+    double tx = 0, ty = 0;
+    if (has_translate) {
+      const double max_dx = translate[0] * img.w, max_dy = translate[1] * img.h;
+      tx = std::nearbyint(rng.Uniform(-max_dx, max_dx));
+      ty = std::nearbyint(rng.Uniform(-max_dy, max_dy));
+    }
+    const double scale = has_scale ? rng.Uniform(scale_lo, scale_hi) : 1.0;
+    double sx = 0, sy = 0;
+    if (shear.size() >= 2) sx = rng.Uniform(shear[0], shear[1]);
+    if (shear.size() == 4) sy = rng.Uniform(shear[2], shear[3]);
+    if (trace) {
+      trace->push_back({{"op", "RandomAffine"}, {"angle", angle}, {"translate", {tx, ty}},
+                        {"scale", scale}, {"shear", {sx, sy}}});
+    }
+    if (img.data == nullptr) return;
+    double m[6];
+    InverseAffineMatrix(has_center ? center[0] : img.w * 0.5, has_center ? center[1] : img.h * 0.5,
+                        angle, tx, ty, scale, sx, sy, m);
+    AffineTransform(img, m, bilinear, fill, scratch);
+  }
+};
+
+}  // namespace
+
+Result<std::shared_ptr<const ImageOp>> MakeRandomRotation(OpArgs& args) {
+  auto op = std::make_shared<RandomRotationOp>();
+  NOSTALL_RETURN_IF_ERROR(Degrees(args, "degrees", true, &op->lo, &op->hi));
+  NOSTALL_RETURN_IF_ERROR(args.Interpolation("interpolation", &op->bilinear));
+  NOSTALL_RETURN_IF_ERROR(NoExpand(args));
+  NOSTALL_RETURN_IF_ERROR(Center(args, &op->has_center, op->center));
+  NOSTALL_RETURN_IF_ERROR(args.Fill("fill", &op->fill));
+  return std::shared_ptr<const ImageOp>(op);
+}
+
+Result<std::shared_ptr<const ImageOp>> MakeRandomAffine(OpArgs& args) {
+  auto op = std::make_shared<RandomAffineOp>();
+  NOSTALL_RETURN_IF_ERROR(Degrees(args, "degrees", true, &op->deg_lo, &op->deg_hi));
+  if (const nlohmann::json* t = args.Raw("translate")) {
+    if (!(t->is_array() && t->size() == 2 && (*t)[0].is_number() && (*t)[1].is_number() &&
+          (*t)[0].get<double>() >= 0 && (*t)[0].get<double>() <= 1 && (*t)[1].get<double>() >= 0 &&
+          (*t)[1].get<double>() <= 1)) {
+      return args.Error("translate must be [a, b] with values in [0, 1], not " + t->dump());
+    }
+    op->has_translate = true;
+    op->translate[0] = (*t)[0].get<double>();
+    op->translate[1] = (*t)[1].get<double>();
+    args.Record("translate", *t);
+  } else {
+    args.Record("translate", nullptr);
+  }
+  if (args.Raw("scale") != nullptr) {
+    NOSTALL_RETURN_IF_ERROR(args.Pair("scale", 1, 1, 1e-6, 1e6, &op->scale_lo, &op->scale_hi));
+    op->has_scale = true;
+  } else {
+    args.Record("scale", nullptr);
+  }
+  if (const nlohmann::json* s = args.Raw("shear")) {
+    if (s->is_number()) {
+      if (!(s->get<double>() >= 0)) return args.Error("shear as a single number must be non-negative");
+      op->shear = {-s->get<double>(), s->get<double>()};
+    } else if (s->is_array() && (s->size() == 2 || s->size() == 4)) {
+      for (const auto& x : *s) {
+        if (!x.is_number()) return args.Error("shear must hold numbers, not " + s->dump());
+        op->shear.push_back(x.get<double>());
+      }
+    } else {
+      return args.Error("shear must be a number, [min, max] or [xmin, xmax, ymin, ymax], not " +
+                        s->dump());
+    }
+    args.Record("shear", op->shear);
+  } else {
+    args.Record("shear", nullptr);
+  }
+  NOSTALL_RETURN_IF_ERROR(args.Interpolation("interpolation", &op->bilinear));
+  NOSTALL_RETURN_IF_ERROR(args.Fill("fill", &op->fill));
+  NOSTALL_RETURN_IF_ERROR(Center(args, &op->has_center, op->center));
+  return std::shared_ptr<const ImageOp>(op);
+}
+
+}  // namespace nostall
