@@ -116,6 +116,8 @@ void CmykRowToRgb(const uint8_t* in, int width, int channels, uint8_t* out) {
   }
 }
 
+constexpr JDIMENSION kRowsPerRead = 16;
+
 }  // namespace
 
 ImageFormat SniffFormat(const uint8_t* d, size_t n) {
@@ -191,11 +193,21 @@ Status JpegDecodeRegion(const uint8_t* data, size_t size, int channels, double x
   uint8_t* cmyk_row = buf->data() + region_bytes;
   if (y0 > 0) jpeg_skip_scanlines(&c, y0);
   while (c.output_scanline < y1) {
-    uint8_t* dst = buf->data() + stride * (c.output_scanline - y0);
-    JSAMPROW row = cmyk ? cmyk_row : dst;
-    if (jpeg_read_scanlines(&c, &row, 1) != 1) return DataError("bad JPEG: no scanline decoded");
-    // (After jpeg_crop_scanline, output_width is the cropped width.)
-    if (cmyk) CmykRowToRgb(cmyk_row, static_cast<int>(c.output_width), channels, dst);
+    const JDIMENSION first = c.output_scanline;
+    uint8_t* dst = buf->data() + stride * (first - y0);
+    if (cmyk) {
+      JSAMPROW row = cmyk_row;
+      if (jpeg_read_scanlines(&c, &row, 1) != 1) return DataError("bad JPEG: no scanline decoded");
+      // (After jpeg_crop_scanline, output_width is the cropped width.)
+      CmykRowToRgb(cmyk_row, static_cast<int>(c.output_width), channels, dst);
+      continue;
+    }
+    // Several rows a call: the decoder then upsamples chroma straight into
+    // them (one row a call goes through its spare row and a copy).
+    JSAMPROW rows[kRowsPerRead];
+    const JDIMENSION n = std::min<JDIMENSION>(kRowsPerRead, y1 - first);
+    for (JDIMENSION i = 0; i < n; ++i) rows[i] = dst + stride * i;
+    if (jpeg_read_scanlines(&c, rows, n) == 0) return DataError("bad JPEG: no scanline decoded");
   }
   jpeg_abort_decompress(&c);
   out->width = static_cast<int>(c.output_width);

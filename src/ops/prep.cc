@@ -178,6 +178,26 @@ Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, con
   // backwards. Before pixel ops, it is done on the pixels first.
   const bool flip_on_write = plan.flip && !pixel_stage;
   const bool direct = spec.dtype == DType::kUint8 && !nchw && !flip_on_write;
+  float a[3] = {1.0f / 255, 1.0f / 255, 1.0f / 255}, b[3] = {0, 0, 0};
+  for (const Transform& t : spec.transforms) {
+    if (t.kind != TransformKind::kNormalize) continue;
+    for (int k = 0; k < c; ++k) {
+      a[k] = static_cast<float>(1.0 / (255.0 * t.std[k]));
+      b[k] = static_cast<float>(-t.mean[k] / t.std[k]);
+    }
+  }
+  Philox rng = OpsRng(key);
+  const OutputView out{dst, spec.dtype == DType::kFloat32, nchw, out_h, out_w, c};
+  // Nothing between the resample and the layout: resample straight into the
+  // planes, normalised and flipped on the way (pixels written once).
+  if (!pixel_stage && nchw &&
+      ResampleBoxPlanar(region.pixels, region.width, region.height, region.stride, c, region.x,
+                        region.y, region.w, region.h, out_w, out_h, plan.flip, a, b,
+                        out.float32 ? static_cast<float*>(dst) : nullptr,
+                        out.float32 ? nullptr : static_cast<uint8_t*>(dst), &scratch->resample)) {
+    OutputOps(spec, out, rng, nullptr);
+    return Status::OK();
+  }
   uint8_t* resized = static_cast<uint8_t*>(dst);
   if (!direct) {
     scratch->resized.resize(static_cast<size_t>(out_h) * out_w * c);
@@ -195,25 +215,14 @@ Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, con
     ResampleBox(region.pixels, region.width, region.height, region.stride, c, region.x, region.y,
                 region.w, region.h, resized, out_w, out_h, &scratch->resample);
   }
-  Philox rng = OpsRng(key);
   if (pixel_stage) {
     const ImageView img{resized, out_h, out_w, c};
     if (plan.flip) FlipHorizontal(img);
     PixelOps(spec, img, rng, scratch->ops, nullptr);
   }
-  const OutputView out{dst, spec.dtype == DType::kFloat32, nchw, out_h, out_w, c};
   if (direct) {
     OutputOps(spec, out, rng, nullptr);
     return Status::OK();
-  }
-
-  float a[3] = {1.0f / 255, 1.0f / 255, 1.0f / 255}, b[3] = {0, 0, 0};
-  for (const Transform& t : spec.transforms) {
-    if (t.kind != TransformKind::kNormalize) continue;
-    for (int k = 0; k < c; ++k) {
-      a[k] = static_cast<float>(1.0 / (255.0 * t.std[k]));
-      b[k] = static_cast<float>(-t.mean[k] / t.std[k]);
-    }
   }
   if (spec.dtype == DType::kFloat32) {
     WriteOut(scratch->resized.data(), out_h, out_w, c, flip_on_write, nchw, a, b,

@@ -1,9 +1,221 @@
-#include "ops/resample.h"
+// The two resampling passes, vectorised with Google Highway and dispatched at
+// run time (one binary: SSE4, AVX2, AVX-512, or an emulated 128-bit target).
+//
+// Vertical pass: for each output row, the taps' uint8 source rows are widened
+// to float and summed with their weights in registers, one vector of columns
+// at a time (a contiguous, branch-free loop).
+// Horizontal pass (3 channels): one output pixel per 128-bit vector: each
+// tap adds weight x [R G B (next R)] of its source pixel. Four pixels are
+// then transposed to R, G and B vectors, rounded and clamped as the uint8
+// PIL would produce, and either written interleaved (uint8 HWC) or, fused
+// with Normalize and the flip, straight into the output planes (NCHW).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/resample.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
+#include "ops/resample.h"
+
+HWY_BEFORE_NAMESPACE();
 namespace nostall {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// rows[yy * row_floats + j] = sum_i wy[i] * src[(ymin + i) * stride + byte0 + j], j < span.
+void VerticalPass(const uint8_t* src, size_t stride, size_t byte0, size_t span,
+                  const int* bounds_y, const float* weights_y, int ky, int out_h,
+                  size_t row_floats, float* rows) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<int32_t, decltype(df)> di;
+  const hn::Rebind<uint8_t, decltype(df)> d8;
+  const size_t n = hn::Lanes(df);
+  for (int yy = 0; yy < out_h; ++yy) {
+    const int ymin = bounds_y[yy * 2], taps = bounds_y[yy * 2 + 1];
+    const float* k = weights_y + static_cast<size_t>(yy) * ky;
+    const uint8_t* first = src + static_cast<size_t>(ymin) * stride + byte0;
+    float* out = rows + static_cast<size_t>(yy) * row_floats;
+    size_t j = 0;
+    for (; j + n <= span; j += n) {
+      auto acc = hn::Zero(df);
+      const uint8_t* p = first + j;
+      for (int i = 0; i < taps; ++i, p += stride) {
+        const auto v = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, p)));
+        acc = hn::MulAdd(hn::Set(df, k[i]), v, acc);
+      }
+      hn::StoreU(acc, df, out + j);
+    }
+    for (; j < span; ++j) {
+      float acc = 0;
+      const uint8_t* p = first + j;
+      for (int i = 0; i < taps; ++i, p += stride) acc += k[i] * static_cast<float>(*p);
+      out[j] = acc;
+    }
+  }
+}
+
+#if HWY_TARGET == HWY_SCALAR
+// The baseline target holds one lane: the horizontal pass is plain C++ there
+// (a CPU without SSSE3).
+float ScalarSum(const float* in, const int* start, const float* weights, int kx, int xx, int k) {
+  const float* p = in + static_cast<size_t>(start[xx]) * 3 + k;
+  const float* w = weights + static_cast<size_t>(xx) * kx;
+  float acc = 0;
+  for (int i = 0; i < kx; ++i) acc += w[i] * p[3 * i];
+  return std::clamp(std::floor(acc + 0.5f), 0.0f, 255.0f);
+}
+
+void HorizontalRgbPlanar(const float* rows, size_t row_floats, const int* start,
+                         const float* weights, int kx, int out_w, int out_h, bool flip,
+                         const float* a, const float* b, float* out_f, uint8_t* out_u8) {
+  const size_t plane = static_cast<size_t>(out_w) * out_h;
+  for (int yy = 0; yy < out_h; ++yy) {
+    const float* in = rows + static_cast<size_t>(yy) * row_floats;
+    for (int xx = 0; xx < out_w; ++xx) {
+      const size_t at = static_cast<size_t>(yy) * out_w + (flip ? out_w - 1 - xx : xx);
+      for (int k = 0; k < 3; ++k) {
+        const float v = ScalarSum(in, start, weights, kx, xx, k);
+        if (out_f) {
+          out_f[k * plane + at] = v * a[k] + b[k];
+        } else {
+          out_u8[k * plane + at] = static_cast<uint8_t>(v);
+        }
+      }
+    }
+  }
+}
+
+void HorizontalRgbInterleaved(const float* rows, size_t row_floats, const int* start,
+                              const float* weights, int kx, int out_w, int out_h, uint8_t* out) {
+  for (int yy = 0; yy < out_h; ++yy) {
+    const float* in = rows + static_cast<size_t>(yy) * row_floats;
+    uint8_t* o = out + static_cast<size_t>(yy) * out_w * 3;
+    for (int xx = 0; xx < out_w; ++xx) {
+      for (int k = 0; k < 3; ++k) {
+        o[xx * 3 + k] = static_cast<uint8_t>(ScalarSum(in, start, weights, kx, xx, k));
+      }
+    }
+  }
+}
+#else
+using D4 = hn::FixedTag<float, 4>;
+
+// Output pixel xx of one row: [R G B x] before rounding.
+HWY_INLINE hn::Vec<D4> Pixel(const float* in, const int* start, const float* weights, int kx,
+                             int xx) {
+  const D4 d;
+  const float* p = in + static_cast<size_t>(start[xx]) * 3;
+  const float* k = weights + static_cast<size_t>(xx) * kx;
+  auto acc = hn::Zero(d);
+  for (int i = 0; i < kx; ++i) acc = hn::MulAdd(hn::Set(d, k[i]), hn::LoadU(d, p + 3 * i), acc);
+  return acc;
+}
+
+// PIL's rounding to uint8: floor(v + 0.5), clamped to [0, 255].
+HWY_INLINE hn::Vec<D4> Round8(hn::Vec<D4> v) {
+  const D4 d;
+  return hn::Min(hn::Max(hn::Floor(hn::Add(v, hn::Set(d, 0.5f))), hn::Zero(d)),
+                 hn::Set(d, 255.0f));
+}
+
+// Rows of `span` interleaved RGB floats -> out_h x out_w planes. Float
+// planes get v * a[k] + b[k]; uint8 planes the rounded value. `flip`
+// mirrors the columns.
+void HorizontalRgbPlanar(const float* rows, size_t row_floats, const int* start,
+                         const float* weights, int kx, int out_w, int out_h, bool flip,
+                         const float* a, const float* b, float* out_f, uint8_t* out_u8) {
+  const D4 d;
+  const hn::Rebind<int32_t, D4> di;
+  const hn::Rebind<uint8_t, D4> d8;
+  const size_t plane = static_cast<size_t>(out_w) * out_h;
+  const auto a0 = hn::Set(d, a[0]), a1 = hn::Set(d, a[1]), a2 = hn::Set(d, a[2]);
+  const auto b0 = hn::Set(d, b[0]), b1 = hn::Set(d, b[1]), b2 = hn::Set(d, b[2]);
+  for (int yy = 0; yy < out_h; ++yy) {
+    const float* in = rows + static_cast<size_t>(yy) * row_floats;
+    const size_t row0 = static_cast<size_t>(yy) * out_w;
+    auto store = [&](int k, hn::Vec<D4> v, size_t at) {
+      if (out_f) {
+        const auto& ak = k == 0 ? a0 : k == 1 ? a1 : a2;
+        const auto& bk = k == 0 ? b0 : k == 1 ? b1 : b2;
+        hn::StoreU(hn::MulAdd(v, ak, bk), d, out_f + k * plane + at);
+      } else {
+        hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, v)), d8, out_u8 + k * plane + at);
+      }
+    };
+    int xx = 0;
+    for (; xx + 4 <= out_w; xx += 4) {
+      const auto p0 = Pixel(in, start, weights, kx, xx);
+      const auto p1 = Pixel(in, start, weights, kx, xx + 1);
+      const auto p2 = Pixel(in, start, weights, kx, xx + 2);
+      const auto p3 = Pixel(in, start, weights, kx, xx + 3);
+      // 4x4 transpose: [R G B x] x 4 pixels -> R, G, B of the 4 pixels.
+      const auto t0 = hn::InterleaveLower(d, p0, p1);  // R0 R1 G0 G1
+      const auto t1 = hn::InterleaveLower(d, p2, p3);  // R2 R3 G2 G3
+      const auto t2 = hn::InterleaveUpper(d, p0, p1);  // B0 B1 x x
+      const auto t3 = hn::InterleaveUpper(d, p2, p3);  // B2 B3 x x
+      auto r = Round8(hn::ConcatLowerLower(d, t1, t0));
+      auto g = Round8(hn::ConcatUpperUpper(d, t1, t0));
+      auto bl = Round8(hn::ConcatLowerLower(d, t3, t2));
+      size_t at = row0 + xx;
+      if (flip) {
+        r = hn::Reverse(d, r);
+        g = hn::Reverse(d, g);
+        bl = hn::Reverse(d, bl);
+        at = row0 + (out_w - 4 - xx);
+      }
+      store(0, r, at);
+      store(1, g, at);
+      store(2, bl, at);
+    }
+    for (; xx < out_w; ++xx) {  // the last < 4 pixels, one lane at a time
+      alignas(16) float px[4];
+      hn::Store(Round8(Pixel(in, start, weights, kx, xx)), d, px);
+      const size_t at = row0 + (flip ? out_w - 1 - xx : xx);
+      for (int k = 0; k < 3; ++k) {
+        if (out_f) {
+          out_f[k * plane + at] = px[k] * a[k] + b[k];
+        } else {
+          out_u8[k * plane + at] = static_cast<uint8_t>(px[k]);
+        }
+      }
+    }
+  }
+}
+
+// Rows of interleaved RGB floats -> interleaved uint8 RGB (HWC).
+void HorizontalRgbInterleaved(const float* rows, size_t row_floats, const int* start,
+                              const float* weights, int kx, int out_w, int out_h, uint8_t* out) {
+  const D4 d;
+  const hn::Rebind<int32_t, D4> di;
+  for (int yy = 0; yy < out_h; ++yy) {
+    const float* in = rows + static_cast<size_t>(yy) * row_floats;
+    uint8_t* o = out + static_cast<size_t>(yy) * out_w * 3;
+    for (int xx = 0; xx < out_w; ++xx) {
+      alignas(16) int32_t px[4];
+      hn::Store(hn::ConvertTo(di, Round8(Pixel(in, start, weights, kx, xx))), di, px);
+      o[xx * 3] = static_cast<uint8_t>(px[0]);
+      o[xx * 3 + 1] = static_cast<uint8_t>(px[1]);
+      o[xx * 3 + 2] = static_cast<uint8_t>(px[2]);
+    }
+  }
+}
+
+#endif  // HWY_TARGET == HWY_SCALAR
+
+}  // namespace HWY_NAMESPACE
+}  // namespace nostall
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace nostall {
+
+HWY_EXPORT(VerticalPass);
+HWY_EXPORT(HorizontalRgbPlanar);
+HWY_EXPORT(HorizontalRgbInterleaved);
+
 namespace {
 
 // PIL's precompute_coeffs for the bilinear filter (support 1): for each
@@ -43,102 +255,79 @@ int PrecomputeWeights(int in_size, double in0, double in1, int out_size, std::ve
   return ksize;
 }
 
-}  // namespace
+struct Passes {
+  int kx = 0, col0 = 0;
+  size_t row_floats = 0;
+};
 
-namespace {
-
-// The vertical pass's inner loop: contiguous, so it vectorises; built for
-// AVX2 too where the CPU has it (chosen at load time, by an ifunc resolver
-// that runs before ThreadSanitizer's runtime is up: a TSan build has the
-// default version only).
-#if defined(NOSTALL_NO_TARGET_CLONES)
-#define NOSTALL_CLONES
-#else
-#define NOSTALL_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-NOSTALL_CLONES void AccumulateRow(float* acc,
-                                                                    const uint8_t* in,
-                                                                    float weight, size_t n,
-                                                                    bool first) {
-  if (first) {
-    for (size_t j = 0; j < n; ++j) acc[j] = weight * static_cast<float>(in[j]);
-  } else {
-    for (size_t j = 0; j < n; ++j) acc[j] += weight * static_cast<float>(in[j]);
-  }
-}
-
-// The horizontal pass for 3 channels with a fixed number of taps (weights
-// past a pixel's own taps are zero), so the tap loop unrolls.
-template <int K>
-void HorizontalRgb(const float* in, const int* bounds, const float* weights, int col0, int out_w,
-                   uint8_t* out) {
+// Weights for both directions and the vertical pass into s->rows; the
+// horizontal pass's first tap per output pixel (relative to col0) in s->start.
+Passes Vertical(const uint8_t* src, int width, int height, size_t stride, int c, double x,
+                double y, double w, double h, int out_w, int out_h, ResampleScratch* s) {
+  Passes p;
+  p.kx = PrecomputeWeights(width, x, x + w, out_w, &s->bounds_x, &s->weights_x);
+  const int ky = PrecomputeWeights(height, y, y + h, out_h, &s->bounds_y, &s->weights_y);
+  p.col0 = s->bounds_x[0];
+  int col1 = p.col0;
   for (int xx = 0; xx < out_w; ++xx) {
-    const float* k = weights + static_cast<size_t>(xx) * K;
-    const float* p = in + static_cast<size_t>(bounds[xx * 2] - col0) * 3;
-    float a0 = 0.5f, a1 = 0.5f, a2 = 0.5f;
-    for (int i = 0; i < K; ++i) {
-      a0 += k[i] * p[i * 3];
-      a1 += k[i] * p[i * 3 + 1];
-      a2 += k[i] * p[i * 3 + 2];
-    }
-    out[xx * 3] = static_cast<uint8_t>(std::clamp(a0, 0.0f, 255.0f));
-    out[xx * 3 + 1] = static_cast<uint8_t>(std::clamp(a1, 0.0f, 255.0f));
-    out[xx * 3 + 2] = static_cast<uint8_t>(std::clamp(a2, 0.0f, 255.0f));
+    col1 = std::max(col1, s->bounds_x[xx * 2] + s->bounds_x[xx * 2 + 1]);
   }
+  const size_t span = static_cast<size_t>(std::max(col1 - p.col0, 1)) * c;
+  // Each row padded so that a pixel's fixed kx taps (weights past its own
+  // taps are zero) and the 4-float loads stay inside finite values.
+  p.row_floats = span + static_cast<size_t>(p.kx) * c + 4;
+  s->rows.resize(p.row_floats * out_h);
+  for (int yy = 0; yy < out_h; ++yy) {
+    float* row = s->rows.data() + static_cast<size_t>(yy) * p.row_floats;
+    std::fill(row + span, row + p.row_floats, 0.0f);
+  }
+  s->start.resize(out_w);
+  for (int xx = 0; xx < out_w; ++xx) s->start[xx] = s->bounds_x[xx * 2] - p.col0;
+  HWY_DYNAMIC_DISPATCH(VerticalPass)(src, stride, static_cast<size_t>(p.col0) * c, span,
+                                     s->bounds_y.data(), s->weights_y.data(), ky, out_h,
+                                     p.row_floats, s->rows.data());
+  return p;
 }
 
 }  // namespace
 
-// Vertical pass first (input rows -> out_h float rows, only the columns the
-// horizontal pass will read), then horizontal (-> uint8). The order is
-// immaterial to the result (separable filter, float intermediate) but puts
-// the vectorisable pass over the larger data.
 void ResampleBox(const uint8_t* src, int width, int height, size_t stride, int channels, double x,
                  double y, double w, double h, uint8_t* dst, int out_w, int out_h,
                  ResampleScratch* s) {
   const int c = channels;
-  const int kx = PrecomputeWeights(width, x, x + w, out_w, &s->bounds_x, &s->weights_x);
-  const int ky = PrecomputeWeights(height, y, y + h, out_h, &s->bounds_y, &s->weights_y);
-  const int col0 = s->bounds_x[0];
-  const int col1 = s->bounds_x[(out_w - 1) * 2] + s->bounds_x[(out_w - 1) * 2 + 1];
-  const size_t span = static_cast<size_t>(std::max(col1 - col0, 1)) * c;
-  // Padding after the last row: fixed-tap kernels may read up to kx pixels
-  // past a row's end, always with weight zero.
-  s->rows.resize(span * out_h + static_cast<size_t>(kx) * c);
-  std::fill(s->rows.end() - static_cast<ptrdiff_t>(kx) * c, s->rows.end(), 0.0f);
-
-  for (int yy = 0; yy < out_h; ++yy) {
-    const int ymin = s->bounds_y[yy * 2], n = s->bounds_y[yy * 2 + 1];
-    const float* k = s->weights_y.data() + static_cast<size_t>(yy) * ky;
-    float* acc = s->rows.data() + static_cast<size_t>(yy) * span;
-    for (int i = 0; i < n; ++i) {
-      AccumulateRow(acc, src + static_cast<size_t>(ymin + i) * stride + static_cast<size_t>(col0) * c,
-                    k[i], span, /*first=*/i == 0);
-    }
+  const Passes p = Vertical(src, width, height, stride, c, x, y, w, h, out_w, out_h, s);
+  if (c == 3) {
+    HWY_DYNAMIC_DISPATCH(HorizontalRgbInterleaved)(s->rows.data(), p.row_floats, s->start.data(),
+                                                   s->weights_x.data(), p.kx, out_w, out_h, dst);
+    return;
   }
-
+  // Other channel counts: the same sum, scalar.
   for (int yy = 0; yy < out_h; ++yy) {
-    const float* in = s->rows.data() + static_cast<size_t>(yy) * span;
+    const float* in = s->rows.data() + static_cast<size_t>(yy) * p.row_floats;
     uint8_t* out = dst + static_cast<size_t>(yy) * out_w * c;
-    if (c == 3 && (kx == 3 || kx == 5 || kx == 7)) {
-      const int* b = s->bounds_x.data();
-      const float* k = s->weights_x.data();
-      if (kx == 3) HorizontalRgb<3>(in, b, k, col0, out_w, out);
-      if (kx == 5) HorizontalRgb<5>(in, b, k, col0, out_w, out);
-      if (kx == 7) HorizontalRgb<7>(in, b, k, col0, out_w, out);
-      continue;
-    }
-    // Any other channel count or tap count: the same sum, not unrolled.
     for (int xx = 0; xx < out_w; ++xx) {
-      const float* k = s->weights_x.data() + static_cast<size_t>(xx) * kx;
-      const float* p = in + static_cast<size_t>(s->bounds_x[xx * 2] - col0) * c;
+      const float* k = s->weights_x.data() + static_cast<size_t>(xx) * p.kx;
+      const float* q = in + static_cast<size_t>(s->start[xx]) * c;
       for (int ch = 0; ch < c; ++ch) {
         float a = 0.5f;
-        for (int i = 0; i < kx; ++i) a += k[i] * p[i * c + ch];
+        for (int i = 0; i < p.kx; ++i) a += k[i] * q[i * c + ch];
         out[xx * c + ch] = static_cast<uint8_t>(std::clamp(a, 0.0f, 255.0f));
       }
     }
   }
 }
 
+bool ResampleBoxPlanar(const uint8_t* src, int width, int height, size_t stride, int channels,
+                       double x, double y, double w, double h, int out_w, int out_h, bool flip,
+                       const float* a, const float* b, float* dst_f32, uint8_t* dst_u8,
+                       ResampleScratch* s) {
+  if (channels != 3) return false;
+  const Passes p = Vertical(src, width, height, stride, 3, x, y, w, h, out_w, out_h, s);
+  HWY_DYNAMIC_DISPATCH(HorizontalRgbPlanar)(s->rows.data(), p.row_floats, s->start.data(),
+                                            s->weights_x.data(), p.kx, out_w, out_h, flip, a, b,
+                                            dst_f32, dst_u8);
+  return true;
+}
+
 }  // namespace nostall
+#endif  // HWY_ONCE

@@ -5,7 +5,8 @@
 // filter whose support widens with the downscale factor. OpenCV's resize
 // takes only whole-pixel regions and has no such filter; cropping to whole
 // pixels first shifts the output by up to half a pixel. Two separable passes
-// (vertical, then horizontal) over a float intermediate.
+// (vertical, then horizontal) over a float intermediate, vectorised with
+// Google Highway (resample.cc).
 #ifndef NOSTALL_OPS_RESAMPLE_H_
 #define NOSTALL_OPS_RESAMPLE_H_
 
@@ -19,6 +20,7 @@ struct ResampleScratch {
   std::vector<float> rows;       // vertical pass output
   std::vector<float> weights_x, weights_y;
   std::vector<int> bounds_x, bounds_y;  // per output pixel: first tap, tap count
+  std::vector<int> start;               // per output column: first tap in `rows`
 };
 
 // Resamples the box (x, y, w, h) of `src` (height x width pixels of
@@ -28,6 +30,16 @@ struct ResampleScratch {
 void ResampleBox(const uint8_t* src, int width, int height, size_t stride, int channels, double x,
                  double y, double w, double h, uint8_t* dst, int out_w, int out_h,
                  ResampleScratch* scratch);
+
+// The same resample written as planes (CHW), fused with what follows it:
+// each rounded value v becomes v * a[k] + b[k] in float32 planes (dst_f32),
+// or v in uint8 planes (dst_u8, when dst_f32 is null); `flip` mirrors the
+// columns. Pixels are written once, into `dst`. False (nothing written) for
+// channel counts other than 3.
+bool ResampleBoxPlanar(const uint8_t* src, int width, int height, size_t stride, int channels,
+                       double x, double y, double w, double h, int out_w, int out_h, bool flip,
+                       const float* a, const float* b, float* dst_f32, uint8_t* dst_u8,
+                       ResampleScratch* scratch);
 
 }  // namespace nostall
 
