@@ -103,14 +103,17 @@ void HorizontalRgbInterleaved(const float* rows, size_t row_floats, const int* s
 #else
 using D4 = hn::FixedTag<float, 4>;
 
-// Output pixel xx of one row: [R G B x] before rounding.
+// Output pixel xx of one row: [R G B x] before rounding. kKx > 0 fixes the
+// tap count at compile time (the loop unrolls); 0 reads it from `kx`.
+template <int kKx>
 HWY_INLINE hn::Vec<D4> Pixel(const float* in, const int* start, const float* weights, int kx,
                              int xx) {
   const D4 d;
+  const int taps = kKx > 0 ? kKx : kx;
   const float* p = in + static_cast<size_t>(start[xx]) * 3;
-  const float* k = weights + static_cast<size_t>(xx) * kx;
+  const float* k = weights + static_cast<size_t>(xx) * taps;
   auto acc = hn::Zero(d);
-  for (int i = 0; i < kx; ++i) acc = hn::MulAdd(hn::Set(d, k[i]), hn::LoadU(d, p + 3 * i), acc);
+  for (int i = 0; i < taps; ++i) acc = hn::MulAdd(hn::Set(d, k[i]), hn::LoadU(d, p + 3 * i), acc);
   return acc;
 }
 
@@ -124,9 +127,10 @@ HWY_INLINE hn::Vec<D4> Round8(hn::Vec<D4> v) {
 // Rows of `span` interleaved RGB floats -> out_h x out_w planes. Float
 // planes get v * a[k] + b[k]; uint8 planes the rounded value. `flip`
 // mirrors the columns.
-void HorizontalRgbPlanar(const float* rows, size_t row_floats, const int* start,
-                         const float* weights, int kx, int out_w, int out_h, bool flip,
-                         const float* a, const float* b, float* out_f, uint8_t* out_u8) {
+template <int kKx>
+void HorizontalRgbPlanarK(const float* rows, size_t row_floats, const int* start,
+                          const float* weights, int kx, int out_w, int out_h, bool flip,
+                          const float* a, const float* b, float* out_f, uint8_t* out_u8) {
   const D4 d;
   const hn::Rebind<int32_t, D4> di;
   const hn::Rebind<uint8_t, D4> d8;
@@ -147,10 +151,10 @@ void HorizontalRgbPlanar(const float* rows, size_t row_floats, const int* start,
     };
     int xx = 0;
     for (; xx + 4 <= out_w; xx += 4) {
-      const auto p0 = Pixel(in, start, weights, kx, xx);
-      const auto p1 = Pixel(in, start, weights, kx, xx + 1);
-      const auto p2 = Pixel(in, start, weights, kx, xx + 2);
-      const auto p3 = Pixel(in, start, weights, kx, xx + 3);
+      const auto p0 = Pixel<kKx>(in, start, weights, kx, xx);
+      const auto p1 = Pixel<kKx>(in, start, weights, kx, xx + 1);
+      const auto p2 = Pixel<kKx>(in, start, weights, kx, xx + 2);
+      const auto p3 = Pixel<kKx>(in, start, weights, kx, xx + 3);
       // 4x4 transpose: [R G B x] x 4 pixels -> R, G, B of the 4 pixels.
       const auto t0 = hn::InterleaveLower(d, p0, p1);  // R0 R1 G0 G1
       const auto t1 = hn::InterleaveLower(d, p2, p3);  // R2 R3 G2 G3
@@ -172,7 +176,7 @@ void HorizontalRgbPlanar(const float* rows, size_t row_floats, const int* start,
     }
     for (; xx < out_w; ++xx) {  // the last < 4 pixels, one lane at a time
       alignas(16) float px[4];
-      hn::Store(Round8(Pixel(in, start, weights, kx, xx)), d, px);
+      hn::Store(Round8(Pixel<kKx>(in, start, weights, kx, xx)), d, px);
       const size_t at = row0 + (flip ? out_w - 1 - xx : xx);
       for (int k = 0; k < 3; ++k) {
         if (out_f) {
@@ -185,6 +189,22 @@ void HorizontalRgbPlanar(const float* rows, size_t row_floats, const int* start,
   }
 }
 
+void HorizontalRgbPlanar(const float* rows, size_t row_floats, const int* start,
+                         const float* weights, int kx, int out_w, int out_h, bool flip,
+                         const float* a, const float* b, float* out_f, uint8_t* out_u8) {
+  // 3 taps: upscaling; 5: shrinking up to 2x (every crop DCT scaling leaves).
+  if (kx == 3) {
+    return HorizontalRgbPlanarK<3>(rows, row_floats, start, weights, kx, out_w, out_h, flip, a, b,
+                                   out_f, out_u8);
+  }
+  if (kx == 5) {
+    return HorizontalRgbPlanarK<5>(rows, row_floats, start, weights, kx, out_w, out_h, flip, a, b,
+                                   out_f, out_u8);
+  }
+  HorizontalRgbPlanarK<0>(rows, row_floats, start, weights, kx, out_w, out_h, flip, a, b, out_f,
+                          out_u8);
+}
+
 // Rows of interleaved RGB floats -> interleaved uint8 RGB (HWC).
 void HorizontalRgbInterleaved(const float* rows, size_t row_floats, const int* start,
                               const float* weights, int kx, int out_w, int out_h, uint8_t* out) {
@@ -195,7 +215,7 @@ void HorizontalRgbInterleaved(const float* rows, size_t row_floats, const int* s
     uint8_t* o = out + static_cast<size_t>(yy) * out_w * 3;
     for (int xx = 0; xx < out_w; ++xx) {
       alignas(16) int32_t px[4];
-      hn::Store(hn::ConvertTo(di, Round8(Pixel(in, start, weights, kx, xx))), di, px);
+      hn::Store(hn::ConvertTo(di, Round8(Pixel<0>(in, start, weights, kx, xx))), di, px);
       o[xx * 3] = static_cast<uint8_t>(px[0]);
       o[xx * 3 + 1] = static_cast<uint8_t>(px[1]);
       o[xx * 3 + 2] = static_cast<uint8_t>(px[2]);
