@@ -71,7 +71,11 @@ class MixUp(_BatchOp):
     def _mix(self, images, labels, rng):
         lam = rng.betavariate(self.alpha, self.alpha)
         y = self._one_hot(labels, images.dtype)
-        out = images.roll(1, 0).mul_(1.0 - lam).add_(images.mul(lam))
+        # out[i] = lam * x[i] + (1 - lam) * x[i - 1], written once (no rolled copy)
+        out = torch.empty_like(images)
+        if len(images):
+            torch.lerp(images[:-1], images[1:], lam, out=out[1:])
+            torch.lerp(images[-1:], images[:1], lam, out=out[:1])
         return out, y.roll(1, 0).mul_(1.0 - lam).add_(y.mul(lam))
 
 
@@ -89,7 +93,9 @@ class CutMix(_BatchOp):
         x1, y1 = max(r_x - r_w_half, 0), max(r_y - r_h_half, 0)
         x2, y2 = min(r_x + r_w_half, W), min(r_y + r_h_half, H)
         out = images.clone()
-        out[..., y1:y2, x1:x2] = images.roll(1, 0)[..., y1:y2, x1:x2]
+        if len(images):  # the box from the previous sample (x.roll(1)), without rolling all
+            out[1:, ..., y1:y2, x1:x2] = images[:-1, ..., y1:y2, x1:x2]
+            out[:1, ..., y1:y2, x1:x2] = images[-1:, ..., y1:y2, x1:x2]
         lam_adjusted = 1.0 - (x2 - x1) * (y2 - y1) / (W * H)
         y = self._one_hot(labels, images.dtype)
         return out, y.roll(1, 0).mul_(1.0 - lam_adjusted).add_(y.mul(lam_adjusted))

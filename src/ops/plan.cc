@@ -13,6 +13,20 @@
 
 namespace nostall {
 
+namespace {
+std::string Name(const Transform& t) {
+  switch (t.kind) {
+    case TransformKind::kRandomResizedCrop: return "RandomResizedCrop";
+    case TransformKind::kResize: return "Resize";
+    case TransformKind::kCenterCrop: return "CenterCrop";
+    case TransformKind::kRandomHorizontalFlip: return "RandomHorizontalFlip";
+    case TransformKind::kNormalize: return "Normalize";
+    case TransformKind::kOp: return t.op_name;
+  }
+  return "?";
+}
+}  // namespace
+
 Status PrepSpec::Validate() const {
   // Order: geometry (crops, resizes, flips), then pixel ops, then Normalize,
   // then ops on the tensor (RandomErasing).
@@ -31,7 +45,7 @@ Status PrepSpec::Validate() const {
     const bool pixel = t.kind != TransformKind::kNormalize &&
                        !(t.kind == TransformKind::kOp && t.op && t.op->on_output());
     if (pixel && (normalize_at >= 0 || first_output_op >= 0)) {
-      return InvalidArgument(where + "must come before " +
+      return InvalidArgument(where + Name(t) + " must come before " +
                              (normalize_at >= 0 ? std::string("Normalize")
                                                 : transforms[first_output_op].op_name) +
                              ", which works on the tensor");

@@ -90,7 +90,7 @@ def test_missing_dataset_and_bad_arguments_are_clear(tmp_path, fresh_folder):
         nostall.Loader(tmp_path / "nowhere")
     with pytest.raises(ValueError, match="on_error"):
         nostall.Loader(fresh_folder, on_error="ignore")
-    with pytest.raises(ValueError, match="Normalize must be the last"):
+    with pytest.raises(ValueError, match="Resize must come before Normalize"):
         nostall.Loader(fresh_folder, transforms=[nostall.Normalize([0.5] * 3, [0.5] * 3),
                                                  nostall.Resize((8, 8))])
     with pytest.raises(ValueError, match="rank"):
