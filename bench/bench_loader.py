@@ -47,8 +47,8 @@ def mixup_cutmix(classes):
     """The reference recipe's batch op: MixUp(0.2) or CutMix(1.0), one per batch."""
     import nostall.transforms as T
 
-    return T.RandomChoice([T.MixUp(alpha=0.2, num_classes=classes),
-                           T.CutMix(alpha=1.0, num_classes=classes)])
+    return T.RandomChoice([T.MixUp(alpha=0.2, num_classes=classes, inplace=True),
+                           T.CutMix(alpha=1.0, num_classes=classes, inplace=True)])
 
 
 def run_nostall(data, cores, batch, recipe=False):
@@ -375,7 +375,7 @@ def bench_recipe(args, me, rounds, num_files):
         f"TrivialAugmentWide(bilinear) + Normalize + RandomErasing(0.1) → float32 NCHW, batch "
         f"{args.batch}, then MixUp(0.2) or CutMix(1.0) per batch (nostall: on the consumer side; "
         f"DataLoader: in the workers' collate_fn, as the reference scripts do; the same torch "
-        f"code for both, `nostall.transforms.RandomChoice`). The DataLoader runs "
+        f"code for both, `nostall.transforms.RandomChoice`, in place on the batch). The DataLoader runs "
         f"`bench/pil_transforms.py` (torchvision's PIL code paths). {args.cores} cores, "
         f"{rounds} rounds alternating, one warm-up epoch then one timed epoch, medians.",
         "",

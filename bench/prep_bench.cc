@@ -9,7 +9,7 @@
 //   BM_Prep/dct_scaling:N  RandomResizedCrop(224) + flip + Normalize, float32 NCHW
 //   BM_FullDecode          a plain full-resolution decode of the same images
 //   BM_Recipe              torchvision's ImageNet training recipe: RRC + flip +
-//                          TrivialAugmentWide + Normalize + RandomErasing
+//                          TrivialAugmentWide(bilinear) + Normalize + RandomErasing
 //   BM_Op/<name>           one op alone on a 224x224 RGB image (what it adds)
 #include <benchmark/benchmark.h>
 
@@ -85,7 +85,8 @@ BENCHMARK(BM_Prep)->Arg(1)->Arg(0)->ArgName("dct_scaling");
 
 void BM_Recipe(benchmark::State& state) {
   RunPrep(state, SpecFrom(std::string(R"([{"type": "RandomResizedCrop", "size": 224},
-      {"type": "RandomHorizontalFlip"}, {"type": "TrivialAugmentWide"}, )") + kNormalize +
+      {"type": "RandomHorizontalFlip"},
+      {"type": "TrivialAugmentWide", "interpolation": "bilinear"}, )") + kNormalize +
                               R"(, {"type": "RandomErasing", "p": 0.25}])",
                           true));
 }
@@ -133,9 +134,11 @@ void BM_Op(benchmark::State& state, const char* op_json) {
 }
 BENCHMARK_CAPTURE(BM_Op, ColorJitter, R"({"type": "ColorJitter", "brightness": 0.4, "contrast": 0.4, "saturation": 0.4, "hue": 0.1})");
 BENCHMARK_CAPTURE(BM_Op, TrivialAugmentWide, R"({"type": "TrivialAugmentWide"})");
+BENCHMARK_CAPTURE(BM_Op, TrivialAugmentWideBilinear, R"({"type": "TrivialAugmentWide", "interpolation": "bilinear"})");
 BENCHMARK_CAPTURE(BM_Op, RandAugment, R"({"type": "RandAugment"})");
 BENCHMARK_CAPTURE(BM_Op, AutoAugment, R"({"type": "AutoAugment"})");
 BENCHMARK_CAPTURE(BM_Op, RandomRotation, R"({"type": "RandomRotation", "degrees": 30})");
+BENCHMARK_CAPTURE(BM_Op, RandomRotationBilinear, R"({"type": "RandomRotation", "degrees": 30, "interpolation": "bilinear"})");
 BENCHMARK_CAPTURE(BM_Op, GaussianBlur, R"({"type": "GaussianBlur", "kernel_size": 23})");
 BENCHMARK_CAPTURE(BM_Op, RandomGrayscale, R"({"type": "RandomGrayscale", "p": 1.0})");
 BENCHMARK_CAPTURE(BM_Op, RandomEqualize, R"({"type": "RandomEqualize", "p": 1.0})");

@@ -28,7 +28,8 @@ def _rng(seed: int, epoch: int, step: int, salt: int) -> random.Random:
 class _BatchOp:
     _salt = 0
 
-    def __init__(self, alpha: float = 1.0, num_classes: int | None = None, seed: int = 0):
+    def __init__(self, alpha: float = 1.0, num_classes: int | None = None, seed: int = 0,
+                 inplace: bool = False):
         if not alpha > 0:
             raise ValueError(f"{type(self).__name__}: alpha must be positive, got {alpha}")
         if num_classes is None or int(num_classes) < 1:
@@ -37,6 +38,7 @@ class _BatchOp:
         self.alpha = float(alpha)
         self.num_classes = int(num_classes)
         self.seed = int(seed)
+        self.inplace = bool(inplace)
         self._step = 0
 
     def _check(self, images, labels):
@@ -64,7 +66,12 @@ class _BatchOp:
 
 
 class MixUp(_BatchOp):
-    """images = lam * x + (1 - lam) * x.roll(1), lam ~ Beta(alpha, alpha); labels likewise."""
+    """images = lam * x + (1 - lam) * x.roll(1), lam ~ Beta(alpha, alpha); labels likewise.
+
+    inplace=True mixes into ``images`` (no batch-sized allocation, much faster on
+    CPU); only for batches you own: not a shared loader's (nostall.serve), whose
+    memory other consumers read.
+    """
 
     _salt = 1
 
@@ -72,15 +79,26 @@ class MixUp(_BatchOp):
         lam = rng.betavariate(self.alpha, self.alpha)
         y = self._one_hot(labels, images.dtype)
         # out[i] = lam * x[i] + (1 - lam) * x[i - 1], written once (no rolled copy)
-        out = torch.empty_like(images)
-        if len(images):
+        if not len(images):
+            out = images.clone()
+        elif self.inplace:  # last to first, each from its unchanged predecessor
+            last = images[-1].clone()
+            for i in range(len(images) - 1, 0, -1):
+                images[i].lerp_(images[i - 1], 1.0 - lam)
+            images[0].lerp_(last, 1.0 - lam)
+            out = images
+        else:
+            out = torch.empty_like(images)
             torch.lerp(images[:-1], images[1:], lam, out=out[1:])
             torch.lerp(images[-1:], images[:1], lam, out=out[:1])
         return out, y.roll(1, 0).mul_(1.0 - lam).add_(y.mul(lam))
 
 
 class CutMix(_BatchOp):
-    """Pastes a box of x.roll(1) (area about 1 - lam, lam ~ Beta(alpha, alpha)); labels by area."""
+    """Pastes a box of x.roll(1) (area about 1 - lam, lam ~ Beta(alpha, alpha)); labels by area.
+
+    inplace=True pastes into ``images`` (see MixUp).
+    """
 
     _salt = 2
 
@@ -92,10 +110,17 @@ class CutMix(_BatchOp):
         r_w_half, r_h_half = int(r * W), int(r * H)
         x1, y1 = max(r_x - r_w_half, 0), max(r_y - r_h_half, 0)
         x2, y2 = min(r_x + r_w_half, W), min(r_y + r_h_half, H)
-        out = images.clone()
-        if len(images):  # the box from the previous sample (x.roll(1)), without rolling all
-            out[1:, ..., y1:y2, x1:x2] = images[:-1, ..., y1:y2, x1:x2]
-            out[:1, ..., y1:y2, x1:x2] = images[-1:, ..., y1:y2, x1:x2]
+        if self.inplace:  # only the box moves: copy it out, paste it back rolled
+            box = images[..., y1:y2, x1:x2].clone()
+            out = images
+            if len(images):
+                out[1:, ..., y1:y2, x1:x2] = box[:-1]
+                out[:1, ..., y1:y2, x1:x2] = box[-1:]
+        else:
+            out = images.clone()
+            if len(images):  # the box from the previous sample (x.roll(1)), without rolling all
+                out[1:, ..., y1:y2, x1:x2] = images[:-1, ..., y1:y2, x1:x2]
+                out[:1, ..., y1:y2, x1:x2] = images[-1:, ..., y1:y2, x1:x2]
         lam_adjusted = 1.0 - (x2 - x1) * (y2 - y1) / (W * H)
         y = self._one_hot(labels, images.dtype)
         return out, y.roll(1, 0).mul_(1.0 - lam_adjusted).add_(y.mul(lam_adjusted))

@@ -291,6 +291,25 @@ void AffineTransform(const ImageView& img, const double a[6], bool bilinear,
   }
   auto put_fill = [&](uint8_t* out) { std::memcpy(out, fillpx, c); };
   const size_t row = static_cast<size_t>(w) * c;
+  if (a[0] == 1.0 && a[1] == 0.0 && a[3] == 0.0 && a[4] == 1.0 && a[2] == std::floor(a[2]) &&
+      a[5] == std::floor(a[5]) && std::fabs(a[2]) < 1e6 && std::fabs(a[5]) < 1e6) {
+    // A whole-pixel translation (TranslateX/Y): every output pixel is the
+    // source pixel (x + a[2], y + a[5]) or fill, for nearest and bilinear
+    // alike (the bilinear weights are exactly 0 and 1): copy rows.
+    const int tx = static_cast<int>(a[2]), ty = static_cast<int>(a[5]);
+    for (int y = 0; y < h; ++y) {
+      uint8_t* out = img.data + y * row;
+      const int sy = y + ty;
+      for (int x = 0; x < w; ++x) {
+        const int sx = x + tx;
+        if (sy < 0 || sy >= h || sx < 0 || sx >= w) put_fill(out + x * c);
+      }
+      if (sy < 0 || sy >= h) continue;
+      const int x0 = std::max(0, -tx), x1 = std::min(w, w - tx);
+      if (x0 < x1) std::memcpy(out + x0 * c, in + sy * row + (x0 + tx) * c, (x1 - x0) * c);
+    }
+    return;
+  }
   if (bilinear) {
     // ImagingGenericTransform with bilinear_filter: samples at the pixel's
     // centre, outside the image is fill, taps clamped to the edge, truncated.
@@ -307,6 +326,23 @@ void AffineTransform(const ImageView& img, const double a[6], bool bilinear,
         yin -= 0.5;
         const int x0 = Floor(xin), y0 = Floor(yin);
         const double dx = xin - x0, dy = yin - y0;
+        if (c == 3 && x0 >= 0 && x0 + 1 < w && y0 >= 0 && y0 + 1 < h) {
+          // Inside: no clamping, the same arithmetic.
+          const uint8_t* p0 = in + y0 * row + x0 * 3;
+          const uint8_t* p1 = p0 + row;
+          if (dy == 0.0) {  // a shear along x: one row (v1 + (v2 - v1) * 0 is v1)
+            for (int k = 0; k < 3; ++k) {
+              out[k] = static_cast<uint8_t>(p0[k] + (p0[k + 3] - p0[k]) * dx);
+            }
+            continue;
+          }
+          for (int k = 0; k < 3; ++k) {
+            const double v1 = p0[k] + (p0[k + 3] - p0[k]) * dx;
+            const double v2 = p1[k] + (p1[k + 3] - p1[k]) * dx;
+            out[k] = static_cast<uint8_t>(v1 + (v2 - v1) * dy);
+          }
+          continue;
+        }
         const int xa = std::clamp(x0, 0, w - 1) * c, xb = std::clamp(x0 + 1, 0, w - 1) * c;
         const uint8_t* r0 = in + std::clamp(y0, 0, h - 1) * row;
         const bool has_r1 = y0 + 1 >= 0 && y0 + 1 < h;
@@ -332,7 +368,12 @@ void AffineTransform(const ImageView& img, const double a[6], bool bilinear,
       for (int x = 0; x < w; ++x, out += c) {
         const int xin = xx >> 16, yin = yy >> 16;
         if (xin >= 0 && xin < w && yin >= 0 && yin < h) {
-          std::memcpy(out, in + yin * row + xin * c, c);
+          const uint8_t* p = in + yin * row + xin * c;
+          out[0] = p[0];
+          if (c == 3) {
+            out[1] = p[1];
+            out[2] = p[2];
+          }
         } else {
           put_fill(out);
         }

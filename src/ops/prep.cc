@@ -200,10 +200,12 @@ Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, con
   }
   uint8_t* resized = static_cast<uint8_t*>(dst);
   if (!direct) {
-    scratch->resized.resize(static_cast<size_t>(out_h) * out_w * c);
+    // (+4: InterleavedToPlanes reads a byte past the last pixel)
+    scratch->resized.resize(static_cast<size_t>(out_h) * out_w * c + 4);
     resized = scratch->resized.data();
   }
   const bool whole_pixels = region.x == std::floor(region.x) && region.y == std::floor(region.y);
+  bool flipped = false;  // the flip a pixel stage needs first, done by the resampler
   if (whole_pixels && region.w == out_w && region.h == out_h) {
     for (int y = 0; y < out_h; ++y) {
       std::memcpy(resized + static_cast<size_t>(y) * out_w * c,
@@ -212,15 +214,23 @@ Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, con
                   static_cast<size_t>(out_w) * c);
     }
   } else {
+    flipped = pixel_stage && plan.flip;
     ResampleBox(region.pixels, region.width, region.height, region.stride, c, region.x, region.y,
-                region.w, region.h, resized, out_w, out_h, &scratch->resample);
+                region.w, region.h, resized, out_w, out_h, &scratch->resample, flipped);
   }
   if (pixel_stage) {
     const ImageView img{resized, out_h, out_w, c};
-    if (plan.flip) FlipHorizontal(img);
+    if (plan.flip && !flipped) FlipHorizontal(img);
     PixelOps(spec, img, rng, scratch->ops, nullptr);
   }
   if (direct) {
+    OutputOps(spec, out, rng, nullptr);
+    return Status::OK();
+  }
+  if (nchw && c == 3 && !flip_on_write) {
+    InterleavedToPlanes(scratch->resized.data(), out_w, out_h, a, b,
+                        out.float32 ? static_cast<float*>(dst) : nullptr,
+                        out.float32 ? nullptr : static_cast<uint8_t*>(dst));
     OutputOps(spec, out, rng, nullptr);
     return Status::OK();
   }

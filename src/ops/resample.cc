@@ -88,14 +88,30 @@ void HorizontalRgbPlanar(const float* rows, size_t row_floats, const int* start,
   }
 }
 
+void HwcToPlanes(const uint8_t* src, int w, int h, const float* a, const float* b, float* out_f,
+                 uint8_t* out_u8) {
+  const size_t plane = static_cast<size_t>(w) * h;
+  for (size_t i = 0; i < plane; ++i) {
+    for (int k = 0; k < 3; ++k) {
+      if (out_f) {
+        out_f[k * plane + i] = src[i * 3 + k] * a[k] + b[k];
+      } else {
+        out_u8[k * plane + i] = src[i * 3 + k];
+      }
+    }
+  }
+}
+
 void HorizontalRgbInterleaved(const float* rows, size_t row_floats, const int* start,
-                              const float* weights, int kx, int out_w, int out_h, uint8_t* out) {
+                              const float* weights, int kx, int out_w, int out_h, bool flip,
+                              uint8_t* out) {
   for (int yy = 0; yy < out_h; ++yy) {
     const float* in = rows + static_cast<size_t>(yy) * row_floats;
     uint8_t* o = out + static_cast<size_t>(yy) * out_w * 3;
     for (int xx = 0; xx < out_w; ++xx) {
+      const int at = flip ? out_w - 1 - xx : xx;
       for (int k = 0; k < 3; ++k) {
-        o[xx * 3 + k] = static_cast<uint8_t>(ScalarSum(in, start, weights, kx, xx, k));
+        o[at * 3 + k] = static_cast<uint8_t>(ScalarSum(in, start, weights, kx, xx, k));
       }
     }
   }
@@ -205,22 +221,86 @@ void HorizontalRgbPlanar(const float* rows, size_t row_floats, const int* start,
                           out_u8);
 }
 
-// Rows of interleaved RGB floats -> interleaved uint8 RGB (HWC).
-void HorizontalRgbInterleaved(const float* rows, size_t row_floats, const int* start,
-                              const float* weights, int kx, int out_w, int out_h, uint8_t* out) {
+// Interleaved uint8 RGB (HWC, w x h) -> planes: float v * a[k] + b[k], or
+// uint8. Reads one byte past the last pixel (the caller pads the buffer).
+void HwcToPlanes(const uint8_t* src, int w, int h, const float* a, const float* b, float* out_f,
+                 uint8_t* out_u8) {
   const D4 d;
   const hn::Rebind<int32_t, D4> di;
+  const hn::Rebind<uint8_t, D4> d8;
+  const size_t plane = static_cast<size_t>(w) * h;
+  const auto a0 = hn::Set(d, a[0]), a1 = hn::Set(d, a[1]), a2 = hn::Set(d, a[2]);
+  const auto b0 = hn::Set(d, b[0]), b1 = hn::Set(d, b[1]), b2 = hn::Set(d, b[2]);
+  auto px = [&](size_t i) { return hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, src + i * 3))); };
+  size_t i = 0;
+  for (; i + 4 <= plane; i += 4) {
+    const auto p0 = px(i), p1 = px(i + 1), p2 = px(i + 2), p3 = px(i + 3);
+    const auto t0 = hn::InterleaveLower(d, p0, p1), t1 = hn::InterleaveLower(d, p2, p3);
+    const auto t2 = hn::InterleaveUpper(d, p0, p1), t3 = hn::InterleaveUpper(d, p2, p3);
+    const auto r = hn::ConcatLowerLower(d, t1, t0), g = hn::ConcatUpperUpper(d, t1, t0);
+    const auto bl = hn::ConcatLowerLower(d, t3, t2);
+    if (out_f) {
+      hn::StoreU(hn::MulAdd(r, a0, b0), d, out_f + i);
+      hn::StoreU(hn::MulAdd(g, a1, b1), d, out_f + plane + i);
+      hn::StoreU(hn::MulAdd(bl, a2, b2), d, out_f + 2 * plane + i);
+    } else {
+      hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, r)), d8, out_u8 + i);
+      hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, g)), d8, out_u8 + plane + i);
+      hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, bl)), d8, out_u8 + 2 * plane + i);
+    }
+  }
+  for (; i < plane; ++i) {
+    for (int k = 0; k < 3; ++k) {
+      if (out_f) {
+        out_f[k * plane + i] = src[i * 3 + k] * a[k] + b[k];
+      } else {
+        out_u8[k * plane + i] = src[i * 3 + k];
+      }
+    }
+  }
+}
+
+// Rows of interleaved RGB floats -> interleaved uint8 RGB (HWC), mirrored
+// when `flip`. Each pixel is stored as 4 bytes, the 4th overwritten by the
+// next pixel's; the row's last pixel is stored as 3.
+template <int kKx>
+void HorizontalRgbInterleavedK(const float* rows, size_t row_floats, const int* start,
+                               const float* weights, int kx, int out_w, int out_h, bool flip,
+                               uint8_t* out) {
+  const D4 d;
+  const hn::Rebind<int32_t, D4> di;
+  const hn::Rebind<uint8_t, D4> d8;
   for (int yy = 0; yy < out_h; ++yy) {
     const float* in = rows + static_cast<size_t>(yy) * row_floats;
     uint8_t* o = out + static_cast<size_t>(yy) * out_w * 3;
-    for (int xx = 0; xx < out_w; ++xx) {
-      alignas(16) int32_t px[4];
-      hn::Store(hn::ConvertTo(di, Round8(Pixel<0>(in, start, weights, kx, xx))), di, px);
-      o[xx * 3] = static_cast<uint8_t>(px[0]);
-      o[xx * 3 + 1] = static_cast<uint8_t>(px[1]);
-      o[xx * 3 + 2] = static_cast<uint8_t>(px[2]);
+    for (int at = 0; at < out_w; ++at) {  // in output order: each store after its left one
+      const int xx = flip ? out_w - 1 - at : at;
+      const auto px = hn::DemoteTo(d8, hn::ConvertTo(di, Round8(Pixel<kKx>(in, start, weights, kx, xx))));
+      if (at + 1 < out_w) {
+        hn::StoreU(px, d8, o + at * 3);
+      } else {
+        alignas(16) uint8_t last[16];
+        hn::Store(px, d8, last);
+        o[at * 3] = last[0];
+        o[at * 3 + 1] = last[1];
+        o[at * 3 + 2] = last[2];
+      }
     }
   }
+}
+
+void HorizontalRgbInterleaved(const float* rows, size_t row_floats, const int* start,
+                              const float* weights, int kx, int out_w, int out_h, bool flip,
+                              uint8_t* out) {
+  if (kx == 3) {
+    return HorizontalRgbInterleavedK<3>(rows, row_floats, start, weights, kx, out_w, out_h, flip,
+                                        out);
+  }
+  if (kx == 5) {
+    return HorizontalRgbInterleavedK<5>(rows, row_floats, start, weights, kx, out_w, out_h, flip,
+                                        out);
+  }
+  HorizontalRgbInterleavedK<0>(rows, row_floats, start, weights, kx, out_w, out_h, flip, out);
 }
 
 #endif  // HWY_TARGET == HWY_SCALAR
@@ -235,6 +315,7 @@ namespace nostall {
 HWY_EXPORT(VerticalPass);
 HWY_EXPORT(HorizontalRgbPlanar);
 HWY_EXPORT(HorizontalRgbInterleaved);
+HWY_EXPORT(HwcToPlanes);
 
 namespace {
 
@@ -313,12 +394,13 @@ Passes Vertical(const uint8_t* src, int width, int height, size_t stride, int c,
 
 void ResampleBox(const uint8_t* src, int width, int height, size_t stride, int channels, double x,
                  double y, double w, double h, uint8_t* dst, int out_w, int out_h,
-                 ResampleScratch* s) {
+                 ResampleScratch* s, bool flip) {
   const int c = channels;
   const Passes p = Vertical(src, width, height, stride, c, x, y, w, h, out_w, out_h, s);
   if (c == 3) {
     HWY_DYNAMIC_DISPATCH(HorizontalRgbInterleaved)(s->rows.data(), p.row_floats, s->start.data(),
-                                                   s->weights_x.data(), p.kx, out_w, out_h, dst);
+                                                   s->weights_x.data(), p.kx, out_w, out_h, flip,
+                                                   dst);
     return;
   }
   // Other channel counts: the same sum, scalar.
@@ -328,10 +410,11 @@ void ResampleBox(const uint8_t* src, int width, int height, size_t stride, int c
     for (int xx = 0; xx < out_w; ++xx) {
       const float* k = s->weights_x.data() + static_cast<size_t>(xx) * p.kx;
       const float* q = in + static_cast<size_t>(s->start[xx]) * c;
+      const int at = flip ? out_w - 1 - xx : xx;
       for (int ch = 0; ch < c; ++ch) {
         float a = 0.5f;
         for (int i = 0; i < p.kx; ++i) a += k[i] * q[i * c + ch];
-        out[xx * c + ch] = static_cast<uint8_t>(std::clamp(a, 0.0f, 255.0f));
+        out[at * c + ch] = static_cast<uint8_t>(std::clamp(a, 0.0f, 255.0f));
       }
     }
   }
@@ -347,6 +430,11 @@ bool ResampleBoxPlanar(const uint8_t* src, int width, int height, size_t stride,
                                             s->weights_x.data(), p.kx, out_w, out_h, flip, a, b,
                                             dst_f32, dst_u8);
   return true;
+}
+
+void InterleavedToPlanes(const uint8_t* src, int w, int h, const float* a, const float* b,
+                         float* dst_f32, uint8_t* dst_u8) {
+  HWY_DYNAMIC_DISPATCH(HwcToPlanes)(src, w, h, a, b, dst_f32, dst_u8);
 }
 
 }  // namespace nostall

@@ -25,11 +25,12 @@ struct ResampleScratch {
 
 // Resamples the box (x, y, w, h) of `src` (height x width pixels of
 // `channels` interleaved uint8, rows `stride` bytes apart) to out_w x out_h
-// interleaved uint8 pixels at `dst`. Bilinear (triangle) filter; when
-// shrinking, its support scales with the factor, as PIL's does.
+// interleaved uint8 pixels at `dst`, mirrored left-right when `flip`.
+// Bilinear (triangle) filter; when shrinking, its support scales with the
+// factor, as PIL's does.
 void ResampleBox(const uint8_t* src, int width, int height, size_t stride, int channels, double x,
                  double y, double w, double h, uint8_t* dst, int out_w, int out_h,
-                 ResampleScratch* scratch);
+                 ResampleScratch* scratch, bool flip = false);
 
 // The same resample written as planes (CHW), fused with what follows it:
 // each rounded value v becomes v * a[k] + b[k] in float32 planes (dst_f32),
@@ -40,6 +41,12 @@ bool ResampleBoxPlanar(const uint8_t* src, int width, int height, size_t stride,
                        double x, double y, double w, double h, int out_w, int out_h, bool flip,
                        const float* a, const float* b, float* dst_f32, uint8_t* dst_u8,
                        ResampleScratch* scratch);
+
+// Interleaved RGB (w x h, HWC) to planes (CHW), as ResampleBoxPlanar writes
+// them (float32 v * a[k] + b[k], or uint8 when dst_f32 is null). Reads one
+// byte past the last pixel: `src` must have it.
+void InterleavedToPlanes(const uint8_t* src, int w, int h, const float* a, const float* b,
+                         float* dst_f32, uint8_t* dst_u8);
 
 }  // namespace nostall
 

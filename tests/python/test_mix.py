@@ -71,3 +71,13 @@ def test_bad_inputs_are_clear():
         T.MixUp(num_classes=4)(x.to(torch.uint8), y)
     with pytest.raises(ValueError, match="outside"):
         T.CutMix(num_classes=3)(x, y + 3)
+
+
+@pytest.mark.parametrize("op", [T.MixUp, T.CutMix])
+def test_inplace_gives_the_same_batch_in_the_same_memory(op):
+    x, y = batch()
+    expected, soft = op(0.5, num_classes=4)(x.clone(), y, step=4)
+    inplace = x.clone()
+    out, soft2 = op(0.5, num_classes=4, inplace=True)(inplace, y, step=4)
+    assert out.data_ptr() == inplace.data_ptr()
+    assert torch.allclose(out, expected, atol=1e-6) and torch.equal(soft, soft2)

@@ -290,3 +290,21 @@ def test_colour_png_in_mode_l_is_pil_convert_l(pngs):
     # in linear light with other weights, tens of levels apart).
     for out, src, _ in run(pngs, [], mode="L"):
         assert diff(out[..., 0], src)[0] == 0
+
+
+@pytest.mark.parametrize("transforms", [
+    [T.TrivialAugmentWide(interpolation=T.InterpolationMode.BILINEAR)],
+    [T.RandAugment(num_ops=3, interpolation=T.InterpolationMode.BILINEAR)],
+], ids=["TrivialAugmentWide", "RandAugment"])
+def test_bilinear_augment_ops_are_close_to_pil(pngs, transforms):
+    # The reference recipe's TrivialAugmentWide runs bilinear: shears, whole
+    # pixel translations and rotations through PIL's bilinear filter.
+    geometric = 0
+    for out, src, params in run(pngs, transforms):
+        img = src
+        for p in params["ops"]:
+            img = apply_op(img, p["aug"], p["magnitude"], Image.BILINEAR)
+            geometric += p["aug"] in ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")
+        d, share = diff(out, img)
+        assert d <= 1 and share < 0.01, (params, d, share)
+    assert geometric >= 3
