@@ -142,6 +142,16 @@ BENCHMARK_CAPTURE(BM_Op, RandomRotationBilinear, R"({"type": "RandomRotation", "
 BENCHMARK_CAPTURE(BM_Op, GaussianBlur, R"({"type": "GaussianBlur", "kernel_size": 23})");
 BENCHMARK_CAPTURE(BM_Op, RandomGrayscale, R"({"type": "RandomGrayscale", "p": 1.0})");
 BENCHMARK_CAPTURE(BM_Op, RandomEqualize, R"({"type": "RandomEqualize", "p": 1.0})");
+BENCHMARK_CAPTURE(BM_Op, RandomAutocontrast, R"({"type": "RandomAutocontrast", "p": 1.0})");
+BENCHMARK_CAPTURE(BM_Op, RandomPosterize, R"({"type": "RandomPosterize", "bits": 4, "p": 1.0})");
+BENCHMARK_CAPTURE(BM_Op, RandomAdjustSharpness, R"({"type": "RandomAdjustSharpness", "sharpness_factor": 2, "p": 1.0})");
+BENCHMARK_CAPTURE(BM_Op, Brightness, R"({"type": "ColorJitter", "brightness": 0.5})");
+BENCHMARK_CAPTURE(BM_Op, Contrast, R"({"type": "ColorJitter", "contrast": 0.5})");
+BENCHMARK_CAPTURE(BM_Op, Saturation, R"({"type": "ColorJitter", "saturation": 0.5})");
+BENCHMARK_CAPTURE(BM_Op, Hue, R"({"type": "ColorJitter", "hue": 0.2})");
+BENCHMARK_CAPTURE(BM_Op, ShearXBilinear, R"({"type": "RandomAffine", "degrees": 0, "shear": [-20, 20], "interpolation": "bilinear"})");
+BENCHMARK_CAPTURE(BM_Op, ShearYBilinear, R"({"type": "RandomAffine", "degrees": 0, "shear": [0, 0, -20, 20], "interpolation": "bilinear"})");
+BENCHMARK_CAPTURE(BM_Op, RandomInvert, R"({"type": "RandomInvert", "p": 1.0})");
 
 }  // namespace
 }  // namespace nostall

@@ -1,5 +1,7 @@
 #include "ops/functional.h"
 
+#include "ops/pixel_simd.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -25,10 +27,7 @@ inline uint8_t Clip8(float v) {
 }  // namespace
 
 void AdjustBrightness(const ImageView& img, double factor) {
-  const float a = static_cast<float>(factor);
-  uint8_t* p = img.data;
-  const size_t n = img.bytes();
-  for (size_t i = 0; i < n; ++i) p[i] = Blend(0, p[i], a);
+  BlendWithConstant(img.data, img.bytes(), 0.0f, static_cast<float>(factor));
 }
 
 void AdjustContrast(const ImageView& img, double factor) {
@@ -40,10 +39,7 @@ void AdjustContrast(const ImageView& img, double factor) {
     sum += img.c == 3 ? Luma(img.data + i * 3) : img.data[i];
   }
   const int mean = static_cast<int>(static_cast<double>(sum) / static_cast<double>(px) + 0.5);
-  const float a = static_cast<float>(factor);
-  uint8_t* p = img.data;
-  const size_t n = img.bytes();
-  for (size_t i = 0; i < n; ++i) p[i] = Blend(mean, p[i], a);
+  BlendWithConstant(img.data, img.bytes(), static_cast<float>(mean), static_cast<float>(factor));
 }
 
 void AdjustSaturation(const ImageView& img, double factor) {
@@ -68,20 +64,9 @@ void AdjustSharpness(const ImageView& img, double factor, OpScratch& scratch) {
   const size_t row = static_cast<size_t>(img.w) * c;
   scratch.tmp.assign(img.data, img.data + img.bytes());
   const uint8_t* src = scratch.tmp.data();
-  const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
-  const float a = static_cast<float>(factor);
   for (int y = 1; y < img.h - 1; ++y) {
-    const uint8_t* up = src + (y - 1) * row;
-    const uint8_t* mid = src + y * row;
-    const uint8_t* down = src + (y + 1) * row;
-    uint8_t* out = img.data + y * row;
-    for (size_t i = c; i < row - c; ++i) {
-      float ss = 0.0f;
-      ss += up[i - c] * k1 + up[i] * k1 + up[i + c] * k1;
-      ss += mid[i - c] * k1 + mid[i] * k5 + mid[i + c] * k1;
-      ss += down[i - c] * k1 + down[i] * k1 + down[i + c] * k1;
-      out[i] = Blend(Clip8(ss + 0.5f), mid[i], a);
-    }
+    SharpnessBlendRow(src + (y - 1) * row, src + y * row, src + (y + 1) * row,
+                      img.data + y * row, row, c, static_cast<float>(factor));
   }
   // Border pixels: degenerate == image, so the blend leaves them as they are.
 }
@@ -330,6 +315,13 @@ void AffineTransform(const ImageView& img, const double a[6], bool bilinear,
           // Inside: no clamping, the same arithmetic.
           const uint8_t* p0 = in + y0 * row + x0 * 3;
           const uint8_t* p1 = p0 + row;
+          if (dx == 0.0) {  // a shear along y: one column
+            for (int k = 0; k < 3; ++k) {
+              const double v1 = p0[k], v2 = p1[k];
+              out[k] = static_cast<uint8_t>(v1 + (v2 - v1) * dy);
+            }
+            continue;
+          }
           if (dy == 0.0) {  // a shear along x: one row (v1 + (v2 - v1) * 0 is v1)
             for (int k = 0; k < 3; ++k) {
               out[k] = static_cast<uint8_t>(p0[k] + (p0[k + 3] - p0[k]) * dx);

@@ -1,0 +1,21 @@
+// Vectorised per-byte loops of the colour ops (pixel_simd.cc), bit-identical
+// to their scalar definitions in functional.cc.
+#ifndef NOSTALL_OPS_PIXEL_SIMD_H_
+#define NOSTALL_OPS_PIXEL_SIMD_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace nostall {
+
+// p[i] = ImagingBlend(degenerate, p[i], alpha) for n bytes.
+void BlendWithConstant(uint8_t* p, size_t n, float degenerate, float alpha);
+
+// out[i] for i in [c, row - c): ImageEnhance.Sharpness of the middle row
+// (SMOOTH over up/mid/down, rounded, then blended with alpha).
+void SharpnessBlendRow(const uint8_t* up, const uint8_t* mid, const uint8_t* down, uint8_t* out,
+                       size_t row, int c, float alpha);
+
+}  // namespace nostall
+
+#endif  // NOSTALL_OPS_PIXEL_SIMD_H_
