@@ -81,3 +81,16 @@ def test_inplace_gives_the_same_batch_in_the_same_memory(op):
     out, soft2 = op(0.5, num_classes=4, inplace=True)(inplace, y, step=4)
     assert out.data_ptr() == inplace.data_ptr()
     assert torch.allclose(out, expected, atol=1e-6) and torch.equal(soft, soft2)
+
+
+def test_the_recipe_example_trains(jpeg_folder):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "imagenet_recipe.py"
+    out = subprocess.run([sys.executable, str(example), "--data", str(jpeg_folder), "--steps", "3",
+                          "--batch-size", "8", "--crop", "64"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "TrivialAugmentWide" in out.stdout and "images/s" in out.stdout
