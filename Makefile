@@ -93,8 +93,8 @@ bench: install
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake -S . -B build/bench -G Ninja \
 	  -DNOSTALL_BUILD_BENCH=ON -DNOSTALL_BUILD_TESTS=ON
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake --build build/bench --target decode_reference prep_bench
-	build/bench/prep_bench --benchmark_min_time=0.5
 	$(PY) bench/bench_loader.py --rounds 5
+	NOSTALL_BENCH_FILES=bench_data/imagenet-like/files.txt build/bench/prep_bench --benchmark_min_time=0.5
 
 bench-cache: install
 	$(PY) bench/bench_cache.py

@@ -52,8 +52,12 @@ def mixup_cutmix(classes):
 
 
 def run_nostall(data, cores, batch, recipe=False):
+    import torch
+
     import nostall
     import nostall.transforms as T
+
+    torch.set_num_threads(1)  # as in run_torch: the cores are the loader's
 
     transforms = [nostall.RandomResizedCrop(224), nostall.RandomHorizontalFlip()]
     if recipe:  # torchvision's references/classification presets, --auto-augment ta_wide
