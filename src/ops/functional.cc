@@ -267,9 +267,12 @@ bool CheckFixed(const double a[6], int x, int y) {
 void AffineTransform(const ImageView& img, const double a[6], bool bilinear,
                      const std::vector<double>& fill, OpScratch& scratch) {
   const int w = img.w, h = img.h, c = img.c;
-  scratch.tmp.assign(img.data, img.data + img.bytes());
+  // A copy of the image, with slack: the vectorised bilinear path reads each
+  // tap as 4 bytes.
+  scratch.tmp.resize(img.bytes() + 4);
+  std::copy(img.data, img.data + img.bytes(), scratch.tmp.begin());
   const uint8_t* in = scratch.tmp.data();
-  uint8_t fillpx[3];
+  uint8_t fillpx[3] = {0, 0, 0};
   for (int k = 0; k < c; ++k) {
     fillpx[k] = static_cast<uint8_t>(
         std::clamp(static_cast<int>(fill.empty() ? 0 : fill[fill.size() == 1 ? 0 : k]), 0, 255));
@@ -293,6 +296,10 @@ void AffineTransform(const ImageView& img, const double a[6], bool bilinear,
       const int x0 = std::max(0, -tx), x1 = std::min(w, w - tx);
       if (x0 < x1) std::memcpy(out + x0 * c, in + sy * row + (x0 + tx) * c, (x1 - x0) * c);
     }
+    return;
+  }
+  if (bilinear && c == 3 && img.bytes() < (size_t{1} << 30) &&
+      AffineBilinearRgbSimd(in, w, h, a, fillpx, img.data)) {
     return;
   }
   if (bilinear) {

@@ -84,6 +84,81 @@ void SharpnessRow(const uint8_t* up, const uint8_t* mid, const uint8_t* down, ui
   }
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// Image.transform(AFFINE, BILINEAR) of an RGB image, PIL's arithmetic in
+// double per lane: the sample point (a0 (x + .5) + a1 (y + .5)) + a2, fill
+// outside [0, w) x [0, h), taps clamped to the edge, the second row only if
+// it exists, truncated. `in` has 1 byte of slack after its last pixel (each
+// tap is read as 4 bytes).
+bool AffineBilinearRgb(const uint8_t* in, int w, int h, const double* a, const uint8_t* fill,
+                       uint8_t* out) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<int32_t, decltype(dd)> di;
+  const size_t lanes = hn::Lanes(dd);
+  const int32_t row = w * 3;
+  const auto a0 = hn::Set(dd, a[0]), a1 = hn::Set(dd, a[1]), a2 = hn::Set(dd, a[2]);
+  const auto a3 = hn::Set(dd, a[3]), a4 = hn::Set(dd, a[4]), a5 = hn::Set(dd, a[5]);
+  const auto zero = hn::Zero(dd), half = hn::Set(dd, 0.5), one = hn::Set(dd, 1.0);
+  const auto wd = hn::Set(dd, static_cast<double>(w)), hd = hn::Set(dd, static_cast<double>(h));
+  const auto wmax = hn::Set(di, w - 1), hmax = hn::Set(di, h - 1), izero = hn::Zero(di);
+  const auto three = hn::Set(di, 3), rowv = hn::Set(di, row), byte = hn::Set(di, 0xFF);
+  const int32_t* base = reinterpret_cast<const int32_t*>(in);
+  alignas(64) int32_t px[HWY_MAX_BYTES / sizeof(double)];
+  for (int y = 0; y < h; ++y) {
+    const auto ys = hn::Set(dd, y + 0.5);
+    const auto a1y = hn::Mul(a1, ys), a4y = hn::Mul(a4, ys);
+    uint8_t* o = out + static_cast<size_t>(y) * row;
+    for (int x = 0; x < w; x += static_cast<int>(lanes)) {
+      const auto xs = hn::Add(hn::Iota(dd, static_cast<double>(x)), half);
+      const auto xin = hn::Add(hn::Add(hn::Mul(a0, xs), a1y), a2);
+      const auto yin = hn::Add(hn::Add(hn::Mul(a3, xs), a4y), a5);
+      const auto inside = hn::And(hn::And(hn::Ge(xin, zero), hn::Lt(xin, wd)),
+                                  hn::And(hn::Ge(yin, zero), hn::Lt(yin, hd)));
+      const auto xm = hn::Sub(xin, half), ym = hn::Sub(yin, half);
+      const auto x0f = hn::Floor(xm), y0f = hn::Floor(ym);
+      const auto dx = hn::Sub(xm, x0f), dy = hn::Sub(ym, y0f);
+      const auto has_r1 = hn::And(hn::Ge(hn::Add(y0f, one), zero), hn::Lt(hn::Add(y0f, one), hd));
+      // Indices: clamped (outside lanes are filled, but still read memory).
+      const auto x0 = hn::DemoteTo(di, hn::Min(hn::Max(x0f, hn::Set(dd, -1.0)), wd));
+      const auto y0 = hn::DemoteTo(di, hn::Min(hn::Max(y0f, hn::Set(dd, -1.0)), hd));
+      const auto xa = hn::Mul(hn::Min(hn::Max(x0, izero), wmax), three);
+      const auto xb = hn::Mul(hn::Min(hn::Max(hn::Add(x0, hn::Set(di, 1)), izero), wmax), three);
+      const auto r0 = hn::Mul(hn::Min(hn::Max(y0, izero), hmax), rowv);
+      const auto r1 = hn::Mul(hn::Min(hn::Max(hn::Add(y0, hn::Set(di, 1)), izero), hmax), rowv);
+      const auto p00 = hn::GatherOffset(di, base, hn::Add(r0, xa));
+      const auto p01 = hn::GatherOffset(di, base, hn::Add(r0, xb));
+      const auto p10 = hn::GatherOffset(di, base, hn::Add(r1, xa));
+      const auto p11 = hn::GatherOffset(di, base, hn::Add(r1, xb));
+      auto result = hn::Zero(di);
+      for (int k = 0; k < 3; ++k) {
+        auto channel = [&](hn::Vec<decltype(di)> p) {
+          return hn::PromoteTo(dd, hn::And(hn::ShiftRightSame(p, 8 * k), byte));
+        };
+        const auto c00 = channel(p00), c01 = channel(p01), c10 = channel(p10), c11 = channel(p11);
+        const auto v1 = hn::Add(c00, hn::Mul(hn::Sub(c01, c00), dx));
+        const auto v2 = hn::IfThenElse(has_r1, hn::Add(c10, hn::Mul(hn::Sub(c11, c10), dx)), v1);
+        const auto v = hn::IfThenElse(inside, hn::Add(v1, hn::Mul(hn::Sub(v2, v1), dy)),
+                                      hn::Set(dd, static_cast<double>(fill[k])));
+        result = hn::Or(result, hn::ShiftLeftSame(hn::DemoteTo(di, v), 8 * k));
+      }
+      hn::Store(result, di, px);
+      const int n = std::min(static_cast<int>(lanes), w - x);
+      for (int i = 0; i < n; ++i) {
+        o[(x + i) * 3] = static_cast<uint8_t>(px[i]);
+        o[(x + i) * 3 + 1] = static_cast<uint8_t>(px[i] >> 8);
+        o[(x + i) * 3 + 2] = static_cast<uint8_t>(px[i] >> 16);
+      }
+    }
+  }
+  return true;
+}
+#else
+// The scalar target has no gathers: the caller's scalar loop does it there.
+bool AffineBilinearRgb(const uint8_t*, int, int, const double*, const uint8_t*, uint8_t*) {
+  return false;
+}
+#endif
+
 }  // namespace HWY_NAMESPACE
 }  // namespace nostall
 HWY_AFTER_NAMESPACE();
@@ -93,6 +168,7 @@ namespace nostall {
 
 HWY_EXPORT(BlendConstant);
 HWY_EXPORT(SharpnessRow);
+HWY_EXPORT(AffineBilinearRgb);
 
 void BlendWithConstant(uint8_t* p, size_t n, float degenerate, float alpha) {
   HWY_DYNAMIC_DISPATCH(BlendConstant)(p, n, degenerate, alpha);
@@ -101,6 +177,11 @@ void BlendWithConstant(uint8_t* p, size_t n, float degenerate, float alpha) {
 void SharpnessBlendRow(const uint8_t* up, const uint8_t* mid, const uint8_t* down, uint8_t* out,
                        size_t row, int c, float alpha) {
   HWY_DYNAMIC_DISPATCH(SharpnessRow)(up, mid, down, out, row, c, alpha);
+}
+
+bool AffineBilinearRgbSimd(const uint8_t* in, int w, int h, const double a[6],
+                           const uint8_t fill[3], uint8_t* out) {
+  return HWY_DYNAMIC_DISPATCH(AffineBilinearRgb)(in, w, h, a, fill, out);
 }
 
 }  // namespace nostall

@@ -16,6 +16,12 @@ void BlendWithConstant(uint8_t* p, size_t n, float degenerate, float alpha);
 void SharpnessBlendRow(const uint8_t* up, const uint8_t* mid, const uint8_t* down, uint8_t* out,
                        size_t row, int c, float alpha);
 
+// Image.transform(AFFINE, BILINEAR) of a w x h RGB image (`in`, with one
+// byte of slack after the last pixel) into `out`, PIL's double arithmetic per
+// lane. False (nothing written) where the CPU has no SIMD target.
+bool AffineBilinearRgbSimd(const uint8_t* in, int w, int h, const double a[6],
+                           const uint8_t fill[3], uint8_t* out);
+
 }  // namespace nostall
 
 #endif  // NOSTALL_OPS_PIXEL_SIMD_H_
