@@ -508,16 +508,22 @@ void GaussianBlur(const ImageView& img, int kx, int ky, double sigma_x, double s
       for (size_t j = 0; j < row; ++j) acc[j] += k * in[j];
     }
   }
-  std::vector<float> line(row);
+  // Horizontal: each row padded by reflection once, then each tap is a
+  // contiguous multiply-add over the row (the next pixel of a channel is c
+  // floats on), which the compiler vectorises.
+  std::vector<float> padded(static_cast<size_t>(w + 2 * px) * c), line(row);
   for (int y = 0; y < h; ++y) {
     const float* in = scratch.ftmp.data() + y * row;
     uint8_t* out = img.data + y * row;
-    for (int x = 0; x < w; ++x) {
-      for (int k = 0; k < c; ++k) {
-        float s = 0;
-        for (int i = 0; i < kx; ++i) s += wx[i] * in[reflect(x - px + i, w) * c + k];
-        line[x * c + k] = s;
-      }
+    for (int x = -px; x < w + px; ++x) {
+      std::copy_n(in + static_cast<size_t>(reflect(x, w)) * c, c,
+                  padded.begin() + static_cast<ptrdiff_t>(x + px) * c);
+    }
+    std::fill(line.begin(), line.end(), 0.0f);
+    for (int i = 0; i < kx; ++i) {
+      const float k = wx[i];
+      const float* p = padded.data() + static_cast<size_t>(i) * c;
+      for (size_t j = 0; j < row; ++j) line[j] += k * p[j];
     }
     for (size_t j = 0; j < row; ++j) {
       out[j] = static_cast<uint8_t>(std::clamp(std::nearbyint(line[j]), 0.0f, 255.0f));
