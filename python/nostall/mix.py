@@ -110,12 +110,13 @@ class CutMix(_BatchOp):
         r_w_half, r_h_half = int(r * W), int(r * H)
         x1, y1 = max(r_x - r_w_half, 0), max(r_y - r_h_half, 0)
         x2, y2 = min(r_x + r_w_half, W), min(r_y + r_h_half, H)
-        if self.inplace:  # only the box moves: copy it out, paste it back rolled
-            box = images[..., y1:y2, x1:x2].clone()
+        if self.inplace:  # only the box moves: last to first, each from its predecessor
             out = images
-            if len(images):
-                out[1:, ..., y1:y2, x1:x2] = box[:-1]
-                out[:1, ..., y1:y2, x1:x2] = box[-1:]
+            if len(images) and y2 > y1 and x2 > x1:
+                last = images[-1, ..., y1:y2, x1:x2].clone()
+                for i in range(len(images) - 1, 0, -1):
+                    images[i, ..., y1:y2, x1:x2] = images[i - 1, ..., y1:y2, x1:x2]
+                images[0, ..., y1:y2, x1:x2] = last
         else:
             out = images.clone()
             if len(images):  # the box from the previous sample (x.roll(1)), without rolling all
