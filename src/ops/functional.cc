@@ -138,11 +138,17 @@ void ToGrayscale(const ImageView& img) {
 
 void ApplyLut(const ImageView& img, const Lut* lut) {
   const size_t px = static_cast<size_t>(img.h) * img.w;
-  const int c = img.c;
-  for (size_t i = 0; i < px; ++i) {
-    uint8_t* p = img.data + i * c;
-    for (int k = 0; k < c; ++k) p[k] = lut[k][p[k]];
+  uint8_t* p = img.data;
+  if (img.c == 3) {
+    const uint8_t *l0 = lut[0].data(), *l1 = lut[1].data(), *l2 = lut[2].data();
+    for (size_t i = 0; i < px; ++i, p += 3) {
+      p[0] = l0[p[0]];
+      p[1] = l1[p[1]];
+      p[2] = l2[p[2]];
+    }
+    return;
   }
+  for (size_t i = 0; i < px; ++i) p[i] = lut[0][p[i]];
 }
 
 namespace {
@@ -152,10 +158,18 @@ void SameLut(const ImageView& img, const Lut& lut) {
 }
 
 std::array<std::array<uint32_t, 256>, 3> Histograms(const ImageView& img) {
-  std::array<std::array<uint32_t, 256>, 3> hist{};
+  // Two tables per channel, even and odd pixels, summed at the end: runs of
+  // equal values (flat image areas) then do not wait on one counter.
+  std::array<std::array<uint32_t, 256>, 6> part{};
   const size_t px = static_cast<size_t>(img.h) * img.w;
-  for (size_t i = 0; i < px; ++i) {
-    for (int k = 0; k < img.c; ++k) ++hist[k][img.data[i * img.c + k]];
+  const int c = img.c;
+  const uint8_t* p = img.data;
+  for (size_t i = 0; i < px; ++i, p += c) {
+    for (int k = 0; k < c; ++k) ++part[k * 2 + (i & 1)][p[k]];
+  }
+  std::array<std::array<uint32_t, 256>, 3> hist{};
+  for (int k = 0; k < c; ++k) {
+    for (int v = 0; v < 256; ++v) hist[k][v] = part[k * 2][v] + part[k * 2 + 1][v];
   }
   return hist;
 }

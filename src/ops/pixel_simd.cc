@@ -8,6 +8,7 @@
 #include <hwy/highway.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "ops/pixel_simd.h"
 
@@ -103,6 +104,9 @@ bool AffineBilinearRgb(const uint8_t* in, int w, int h, const double* a, const u
   const auto wmax = hn::Set(di, w - 1), hmax = hn::Set(di, h - 1), izero = hn::Zero(di);
   const auto three = hn::Set(di, 3), rowv = hn::Set(di, row), byte = hn::Set(di, 0xFF);
   const int32_t* base = reinterpret_cast<const int32_t*>(in);
+  // yin = y + 0.5 for every pixel (dy = 0) / xin = x + 0.5 (dx = 0).
+  const bool one_row = a[3] == 0.0 && a[4] == 1.0 && a[5] == 0.0;
+  const bool one_column = a[0] == 1.0 && a[1] == 0.0 && a[2] == 0.0;
   alignas(64) int32_t px[HWY_MAX_BYTES / sizeof(double)];
   for (int y = 0; y < h; ++y) {
     const auto ys = hn::Set(dd, y + 0.5);
@@ -125,10 +129,12 @@ bool AffineBilinearRgb(const uint8_t* in, int w, int h, const double* a, const u
       const auto xb = hn::Mul(hn::Min(hn::Max(hn::Add(x0, hn::Set(di, 1)), izero), wmax), three);
       const auto r0 = hn::Mul(hn::Min(hn::Max(y0, izero), hmax), rowv);
       const auto r1 = hn::Mul(hn::Min(hn::Max(hn::Add(y0, hn::Set(di, 1)), izero), hmax), rowv);
+      // A shear along x samples one row (dy is exactly 0: v1 + (v2 - v1) * 0
+      // is v1), one along y one column (dx is 0): half the taps are unused.
       const auto p00 = hn::GatherOffset(di, base, hn::Add(r0, xa));
-      const auto p01 = hn::GatherOffset(di, base, hn::Add(r0, xb));
-      const auto p10 = hn::GatherOffset(di, base, hn::Add(r1, xa));
-      const auto p11 = hn::GatherOffset(di, base, hn::Add(r1, xb));
+      const auto p01 = one_column ? p00 : hn::GatherOffset(di, base, hn::Add(r0, xb));
+      const auto p10 = one_row ? p00 : hn::GatherOffset(di, base, hn::Add(r1, xa));
+      const auto p11 = one_row ? p01 : one_column ? p10 : hn::GatherOffset(di, base, hn::Add(r1, xb));
       auto result = hn::Zero(di);
       for (int k = 0; k < 3; ++k) {
         auto channel = [&](hn::Vec<decltype(di)> p) {
@@ -142,11 +148,21 @@ bool AffineBilinearRgb(const uint8_t* in, int w, int h, const double* a, const u
         result = hn::Or(result, hn::ShiftLeftSame(hn::DemoteTo(di, v), 8 * k));
       }
       hn::Store(result, di, px);
+      static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "px[i] is stored as R, G, B bytes");
+      // Each pixel as 4 little-endian bytes, in order: the 4th lands on the
+      // next pixel's first byte (written next, or with the next row), except
+      // for the image's very last pixel, written as 3.
       const int n = std::min(static_cast<int>(lanes), w - x);
+      const bool last_row = y == h - 1;
       for (int i = 0; i < n; ++i) {
-        o[(x + i) * 3] = static_cast<uint8_t>(px[i]);
-        o[(x + i) * 3 + 1] = static_cast<uint8_t>(px[i] >> 8);
-        o[(x + i) * 3 + 2] = static_cast<uint8_t>(px[i] >> 16);
+        uint8_t* dst = o + (x + i) * 3;
+        if (last_row && x + i == w - 1) {
+          dst[0] = static_cast<uint8_t>(px[i]);
+          dst[1] = static_cast<uint8_t>(px[i] >> 8);
+          dst[2] = static_cast<uint8_t>(px[i] >> 16);
+        } else {
+          std::memcpy(dst, &px[i], 4);
+        }
       }
     }
   }
