@@ -56,6 +56,8 @@ class ImageOp {
   // True for ops on the laid-out tensor (after Normalize): ApplyOutput runs
   // instead of Apply.
   virtual bool on_output() const { return false; }
+  // Non-empty when the op cannot write a uint8 output (the reason).
+  virtual std::string needs_float32() const { return ""; }
   virtual void ApplyOutput(const OutputView& out, Philox& rng, nlohmann::json* trace) const {}
 };
 

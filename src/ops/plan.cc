@@ -92,6 +92,9 @@ Status PrepSpec::Validate() const {
         break;
       case TransformKind::kOp:
         if (!t.op) return InvalidArgument(where + "op " + t.op_name + " was not created");
+        if (dtype != DType::kFloat32 && !t.op->needs_float32().empty()) {
+          return InvalidArgument(where + t.op_name + ": " + t.op->needs_float32());
+        }
         if (t.op->on_output()) {
           if (first_output_op < 0) first_output_op = static_cast<int>(i);
         } else if (first_pixel_op < 0) {

@@ -18,6 +18,11 @@ class RandomErasingOp : public ImageOp {
   std::vector<double> value;  // empty: 0
 
   bool on_output() const override { return true; }
+  std::string needs_float32() const override {
+    return random ? "value=\"random\" erases with standard normal values, which need a float32 "
+                    "output (add Normalize)"
+                  : "";
+  }
 
   void ApplyOutput(const OutputView& out, Philox& rng, nlohmann::json* trace) const override {
     const bool apply = rng.Uniform() < p;

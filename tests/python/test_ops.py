@@ -265,6 +265,8 @@ def test_order_rules_are_checked_when_the_loader_is_made(pngs):
     with pytest.raises(ValueError, match="Normalize must come before RandomErasing"):
         nostall.Loader(pngs, batch_size=4,
                        transforms=[T.RandomErasing(), nostall.Normalize((0.5,) * 3, (0.5,) * 3)])
+    with pytest.raises(ValueError, match="standard normal values, which need a float32"):
+        nostall.Loader(pngs, batch_size=4, transforms=[T.RandomErasing(value="random")])
     with pytest.raises(ValueError, match="RandomInvert must come before Normalize"):
         nostall.Loader(pngs, batch_size=4,
                        transforms=[nostall.Normalize((0.5,) * 3, (0.5,) * 3), T.RandomInvert()])
