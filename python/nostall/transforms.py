@@ -144,7 +144,10 @@ class _Op(Transform):
         from . import _nostall
 
         name = type(self).__name__
-        spec = {"source": ".", "transforms": [{"type": name, **self._args}]}
+        # Its arguments alone (float32: what the op needs of the rest of the
+        # pipeline is checked when the loader is made).
+        spec = {"source": ".", "dtype": "float32",
+                "transforms": [{"type": name, **self._args}]}
         try:
             _nostall.resolve_transforms(json.dumps(spec))
         except ValueError as e:  # "InvalidArgument: transforms[0] (Name): why" -> "Name: why"
