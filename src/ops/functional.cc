@@ -18,12 +18,6 @@ inline uint8_t Blend(int degenerate, int v, float alpha) {
   return static_cast<uint8_t>(t);
 }
 
-inline uint8_t Clip8(float v) {
-  if (v <= 0.0f) return 0;
-  if (v >= 255.0f) return 255;
-  return static_cast<uint8_t>(v);
-}
-
 }  // namespace
 
 void AdjustBrightness(const ImageView& img, double factor) {
