@@ -140,6 +140,51 @@ HWY_INLINE hn::Vec<D4> Round8(hn::Vec<D4> v) {
                  hn::Set(d, 255.0f));
 }
 
+// [R G B x] of 4 pixels -> the R, G and B of the 4 (a 4x4 transpose).
+HWY_INLINE void Transpose4(hn::Vec<D4> p0, hn::Vec<D4> p1, hn::Vec<D4> p2, hn::Vec<D4> p3,
+                           hn::Vec<D4>* r, hn::Vec<D4>* g, hn::Vec<D4>* b) {
+  const D4 d;
+  const auto t0 = hn::InterleaveLower(d, p0, p1);  // R0 R1 G0 G1
+  const auto t1 = hn::InterleaveLower(d, p2, p3);  // R2 R3 G2 G3
+  const auto t2 = hn::InterleaveUpper(d, p0, p1);  // B0 B1 x x
+  const auto t3 = hn::InterleaveUpper(d, p2, p3);  // B2 B3 x x
+  *r = hn::ConcatLowerLower(d, t1, t0);
+  *g = hn::ConcatUpperUpper(d, t1, t0);
+  *b = hn::ConcatLowerLower(d, t3, t2);
+}
+
+// The CHW output: float planes get v * a[k] + b[k], uint8 planes v (values
+// already whole and in [0, 255]).
+struct Planes {
+  float* f;
+  uint8_t* u8;
+  size_t plane;
+  const float* a;
+  const float* b;
+
+  // Four consecutive values of channel k at `at`.
+  HWY_INLINE void Store4(int k, hn::Vec<D4> v, size_t at) const {
+    const D4 d;
+    if (f) {
+      hn::StoreU(hn::MulAdd(v, hn::Set(d, a[k]), hn::Set(d, b[k])), d, f + k * plane + at);
+    } else {
+      const hn::Rebind<int32_t, D4> di;
+      const hn::Rebind<uint8_t, D4> d8;
+      hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, v)), d8, u8 + k * plane + at);
+    }
+  }
+  // One pixel's three values.
+  HWY_INLINE void Store1(const float* px, size_t at) const {
+    for (int k = 0; k < 3; ++k) {
+      if (f) {
+        f[k * plane + at] = px[k] * a[k] + b[k];
+      } else {
+        u8[k * plane + at] = static_cast<uint8_t>(px[k]);
+      }
+    }
+  }
+};
+
 // Rows of `span` interleaved RGB floats -> out_h x out_w planes. Float
 // planes get v * a[k] + b[k]; uint8 planes the rounded value. `flip`
 // mirrors the columns.
@@ -148,37 +193,19 @@ void HorizontalRgbPlanarK(const float* rows, size_t row_floats, const int* start
                           const float* weights, int kx, int out_w, int out_h, bool flip,
                           const float* a, const float* b, float* out_f, uint8_t* out_u8) {
   const D4 d;
-  const hn::Rebind<int32_t, D4> di;
-  const hn::Rebind<uint8_t, D4> d8;
-  const size_t plane = static_cast<size_t>(out_w) * out_h;
-  const auto a0 = hn::Set(d, a[0]), a1 = hn::Set(d, a[1]), a2 = hn::Set(d, a[2]);
-  const auto b0 = hn::Set(d, b[0]), b1 = hn::Set(d, b[1]), b2 = hn::Set(d, b[2]);
+  const Planes out{out_f, out_u8, static_cast<size_t>(out_w) * out_h, a, b};
   for (int yy = 0; yy < out_h; ++yy) {
     const float* in = rows + static_cast<size_t>(yy) * row_floats;
     const size_t row0 = static_cast<size_t>(yy) * out_w;
-    auto store = [&](int k, hn::Vec<D4> v, size_t at) {
-      if (out_f) {
-        const auto& ak = k == 0 ? a0 : k == 1 ? a1 : a2;
-        const auto& bk = k == 0 ? b0 : k == 1 ? b1 : b2;
-        hn::StoreU(hn::MulAdd(v, ak, bk), d, out_f + k * plane + at);
-      } else {
-        hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, v)), d8, out_u8 + k * plane + at);
-      }
-    };
     int xx = 0;
     for (; xx + 4 <= out_w; xx += 4) {
-      const auto p0 = Pixel<kKx>(in, start, weights, kx, xx);
-      const auto p1 = Pixel<kKx>(in, start, weights, kx, xx + 1);
-      const auto p2 = Pixel<kKx>(in, start, weights, kx, xx + 2);
-      const auto p3 = Pixel<kKx>(in, start, weights, kx, xx + 3);
-      // 4x4 transpose: [R G B x] x 4 pixels -> R, G, B of the 4 pixels.
-      const auto t0 = hn::InterleaveLower(d, p0, p1);  // R0 R1 G0 G1
-      const auto t1 = hn::InterleaveLower(d, p2, p3);  // R2 R3 G2 G3
-      const auto t2 = hn::InterleaveUpper(d, p0, p1);  // B0 B1 x x
-      const auto t3 = hn::InterleaveUpper(d, p2, p3);  // B2 B3 x x
-      auto r = Round8(hn::ConcatLowerLower(d, t1, t0));
-      auto g = Round8(hn::ConcatUpperUpper(d, t1, t0));
-      auto bl = Round8(hn::ConcatLowerLower(d, t3, t2));
+      hn::Vec<D4> r, g, bl;
+      Transpose4(Pixel<kKx>(in, start, weights, kx, xx), Pixel<kKx>(in, start, weights, kx, xx + 1),
+                 Pixel<kKx>(in, start, weights, kx, xx + 2),
+                 Pixel<kKx>(in, start, weights, kx, xx + 3), &r, &g, &bl);
+      r = Round8(r);
+      g = Round8(g);
+      bl = Round8(bl);
       size_t at = row0 + xx;
       if (flip) {
         r = hn::Reverse(d, r);
@@ -186,21 +213,14 @@ void HorizontalRgbPlanarK(const float* rows, size_t row_floats, const int* start
         bl = hn::Reverse(d, bl);
         at = row0 + (out_w - 4 - xx);
       }
-      store(0, r, at);
-      store(1, g, at);
-      store(2, bl, at);
+      out.Store4(0, r, at);
+      out.Store4(1, g, at);
+      out.Store4(2, bl, at);
     }
-    for (; xx < out_w; ++xx) {  // the last < 4 pixels, one lane at a time
+    for (; xx < out_w; ++xx) {  // the last < 4 pixels, one at a time
       alignas(16) float px[4];
       hn::Store(Round8(Pixel<kKx>(in, start, weights, kx, xx)), d, px);
-      const size_t at = row0 + (flip ? out_w - 1 - xx : xx);
-      for (int k = 0; k < 3; ++k) {
-        if (out_f) {
-          out_f[k * plane + at] = px[k] * a[k] + b[k];
-        } else {
-          out_u8[k * plane + at] = static_cast<uint8_t>(px[k]);
-        }
-      }
+      out.Store1(px, row0 + (flip ? out_w - 1 - xx : xx));
     }
   }
 }
@@ -228,35 +248,20 @@ void HwcToPlanes(const uint8_t* src, int w, int h, const float* a, const float* 
   const D4 d;
   const hn::Rebind<int32_t, D4> di;
   const hn::Rebind<uint8_t, D4> d8;
-  const size_t plane = static_cast<size_t>(w) * h;
-  const auto a0 = hn::Set(d, a[0]), a1 = hn::Set(d, a[1]), a2 = hn::Set(d, a[2]);
-  const auto b0 = hn::Set(d, b[0]), b1 = hn::Set(d, b[1]), b2 = hn::Set(d, b[2]);
+  const Planes out{out_f, out_u8, static_cast<size_t>(w) * h, a, b};
   auto px = [&](size_t i) { return hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, src + i * 3))); };
   size_t i = 0;
-  for (; i + 4 <= plane; i += 4) {
-    const auto p0 = px(i), p1 = px(i + 1), p2 = px(i + 2), p3 = px(i + 3);
-    const auto t0 = hn::InterleaveLower(d, p0, p1), t1 = hn::InterleaveLower(d, p2, p3);
-    const auto t2 = hn::InterleaveUpper(d, p0, p1), t3 = hn::InterleaveUpper(d, p2, p3);
-    const auto r = hn::ConcatLowerLower(d, t1, t0), g = hn::ConcatUpperUpper(d, t1, t0);
-    const auto bl = hn::ConcatLowerLower(d, t3, t2);
-    if (out_f) {
-      hn::StoreU(hn::MulAdd(r, a0, b0), d, out_f + i);
-      hn::StoreU(hn::MulAdd(g, a1, b1), d, out_f + plane + i);
-      hn::StoreU(hn::MulAdd(bl, a2, b2), d, out_f + 2 * plane + i);
-    } else {
-      hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, r)), d8, out_u8 + i);
-      hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, g)), d8, out_u8 + plane + i);
-      hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, bl)), d8, out_u8 + 2 * plane + i);
-    }
+  for (; i + 4 <= out.plane; i += 4) {
+    hn::Vec<D4> r, g, bl;
+    Transpose4(px(i), px(i + 1), px(i + 2), px(i + 3), &r, &g, &bl);
+    out.Store4(0, r, i);
+    out.Store4(1, g, i);
+    out.Store4(2, bl, i);
   }
-  for (; i < plane; ++i) {
-    for (int k = 0; k < 3; ++k) {
-      if (out_f) {
-        out_f[k * plane + i] = src[i * 3 + k] * a[k] + b[k];
-      } else {
-        out_u8[k * plane + i] = src[i * 3 + k];
-      }
-    }
+  for (; i < out.plane; ++i) {
+    const float v[3] = {static_cast<float>(src[i * 3]), static_cast<float>(src[i * 3 + 1]),
+                        static_cast<float>(src[i * 3 + 2])};
+    out.Store1(v, i);
   }
 }
 
