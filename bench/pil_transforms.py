@@ -122,18 +122,20 @@ def gaussian_blur(img, kernel_size, sigma):
 
 # ------------------------------------------------------------- random transforms
 
-def random_resized_crop_params(width, height, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
-    """RandomResizedCrop.get_params: (left, top, w, h)."""
+def random_resized_crop_params(width, height, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
+                               generator=None):
+    """RandomResizedCrop.get_params: (left, top, w, h), from torch's generator."""
+    g = generator
     area = width * height
     log_ratio = torch.log(torch.tensor(ratio))
     for _ in range(10):
-        target_area = area * torch.empty(1).uniform_(scale[0], scale[1]).item()
-        aspect = math.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1]).item())
+        target_area = area * torch.empty(1).uniform_(scale[0], scale[1], generator=g).item()
+        aspect = math.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=g).item())
         w = int(round(math.sqrt(target_area * aspect)))
         h = int(round(math.sqrt(target_area / aspect)))
         if 0 < w <= width and 0 < h <= height:
-            top = torch.randint(0, height - h + 1, size=(1,)).item()
-            left = torch.randint(0, width - w + 1, size=(1,)).item()
+            top = torch.randint(0, height - h + 1, size=(1,), generator=g).item()
+            left = torch.randint(0, width - w + 1, size=(1,), generator=g).item()
             return left, top, w, h
     in_ratio = width / height
     if in_ratio < min(ratio):
@@ -175,24 +177,32 @@ class TrivialAugmentWide:
         return apply_op(img, name, m, self.resample, self.fill)
 
 
+def random_erasing_params(height, width, scale=(0.02, 0.33), ratio=(0.3, 3.3), generator=None):
+    """RandomErasing.get_params: (top, left, h, w) of the box, or None after ten misses."""
+    g = generator
+    area = height * width
+    log_ratio = torch.log(torch.tensor(ratio))
+    for _ in range(10):
+        erase_area = area * torch.empty(1).uniform_(scale[0], scale[1], generator=g).item()
+        aspect = math.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=g).item())
+        h = int(round(math.sqrt(erase_area * aspect)))
+        w = int(round(math.sqrt(erase_area / aspect)))
+        if not (h < height and w < width):
+            continue
+        i = torch.randint(0, height - h + 1, size=(1,), generator=g).item()
+        j = torch.randint(0, width - w + 1, size=(1,), generator=g).item()
+        return i, j, h, w
+    return None
+
+
 def random_erasing(t, p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0.0):
     """RandomErasing on a normalised CHW tensor."""
     if torch.rand(1) >= p:
         return t
-    c, h_img, w_img = t.shape
-    area = h_img * w_img
-    log_ratio = torch.log(torch.tensor(ratio))
-    for _ in range(10):
-        erase_area = area * torch.empty(1).uniform_(scale[0], scale[1]).item()
-        aspect = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1])).item()
-        h = int(round(math.sqrt(erase_area * aspect)))
-        w = int(round(math.sqrt(erase_area / aspect)))
-        if not (h < h_img and w < w_img):
-            continue
-        i = torch.randint(0, h_img - h + 1, size=(1,)).item()
-        j = torch.randint(0, w_img - w + 1, size=(1,)).item()
+    box = random_erasing_params(t.shape[-2], t.shape[-1], scale, ratio)
+    if box is not None:
+        i, j, h, w = box
         t[:, i:i + h, j:j + w] = value
-        return t
     return t
 
 

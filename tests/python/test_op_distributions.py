@@ -10,7 +10,9 @@ the tests are deterministic; the bounds are at the 0.1% level.
 """
 
 import math
+import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +21,9 @@ from PIL import Image
 
 import nostall
 import nostall.transforms as T
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from pil_transforms import random_erasing_params, random_resized_crop_params  # noqa: E402
 
 N = 4000
 
@@ -43,34 +48,12 @@ def share_close(count, n, p):
 
 # --- RandomResizedCrop -------------------------------------------------------
 
-def torchvision_rrc(width, height, g, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)):
-    area = width * height
-    log_ratio = torch.log(torch.tensor(ratio))
-    for _ in range(10):
-        target_area = area * torch.empty(1).uniform_(scale[0], scale[1], generator=g).item()
-        aspect = math.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1], generator=g).item())
-        w = int(round(math.sqrt(target_area * aspect)))
-        h = int(round(math.sqrt(target_area / aspect)))
-        if 0 < w <= width and 0 < h <= height:
-            i = torch.randint(0, height - h + 1, size=(1,), generator=g).item()
-            j = torch.randint(0, width - w + 1, size=(1,), generator=g).item()
-            return j, i, w, h
-    in_ratio = width / height
-    if in_ratio < min(ratio):
-        w, h = width, int(round(width / min(ratio)))
-    elif in_ratio > max(ratio):
-        h, w = height, int(round(height * max(ratio)))
-    else:
-        w, h = width, height
-    return (width - w) // 2, (height - h) // 2, w, h
-
-
 @pytest.mark.parametrize("size", [(500, 375), (300, 800)])
 def test_random_resized_crop_boxes_have_torchvision_distribution(size):
     W, H = size
     ours = [p["box"] for p in draws([nostall.RandomResizedCrop(224)], width=W, height=H)]
     g = torch.Generator().manual_seed(0)
-    theirs = [torchvision_rrc(W, H, g) for _ in range(N)]
+    theirs = [random_resized_crop_params(W, H, generator=g) for _ in range(N)]
 
     def features(boxes):
         b = np.asarray(boxes, float)
@@ -237,20 +220,10 @@ def test_random_erasing_boxes_have_torchvision_distribution():
     assert share_close(len(applied), N, 0.5)
     g = torch.Generator().manual_seed(0)
     theirs = []
-    log_ratio = torch.log(torch.tensor((0.3, 3.3)))
     while len(theirs) < len(applied):
-        for _ in range(10):
-            erase_area = H * W * torch.empty(1).uniform_(0.02, 0.33, generator=g).item()
-            aspect = math.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1],
-                                                      generator=g).item())
-            h = int(round(math.sqrt(erase_area * aspect)))
-            w = int(round(math.sqrt(erase_area / aspect)))
-            if not (h < H and w < W):
-                continue
-            i = torch.randint(0, H - h + 1, size=(1,), generator=g).item()
-            j = torch.randint(0, W - w + 1, size=(1,), generator=g).item()
-            theirs.append((i, j, h, w))
-            break
+        box = random_erasing_params(H, W, generator=g)
+        if box is not None:
+            theirs.append(box)
     ours = np.asarray([p["box"] for p in applied], float)
     ref = np.asarray(theirs, float)
     for k, name in enumerate(["top", "left", "height", "width"]):
