@@ -1,0 +1,113 @@
+// The argument parser and helpers every command uses.
+#include "cli/cli.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace nostall::cli {
+
+namespace {
+bool IsFlag(const std::string& name) {
+  return name == "--json" || name == "--quiet" || name == "--help" || name == "-h" ||
+         name == "--print" || name == "--autotune" || name == "--no-autotune";
+}
+}  // namespace
+
+bool Parse(int argc, char** argv, int start, Args* args) {
+  for (int i = start; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("-", 0) == 0 && a != "-") {
+      if (IsFlag(a)) {
+        args->flags.push_back(a);
+        continue;
+      }
+      std::string value;
+      size_t eq = a.find('=');
+      if (eq != std::string::npos) {
+        value = a.substr(eq + 1);
+        a = a.substr(0, eq);
+      } else if (i + 1 < argc) {
+        value = argv[++i];
+      } else {
+        std::fprintf(stderr, "nostall: option %s needs a value\n", a.c_str());
+        return false;
+      }
+      args->options[a] = value;
+    } else {
+      args->positional.push_back(a);
+    }
+  }
+  return true;
+}
+
+bool Has(const Args& a, const char* flag) {
+  for (const auto& f : a.flags) {
+    if (f == flag) return true;
+  }
+  return false;
+}
+
+bool IntOption(const Args& a, const char* name, long long lo, long long* out) {
+  auto it = a.options.find(name);
+  if (it == a.options.end()) return true;
+  char* end = nullptr;
+  long long v = std::strtoll(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end != '\0' || v < lo) {
+    std::fprintf(stderr, "nostall: %s must be an integer >= %lld, not '%s'\n", name, lo,
+                 it->second.c_str());
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+int Fail(const nostall::Status& st) {
+  std::fprintf(stderr, "nostall: %s\n", st.ToString().c_str());
+  return 1;
+}
+
+nostall::Result<nostall::LoaderSpec> ReadSpecFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return nostall::NotFound("cannot read spec file " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nostall::LoaderSpec::FromJson(ss.str());
+}
+
+uint64_t ParseSize(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !(v > 0)) return 0;
+  std::string unit(end);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static const std::map<std::string, double> kUnits = {
+      {"", 1},          {"b", 1},           {"k", 1 << 10},    {"kb", 1e3},
+      {"kib", 1 << 10}, {"m", 1 << 20},     {"mb", 1e6},       {"mib", 1 << 20},
+      {"g", 1 << 30},   {"gb", 1e9},        {"gib", 1 << 30},  {"t", 1099511627776.0},
+      {"tb", 1e12},     {"tib", 1099511627776.0}};
+  auto it = kUnits.find(unit);
+  return it == kUnits.end() ? 0 : static_cast<uint64_t>(v * it->second);
+}
+
+std::vector<std::string> SplitCommas(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+}  // namespace nostall::cli

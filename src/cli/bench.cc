@@ -1,0 +1,202 @@
+// `nostall bench` and `nostall inspect`.
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/cli.h"
+#include "nostall/bench.h"
+#include "nostall/cache.h"
+#include "nostall/loader.h"
+#include "nostall/shared.h"
+#include "nostall/source.h"
+#include "common/clock.h"
+#include "common/shm.h"
+
+namespace nostall::cli {
+
+namespace {
+
+constexpr const char* kBenchUsage = R"(usage: nostall bench PATH [options]
+
+Runs RandomResizedCrop(SIZE) + RandomHorizontalFlip + Normalize (ImageNet
+mean/std) into float32 NCHW batches, as fast as the batches come, and prints
+images/s and where the time went.
+
+options:
+  --batch-size N        samples per batch (default 256)
+  --threads N           decode+augment threads (default: tuned, from this process's cores)
+  --reads-in-flight N   concurrent reads (default: tuned, from 4)
+  --prefetch N          batches prepared ahead (default: tuned, from 2)
+  --autotune            tune all three while it runs, starting from the values given,
+                        and print the configuration it chose (without it, only the
+                        ones not given are tuned)
+  --no-autotune         tune none: unset ones are all cores, 4 reads, 2 batches
+  --size N              output side in pixels (default 224)
+  --epochs N            epochs to run (default 1)
+  --max-batches N       stop after N batches (default: whole epochs)
+  --spec FILE           use this loader spec (JSON) instead of the default
+                        pipeline; PATH then overrides its "source"
+  --throttle-bandwidth B   emulate storage of B bytes/s (shared by all reads)
+  --throttle-latency-ms M  emulate M ms of latency per read
+  --json                print one JSON object instead of the table
+  --quiet               no progress line
+)";
+
+
+// The pipeline `nostall bench` runs without --spec: RandomResizedCrop(size)
+// + flip + ImageNet Normalize into float32 batches of 256, shuffled.
+nostall::LoaderSpec DefaultBenchSpec(int size) {
+  nostall::LoaderSpec spec;
+  spec.batch_size = 256;
+  spec.shuffle = true;
+  nostall::Transform rrc{nostall::TransformKind::kRandomResizedCrop};
+  rrc.height = rrc.width = size;
+  nostall::Transform flip{nostall::TransformKind::kRandomHorizontalFlip};
+  nostall::Transform norm{nostall::TransformKind::kNormalize};
+  norm.mean = {0.485, 0.456, 0.406};
+  norm.std = {0.229, 0.224, 0.225};
+  spec.prep.transforms = {rrc, flip, norm};
+  spec.prep.dtype = nostall::DType::kFloat32;
+  return spec;
+}
+
+
+}  // namespace
+
+int Bench(const Args& args) {
+  if (Has(args, "--help") || Has(args, "-h")) {
+    std::fputs(kBenchUsage, stdout);
+    return 0;
+  }
+  if (args.positional.size() != 1) {
+    std::fputs(kBenchUsage, stderr);
+    return 2;
+  }
+  static const char* kKnown[] = {"--batch-size", "--threads", "--reads-in-flight", "--prefetch",
+                                 "--size", "--epochs", "--max-batches", "--spec",
+                                 "--throttle-bandwidth", "--throttle-latency-ms"};
+  for (const auto& [k, v] : args.options) {
+    if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
+      std::fprintf(stderr, "nostall bench: unknown option %s (see nostall bench --help)\n",
+                   k.c_str());
+      return 2;
+    }
+  }
+  nostall::LoaderSpec spec;
+  if (auto it = args.options.find("--spec"); it != args.options.end()) {
+    auto parsed = ReadSpecFile(it->second);
+    if (!parsed.ok()) return Fail(parsed.status());
+    spec = parsed.value();
+  } else {
+    long long size = 224;
+    if (!IntOption(args, "--size", 1, &size)) return 2;
+    spec = DefaultBenchSpec(static_cast<int>(size));
+  }
+  spec.source = args.positional[0];
+  long long batch = spec.batch_size, threads = spec.num_threads, reads = spec.reads_in_flight,
+            prefetch = spec.prefetch, epochs = 1, max_batches = 0;
+  if (!IntOption(args, "--batch-size", 1, &batch) || !IntOption(args, "--threads", 0, &threads) ||
+      !IntOption(args, "--reads-in-flight", 0, &reads) ||
+      !IntOption(args, "--prefetch", 0, &prefetch) || !IntOption(args, "--epochs", 1, &epochs) ||
+      !IntOption(args, "--max-batches", 0, &max_batches)) {
+    return 2;
+  }
+  long long bandwidth = 0, latency = 0;
+  if (!IntOption(args, "--throttle-bandwidth", 0, &bandwidth) ||
+      !IntOption(args, "--throttle-latency-ms", 0, &latency)) {
+    return 2;
+  }
+  if (bandwidth > 0) spec.source_options.throttle_bytes_per_second = static_cast<double>(bandwidth);
+  if (latency > 0) spec.source_options.throttle_latency_ms = static_cast<double>(latency);
+  spec.batch_size = batch;
+  spec.num_threads = static_cast<int>(threads);
+  spec.reads_in_flight = static_cast<int>(reads);
+  spec.prefetch = static_cast<int>(prefetch);
+  if (Has(args, "--autotune") && Has(args, "--no-autotune")) {
+    std::fputs("nostall bench: --autotune and --no-autotune contradict each other\n", stderr);
+    return 2;
+  }
+  if (Has(args, "--autotune")) spec.autotune = "on";
+  if (Has(args, "--no-autotune")) spec.autotune = "off";
+  const bool json = Has(args, "--json");
+  const bool show_progress = !Has(args, "--quiet") && !json && isatty(STDERR_FILENO);
+  auto progress = [&](int64_t images, double secs) {
+    std::fprintf(stderr, "\r%lld images, %.1f s, %.0f images/s   ", static_cast<long long>(images),
+                 secs, secs > 0 ? images / secs : 0.0);
+  };
+  auto r = nostall::MeasureThroughput(spec, static_cast<int>(epochs), max_batches,
+                                      show_progress ? std::function<void(int64_t, double)>(progress)
+                                                    : nullptr);
+  if (show_progress) std::fputs("\r\033[K", stderr);
+  if (!r.ok()) return Fail(r.status());
+  const auto& res = r.value();
+  if (json) {
+    std::printf("{\"images\": %lld, \"batches\": %lld, \"seconds\": %.6f, \"images_per_s\": %.3f, "
+                "\"stats\": %s}\n",
+                static_cast<long long>(res.images), static_cast<long long>(res.batches),
+                res.seconds, res.images_per_second(), res.stats.ToJson().c_str());
+    return 0;
+  }
+  const std::string reads_text =
+      res.stats.has_storage && spec.reads_in_flight == 0
+          ? "reads in flight adaptive, " + std::to_string(res.stats.reads_in_flight_target) + " at the end"
+          : std::to_string(res.stats.fetch.threads) + " reads in flight";
+  std::printf("%s: %lld images in %.2f s = %.1f images/s (batch %lld, %d prep threads, %s)\n\n%s",
+              spec.source.c_str(), static_cast<long long>(res.images), res.seconds,
+              res.images_per_second(), static_cast<long long>(spec.batch_size),
+              res.stats.prep.threads, reads_text.c_str(), res.stats.ToTable().c_str());
+  if (res.stats.has_autotune && Has(args, "--autotune")) {
+    std::printf("\nautotune chose: --threads %d --reads-in-flight %d --prefetch %d (%lld changes)\n",
+                res.stats.autotune_threads, res.stats.autotune_reads, res.stats.autotune_prefetch,
+                static_cast<long long>(res.stats.autotune_changes));
+    for (const auto& d : res.stats.autotune_decisions) {
+      std::printf("  %6.1f s  %-15s %d -> %d: %s\n", d.time_s, d.knob.c_str(), d.from, d.to,
+                  d.why.c_str());
+    }
+  }
+  return 0;
+}
+
+int Inspect(const Args& args) {
+  if (Has(args, "--help") || Has(args, "-h") || args.positional.size() != 1) {
+    std::fputs("usage: nostall inspect PATH\n\nPrints the dataset's kind, item count, classes "
+               "and fingerprint, building (and caching) its index if needed.\n",
+               Has(args, "--help") || Has(args, "-h") ? stdout : stderr);
+    return Has(args, "--help") || Has(args, "-h") ? 0 : 2;
+  }
+  auto src = nostall::OpenSource(args.positional[0]);
+  if (!src.ok()) return Fail(src.status());
+  const nostall::Source& s = *src.value();
+  int64_t known = 0;
+  for (int64_t i = 0; i < s.size(); ++i) known += std::max<int64_t>(0, s.byte_size(i));
+  std::printf("dataset:     %s\nkind:        %s\nitems:       %lld\n", args.positional[0].c_str(),
+              s.kind(), static_cast<long long>(s.size()));
+  if (!s.classes().empty()) {
+    std::printf("classes:     %zu (", s.classes().size());
+    for (size_t i = 0; i < s.classes().size() && i < 8; ++i) {
+      std::printf("%s%s", i ? ", " : "", s.classes()[i].c_str());
+    }
+    std::printf("%s)\n", s.classes().size() > 8 ? ", ..." : "");
+  }
+  if (known > 0) std::printf("bytes:       %lld\n", static_cast<long long>(known));
+  if (s.skipped_at_index() > 0) {
+    std::printf("skipped:     %lld bad samples\n", static_cast<long long>(s.skipped_at_index()));
+  }
+  std::printf("fingerprint: %016llx\n", static_cast<unsigned long long>(s.fingerprint()));
+  return 0;
+}
+
+}  // namespace nostall::cli

@@ -1,0 +1,200 @@
+// `nostall serve` (one pipeline for every process on the node) and
+// `nostall shared` (ls, inspect, rm of served pipelines).
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/cli.h"
+#include "nostall/bench.h"
+#include "nostall/cache.h"
+#include "nostall/loader.h"
+#include "nostall/shared.h"
+#include "nostall/source.h"
+#include "common/clock.h"
+#include "common/shm.h"
+
+namespace nostall::cli {
+
+namespace {
+
+constexpr const char* kServeUsage = R"(usage: nostall serve --spec SPEC --name NAME [options]
+
+Runs one pipeline and serves its batches to every training process on this
+node that attaches with nostall.Loader.attach(NAME, batch_size=...). Serves
+until Ctrl-C or SIGTERM, then removes the shared memory.
+
+options:
+  --spec FILE          the loader spec (JSON, as for nostall bench --spec)
+  --name NAME          the name consumers attach to
+  --chunk N            samples per published chunk (default: the spec's
+                       batch_size); consumers whose batch size divides it
+                       read zero-copy, others copy once
+  --max-consumers N    consumer table size (default 8)
+  --slots N            chunk slots in shared memory (default 4 + 2 x consumers)
+  --max-lag-ms N       how long the producer waits for one consumer before
+                       that consumer continues on its own pipeline (default 1000)
+  --block-chunks N     shuffle block, in chunks (default: ~1/16 of an epoch);
+                       a consumer starts at a block boundary
+  --quiet              no status lines
+)";
+
+std::atomic<bool> g_stop{false};
+
+}  // namespace
+
+int Serve(const Args& args) {
+  if (Has(args, "--help") || Has(args, "-h")) {
+    std::fputs(kServeUsage, stdout);
+    return 0;
+  }
+  static const char* kKnown[] = {"--spec", "--name", "--chunk", "--max-consumers", "--slots",
+                                 "--max-lag-ms", "--block-chunks"};
+  for (const auto& [k, v] : args.options) {
+    if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
+      std::fprintf(stderr, "nostall serve: unknown option %s (see nostall serve --help)\n",
+                   k.c_str());
+      return 2;
+    }
+  }
+  auto spec_path = args.options.find("--spec");
+  auto name = args.options.find("--name");
+  if (spec_path == args.options.end() || name == args.options.end() || !args.positional.empty()) {
+    std::fputs(kServeUsage, stderr);
+    return 2;
+  }
+  auto spec = ReadSpecFile(spec_path->second);
+  if (!spec.ok()) return Fail(spec.status());
+  long long chunk = 0, consumers = 8, slots = 0, lag_ms = 1000, block = 0;
+  if (!IntOption(args, "--chunk", 0, &chunk) || !IntOption(args, "--max-consumers", 1, &consumers) ||
+      !IntOption(args, "--slots", 0, &slots) || !IntOption(args, "--max-lag-ms", 1, &lag_ms) ||
+      !IntOption(args, "--block-chunks", 0, &block)) {
+    return 2;
+  }
+  nostall::ServeOptions o;
+  o.chunk = chunk;
+  o.max_consumers = static_cast<int>(consumers);
+  o.slots = static_cast<int>(slots);
+  o.max_lag_s = lag_ms / 1000.0;
+  o.block_chunks = block;
+  o.verbose = !Has(args, "--quiet");
+  auto producer = nostall::SharedProducer::Create(name->second, spec.value(), o);
+  if (!producer.ok()) return Fail(producer.status());
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { g_stop.store(true); };
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  const auto& p = *producer.value();
+  std::fprintf(stderr, "nostall serve: '%s' serving %s in chunks of %lld; attach with "
+               "nostall.Loader.attach(\"%s\", batch_size=...)\n",
+               name->second.c_str(), p.spec().source.c_str(),
+               static_cast<long long>(p.spec().batch_size), name->second.c_str());
+  std::atomic<bool> done{false};
+  std::thread status([&] {
+    int64_t last = nostall::NowNs();
+    while (!done.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      if (!o.verbose || nostall::NowNs() - last < 5000000000) continue;
+      last = nostall::NowNs();
+      nostall::ProducerStatus st = p.Snapshot();
+      std::string who;
+      for (const auto& c : st.consumers) {
+        who += (who.empty() ? "" : ", ") + std::to_string(c.pid) + " " + c.state;
+      }
+      const nostall::LoaderStats ps = p.PipelineStats();
+      const std::string tuned =
+          ps.has_autotune ? "; autotuned: " + std::to_string(ps.autotune_threads) + " threads, " +
+                                std::to_string(ps.autotune_reads) + " reads"
+                          : "";
+      std::fprintf(stderr, "nostall serve: %lld chunks (epoch %lld), consumers: %s%s\n",
+                   static_cast<long long>(st.produced),
+                   static_cast<long long>(st.produced / std::max<int64_t>(1, st.chunks_per_epoch)),
+                   who.empty() ? "none" : who.c_str(), tuned.c_str());
+    }
+  });
+  nostall::Status result = producer.value()->Run(g_stop);
+  done.store(true);
+  status.join();
+  producer.value().reset();  // closes and removes the segment
+  if (!result.ok()) return Fail(result);
+  std::fputs("nostall serve: stopped\n", stderr);
+  return 0;
+}
+
+int SharedCommand(const Args& args) {
+  const auto& p = args.positional;
+  const std::string usage =
+      "usage: nostall shared ls | inspect NAME | rm NAME\n\nShared loaders (`nostall serve`) "
+      "live in /dev/shm while served; a producer\nthat stops removes its own. One killed "
+      "(SIGKILL, out of memory) leaves it\nbehind, shown as dead: `rm` removes it (a name "
+      "still served is refused),\nand so does serving that name again.\n";
+  if (Has(args, "--help") || Has(args, "-h")) {
+    std::fputs(usage.c_str(), stdout);
+    return 0;
+  }
+  if (p.size() == 1 && p[0] == "ls") {
+    auto names = nostall::ListShared();
+    if (names.empty()) std::puts("no shared loaders");
+    for (const auto& n : names) {
+      auto info = nostall::InspectShared(n);
+      if (!info.ok()) {
+        std::printf("%-24s (unreadable: %s)\n", n.c_str(), info.status().message().c_str());
+        continue;
+      }
+      const auto& i = info.value();
+      std::printf("%-24s %-8s pid %-8lld %10s  %zu consumer%s  %s\n", n.c_str(), i.state.c_str(),
+                  static_cast<long long>(i.producer_pid),
+                  nostall::FormatBytes(static_cast<int64_t>(i.segment_bytes)).c_str(),
+                  i.consumers.size(), i.consumers.size() == 1 ? "" : "s", i.source.c_str());
+    }
+    return 0;
+  }
+  if (p.size() == 2 && p[0] == "inspect") {
+    auto info = nostall::InspectShared(p[1]);
+    if (!info.ok()) return Fail(info.status());
+    const auto& i = info.value();
+    std::printf("shared loader: %s (/dev/shm/nostall-shared-%s)\nstate:         %s, producer pid "
+                "%lld, heartbeat %.1f s ago\n",
+                i.name.c_str(), i.name.c_str(), i.state.c_str(),
+                static_cast<long long>(i.producer_pid), i.heartbeat_age_s);
+    if (!i.error.empty()) std::printf("error:         %s\n", i.error.c_str());
+    std::printf("dataset:       %s\nstream:        %lld samples per epoch in %lld chunks of %lld; "
+                "%lld chunks published\nsize:          %s (%lld slots)\nconsumers:     %zu of "
+                "%lld (%lld left behind for lagging, %lld released after dying)\n",
+                i.source.c_str(), static_cast<long long>(i.samples_per_epoch),
+                static_cast<long long>(i.chunks_per_epoch), static_cast<long long>(i.chunk),
+                static_cast<long long>(i.produced),
+                nostall::FormatBytes(static_cast<int64_t>(i.segment_bytes)).c_str(),
+                static_cast<long long>(i.slots), i.consumers.size(),
+                static_cast<long long>(i.max_consumers), static_cast<long long>(i.evictions),
+                static_cast<long long>(i.reaped));
+    for (const auto& c : i.consumers) {
+      std::printf("  pid %-8lld %-7s next chunk %lld\n", static_cast<long long>(c.pid),
+                  c.state.c_str(), static_cast<long long>(c.need));
+    }
+    return 0;
+  }
+  if (p.size() == 2 && p[0] == "rm") {
+    nostall::Status st = nostall::RemoveShared(p[1]);
+    if (!st.ok()) return Fail(st);
+    std::printf("removed shared loader '%s'\n", p[1].c_str());
+    return 0;
+  }
+  std::fputs(usage.c_str(), stderr);
+  return 2;
+}
+
+
+}  // namespace nostall::cli
