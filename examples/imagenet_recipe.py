@@ -56,7 +56,7 @@ def main():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     loader = nostall.Loader(data, batch_size=args.batch_size, shuffle=True, seed=0,
                             transforms=recipe_transforms(args.crop), drop_last=True)
-    classes = len(loader.classes)
+    classes = loader.num_classes  # class folders, or the labels of .cls members
     # The loader's batches are private to this process: mixing in place is safe.
     mix = T.RandomChoice([T.MixUp(alpha=0.2, num_classes=classes, inplace=True),
                           T.CutMix(alpha=1.0, num_classes=classes, inplace=True)], seed=0)

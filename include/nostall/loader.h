@@ -84,6 +84,9 @@ class Batch {
   virtual const void* images() const = 0;
   virtual const int64_t* labels() const = 0;
   virtual const int64_t* indices() const = 0;  // dataset indices of the samples
+  // A private copy, not a view of a ring slot (the caller held every other
+  // slot; see LoaderStats::private_copies).
+  virtual bool copied() const { return false; }
 };
 
 enum class NextStatus { kBatch, kEndOfEpoch, kTimeout };

@@ -57,6 +57,11 @@ struct LoaderStats {
   int64_t samples = 0;  // in those batches
   int64_t errors = 0;   // bad items met (raised or skipped)
   int64_t skipped = 0;  // bad items skipped under on_error="skip"
+  // Batches left with no sample (every item skipped): never handed out.
+  int64_t empty_batches_dropped = 0;
+  // Batches handed out as private copies because the caller held every
+  // other slot (zero-copy resumes once it lets batches go).
+  int64_t private_copies = 0;
   // Consumer side: calls for the next batch.
   int64_t iterations = 0;
   int64_t wait_ns = 0;      // total time waiting for a batch (stall)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import operator
 import os
+import warnings
 from typing import Iterable, Optional
 
 from . import _nostall
@@ -24,6 +25,38 @@ def _env_int(name):
         return int(value)
     except ValueError:
         raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+
+
+def _distributed_env():
+    """(rank, world_size) from torchrun's environment, or None when neither
+    RANK nor WORLD_SIZE is set. Half of it, or values that contradict each
+    other, is an error naming the variables: guessing would have every
+    process train on the same shard."""
+    rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    if rank is None and world is None:
+        return None
+    if rank is None or world is None:
+        have, missing = ("WORLD_SIZE", "RANK") if rank is None else ("RANK", "WORLD_SIZE")
+        raise ValueError(
+            f"the environment sets {have}={os.environ[have]!r} but not {missing}: every process "
+            f"would read the same shard. Set both (torchrun does), or pass rank= and world_size=")
+    if world < 1:
+        raise ValueError(f"environment variable WORLD_SIZE={world} must be >= 1")
+    if not 0 <= rank < world:
+        raise ValueError(f"environment variable RANK={rank} is outside 0..WORLD_SIZE-1 "
+                         f"(WORLD_SIZE={world})")
+    return rank, world
+
+
+def _sharding(rank, world_size):
+    """The rank and world size a loader uses: the arguments given, the rest
+    from torchrun's environment (RANK, WORLD_SIZE), else 0 and 1."""
+    if rank is not None and world_size is not None:
+        return rank, world_size
+    env = _distributed_env()
+    if env is None:
+        return (0 if rank is None else rank), (1 if world_size is None else world_size)
+    return (env[0] if rank is None else rank), (env[1] if world_size is None else world_size)
 
 
 def _plain(value):
@@ -156,10 +189,7 @@ class Loader(Closeable):
         # is the one raised. Only what C++ never sees is checked here.
         if output not in ("torch", "numpy"):
             raise ValueError(f'output must be "torch" or "numpy", not {output!r}')
-        if world_size is None:
-            world_size = _env_int("WORLD_SIZE") or 1
-        if rank is None:
-            rank = _env_int("RANK") or 0
+        rank, world_size = _sharding(rank, world_size)
         transforms = list(transforms)
         for t in transforms:
             if not isinstance(t, Transform):
@@ -206,10 +236,16 @@ class Loader(Closeable):
 
     @classmethod
     def from_spec(cls, spec, *, copy=False, return_indices=False, output="torch", progress=False):
-        """Builds a loader from a spec (a dict or its JSON text), as ``nostall bench --spec`` does."""
+        """Builds a loader from a spec (a dict or its JSON text), as ``nostall bench --spec`` does.
+
+        ``rank`` and ``world_size`` the spec leaves out come from torchrun's
+        environment (``RANK``, ``WORLD_SIZE``), as for the constructor.
+        """
         self = cls.__new__(cls)
-        self._init(json.loads(spec) if isinstance(spec, str) else dict(spec),
-                   copy=copy, return_indices=return_indices, output=output, progress=progress)
+        spec = json.loads(spec) if isinstance(spec, str) else dict(spec)
+        rank, world_size = _sharding(spec.get("rank"), spec.get("world_size"))
+        spec["rank"], spec["world_size"] = rank, world_size
+        self._init(spec, copy=copy, return_indices=return_indices, output=output, progress=progress)
         return self
 
     @classmethod
@@ -269,6 +305,8 @@ class Loader(Closeable):
 
             self._from_numpy = torch.from_numpy
         self._seed = spec.get("seed", 0)
+        self._copies_warned = False
+        self.sampler = _EpochHook(self)
         self._epoch = 0
         self._epoch_set = False  # set_epoch called since the last full pass
         self._position = 0       # batches handed out in the current epoch
@@ -280,17 +318,29 @@ class Loader(Closeable):
 
     # ------------------------------------------------------------ iteration
     def set_epoch(self, epoch: int) -> None:
-        """Selects the epoch (its order and augmentations) the next iteration runs."""
+        """Selects the epoch (its order and augmentations) the next iteration runs.
+
+        Trainers call it through ``loader.sampler.set_epoch`` (Lightning) or
+        ``loader.set_epoch`` (Accelerate, Hugging Face's Trainer). Naming
+        the epoch that is running while it runs changes nothing.
+        """
+        epoch = operator.index(epoch)
         if epoch < 0:
             raise ValueError("epoch must be >= 0")
-        self._epoch = int(epoch)
+        if self._active and epoch == self._epoch and self._finished_epoch != epoch:
+            return  # the running epoch (a trainer's hook after iter())
+        self._epoch = epoch
         self._epoch_set = True
 
     def __iter__(self):
         """Starts an epoch (the one set_epoch chose, or the next) and returns its iterator.
 
-        Starting another iteration abandons the previous one, whose iterator
-        then stops.
+        An epoch is over once its last batch has been handed out (a trainer
+        that stops at ``len(loader)`` batches need not ask for more): the
+        next ``iter()`` starts the next epoch. An epoch abandoned part-way is
+        started again from its beginning by the next ``iter()``. Starting
+        another iteration abandons the previous one: its iterator then
+        raises an error rather than end the epoch early.
         """
         core = self._require_core()
         if not self._epoch_set and self._finished_epoch == self._epoch:
@@ -306,27 +356,41 @@ class Loader(Closeable):
         self._position = start
         self._active = True
         self._epoch_set = False
+        self._finished_epoch = None  # this pass has not handed out its last batch
         self._generation += 1
         return _EpochIterator(self, self._generation)
 
     def _next(self, generation):
-        if not self._active or generation != self._generation:
+        if generation != self._generation:
+            raise RuntimeError(
+                "this iterator over the loader was abandoned: a later iter(loader) started "
+                "another pass (a next(iter(loader)) inside a loop over it, or zip(loader, "
+                "loader)). A loader runs one pass at a time; to peek, keep the batch the loop "
+                "gave, or make a second Loader")
+        if not self._active:
             raise StopIteration
         try:
             out = self._core.next()
         except DataError:
             self._position += 1  # that batch is consumed; iteration may go on
+            self._note_epoch_end()
             raise
         if out is None:
             self._active = False
-            self._finished_epoch = self._epoch
-            if self._progress is not None:
-                self._progress.finish(self, self._epoch)
+            self._finish_epoch()
             raise StopIteration
-        self._position += 1
+        images, labels, indices, index, copied = out
+        self._position = self._position + 1 if self._shared is not None else index + 1
+        if copied and not self._copies_warned:
+            self._copies_warned = True
+            warnings.warn(
+                "every other batch slot is held by batches still referenced (list(loader), "
+                "kept batches): batches are handed out as private copies until some are "
+                "released; stats()['private_copies'] counts them. copy=True, or a larger "
+                "prefetch, keeps this quiet", ResourceWarning, stacklevel=3)
         if self._progress is not None:
             self._progress.update(self, self._epoch, self._position, self._core.batches_per_epoch)
-        images, labels, indices = out
+        self._note_epoch_end()
         if self._torch:
             from_numpy = self._from_numpy
             images, labels, indices = from_numpy(images), from_numpy(labels), from_numpy(indices)
@@ -339,6 +403,20 @@ class Loader(Closeable):
             return images, labels, indices
         return images, labels
 
+    def _note_epoch_end(self):
+        """After the epoch's last batch: the epoch is over, whether or not the
+        caller asks for the end (Lightning stops at len(loader) batches)."""
+        if self._position >= self._core.batches_per_epoch and self._finished_epoch != self._epoch:
+            self._finish_epoch()
+
+    def _finish_epoch(self):
+        if self._finished_epoch == self._epoch:
+            return
+        self._finished_epoch = self._epoch
+        self._epoch_set = False
+        if self._progress is not None:
+            self._progress.finish(self, self._epoch)
+
     def __len__(self):
         return self._require_core().batches_per_epoch
 
@@ -346,10 +424,14 @@ class Loader(Closeable):
     def state_dict(self) -> dict:
         """Where the loader is: resuming from it continues with the very next batch."""
         core = self._require_core()
-        if self._active:
-            epoch, batch = self._epoch, self._position
-        elif self._finished_epoch == self._epoch and not self._epoch_set:
+        if self._resume is not None:  # loaded, not yet iterated
+            epoch, batch = self._resume[0], self._resume[1]
+        elif self._epoch_set:  # set_epoch chose what the next iteration runs
+            epoch, batch = self._epoch, 0
+        elif self._finished_epoch == self._epoch:  # its last batch was handed out
             epoch, batch = self._epoch + 1, 0
+        elif self._active:
+            epoch, batch = self._epoch, self._position
         else:
             epoch, batch = self._epoch, 0
         # Written and checked in C++ (nostall/resume.h), as the CLI and serve do.
@@ -363,6 +445,8 @@ class Loader(Closeable):
         self._epoch_set = True
         self._resume = (self._epoch, batch, base)
         self._active = False
+        self._finished_epoch = None
+        self._generation += 1  # an iterator from before the load stops being valid
 
     # ------------------------------------------------------------ info
     def stats(self) -> dict:
@@ -379,7 +463,16 @@ class Loader(Closeable):
 
     @property
     def classes(self):
+        """Class names: an image folder's class folders, in label order.
+        Empty for tar shards, whose labels are numbers (``.cls``); see
+        ``num_classes``."""
         return list(self._require_core().classes)
+
+    @property
+    def num_classes(self) -> int:
+        """How many classes the labels index: the class folders of an image
+        folder, else the largest label in the dataset plus one."""
+        return self._require_core().num_classes
 
     @property
     def num_items(self) -> int:
@@ -408,6 +501,23 @@ class Loader(Closeable):
         if self._core is None:
             raise RuntimeError("the loader is closed")
         return self._core
+
+
+class _EpochHook:
+    """``loader.sampler``: where trainers look for ``set_epoch`` (Lightning
+    calls ``loader.sampler.set_epoch(epoch)`` before each epoch, as it does
+    for a DataLoader's DistributedSampler)."""
+
+    __slots__ = ("_loader",)
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def set_epoch(self, epoch: int) -> None:
+        self._loader.set_epoch(epoch)
+
+    def __repr__(self):
+        return "<nostall loader epoch hook>"
 
 
 class _EpochIterator:

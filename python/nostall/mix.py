@@ -29,7 +29,7 @@ class _BatchOp:
     _salt = 0
 
     def __init__(self, alpha: float = 1.0, num_classes: int | None = None, seed: int = 0,
-                 inplace: bool = False):
+                 inplace: bool = False, layout: str = "NCHW"):
         if not alpha > 0:
             raise ValueError(f"{type(self).__name__}: alpha must be positive, got {alpha}")
         if num_classes is None or int(num_classes) < 1:
@@ -39,11 +39,32 @@ class _BatchOp:
         self.num_classes = int(num_classes)
         self.seed = int(seed)
         self.inplace = bool(inplace)
+        if layout not in ("NCHW", "NHWC"):
+            raise ValueError(f'{type(self).__name__}: layout must be "NCHW" or "NHWC", not {layout!r}')
+        self.layout = layout
         self._step = 0
+
+    def _hw(self, images):
+        """(H, W) of the batch in this op's layout."""
+        return images.shape[2:4] if self.layout == "NCHW" else images.shape[1:3]
+
+    def _box(self, batch, y1, y2, x1, x2):
+        """The index of a box of rows y1:y2, columns x1:x2 of samples `batch`."""
+        if self.layout == "NCHW":
+            return (batch, slice(None), slice(y1, y2), slice(x1, x2))
+        return (batch, slice(y1, y2), slice(x1, x2), slice(None))
 
     def _check(self, images, labels):
         if not isinstance(images, torch.Tensor) or images.dim() != 4:
-            raise ValueError(f"{type(self).__name__}: images must be a (batch, C, H, W) tensor")
+            raise ValueError(f"{type(self).__name__}: images must be a (batch, C, H, W) tensor "
+                             f"(or (batch, H, W, C) with layout=\"NHWC\")")
+        c = images.shape[1] if self.layout == "NCHW" else images.shape[3]
+        if c not in (1, 3, 4):
+            other = "NHWC" if self.layout == "NCHW" else "NCHW"
+            raise ValueError(
+                f"{type(self).__name__}: a batch of shape {tuple(images.shape)} has {c} channels "
+                f"in layout {self.layout}; pass layout=\"{other}\" if the batch is {other} "
+                f"(the loader's layout= argument)")
         if not images.is_floating_point():
             raise ValueError(f"{type(self).__name__}: images must be float (add Normalize)")
         if labels.dim() != 1 or labels.shape[0] != images.shape[0]:
@@ -62,7 +83,8 @@ class _BatchOp:
         return self._mix(images, labels, _rng(self.seed, epoch, step, self._salt))
 
     def __repr__(self):
-        return f"{type(self).__name__}(alpha={self.alpha}, num_classes={self.num_classes})"
+        return (f"{type(self).__name__}(alpha={self.alpha}, num_classes={self.num_classes}, "
+                f"layout={self.layout!r})")
 
 
 class MixUp(_BatchOp):
@@ -104,24 +126,25 @@ class CutMix(_BatchOp):
 
     def _mix(self, images, labels, rng):
         lam = rng.betavariate(self.alpha, self.alpha)
-        H, W = images.shape[-2:]
+        H, W = self._hw(images)
         r_x, r_y = rng.randrange(W), rng.randrange(H)
         r = 0.5 * math.sqrt(1.0 - lam)
         r_w_half, r_h_half = int(r * W), int(r * H)
         x1, y1 = max(r_x - r_w_half, 0), max(r_y - r_h_half, 0)
         x2, y2 = min(r_x + r_w_half, W), min(r_y + r_h_half, H)
+        box = lambda batch: self._box(batch, y1, y2, x1, x2)  # noqa: E731
         if self.inplace:  # only the box moves: last to first, each from its predecessor
             out = images
             if len(images) and y2 > y1 and x2 > x1:
-                last = images[-1, ..., y1:y2, x1:x2].clone()
+                last = images[box(-1)].clone()
                 for i in range(len(images) - 1, 0, -1):
-                    images[i, ..., y1:y2, x1:x2] = images[i - 1, ..., y1:y2, x1:x2]
-                images[0, ..., y1:y2, x1:x2] = last
+                    images[box(i)] = images[box(i - 1)]
+                images[box(0)] = last
         else:
             out = images.clone()
             if len(images):  # the box from the previous sample (x.roll(1)), without rolling all
-                out[1:, ..., y1:y2, x1:x2] = images[:-1, ..., y1:y2, x1:x2]
-                out[:1, ..., y1:y2, x1:x2] = images[-1:, ..., y1:y2, x1:x2]
+                out[box(slice(1, None))] = images[box(slice(None, -1))]
+                out[box(slice(None, 1))] = images[box(slice(-1, None))]
         lam_adjusted = 1.0 - (x2 - x1) * (y2 - y1) / (W * H)
         y = self._one_hot(labels, images.dtype)
         return out, y.roll(1, 0).mul_(1.0 - lam_adjusted).add_(y.mul(lam_adjusted))

@@ -37,12 +37,16 @@ PipelineLoader::~PipelineLoader() {
 Status PipelineLoader::Init(std::shared_ptr<ring::Segment> ring) {
   state_ = std::make_shared<RingState>();  // first: the destructor locks its mutex
   const bool own_ring = ring == nullptr;
+  own_ring_ = own_ring;
   if (ring == nullptr) {
     ring::RingLayout l;
     // Tuned prefetch: slots for the most it may take, memory reserved for
     // the first ones (the rest are reserved as the tuner takes them).
-    l.slot_count = static_cast<uint32_t>(tune_.prefetch ? tune_.max_prefetch + 2 : PipelineSlots(spec_));
-    l.reserved_slots = static_cast<uint32_t>(PipelineSlots(spec_));
+    // One slot more than batches may take: the spare, used only while the
+    // caller holds every other slot (Next: then batches leave as copies).
+    l.slot_count =
+        static_cast<uint32_t>(tune_.prefetch ? tune_.max_prefetch + 2 : PipelineSlots(spec_)) + 1;
+    l.reserved_slots = static_cast<uint32_t>(PipelineSlots(spec_)) + 1;
     l.chunk = spec_.batch_size;
     l.sample_bytes = sample_bytes_;
     const std::vector<int64_t> shape = SampleShape();
@@ -85,7 +89,7 @@ Status PipelineLoader::Init(std::shared_ptr<ring::Segment> ring) {
   // holds the slots it keeps for consumers.
   slot_limit_ = own_ring ? static_cast<int64_t>(PipelineSlots(spec_))
                          : static_cast<int64_t>(state_->slots.size());
-  slots_reserved_ = slot_limit_;
+  slots_reserved_ = slot_limit_ + (own_ring ? 1 : 0);
   try {
     if (async_) threads_.emplace_back([this] { DispatchLoop(); });
     StartWorkers();
@@ -186,6 +190,7 @@ Status PipelineLoader::Next(int64_t timeout_ms, NextStatus* status, std::shared_
   MutexLock lock(&state_->mu);
   if (!started_) return FailedPrecondition("StartEpoch was not called");
   consumer_.CallStarted(epoch_, t0);
+next_batch:
   if (consume_batch_ >= num_batches_) {
     *status = NextStatus::kEndOfEpoch;
     return Status::OK();
@@ -195,8 +200,15 @@ Status PipelineLoader::Next(int64_t timeout_ms, NextStatus* status, std::shared_
   auto ready = [&]() REQUIRES(state_->mu) {
     found = FindSlot(SlotState::kReady, consume_batch_);
     // Every slot leased to the caller: no batch can be made until it lets
-    // one go, so waiting would be forever.
+    // one go, so waiting would be forever. Its own ring has a spare slot
+    // for that: the next batch is made there and leaves as a copy.
     starved_by_caller = found < 0 && AllSlotsLeased();
+    if (starved_by_caller && own_ring_ && !spare_open_) {
+      spare_open_ = true;
+      starved_by_caller = false;
+      work_cv_.notify_all();
+      state_->slot_freed.notify_all();
+    }
     return cancelled_ || found >= 0 || starved_by_caller;
   };
   const auto deadline =
@@ -219,6 +231,8 @@ Status PipelineLoader::Next(int64_t timeout_ms, NextStatus* status, std::shared_
   }
   if (cancelled_) return Cancelled("loader shut down");
   if (starved_by_caller) {
+    // Only a ring whose slot limit shrank under leases gets here (a copy is
+    // handed out before the caller can hold the last slot).
     return FailedPrecondition(
         "all " + std::to_string(state_->slots.size()) +
         " batch slots are held by batches still referenced, so no new batch can be made; "
@@ -241,11 +255,38 @@ Status PipelineLoader::Next(int64_t timeout_ms, NextStatus* status, std::shared_
     state_->slot_freed.notify_all();
     return err;
   }
-  h.state = SlotState::kLeased;
-  h.leases = 1;
+  if (h.count == 0 && own_ring_) {
+    // Every item of the batch was skipped: a batch of no samples would make
+    // the caller's loss NaN. Dropped (counted), and the next one is taken.
+    empty_dropped_.fetch_add(1);
+    h.state = SlotState::kFree;
+    lock.Unlock();
+    state_->slot_freed.notify_all();
+    lock.Lock();
+    goto next_batch;
+  }
   samples_.fetch_add(h.count);
   delivered_.fetch_add(1);
   consumer_.Delivered(epoch_, h.count, NowNs());
+  h.state = SlotState::kLeased;
+  h.leases = 1;
+  if (own_ring_ && LeasedSlots() > slot_limit_) {
+    // The caller holds every other slot (list(loader), batches kept for
+    // evaluation): this one leaves as a private copy and its slot is
+    // refilled, so the pipeline goes on. Zero-copy resumes once the caller
+    // lets old batches go.
+    private_copies_.fetch_add(1);
+    *out = std::make_shared<CopiedBatch>(*state_->seg, static_cast<uint32_t>(s), epoch_, index,
+                                         h.count,
+                                         static_cast<size_t>(h.count) * sample_bytes_);
+    h.state = SlotState::kFree;
+    h.leases = 0;
+    spare_open_ = false;
+    lock.Unlock();
+    state_->slot_freed.notify_all();
+    *status = NextStatus::kBatch;
+    return Status::OK();
+  }
   *out = std::make_shared<LeasedBatch>(state_, s, epoch_, index, h.count);
   *status = NextStatus::kBatch;
   return Status::OK();
@@ -254,8 +295,10 @@ Status PipelineLoader::Next(int64_t timeout_ms, NextStatus* status, std::shared_
 LoaderStats PipelineLoader::Stats() const {
   LoaderStats st;
   int reads = 0, threads = 0;
+  int64_t consumer_epoch = 0;
   {
     MutexLock lock(&state_->mu);
+    consumer_epoch = started_ ? epoch_ : -1;
     reads = ReadLimitNow();
     threads = prep_active_;
     st.ring_slots = slot_limit_;
@@ -268,6 +311,8 @@ LoaderStats PipelineLoader::Stats() const {
   st.samples = samples_.load();
   st.errors = errors_.load();
   st.skipped = skipped_.load() + source_->skipped_at_index();
+  st.empty_batches_dropped = empty_dropped_.load();
+  st.private_copies = private_copies_.load();
   consumer_.Fill(&st);
   st.elapsed_ns = NowNs() - created_ns_;
   st.ring_bytes = state_->seg->g.data_offset + state_->seg->g.slot_stride * static_cast<uint64_t>(st.ring_slots);
@@ -303,7 +348,11 @@ LoaderStats PipelineLoader::Stats() const {
     }
     st.cache_inserted_bytes = cache_inserted_bytes_.load();
     MutexLock lock(&cache_mu_);
-    for (const auto& [epoch, counts] : cache_epochs_) st.cache_epochs.push_back(counts);
+    // Epochs the caller has reached: the fetchers read ahead into the next
+    // one, which is not an epoch the caller ran (yet).
+    for (const auto& [epoch, counts] : cache_epochs_) {
+      if (epoch <= consumer_epoch) st.cache_epochs.push_back(counts);
+    }
   }
   return st;
 }

@@ -139,6 +139,32 @@ class LeasedBatch final : public Batch {
   int64_t epoch_, index_, size_;
 };
 
+// A batch copied out of its slot (the slot is free again at once): what the
+// caller gets when it holds every other slot, so the pipeline never stops.
+class CopiedBatch final : public Batch {
+ public:
+  CopiedBatch(const ring::Segment& seg, uint32_t slot, int64_t epoch, int64_t index, int64_t size,
+              size_t image_bytes)
+      : epoch_(epoch),
+        index_(index),
+        images_(static_cast<const uint8_t*>(seg.images(slot)),
+                static_cast<const uint8_t*>(seg.images(slot)) + image_bytes),
+        labels_(seg.labels(slot), seg.labels(slot) + size),
+        indices_(seg.indices(slot), seg.indices(slot) + size) {}
+  int64_t epoch() const override { return epoch_; }
+  int64_t index() const override { return index_; }
+  int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
+  const void* images() const override { return images_.data(); }
+  const int64_t* labels() const override { return labels_.data(); }
+  const int64_t* indices() const override { return indices_.data(); }
+  bool copied() const override { return true; }
+
+ private:
+  int64_t epoch_, index_;
+  std::vector<uint8_t> images_;
+  std::vector<int64_t> labels_, indices_;
+};
+
 class PipelineLoader final : public Loader {
  public:
   explicit PipelineLoader(PipelineParts parts)
@@ -183,7 +209,7 @@ class PipelineLoader final : public Loader {
   int64_t SlotToClaim() const REQUIRES(state_->mu) {
     int64_t in_use = 0;
     for (const PipelineSlot& h : state_->slots) in_use += h.state != SlotState::kFree;
-    return in_use < slot_limit_ ? FindSlot(SlotState::kFree, -1) : -1;
+    return in_use < slot_limit_ + (spare_open_ ? 1 : 0) ? FindSlot(SlotState::kFree, -1) : -1;
   }
 
   // A slot in `state` (holding `batch` of this epoch, if batch >= 0), or -1.
@@ -199,11 +225,12 @@ class PipelineLoader final : public Loader {
   void PrefetchFromCache(FetchedItem* fi);
   void CountCache(int64_t epoch, bool hit, bool error, size_t bytes) EXCLUDES(cache_mu_);
 
-  bool AllSlotsLeased() const REQUIRES(state_->mu) {
+  int64_t LeasedSlots() const REQUIRES(state_->mu) {
     int64_t leased = 0;
     for (const PipelineSlot& h : state_->slots) leased += h.state == SlotState::kLeased;
-    return leased >= slot_limit_;
+    return leased;
   }
+  bool AllSlotsLeased() const REQUIRES(state_->mu) { return LeasedSlots() >= slot_limit_; }
 
   // Workers (workers.cc).
   void FetchLoop(int index) EXCLUDES(state_->mu);
@@ -285,6 +312,9 @@ class PipelineLoader final : public Loader {
   int fetch_active_ GUARDED_BY(state_->mu) = 0;  // local sources: fetch threads at work
   int prep_started_ GUARDED_BY(state_->mu) = 0, fetch_started_ GUARDED_BY(state_->mu) = 0;
   int64_t slot_limit_ GUARDED_BY(state_->mu) = 0;  // slots batches may take (prefetch + 2)
+  // The caller holds slot_limit_ slots: one batch may take the spare slot
+  // (its own ring has one), and leaves as a copy.
+  bool spare_open_ GUARDED_BY(state_->mu) = false;
   int64_t slots_reserved_ GUARDED_BY(state_->mu) = 0;  // of a private ring: memory reserved
   std::unique_ptr<Autotuner> autotuner_;  // null: nothing tuned
   mutable Mutex tune_mu_;
@@ -315,6 +345,10 @@ class PipelineLoader final : public Loader {
 
   StageCounters fetch_, prep_, batch_;
   std::atomic<int64_t> samples_{0}, delivered_{0}, errors_{0}, skipped_{0};
+  std::atomic<int64_t> empty_dropped_{0}, private_copies_{0};
+  // The ring is this loader's own (not a shared producer's, whose slots it
+  // publishes): batches may then be dropped when empty or copied out.
+  bool own_ring_ = true;
   ConsumerRecorder consumer_;
 };
 

@@ -99,15 +99,17 @@ void PipelineLoader::AutotuneLoop() {
 
 void PipelineLoader::ApplyTune(const AutotuneDecision& in) {
   AutotuneDecision d = in;
-  if (d.knob == "prefetch" && d.to + 2 > slots_reserved_) {
+  const int64_t spare = own_ring_ ? 1 : 0;  // the ring's spare slot (Init)
+  if (d.knob == "prefetch" && d.to + 2 + spare > slots_reserved_) {
     const uint32_t first = static_cast<uint32_t>(slots_reserved_);
-    Status st = ring::ReserveSlots(*state_->seg, first, static_cast<uint32_t>(d.to + 2) - first);
+    Status st =
+        ring::ReserveSlots(*state_->seg, first, static_cast<uint32_t>(d.to + 2 + spare) - first);
     if (!st.ok()) {
       autotuner_->RefusePrefetch(d.from);
       d.to = d.from;
       d.why += "; not done: " + st.message();
     } else {
-      slots_reserved_ = d.to + 2;
+      slots_reserved_ = d.to + 2 + spare;
     }
   }
   if (d.knob == "threads") {

@@ -116,7 +116,8 @@ class PyLoader {
     if (!st.ok()) RaiseStatus(st);
   }
 
-  // (images, labels, indices), or None at the end of the epoch.
+  // (images, labels, indices, batch index in the epoch, copied), or None at
+  // the end of the epoch. A batch of no samples is never returned.
   nb::object Next() {
     NextStatus ns = NextStatus::kTimeout;
     std::shared_ptr<Batch> batch;
@@ -127,6 +128,7 @@ class PyLoader {
         st = Loader().Next(/*timeout_ms=*/50, &ns, &batch);
       }
       if (!st.ok()) RaiseStatus(st);
+      if (ns == NextStatus::kBatch && batch->size() == 0) continue;  // a shared consumer's
       if (ns != NextStatus::kTimeout) break;
       // Let Ctrl-C through while waiting for a slow batch.
       if (PyErr_CheckSignals() != 0) throw nb::python_error();
@@ -142,7 +144,8 @@ class PyLoader {
     // torch.from_numpy, which shares the memory (and so the lease).
     return nb::make_tuple(View(batch, batch->images(), shape, pixel),
                           View(batch, batch->labels(), n, nb::dtype<int64_t>()),
-                          View(batch, batch->indices(), n, nb::dtype<int64_t>()));
+                          View(batch, batch->indices(), n, nb::dtype<int64_t>()),
+                          batch->index(), batch->copied());
   }
 
   // A shared consumer's position: (stream chunk its current epoch began at,
@@ -193,6 +196,14 @@ class PyLoader {
     nb::list out;
     for (const std::string& c : Loader().source().classes()) out.append(PathText(c));
     return out;
+  }
+  // The class folders, else the largest label plus one (tar shards' .cls).
+  int64_t NumClasses() const {
+    const Source& src = Loader().source();
+    if (!src.classes().empty()) return static_cast<int64_t>(src.classes().size());
+    int64_t top = -1;
+    for (int64_t i = 0; i < src.size(); ++i) top = std::max(top, src.label(i));
+    return top + 1;
   }
   uint64_t Fingerprint() const { return Loader().source().fingerprint(); }
   void EvictPageCache() const {
@@ -342,6 +353,7 @@ NB_MODULE(_nostall, m) {
       .def("probe_storage", &PyLoader::ProbeStorage, "sequential"_a, "concurrent"_a,
            "concurrency"_a)
       .def_prop_ro("batches_per_epoch", &PyLoader::BatchesPerEpoch)
+      .def_prop_ro("num_classes", &PyLoader::NumClasses)
       .def_prop_ro("samples_per_epoch", &PyLoader::SamplesPerEpoch)
       .def_prop_ro("num_items", &PyLoader::NumItems)
       .def_prop_ro("classes", &PyLoader::Classes)

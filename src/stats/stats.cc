@@ -54,6 +54,8 @@ std::string LoaderStats::ToJson() const {
       {"samples", samples},
       {"errors", errors},
       {"skipped", skipped},
+      {"empty_batches_dropped", empty_batches_dropped},
+      {"private_copies", private_copies},
       {"consumer",
        {{"iterations", iterations},
         {"wait_s", wait_ns / 1e9},
@@ -219,6 +221,17 @@ std::string LoaderStats::ToTable() const {
   if (errors > 0) {
     std::snprintf(line, sizeof line, "bad items: %lld (%lld skipped)\n",
                   static_cast<long long>(errors), static_cast<long long>(skipped));
+    out += line;
+  }
+  if (empty_batches_dropped > 0) {
+    std::snprintf(line, sizeof line, "batches dropped with every sample skipped: %lld\n",
+                  static_cast<long long>(empty_batches_dropped));
+    out += line;
+  }
+  if (private_copies > 0) {
+    std::snprintf(line, sizeof line,
+                  "batches copied because every other slot was held by the caller: %lld\n",
+                  static_cast<long long>(private_copies));
     out += line;
   }
   return out;

@@ -36,6 +36,25 @@ def fresh_folder(tmp_path):
     return write_jpeg_folder(tmp_path / "data", classes=2, per_class=5, seed=1)
 
 
+def write_shards(folder, out_dir, shards=2):
+    """WebDataset shards of an image folder: KEY.jpg + KEY.cls per sample."""
+    import io
+    import tarfile
+    files = sorted(folder.rglob("*.jpg"))
+    classes = sorted({p.parent.name for p in files})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for s in range(shards):
+        with tarfile.open(out_dir / f"train-{s}.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+            for i, path in enumerate(files[s::shards]):
+                key = f"sample{s}{i:04d}"
+                for name, data in ((key + ".jpg", path.read_bytes()),
+                                   (key + ".cls", str(classes.index(path.parent.name)).encode())):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    return str(out_dir / ("train-{0..%d}.tar" % (shards - 1)))
+
+
 def augment():
     return [nostall.RandomResizedCrop(64), nostall.RandomHorizontalFlip(),
             nostall.Normalize(nostall.IMAGENET_MEAN, nostall.IMAGENET_STD)]

@@ -94,3 +94,52 @@ def test_the_recipe_example_trains(jpeg_folder):
                          timeout=300)
     assert out.returncode == 0, out.stderr
     assert "TrivialAugmentWide" in out.stdout and "images/s" in out.stdout
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_cutmix_pastes_its_box_over_rows_and_columns_in_either_layout(layout, inplace):
+    x, y = batch(8)
+    x = x if layout == "NCHW" else x.permute(0, 2, 3, 1).contiguous()  # (8, 16, 20, 3)
+    h_axis, w_axis, c_axis = (2, 3, 1) if layout == "NCHW" else (1, 2, 3)
+    src = x.clone()
+    out, soft = T.CutMix(alpha=1.0, num_classes=4, layout=layout, inplace=inplace)(
+        x, y, epoch=1, step=3)
+    changed = (out != src).any(dim=(0, c_axis))  # (H, W): the box, every channel with it
+    assert changed.shape == (16, 20)
+    ys, xs = torch.nonzero(changed, as_tuple=True)
+    assert len(ys) > 0
+    rows = slice(int(ys.min()), int(ys.max()) + 1)
+    cols = slice(int(xs.min()), int(xs.max()) + 1)
+    assert changed[rows, cols].all() and changed.sum() == changed[rows, cols].numel()
+    # every channel of the box comes from the previous sample (torchvision's x.roll(1))
+    index = [slice(None)] * 4
+    index[h_axis], index[w_axis] = rows, cols
+    assert torch.equal(out[tuple(index)], src.roll(1, 0)[tuple(index)])
+    outside = torch.ones(16, 20, dtype=torch.bool)
+    outside[rows, cols] = False
+    keep = outside[None, :, :, None] if layout == "NHWC" else outside[None, None]
+    assert torch.equal(out.masked_select(keep), src.masked_select(keep))
+    area = changed.sum().item() / changed.numel()
+    one_hot = torch.nn.functional.one_hot(y, 4).float()
+    assert torch.allclose(soft, (1 - area) * one_hot + area * one_hot.roll(1, 0), atol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_both_layouts_give_the_same_mix(layout):
+    x, y = batch(8)
+    nhwc = x.permute(0, 2, 3, 1).contiguous()
+    for op in (T.MixUp, T.CutMix):
+        a, sa = op(1.0, num_classes=4)(x, y, epoch=2, step=5)
+        b, sb = op(1.0, num_classes=4, layout="NHWC")(nhwc, y, epoch=2, step=5)
+        assert torch.equal(a.permute(0, 2, 3, 1), b) and torch.equal(sa, sb)
+
+
+def test_a_batch_in_the_other_layout_is_an_error_not_a_wrong_mix(jpeg_folder):
+    loader = nostall.Loader(jpeg_folder, batch_size=8, layout="NHWC", transforms=[
+        nostall.RandomResizedCrop(32), nostall.Normalize(nostall.IMAGENET_MEAN, nostall.IMAGENET_STD)])
+    images, labels = next(iter(loader))
+    with pytest.raises(ValueError, match='layout="NHWC"'):
+        T.CutMix(1.0, num_classes=3)(images, labels)
+    out, _ = T.CutMix(1.0, num_classes=3, layout=loader.spec["layout"])(images, labels)
+    assert out.shape == (8, 32, 32, 3)

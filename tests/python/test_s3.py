@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import nostall
-from conftest import augment, epoch_batches, write_jpeg_folder
+from conftest import augment, epoch_batches, write_jpeg_folder, write_shards
 
 boto3 = pytest.importorskip("boto3")  # installed by the test command (make test)
 
@@ -270,25 +270,6 @@ def test_spec_fields_override_the_environment(s3):
         assert loader.stats()["storage"]["requests"] >= 22
     finally:
         os.environ["AWS_ENDPOINT_URL"] = saved
-
-
-def write_shards(folder, out_dir, shards=2):
-    """WebDataset shards of an image folder: KEY.jpg + KEY.cls per sample."""
-    import io
-    import tarfile
-    files = sorted(folder.rglob("*.jpg"))
-    classes = sorted({p.parent.name for p in files})
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for s in range(shards):
-        with tarfile.open(out_dir / f"train-{s}.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
-            for i, path in enumerate(files[s::shards]):
-                key = f"sample{s}{i:04d}"
-                for name, data in ((key + ".jpg", path.read_bytes()),
-                                   (key + ".cls", str(classes.index(path.parent.name)).encode())):
-                    info = tarfile.TarInfo(name)
-                    info.size = len(data)
-                    tar.addfile(info, io.BytesIO(data))
-    return str(out_dir / ("train-{0..%d}.tar" % (shards - 1)))
 
 
 def test_tar_shards_on_s3_give_the_batches_of_the_local_shards(s3, tmp_path):

@@ -23,15 +23,23 @@ def test_a_kept_batch_is_never_overwritten(jpeg_folder):
     assert torch.equal(kept, snapshot)
 
 
-def test_keeping_every_batch_is_a_clear_error_not_a_hang(jpeg_folder):
+def test_keeping_every_batch_gives_private_copies_once_the_slots_are_held(jpeg_folder):
+    # list(loader) over more batches than the ring has slots (two here).
+    want = [(images.clone(), labels.clone()) for images, labels in make(jpeg_folder)]
     loader = make(jpeg_folder)
-    kept = []
-    with pytest.raises(nostall.NostallError, match="copy=True"):
-        for batch in loader:
-            kept.append(batch)
-    assert len(kept) == 2
-    kept_copies = [images for images, _ in make(jpeg_folder, copy=True)]
-    assert len(kept_copies) == 9
+    with pytest.warns(ResourceWarning, match="private copies"):
+        kept = list(loader)
+    assert len(kept) == len(want) == 9
+    for (a, la), (b, lb) in zip(kept, want):
+        assert torch.equal(a, b) and torch.equal(la, lb)  # every batch whole and its own
+    assert len({images.data_ptr() for images, _ in kept}) == 9
+    assert loader.stats()["private_copies"] == 7  # all but the two in the ring's slots
+    assert "copied because every other slot was held" in loader.stats_table()
+    del kept
+    # Zero-copy again once the batches are let go.
+    for images, _ in loader:
+        del images
+    assert loader.stats()["private_copies"] == 7
 
 
 def test_slots_are_reused_once_released(jpeg_folder):
