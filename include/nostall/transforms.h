@@ -80,6 +80,12 @@ struct SamplePlan {
   double x = 0, y = 0, w = 0, h = 0;  // source rectangle, in source pixels
   int out_w = 0, out_h = 0;
   bool flip = false;
+  // The source pixels the image still has when it is resampled: a crop of
+  // the source made before any resize leaves only its own pixels (the
+  // resampler clamps at its edges, as torchvision's crop-then-resize
+  // does); a crop after a resize leaves the whole source (the resize saw
+  // it). [clip_x0, clip_x1) x [clip_y0, clip_y1).
+  int clip_x0 = 0, clip_y0 = 0, clip_x1 = 0, clip_y1 = 0;
 };
 
 // Composes the geometric transforms for one sample of a `src_w` x `src_h`

@@ -128,6 +128,8 @@ Status PlanSample(const PrepSpec& spec, int src_w, int src_h, uint64_t seed, int
   double rx = 0, ry = 0, rw = src_w, rh = src_h;  // R, in source pixels
   int cur_w = src_w, cur_h = src_h;
   bool flip = false;
+  bool resampled = false;  // a resize has run: the current image is not source pixels
+  int clip_x0 = 0, clip_y0 = 0, clip_x1 = src_w, clip_y1 = src_h;
   auto crop = [&](int left, int top, int w, int h) {
     // After a flip, the current image's column c is R's column cur_w - 1 - c.
     if (flip) left = cur_w - left - w;
@@ -136,6 +138,15 @@ Status PlanSample(const PrepSpec& spec, int src_w, int src_h, uint64_t seed, int
     ry += top * sy;
     rw = w * sx;
     rh = h * sy;
+    if (!resampled) {  // whole source pixels: the crop is all the image has now
+      clip_x0 = static_cast<int>(rx), clip_y0 = static_cast<int>(ry);
+      clip_x1 = static_cast<int>(rx + rw), clip_y1 = static_cast<int>(ry + rh);
+    }
+  };
+  auto resize_to = [&](int w, int h) {
+    resampled = resampled || w != cur_w || h != cur_h;
+    cur_w = w;
+    cur_h = h;
   };
   for (const Transform& t : spec.transforms) {
     // The geometry ends at the first op: what follows runs on pixels
@@ -169,8 +180,7 @@ Status PlanSample(const PrepSpec& spec, int src_w, int src_h, uint64_t seed, int
           }
           crop((cur_w - w) / 2, (cur_h - h) / 2, w, h);
         }
-        cur_w = t.width;
-        cur_h = t.height;
+        resize_to(t.width, t.height);
         break;
       }
       case TransformKind::kResize: {
@@ -184,12 +194,10 @@ Status PlanSample(const PrepSpec& spec, int src_w, int src_h, uint64_t seed, int
             new_short = static_cast<int>(static_cast<int64_t>(t.max_size) * new_short / new_long);
             new_long = t.max_size;
           }
-          cur_w = w_short ? new_short : new_long;
-          cur_h = w_short ? new_long : new_short;
-          if (cur_w <= 0 || cur_h <= 0) return DataError("image is too thin to resize");
+          if (new_short <= 0 || new_long <= 0) return DataError("image is too thin to resize");
+          resize_to(w_short ? new_short : new_long, w_short ? new_long : new_short);
         } else {
-          cur_w = t.width;
-          cur_h = t.height;
+          resize_to(t.width, t.height);
         }
         break;
       }
@@ -217,7 +225,7 @@ Status PlanSample(const PrepSpec& spec, int src_w, int src_h, uint64_t seed, int
   }
   // Crops after a flip were mirrored into R above; the pixels are mirrored
   // once, when the output is written.
-  *plan = SamplePlan{rx, ry, rw, rh, cur_w, cur_h, flip};
+  *plan = SamplePlan{rx, ry, rw, rh, cur_w, cur_h, flip, clip_x0, clip_y0, clip_x1, clip_y1};
   return Status::OK();
 }
 

@@ -99,6 +99,32 @@ void OutputOps(const PrepSpec& spec, const OutputView& out, Philox& rng, nlohman
   }
 }
 
+// Narrows the decoded pixels to the plan's clip window (a crop made before
+// any resize), so the resampler clamps at the crop's edges as torchvision's
+// crop-then-resize does, instead of reading pixels the crop left out. The
+// window is mapped into the buffer as the box was (the decoder may have
+// scaled and offset it); whole pixels, widened outward when scaled.
+void ClipRegion(const SamplePlan& plan, DecodedRegion* r) {
+  if (plan.w <= 0 || plan.h <= 0) return;
+  const double sx = r->w / plan.w, sy = r->h / plan.h;
+  auto lo = [](double v, int limit) {
+    return std::clamp(static_cast<int>(std::floor(v + 1e-6)), 0, limit);
+  };
+  auto hi = [](double v, int limit) {
+    return std::clamp(static_cast<int>(std::ceil(v - 1e-6)), 0, limit);
+  };
+  const int x0 = lo(r->x + (plan.clip_x0 - plan.x) * sx, r->width);
+  const int y0 = lo(r->y + (plan.clip_y0 - plan.y) * sy, r->height);
+  const int x1 = hi(r->x + (plan.clip_x1 - plan.x) * sx, r->width);
+  const int y1 = hi(r->y + (plan.clip_y1 - plan.y) * sy, r->height);
+  if (x1 <= x0 || y1 <= y0) return;  // nothing sensible to narrow to
+  r->pixels += static_cast<size_t>(y0) * r->stride + static_cast<size_t>(x0) * r->channels;
+  r->width = x1 - x0;
+  r->height = y1 - y0;
+  r->x -= x0;
+  r->y -= y0;
+}
+
 }  // namespace
 
 Status TraceSample(const PrepSpec& spec, int src_w, int src_h, const PrepKey& key,
@@ -172,6 +198,7 @@ Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, con
     region.w = plan.w;
     region.h = plan.h;
   }
+  ClipRegion(plan, &region);
   const bool nchw = spec.layout == Layout::kNCHW;
   const bool pixel_stage = HasPixelStage(spec);
   // Without pixel ops, a flip costs nothing: the write-out reads rows

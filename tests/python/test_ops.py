@@ -310,3 +310,44 @@ def test_bilinear_augment_ops_are_close_to_pil(pngs, transforms):
         d, share = diff(out, img)
         assert d <= 1 and share < 0.01, (params, d, share)
     assert geometric >= 3
+
+
+@pytest.fixture(scope="module")
+def tiny_pngs(tmp_path_factory):
+    """Fashion-MNIST-sized images: 28x28, gray and colour."""
+    root = tmp_path_factory.mktemp("tiny")
+    rng = np.random.default_rng(8)
+    (root / "c").mkdir()
+    for i in range(16):
+        img = natural_image(rng, 28, 28)
+        if i % 2:
+            img = np.array(Image.fromarray(img).convert("L"))
+        Image.fromarray(img).save(root / "c" / f"{i:03d}.png")
+    return root
+
+
+@pytest.mark.parametrize("size, scale", [(224, (0.08, 1.0)), (64, (0.3, 1.0)), (16, (0.5, 1.0))])
+def test_random_resized_crop_is_torchvisions_crop_then_resize_on_small_images(tiny_pngs, size, scale):
+    # torchvision crops, then resizes the crop (bilinear, antialiased): the
+    # filter clamps at the crop's edges and never reads the pixels beside it.
+    ts = [nostall.RandomResizedCrop(size, scale=scale), nostall.RandomHorizontalFlip()]
+    loader = nostall.Loader(tiny_pngs, batch_size=16, output="numpy", layout="NHWC", seed=SEED,
+                            transforms=ts, return_indices=True, dct_scaling=False)
+    images, _, indices = next(iter(loader))
+    diffs = []
+    for img, i in zip(images, indices):
+        src = Image.open(loader.key(int(i))).convert("RGB")
+        p = T.sample_params(ts, src.width, src.height, seed=SEED, index=int(i))
+        x, y, w, h = p["box"]
+        assert (x, y, w, h) == tuple(int(v) for v in (x, y, w, h))  # whole pixels, as get_params
+        ref = src.crop((int(x), int(y), int(x + w), int(y + h))).resize((size, size), Image.BILINEAR)
+        if p["flip"]:
+            ref = ref.transpose(Image.FLIP_LEFT_RIGHT)
+        # PIL rounds to 8 bits between its horizontal and vertical passes
+        # (fixed-point weights); nostall's resampler keeps a float
+        # intermediate: at most 1 level apart (docs/transforms.md). Reading
+        # pixels beside the crop was up to 45 levels off at the borders.
+        d = np.abs(img.astype(int) - np.array(ref).astype(int))
+        assert d.max() <= 1, (int(i), d.max())
+        diffs.append(d.mean())
+    assert np.mean(diffs) < 0.25, np.mean(diffs)
