@@ -10,9 +10,12 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := g++ make python3-venv libjpeg62-turbo-dev libpng-dev libopencv-imgproc-dev \
 	libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcurl4-openssl-dev \
-	libmemcached-dev libhashkit-dev libxxhash-dev libhwy-dev memcached pkg-config dataset-fashion-mnist
+	libmemcached-dev libhashkit-dev libxxhash-dev libhwy-dev memcached pkg-config dataset-fashion-mnist \
+	libwebp-dev libtiff-dev libstb-dev
+# lightning and accelerate: the trainers the epoch tests run under (pinned to
+# the torch above by constraints.txt).
 PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmake ninja \
-	boto3 moto[server]
+	boto3 moto[server] lightning accelerate
 BUILD := build/py
 
 .PHONY: all deps venv install demo test test-cpp test-python test-asan test-tsan check-locks fuzz bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune clean
@@ -32,7 +35,7 @@ venv: .make/venv
 .make/venv: .make/deps
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(PY_PACKAGES)
+	$(PIP) install -q -c constraints.txt $(PY_PACKAGES)
 	@mkdir -p .make && touch $@
 
 # Builds the extension, the CLI and the C++ tests in one CMake tree.

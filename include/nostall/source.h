@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nostall/stats.h"
@@ -66,6 +67,9 @@ class Source {
   virtual uint64_t fingerprint() const = 0;
   // Samples dropped while indexing (only with skip_bad_samples).
   virtual int64_t skipped_at_index() const { return 0; }
+  // Files of the dataset left out because they are not images nostall
+  // reads: (extension, lower case, "" for none; count), by extension.
+  virtual std::vector<std::pair<std::string, int64_t>> left_out() const { return {}; }
   // Remote sources: their requests so far; local files: none.
   virtual std::optional<StorageStats> storage_stats() const { return std::nullopt; }
   // The driver's name: "image-folder", "tar-shards" (src/source/driver.h).
@@ -107,6 +111,10 @@ class Source {
 //     torchvision's ImageFolder does);
 //   - a path ending in .tar, possibly with brace ranges or lists
 //     ("shards/train-{0000..0099}.tar", "a-{x,y}.tar"): WebDataset shards.
+// What a dataset holds that is not read ("" when nothing): "5 files left
+// out, not images nostall reads: 3 .txt, 2 .gif".
+std::string DescribeLeftOut(const Source& source);
+
 Result<std::unique_ptr<Source>> OpenSource(const std::string& uri,
                                            const SourceOptions& options = {});
 

@@ -77,6 +77,13 @@ class EpochProgress:
     def __init__(self, mode, stream=None):
         self.bar = mode is True
         self.line = _Line(stream)
+        self._told_left_out = False
+
+    def left_out(self, text):
+        """Says once, on the progress stream, what the dataset holds that is not read."""
+        if text and not self._told_left_out:
+            self._told_left_out = True
+            self.line.finish(f"dataset: {text}")
 
     def update(self, loader, epoch, batches, total):
         if not self.bar or not self.line.due():

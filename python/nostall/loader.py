@@ -6,6 +6,7 @@ import json
 import operator
 import os
 import warnings
+import weakref
 from typing import Iterable, Optional
 
 from . import _nostall
@@ -305,6 +306,12 @@ class Loader(Closeable):
 
             self._from_numpy = torch.from_numpy
         self._seed = spec.get("seed", 0)
+        left_out = self._core.left_out if core is None else ""
+        if left_out:  # said once, when the loader is built
+            warnings.warn(f"{spec.get('source', 'the dataset')}: {left_out}", UserWarning,
+                          stacklevel=3)
+            if self._progress is not None:
+                self._progress.left_out(left_out)
         self._copies_warned = False
         self.sampler = _EpochHook(self)
         self._epoch = 0
@@ -511,10 +518,13 @@ class _EpochHook:
     __slots__ = ("_loader",)
 
     def __init__(self, loader):
-        self._loader = loader
+        self._loader = weakref.ref(loader)  # no cycle: `del loader` still joins its threads
 
     def set_epoch(self, epoch: int) -> None:
-        self._loader.set_epoch(epoch)
+        loader = self._loader()
+        if loader is None:
+            raise RuntimeError("the loader is gone")
+        loader.set_epoch(epoch)
 
     def __repr__(self):
         return "<nostall loader epoch hook>"

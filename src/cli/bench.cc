@@ -195,6 +195,9 @@ int Inspect(const Args& args) {
   if (s.skipped_at_index() > 0) {
     std::printf("skipped:     %lld bad samples\n", static_cast<long long>(s.skipped_at_index()));
   }
+  if (const std::string left = nostall::DescribeLeftOut(s); !left.empty()) {
+    std::printf("left out:    %s\n", left.c_str());
+  }
   std::printf("fingerprint: %016llx\n", static_cast<unsigned long long>(s.fingerprint()));
   return 0;
 }

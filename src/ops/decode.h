@@ -11,7 +11,7 @@
 
 namespace nostall {
 
-enum class ImageFormat { kUnknown, kJpeg, kPng };
+enum class ImageFormat { kUnknown, kJpeg, kPng, kWebp, kTiff, kBmp, kPnm };
 
 ImageFormat SniffFormat(const uint8_t* data, size_t size);
 
@@ -43,6 +43,12 @@ Status JpegDecodeRegion(const uint8_t* data, size_t size, int channels, double x
 Status PngReadInfo(const uint8_t* data, size_t size, ImageInfo* info);
 Status PngDecode(const uint8_t* data, size_t size, int channels, std::vector<uint8_t>* buf,
                  DecodedRegion* out);
+
+// Any format SniffFormat knows (image_codecs.cc): the size, and (not JPEG,
+// which decodes regions) the whole image as PIL's convert("RGB")/("L").
+Status ImageReadInfo(ImageFormat format, const uint8_t* data, size_t size, ImageInfo* info);
+Status DecodeWhole(ImageFormat format, const uint8_t* data, size_t size, int channels,
+                   std::vector<uint8_t>* buf, DecodedRegion* out);
 
 }  // namespace nostall
 

@@ -1,4 +1,5 @@
-// libFuzzer target: the JPEG and PNG header readers and decoders, through
+// libFuzzer target: the image header readers and decoders (JPEG, PNG, WebP,
+// TIFF, BMP, PPM/PGM), through
 // the whole per-sample prep (crop/scale plan, DCT-scaled cropped decode,
 // resample, flip, gray/RGB, normalize). The last input byte picks the
 // transforms; the rest is the file.
@@ -13,8 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t pick = data[size - 1];
   --size;
   ImageInfo info;
-  if (SniffFormat(data, size) == ImageFormat::kJpeg) (void)JpegReadInfo(data, size, &info);
-  if (SniffFormat(data, size) == ImageFormat::kPng) (void)PngReadInfo(data, size, &info);
+  (void)ImageReadInfo(SniffFormat(data, size), data, size, &info);
 
   PrepSpec spec;
   spec.max_pixels = 1 << 22;  // keeps each run fast; the limit itself is under test too

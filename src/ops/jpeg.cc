@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cmath>
 #include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -124,6 +126,16 @@ ImageFormat SniffFormat(const uint8_t* d, size_t n) {
   if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) return ImageFormat::kJpeg;
   static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
   if (n >= 8 && std::equal(kPng, kPng + 8, d)) return ImageFormat::kPng;
+  if (n >= 12 && std::memcmp(d, "RIFF", 4) == 0 && std::memcmp(d + 8, "WEBP", 4) == 0) {
+    return ImageFormat::kWebp;
+  }
+  if (n >= 4 && (std::memcmp(d, "II*\0", 4) == 0 || std::memcmp(d, "MM\0*", 4) == 0)) {
+    return ImageFormat::kTiff;
+  }
+  if (n >= 2 && d[0] == 'B' && d[1] == 'M') return ImageFormat::kBmp;
+  if (n >= 3 && d[0] == 'P' && d[1] >= '1' && d[1] <= '6' && std::isspace(d[2])) {
+    return ImageFormat::kPnm;
+  }
   return ImageFormat::kUnknown;
 }
 

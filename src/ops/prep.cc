@@ -154,12 +154,7 @@ size_t SampleBytes(const PrepSpec& spec, int out_h, int out_w) {
 
 Status ProbeImageSize(const uint8_t* data, size_t size, int* width, int* height) {
   ImageInfo info;
-  switch (SniffFormat(data, size)) {
-    case ImageFormat::kJpeg: NOSTALL_RETURN_IF_ERROR(JpegReadInfo(data, size, &info)); break;
-    case ImageFormat::kPng: NOSTALL_RETURN_IF_ERROR(PngReadInfo(data, size, &info)); break;
-    case ImageFormat::kUnknown:
-      return DataError(size == 0 ? "empty file" : "not a JPEG or PNG image");
-  }
+  NOSTALL_RETURN_IF_ERROR(ImageReadInfo(SniffFormat(data, size), data, size, &info));
   *width = info.width;
   *height = info.height;
   return Status::OK();
@@ -186,13 +181,14 @@ Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, con
   }
   const int c = spec.channels();
   DecodedRegion region;
-  if (SniffFormat(data, size) == ImageFormat::kJpeg) {
+  const ImageFormat format = SniffFormat(data, size);
+  if (format == ImageFormat::kJpeg) {
     NOSTALL_RETURN_IF_ERROR(JpegDecodeRegion(data, size, c, plan.x, plan.y, plan.w, plan.h,
                                              spec.dct_scaling ? out_w : 0,
                                              spec.dct_scaling ? out_h : 0, &scratch->decoded,
                                              &region));
   } else {
-    NOSTALL_RETURN_IF_ERROR(PngDecode(data, size, c, &scratch->decoded, &region));
+    NOSTALL_RETURN_IF_ERROR(DecodeWhole(format, data, size, c, &scratch->decoded, &region));
     region.x = plan.x;
     region.y = plan.y;
     region.w = plan.w;

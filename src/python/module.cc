@@ -206,6 +206,7 @@ class PyLoader {
     return top + 1;
   }
   uint64_t Fingerprint() const { return Loader().source().fingerprint(); }
+  std::string LeftOut() const { return DescribeLeftOut(Loader().source()); }
   void EvictPageCache() const {
     Status st;
     {
@@ -354,6 +355,7 @@ NB_MODULE(_nostall, m) {
            "concurrency"_a)
       .def_prop_ro("batches_per_epoch", &PyLoader::BatchesPerEpoch)
       .def_prop_ro("num_classes", &PyLoader::NumClasses)
+      .def_prop_ro("left_out", &PyLoader::LeftOut)
       .def_prop_ro("samples_per_epoch", &PyLoader::SamplesPerEpoch)
       .def_prop_ro("num_items", &PyLoader::NumItems)
       .def_prop_ro("classes", &PyLoader::Classes)

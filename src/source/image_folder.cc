@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "source/driver.h"
@@ -22,6 +23,7 @@ struct WalkState {
   // or into another class is not followed and nothing is counted twice.
   std::set<std::pair<dev_t, ino_t>> seen;
   std::vector<IndexStamp>* stamps;
+  std::map<std::string, int64_t> left_out;  // files that are not images, by extension
 };
 
 // Collects (dir, file) pairs under `dir`, following symlinks like os.walk
@@ -49,6 +51,8 @@ Status Walk(const std::string& dir, bool top, WalkState* ws,
       subdirs.push_back(path);
     } else if (IsImageFileName(name)) {
       files->emplace_back(dir, name);
+    } else {
+      ++ws->left_out[FileExtension(name)];
     }
   }
   ::closedir(d);
@@ -90,13 +94,15 @@ Result<Index> BuildFolderIndex(const std::string& root) {
     NOSTALL_RETURN_IF_ERROR(Walk(root + "/" + index.classes[c], /*top=*/true, &ws, &files));
     if (files.empty()) {
       return NotFound("class folder " + root + "/" + index.classes[c] +
-                      " has no .jpg/.jpeg/.png file");
+                      " has no image file (.jpg, .jpeg, .png, .ppm, .bmp, .pgm, .tif, .tiff, "
+                      ".webp)");
     }
     std::sort(files.begin(), files.end());
     for (auto& [dir, name] : files) {
       index.items.push_back({dir + "/" + name, static_cast<int64_t>(c), -1, 0, -1});
     }
   }
+  index.left_out.assign(ws.left_out.begin(), ws.left_out.end());
   return index;
 }
 

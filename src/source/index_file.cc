@@ -13,7 +13,7 @@ namespace nostall {
 namespace {
 
 constexpr char kMagic[8] = {'N', 'S', 'T', 'I', 'D', 'X', '0', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
 uint64_t Fnv(uint64_t h, const void* p, size_t n) {
   const auto* b = static_cast<const uint8_t*>(p);
@@ -134,6 +134,12 @@ Result<Index> LoadIndex(const std::string& path) {
     idx.items.push_back(std::move(e));
   }
   ok = ok && r.I64(&idx.skipped);
+  ok = ok && r.Count(&n);
+  for (uint64_t i = 0; ok && i < n; ++i) {
+    std::pair<std::string, int64_t> e;
+    ok = r.Str(&e.first) && r.I64(&e.second);
+    idx.left_out.push_back(std::move(e));
+  }
   if (!ok) return DataError("corrupt index file: " + path);
   return idx;
 }
@@ -164,6 +170,11 @@ Status SaveIndex(const std::string& path, const Index& index) {
     w.I64(e.size);
   }
   w.I64(index.skipped);
+  w.U64(index.left_out.size());
+  for (const auto& [ext, count] : index.left_out) {
+    w.Str(ext);
+    w.I64(count);
+  }
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

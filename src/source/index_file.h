@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nostall/status.h"
@@ -33,6 +34,9 @@ struct Index {
   std::vector<std::string> shards;
   std::vector<IndexEntry> items;
   int64_t skipped = 0;
+  // Files the walk found and left out, not being images nostall reads:
+  // (extension, lower case, "" for none; count), by extension.
+  std::vector<std::pair<std::string, int64_t>> left_out;
 
   uint64_t Fingerprint() const;  // FNV-1a over keys, labels and spans
 };

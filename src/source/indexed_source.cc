@@ -54,16 +54,32 @@ class IndexedSource final : public IndexSource {
 
 }  // namespace
 
-bool IsImageFileName(const std::string& name) {
-  std::string lower = name;
+const std::vector<std::string>& ImageExtensions() {
+  // torchvision's IMG_EXTENSIONS (ImageFolder's default), every one decoded.
+  static const std::vector<std::string> kExtensions = {"jpg", "jpeg", "png", "ppm", "bmp",
+                                                       "pgm", "tif", "tiff", "webp"};
+  return kExtensions;
+}
+
+std::string FileExtension(const std::string& name) {
+  const size_t slash = name.find_last_of('/');
+  const size_t dot = name.find_last_of('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
+  std::string ext = name.substr(dot + 1);
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  return ext;
+}
+
+bool IsImageExtension(const std::string& ext) {
+  std::string lower = ext;
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return std::tolower(c); });
-  for (const char* ext : {".jpg", ".jpeg", ".png"}) {
-    const size_t n = std::strlen(ext);
-    if (lower.size() >= n && lower.compare(lower.size() - n, n, ext) == 0) return true;
-  }
-  return false;
+  const auto& all = ImageExtensions();
+  return std::find(all.begin(), all.end(), lower) != all.end();
 }
+
+bool IsImageFileName(const std::string& name) { return IsImageExtension(FileExtension(name)); }
 
 Result<std::unique_ptr<Source>> OpenIndexed(const char* kind, const std::string& canonical,
                                             const std::function<Result<Index>()>& build,

@@ -25,6 +25,9 @@ class IndexSource : public Source {
   const std::vector<std::string>& classes() const override { return index_.classes; }
   uint64_t fingerprint() const override { return fingerprint_; }
   int64_t skipped_at_index() const override { return index_.skipped; }
+  std::vector<std::pair<std::string, int64_t>> left_out() const override {
+    return index_.left_out;
+  }
 
  protected:
   explicit IndexSource(Index index) : index_(std::move(index)), fingerprint_(index_.Fingerprint()) {}
@@ -37,6 +40,11 @@ class IndexSource : public Source {
 // A file or object name ending in .jpg, .jpeg or .png, in any case: an
 // image of an image folder.
 bool IsImageFileName(const std::string& name);
+// The image extensions nostall reads (torchvision's IMG_EXTENSIONS),
+// lower case, without the dot; a name's extension, lower case ("" if none).
+const std::vector<std::string>& ImageExtensions();
+std::string FileExtension(const std::string& name);
+bool IsImageExtension(const std::string& ext);  // any case
 
 // Opens the dataset that `canonical` names (a string equal for equal
 // datasets): from the index cache if its stamps still hold, else by

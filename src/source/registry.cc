@@ -2,6 +2,8 @@
 // the storage throttle wraps sources over local files when asked.
 #include <sys/stat.h>
 
+#include <algorithm>
+
 #include "source/driver.h"
 
 namespace nostall {
@@ -12,6 +14,23 @@ const std::vector<SourceDriver>& SourceDrivers() {
       NOSTALL_SOURCE_DRIVERS(NOSTALL_SOURCE_DRIVER_ENTRY)};
 #undef NOSTALL_SOURCE_DRIVER_ENTRY
   return drivers;
+}
+
+std::string DescribeLeftOut(const Source& source) {
+  std::vector<std::pair<std::string, int64_t>> left = source.left_out();
+  int64_t total = 0;
+  for (const auto& e : left) total += e.second;
+  if (total == 0) return "";
+  std::sort(left.begin(), left.end(),
+            [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
+  std::string out = std::to_string(total) + (total == 1 ? " file" : " files") +
+                    " left out, not images nostall reads:";
+  for (size_t i = 0; i < left.size() && i < 8; ++i) {
+    out += (i ? ", " : " ") + std::to_string(left[i].second) + " " +
+           (left[i].first.empty() ? std::string("without extension") : "." + left[i].first);
+  }
+  if (left.size() > 8) out += ", ...";
+  return out;
 }
 
 Result<std::unique_ptr<Source>> OpenSource(const std::string& uri, const SourceOptions& options) {

@@ -84,6 +84,7 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
   }
   // class -> (dir, name, object) as the local driver sorts (dir, file) pairs.
   std::map<std::string, std::vector<std::pair<std::pair<std::string, std::string>, S3Object>>> by_class;
+  std::map<std::string, int64_t> left_out;  // objects that are not images, by extension
   for (S3Object& o : listed.value()) {
     const std::string rel = o.key.substr(prefix.size());
     const size_t slash = rel.find('/');
@@ -91,15 +92,19 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     const std::string cls = rel.substr(0, slash);
     const size_t last = o.key.rfind('/');
     const std::string name = o.key.substr(last + 1);
-    if (!IsImageFileName(name)) continue;
+    if (!IsImageFileName(name)) {
+      ++left_out[FileExtension(name)];
+      continue;
+    }
     by_class[cls].push_back({{o.key.substr(0, last), name}, std::move(o)});
   }
   if (by_class.empty()) {
-    return NotFound("no class prefixes with .jpg/.jpeg/.png objects under " + uri +
+    return NotFound("no class prefixes with image objects (.jpg, .png, .webp, .tif, .bmp, ...) under " + uri +
                     " (expected PREFIX/CLASS/IMAGE, as an image folder) [" +
                     client->config().Describe() + "]");
   }
   Index index;
+  index.left_out.assign(left_out.begin(), left_out.end());
   std::vector<std::string> keys;
   for (auto& [cls, objects] : by_class) {  // std::map: byte order, as sorted() orders str
     std::sort(objects.begin(), objects.end(),

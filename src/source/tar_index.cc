@@ -1,4 +1,5 @@
 #include "source/tar_index.h"
+#include "source/indexed_source.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -59,9 +60,7 @@ std::string CString(const uint8_t* p, size_t n) {
   return std::string(c, strnlen(c, n));
 }
 
-bool HasImageExtension(const std::string& ext) {
-  return ext == "jpg" || ext == "jpeg" || ext == "png";
-}
+bool HasImageExtension(const std::string& ext) { return IsImageExtension(ext); }
 
 // WebDataset's rule: the key is the path up to the first dot of the file
 // name; the extension is the rest.
@@ -95,7 +94,7 @@ Status FlushSample(const std::string& shard_path, int32_t shard, PendingSample* 
                    bool skip_bad, Index* index) {
   if (s->key.empty()) return Status::OK();
   std::string why;
-  if (!s->has_image) why = "sample has no .jpg/.jpeg/.png member";
+  if (!s->has_image) why = "sample has no image member (.jpg, .png, .webp, .tif, .bmp, .ppm, ...)";
   else if (!s->label_error.empty()) why = s->label_error;
   else if (!s->has_label) why = "sample has no .cls label member";
   if (!why.empty()) {

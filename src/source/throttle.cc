@@ -31,6 +31,9 @@ class ThrottledSource final : public Source {
   const std::vector<std::string>& classes() const override { return inner_->classes(); }
   uint64_t fingerprint() const override { return inner_->fingerprint(); }
   int64_t skipped_at_index() const override { return inner_->skipped_at_index(); }
+  std::vector<std::pair<std::string, int64_t>> left_out() const override {
+    return inner_->left_out();
+  }
   const char* kind() const override { return inner_->kind(); }
 
   Status Evict(int64_t i) const override { return inner_->Evict(i); }
