@@ -80,6 +80,12 @@ struct CacheConfig {
 // registry), or an InvalidArgument error naming the policies there are.
 Result<std::unique_ptr<Cache>> OpenCache(const std::string& policy, const CacheConfig& config);
 
+// A size as users write it: "40GiB", "512MB", "1.5G", "4096". One meaning
+// for every face (Python, the CLI, specs): KB/MB/GB/TB are powers of 1000,
+// KiB/MiB/GiB/TiB and the bare K/M/G/T powers of 1024 (as memcached -m,
+// docker --shm-size and the JVM's -Xmx take them); any case. Positive.
+Result<uint64_t> ParseByteSize(const std::string& text);
+
 // Tiers, front first: a lookup tries each in turn, and a hit in a later
 // tier is inserted into the earlier ones; an insert goes to every tier; a
 // tier that fails a lookup counts an error and the next tier is asked.

@@ -268,6 +268,32 @@ def _spin_after_step(step, images, labels, rounds=4, idle_s=0.03):
     return spent / (rounds * images.shape[0])
 
 
+def _thread_cpu_ticks():
+    """{thread id: CPU clock ticks} of this process's threads (Linux), or None."""
+    out = {}
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            out[tid] = int(fields[11]) + int(fields[12])  # utime + stime
+    except (OSError, IndexError, ValueError):
+        return None
+    return out
+
+
+def _busy_threads(before, after):
+    """Threads that did a real share of the work between two snapshots: each
+    burnt at least a quarter of what the busiest did. Counted per thread, so a
+    loaded machine (threads slowed, not stopped) gives the same count."""
+    if before is None or after is None:
+        return None
+    deltas = [after[t] - before.get(t, 0) for t in after]
+    top = max(deltas, default=0)
+    if top < 5:  # under 50 ms of CPU: too little to tell
+        return None
+    return sum(1 for d in deltas if d >= top / 4)
+
+
 def _synthetic_batch(shape, dtype, batch, torch):
     images = (torch.rand(shape) if dtype == "float32"
               else torch.randint(0, 256, shape, dtype=torch.uint8))
@@ -284,10 +310,15 @@ def _step_alone(step, shape, dtype, batch, seconds, phases, torch):
     """
     phases.begin("step on synthetic in-memory batches")
     images, labels = _synthetic_batch(shape, dtype, batch, torch)
+    ticks = _thread_cpu_ticks()
     rate, cpu = _time_step(step, images, labels, seconds, phases)
+    busy = _busy_threads(ticks, _thread_cpu_ticks())
     # torch's intra-op threads matter only to a step that keeps more than one
-    # core busy (a step that sleeps or waits on a GPU does not).
-    threads = max(1, torch.get_num_threads()) if cpu * rate > 1.05 else 1
+    # of them busy (a step that sleeps or waits on a GPU does not). Counted
+    # per thread where the OS tells (a busy machine slows threads, it does
+    # not stop them); else from the cores the step kept busy.
+    many = busy > 1 if busy is not None else cpu * rate > 1.05
+    threads = max(1, torch.get_num_threads()) if many else 1
     out = {"step_rate": rate, "step_cpu": cpu, "step_threads": threads,
            "step_rate_1": 0.0, "step_cpu_1": 0.0, "step_spin_cpu": 0.0}
     if threads > 1:

@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import re
 
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
-          "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
-          "tib": 2**40}
-
 
 def parse_size(size) -> int:
-    """Bytes from an int or a string such as "40GiB", "512MB", "1.5G"."""
+    """Bytes from an int or a string such as "40GiB", "512MB", "1.5G".
+
+    One definition for Python, the CLI and specs (C++'s ParseByteSize): KB,
+    MB, GB, TB are powers of 1000; KiB, MiB, GiB, TiB and the bare K, M, G,
+    T powers of 1024.
+    """
+    if isinstance(size, bool):
+        raise TypeError(f"a size must be an int or a string, not {size!r}")
     if isinstance(size, int):
-        value = size
-    else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(size))
-        if not m or m.group(2).lower() not in _UNITS:
-            raise ValueError(f"cannot read the size {size!r} (try \"40GiB\" or \"512MB\")")
-        value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    if value <= 0:
-        raise ValueError(f"a cache size must be positive, got {size!r}")
-    return value
+        if size <= 0:
+            raise ValueError(f"a cache size must be positive, got {size!r}")
+        return size
+    from . import _nostall
+
+    return _nostall.parse_size(str(size))
 
 
 class Cache:

@@ -136,6 +136,15 @@ def _plain(v):
     return v
 
 
+def _finite(v):
+    """False for a NaN or an infinity anywhere in an argument (JSON has neither)."""
+    if isinstance(v, float):
+        return math.isfinite(v)
+    if isinstance(v, (list, tuple)):
+        return all(_finite(x) for x in v)
+    return True
+
+
 class _Op(Transform):
     def __init__(self, **args):
         self._args = {k: _plain(v) for k, v in args.items() if v is not None}
@@ -144,14 +153,21 @@ class _Op(Transform):
         from . import _nostall
 
         name = type(self).__name__
+        for key, value in self._args.items():
+            if not _finite(value):
+                raise ValueError(f"{name}: {key} must be finite, not {value!r}")
         # Its arguments alone (float32: what the op needs of the rest of the
         # pipeline is checked when the loader is made).
-        spec = {"source": ".", "dtype": "float32",
+        spec = {"source": ".", "dtype": "float32", "mode": self._mode_for_check(),
                 "transforms": [{"type": name, **self._args}]}
         try:
             _nostall.resolve_transforms(json.dumps(spec))
         except ValueError as e:  # "InvalidArgument: transforms[0] (Name): why" -> "Name: why"
             raise ValueError(f"{name}: {str(e).split('): ', 1)[-1]}") from None
+
+    def _mode_for_check(self):
+        """A mode the op fits, for checking its own arguments alone."""
+        return "RGB"
 
     def to_dict(self):
         return {"type": type(self).__name__, **self._args}
@@ -168,10 +184,15 @@ class ColorJitter(_Op):
 
 
 class Grayscale(_Op):
-    """Gray as PIL's convert("L"), kept in 3 channels (for one channel load with mode="L")."""
+    """Gray as PIL's convert("L"). ``num_output_channels`` as torchvision's
+    (default 1: load with mode="L"; 3 keeps RGB batches, gray in each channel).
+    """
 
-    def __init__(self, num_output_channels=3):
+    def __init__(self, num_output_channels=None):  # None: the one default, C++'s (1)
         super().__init__(num_output_channels=num_output_channels)
+
+    def _mode_for_check(self):
+        return "RGB" if self._args.get("num_output_channels") == 3 else "L"
 
 
 class RandomGrayscale(_Op):

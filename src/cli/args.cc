@@ -1,5 +1,6 @@
 // The argument parser and helpers every command uses.
 #include "cli/cli.h"
+#include "nostall/cache.h"
 
 #include <algorithm>
 #include <atomic>
@@ -87,18 +88,8 @@ nostall::Result<nostall::LoaderSpec> ReadSpecFile(const std::string& path) {
 }
 
 uint64_t ParseSize(const std::string& text) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || !(v > 0)) return 0;
-  std::string unit(end);
-  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  static const std::map<std::string, double> kUnits = {
-      {"", 1},          {"b", 1},           {"k", 1 << 10},    {"kb", 1e3},
-      {"kib", 1 << 10}, {"m", 1 << 20},     {"mb", 1e6},       {"mib", 1 << 20},
-      {"g", 1 << 30},   {"gb", 1e9},        {"gib", 1 << 30},  {"t", 1099511627776.0},
-      {"tb", 1e12},     {"tib", 1099511627776.0}};
-  auto it = kUnits.find(unit);
-  return it == kUnits.end() ? 0 : static_cast<uint64_t>(v * it->second);
+  nostall::Result<uint64_t> bytes = nostall::ParseByteSize(text);
+  return bytes.ok() ? bytes.value() : 0;
 }
 
 std::vector<std::string> SplitCommas(const std::string& list) {

@@ -265,9 +265,19 @@ namespace {
 inline int Floor(double v) { return v < 0.0 ? static_cast<int>(std::floor(v)) : static_cast<int>(v); }
 inline int Coord(double v) { return v < 0.0 ? -1 : static_cast<int>(v); }
 
-bool CheckFixed(const double a[6], int x, int y) {
+bool CheckFixedAt(const double a[6], int x, int y) {
   return std::fabs(x * a[0] + y * a[1] + a[2]) < 32768.0 &&
          std::fabs(x * a[3] + y * a[4] + a[5]) < 32768.0;
+}
+
+// PIL's affine_transform: 16.16 fixed point only when every corner's
+// source coordinate fits (else a tiny scale overflows the int steps).
+bool CheckFixed(const double a[6], int w, int h) {
+  for (double v : {a[0], a[1], a[2], a[3], a[4], a[5]}) {
+    if (!std::isfinite(v)) return false;
+  }
+  return CheckFixedAt(a, 0, 0) && CheckFixedAt(a, w, h) && CheckFixedAt(a, 0, h) &&
+         CheckFixedAt(a, w, 0);
 }
 
 }  // namespace

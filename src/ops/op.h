@@ -58,6 +58,10 @@ class ImageOp {
   virtual bool on_output() const { return false; }
   // Non-empty when the op cannot write a uint8 output (the reason).
   virtual std::string needs_float32() const { return ""; }
+  // The channel count the op makes (0: whatever it is given). The batch's
+  // channels are fixed by `mode`: a pipeline whose mode gives others is
+  // refused when the loader is made.
+  virtual int output_channels() const { return 0; }
   virtual void ApplyOutput(const OutputView& out, Philox& rng, nlohmann::json* trace) const {}
 };
 

@@ -95,6 +95,16 @@ Status PrepSpec::Validate() const {
         if (dtype != DType::kFloat32 && !t.op->needs_float32().empty()) {
           return InvalidArgument(where + t.op_name + ": " + t.op->needs_float32());
         }
+        if (t.op->output_channels() != 0 && t.op->output_channels() != channels()) {
+          return InvalidArgument(
+              where + t.op_name + ": num_output_channels=" +
+              std::to_string(t.op->output_channels()) + " but mode=\"" +
+              (channels() == 1 ? "L" : "RGB") + "\" gives " + std::to_string(channels()) +
+              (channels() == 1 ? " channel" : " channels") +
+              (t.op->output_channels() == 1
+                   ? "; load with mode=\"L\" for one channel, or num_output_channels=3 for gray RGB"
+                   : "; use num_output_channels=1 with mode=\"L\""));
+        }
         if (t.op->on_output()) {
           if (first_output_op < 0) first_output_op = static_cast<int>(i);
         } else if (first_pixel_op < 0) {

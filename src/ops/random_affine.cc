@@ -17,12 +17,17 @@ Status Degrees(OpArgs& args, const char* key, bool required, double* lo, double*
   }
   if (v->is_number()) {
     const double d = v->get<double>();
-    if (!(d >= 0)) return args.Error(std::string(key) + " as a single number must be non-negative");
+    if (!(d >= 0) || !std::isfinite(d)) {
+      return args.Error(std::string(key) + " as a single number must be finite and non-negative");
+    }
     *lo = -d;
     *hi = d;
   } else if (v->is_array() && v->size() == 2 && (*v)[0].is_number() && (*v)[1].is_number()) {
     *lo = (*v)[0].get<double>();
     *hi = (*v)[1].get<double>();
+    if (!std::isfinite(*lo) || !std::isfinite(*hi)) {
+      return args.Error(std::string(key) + " must be finite, not " + v->dump());
+    }
     if (!(*lo <= *hi)) return args.Error(std::string(key) + " must be [min, max] with min <= max");
   } else {
     return args.Error(std::string(key) + " must be a number or [min, max], not " + v->dump());
@@ -43,6 +48,9 @@ Status Center(OpArgs& args, bool* has, double center[2]) {
   }
   center[0] = (*v)[0].get<double>();
   center[1] = (*v)[1].get<double>();
+  if (!std::isfinite(center[0]) || !std::isfinite(center[1])) {
+    return args.Error("center must be finite, not " + v->dump());
+  }
   *has = true;
   args.Record("center", *v);
   return Status::OK();
@@ -141,11 +149,15 @@ Result<std::shared_ptr<const ImageOp>> MakeRandomAffine(OpArgs& args) {
   }
   if (const nlohmann::json* s = args.Raw("shear")) {
     if (s->is_number()) {
-      if (!(s->get<double>() >= 0)) return args.Error("shear as a single number must be non-negative");
+      if (!(s->get<double>() >= 0) || !std::isfinite(s->get<double>())) {
+        return args.Error("shear as a single number must be finite and non-negative");
+      }
       op->shear = {-s->get<double>(), s->get<double>()};
     } else if (s->is_array() && (s->size() == 2 || s->size() == 4)) {
       for (const auto& x : *s) {
-        if (!x.is_number()) return args.Error("shear must hold numbers, not " + s->dump());
+        if (!x.is_number() || !std::isfinite(x.get<double>())) {
+          return args.Error("shear must hold finite numbers, not " + s->dump());
+        }
         op->shear.push_back(x.get<double>());
       }
     } else {

@@ -9,8 +9,10 @@ namespace {
 
 class RandomApplyOp : public ImageOp {
  public:
-  RandomApplyOp(const char* name, double p, std::function<void(const ImageView&, OpScratch&)> fn)
-      : name_(name), p_(p), fn_(std::move(fn)) {}
+  RandomApplyOp(const char* name, double p, std::function<void(const ImageView&, OpScratch&)> fn,
+                int output_channels = 0)
+      : name_(name), p_(p), fn_(std::move(fn)), output_channels_(output_channels) {}
+  int output_channels() const override { return output_channels_; }
 
   void Apply(const ImageView& img, Philox& rng, OpScratch& scratch,
              nlohmann::json* trace) const override {
@@ -23,6 +25,7 @@ class RandomApplyOp : public ImageOp {
   const char* name_;
   double p_;
   std::function<void(const ImageView&, OpScratch&)> fn_;
+  int output_channels_;
 };
 
 Result<std::shared_ptr<const ImageOp>> Make(OpArgs& args, const char* name, double default_p,
@@ -42,14 +45,10 @@ Result<std::shared_ptr<const ImageOp>> MakeGrayscale(OpArgs& args) {
   int n = 0;
   NOSTALL_RETURN_IF_ERROR(args.Int("num_output_channels", 1, 1, 3, &n));
   if (n == 2) return args.Error("num_output_channels must be 1 or 3");
-  // The channel count of a batch is fixed by `mode`; one channel is mode="L".
-  if (n == 1) {
-    return args.Error("num_output_channels=1: load with mode=\"L\" for one channel "
-                      "(Grayscale keeps the batch's channel count; num_output_channels=3 "
-                      "gives gray RGB)");
-  }
+  // torchvision's default, 1, as in every face; the batch's channel count
+  // is `mode`'s, so one channel needs mode="L" (checked with the pipeline).
   return std::shared_ptr<const ImageOp>(std::make_shared<RandomApplyOp>(
-      "Grayscale", 1.0, [](const ImageView& img, OpScratch&) { ToGrayscale(img); }));
+      "Grayscale", 1.0, [](const ImageView& img, OpScratch&) { ToGrayscale(img); }, n));
 }
 
 Result<std::shared_ptr<const ImageOp>> MakeRandomVerticalFlip(OpArgs& args) {

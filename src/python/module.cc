@@ -375,6 +375,9 @@ NB_MODULE(_nostall, m) {
         nostall::ValueOrRaise(nostall::LoaderSpec::FromJson(spec_json)));
   });
   m.def("available_cores", &nostall::AvailableCores);
+  m.def("parse_size", [](const std::string& text) -> uint64_t {
+    return nostall::ValueOrRaise(nostall::ParseByteSize(text));
+  });
   // The spec's transforms with every argument resolved (errors name the
   // transform and the argument), as a JSON list.
   m.def("resolve_transforms", [](const std::string& spec_json) {

@@ -198,8 +198,9 @@ def test_four_nodes_with_rank_and_world_size_share_one_cache_and_survive_a_kill(
         counts = [e for r in results for e in r["cache"]["epochs"] if e["epoch"] == epoch]
         return sum(e["hits"] for e in counts) / sum(e["hits"] + e["misses"] for e in counts)
 
-    # The nodes start apart (each its own process): a node still in epoch 0
-    # may find an item that a faster node read, and cached, in its epoch 1.
+    # The nodes start each epoch together (cluster_node.py's barrier): in
+    # epoch 0 only a node's last items can meet what a faster node read ahead
+    # into epoch 1 while it waited.
     assert hit_rate(0) < 0.05
     assert hit_rate(1) > 0.95  # epoch 1 may start while epoch 0's last inserts are in flight
     # The killed server held about a quarter; the others' items still hit.
@@ -218,6 +219,27 @@ def wait_for_port(port, proc, seconds=10):
         except OSError:
             assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
             time.sleep(0.02)
+
+
+@pytest.mark.parametrize("size", ["40G", "40GB", "40GiB", "1.5g", "512M", "512MB", "900 mib",
+                                  "1T", "2tb", "409600k", "700000000"])
+def test_a_size_means_the_same_in_python_and_on_the_command_line(size):
+    printed = subprocess.run([NOSTALL, "cache", "serve", "--size", size, "--print"],
+                             capture_output=True, text=True)
+    assert printed.returncode == 0, printed.stderr
+    command = printed.stdout.split()
+    assert int(command[command.index("-m") + 1]) == nostall.cache.parse_size(size) >> 20
+    assert nostall.Cache("same-size", size).size == nostall.cache.parse_size(size)
+    assert nostall.cache.parse_size("40G") == 40 * 2**30 and nostall.cache.parse_size("40GB") == 40 * 10**9
+
+
+def test_a_size_that_means_nothing_is_refused_by_both_faces():
+    for bad in ("forty", "40 parsecs", "-1G", "0", "1e3G", ""):
+        with pytest.raises(ValueError, match="cannot read the size"):
+            nostall.cache.parse_size(bad)
+        out = subprocess.run([NOSTALL, "cache", "serve", "--size", bad, "--print"],
+                             capture_output=True, text=True)
+        assert out.returncode == 2 and "--size" in out.stderr
 
 
 def test_cache_serve_starts_memcached_the_way_the_cluster_cache_needs(data):

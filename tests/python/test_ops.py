@@ -255,8 +255,27 @@ def test_bad_arguments_name_the_op_and_the_argument():
         T.RandAugment(magnitude=40)
     with pytest.raises(ValueError, match="AutoAugment: policy must be one of"):
         T.AutoAugment(policy="nope")
-    with pytest.raises(ValueError, match="Grayscale: num_output_channels=1"):
-        T.Grayscale(1)
+    with pytest.raises(ValueError, match="Grayscale: num_output_channels must be 1 or 3"):
+        T.Grayscale(2)
+
+
+def test_grayscale_has_torchvisions_one_default_in_every_face(pngs):
+    import json
+
+    from nostall import _nostall
+    # Python leaves the default to C++: a spec written by hand means the same.
+    resolved = json.loads(_nostall.resolve_transforms(json.dumps(
+        {"source": ".", "mode": "L", "transforms": [{"type": "Grayscale"}]})))
+    assert resolved[0]["num_output_channels"] == 1
+    assert T.Grayscale().to_dict() == {"type": "Grayscale"}
+    one = nostall.Loader(pngs, batch_size=4, mode="L", transforms=[T.Grayscale()])
+    assert one.sample_shape == (1, 56, 72)
+    three = nostall.Loader(pngs, batch_size=4, transforms=[T.Grayscale(3)])
+    assert three.sample_shape == (3, 56, 72)
+    with pytest.raises(ValueError, match='num_output_channels=1 but mode="RGB" gives 3 channels'):
+        nostall.Loader(pngs, batch_size=4, transforms=[T.Grayscale()])
+    with pytest.raises(ValueError, match='num_output_channels=3 but mode="L"'):
+        nostall.Loader(pngs, batch_size=4, mode="L", transforms=[T.Grayscale(3)])
 
 
 def test_order_rules_are_checked_when_the_loader_is_made(pngs):
@@ -351,3 +370,31 @@ def test_random_resized_crop_is_torchvisions_crop_then_resize_on_small_images(ti
         assert d.max() <= 1, (int(i), d.max())
         diffs.append(d.mean())
     assert np.mean(diffs) < 0.25, np.mean(diffs)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), (0.0, float("inf"))])
+def test_random_affine_and_rotation_refuse_non_finite_arguments(bad):
+    with pytest.raises(ValueError, match="RandomAffine: degrees must be finite"):
+        T.RandomAffine(degrees=bad)
+    with pytest.raises(ValueError, match="RandomRotation: degrees must be finite"):
+        T.RandomRotation(bad)
+    with pytest.raises(ValueError, match="RandomAffine: center must be finite"):
+        T.RandomAffine(degrees=10, center=(float("nan"), 3.0))
+
+
+def test_spec_json_with_an_infinite_angle_is_refused_by_cpp():
+    from nostall import _nostall
+    spec = '{"source": ".", "transforms": [{"type": "RandomRotation", "degrees": [0, 1e400]}]}'
+    with pytest.raises(ValueError, match="number overflow parsing '1e400'"):
+        _nostall.resolve_transforms(spec)  # a spec file written by hand: refused, the number named
+
+
+def test_a_tiny_affine_scale_takes_pils_floating_point_path(pngs):
+    # Scale 1e-3: the inverse matrix's entries are about 1000; one corner fits
+    # 16.16 fixed point, the others do not (PIL checks all four).
+    ts = [nostall.CenterCrop(48), T.RandomAffine(degrees=(0, 0), scale=(1e-3, 1e-3))]
+    for out, src, params in run(pngs, ts)[:6]:
+        p = params["ops"][0]
+        img = src.crop((12, 4, 60, 52))
+        want = affine(img, p["angle"], p["translate"], p["scale"], p["shear"])
+        np.testing.assert_array_equal(out, np.array(want))
