@@ -1,6 +1,10 @@
 """A training process that attaches to a shared loader (run by test_shared.py).
 
-    python shared_consumer.py NAME BATCH EPOCHS SLEEP OUT.json [private]
+    python shared_consumer.py NAME BATCH EPOCHS SLEEP[,STALL] OUT.json [private]
+
+SLEEP seconds after each batch; STALL seconds instead after the first one (a
+consumer that stops for a while: it holds the others back however fast the
+producer and the machine are).
 
 Writes, per epoch, the dataset indices it saw and a CRC of each sample's
 pixels, plus its shared stats and timings.
@@ -16,6 +20,7 @@ import nostall
 
 def main():
     name, batch, epochs, sleep, out = sys.argv[1:6]
+    sleep, _, stall = sleep.partition(",")
     mode = sys.argv[6] if len(sys.argv) > 6 else "raise"
     loader = nostall.Loader.attach(name, int(batch), return_indices=True, output="numpy",
                                    on_producer_exit=mode, wait=30)
@@ -27,7 +32,9 @@ def main():
         for images, labels, indices in loader:
             for k, i in enumerate(indices.tolist()):
                 seen.append([i, zlib.crc32(images[k].tobytes())])
-            if float(sleep) > 0:
+            if stall and epoch == 0 and len(seen) == len(indices):
+                time.sleep(float(stall))
+            elif float(sleep) > 0:
                 time.sleep(float(sleep))
         result["seconds"].append(time.perf_counter() - t0)
         result["epochs"].append(seen)

@@ -217,7 +217,9 @@ def test_a_slow_consumer_falls_back_and_the_others_keep_their_speed(tmp_path, pn
     with nostall.serve(spec_for(pngs), name, chunk=32, max_lag=0.3, block=False, verbose=False):
         # Alone, the fast consumer's two epochs take this long:
         solo = finish(*consumer(tmp_path, name, 32, epochs=2, sleep=0.004, tag="solo"))
-        slow, slow_out = consumer(tmp_path, name, 32, epochs=2, sleep=0.08, tag="slow")
+        # It stops for 1.5 s after its first batch: longer than max_lag however
+        # fast the producer and however busy the machine.
+        slow, slow_out = consumer(tmp_path, name, 32, epochs=2, sleep="0.08,1.5", tag="slow")
         wait_attached(slow, slow_out)
         fast = finish(*consumer(tmp_path, name, 32, epochs=2, sleep=0.004, tag="fast"))
         slow_r = finish(slow, slow_out)

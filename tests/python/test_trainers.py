@@ -162,3 +162,26 @@ def test_an_abandoned_epoch_starts_again_and_set_epoch_reaches_it_through_the_sa
     other = make_loader(folder)
     other.set_epoch(5)
     assert five == [idx.tolist() for _, _, idx in other]
+
+
+def test_the_lightning_example_trains_and_resumes(folder, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "lightning_train.py"
+    common = [sys.executable, str(example), "--data", str(folder), "--batch-size", "4",
+              "--crop", "16", "--ckpt-dir", str(tmp_path / "ckpt")]
+    out = subprocess.run(common + ["--epochs", "2"], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "2 epoch(s) through nostall: epoch 0" in out.stdout and "epoch 1" in out.stdout
+    last = tmp_path / "ckpt" / "last.ckpt"
+    assert last.exists()
+    again = subprocess.run(common + ["--epochs", "3", "--resume", str(last)], capture_output=True,
+                           text=True, timeout=300, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    # The last checkpoint is step 10 of 7-batch epochs: epoch 1 after its 3rd
+    # batch. The resumed run trains epoch 1's other 4 batches, then epoch 2.
+    ran = again.stdout.split("through nostall:")[1].split("\n")[0]
+    assert "epoch 1 16 samples" in ran and "epoch 2 28 samples" in ran and "epoch 0" not in ran, ran
