@@ -69,8 +69,16 @@ def test_prep_bound_with_one_decode_thread(big_jpegs):
     assert a.breakdown["prep_stall"] > 0.5
     # Prep is CPU work: more threads and cores help, a cache does not.
     now = a.result["predicted"]["rate"]
-    # A second thread on the second core nearly doubles it (fetch takes a little CPU too).
-    assert 1.6 * now < a.predict(cores=2, prep_threads=2)["rate"] <= 2 * now * 1.001
+    # A second thread on the second core nearly doubles it: the two cores
+    # then carry prep and fetch CPU, 2 x prep / (prep + fetch) of one thread's
+    # rate. (The fetch CPU of cold reads counts the kernel's work for them,
+    # read machine-wide: other programs on a busy machine add to it, so the
+    # ratio is checked against the measured costs, not a fixed number.)
+    p = a.profile
+    two = a.predict(cores=2, prep_threads=2)["rate"]
+    assert two / now == pytest.approx(2 * p["prep_cpu"] / (p["prep_cpu"] + p["fetch_cpu_miss"]),
+                                      rel=0.05)
+    assert 1.2 * now < two <= 2 * now * 1.001
     assert a.predict(cache_fraction=1.0)["rate"] == pytest.approx(now, rel=0.05)
     assert a.recommendation["config"]["cores"] > a.profile["measured"]["cores"] or \
         a.recommendation["config"]["prep_threads"] > 1
