@@ -49,6 +49,15 @@ seeds = {
     "palette.png": encoded(image("RGB").convert("P"), "PNG"),
     "interlaced.png": encoded(image("RGB"), "PNG", interlace=1),
     "gray16.png": encoded(Image.fromarray(np.arange(391, dtype=np.uint16).reshape(17, 23) * 97), "PNG"),
+    "lossy.webp": encoded(image("RGB"), "WEBP", quality=70),
+    "lossless_alpha.webp": encoded(image("RGBA"), "WEBP", lossless=True),
+    "rgb.tif": encoded(image("RGB"), "TIFF"),
+    "lzw_gray.tif": encoded(image("L"), "TIFF", compression="tiff_lzw"),
+    "gray16.tif": encoded(Image.fromarray(np.arange(391, dtype=np.uint16).reshape(17, 23) * 97), "TIFF"),
+    "rgb.bmp": encoded(image("RGB"), "BMP"),
+    "palette.bmp": encoded(image("RGB").convert("P"), "BMP"),
+    "rgb.ppm": encoded(image("RGB"), "PPM"),
+    "gray.pgm": encoded(image("L"), "PPM"),
 }
 for i, (name, data) in enumerate(seeds.items()):
     out("decode_fuzz", name, data + bytes([i * 37 % 256]))

@@ -14,6 +14,7 @@
 #include <webp/decode.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -196,6 +197,59 @@ Status StbInfo(const uint8_t* data, size_t size, ImageInfo* info) {
   return Status::OK();
 }
 
+// stb_image reads past the end of a BMP or PNM as zeros: a truncated file
+// would decode, its missing rows black. PIL refuses it ("image file is
+// truncated"): so is it here, from the sizes the headers give.
+uint32_t Le32(const uint8_t* p) { return p[0] | p[1] << 8 | p[2] << 16 | uint32_t{p[3]} << 24; }
+uint16_t Le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
+
+Status CheckBmpComplete(const uint8_t* d, size_t n, const ImageInfo& info) {
+  if (n < 26) return DataError("bad image: truncated BMP header");
+  const uint32_t offset = Le32(d + 10), header = Le32(d + 14);
+  uint64_t bpp = 0, compression = 0;
+  if (header == 12) {
+    bpp = Le16(d + 24);
+  } else if (n >= 34) {
+    bpp = Le16(d + 28);
+    compression = Le32(d + 30);
+  }
+  if (compression != 0 && compression != 3 && compression != 6) return Status::OK();  // RLE, ...
+  const uint64_t stride = (static_cast<uint64_t>(info.width) * bpp + 31) / 32 * 4;
+  const uint64_t need = uint64_t{offset} + stride * static_cast<uint64_t>(info.height);
+  if (bpp == 0 || need > n) {
+    return DataError("bad image: truncated BMP (" + std::to_string(n) + " bytes, the header needs " +
+                     std::to_string(need) + ")");
+  }
+  return Status::OK();
+}
+
+Status CheckPnmComplete(const uint8_t* d, size_t n, const ImageInfo& info) {
+  // "P5/P6", then width, height, maxval (with # comments), then one space.
+  size_t i = 2;
+  uint64_t fields[3] = {0, 0, 0};
+  for (uint64_t& f : fields) {
+    while (i < n && (std::isspace(d[i]) || d[i] == '#')) {
+      if (d[i] == '#') {
+        while (i < n && d[i] != '\n') ++i;
+      } else {
+        ++i;
+      }
+    }
+    if (i >= n || !std::isdigit(d[i])) return DataError("bad image: truncated PNM header");
+    while (i < n && std::isdigit(d[i]) && f < (uint64_t{1} << 32)) f = f * 10 + (d[i++] - '0');
+  }
+  ++i;  // the one whitespace before the raster
+  const uint64_t channels = d[1] == '6' ? 3 : d[1] == '5' ? 1 : 0;
+  if (channels == 0) return Status::OK();  // ASCII or bitmap: stb_image refuses them itself
+  const uint64_t need = i + static_cast<uint64_t>(info.width) * static_cast<uint64_t>(info.height) *
+                                channels * (fields[2] > 255 ? 2 : 1);
+  if (need > n) {
+    return DataError("bad image: truncated PNM (" + std::to_string(n) + " bytes, the header needs " +
+                     std::to_string(need) + ")");
+  }
+  return Status::OK();
+}
+
 struct StbFree {
   void operator()(void* p) const { stbi_image_free(p); }
 };
@@ -204,6 +258,8 @@ Status StbDecode(const uint8_t* data, size_t size, int channels, std::vector<uin
                  DecodedRegion* out) {
   ImageInfo info;
   NOSTALL_RETURN_IF_ERROR(StbInfo(data, size, &info));
+  NOSTALL_RETURN_IF_ERROR(data[0] == 'B' ? CheckBmpComplete(data, size, info)
+                                         : CheckPnmComplete(data, size, info));
   int w = 0, h = 0, comp = 0;
   const int n = static_cast<int>(size);
   const size_t px = static_cast<size_t>(info.width) * info.height;

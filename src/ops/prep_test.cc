@@ -182,7 +182,7 @@ TEST(PrepTest, BadBytesAreDataErrorsThatSayWhy) {
   EXPECT_EQ(empty.code(), StatusCode::kDataError);
   EXPECT_NE(empty.message().find("empty"), std::string::npos);
   Status text = run({'h', 'e', 'l', 'l', 'o'});
-  EXPECT_NE(text.message().find("not a JPEG or PNG"), std::string::npos);
+  EXPECT_NE(text.message().find("not an image nostall reads"), std::string::npos) << text.ToString();
   std::vector<uint8_t> cut(jpg.begin(), jpg.begin() + jpg.size() / 2);
   Status truncated = run(cut);
   EXPECT_EQ(truncated.code(), StatusCode::kDataError);

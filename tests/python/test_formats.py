@@ -173,3 +173,34 @@ def test_pngs_are_pils_whatever_was_decoded_before(pngs, batch_size, threads):
                 np.testing.assert_array_equal(got, want, err_msg=f"{key} ({mode})")
                 seen += 1
         assert seen == len(PNGS) + 1
+
+
+@pytest.mark.parametrize("ext", ["webp", "tiff", "bmp", "ppm", "pgm"])
+@pytest.mark.parametrize("damage", ["truncated", "garbled", "empty"])
+def test_a_bad_file_of_each_format_is_a_data_error_naming_it_or_skipped(tmp_path, ext, damage):
+    d = tmp_path / "data" / "c"
+    d.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    img = Image.fromarray(natural_image(rng, W, H))
+    for i in range(3):
+        (img.convert("L") if ext == "pgm" else img).save(d / f"{i}.{ext}")
+    bad = d / f"1.{ext}"
+    data = bad.read_bytes()
+    if damage == "truncated":
+        bad.write_bytes(data[: len(data) // 3])
+    elif damage == "garbled":
+        bad.write_bytes(data[:16] + bytes(b ^ 0x5A for b in data[16:]))
+    else:
+        bad.write_bytes(b"")
+    loader = nostall.Loader(tmp_path / "data", batch_size=1, transforms=[nostall.Resize((8, 8))])
+    try:
+        list(loader)
+    except nostall.DataError as e:
+        assert e.item == str(bad) and e.stage == "decode", (e.item, e.stage, str(e))
+    else:
+        # A garbled body some decoders read as pixels (no checksum in BMP/PPM/
+        # uncompressed TIFF): never a crash, and the right size.
+        assert damage == "garbled" and ext in ("bmp", "ppm", "pgm", "tiff"), "no error for " + damage
+    skipping = nostall.Loader(tmp_path / "data", batch_size=1, on_error="skip",
+                              transforms=[nostall.Resize((8, 8))])
+    assert sum(len(labels) for _, labels in skipping) in (2, 3)
