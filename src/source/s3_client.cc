@@ -45,6 +45,9 @@ struct Request {
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
   long http = 0;
+  // What each attempt so far ended with ("503", "cut short after 1234 of
+  // 5678 bytes", ...): a request that fails for good says its whole story.
+  std::string history;
   S3Client::Done done;
 };
 
@@ -346,10 +349,24 @@ struct S3Client::Impl {
       curl_easy_getinfo(r->easy, CURLINFO_TOTAL_TIME_T, &total_us);
       RecordLatency(static_cast<int64_t>(total_us));
     }
+    curl_off_t announced = -1;
+    curl_easy_getinfo(r->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &announced);
+    curl_off_t local_port = 0;
+    curl_easy_getinfo(r->easy, CURLINFO_LOCAL_PORT, &local_port);
     Release(r);
     bytes.fetch_add(static_cast<int64_t>(r->body.size()));
     const RetryCause cause = Classify(code, r->http);
     ++r->attempt;  // tries so far
+    if (cause != RetryCause::kNone) {
+      std::string what = code == CURLE_OK ? "HTTP " + std::to_string(r->http)
+                                          : std::string(curl_easy_strerror(code));
+      if (code == CURLE_PARTIAL_FILE) {
+        what += " (" + std::to_string(r->body.size()) + " of " + std::to_string(announced) +
+                " bytes, HTTP " + std::to_string(r->http) + ")";
+      }
+      what += " [port " + std::to_string(local_port) + "]";
+      r->history += (r->history.empty() ? "" : "; ") + what;
+    }
     if (cause != RetryCause::kNone && r->attempt < config.max_attempts) {
       retries.fetch_add(1);
       retry_by[static_cast<int>(cause)].fetch_add(1);
@@ -363,15 +380,17 @@ struct S3Client::Impl {
     Status st;
     if (code != CURLE_OK) {
       st = IoError("cannot read " + r->what + ": " + curl_easy_strerror(code) + " (after " +
-                   std::to_string(r->attempt) + " attempts; " + config.Describe() +
-                   ")");
+                   std::to_string(r->attempt) + " attempts: " + r->history + "; " +
+                   config.Describe() + ")");
     } else if (r->http != 200 && r->http != 206) {
       const std::string xml(r->body.begin(), r->body.end());
       const std::string s3code = Tag(xml, "Code"), message = Tag(xml, "Message");
       std::string text = r->what + ": HTTP " + std::to_string(r->http);
       if (!s3code.empty()) text += " " + s3code;
       if (!message.empty()) text += " (" + message + ")";
-      if (r->attempt > 1) text += " (after " + std::to_string(r->attempt) + " attempts)";
+      if (r->attempt > 1) {
+        text += " (after " + std::to_string(r->attempt) + " attempts: " + r->history + ")";
+      }
       if (r->http == 403) {
         text += config.sign ? "; signed with credentials from " + config.credentials_from
                             : "; the request was unsigned (" + config.credentials_from + ")";
