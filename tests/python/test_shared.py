@@ -217,9 +217,12 @@ def test_a_slow_consumer_falls_back_and_the_others_keep_their_speed(tmp_path, pn
     with nostall.serve(spec_for(pngs), name, chunk=32, max_lag=0.3, block=False, verbose=False):
         # Alone, the fast consumer's two epochs take this long:
         solo = finish(*consumer(tmp_path, name, 32, epochs=2, sleep=0.004, tag="solo"))
-        # It stops for 1.5 s after its first batch: longer than max_lag however
-        # fast the producer and however busy the machine.
-        slow, slow_out = consumer(tmp_path, name, 32, epochs=2, sleep="0.08,1.5", tag="slow")
+        # It stops after its first batch until the fast one has attached, and
+        # 1.5 s more: longer than max_lag however fast the producer and however
+        # busy the machine (where starting the fast one's process takes seconds).
+        fast_attached = tmp_path / "consumer-fast.json.attached"
+        slow, slow_out = consumer(tmp_path, name, 32, epochs=2, sleep=f"0.08,1.5,{fast_attached}",
+                                  tag="slow")
         wait_attached(slow, slow_out)
         fast = finish(*consumer(tmp_path, name, 32, epochs=2, sleep=0.004, tag="fast"))
         slow_r = finish(slow, slow_out)
