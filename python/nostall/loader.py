@@ -420,7 +420,6 @@ class Loader(Closeable):
         if self._finished_epoch == self._epoch:
             return
         self._finished_epoch = self._epoch
-        self._epoch_set = False
         if self._progress is not None:
             self._progress.finish(self, self._epoch)
 

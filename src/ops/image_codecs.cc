@@ -123,12 +123,10 @@ Result<TiffHandle> OpenTiff(TiffMemory* m) {
   return TiffHandle(t);
 }
 
-Status TiffInfo(const uint8_t* data, size_t size, ImageInfo* info) {
-  TiffMemory m{data, size, 0};
-  NOSTALL_ASSIGN_OR_RETURN(TiffHandle t, OpenTiff(&m));
+Status TiffSize(TIFF* t, ImageInfo* info) {
   uint32_t w = 0, h = 0;
-  TIFFGetField(t.get(), TIFFTAG_IMAGEWIDTH, &w);
-  TIFFGetField(t.get(), TIFFTAG_IMAGELENGTH, &h);
+  TIFFGetField(t, TIFFTAG_IMAGEWIDTH, &w);
+  TIFFGetField(t, TIFFTAG_IMAGELENGTH, &h);
   if (w == 0 || h == 0 || w > (1u << 30) || h > (1u << 30)) {
     return DataError("bad TIFF image: size " + std::to_string(w) + "x" + std::to_string(h));
   }
@@ -137,12 +135,18 @@ Status TiffInfo(const uint8_t* data, size_t size, ImageInfo* info) {
   return Status::OK();
 }
 
-Status TiffDecode(const uint8_t* data, size_t size, int channels, std::vector<uint8_t>* buf,
-                  DecodedRegion* out) {
-  ImageInfo info;
-  NOSTALL_RETURN_IF_ERROR(TiffInfo(data, size, &info));
+Status TiffInfo(const uint8_t* data, size_t size, ImageInfo* info) {
   TiffMemory m{data, size, 0};
   NOSTALL_ASSIGN_OR_RETURN(TiffHandle t, OpenTiff(&m));
+  return TiffSize(t.get(), info);
+}
+
+Status TiffDecode(const uint8_t* data, size_t size, int channels, std::vector<uint8_t>* buf,
+                  DecodedRegion* out) {
+  TiffMemory m{data, size, 0};
+  NOSTALL_ASSIGN_OR_RETURN(TiffHandle t, OpenTiff(&m));  // opened once: size and pixels
+  ImageInfo info;
+  NOSTALL_RETURN_IF_ERROR(TiffSize(t.get(), &info));
   uint16_t bits = 8, spp = 1, photometric = PHOTOMETRIC_MINISBLACK;
   TIFFGetFieldDefaulted(t.get(), TIFFTAG_BITSPERSAMPLE, &bits);
   TIFFGetFieldDefaulted(t.get(), TIFFTAG_SAMPLESPERPIXEL, &spp);

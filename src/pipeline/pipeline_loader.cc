@@ -231,8 +231,8 @@ next_batch:
   }
   if (cancelled_) return Cancelled("loader shut down");
   if (starved_by_caller) {
-    // Only a ring whose slot limit shrank under leases gets here (a copy is
-    // handed out before the caller can hold the last slot).
+    // A loader's own ring opens its spare slot instead (above); a shared
+    // producer's ring, which has none, gets here.
     return FailedPrecondition(
         "all " + std::to_string(state_->slots.size()) +
         " batch slots are held by batches still referenced, so no new batch can be made; "

@@ -185,3 +185,14 @@ def test_the_lightning_example_trains_and_resumes(folder, tmp_path):
     # batch. The resumed run trains epoch 1's other 4 batches, then epoch 2.
     ran = again.stdout.split("through nostall:")[1].split("\n")[0]
     assert "epoch 1 16 samples" in ran and "epoch 2 28 samples" in ran and "epoch 0" not in ran, ran
+
+
+def test_set_epoch_during_a_pass_chooses_the_next_pass(folder):
+    loader = make_loader(folder)
+    other = make_loader(folder)
+    other.set_epoch(5)
+    want = [idx.tolist() for _, _, idx in other]
+    for k, _ in enumerate(loader):  # epoch 0, run to its end
+        if k == 1:
+            loader.set_epoch(5)
+    assert [idx.tolist() for _, _, idx in loader] == want  # epoch 5, not 6
