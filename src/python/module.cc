@@ -21,6 +21,7 @@
 #include "nostall/resume.h"
 #include "nostall/shared.h"
 #include "nostall/loader.h"
+#include "common/interrupt.h"
 #include "ops/prep.h"
 
 namespace nb = nanobind;
@@ -41,7 +42,18 @@ nb::object Text(const std::string& s, const char* errors) {
 nb::object PathText(const std::string& s) { return Text(s, "surrogateescape"); }
 nb::object MessageText(const std::string& s) { return Text(s, "backslashreplace"); }
 
+// Ctrl-C during a wait on the main thread (an S3 listing in a
+// constructor): the wait is Cancelled with KeyboardInterrupt left pending,
+// which RaiseStatus then raises. Other threads never take the GIL here.
+unsigned long g_main_thread = 0;  // threading.main_thread().ident
+bool PythonInterrupted() {
+  if (PyThread_get_thread_ident() != g_main_thread || !Py_IsInitialized()) return false;
+  nb::gil_scoped_acquire gil;
+  return PyErr_CheckSignals() != 0;
+}
+
 [[noreturn]] void RaiseStatus(const Status& st) {
+  if (st.code() == StatusCode::kCancelled && PyErr_Occurred()) throw nb::python_error();
   nb::object errors = nb::module_::import_("nostall.errors");
   nb::object type;
   switch (st.code()) {
@@ -334,6 +346,9 @@ class PyServer {
 NB_MODULE(_nostall, m) {
   using nostall::PyLoader;
   m.doc() = "nostall's native core. Use the `nostall` package, not this module.";
+  nostall::g_main_thread = nb::cast<unsigned long>(
+      nb::module_::import_("threading").attr("main_thread")().attr("ident"));
+  nostall::SetInterruptCheck(&nostall::PythonInterrupted);
   nb::class_<PyLoader>(m, "Loader")
       .def(nb::init<const std::string&>(), "spec_json"_a)
       .def_static("attach", &PyLoader::Attach, "name"_a, "batch_size"_a, "producer_timeout_s"_a,

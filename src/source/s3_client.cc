@@ -27,10 +27,15 @@
 #include <unordered_set>
 
 #include "common/clock.h"
+#include "common/interrupt.h"
+#include "common/shm.h"
 #include "common/mutex.h"
 
 namespace nostall {
 namespace {
+
+// Why WriteBody stopped taking in a body.
+enum class Stopped { kNo, kTooLong, kIgnoredRange, kNoMemory };
 
 struct Request {
   std::string url;
@@ -39,6 +44,9 @@ struct Request {
   uint64_t offset = 0;
   int64_t length = -1;  // asked for; -1: to the end
   std::vector<uint8_t> body;
+  uint64_t max_body = 0;  // the most bytes taken in (MaxBodyBytes)
+  Stopped stopped = Stopped::kNo;
+  int64_t deadline_ns = 0;  // the request fails for good past this, retries included
   double retry_after_s = -1;
   int attempt = 0;
   int64_t start_at_ns = 0;
@@ -51,72 +59,44 @@ struct Request {
   S3Client::Done done;
 };
 
-std::string XmlDecode(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '&') {
-      out += s[i];
-      continue;
-    }
-    const size_t semi = s.find(';', i);
-    if (semi == std::string::npos) {
-      out += s[i];
-      continue;
-    }
-    const std::string ent = s.substr(i + 1, semi - i - 1);
-    if (ent == "amp") out += '&';
-    else if (ent == "lt") out += '<';
-    else if (ent == "gt") out += '>';
-    else if (ent == "quot") out += '"';
-    else if (ent == "apos") out += '\'';
-    else if (!ent.empty() && ent[0] == '#') {
-      const long cp = ent.size() > 1 && (ent[1] == 'x' || ent[1] == 'X')
-                          ? std::strtol(ent.c_str() + 2, nullptr, 16)
-                          : std::strtol(ent.c_str() + 1, nullptr, 10);
-      if (cp < 0x80) {
-        out += static_cast<char>(cp);
-      } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      } else {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-      }
-    } else {
-      out += s.substr(i, semi - i + 1);
-    }
-    i = semi;
-  }
-  return out;
-}
+// A server that ignores Range answers a read far into an object with the
+// whole object from its start: past this offset that is refused (every read
+// of a tar shard would download the shard again) rather than waded through.
+constexpr uint64_t kIgnoredRangeLimit = uint64_t{64} << 20;
 
-// The text of the first <tag>...</tag> in [from, to) of `xml`, decoded.
-std::string Tag(const std::string& xml, const std::string& tag, size_t from = 0,
-                size_t to = std::string::npos) {
-  const std::string open = "<" + tag + ">", close = "</" + tag + ">";
-  const size_t a = xml.find(open, from);
-  if (a == std::string::npos || (to != std::string::npos && a >= to)) return "";
-  const size_t b = xml.find(close, a + open.size());
-  if (b == std::string::npos) return "";
-  return XmlDecode(xml.substr(a + open.size(), b - a - open.size()));
-}
-
+// Takes in at most the bytes the request may need (MaxBodyBytes): a server
+// sending more, or without end, is stopped there (returning less than was
+// given ends the transfer; Finish says why from `stopped`).
 size_t WriteBody(char* data, size_t size, size_t n, void* user) {
   auto* r = static_cast<Request*>(user);
-  r->body.insert(r->body.end(), data, data + size * n);
-  return size * n;
+  const size_t bytes = size * n;
+  if (r->body.empty() && !r->range.empty()) {
+    long http = 0;
+    curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &http);
+    if (http == 200 && r->offset > kIgnoredRangeLimit) {
+      r->stopped = Stopped::kIgnoredRange;
+      return 0;
+    }
+  }
+  const uint64_t room = r->max_body > r->body.size() ? r->max_body - r->body.size() : 0;
+  const size_t take = static_cast<size_t>(std::min<uint64_t>(room, bytes));
+  try {
+    r->body.insert(r->body.end(), data, data + take);
+  } catch (const std::bad_alloc&) {
+    r->stopped = Stopped::kNoMemory;
+    return 0;
+  }
+  if (take < bytes) {
+    r->stopped = Stopped::kTooLong;
+    return 0;
+  }
+  return bytes;
 }
 
 size_t ReadHeader(char* data, size_t size, size_t n, void* user) {
   auto* r = static_cast<Request*>(user);
-  std::string line(data, size * n);
-  const std::string name = "retry-after:";
-  if (line.size() > name.size()) {
-    std::string head = line.substr(0, name.size());
-    std::transform(head.begin(), head.end(), head.begin(), ::tolower);
-    if (head == name) r->retry_after_s = std::atof(line.c_str() + name.size());
-  }
+  const double after = ParseRetryAfter(std::string_view(data, size * n));
+  if (after >= 0) r->retry_after_s = after;
   return size * n;
 }
 
@@ -141,6 +121,15 @@ RetryCause Classify(CURLcode code, long http) {
   }
 }
 
+std::string FormatSeconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s < 10 ? "%.1f s" : "%.0f s", s);
+  return buf;
+}
+
+// The most bytes of a listing page or an error body taken in.
+constexpr uint64_t kMaxPageBytes = uint64_t{64} << 20;
+
 // Latency histogram: 8 buckets per octave from 1 us (about 9% wide).
 constexpr int kLatencyBuckets = 8 * 27;
 int LatencyBucket(int64_t us) {
@@ -149,43 +138,38 @@ int LatencyBucket(int64_t us) {
 }
 double BucketSeconds(int b) { return std::exp2((b + 0.5) / 8) * 1e-6; }
 
-// A request's answer checked against what was asked for: a server that
-// ignores Range sends the whole object (the range is cut out of it); any
-// other length is an error, never bytes passed on as the item.
-Status CheckBody(Request* r) {
-  if (r->http == 200 && !r->range.empty()) {
-    if (r->offset > r->body.size()) return DataError(r->what + ": shorter than the range asked for");
-    const uint64_t end = r->length >= 0 ? std::min<uint64_t>(r->body.size(), r->offset + r->length)
-                                        : r->body.size();
-    r->body.erase(r->body.begin() + static_cast<int64_t>(end), r->body.end());
-    r->body.erase(r->body.begin(), r->body.begin() + static_cast<int64_t>(r->offset));
-  }
-  if (r->length >= 0 && r->body.size() != static_cast<uint64_t>(r->length)) {
-    return DataError(r->what + ": " + std::to_string(r->body.size()) + " bytes where " +
-                     std::to_string(r->length) + " were asked for");
-  }
-  return Status::OK();
-}
-
-// Blocks until `submit`'s request is answered.
+// Blocks until a request is answered, or the user interrupts (Ctrl-C from
+// Python): then Wait returns Cancelled at once, and the answer, when it
+// comes, lands in this shared state, which the callback keeps alive.
 struct Waiter {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  Status status;
-  std::vector<uint8_t> body;
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status status;
+    std::vector<uint8_t> body;
+  };
+  std::shared_ptr<State> state = std::make_shared<State>();
   S3Client::Done Callback() {
-    return [this](Status st, std::vector<uint8_t> b) {
-      std::lock_guard<std::mutex> lock(mu);
-      status = std::move(st);
-      body = std::move(b);
-      done = true;
-      cv.notify_all();
+    return [s = state](Status st, std::vector<uint8_t> b) {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->status = std::move(st);
+      s->body = std::move(b);
+      s->done = true;
+      s->cv.notify_all();
     };
   }
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done; });
+  // The answer's status (its body in `*body`), or Cancelled if interrupted.
+  Status Wait(std::vector<uint8_t>* body) {
+    std::unique_lock<std::mutex> lock(state->mu);
+    while (!state->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return state->done; })) {
+      lock.unlock();
+      const bool stop = Interrupted();
+      lock.lock();
+      if (stop && !state->done) return Cancelled("interrupted");
+    }
+    if (body != nullptr) *body = std::move(state->body);
+    return state->status;
   }
 };
 
@@ -220,6 +204,8 @@ struct S3Client::Impl {
   std::mt19937_64 jitter{std::random_device{}()};
 
   void Submit(Request* r) {
+    r->deadline_ns = NowNs() + static_cast<int64_t>(config.request_timeout_s * 1e9);
+    if (r->max_body == 0) r->max_body = MaxBodyBytes(r->offset, r->length, kMaxPageBytes);
     const int64_t n = in_flight.fetch_add(1) + 1;
     int64_t p = peak.load(std::memory_order_relaxed);
     while (n > p && !peak.compare_exchange_weak(p, n)) {
@@ -271,7 +257,7 @@ struct S3Client::Impl {
   }
 
   void Complete(Request* r, Status st) {
-    if (st.ok()) st = CheckBody(r);
+    if (st.ok()) st = CheckBody(r->what, r->http, !r->range.empty(), r->offset, r->length, &r->body);
     if (!st.ok() && st.code() != StatusCode::kCancelled) errors.fetch_add(1);
     in_flight.fetch_sub(1);
     Done done = std::move(r->done);
@@ -282,11 +268,19 @@ struct S3Client::Impl {
 
   void Start(Request* r) {
     r->body.clear();
+    r->stopped = Stopped::kNo;
     r->retry_after_s = -1;
     r->http = 0;
     CURL* e = curl_easy_init();
     r->easy = e;
     curl_easy_setopt(e, CURLOPT_URL, r->url.c_str());
+    // A key is a name, not a path: "a/../b" is read as written (libcurl
+    // would otherwise request "b", another key, signed with the user's keys).
+    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    // What is left of the request's deadline (retries included).
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
+                     static_cast<long>(std::max<int64_t>(1, (r->deadline_ns - NowNs()) / 1000000)));
     curl_easy_setopt(e, CURLOPT_PRIVATE, r);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, WriteBody);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
@@ -355,6 +349,38 @@ struct S3Client::Impl {
     curl_easy_getinfo(r->easy, CURLINFO_LOCAL_PORT, &local_port);
     Release(r);
     bytes.fetch_add(static_cast<int64_t>(r->body.size()));
+    if (code == CURLE_WRITE_ERROR && r->stopped != Stopped::kNo) {
+      // WriteBody stopped taking in the body: enough of a whole object (or
+      // of an error body) is a complete answer; the rest are errors.
+      const bool enough = r->stopped == Stopped::kTooLong &&
+                          ((r->http == 200 && !r->range.empty()) || (r->http != 200 && r->http != 206));
+      if (enough) {
+        code = CURLE_OK;
+      } else {
+        std::string why;
+        if (r->stopped == Stopped::kNoMemory) {
+          Complete(r, ResourceExhausted("cannot read " + r->what + ": out of memory after " +
+                                        std::to_string(r->body.size()) + " bytes"));
+          return;
+        }
+        if (r->stopped == Stopped::kIgnoredRange) {
+          why = "the server ignores Range: it answered a read of bytes " + r->range +
+                " with the whole object (HTTP 200), which nostall will not download again for "
+                "every read of a large object";
+        } else if (r->length >= 0) {
+          why = "the server sent more than the " + std::to_string(r->length) +
+                " bytes asked for (HTTP " + std::to_string(r->http) + "); reading stopped there";
+        } else {
+          why = "the server sent more than the " + std::to_string(r->max_body) + " bytes " +
+                (r->range.empty() && r->url.find('?') == std::string::npos
+                     ? "listed for it (the object changed since it was listed, or the server is broken)"
+                     : "a listing page may take") +
+                "; reading stopped there";
+        }
+        Complete(r, DataError(r->what + ": " + why));
+        return;
+      }
+    }
     const RetryCause cause = Classify(code, r->http);
     ++r->attempt;  // tries so far
     if (cause != RetryCause::kNone) {
@@ -367,13 +393,29 @@ struct S3Client::Impl {
       what += " [port " + std::to_string(local_port) + "]";
       r->history += (r->history.empty() ? "" : "; ") + what;
     }
+    const int64_t now = NowNs();
+    if (cause != RetryCause::kNone && now >= r->deadline_ns) {
+      Complete(r, IoError("cannot read " + r->what + ": no answer within the request deadline of " +
+                          FormatSeconds(config.request_timeout_s) + " (NOSTALL_S3_REQUEST_TIMEOUT; " +
+                          std::to_string(r->attempt) + " attempts: " + r->history + "; " +
+                          config.Describe() + ")"));
+      return;
+    }
     if (cause != RetryCause::kNone && r->attempt < config.max_attempts) {
-      retries.fetch_add(1);
-      retry_by[static_cast<int>(cause)].fetch_add(1);
       double delay = std::min(5.0, 0.05 * (1 << std::min(r->attempt, 16))) *
                      std::uniform_real_distribution<double>(0.5, 1.5)(jitter);
-      if (r->retry_after_s >= 0) delay = std::min(30.0, r->retry_after_s);
-      r->start_at_ns = NowNs() + static_cast<int64_t>(delay * 1e9);
+      if (r->retry_after_s >= 0) delay = r->retry_after_s;
+      if (now + static_cast<int64_t>(delay * 1e9) >= r->deadline_ns) {
+        Complete(r, IoError("cannot read " + r->what + ": the server asked to wait " +
+                            FormatSeconds(delay) + " before trying again (Retry-After), beyond the "
+                            "request deadline of " + FormatSeconds(config.request_timeout_s) +
+                            " (NOSTALL_S3_REQUEST_TIMEOUT; " + std::to_string(r->attempt) +
+                            " attempts: " + r->history + ")"));
+        return;
+      }
+      retries.fetch_add(1);
+      retry_by[static_cast<int>(cause)].fetch_add(1);
+      r->start_at_ns = now + static_cast<int64_t>(delay * 1e9);
       later.push_back(r);
       return;
     }
@@ -383,8 +425,9 @@ struct S3Client::Impl {
                    std::to_string(r->attempt) + " attempts: " + r->history + "; " +
                    config.Describe() + ")");
     } else if (r->http != 200 && r->http != 206) {
-      const std::string xml(r->body.begin(), r->body.end());
-      const std::string s3code = Tag(xml, "Code"), message = Tag(xml, "Message");
+      const std::string_view xml(reinterpret_cast<const char*>(r->body.data()), r->body.size());
+      const std::string s3code = XmlTag(xml, "Code").substr(0, 100);
+      const std::string message = XmlTag(xml, "Message").substr(0, 300);
       std::string text = r->what + ": HTTP " + std::to_string(r->http);
       if (!s3code.empty()) text += " " + s3code;
       if (!message.empty()) text += " (" + message + ")";
@@ -543,7 +586,7 @@ void S3Client::CancelAll() {
 }
 
 void S3Client::GetAsync(const std::string& bucket, const std::string& key, uint64_t offset,
-                        int64_t length, std::vector<uint8_t> buffer, Done done) {
+                        int64_t length, std::vector<uint8_t> buffer, Done done, uint64_t most) {
   if (length == 0) {
     buffer.clear();
     done(Status::OK(), std::move(buffer));
@@ -559,24 +602,27 @@ void S3Client::GetAsync(const std::string& bucket, const std::string& key, uint6
                (length >= 0 ? std::to_string(offset + static_cast<uint64_t>(length) - 1) : "");
   }
   buffer.clear();
-  if (length > 0) buffer.reserve(static_cast<size_t>(length));
+  if (length > 0) buffer.reserve(static_cast<size_t>(std::min<int64_t>(length, int64_t{64} << 20)));
   r->body = std::move(buffer);
   r->done = std::move(done);
+  r->max_body = length < 0 && most > 0 ? most : MaxBodyBytes(offset, length, kMaxPageBytes);
   impl_->Submit(r);
 }
 
 Status S3Client::Get(const std::string& bucket, const std::string& key, uint64_t offset,
-                     int64_t length, std::vector<uint8_t>* out) {
+                     int64_t length, std::vector<uint8_t>* out, uint64_t most) {
   Waiter w;
-  GetAsync(bucket, key, offset, length, std::move(*out), w.Callback());
-  w.Wait();
-  *out = std::move(w.body);
-  return w.status;
+  GetAsync(bucket, key, offset, length, std::move(*out), w.Callback(), most);
+  out->clear();
+  return w.Wait(out);
 }
 
 Status S3Client::ListPages(const std::string& bucket, const std::string& prefix, bool folders,
-                           const std::function<void(const std::string& xml)>& page) {
+                           const std::function<void(ListPage)>& page) {
   std::string token;
+  std::unordered_set<std::string> tokens_seen;
+  const std::string what = "s3://" + bucket + "/" + prefix + " (listing)";
+  int empty_in_a_row = 0;
   for (int n = 0; n < 1000000; ++n) {
     auto* r = new Request;
     // Parameters in SigV4's canonical (sorted) order: libcurl signs the
@@ -585,34 +631,38 @@ Status S3Client::ListPages(const std::string& bucket, const std::string& prefix,
     if (!token.empty()) r->url += "continuation-token=" + UriEncode(token, false) + "&";
     if (folders) r->url += "delimiter=%2F&";
     r->url += "list-type=2&prefix=" + UriEncode(prefix, false);
-    r->what = "s3://" + bucket + "/" + prefix + " (listing)";
-    const std::string what = r->what;
+    r->what = what;
     Waiter w;
     r->done = w.Callback();
     impl_->Submit(r);
-    w.Wait();
-    if (!w.status.ok()) return w.status;
-    const std::string xml(w.body.begin(), w.body.end());
-    page(xml);
-    if (Tag(xml, "IsTruncated") != "true") return Status::OK();
-    token = Tag(xml, "NextContinuationToken");
-    if (token.empty()) return DataError(what + ": a truncated listing without a continuation token");
+    std::vector<uint8_t> body;
+    NOSTALL_RETURN_IF_ERROR(w.Wait(&body));
+    NOSTALL_ASSIGN_OR_RETURN(
+        ListPage p, ParseListPage(std::string_view(reinterpret_cast<const char*>(body.data()), body.size()),
+                                  prefix, what));
+    const bool truncated = p.truncated;
+    empty_in_a_row = p.objects.empty() && p.folders.empty() ? empty_in_a_row + 1 : 0;
+    token = p.next_token;
+    page(std::move(p));
+    if (!truncated) return Status::OK();
+    // A server that never ends its listing: the same token again, or page
+    // after page of nothing.
+    if (!tokens_seen.insert(token).second) {
+      return DataError(what + ": the server sent the continuation token '" + token.substr(0, 100) +
+                       "' a second time (a listing that would never end)");
+    }
+    if (empty_in_a_row >= 1000) {
+      return DataError(what + ": 1000 listing pages in a row with no keys (a listing that would "
+                       "never end)");
+    }
   }
-  return DataError("s3://" + bucket + "/" + prefix + ": a listing of over a million pages");
+  return DataError(what + ": a listing of over a million pages");
 }
 
 Result<std::vector<S3Object>> S3Client::List(const std::string& bucket, const std::string& prefix) {
   std::vector<S3Object> objects;
-  NOSTALL_RETURN_IF_ERROR(ListPages(bucket, prefix, false, [&](const std::string& xml) {
-    for (size_t at = xml.find("<Contents>"); at != std::string::npos;
-         at = xml.find("<Contents>", at + 1)) {
-      const size_t end = xml.find("</Contents>", at);
-      S3Object o;
-      o.key = Tag(xml, "Key", at, end);
-      o.size = std::atoll(Tag(xml, "Size", at, end).c_str());
-      o.etag = Tag(xml, "ETag", at, end);
-      objects.push_back(std::move(o));
-    }
+  NOSTALL_RETURN_IF_ERROR(ListPages(bucket, prefix, false, [&](ListPage p) {
+    for (S3Object& o : p.objects) objects.push_back(std::move(o));
   }));
   std::sort(objects.begin(), objects.end(),
             [](const S3Object& a, const S3Object& b) { return a.key < b.key; });
@@ -622,13 +672,8 @@ Result<std::vector<S3Object>> S3Client::List(const std::string& bucket, const st
 Result<std::vector<std::string>> S3Client::ListFolders(const std::string& bucket,
                                                        const std::string& prefix) {
   std::vector<std::string> folders;
-  NOSTALL_RETURN_IF_ERROR(ListPages(bucket, prefix, true, [&](const std::string& xml) {
-    for (size_t at = xml.find("<CommonPrefixes>"); at != std::string::npos;
-         at = xml.find("<CommonPrefixes>", at + 1)) {
-      const size_t end = xml.find("</CommonPrefixes>", at);
-      std::string folder = Tag(xml, "Prefix", at, end);
-      if (!folder.empty()) folders.push_back(std::move(folder));
-    }
+  NOSTALL_RETURN_IF_ERROR(ListPages(bucket, prefix, true, [&](ListPage p) {
+    for (std::string& f : p.folders) folders.push_back(std::move(f));
   }));
   std::sort(folders.begin(), folders.end());
   return folders;

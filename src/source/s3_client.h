@@ -20,14 +20,9 @@
 #include "nostall/stats.h"
 #include "nostall/status.h"
 #include "source/s3_config.h"
+#include "source/s3_response.h"
 
 namespace nostall {
-
-struct S3Object {
-  std::string key;
-  int64_t size = 0;
-  std::string etag;
-};
 
 class S3Client {
  public:
@@ -35,16 +30,19 @@ class S3Client {
   ~S3Client();
 
   // The bytes of `key`, or of [offset, offset + length) of it (length < 0:
-  // to the end). Blocks this caller until the request is done.
+  // to the end). Blocks this caller until the request is done. No more than
+  // the range (or, for a whole object, `most` bytes: its listed size) is
+  // ever taken in: a server sending more is stopped there and the read is
+  // an error saying so.
   Status Get(const std::string& bucket, const std::string& key, uint64_t offset, int64_t length,
-             std::vector<uint8_t>* out);
+             std::vector<uint8_t>* out, uint64_t most = 0);
   // The same, without blocking: `done` is called once, on the client's I/O
   // thread (keep it short), with the status and the bytes (`buffer`'s
   // storage reused). After CancelAll, or as the client closes, requests not
   // yet done are answered Cancelled.
   using Done = std::function<void(Status, std::vector<uint8_t>)>;
   void GetAsync(const std::string& bucket, const std::string& key, uint64_t offset, int64_t length,
-                std::vector<uint8_t> buffer, Done done);
+                std::vector<uint8_t> buffer, Done done, uint64_t most = 0);
   // Answers every request not yet done with Cancelled, promptly (a Loader
   // shutting down does not wait out retries and timeouts).
   void CancelAll();
@@ -64,9 +62,9 @@ class S3Client {
 
  private:
   explicit S3Client(std::unique_ptr<Impl> impl);
-  // ListObjectsV2 page by page; `page` gets each page's XML.
+  // ListObjectsV2 page by page; `page` gets each page, read and checked.
   Status ListPages(const std::string& bucket, const std::string& prefix, bool folders,
-                   const std::function<void(const std::string& xml)>& page);
+                   const std::function<void(ListPage)>& page);
   std::unique_ptr<Impl> impl_;
 };
 

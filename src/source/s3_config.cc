@@ -186,7 +186,8 @@ Result<S3Config> ResolveS3Config(const S3Options& options, const EnvLookup& gete
     c.max_attempts = static_cast<int>(n);
   }
   for (auto [name, field] : {std::pair{"NOSTALL_S3_CONNECT_TIMEOUT", &c.connect_timeout_s},
-                             std::pair{"NOSTALL_S3_READ_TIMEOUT", &c.read_timeout_s}}) {
+                             std::pair{"NOSTALL_S3_READ_TIMEOUT", &c.read_timeout_s},
+                             std::pair{"NOSTALL_S3_REQUEST_TIMEOUT", &c.request_timeout_s}}) {
     if (!Env(getenv, name).empty()) {
       NOSTALL_ASSIGN_OR_RETURN(*field, PositiveNumber(name, Env(getenv, name), 0.05, 3600));
     }

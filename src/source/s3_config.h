@@ -16,7 +16,8 @@
 //                of a request before its failure is final
 //   timeouts     NOSTALL_S3_CONNECT_TIMEOUT (seconds, default 3) for a
 //                connection, NOSTALL_S3_READ_TIMEOUT (default 10) for a body
-//                that stops arriving
+//                that stops arriving, NOSTALL_S3_REQUEST_TIMEOUT (default
+//                120) for a whole request, retries and their waits included
 //   addressing   the spec's s3_addressing: "virtual" (bucket.host/key),
 //                "path" (host/bucket/key), or "auto": virtual on AWS, path
 //                on any other endpoint (MinIO, SeaweedFS, Ceph...)
@@ -58,7 +59,7 @@ struct S3Config {
   std::string credentials_from;  // e.g. "environment", "/home/u/.aws/credentials [train]"
   std::string access_key, secret_key, session_token;  // never printed
   int max_attempts = 6;
-  double connect_timeout_s = 3, read_timeout_s = 10;
+  double connect_timeout_s = 3, read_timeout_s = 10, request_timeout_s = 120;
 
   // The URL of an object (the key percent-encoded as S3 expects: every byte
   // but A-Z a-z 0-9 - _ . ~ and '/').

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <system_error>
 #include <thread>
 
 #include "source/driver.h"
@@ -33,7 +34,10 @@ class S3FolderSource final : public S3Source {
     if (static_cast<uint64_t>(index_.items[i].size) > max_item_bytes_) {
       return DataError("object is over the item size limit");
     }
-    return Span{&keys_[static_cast<size_t>(i)], 0, -1};
+    // The listed size bounds what is taken in (an empty object: one byte,
+    // so that a body where none was listed is still caught).
+    return Span{&keys_[static_cast<size_t>(i)], 0, -1,
+                std::max<uint64_t>(1, static_cast<uint64_t>(index_.items[i].size))};
   }
   const std::vector<std::string> keys_;  // per item: the object key
 };
@@ -55,17 +59,31 @@ Result<std::vector<S3Object>> ListClasses(S3Client* client, const std::string& b
   std::vector<Result<std::vector<S3Object>>> each(classes.size(),
                                                   Result<std::vector<S3Object>>(std::vector<S3Object>{}));
   std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
   auto lister = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < classes.size();) each[k] = client->List(bucket, classes[k]);
+    for (size_t k; !failed.load() && (k = next.fetch_add(1)) < classes.size();) {
+      each[k] = client->List(bucket, classes[k]);
+      if (!each[k].ok() && !failed.exchange(true)) client->CancelAll();  // the rest end promptly
+    }
   };
   std::vector<std::thread> threads;
   const size_t n = std::min<size_t>(kListingsInFlight, classes.size());
-  for (size_t t = 1; t < n; ++t) threads.emplace_back(lister);
+  // Fewer listing threads than asked for (a process at its thread limit)
+  // is slower, not an error: this thread lists too.
+  try {
+    for (size_t t = 1; t < n; ++t) threads.emplace_back(lister);
+  } catch (const std::system_error&) {
+  }
   lister();
   for (auto& t : threads) t.join();
+  // The error that stopped the listing, not the cancellations it caused.
+  const Status* first = nullptr;
+  for (auto& r : each) {
+    if (!r.ok() && (first == nullptr || first->code() == StatusCode::kCancelled)) first = &r.status();
+  }
+  if (first != nullptr) return *first;
   std::vector<S3Object> objects;
   for (auto& r : each) {
-    if (!r.ok()) return r.status();
     for (S3Object& o : r.value()) objects.push_back(std::move(o));
   }
   return objects;

@@ -21,13 +21,13 @@ class S3Source : public IndexSource {
 
   Status Read(int64_t i, std::vector<uint8_t>* out) const override {
     NOSTALL_ASSIGN_OR_RETURN(Span s, Where(i));
-    return client_->Get(bucket_, *s.key, s.offset, s.length, out);
+    return client_->Get(bucket_, *s.key, s.offset, s.length, out, s.most);
   }
   void ReadAsync(int64_t i, std::vector<uint8_t> buffer, ReadDone done) const override {
     Result<Span> s = Where(i);
     if (!s.ok()) return done(s.status(), std::move(buffer));
     client_->GetAsync(bucket_, *s.value().key, s.value().offset, s.value().length,
-                      std::move(buffer), std::move(done));
+                      std::move(buffer), std::move(done), s.value().most);
   }
 
  protected:
@@ -39,11 +39,12 @@ class S3Source : public IndexSource {
         max_item_bytes_(max_item_bytes) {}
 
   // Where item `i`'s bytes are: an object, and a range of it (length -1:
-  // the whole object).
+  // the whole object, of at most `most` bytes: its listed size).
   struct Span {
     const std::string* key;
     uint64_t offset;
     int64_t length;
+    uint64_t most = 0;
   };
   virtual Result<Span> Where(int64_t i) const = 0;
 
