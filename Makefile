@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := g++ make python3-venv libjpeg62-turbo-dev libpng-dev libopencv-imgproc-dev \
 	libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcurl4-openssl-dev \
-	libmemcached-dev libhashkit-dev libxxhash-dev libhwy-dev memcached pkg-config dataset-fashion-mnist \
+	libmemcached-dev libhashkit-dev libxxhash-dev libssl-dev libhwy-dev memcached pkg-config dataset-fashion-mnist \
 	libwebp-dev libtiff-dev libstb-dev
 # lightning and accelerate: the trainers the epoch tests run under (pinned to
 # the torch above by constraints.txt).

@@ -80,6 +80,14 @@ struct CacheConfig {
 // registry), or an InvalidArgument error naming the policies there are.
 Result<std::unique_ptr<Cache>> OpenCache(const std::string& policy, const CacheConfig& config);
 
+// The secret that authenticates a cluster cache's values (HMAC-SHA256):
+// NOSTALL_CACHE_SECRET, else the file NOSTALL_CACHE_SECRET_FILE, else
+// $XDG_CONFIG_HOME/nostall/cache-secret (~/.config/nostall/cache-secret),
+// made with 32 random bytes on first use. A file must be the caller's own
+// and mode 0600. Every process of a job must have the same secret: values
+// written under another are misses.
+Result<std::string> ResolveCacheSecret();
+
 // A size as users write it: "40GiB", "512MB", "1.5G", "4096". One meaning
 // for every face (Python, the CLI, specs): KB/MB/GB/TB are powers of 1000,
 // KiB/MiB/GiB/TiB and the bare K/M/G/T powers of 1024 (as memcached -m,

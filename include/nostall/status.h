@@ -24,6 +24,7 @@ enum class StatusCode {
   kFailedPrecondition,  // the object is in the wrong state for the call
   kCancelled,           // shut down while waiting
   kInternal,            // a bug in nostall
+  kPermissionDenied,    // shared memory or a file that is not the caller's own
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -79,6 +80,9 @@ inline Status Cancelled(std::string m) {
 }
 inline Status Internal(std::string m) {
   return Status(StatusCode::kInternal, std::move(m));
+}
+inline Status PermissionDenied(std::string m) {
+  return Status(StatusCode::kPermissionDenied, std::move(m));
 }
 // An IoError whose message ends with strerror(err).
 Status ErrnoError(const std::string& what, int err);

@@ -3,9 +3,12 @@
 //
 // libmemcached (the maintained "awesome" fork) places each key on one server
 // by ketama consistent hashing and speaks the binary protocol. Each value
-// carries a header naming the dataset, the item, the length and a 64-bit
-// checksum (XXH3) of the bytes: a value cut short, damaged, or written for another dataset is a
-// miss, never the item's bytes. Items are added, never replaced or evicted:
+// carries a header naming the dataset, the item and the length, and an
+// HMAC-SHA256 of header and bytes keyed with the job's secret
+// (ResolveCacheSecret): a value cut short, damaged, written for another
+// dataset, or written by anyone without the secret (memcached has no access
+// control: whoever reaches the port can set any key) is a miss, never the
+// item's bytes. Items are added, never replaced or evicted:
 // the servers run with -M (a full server refuses instead of evicting), and a
 // server that answers "out of memory" gets no more inserts from this client
 // (first come, first cached, as the node-local MinIO cache). A server that
@@ -22,7 +25,10 @@
 // on its own.
 #include <libmemcached/memcached.h>
 #include <libmemcached/util.h>
-#include <xxhash.h>
+#include <fcntl.h>
+#include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -38,29 +44,18 @@
 #include <unordered_map>
 
 #include "cache/driver.h"
+#include "cache/memcached_value.h"
+#include "common/fd.h"
 #include "common/mutex.h"
 
 namespace nostall {
 namespace {
 
-constexpr char kMagic[4] = {'N', 'S', 'M', '2'};
 constexpr int kPoolSize = 32;  // connections' handles: one per thread reading at once
 constexpr int kFailuresToDrop = 2;
 constexpr double kFirstBackoffS = 1.0, kMaxBackoffS = 30.0;
 constexpr size_t kMaxStaged = 8192;  // prefetched answers not yet looked up
 constexpr auto kStagedWait = std::chrono::milliseconds(50);
-
-struct Header {
-  char magic[4];
-  uint32_t reserved;
-  uint64_t checksum;  // XXH3-64 of the item's bytes (xxHash: ~10x zlib's CRC32 here)
-  uint64_t fingerprint;
-  int64_t item;
-  uint64_t length;
-};
-static_assert(sizeof(Header) == 40);
-
-uint64_t Checksum(const uint8_t* data, size_t n) { return XXH3_64bits(data, n); }
 
 // "host:port" (port 11211 when left out).
 Result<std::pair<std::string, int>> ParseServer(const std::string& s) {
@@ -86,8 +81,10 @@ bool OutOfMemory(memcached_return_t rc) {
 
 class MemcachedCache final : public Cache {
  public:
-  MemcachedCache(memcached_st* master, memcached_pool_st* pool, const CacheConfig& config)
-      : master_(master), pool_(pool), config_(config) {}
+  MemcachedCache(memcached_st* master, memcached_pool_st* pool, const CacheConfig& config,
+                 const std::string& secret)
+      : master_(master), pool_(pool), config_(config), codec_(secret) {}
+  bool ok() const { return codec_.ok(); }
 
   ~MemcachedCache() override {
     memcached_pool_destroy(pool_);
@@ -230,7 +227,7 @@ class MemcachedCache final : public Cache {
   }
 
   bool Insert(int64_t item, const uint8_t* data, size_t size) override {
-    const uint64_t need = size + sizeof(Header);
+    const uint64_t need = size + MemcachedValueCodec::kHeaderBytes;
     if (need > config_.budget_bytes) return false;  // bigger than a whole share
     const std::string key = Key(item);
     memcached_return_t rc;
@@ -239,17 +236,9 @@ class MemcachedCache final : public Cache {
     bool stored = false;
     const std::string server = ServerOf(mc, key);
     if (!IsFull(server) && !IsDown(server)) {
-      const Reserved reserved = Reserve(mc, need);
+      const Reserved reserved = Reserve(mc, key, server, need);
       if (reserved != Reserved::kNone) {
-        std::string value(sizeof(Header) + size, '\0');
-        Header h{};
-        std::memcpy(h.magic, kMagic, sizeof kMagic);
-        h.checksum = Checksum(data, size);
-        h.fingerprint = config_.dataset_fingerprint;
-        h.item = item;
-        h.length = size;
-        std::memcpy(value.data(), &h, sizeof h);
-        if (size > 0) std::memcpy(value.data() + sizeof h, data, size);
+        const std::string value = codec_.Encode(config_.dataset_fingerprint, item, data, size);
         // add: stored only if absent (a second insert, or another node's, wins nothing).
         rc = memcached_add(mc, key.data(), key.size(), value.data(), value.size(), 0, 0);
         stored = rc == MEMCACHED_SUCCESS;
@@ -260,7 +249,7 @@ class MemcachedCache final : public Cache {
           items_.fetch_add(1);
           if (reserved == Reserved::kPool) used_.fetch_add(need);
         } else {
-          Release(mc, reserved, need);
+          Release(mc, key, reserved, need);
         }
       }
     }
@@ -281,26 +270,31 @@ class MemcachedCache final : public Cache {
   }
 
  private:
-  // Room for `need` more bytes. The job's shares are pooled: every client of
-  // the dataset adds to one counter on the servers (its key hashed like an
-  // item's) and adds while the total is below its share x pool_parts (the
-  // job's world size), so what one node's items leave of its share serves
-  // the others'. The pool is reached, not never crossed (by less than one
-  // item; the servers' -M bounds their memory). When the counter's server
-  // does not answer, this client's own share is the bound.
+  // Room for `need` more bytes of `key`'s item. The job's shares are
+  // pooled: every client of the dataset adds to a counter on the item's own
+  // server (the counter key placed by the item's key) while that server's
+  // total is below its part of share x pool_parts (the job's world size), so
+  // what one node's items leave of its share serves the others'. The counter
+  // lives beside the items it counts: a server restarted empty starts again
+  // from zero with them (one counter for the whole pool, on one server, kept
+  // counting items another server had lost, never cached again). The pool is
+  // reached, not never crossed (by less than one item; the servers' -M bounds
+  // their memory). When the server does not answer, this client's own share
+  // is the bound.
   enum class Reserved { kNone, kPool, kLocal };
-  Reserved Reserve(memcached_st* mc, uint64_t need) {
+  Reserved Reserve(memcached_st* mc, const std::string& key, const std::string& server, uint64_t need) {
     const std::string pool = PoolKey();
-    const std::string server = ServerOf(mc, pool);
     if (!IsDown(server)) {
       uint64_t total = 0;
-      const memcached_return_t rc = memcached_increment_with_initial(
-          mc, pool.data(), pool.size(), need, need, 0, &total);
+      const memcached_return_t rc = memcached_increment_with_initial_by_key(
+          mc, key.data(), key.size(), pool.data(), pool.size(), need, need, 0, &total);
       Answered(server, rc == MEMCACHED_SUCCESS || OutOfMemory(rc));
       if (rc == MEMCACHED_SUCCESS) {
-        const uint64_t limit = config_.budget_bytes * static_cast<uint64_t>(config_.pool_parts);
+        const uint64_t servers = std::max<uint64_t>(1, memcached_server_count(mc));
+        const uint64_t limit = config_.budget_bytes * static_cast<uint64_t>(config_.pool_parts) / servers;
         if (total - need < limit) return Reserved::kPool;
-        memcached_decrement(mc, pool.data(), pool.size(), static_cast<uint32_t>(need), &total);
+        memcached_decrement_by_key(mc, key.data(), key.size(), pool.data(), pool.size(),
+                                   static_cast<uint32_t>(need), &total);
         return Reserved::kNone;
       }
     }
@@ -310,13 +304,14 @@ class MemcachedCache final : public Cache {
     } while (!used_.compare_exchange_weak(used, used + need));
     return Reserved::kLocal;
   }
-  void Release(memcached_st* mc, Reserved reserved, uint64_t need) {
+  void Release(memcached_st* mc, const std::string& key, Reserved reserved, uint64_t need) {
     if (reserved == Reserved::kLocal) {
       used_.fetch_sub(need);
     } else if (reserved == Reserved::kPool) {
       const std::string pool = PoolKey();
       uint64_t total = 0;
-      memcached_decrement(mc, pool.data(), pool.size(), static_cast<uint32_t>(need), &total);
+      memcached_decrement_by_key(mc, key.data(), key.size(), pool.data(), pool.size(),
+                                 static_cast<uint32_t>(need), &total);
     }
   }
   std::string PoolKey() const {
@@ -346,16 +341,7 @@ class MemcachedCache final : public Cache {
 
   // The value as written by Insert for this dataset and item, its bytes whole.
   bool Check(int64_t item, const uint8_t* value, size_t len, std::vector<uint8_t>* out) const {
-    if (value == nullptr || len < sizeof(Header)) return false;
-    Header h;
-    std::memcpy(&h, value, sizeof h);
-    if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 ||
-        h.fingerprint != config_.dataset_fingerprint || h.item != item ||
-        h.length != len - sizeof(Header) || Checksum(value + sizeof h, h.length) != h.checksum) {
-      return false;
-    }
-    out->assign(value + sizeof h, value + len);
-    return true;
+    return codec_.Decode(config_.dataset_fingerprint, item, value, len, out);
   }
 
   std::string ServerOf(memcached_st* mc, const std::string& key) {
@@ -433,6 +419,7 @@ class MemcachedCache final : public Cache {
   memcached_st* master_;
   memcached_pool_st* pool_;
   const CacheConfig config_;
+  const MemcachedValueCodec codec_;
   std::atomic<uint64_t> used_{0};
   std::atomic<int64_t> items_{0}, hits_{0}, misses_{0}, errors_{0}, rejected_{0};
   Mutex mu_;
@@ -488,17 +475,101 @@ Result<std::unique_ptr<Cache>> Open(const CacheConfig& config) {
       return InvalidArgument("cache server \"" + s + "\": " + memcached_strerror(nullptr, rc));
     }
   }
+  Result<std::string> secret = ResolveCacheSecret();
+  if (!secret.ok()) {
+    memcached_free(master);
+    return secret.status();
+  }
   memcached_pool_st* pool = memcached_pool_create(master, 1, kPoolSize);
   if (pool == nullptr) {
     memcached_free(master);
     return ResourceExhausted("libmemcached could not make a connection pool");
   }
-  return std::unique_ptr<Cache>(std::make_unique<MemcachedCache>(master, pool, config));
+  auto cache = std::make_unique<MemcachedCache>(master, pool, config, secret.value());
+  if (!cache->ok()) return Internal("OpenSSL could not key HMAC-SHA256");
+  return std::unique_ptr<Cache>(std::move(cache));
 }
 
 }  // namespace
 
 CacheDriver MemcachedDriver() { return {"memcached", Open}; }
+
+namespace {
+
+// The secret in a file that must be the caller's own and private to it.
+Result<std::string> ReadSecretFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("cannot read the cache secret " + path, errno);
+  struct stat st;
+  std::string secret;
+  Status status;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    status = InvalidArgument("the cache secret " + path + " is not a file");
+  } else if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+    status = PermissionDenied("the cache secret " + path + " is owned by " + UserText(st.st_uid) +
+                              " with mode " + ModeText(st.st_mode) + "; it must be yours and "
+                              "private (chmod 600 " + path + ")");
+  } else {
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0 && secret.size() < 65536) secret.append(buf, static_cast<size_t>(n));
+    while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
+    if (secret.size() < 16) status = InvalidArgument("the cache secret " + path + " is under 16 bytes");
+  }
+  ::close(fd);
+  if (!status.ok()) return status;
+  return secret;
+}
+
+}  // namespace
+
+Result<std::string> ResolveCacheSecret() {
+  if (const char* env = std::getenv("NOSTALL_CACHE_SECRET"); env != nullptr && *env != '\0') {
+    if (std::strlen(env) < 16) return InvalidArgument("NOSTALL_CACHE_SECRET is under 16 bytes");
+    return std::string(env);
+  }
+  if (const char* file = std::getenv("NOSTALL_CACHE_SECRET_FILE"); file != nullptr && *file != '\0') {
+    return ReadSecretFile(file);
+  }
+  // The default: a random secret of this user's, made once. Every job of the
+  // user on a node (and on every node sharing the home directory) has it.
+  std::string dir;
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x != nullptr && *x != '\0') {
+    dir = std::string(x) + "/nostall";
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    dir = std::string(home) + "/.config/nostall";
+  } else {
+    return InvalidArgument("a memcached cache needs a secret: set NOSTALL_CACHE_SECRET or "
+                           "NOSTALL_CACHE_SECRET_FILE (no HOME for the default file)");
+  }
+  const std::string path = dir + "/cache-secret";
+  if (::access(path.c_str(), F_OK) != 0) {
+    ::mkdir((dir.substr(0, dir.rfind('/'))).c_str(), 0700);
+    ::mkdir(dir.c_str(), 0700);
+    unsigned char raw[32];
+    if (RAND_bytes(raw, sizeof raw) != 1) return Internal("OpenSSL could not make a random secret");
+    std::string hex;
+    for (unsigned char b : raw) {
+      char two[3];
+      std::snprintf(two, sizeof two, "%02x", b);
+      hex += two;
+    }
+    hex += '\n';
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return ErrnoError("cannot make the cache secret " + tmp, errno);
+    const bool written = ::write(fd, hex.data(), hex.size()) == static_cast<ssize_t>(hex.size());
+    ::close(fd);
+    // link, not rename: a secret another process made meanwhile is kept.
+    if (!written || (::link(tmp.c_str(), path.c_str()) != 0 && errno != EEXIST)) {
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      return ErrnoError("cannot make the cache secret " + path, err);
+    }
+    ::unlink(tmp.c_str());
+  }
+  return ReadSecretFile(path);
+}
 
 Result<std::vector<MemcachedServerInfo>> InspectMemcachedServers(
     const std::vector<std::string>& servers) {

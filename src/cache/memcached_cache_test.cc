@@ -4,6 +4,7 @@
 #include <libmemcached/memcached.h>
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
@@ -113,6 +114,47 @@ TEST(MemcachedCacheTest, ValuesThatAreNotOursAreMissesNeverBytes) {
   EXPECT_EQ(cache->Stats().errors, 0);
 }
 
+// memcached has no access control: anyone who reaches the port can write
+// any key. A value written without the job's secret, however well formed,
+// is a miss; a job with another secret reads nothing of this one's.
+TEST(MemcachedCacheTest, ValuesWrittenWithoutTheSecretAreMisses) {
+  MemcachedServer server;
+  ASSERT_TRUE(server.started());
+  setenv("NOSTALL_CACHE_SECRET", "the job's secret, 32 bytes long!", 1);
+  auto cache = Open({server.address()});
+  ASSERT_NE(cache, nullptr);
+  const auto good = Bytes(3, 5000);
+  ASSERT_TRUE(cache->Insert(3, good.data(), good.size()));
+  // Someone else, knowing the format but not the secret, writes item 4.
+  setenv("NOSTALL_CACHE_SECRET", "an intruder's secret, 32 bytes!!", 1);
+  auto intruder = Open({server.address()});
+  const auto forged = Bytes(99, 5000);
+  ASSERT_TRUE(intruder->Insert(4, forged.data(), forged.size()));
+  std::vector<uint8_t> out;
+  EXPECT_FALSE(intruder->Lookup(3, &out).value());  // the job's values are not theirs either
+  setenv("NOSTALL_CACHE_SECRET", "the job's secret, 32 bytes long!", 1);
+  EXPECT_FALSE(cache->Lookup(4, &out).value());
+  ASSERT_TRUE(cache->Lookup(3, &out).value());
+  EXPECT_EQ(out, good);
+  // A secret file that others can read is refused, naming its mode.
+  unsetenv("NOSTALL_CACHE_SECRET");
+  const std::string path = ::testing::TempDir() + "/nostall-secret";
+  FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs("0123456789abcdef0123456789abcdef\n", f);
+  std::fclose(f);
+  chmod(path.c_str(), 0644);
+  setenv("NOSTALL_CACHE_SECRET_FILE", path.c_str(), 1);
+  CacheConfig config{"cluster", 1 << 20, 7, 1000};
+  config.servers = {server.address()};
+  auto refused = OpenCache("memcached", config);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("0644"), std::string::npos) << refused.status().ToString();
+  chmod(path.c_str(), 0600);
+  EXPECT_TRUE(OpenCache("memcached", config).ok());
+  unsetenv("NOSTALL_CACHE_SECRET_FILE");
+  std::remove(path.c_str());
+}
+
 size_t SizeOf(int64_t item) { return 1000 + static_cast<size_t>(item); }
 
 // Items 0..n-1 into `cache`, each of SizeOf(item) bytes.
@@ -145,6 +187,43 @@ double LookAll(Cache& cache, int n, int* hits, int* errors) {
     }
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The pool's counters live beside the items they count: a server that
+// restarts empty takes its items' bytes off the pool with it, and they are
+// cached again (one counter for the whole pool, elsewhere, kept counting
+// them: the pool stayed "full" of items no server had).
+TEST(MemcachedCacheTest, AServerRestartedEmptyIsFilledAgain) {
+  auto a = std::make_unique<MemcachedServer>();
+  MemcachedServer b;
+  ASSERT_TRUE(a->started() && b.started());
+  const int port_a = a->port();
+  const int n = 200;
+  // A budget for about n items: the pool is full once they are in.
+  auto cache = Open({a->address(), b.address()}, 7, static_cast<uint64_t>(n) * (SizeOf(n) + 64));
+  ASSERT_NE(cache, nullptr);
+  int stored = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto bytes = Bytes(i, SizeOf(i));
+    stored += cache->Insert(i, bytes.data(), bytes.size());
+  }
+  ASSERT_GT(stored, n * 3 / 4);
+  a.reset();  // killed, and started again empty on its port
+  a = std::make_unique<MemcachedServer>(64, port_a);
+  ASSERT_TRUE(a->started());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // past the client's retry timeout
+  auto again = Open({"127.0.0.1:" + std::to_string(port_a), b.address()}, 7,
+                    static_cast<uint64_t>(n) * (SizeOf(n) + 64));
+  std::vector<uint8_t> out;
+  int lost = 0, recached = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (again->Lookup(i, &out).value()) continue;
+    ++lost;
+    const auto bytes = Bytes(i, SizeOf(i));
+    recached += again->Insert(i, bytes.data(), bytes.size());
+  }
+  ASSERT_GT(lost, n / 5);  // server a's share
+  EXPECT_GE(recached, lost * 3 / 4);
 }
 
 TEST(MemcachedCacheTest, AKilledServerCostsItsHitsNotTimeNorBytes) {

@@ -46,9 +46,14 @@ cache serve starts this node's memcached the way the cluster cache needs it
 (in the foreground; Ctrl-C or SIGTERM stops it):
   --size SIZE        memory for items, e.g. 40GiB, 512MiB (required)
   --port N           TCP port (default 11211)
-  --listen ADDR      address to listen on (default 0.0.0.0: every interface;
-                     memcached has no authentication, so keep the port inside
-                     the cluster's network)
+  --listen ADDR      address to listen on (default 127.0.0.1: this node only;
+                     give the node's cluster address, or 0.0.0.0, for other
+                     nodes to reach it). memcached has no authentication:
+                     nostall's values carry a MAC under the job's secret, so
+                     a value written by anyone else is a miss, but anyone
+                     who reaches the port can read what is cached and fill
+                     or flush it; keep it inside the cluster's network
+                     (docs/cluster_cache.md)
   --max-item SIZE    the largest item it takes (default 16MiB, at most half
                      of --size); a bigger item is read from storage each time
   --threads N        memcached worker threads (default 4)
@@ -77,7 +82,7 @@ int CacheServe(const Args& args) {
     return 2;
   }
   const auto listen_it = args.options.find("--listen");
-  const std::string listen = listen_it == args.options.end() ? "0.0.0.0" : listen_it->second;
+  const std::string listen = listen_it == args.options.end() ? "127.0.0.1" : listen_it->second;
   const uint64_t megabytes = size >> 20;
   uint64_t max_item = 16u << 20;
   if (auto it = args.options.find("--max-item"); it != args.options.end()) {

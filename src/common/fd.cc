@@ -1,9 +1,11 @@
 #include "common/fd.h"
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cstdio>
 
 namespace nostall {
 
@@ -78,6 +80,22 @@ Status DropFromPageCache(const std::string& path, uint64_t offset, uint64_t size
                                  POSIX_FADV_DONTNEED);
   if (rc != 0) return ErrnoError("cannot drop " + path + " from the page cache", rc);
   return Status::OK();
+}
+
+std::string ModeText(unsigned mode) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "0%03o", mode & 07777);
+  return buf;
+}
+
+std::string UserText(unsigned uid) {
+  std::string text = "uid " + std::to_string(uid);
+  struct passwd pw, *found = nullptr;
+  char buf[4096];
+  if (::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found != nullptr) {
+    text += std::string(" (") + found->pw_name + ")";
+  }
+  return text;
 }
 
 }  // namespace nostall

@@ -90,6 +90,11 @@ Status PreadExact(int fd, uint64_t offset, size_t size, uint8_t* out);
 Status ReadWholeFile(const std::string& path, size_t max_bytes,
                      std::vector<uint8_t>* out, bool drop_cached = false);
 
+// A file's permission bits as `ls` writes them in octal ("0600").
+std::string ModeText(unsigned mode);
+// "uid 1001 (bob)", or "uid 1001" when the name is unknown.
+std::string UserText(unsigned uid);
+
 // Drops bytes [offset, offset + size) of `path` from the page cache
 // (size 0: to the end of the file).
 Status DropFromPageCache(const std::string& path, uint64_t offset = 0, uint64_t size = 0);

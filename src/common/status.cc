@@ -14,6 +14,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kResourceExhausted: return "ResourceExhausted";
     case StatusCode::kFailedPrecondition: return "FailedPrecondition";
     case StatusCode::kCancelled: return "Cancelled";
+    case StatusCode::kPermissionDenied: return "PermissionDenied";
     case StatusCode::kInternal: return "Internal";
   }
   return "Unknown";

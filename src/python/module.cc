@@ -65,6 +65,7 @@ bool PythonInterrupted() {
     }
     case StatusCode::kInvalidArgument: type = nb::borrow(PyExc_ValueError); break;
     case StatusCode::kNotFound: type = nb::borrow(PyExc_FileNotFoundError); break;
+    case StatusCode::kPermissionDenied: type = nb::borrow(PyExc_PermissionError); break;
     case StatusCode::kResourceExhausted: type = errors.attr("ResourceError"); break;
     default: type = errors.attr("NostallError"); break;
   }

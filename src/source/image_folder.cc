@@ -34,7 +34,7 @@ Status Walk(const std::string& dir, bool top, WalkState* ws,
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0) return ErrnoError("cannot stat " + dir, errno);
   if (!ws->seen.insert({st.st_dev, st.st_ino}).second && !top) return Status::OK();
-  ws->stamps->push_back({dir, MtimeNs(st), 0});
+  ws->stamps->push_back(StampOf(dir, st, -1));
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return ErrnoError("cannot list " + dir, errno);
   std::vector<std::string> subdirs;
@@ -81,8 +81,7 @@ Result<Index> BuildFolderIndex(const std::string& root) {
   }
   struct stat rst;
   ::stat(root.c_str(), &rst);
-  index.stamps.push_back(
-      {root, MtimeNs(rst), 0});
+  index.stamps.push_back(StampOf(root, rst, -1));
   WalkState ws{{}, &index.stamps};
   ws.seen.insert({rst.st_dev, rst.st_ino});
   for (const std::string& cls : index.classes) {

@@ -8,12 +8,18 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <unordered_map>
+
+#include <fcntl.h>
+
+#include "common/fd.h"
 
 namespace nostall {
 namespace {
 
 constexpr char kMagic[8] = {'N', 'S', 'T', 'I', 'D', 'X', '0', '1'};
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 
 uint64_t Fnv(uint64_t h, const void* p, size_t n) {
   const auto* b = static_cast<const uint8_t*>(p);
@@ -92,11 +98,33 @@ std::string IndexCachePath(const std::string& dir, const std::string& canonical)
   return base + name;
 }
 
-Result<Index> LoadIndex(const std::string& path) {
-  if (path.empty()) return NotFound("no index cache");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("no index file " + path);
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+namespace {
+
+uint64_t HashHeadAndTail(int fd, uint64_t size) {
+  constexpr uint64_t kPart = 4096;
+  uint8_t buf[kPart];
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint64_t at : {uint64_t{0}, size > kPart ? size - kPart : uint64_t{0}}) {
+    const ssize_t n = ::pread(fd, buf, kPart, static_cast<off_t>(at));
+    if (n > 0) h = Fnv(h, buf, static_cast<size_t>(n));
+  }
+  return h | 1;  // never 0, which means "not hashed"
+}
+
+}  // namespace
+
+IndexStamp StampOf(const std::string& path, const struct stat& st, int fd) {
+  IndexStamp s;
+  s.path = path;
+  s.mtime_ns = MtimeNs(st);
+  s.size = S_ISDIR(st.st_mode) ? 0 : static_cast<int64_t>(st.st_size);
+  s.ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  s.inode = static_cast<uint64_t>(st.st_ino);
+  s.content = fd >= 0 ? HashHeadAndTail(fd, static_cast<uint64_t>(st.st_size)) : 0;
+  return s;
+}
+
+Result<Index> ParseIndex(const std::string& data, const std::string& path) {
   if (data.size() < 12 || std::memcmp(data.data(), kMagic, 8) != 0) {
     return DataError("not an index file: " + path);
   }
@@ -109,7 +137,8 @@ Result<Index> LoadIndex(const std::string& path) {
   bool ok = r.Count(&n);
   for (uint64_t i = 0; ok && i < n; ++i) {
     IndexStamp s;
-    ok = r.Str(&s.path) && r.I64(&s.mtime_ns) && r.I64(&s.size);
+    ok = r.Str(&s.path) && r.I64(&s.mtime_ns) && r.I64(&s.size) && r.I64(&s.ctime_ns) &&
+         r.U64(&s.inode) && r.U64(&s.content);
     idx.stamps.push_back(std::move(s));
   }
   ok = ok && r.Count(&n);
@@ -128,9 +157,10 @@ Result<Index> LoadIndex(const std::string& path) {
     int64_t shard = 0;
     uint64_t off = 0;
     ok = r.Str(&e.key) && r.I64(&e.label) && r.I64(&shard) && r.U64(&off) && r.I64(&e.size);
-    e.shard = static_cast<int32_t>(shard);
+    // The shard number is range-checked before it is narrowed.
+    ok = ok && shard >= -1 && shard < static_cast<int64_t>(idx.shards.size());
+    e.shard = static_cast<int32_t>(ok ? shard : -1);
     e.offset = off;
-    if (ok && (e.shard >= static_cast<int64_t>(idx.shards.size()))) ok = false;
     idx.items.push_back(std::move(e));
   }
   ok = ok && r.I64(&idx.skipped);
@@ -141,13 +171,72 @@ Result<Index> LoadIndex(const std::string& path) {
     idx.left_out.push_back(std::move(e));
   }
   if (!ok) return DataError("corrupt index file: " + path);
+  NOSTALL_RETURN_IF_ERROR(CheckIndex(idx, path));
   return idx;
 }
 
+Status CheckIndex(const Index& idx, const std::string& path) {
+  auto bad = [&](const std::string& why) { return DataError("inconsistent index file " + path + ": " + why); };
+  std::unordered_map<std::string, int64_t> stamped;  // path -> size (0: a directory)
+  for (const IndexStamp& s : idx.stamps) stamped[s.path] = s.size;
+  const int64_t classes = static_cast<int64_t>(idx.classes.size());
+  for (const IndexEntry& e : idx.items) {
+    if (e.label < -1 || (classes > 0 && e.label >= classes)) return bad("a label out of range");
+    if (idx.shards.empty()) {
+      // A folder's items are whole files, each right inside a folder walked.
+      if (e.shard != -1) return bad("a member of a shard in a folder's index");
+      const size_t slash = e.key.rfind('/');
+      if (slash == std::string::npos) return bad("a file outside the folders walked");
+      auto it = stamped.find(e.key.substr(0, slash));
+      if (it == stamped.end() || it->second != 0) return bad("a file outside the folders walked");
+    } else {
+      // A shard's items lie inside the shard as it was stamped.
+      if (e.shard < 0 || e.shard >= static_cast<int64_t>(idx.shards.size())) {
+        return bad("a shard number out of range");
+      }
+      if (e.size < 0) return bad("a member of negative size");
+      auto it = stamped.find(idx.shards[static_cast<size_t>(e.shard)]);
+      if (it != stamped.end() &&
+          (e.offset > static_cast<uint64_t>(it->second) ||
+           static_cast<uint64_t>(e.size) > static_cast<uint64_t>(it->second) - e.offset)) {
+        return bad("a member beyond the end of its shard");
+      }
+    }
+  }
+  return Status::OK();
+}
+
+Result<Index> LoadIndex(const std::string& path) {
+  if (path.empty()) return NotFound("no index cache");
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (fd.get() < 0) return NotFound("no index file " + path);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return NotFound("no index file " + path);
+  if (st.st_uid != ::geteuid() || (st.st_mode & 022) != 0) {
+    return PermissionDenied("index file " + path + " is owned by uid " + std::to_string(st.st_uid) +
+                            " with mode " + ModeText(st.st_mode) + ": not this user's own, ignored");
+  }
+  if (st.st_size > (off_t{1} << 36)) return DataError("index file " + path + " is absurdly large");
+  std::string data(static_cast<size_t>(st.st_size), '\0');
+  NOSTALL_RETURN_IF_ERROR(PreadExact(fd.get(), 0, data.size(), reinterpret_cast<uint8_t*>(data.data())));
+  return ParseIndex(data, path);
+}
+
+namespace {
+
+// Makes `dir` and its missing parents; the ones made here are 0700 (an
+// index names the dataset's paths: no one else's business).
+void MakePrivateDirs(const std::filesystem::path& dir) {
+  if (dir.empty() || ::access(dir.c_str(), F_OK) == 0) return;
+  MakePrivateDirs(dir.parent_path());
+  ::mkdir(dir.c_str(), 0700);
+}
+
+}  // namespace
+
 Status SaveIndex(const std::string& path, const Index& index) {
   if (path.empty()) return Status::OK();
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  MakePrivateDirs(std::filesystem::path(path).parent_path());
   Writer w;
   w.buf().append(kMagic, 8);
   w.buf().append(reinterpret_cast<const char*>(&kVersion), 4);
@@ -156,6 +245,9 @@ Status SaveIndex(const std::string& path, const Index& index) {
     w.Str(s.path);
     w.I64(s.mtime_ns);
     w.I64(s.size);
+    w.I64(s.ctime_ns);
+    w.U64(s.inode);
+    w.U64(s.content);
   }
   w.U64(index.classes.size());
   for (const auto& c : index.classes) w.Str(c);
@@ -175,15 +267,25 @@ Status SaveIndex(const std::string& path, const Index& index) {
     w.Str(ext);
     w.I64(count);
   }
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return IoError("cannot write index file " + tmp);
-    out.write(w.buf().data(), static_cast<std::streamsize>(w.buf().size()));
-    if (!out) return IoError("cannot write index file " + tmp);
+  // A fresh file of our own: never one planted under the name, never
+  // through a symlink.
+  std::random_device rd;
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(rd());
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (fd.get() < 0) return ErrnoError("cannot write index file " + tmp, errno);
+  const std::string& buf = w.buf();
+  for (size_t done = 0; done < buf.size();) {
+    const ssize_t n = ::write(fd.get(), buf.data() + done, buf.size() - done);
+    if (n <= 0) {
+      const int err = errno;
+      ::unlink(tmp.c_str());
+      return ErrnoError("cannot write index file " + tmp, err);
+    }
+    done += static_cast<size_t>(n);
   }
+  fd = UniqueFd();
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
+    ::unlink(tmp.c_str());
     return IoError("cannot rename index file to " + path);
   }
   return Status::OK();
@@ -191,11 +293,14 @@ Status SaveIndex(const std::string& path, const Index& index) {
 
 bool StampsStillHold(const Index& index) {
   for (const auto& s : index.stamps) {
+    UniqueFd fd(::open(s.path.c_str(), O_RDONLY | O_CLOEXEC));
     struct stat st;
-    if (::stat(s.path.c_str(), &st) != 0) return false;
-    int64_t mtime = MtimeNs(st);
-    if (mtime != s.mtime_ns) return false;
-    if (s.size != 0 && st.st_size != s.size) return false;
+    if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0) return false;
+    const IndexStamp now = StampOf(s.path, st, s.content != 0 ? fd.get() : -1);
+    if (now.mtime_ns != s.mtime_ns || now.ctime_ns != s.ctime_ns || now.inode != s.inode ||
+        now.content != s.content || (s.size != 0 && now.size != s.size)) {
+      return false;
+    }
   }
   return !index.stamps.empty();
 }

@@ -22,11 +22,21 @@ struct IndexEntry {
 };
 
 // What the index was built from; it is reused only while all of these hold.
+// mtime and size can be set back by anyone (reproducible builds, `touch`,
+// container layers); ctime and the inode cannot, and a shard's first and
+// last 4 KiB are hashed: a shard rewritten under the same stamps is indexed
+// again.
 struct IndexStamp {
   std::string path;
-  int64_t mtime_ns;
-  int64_t size;  // 0 for directories
+  int64_t mtime_ns = 0;
+  int64_t size = 0;  // 0 for directories
+  int64_t ctime_ns = 0;
+  uint64_t inode = 0;
+  uint64_t content = 0;  // FNV-1a of a file's first and last 4 KiB; 0 for directories
 };
+// The stamp of `path`, stat'ed as `st`; `fd` open on it hashes its content
+// (a file's), -1 does not (a directory's).
+IndexStamp StampOf(const std::string& path, const struct stat& st, int fd);
 
 struct Index {
   std::vector<IndexStamp> stamps;
@@ -43,9 +53,19 @@ struct Index {
 
 // The file that caches the index of the dataset described by `canonical`.
 std::string IndexCachePath(const std::string& dir, const std::string& canonical);
+// The index saved at `path`, if it is this user's (owned by the caller,
+// writable by no one else: a shared cache directory's files planted by
+// another user are ignored), parses, and is consistent: shard numbers in
+// range, members inside their shard, whole files inside the folders walked.
 Result<Index> LoadIndex(const std::string& path);
-// Written to a temporary file and renamed, so readers never see half a file.
+// The same checks on an index in memory (the fuzz target's entry).
+Status CheckIndex(const Index& index, const std::string& path);
+// Written to a fresh private temporary file (O_EXCL|O_NOFOLLOW, 0600) and
+// renamed, so readers never see half a file and no symlink is followed; the
+// cache directory is made 0700.
 Status SaveIndex(const std::string& path, const Index& index);
+// Reads the bytes of an index file (the parser LoadIndex runs, for fuzzing).
+Result<Index> ParseIndex(const std::string& data, const std::string& path);
 bool StampsStillHold(const Index& index);
 // A file's mtime in nanoseconds, as stamps record it.
 int64_t MtimeNs(const struct stat& st);

@@ -116,8 +116,20 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
   const std::string cache_path =
       options.use_index_cache ? IndexCachePath(options.index_cache_dir, canonical) : "";
   Result<Index> cached = cache_path.empty() ? Result<Index>(NotFound("")) : LoadIndex(cache_path);
+  // A saved index must be of these shards, its members inside them (a file
+  // damaged or planted is rebuilt, never followed out of bounds).
+  auto fits = [&](const Index& idx) {
+    if (idx.shards.size() != keys.size()) return false;
+    for (const IndexEntry& e : idx.items) {
+      if (e.shard < 0 || static_cast<size_t>(e.shard) >= keys.size() || e.size < 0 ||
+          e.offset > sizes[e.shard] || static_cast<uint64_t>(e.size) > sizes[e.shard] - e.offset) {
+        return false;
+      }
+    }
+    return true;
+  };
   Index index;
-  if (cached.ok()) {
+  if (cached.ok() && fits(cached.value())) {
     index = std::move(cached).value();
   } else {
     for (size_t s = 0; s < keys.size(); ++s) {

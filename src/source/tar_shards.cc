@@ -24,8 +24,7 @@ Status IndexShard(const std::string& path, int32_t shard, bool skip_bad, Index* 
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return ErrnoError("cannot stat " + path, errno);
   uint64_t file_size = static_cast<uint64_t>(st.st_size);
-  index->stamps.push_back(
-      {path, MtimeNs(st), static_cast<int64_t>(file_size)});
+  index->stamps.push_back(StampOf(path, st, fd.get()));
   ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
   const int raw = fd.get();
   return IndexTarShard(path, shard, file_size,

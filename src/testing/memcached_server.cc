@@ -43,13 +43,13 @@ bool Accepts(int port) {
 
 }  // namespace
 
-MemcachedServer::MemcachedServer(int megabytes) {
+MemcachedServer::MemcachedServer(int megabytes, int port_wanted) {
   const char* binary = "/usr/bin/memcached";
   if (access(binary, X_OK) != 0) {
     ADD_FAILURE() << binary << " is not installed (make test installs Debian's memcached)";
     return;
   }
-  port_ = FreePort();
+  port_ = port_wanted > 0 ? port_wanted : FreePort();
   const std::string port = std::to_string(port_), mb = std::to_string(megabytes);
   // Items up to 4 MiB, at most half the memory (memcached's own rule).
   const std::string item = std::to_string(std::min(4096, megabytes * 512)) + "k";

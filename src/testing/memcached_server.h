@@ -14,7 +14,8 @@ class MemcachedServer {
  public:
   // memcached -M -m `megabytes`, items up to 4 MiB (at most half of it); fails the calling test
   // (a GoogleTest fatal failure) when it cannot start.
-  explicit MemcachedServer(int megabytes = 64);
+  // On a free port, or on `port` (a server started again where one was).
+  explicit MemcachedServer(int megabytes = 64, int port = 0);
   ~MemcachedServer();
   MemcachedServer(const MemcachedServer&) = delete;
   MemcachedServer& operator=(const MemcachedServer&) = delete;

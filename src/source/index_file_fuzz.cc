@@ -1,0 +1,25 @@
+// libFuzzer target: a saved index file (index_file.h) as a tampered or
+// damaged cache directory could hold it. Invariants: no crash, and an
+// index that is accepted has every shard number in range and every member
+// inside its shard as stamped.
+#include <cstdlib>
+#include <string>
+
+#include "source/index_file.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace nostall;
+  // The magic and version are given, so the fuzzer spends its time past them.
+  std::string bytes("NSTIDX01\x03\0\0\0", 12);
+  bytes.append(reinterpret_cast<const char*>(data), size);
+  Result<Index> idx = ParseIndex(bytes, "fuzz.idx");
+  if (!idx.ok()) return 0;
+  const Index& index = idx.value();
+  for (const IndexEntry& e : index.items) {
+    if (e.shard < -1 || e.shard >= static_cast<int64_t>(index.shards.size())) std::abort();
+    if (!index.shards.empty() && e.shard < 0) std::abort();
+  }
+  if (!CheckIndex(index, "fuzz.idx").ok()) std::abort();
+  (void)index.Fingerprint();
+  return 0;
+}
