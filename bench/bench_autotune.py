@@ -201,7 +201,7 @@ def run_one(data, situation, setting, reps_per_ms, duration, measure_from, final
     name = f"bench-autotune-{os.getpid()}"
     server = launch("serve", {"spec": spec, "name": name, "duration": duration,
                               "measure_from": measure_from})
-    while not Path(f"/dev/shm/nostall-shared-{name}").exists():
+    while not Path(f"/dev/shm/nostall-shared-{os.geteuid()}-{name}").exists():
         if server.poll() is not None:
             raise RuntimeError("the server failed")
         time.sleep(0.05)

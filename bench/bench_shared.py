@@ -93,7 +93,7 @@ def run_shared(spec, args, tmp):
                                  "--quiet", "--max-consumers", str(args.consumers),
                                  "--slots", str(args.slots)],
                                 stderr=subprocess.PIPE, text=True)
-    while not Path(f"/dev/shm/nostall-shared-{name}").exists():
+    while not Path(f"/dev/shm/nostall-shared-{os.geteuid()}-{name}").exists():
         if producer.poll() is not None:
             raise RuntimeError(producer.stderr.read())
         time.sleep(0.05)

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-300}
 JOBS=${FUZZ_JOBS:-2}
-TARGETS=${FUZZ_TARGETS:-"tar_index_fuzz decode_fuzz spec_fuzz minio_cache_fuzz shared_fuzz"}
+TARGETS=${FUZZ_TARGETS:-"tar_index_fuzz decode_fuzz spec_fuzz minio_cache_fuzz shared_fuzz s3_listing_fuzz s3_response_fuzz index_file_fuzz memcached_value_fuzz"}
 CMAKE=${CMAKE:-cmake}
 CC=clang-16 CXX=clang++-16 "$CMAKE" -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DNOSTALL_FUZZ=ON -DNOSTALL_BUILD_TESTS=OFF >/dev/null

@@ -33,6 +33,9 @@ struct ServeOptions {
   double max_lag_s = 1.0;    // how far behind (in seconds of the stream) a consumer may set the pace
   int64_t block_chunks = 0;  // shuffle block, in chunks; 0: about 1/16 of an epoch
   bool verbose = false;      // log attaches, departures and evictions to stderr
+  // Share with a group's users (serve --group): the segment is that group's
+  // and 0660; -1: the owner's alone (0600).
+  int64_t share_gid = -1;
 };
 
 struct ConsumerInfo {
@@ -51,7 +54,8 @@ struct ProducerStatus {
 
 class SharedProducer {
  public:
-  // Creates the segment /nostall-shared-NAME (0600). A segment of that name
+  // Creates the segment /nostall-shared-UID-NAME (0600, or 0660 for
+  // options.share_gid's users). A segment of that name
   // whose producer is alive is an error; a dead producer's is replaced.
   static Result<std::unique_ptr<SharedProducer>> Create(const std::string& name,
                                                         const LoaderSpec& spec,
@@ -75,6 +79,11 @@ struct AttachOptions {
   bool fallback_to_private = false;
   // Non-zero: the producer's spec must have this fingerprint.
   uint64_t expect_spec_fingerprint = 0;
+  // The consumer's own spec (JSON), if it gave one. Required to attach to
+  // another user's loader ("OWNER:NAME"): the served spec must then be this
+  // one (but for batch_size, shuffle_block and drop_last), compared whole,
+  // so a consumer never reads a dataset another user names for it.
+  std::string expect_spec_json;
   // How long to wait for a segment of that name to appear.
   double attach_timeout_s = 0;
 };

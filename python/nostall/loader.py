@@ -251,7 +251,7 @@ class Loader(Closeable):
 
     @classmethod
     def attach(cls, name: str, batch_size: int, *, on_producer_exit: str = "raise",
-               producer_timeout: float = 5.0, spec=None, wait: float = 0.0, copy=False,
+               producer_timeout: float = 5.0, spec=None, wait: float = 0.0, copy=None,
                return_indices=False, output="torch", progress=False):
         """A consumer of the shared loader ``name`` (started by ``nostall serve`` or nostall.serve).
 
@@ -265,7 +265,17 @@ class Loader(Closeable):
             seconds) or ``"private"`` (continue on a private pipeline built
             from the same spec, at the exact position).
         spec: if given, the producer must serve this spec (else an error).
+            Required to attach to another user's loader, ``"OWNER:NAME"``
+            (served with ``nostall serve --group``): nostall runs no spec
+            another user chose.
         wait: seconds to wait for the producer's segment to appear.
+        copy: the batches are the producer's shared memory, mapped read-only
+            in every consumer, so that no consumer's in-place edit reaches
+            another's. ``output="numpy"`` hands out read-only arrays (an
+            in-place edit raises ValueError); torch tensors have no
+            read-only flag, so ``output="torch"`` copies each batch unless
+            ``copy=False`` (zero-copy: then an in-place edit of a batch
+            kills the process with SIGSEGV).
 
         A consumer that holds every other consumer back for longer than the
         producer's ``max_lag`` continues on a private pipeline (see
@@ -276,15 +286,18 @@ class Loader(Closeable):
         if on_producer_exit not in ("raise", "private"):
             raise ValueError(f'on_producer_exit must be "raise" or "private", not {on_producer_exit!r}')
         batch_size = _integer("batch_size", batch_size)  # C++ checks its range
-        expect = 0
+        expect, expect_spec = 0, ""
         if spec is not None:
             spec = spec.spec if isinstance(spec, Loader) else spec
-            expect = _nostall.spec_fingerprint(spec if isinstance(spec, str) else json.dumps(spec))
+            expect_spec = spec if isinstance(spec, str) else json.dumps(spec)
+            expect = _nostall.spec_fingerprint(expect_spec)
         if output == "torch":
             import torch  # noqa: F401  (before attaching: its import takes a while)
         core = _nostall.Loader.attach(name, batch_size, float(producer_timeout),
-                                      on_producer_exit == "private", expect, float(wait))
+                                      on_producer_exit == "private", expect, float(wait), expect_spec)
         self = cls.__new__(cls)
+        if copy is None:
+            copy = output == "torch"
         self._init(None, copy=copy, return_indices=return_indices, output=output,
                    progress=progress, core=core)
         self._shared = name
@@ -398,9 +411,18 @@ class Loader(Closeable):
         if self._progress is not None:
             self._progress.update(self, self._epoch, self._position, self._core.batches_per_epoch)
         self._note_epoch_end()
+        if self._shared is not None and not copied:
+            # The producer's read-only memory: say so to NumPy.
+            for a in (images, labels, indices):
+                a.flags.writeable = False
         if self._torch:
             from_numpy = self._from_numpy
-            images, labels, indices = from_numpy(images), from_numpy(labels), from_numpy(indices)
+            if self._shared is not None:
+                with warnings.catch_warnings():  # "non-writable": documented in attach()
+                    warnings.simplefilter("ignore", UserWarning)
+                    images, labels, indices = from_numpy(images), from_numpy(labels), from_numpy(indices)
+            else:
+                images, labels, indices = from_numpy(images), from_numpy(labels), from_numpy(indices)
         if self._copy:
             if self._torch:
                 images, labels, indices = images.clone(), labels.clone(), indices.clone()

@@ -24,6 +24,8 @@
 #include <filesystem>
 #include <thread>
 
+#include <xxhash.h>
+
 #include "common/fd.h"
 #include "common/process.h"
 #include "common/shm.h"
@@ -32,7 +34,7 @@ namespace nostall {
 namespace {
 
 constexpr char kMagic[8] = {'N', 'S', 'T', 'C', 'A', 'C', 'H', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr uint64_t kReady = 1ull << 63;
 // Claimed: bits 0-31 the claimer's pid, bits 32-61 the low 30 bits of its
 // process start time (so a reused pid is not taken for the claimer).
@@ -66,12 +68,28 @@ struct Entry {
   std::atomic<uint64_t> state;
   uint64_t offset;  // within the data area
   uint64_t length;
-  uint64_t reserved;
+  // XXH3-64 of the bytes, seeded with the item: the entry must prove it is
+  // the item asked for. (offset, length) pointed at another item's bytes
+  // (damage, a bug, a tampering process), even with that item's checksum,
+  // fail it: a miss, never the wrong sample.
+  uint64_t checksum;
 };
+
+uint64_t RecordChecksum(int64_t item, const uint8_t* bytes, size_t n) {
+  return XXH3_64bits_withSeed(bytes, n, static_cast<uint64_t>(item));
+}
 
 uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-std::string SegmentName(const std::string& name) { return "/nostall-cache-" + name; }
+// The caller's own cache NAME: /nostall-cache-UID-NAME. Caches are per user
+// (every job using one writes pixels into it: sharing one across users
+// would be trusting them with the job's data).
+std::string SegmentName(const std::string& name) {
+  SegmentRef ref;
+  ref.owner = ::geteuid();
+  ref.name = name;
+  return SegmentPath("nostall-cache", ref);
+}
 
 Status ValidName(const std::string& name) {
   if (name.empty() || name.size() > 200) return InvalidArgument("cache name must be 1-200 characters");
@@ -96,11 +114,13 @@ struct MinioCache::Impl {
   int64_t num_items = 0;
   uint64_t budget = 0;
 
-  // Where entry `e`'s bytes lie, if its (offset, length) fit the data area.
-  bool Span(const Entry& e, uint64_t* offset, uint64_t* length) const {
+  // Where item `item`'s bytes lie, if entry `e`'s (offset, length) fit the
+  // data area and the bytes there are the item's (its checksum).
+  bool Span(int64_t item, const Entry& e, uint64_t* offset, uint64_t* length) const {
     *offset = e.offset;
     *length = e.length;
-    return *length <= budget && *offset <= budget - *length;
+    return *length <= budget && *offset <= budget - *length &&
+           e.checksum == RecordChecksum(item, data + *offset, *length);
   }
 
   bool Insert(int64_t item, const uint8_t* bytes, size_t size, void (*between)()) {
@@ -131,6 +151,7 @@ struct MinioCache::Impl {
     std::memcpy(data + offset, bytes, size);
     e.offset = offset;
     e.length = size;
+    e.checksum = RecordChecksum(item, bytes, size);
     e.state.store(kReady, std::memory_order_release);  // visible only now, complete
     header->items.fetch_add(1, std::memory_order_relaxed);
     return true;
@@ -149,6 +170,8 @@ SegmentKind CacheKind(const std::string& name) {
   kind.what = "cache '" + name + "'";
   kind.not_ours = "shared memory " + SegmentName(name) + " is not a nostall cache";
   kind.fix = "remove it (nostall cache rm " + name + ")";
+  kind.seg_name = SegmentName(name);
+  kind.owner = ::geteuid();
   return kind;
 }
 }  // namespace
@@ -174,6 +197,15 @@ Result<std::unique_ptr<MinioCache>> MinioCache::Open(const std::string& name,
     created = true;
   } else if (errno == EEXIST) {
     raw = ::shm_open(seg.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  }
+  if (raw < 0 && errno == EACCES) {
+    struct stat st;
+    const bool seen = ::stat(("/dev/shm" + seg).c_str(), &st) == 0;
+    return PermissionDenied("shared memory " + seg + " (cache '" + name + "') exists and is not yours" +
+                            (seen ? " (owned by " + UserText(st.st_uid) + ", mode " + ModeText(st.st_mode) + ")"
+                                  : std::string()) +
+                            ": nostall will not use it; ask its owner or root to remove it, or "
+                            "pick another name");
   }
   if (raw < 0) return ErrnoError("cannot open shared-memory cache " + seg, errno);
   UniqueFd fd(raw);
@@ -244,7 +276,7 @@ Result<std::unique_ptr<MinioCache>> MinioCache::Open(const std::string& name,
 
 std::vector<std::string> MinioCache::List() {
   std::vector<std::string> names;
-  const std::string prefix = "nostall-cache-";
+  const std::string prefix = "nostall-cache-" + std::to_string(::geteuid()) + "-";
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
     std::string f = e.path().filename().string();
@@ -289,9 +321,10 @@ Result<bool> MinioCache::Lookup(int64_t item, std::vector<uint8_t>* out) {
   if (item < 0 || item >= m.num_items) return false;
   const Entry& e = m.entries[item];
   uint64_t offset = 0, length = 0;
-  if (!(e.state.load(std::memory_order_acquire) & kReady) || !m.Span(e, &offset, &length)) {
-    // Not cached, or an entry whose span lies outside the data area
-    // (damaged memory): a miss, and the item is read from storage.
+  if (!(e.state.load(std::memory_order_acquire) & kReady) || !m.Span(item, e, &offset, &length)) {
+    // Not cached, or an entry whose span lies outside the data area or
+    // holds another item's bytes or damaged ones: a miss, and the item is
+    // read from storage.
     m.header->misses.fetch_add(1, std::memory_order_relaxed);
     return false;
   }

@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace nostall;
   if (size < 64 || size > (1 << 20)) return 0;
   const std::string name = "fuzz-" + std::to_string(::getpid());
-  const std::string seg = "/nostall-cache-" + name;
+  const std::string seg = "/nostall-cache-" + std::to_string(::geteuid()) + "-" + name;
   std::vector<uint8_t> bytes(data, data + size);
   std::memcpy(bytes.data(), "NSTCACH1", 8);
   const uint32_t version = 1;

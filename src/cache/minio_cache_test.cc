@@ -153,11 +153,11 @@ TEST_F(CacheTest, WriterKilledMidInsertLeavesNoTornEntry) {
 }
 
 // Writes `value` at byte `at` of cache segment `name` (another process
-// damaging it). Format version 1 (docs/cache_format.md): header fields
+// damaging it). Format version 2 (docs/cache_format.md): header fields
 // budget_bytes at 32, data_offset at 40, used at 48; entry i at 128 + 32 i
-// holds state, offset (+8) and length (+16).
+// holds state, offset (+8), length (+16) and checksum (+24).
 void Poke(const std::string& name, size_t at, uint64_t value) {
-  int fd = ::shm_open(("/nostall-cache-" + name).c_str(), O_RDWR, 0);
+  int fd = ::shm_open(("/nostall-cache-" + std::to_string(::geteuid()) + "-" + name).c_str(), O_RDWR, 0);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::pwrite(fd, &value, 8, static_cast<off_t>(at)), 8);
   ::close(fd);
@@ -183,6 +183,36 @@ TEST_F(CacheTest, DamagedEntriesAreMissesNotCrashes) {
   EXPECT_FALSE(Hit(*other, 1, &out));
 }
 
+uint64_t Peek(const std::string& name, size_t at) {
+  int fd = ::shm_open(("/nostall-cache-" + std::to_string(::geteuid()) + "-" + name).c_str(), O_RDONLY, 0);
+  uint64_t value = 0;
+  EXPECT_EQ(::pread(fd, &value, 8, static_cast<off_t>(at)), 8);
+  ::close(fd);
+  return value;
+}
+
+// An entry pointed at another item's bytes (its offset, length and even its
+// checksum copied over) proves nothing: the checksum is seeded with the
+// item. A miss, never the other sample.
+TEST_F(CacheTest, AnEntryPointedAtAnotherItemsBytesIsAMiss) {
+  auto cache = MinioCache::Open(name_, /*budget_bytes=*/65536, /*fingerprint=*/1, 8).value();
+  const auto one = ItemBytes(1), two = ItemBytes(2);
+  ASSERT_TRUE(cache->Insert(0, one.data(), one.size()));
+  ASSERT_TRUE(cache->Insert(1, two.data(), two.size()));
+  std::vector<uint8_t> out;
+  Poke(name_, 128 + 32 * 0 + 8, Peek(name_, 128 + 32 * 1 + 8));  // item 0 -> item 1's offset
+  Poke(name_, 128 + 32 * 0 + 16, Peek(name_, 128 + 32 * 1 + 16));
+  EXPECT_FALSE(Hit(*cache, 0, &out));
+  Poke(name_, 128 + 32 * 0 + 24, Peek(name_, 128 + 32 * 1 + 24));  // and its checksum
+  EXPECT_FALSE(Hit(*cache, 0, &out));
+  ASSERT_TRUE(Hit(*cache, 1, &out));
+  EXPECT_EQ(out, two);
+  // A byte of an item's bytes changed: a miss too.
+  const uint64_t at = Peek(name_, 40) + Peek(name_, 128 + 32 * 1 + 8);
+  Poke(name_, at, Peek(name_, at) ^ 1);
+  EXPECT_FALSE(Hit(*cache, 1, &out));
+}
+
 TEST_F(CacheTest, DamagedHeaderIsRefusedAtAttach) {
   { auto cache = MinioCache::Open(name_, 16384, 1, 8).value(); }
   Poke(name_, 40, uint64_t{1} << 63);  // data_offset
@@ -196,7 +226,7 @@ TEST_F(CacheTest, DamagedHeaderIsRefusedAtAttach) {
   // Cut short: refused too.
   ASSERT_TRUE(MinioCache::Remove(name_).ok());
   { auto cache = MinioCache::Open(name_, 16384, 1, 8).value(); }
-  int fd = ::shm_open(("/nostall-cache-" + name_).c_str(), O_RDWR, 0);
+  int fd = ::shm_open(("/nostall-cache-" + std::to_string(::geteuid()) + "-" + name_).c_str(), O_RDWR, 0);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::ftruncate(fd, 100), 0);
   ::close(fd);

@@ -2,6 +2,8 @@
 // `nostall shared` (ls, inspect, rm of served pipelines).
 #include <signal.h>
 
+#include <grp.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -48,7 +50,16 @@ options:
                        that consumer continues on its own pipeline (default 1000)
   --block-chunks N     shuffle block, in chunks (default: ~1/16 of an epoch);
                        a consumer starts at a block boundary
+  --group GROUP        share it with the users of GROUP (a group you are in):
+                       the segment becomes 0660 and group GROUP's; they
+                       attach as Loader.attach("YOU:NAME", ..., spec=SPEC)
+                       with the spec they expect. Without it only your own
+                       processes can attach (the segment is 0600).
   --quiet              no status lines
+
+Names are per user (/dev/shm/nostall-shared-UID-NAME): another user's
+segment is never attached to or written by mistake, and one made under
+your name by someone else is refused, naming its owner.
 )";
 
 std::atomic<bool> g_stop{false};
@@ -61,7 +72,7 @@ int Serve(const Args& args) {
     return 0;
   }
   static const char* kKnown[] = {"--spec", "--name", "--chunk", "--max-consumers", "--slots",
-                                 "--max-lag-ms", "--block-chunks"};
+                                 "--max-lag-ms", "--block-chunks", "--group"};
   for (const auto& [k, v] : args.options) {
     if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
       std::fprintf(stderr, "nostall serve: unknown option %s (see nostall serve --help)\n",
@@ -90,6 +101,15 @@ int Serve(const Args& args) {
   o.max_lag_s = lag_ms / 1000.0;
   o.block_chunks = block;
   o.verbose = !Has(args, "--quiet");
+  if (auto g = args.options.find("--group"); g != args.options.end()) {
+    struct group gr, *found = nullptr;
+    char buf[8192];
+    if (::getgrnam_r(g->second.c_str(), &gr, buf, sizeof buf, &found) != 0 || found == nullptr) {
+      std::fprintf(stderr, "nostall serve: --group %s: no such group on this node\n", g->second.c_str());
+      return 2;
+    }
+    o.share_gid = found->gr_gid;
+  }
   auto producer = nostall::SharedProducer::Create(name->second, spec.value(), o);
   if (!producer.ok()) return Fail(producer.status());
   struct sigaction sa {};

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <thread>
 
+#include <pwd.h>
+
 namespace nostall {
 
 uint64_t ShmBytesFree() {
@@ -90,14 +92,93 @@ Status ReserveShm(int fd, uint64_t size, const std::string& what, const std::str
   return Status::OK();
 }
 
+Result<SegmentRef> ParseSegmentRef(const std::string& text) {
+  SegmentRef ref;
+  ref.owner = ::geteuid();
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) {
+    ref.name = text;
+    return ref;
+  }
+  const std::string owner = text.substr(0, colon);
+  ref.name = text.substr(colon + 1);
+  if (owner.empty()) return InvalidArgument("'" + text + "': no owner before ':' (OWNER:NAME)");
+  if (std::all_of(owner.begin(), owner.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+      owner.size() < 10) {
+    ref.owner = static_cast<unsigned>(std::stoul(owner));
+  } else {
+    struct passwd pw, *found = nullptr;
+    char buf[4096];
+    if (::getpwnam_r(owner.c_str(), &pw, buf, sizeof buf, &found) != 0 || found == nullptr) {
+      return NotFound("'" + text + "': no user named '" + owner + "' on this node");
+    }
+    ref.owner = found->pw_uid;
+  }
+  ref.others = ref.owner != ::geteuid();
+  return ref;
+}
+
+std::string SegmentPath(const std::string& prefix, const SegmentRef& ref) {
+  return "/" + prefix + "-" + std::to_string(ref.owner) + "-" + ref.name;
+}
+
+namespace {
+bool InGroup(gid_t gid) {
+  if (gid == ::getegid()) return true;
+  gid_t groups[1024];
+  const int n = ::getgroups(1024, groups);
+  return std::find(groups, groups + std::max(n, 0), gid) != groups + std::max(n, 0);
+}
+}  // namespace
+
+Status CheckSegmentOwner(int fd, unsigned owner, const std::string& seg_name, const std::string& what) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return ErrnoError("cannot stat " + what, errno);
+  const std::string found = "shared memory " + seg_name + " (" + what + ") is owned by " +
+                            UserText(st.st_uid) + " with mode " + ModeText(st.st_mode);
+  if (st.st_uid != owner) {
+    return PermissionDenied(found + ", not by " + UserText(owner) + ": it was not made for this "
+                            "job (another user took the name?); nostall will not map it. Ask " +
+                            UserText(st.st_uid) + " or root to remove it (rm /dev/shm" + seg_name +
+                            "), or pick another name");
+  }
+  if ((st.st_mode & 07) != 0) {
+    return PermissionDenied(found + ": open to every user of this node, who could change or cut "
+                            "what the job reads; nostall will not map it (remove it and serve "
+                            "again: nostall makes segments 0600, or 0660 for a group with --group)");
+  }
+  if ((st.st_mode & 070) != 0 && !InGroup(st.st_gid)) {
+    return PermissionDenied(found + ": open to group " + std::to_string(st.st_gid) +
+                            ", which this process is not in; nostall will not map it");
+  }
+  return Status::OK();
+}
+
 Result<Mapping> MapNostallSegment(int fd, bool writable, bool wait, const SegmentKind& kind) {
+  NOSTALL_RETURN_IF_ERROR(CheckSegmentOwner(fd, kind.owner, kind.seg_name, kind.what));
   struct stat st;
   // A creator sizes a segment in one step and writes the magic last: an
   // empty segment or an all-zero magic may still be being made (waited
-  // for); any other size or magic is final, and refused at once.
-  for (int i = 0;; ++i) {
+  // for); any other size or magic is final, and refused at once. Reserving
+  // a large segment (a 40 GiB cache) takes a while, its blocks growing as
+  // it goes: waited for as long as they grow (up to 10 minutes), given up
+  // after 2 s without progress (a creator that died part-way).
+  int64_t last_blocks = -1;
+  auto last_progress = std::chrono::steady_clock::now();
+  const auto started = last_progress;
+  while (true) {
     if (::fstat(fd, &st) != 0) return ErrnoError("cannot stat " + kind.what, errno);
-    if (st.st_size > 0 || !wait || i >= 200) break;
+    if (st.st_size > 0 || !wait) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (st.st_blocks != last_blocks) {
+      last_blocks = st.st_blocks;
+      last_progress = now;
+    }
+    if (now - last_progress > std::chrono::seconds(2) || now - started > std::chrono::minutes(10)) {
+      return FailedPrecondition(kind.what + " (" + kind.seg_name + ") is empty: another process "
+                                "began making it and has not finished (or died doing so); if "
+                                "none is, remove it: " + kind.fix);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   const auto size = static_cast<size_t>(st.st_size);

@@ -106,8 +106,10 @@ class PyLoader {
 
   // A consumer of the shared loader `name` (options: see AttachOptions).
   static PyLoader* Attach(const std::string& name, int64_t batch_size, double producer_timeout_s,
-                          bool fallback, uint64_t expect_fingerprint, double attach_timeout_s) {
+                          bool fallback, uint64_t expect_fingerprint, double attach_timeout_s,
+                          const std::string& expect_spec) {
     AttachOptions o;
+    o.expect_spec_json = expect_spec;
     o.batch_size = batch_size;
     o.producer_timeout_s = producer_timeout_s;
     o.fallback_to_private = fallback;
@@ -353,7 +355,7 @@ NB_MODULE(_nostall, m) {
   nb::class_<PyLoader>(m, "Loader")
       .def(nb::init<const std::string&>(), "spec_json"_a)
       .def_static("attach", &PyLoader::Attach, "name"_a, "batch_size"_a, "producer_timeout_s"_a,
-                  "fallback"_a, "expect_fingerprint"_a, "attach_timeout_s"_a,
+                  "fallback"_a, "expect_fingerprint"_a, "attach_timeout_s"_a, "expect_spec"_a = "",
                   nb::rv_policy::take_ownership)
       .def("start_epoch", &PyLoader::StartEpoch, "epoch"_a, "first_batch"_a = 0)
       .def("next", &PyLoader::Next)

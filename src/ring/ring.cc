@@ -241,6 +241,7 @@ Result<std::shared_ptr<Segment>> MapSegment(const std::string& seg_name, int fd,
   auto seg = std::make_shared<Segment>();
   seg->mapping = Mapping(addr, size);
   seg->name = seg_name;
+  seg->label = seg_name;
   return seg;
 }
 
@@ -259,19 +260,37 @@ Result<UniqueFd> CreateRingFd(const std::string& name, std::string* seg_name) {
     if (raw < 0) return ErrnoError("cannot create the batch ring " + *seg_name, errno);
     return UniqueFd(raw);
   }
-  NOSTALL_RETURN_IF_ERROR(ValidName(name));
-  *seg_name = SegmentName(name);
+  NOSTALL_ASSIGN_OR_RETURN(SegmentRef ref, ParseSegmentRef(name));
+  if (ref.others) {
+    return InvalidArgument("shared loader '" + name + "': a pipeline is served under its server's "
+                           "own name (no OWNER: part)");
+  }
+  NOSTALL_RETURN_IF_ERROR(ValidName(ref.name));
+  *seg_name = SegmentPath("nostall-shared", ref);
   int raw = ::shm_open(seg_name->c_str(), flags, 0600);
   if (raw < 0 && errno == EEXIST) {
     // Another producer's: refuse while it lives; replace a dead one's (or
-    // anything else under the name: it is in nostall's namespace).
+    // anything else of ours under the name: it is in nostall's namespace).
+    // A segment of another user's under our name is refused, naming them.
     UniqueFd old(::shm_open(seg_name->c_str(), O_RDONLY | O_CLOEXEC, 0));
+    if (old.get() < 0 && errno == EACCES) {
+      struct stat st;
+      const bool seen = ::stat(("/dev/shm" + *seg_name).c_str(), &st) == 0;
+      return PermissionDenied("shared memory " + *seg_name + " exists and is not yours" +
+                              (seen ? " (owned by " + UserText(st.st_uid) + ", mode " +
+                                          ModeText(st.st_mode) + ")" : std::string()) +
+                              ": nostall will not use it; ask its owner or root to remove it, or "
+                              "pick another name");
+    }
     SegmentKind kind;
     kind.magic = kMagic;
     kind.version = kVersion;
     kind.header_bytes = sizeof(Header);
     kind.what = "shared loader '" + name + "'";
+    kind.seg_name = *seg_name;
+    kind.owner = ref.owner;
     if (old.get() >= 0) {
+      NOSTALL_RETURN_IF_ERROR(CheckSegmentOwner(old.get(), ref.owner, *seg_name, kind.what));
       Result<Mapping> mapped = MapNostallSegment(old.get(), false, false, kind);
       if (mapped.ok()) {
         const auto* h = static_cast<const Header*>(mapped.value().data());
@@ -378,6 +397,12 @@ Result<std::shared_ptr<Segment>> CreateRing(const std::string& name, const RingL
   const uint32_t reserved_slots =
       l.reserved_slots > 0 && name.empty() ? std::min(l.reserved_slots, l.slot_count) : l.slot_count;
   Status reserved = ReserveShm(fd.get(), g.data_offset + g.slot_stride * reserved_slots, what, hint);
+  if (reserved.ok() && l.share_gid >= 0 && !name.empty() &&
+      (::fchown(fd.get(), static_cast<uid_t>(-1), static_cast<gid_t>(l.share_gid)) != 0 ||
+       ::fchmod(fd.get(), 0660) != 0)) {
+    reserved = ErrnoError("cannot share " + what + " with group " + std::to_string(l.share_gid) +
+                          " (a group you are in?)", errno);
+  }
   if (reserved.ok() && reserved_slots < l.slot_count && ::ftruncate(fd.get(), static_cast<off_t>(total)) != 0) {
     reserved = ErrnoError("cannot size " + what, errno);
   }
@@ -404,8 +429,9 @@ Status ReserveSlots(const Segment& seg, uint32_t first, uint32_t count) {
 
 Result<std::shared_ptr<Segment>> OpenNamedRing(const std::string& name, bool writable,
                                                double wait_s) {
-  NOSTALL_RETURN_IF_ERROR(ValidName(name));
-  const std::string seg_name = SegmentName(name);
+  NOSTALL_ASSIGN_OR_RETURN(SegmentRef ref, ParseSegmentRef(name));
+  NOSTALL_RETURN_IF_ERROR(ValidName(ref.name));
+  const std::string seg_name = SegmentPath("nostall-shared", ref);
   const int64_t give_up = NowNs() + static_cast<int64_t>(wait_s * 1e9);
   const int flags = (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC;
   int raw = -1;
@@ -416,7 +442,16 @@ Result<std::shared_ptr<Segment>> OpenNamedRing(const std::string& name, bool wri
   if (raw < 0) {
     if (errno == ENOENT) {
       return NotFound("no shared loader '" + name + "' on this node (start one with "
-                      "`nostall serve --spec SPEC --name " + name + "`)");
+                      "`nostall serve --spec SPEC --name " + ref.name + "`" +
+                      (ref.others ? " as " + UserText(ref.owner) + ", with --group" : std::string()) + ")");
+    }
+    if (errno == EACCES) {
+      struct stat st;
+      const bool seen = ::stat(("/dev/shm" + seg_name).c_str(), &st) == 0;
+      return PermissionDenied("cannot open shared loader '" + name + "' (" + seg_name +
+                              (seen ? ", owned by " + UserText(st.st_uid) + ", mode " + ModeText(st.st_mode)
+                                    : std::string()) +
+                              "): its owner has not shared it with a group of yours (serve --group)");
     }
     return ErrnoError("cannot open shared loader '" + name + "'", errno);
   }
@@ -428,15 +463,24 @@ Result<std::shared_ptr<Segment>> OpenNamedRing(const std::string& name, bool wri
   kind.what = "shared loader '" + name + "'";
   kind.not_ours = "shared memory " + seg_name + " is not a nostall shared loader";
   kind.fix = "serve it with this nostall, or remove it (nostall shared rm " + name + ")";
+  kind.seg_name = seg_name;
+  kind.owner = ref.owner;
   NOSTALL_ASSIGN_OR_RETURN(Mapping mapping, MapNostallSegment(fd.get(), writable, writable, kind));
   const uint64_t size = mapping.size();
   auto seg = std::make_shared<Segment>();
   seg->mapping = std::move(mapping);
   seg->name = seg_name;
+  seg->label = name;
   const auto* h = static_cast<const Header*>(seg->mapping.data());
   const Geometry geometry = ReadGeometry(*h);
   NOSTALL_RETURN_IF_ERROR(CheckGeometry(geometry, size, name));
   seg->Bind(geometry);
+  // The batches are the producer's to write: a consumer's in-place edit of
+  // a batch (x.zero_(), a normalisation in place) must never reach another
+  // consumer's. Its rows and pins stay writable.
+  if (writable && ::mprotect(seg->data, size - geometry.data_offset, PROT_READ) != 0) {
+    return ErrnoError("cannot make " + kind.what + "'s batches read-only", errno);
+  }
   return seg;
 }
 

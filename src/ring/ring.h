@@ -77,8 +77,12 @@ inline uint64_t RoundUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 
 
-// The POSIX shm name of the named ring `name`.
-inline std::string SegmentName(const std::string& name) { return "/nostall-shared-" + name; }
+// The POSIX shm name of the named ring `name` ("NAME", the caller's, or
+// "OWNER:NAME"): /nostall-shared-UID-NAME. Unparseable names give "".
+inline std::string SegmentName(const std::string& name) {
+  Result<SegmentRef> ref = ParseSegmentRef(name);
+  return ref.ok() ? SegmentPath("nostall-shared", ref.value()) : "";
+}
 
 // The header's layout fields, read once. Other processes can write the
 // header at any time (a bug, damage, hostility): each process checks this
@@ -96,7 +100,8 @@ struct Geometry {
 // A mapped segment with typed views; shared by the loader and every lease.
 struct Segment {
   Mapping mapping;
-  std::string name;
+  std::string name;   // the shm name, /nostall-shared-UID-NAME
+  std::string label;  // as the user named it: NAME or OWNER:NAME
   Geometry g;  // checked; the only layout this process trusts
   Header* h = nullptr;
   ConsumerRow* consumers = nullptr;
@@ -196,6 +201,9 @@ struct RingLayout {
   // Private rings: memory is reserved for the first this many slots (0:
   // all); the rest are reserved by ReserveSlots before they are used.
   uint32_t reserved_slots = 0;
+  // A named ring shared with a group (`serve --group`): its gid, the
+  // segment then 0660 (-1: the owner's alone, 0600).
+  int64_t share_gid = -1;
 };
 
 // Reserves the memory of slots [first, first + count) of a ring created
@@ -211,10 +219,13 @@ Status ReserveSlots(const Segment& seg, uint32_t first, uint32_t count);
 // refused, a dead producer's is replaced. `what` names it in errors.
 Result<std::shared_ptr<Segment>> CreateRing(const std::string& name, const RingLayout& layout);
 
-// Opens the named ring `name` and checks that it is one: magic, format
+// Opens the named ring `name` ("NAME", the caller's, or "OWNER:NAME") and
+// checks that it is its owner's and closed to others (CheckSegmentOwner),
+// then that it is one: magic, format
 // version (a different one is an error naming both) and geometry, against
 // the segment's size. `writable`: map it read-write (a consumer), else
-// read-only (inspection). `wait_s`: how long to wait for the name to appear
+// read-only (inspection); the slots (the batches) are read-only to a
+// consumer either way: no consumer can change another's batches. `wait_s`: how long to wait for the name to appear
 // (a producer starting); a segment being created is waited for briefly.
 Result<std::shared_ptr<Segment>> OpenNamedRing(const std::string& name, bool writable,
                                                double wait_s);

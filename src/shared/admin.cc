@@ -48,7 +48,9 @@ uint64_t SharedSpecFingerprint(const LoaderSpec& spec) {
 
 std::vector<std::string> ListShared() {
   std::vector<std::string> names;
-  const std::string prefix = "nostall-shared-";
+  // This user's: others' names hold their uids (attach OWNER:NAME to one
+  // shared with a group of yours).
+  const std::string prefix = "nostall-shared-" + std::to_string(::geteuid()) + "-";
   if (DIR* d = ::opendir("/dev/shm")) {
     while (dirent* e = ::readdir(d)) {
       std::string n = e->d_name;
@@ -89,7 +91,8 @@ Result<SharedInfo> InspectShared(const std::string& name) {
 }
 
 Status RemoveShared(const std::string& name) {
-  NOSTALL_RETURN_IF_ERROR(ValidName(name));
+  NOSTALL_ASSIGN_OR_RETURN(SegmentRef ref, ParseSegmentRef(name));
+  NOSTALL_RETURN_IF_ERROR(ValidName(ref.name));
   Result<SharedInfo> info = InspectShared(name);
   if (info.ok() && info.value().state == "serving") {
     const std::string pid = std::to_string(info.value().producer_pid);

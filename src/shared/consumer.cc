@@ -214,7 +214,7 @@ LoaderStats Consumer::Stats() const {
     st.samples += e.samples;
   }
   st.has_shared = true;
-  st.shared_name = seg_->name.substr(std::strlen("/nostall-shared-"));
+  st.shared_name = seg_->label;
   st.shared_mode = mode_;
   st.shared_reason = reason_;
   st.shared_chunks = shared_chunks_;
@@ -227,7 +227,8 @@ LoaderStats Consumer::Stats() const {
 }
 
 Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const AttachOptions& options) {
-  NOSTALL_RETURN_IF_ERROR(ValidName(name));
+  NOSTALL_ASSIGN_OR_RETURN(SegmentRef ref, ParseSegmentRef(name));
+  NOSTALL_RETURN_IF_ERROR(ValidName(ref.name));
   if (options.batch_size <= 0) return InvalidArgument("batch_size must be positive");
   NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<Segment> seg,
                            OpenNamedRing(name, /*writable=*/true, options.attach_timeout_s));
@@ -246,6 +247,26 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
                               served.status().message() + ")");
   }
   const LoaderSpec producer_spec = std::move(served).value();
+  if (ref.others) {
+    // Another user's pipeline: its spec (the dataset it names, the cache it
+    // uses) is run by this process only if it is the one this user gave.
+    if (options.expect_spec_json.empty()) {
+      return PermissionDenied("shared loader '" + name + "' is " + UserText(ref.owner) +
+                              "'s: attach to another user's loader with your own spec "
+                              "(Loader.attach(..., spec=...)), which it must serve");
+    }
+    NOSTALL_ASSIGN_OR_RETURN(LoaderSpec mine, LoaderSpec::FromJson(options.expect_spec_json));
+    auto normal = [](LoaderSpec s) {
+      s.batch_size = 1;
+      s.shuffle_block = 0;
+      s.drop_last = false;
+      return s.ToJson();
+    };
+    if (normal(mine) != normal(producer_spec)) {
+      return FailedPrecondition("shared loader '" + name + "' serves another pipeline than the "
+                                "spec given");
+    }
+  }
   LoaderSpec spec = producer_spec;
   spec.batch_size = options.batch_size;
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Source> source,

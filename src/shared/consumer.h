@@ -172,7 +172,7 @@ class Consumer final : public Loader {
   // else from its private pipeline. Null with OK status: the deadline passed.
   Status Acquire(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) REQUIRES(mu_);
 
-  std::string spec_name() const { return seg_->name.substr(std::strlen("/nostall-shared-")); }
+  std::string spec_name() const { return seg_->label; }
 
   Status Fallback(const std::string& why, int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) REQUIRES(mu_);
 

@@ -290,6 +290,7 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   layout.spec_fingerprint = SharedSpecFingerprint(resolved);
   layout.dataset_fingerprint = dataset_fingerprint;
   layout.spec_json = resolved.ToJson();
+  layout.share_gid = options.share_gid;
   NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<Segment> seg, CreateRing(name, layout));
   Result<std::unique_ptr<Loader>> pipeline = StartPipeline(std::move(parts), seg);
   if (!pipeline.ok()) {

@@ -137,7 +137,7 @@ TEST_P(SharedProducerCrashTest, ConsumersReportItOrGoOnPrivately) {
   }
   EXPECT_EQ(lenient_epochs.size(), 3u);
   EXPECT_EQ(lenient.value()->Stats().shared_mode, "private");
-  ::shm_unlink(("/nostall-shared-" + name).c_str());  // the dead producer's
+  ::shm_unlink(ring::SegmentName(name).c_str());  // the dead producer's
 }
 
 INSTANTIATE_TEST_SUITE_P(EachStep, SharedProducerCrashTest,

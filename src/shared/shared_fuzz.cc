@@ -50,7 +50,7 @@ void WriteSeed(const char* path) {
   while (producer.value()->Snapshot().produced < 3) usleep(1000);
   stop.store(true);
   run.join();
-  int fd = ::shm_open("/nostall-shared-fuzz-seed", O_RDONLY, 0);
+  int fd = ::shm_open(ring::SegmentName("fuzz-seed").c_str(), O_RDONLY, 0);
   struct stat st;
   if (fd < 0 || ::fstat(fd, &st) != 0) std::abort();
   std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
@@ -59,7 +59,7 @@ void WriteSeed(const char* path) {
   FILE* out = std::fopen(path, "wb");
   if (out == nullptr || std::fwrite(bytes.data(), 1, bytes.size(), out) != bytes.size()) std::abort();
   std::fclose(out);
-  ::shm_unlink("/nostall-shared-fuzz-seed");
+  ::shm_unlink(ring::SegmentName("fuzz-seed").c_str());
   std::exit(0);
 }
 
@@ -75,7 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace nostall;
   if (size > (1 << 20)) return 0;
   const std::string name = "fuzz-" + std::to_string(::getpid());
-  const std::string seg = "/nostall-shared-" + name;
+  const std::string seg = ring::SegmentName(name);
   // At least a header's worth: a shorter segment is one its creator is
   // still sizing, which an attach waits (2 s) to see grow.
   std::vector<uint8_t> bytes(data, data + size);

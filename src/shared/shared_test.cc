@@ -72,7 +72,7 @@ TEST_F(SharedTest, DamagedSegmentsAreRefusedNotReadOutOfBounds) {
   so.slots = 8;  // every chunk of an epoch fits: the copy needs no producer
   auto serving = Serve(name, so);
   while (serving->producer->Snapshot().produced < 6) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  UniqueFd orig(::shm_open(("/nostall-shared-" + name).c_str(), O_RDONLY, 0));
+  UniqueFd orig(::shm_open(ring::SegmentName(name).c_str(), O_RDONLY, 0));
   ASSERT_GE(orig.get(), 0);
   struct stat st;
   ASSERT_EQ(::fstat(orig.get(), &st), 0);
@@ -83,7 +83,7 @@ TEST_F(SharedTest, DamagedSegmentsAreRefusedNotReadOutOfBounds) {
     for (uint32_t value : {0xFFFFFFFFu, 0x40000000u, 0x00000001u}) {
       std::vector<uint8_t> copy = bytes;
       std::memcpy(copy.data() + off, &value, 4);
-      UniqueFd fd(::shm_open(("/nostall-shared-" + fake).c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600));
+      UniqueFd fd(::shm_open(ring::SegmentName(fake).c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600));
       ASSERT_GE(fd.get(), 0);
       ASSERT_EQ(::pwrite(fd.get(), copy.data(), copy.size(), 0), static_cast<ssize_t>(copy.size()));
       AttachOptions o;
@@ -106,7 +106,7 @@ TEST_F(SharedTest, DamagedSegmentsAreRefusedNotReadOutOfBounds) {
           ++batches;
         }
       }
-      ::shm_unlink(("/nostall-shared-" + fake).c_str());
+      ::shm_unlink(ring::SegmentName(fake).c_str());
     }
   }
   EXPECT_GT(refused, 40);  // the geometry words are checked
@@ -274,7 +274,7 @@ TEST_F(SharedTest, HeaderChangedAfterAttachIsNotFollowed) {
   o.batch_size = 8;
   auto c = AttachShared(name, o).value();
   std::vector<int64_t> seen = Epoch(c.get(), 0);
-  UniqueFd fd(::shm_open(("/nostall-shared-" + name).c_str(), O_RDWR, 0));
+  UniqueFd fd(::shm_open(ring::SegmentName(name).c_str(), O_RDWR, 0));
   ASSERT_GE(fd.get(), 0);
   // The layout words (docs/ring_format.md): max_consumers,
   // slot_count, chunk, samples/chunks per epoch, block, sample_bytes, shape,

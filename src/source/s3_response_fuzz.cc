@@ -1,7 +1,8 @@
-// libFuzzer target: what an S3 server answers — a ListObjectsV2 page, header
-// lines, a body for a ranged GET, an error body. Invariants: no crash, every
-// listed key and folder starts with the prefix, a body that passes
-// CheckBody is exactly the length asked for.
+// libFuzzer target: what an S3 server answers to a GET — header lines, a
+// body for a ranged read, an error body. Invariants: no crash, a
+// Retry-After is a number of seconds or nothing, a body that passes
+// CheckBody is exactly the length asked for and, from a server that ignored
+// the range, exactly the range.
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -16,18 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t length = data[1] % 2 ? -1 : data[2] % 128;
   const long http = data[3] % 3 == 0 ? 200 : data[3] % 3 == 1 ? 206 : 503;
   const std::string_view text(reinterpret_cast<const char*>(data) + 4, size - 4);
-  const std::string prefix(text.substr(0, data[2] % 8));
 
-  Result<ListPage> page = ParseListPage(text, prefix, "s3://fuzz/ (listing)");
-  if (page.ok()) {
-    for (const S3Object& o : page.value().objects) {
-      if (o.key.compare(0, prefix.size(), prefix) != 0 || o.size < 0) std::abort();
-    }
-    for (const std::string& f : page.value().folders) {
-      if (f.compare(0, prefix.size(), prefix) != 0) std::abort();
-    }
-    if (page.value().truncated && page.value().next_token.empty()) std::abort();
-  }
   (void)XmlTag(text, "Code");
   (void)XmlTag(text, "Message", 3, text.size() / 2);
   // Header lines, as libcurl hands them over one at a time.
@@ -44,7 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool ranged = offset > 0 || length >= 0;
   Status st = CheckBody("s3://fuzz/key", http, ranged, offset, length, &body);
   if (st.ok() && length >= 0 && body.size() != static_cast<uint64_t>(length)) std::abort();
-  if (st.ok() && http == 200 && ranged && length >= 0 &&
+  if (st.ok() && http == 200 && ranged && length > 0 &&
       std::memcmp(body.data(), text.data() + offset, body.size()) != 0) {
     std::abort();  // not the range asked for
   }

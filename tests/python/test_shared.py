@@ -59,7 +59,7 @@ def start_serving(tmp_path, pngs, name, *extra):
     proc = subprocess.Popen([str(NOSTALL), "serve", "--spec", str(spec), "--name", name,
                              "--quiet", *extra], stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 20
-    while not Path(f"/dev/shm/nostall-shared-{name}").exists():
+    while not Path(f"/dev/shm/nostall-shared-{os.geteuid()}-{name}").exists():
         assert proc.poll() is None, proc.stderr.read()
         assert time.time() < deadline, "the producer did not start"
         time.sleep(0.05)
@@ -125,7 +125,7 @@ def test_three_consumers_with_different_batch_sizes(tmp_path, pngs, reference, n
     assert results[16]["shared"]["copied_batches"] == 0
     assert results[64]["shared"]["copied_batches"] == 0
     assert results[100]["shared"]["copied_batches"] > 0
-    assert not Path(f"/dev/shm/nostall-shared-{name}").exists()  # removed on exit
+    assert not Path(f"/dev/shm/nostall-shared-{os.geteuid()}-{name}").exists()  # removed on exit
 
 
 def test_attach_mid_epoch_detach_and_reattach(tmp_path, pngs, reference, name):
@@ -203,13 +203,13 @@ def test_sigkilled_producer_is_a_clear_error_or_a_private_fallback(tmp_path, png
         shown = cli("shared", "inspect", name)
         assert f"dead, producer pid {producer.pid}" in shown.stdout
         assert cli("shared", "rm", name).returncode == 0
-        assert not Path(f"/dev/shm/nostall-shared-{name}").exists()
+        assert not Path(f"/dev/shm/nostall-shared-{os.geteuid()}-{name}").exists()
         gone = cli("shared", "rm", name, check=False)
         assert gone.returncode == 1 and "no shared loader" in gone.stderr
     finally:
         if producer.poll() is None:
             producer.kill()
-        Path(f"/dev/shm/nostall-shared-{name}").unlink(missing_ok=True)
+        Path(f"/dev/shm/nostall-shared-{os.geteuid()}-{name}").unlink(missing_ok=True)
 
 
 def test_a_slow_consumer_falls_back_and_the_others_keep_their_speed(tmp_path, pngs, reference,
@@ -237,7 +237,7 @@ def test_a_slow_consumer_falls_back_and_the_others_keep_their_speed(tmp_path, pn
 
 def test_segment_is_private_and_checked(tmp_path, pngs, name):
     with nostall.serve(spec_for(pngs), name, block=False, verbose=False):
-        mode = os.stat(f"/dev/shm/nostall-shared-{name}").st_mode
+        mode = os.stat(f"/dev/shm/nostall-shared-{os.geteuid()}-{name}").st_mode
         assert stat.S_IMODE(mode) == 0o600
         ok = nostall.Loader.attach(name, 8, spec=spec_for(pngs), output="numpy")
         ok.close()
@@ -254,8 +254,9 @@ def test_segment_is_private_and_checked(tmp_path, pngs, name):
     with pytest.raises(ValueError, match="on_error"):
         nostall.serve(dict(spec_for(pngs), on_error="skip"), name, block=False)
     # Not a nostall segment at all.
-    bogus = Path(f"/dev/shm/nostall-shared-{name}-bogus")
+    bogus = Path(f"/dev/shm/nostall-shared-{os.geteuid()}-{name}-bogus")
     bogus.write_bytes(b"\0" * 4096)
+    bogus.chmod(0o600)
     try:
         with pytest.raises(nostall.NostallError, match="not a nostall shared loader"):
             nostall.Loader.attach(f"{name}-bogus", 8, output="numpy")
