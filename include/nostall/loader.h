@@ -72,6 +72,10 @@ struct LoaderSpec {
   // Every field FromJson reads, and ToJson writes (ToJson(FromJson(x)) keeps all).
   static const std::vector<std::string>& FieldNames();
   std::string ToJson() const;
+  // The fields that make the batches (ToJson less thread counts, where the
+  // index and cached copies are kept, where S3 objects are fetched from),
+  // as canonical JSON; Fingerprint is its FNV-1a.
+  std::string BatchJson() const;
   uint64_t Fingerprint() const;
 };
 

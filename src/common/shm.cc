@@ -122,15 +122,6 @@ std::string SegmentPath(const std::string& prefix, const SegmentRef& ref) {
   return "/" + prefix + "-" + std::to_string(ref.owner) + "-" + ref.name;
 }
 
-namespace {
-bool InGroup(gid_t gid) {
-  if (gid == ::getegid()) return true;
-  gid_t groups[1024];
-  const int n = ::getgroups(1024, groups);
-  return std::find(groups, groups + std::max(n, 0), gid) != groups + std::max(n, 0);
-}
-}  // namespace
-
 Status CheckSegmentOwner(int fd, unsigned owner, const std::string& seg_name, const std::string& what) {
   struct stat st;
   if (::fstat(fd, &st) != 0) return ErrnoError("cannot stat " + what, errno);
@@ -146,10 +137,6 @@ Status CheckSegmentOwner(int fd, unsigned owner, const std::string& seg_name, co
     return PermissionDenied(found + ": open to every user of this node, who could change or cut "
                             "what the job reads; nostall will not map it (remove it and serve "
                             "again: nostall makes segments 0600, or 0660 for a group with --group)");
-  }
-  if ((st.st_mode & 070) != 0 && !InGroup(st.st_gid)) {
-    return PermissionDenied(found + ": open to group " + std::to_string(st.st_gid) +
-                            ", which this process is not in; nostall will not map it");
   }
   return Status::OK();
 }

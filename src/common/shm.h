@@ -35,9 +35,8 @@ Result<SegmentRef> ParseSegmentRef(const std::string& text);
 std::string SegmentPath(const std::string& prefix, const SegmentRef& ref);
 
 // What may be mapped: a segment owned by `owner` that no one outside its
-// owner and group can open (mode & 007 == 0); if its group may, the group
-// must be one of the caller's (the owner shared it with a group the caller
-// is in: asked for explicitly by both). Anything else is a PermissionDenied
+// owner and group can open (mode & 007 == 0; a group is given access only
+// by its owner, `serve --group`). Anything else is a PermissionDenied
 // naming the segment, its owner and mode, and what to do.
 Status CheckSegmentOwner(int fd, unsigned owner, const std::string& seg_name, const std::string& what);
 

@@ -412,6 +412,13 @@ std::string LoaderSpec::ToJson() const {
 }
 
 uint64_t LoaderSpec::Fingerprint() const {
+  const std::string s = BatchJson();
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+std::string LoaderSpec::BatchJson() const {
   // What makes two pipelines produce the same batches (not thread counts).
   json j = json::parse(ToJson());
   j.erase("num_threads");
@@ -425,10 +432,7 @@ uint64_t LoaderSpec::Fingerprint() const {
   for (const char* where : {"s3_endpoint", "s3_region", "s3_profile", "s3_addressing", "s3_unsigned"}) {
     j.erase(where);  // where the same objects are fetched from changes no batch
   }
-  std::string s = j.dump();
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return h;
+  return j.dump();
 }
 
 }  // namespace nostall

@@ -246,7 +246,7 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
     return FailedPrecondition("shared loader '" + name + "' is damaged (its spec: " +
                               served.status().message() + ")");
   }
-  const LoaderSpec producer_spec = std::move(served).value();
+  LoaderSpec producer_spec = std::move(served).value();
   if (ref.others) {
     // Another user's pipeline: its spec (the dataset it names, the cache it
     // uses) is run by this process only if it is the one this user gave.
@@ -260,12 +260,18 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
       s.batch_size = 1;
       s.shuffle_block = 0;
       s.drop_last = false;
-      return s.ToJson();
+      return s.BatchJson();
     };
     if (normal(mine) != normal(producer_spec)) {
       return FailedPrecondition("shared loader '" + name + "' serves another pipeline than the "
                                 "spec given");
     }
+    // From here on this consumer runs its own spec (its dataset, endpoint,
+    // caches, threads): only the stream's geometry is the producer's.
+    mine.batch_size = producer_spec.batch_size;
+    mine.shuffle_block = producer_spec.shuffle_block;
+    mine.drop_last = producer_spec.drop_last;
+    producer_spec = std::move(mine);
   }
   LoaderSpec spec = producer_spec;
   spec.batch_size = options.batch_size;

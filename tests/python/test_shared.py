@@ -323,3 +323,31 @@ def test_consumer_batches_spanning_many_chunks(tmp_path, pngs, reference, name, 
     assert_each_epoch_is_the_dataset(result, reference)
     assert len(result["epochs"]) == 3
     assert result["shared"]["mode"] == "private"
+
+
+def test_a_consumers_in_place_edit_never_reaches_another_consumer(tmp_path, pngs, name, reference):
+    # A training step normalising in place, or MixUp(inplace=True): the
+    # batches are the producer's read-only memory in every consumer.
+    with nostall.serve(spec_for(pngs), name, block=False, verbose=False):
+        edit = ("import sys, numpy as np, nostall\n"
+                "l = nostall.Loader.attach(sys.argv[1], 64, copy=sys.argv[2] == 'copy')\n"
+                "for x, y in l:\n"
+                "    x.zero_(); y.fill_(7)\n"
+                "    assert int(x.sum()) == 0\n"
+                "print('edited')\n"
+                "n = nostall.Loader.attach(sys.argv[1], 64, output='numpy')\n"
+                "x, y = next(iter(n))\n"
+                "try:\n    x[...] = 0\nexcept ValueError:\n    print('read-only')\n")
+        done = subprocess.run([sys.executable, "-c", edit, name, "copy"], capture_output=True, text=True,
+                              timeout=120)
+        assert done.stdout.split() == ["edited", "read-only"], (done.stdout, done.stderr)
+        # Zero-copy, asked for: the edit cannot land; the process dies
+        # (SIGSEGV), as attach() documents, and no one else sees it.
+        forced = subprocess.run([sys.executable, "-c", edit, name, "zero-copy"], capture_output=True,
+                                text=True, timeout=120)
+        assert forced.returncode == -11, (forced.returncode, forced.stderr[-2000:])
+        mine = nostall.Loader.attach(name, 64, return_indices=True, output="numpy")
+        for x, y, idx in mine:
+            for k in range(len(idx)):
+                assert zlib.crc32(x[k].tobytes()) == reference[int(idx[k])]
+        mine.close()
