@@ -72,6 +72,10 @@ struct LoaderSpec {
   // Every field FromJson reads, and ToJson writes (ToJson(FromJson(x)) keeps all).
   static const std::vector<std::string>& FieldNames();
   std::string ToJson() const;
+  // JSON text nested deeper than `max_depth` arrays and objects is refused
+  // before it is parsed (a value nested 200,000 deep overflowed the stack of
+  // the code that printed it in an error). Linear, no recursion.
+  static Status CheckJsonDepth(const std::string& text, int max_depth, const std::string& what);
   // The fields that make the batches (ToJson less thread counts, where the
   // index and cached copies are kept, where S3 objects are fetched from),
   // as canonical JSON; Fingerprint is its FNV-1a.

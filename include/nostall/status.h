@@ -9,6 +9,7 @@
 
 #include <cassert>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -84,6 +85,12 @@ inline Status Internal(std::string m) {
 inline Status PermissionDenied(std::string m) {
   return Status(StatusCode::kPermissionDenied, std::move(m));
 }
+// `text` safe to print to a terminal: control characters (ESC and the rest
+// of C0 but newline and tab, DEL, C1) and bytes that are not UTF-8 shown as
+// \xNN, so a file or class name cannot rewrite the screen. Valid UTF-8
+// (names in any script) is kept.
+std::string TerminalSafe(std::string_view text);
+
 // An IoError whose message ends with strerror(err).
 Status ErrnoError(const std::string& what, int err);
 

@@ -81,8 +81,11 @@ def load_step(target: str):
         sys.modules[mod_name] = module
         spec.loader.exec_module(module)
     else:
+        # The step's module may sit in the current folder; it is looked for
+        # there last, so no file in that folder (a json.py, a numpy.py) ever
+        # stands in for a module nostall or Python itself imports.
         if os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())
+            sys.path.append(os.getcwd())
         module = importlib.import_module(where)
     fn = getattr(module, name, None)
     if not callable(fn):

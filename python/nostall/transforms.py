@@ -60,6 +60,13 @@ class Resize(Transform):
             self.size = size
         else:
             self.size = _size(size, "Resize")
+        if max_size is not None:
+            if not isinstance(self.size, int):
+                raise ValueError("Resize: max_size needs size to be one number (the smaller edge), "
+                                 "as torchvision's Resize")
+            if max_size <= self.size:
+                raise ValueError(f"Resize: max_size = {max_size} must be strictly greater than the "
+                                 f"requested size for the smaller edge size = {self.size}")
         self.max_size = max_size
 
     def to_dict(self):

@@ -60,13 +60,14 @@ bool Has(const Args& a, const char* flag) {
   return false;
 }
 
-bool IntOption(const Args& a, const char* name, long long lo, long long* out) {
+bool IntOption(const Args& a, const char* name, long long lo, long long* out, long long hi) {
   auto it = a.options.find(name);
   if (it == a.options.end()) return true;
   char* end = nullptr;
+  errno = 0;
   long long v = std::strtoll(it->second.c_str(), &end, 10);
-  if (it->second.empty() || *end != '\0' || v < lo) {
-    std::fprintf(stderr, "nostall: %s must be an integer >= %lld, not '%s'\n", name, lo,
+  if (it->second.empty() || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
+    std::fprintf(stderr, "nostall: %s must be an integer in [%lld, %lld], not '%s'\n", name, lo, hi,
                  it->second.c_str());
     return false;
   }

@@ -111,12 +111,12 @@ int Bench(const Args& args) {
   if (!IntOption(args, "--batch-size", 1, &batch) || !IntOption(args, "--threads", 0, &threads) ||
       !IntOption(args, "--reads-in-flight", 0, &reads) ||
       !IntOption(args, "--prefetch", 0, &prefetch) || !IntOption(args, "--epochs", 1, &epochs) ||
-      !IntOption(args, "--max-batches", 0, &max_batches)) {
+      !IntOption(args, "--max-batches", 0, &max_batches, 1LL << 40)) {
     return 2;
   }
   long long bandwidth = 0, latency = 0;
-  if (!IntOption(args, "--throttle-bandwidth", 0, &bandwidth) ||
-      !IntOption(args, "--throttle-latency-ms", 0, &latency)) {
+  if (!IntOption(args, "--throttle-bandwidth", 0, &bandwidth, 1000000000000000LL) ||
+      !IntOption(args, "--throttle-latency-ms", 0, &latency, 60000)) {
     return 2;
   }
   if (bandwidth > 0) spec.source_options.throttle_bytes_per_second = static_cast<double>(bandwidth);
@@ -182,12 +182,13 @@ int Inspect(const Args& args) {
   const nostall::Source& s = *src.value();
   int64_t known = 0;
   for (int64_t i = 0; i < s.size(); ++i) known += std::max<int64_t>(0, s.byte_size(i));
-  std::printf("dataset:     %s\nkind:        %s\nitems:       %lld\n", args.positional[0].c_str(),
+  std::printf("dataset:     %s\nkind:        %s\nitems:       %lld\n",
+              nostall::TerminalSafe(args.positional[0]).c_str(),
               s.kind(), static_cast<long long>(s.size()));
   if (!s.classes().empty()) {
     std::printf("classes:     %zu (", s.classes().size());
     for (size_t i = 0; i < s.classes().size() && i < 8; ++i) {
-      std::printf("%s%s", i ? ", " : "", s.classes()[i].c_str());
+      std::printf("%s%s", i ? ", " : "", nostall::TerminalSafe(s.classes()[i]).c_str());
     }
     std::printf("%s)\n", s.classes().size() > 8 ? ", ..." : "");
   }
@@ -196,7 +197,7 @@ int Inspect(const Args& args) {
     std::printf("skipped:     %lld bad samples\n", static_cast<long long>(s.skipped_at_index()));
   }
   if (const std::string left = nostall::DescribeLeftOut(s); !left.empty()) {
-    std::printf("left out:    %s\n", left.c_str());
+    std::printf("left out:    %s\n", nostall::TerminalSafe(left).c_str());
   }
   std::printf("fingerprint: %016llx\n", static_cast<unsigned long long>(s.fingerprint()));
   return 0;

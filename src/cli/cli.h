@@ -25,7 +25,8 @@ bool Parse(int argc, char** argv, int start, Args* args);
 bool Has(const Args& a, const char* flag);
 // Reads integer option `name` (>= lo) into *out when given; false (and a
 // message) when it is not a number.
-bool IntOption(const Args& a, const char* name, long long lo, long long* out);
+bool IntOption(const Args& a, const char* name, long long lo, long long* out,
+               long long hi = 2147483647);
 // Prints the error; returns the exit status 1.
 int Fail(const nostall::Status& st);
 nostall::Result<nostall::LoaderSpec> ReadSpecFile(const std::string& path);

@@ -57,6 +57,11 @@ int Analyze(char** argv) {
     candidates.push_back(dir + "/python3");
     candidates.push_back(dir + "/python");
   }
+  // Not the current folder first on sys.path (as `python -m` puts it): a
+  // json.py there would run inside the analysis. The step's own module is
+  // still found there (load_step looks in it last). PYTHONSAFEPATH is
+  // Python 3.11's -P, ignored by older ones.
+  ::setenv("PYTHONSAFEPATH", "1", 1);
   std::vector<char*> args;
   std::string module_flag = "-m", module = "nostall";
   args.push_back(nullptr);  // the interpreter, below

@@ -91,7 +91,7 @@ int Serve(const Args& args) {
   long long chunk = 0, consumers = 8, slots = 0, lag_ms = 1000, block = 0;
   if (!IntOption(args, "--chunk", 0, &chunk) || !IntOption(args, "--max-consumers", 1, &consumers) ||
       !IntOption(args, "--slots", 0, &slots) || !IntOption(args, "--max-lag-ms", 1, &lag_ms) ||
-      !IntOption(args, "--block-chunks", 0, &block)) {
+      !IntOption(args, "--block-chunks", 0, &block, 1LL << 40)) {
     return 2;
   }
   nostall::ServeOptions o;

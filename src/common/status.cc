@@ -1,5 +1,7 @@
 #include "nostall/status.h"
 
+#include <cstdio>
+
 #include <cstring>
 
 namespace nostall {
@@ -34,7 +36,40 @@ std::string Status::ToString() const {
   if (!stage_.empty()) s += stage_ + ": ";
   if (!item_.empty()) s += item_ + ": ";
   s += message_;
-  return s;
+  return TerminalSafe(s);
+}
+
+std::string TerminalSafe(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  auto escape = [&](unsigned char c) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "\\x%02x", c);
+    out += buf;
+  };
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) escape(c);
+      else out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // The length of a well-formed UTF-8 sequence starting here (0: not one).
+    size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    for (size_t k = 1; n != 0 && k < n; ++k) {
+      if (i + k >= text.size() || (static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) n = 0;
+    }
+    if (n == 2 && c == 0xC2 && static_cast<unsigned char>(text[i + 1]) < 0xA0) n = 0;  // C1 controls
+    if (n == 0) {
+      escape(c);
+      ++i;
+      continue;
+    }
+    out.append(text.substr(i, n));
+    i += n;
+  }
+  return out;
 }
 
 Status ErrnoError(const std::string& what, int err) {

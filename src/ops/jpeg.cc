@@ -1,6 +1,7 @@
 // libjpeg-turbo decoding with DCT scaling and cropped decoding. All of
 // libjpeg's setjmp/longjmp lives in this file.
 #include <csetjmp>
+#include <cstdlib>
 #include <cstdio>
 #include <cmath>
 #include <algorithm>
@@ -37,6 +38,38 @@ void OnMessage(j_common_ptr cinfo, int level) {
   if (level == -1 && cinfo->err->msg_code != JWRN_EXTRANEOUS_DATA) OnError(cinfo);
 }
 
+// A progressive JPEG is decoded scan by scan, each pass over the whole
+// image: a file of thousands of tiny scans takes minutes. More than this
+// many is refused: 500 (libjpeg-turbo's own fuzzers use this order; real
+// progressive files have about 10), or NOSTALL_JPEG_MAX_SCANS.
+int MaxScans() {
+  static const int limit = [] {
+    const char* env = std::getenv("NOSTALL_JPEG_MAX_SCANS");
+    const long v = env != nullptr ? std::strtol(env, nullptr, 10) : 0;
+    return v > 0 && v < 100000 ? static_cast<int>(v) : 500;
+  }();
+  return limit;
+}
+// The most libjpeg may allocate for one image (a progressive file keeps
+// every coefficient of the image: about 2 bytes a pixel per component).
+constexpr long kMaxDecoderMemory = 2L << 30;
+
+struct ScanLimit {
+  jpeg_progress_mgr pub;
+  ErrorManager* err;
+};
+
+void OnProgress(j_common_ptr cinfo) {
+  auto* limit = reinterpret_cast<ScanLimit*>(cinfo->progress);
+  if (cinfo->is_decompressor &&
+      reinterpret_cast<j_decompress_ptr>(cinfo)->input_scan_number > MaxScans()) {
+    std::snprintf(limit->err->message, sizeof limit->err->message,
+                  "a progressive JPEG of over %d scans (real files have about 10; "
+                  "NOSTALL_JPEG_MAX_SCANS)", MaxScans());
+    std::longjmp(limit->err->jump, 1);
+  }
+}
+
 // RAII for jpeg_decompress_struct. The error manager is wired before create.
 class Decompressor {
  public:
@@ -52,6 +85,15 @@ class Decompressor {
   Decompressor(const Decompressor&) = delete;
   Decompressor& operator=(const Decompressor&) = delete;
 
+  // After jpeg_create_decompress (which clears the struct): the scan and
+  // memory limits.
+  void Limit() {
+    scans_.pub.progress_monitor = OnProgress;
+    scans_.err = &err_;
+    cinfo_.progress = &scans_.pub;
+    cinfo_.mem->max_memory_to_use = kMaxDecoderMemory;
+  }
+
   // The error libjpeg reported, in words a user can act on.
   Status Error() const {
     if (err_.pub.msg_code == JWRN_JPEG_EOF) return DataError("truncated JPEG (data ends early)");
@@ -60,6 +102,7 @@ class Decompressor {
 
   jpeg_decompress_struct cinfo_;
   ErrorManager err_;
+  ScanLimit scans_{};
   bool created_ = false;
 };
 
@@ -144,6 +187,7 @@ Status JpegReadInfo(const uint8_t* data, size_t size, ImageInfo* info) {
   if (setjmp(d.err_.jump)) return d.Error();
   jpeg_create_decompress(&d.cinfo_);
   d.created_ = true;
+  d.Limit();
   jpeg_mem_src(&d.cinfo_, data, static_cast<unsigned long>(size));
   jpeg_read_header(&d.cinfo_, TRUE);
   info->width = static_cast<int>(d.cinfo_.image_width);
@@ -162,6 +206,7 @@ Status JpegDecodeRegion(const uint8_t* data, size_t size, int channels, double x
   if (setjmp(d.err_.jump)) return d.Error();
   jpeg_create_decompress(&c);
   d.created_ = true;
+  d.Limit();
   jpeg_mem_src(&c, data, static_cast<unsigned long>(size));
   jpeg_read_header(&c, TRUE);
   // CMYK and YCCK JPEGs (ImageNet holds some; print workflows make them)

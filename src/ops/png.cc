@@ -99,6 +99,12 @@ bool ReadSamples(const uint8_t* data, size_t size, uint64_t max_bytes, Samples* 
   if (s->height != 0 && s->row_bytes > max_bytes / s->height) {
     png_error(png, "image too large");
   }
+  // Deflate compresses at most about 1032:1: image data too short to hold
+  // the pixels the header claims is a truncated file, refused before a
+  // buffer of their size is made (a 60 KB file claiming 268 MB of pixels).
+  const uint64_t raw = static_cast<uint64_t>(s->row_bytes) * s->height;
+  const uint64_t left = size - std::min<size_t>(size, reader.offset);
+  if (raw / 1032 > left + 1024) png_error(png, "truncated (too little image data for its size)");
   s->buf->resize(s->row_bytes * s->height);
   s->rows.resize(s->height);
   for (uint32_t y = 0; y < s->height; ++y) s->rows[y] = s->buf->data() + y * s->row_bytes;
@@ -130,9 +136,14 @@ Status PngDecode(const uint8_t* data, size_t size, int channels, std::vector<uin
   ErrorText err;
   // The decoded samples: at most 8 bytes a pixel (RGBA of 16 bits is read
   // as 8); PngReadInfo's caller has already checked the pixel count.
-  if (!ReadSamples(data, size, /*max_bytes=*/uint64_t{1} << 40, &s, &err)) {
-    return DataError(std::string("bad PNG: ") + err.text);
-  }
+  const bool read = ReadSamples(data, size, /*max_bytes=*/uint64_t{1} << 40, &s, &err);
+  // One huge image does not keep its buffer for the thread's life.
+  struct Shrink {
+    ~Shrink() {
+      if (samples.capacity() > (size_t{64} << 20)) std::vector<uint8_t>().swap(samples);
+    }
+  } shrink;
+  if (!read) return DataError(std::string("bad PNG: ") + err.text);
   const size_t px = static_cast<size_t>(s.width) * s.height;
   buf->resize(px * static_cast<size_t>(channels));
   const uint8_t* d = samples.data();

@@ -17,7 +17,22 @@ std::string Hex16(uint64_t v) {
   return buf;
 }
 
-std::string Shown(const json& j) { return j.dump(); }
+std::string Shown(const json& j) {
+  std::string d = j.dump();  // shallow: the state's depth is checked before it is parsed
+  return d.size() > 60 ? d.substr(0, 60) + "..." : d;
+}
+
+// An integer field in [0, hi]: not 3.7 taken as 3, not 1e19 converted.
+Result<int64_t> Whole(const json& state, const char* key, int64_t hi) {
+  if (!state.contains(key)) return InvalidArgument(std::string("loader state has no ") + key);
+  const json& v = state.at(key);
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) ||
+      (!v.is_number_unsigned() && (v.get<int64_t>() < 0 || v.get<int64_t>() > hi))) {
+    return InvalidArgument(std::string("state ") + key + " must be an integer in [0, " +
+                           std::to_string(hi) + "], not " + Shown(v));
+  }
+  return v.get<int64_t>();
+}
 
 }  // namespace
 
@@ -32,6 +47,9 @@ Result<std::string> ResumeStateJson(const Loader& loader, int64_t epoch, int64_t
                 {"shuffle", spec.shuffle},
                 {"rank", spec.rank},
                 {"world_size", spec.world_size},
+                {"subset", spec.subset},
+                {"drop_last", spec.drop_last},
+                {"shuffle_block", spec.shuffle_block},
                 {"dataset_fingerprint", Hex16(loader.source().fingerprint())}};
   if (!shared_name.empty()) {
     // A consumer's epoch is a stretch of the producer's stream: where it began.
@@ -47,6 +65,7 @@ Result<std::string> ResumeStateJson(const Loader& loader, int64_t epoch, int64_t
 
 Result<ResumePoint> CheckResumeState(const Loader& loader, bool is_consumer,
                                      const std::string& state_json) {
+  NOSTALL_RETURN_IF_ERROR(LoaderSpec::CheckJsonDepth(state_json, 8, "the loader state"));
   try {
     const json state = json::parse(state_json);
     if (!state.is_object()) return InvalidArgument("a loader state is a JSON object");
@@ -58,8 +77,23 @@ Result<ResumePoint> CheckResumeState(const Loader& loader, bool is_consumer,
     const json mine = {{"seed", spec.seed},       {"batch_size", spec.batch_size},
                        {"shuffle", spec.shuffle}, {"rank", spec.rank},
                        {"world_size", spec.world_size}};
-    for (const auto& [key, value] : mine.items()) {
-      if (!state.contains(key)) return InvalidArgument("loader state has no " + key);
+    // Taken before these were recorded: the defaults, which order as before.
+    const json since = {{"subset", 0}, {"drop_last", false}, {"shuffle_block", 0}};
+    json all = mine;
+    for (const auto& [key, value] : since.items()) {
+      all[key] = key == "subset" ? json(spec.subset) : key == "drop_last" ? json(spec.drop_last)
+                                                                          : json(spec.shuffle_block);
+      if (!state.contains(key) && all[key] != value) {
+        return InvalidArgument("loader state has no " + key + " (taken by an older nostall, with " +
+                               key + "=" + Shown(value) + "); this loader has " + key + "=" +
+                               Shown(all[key]) + ": batches would differ");
+      }
+    }
+    for (const auto& [key, value] : all.items()) {
+      if (!state.contains(key)) {
+        if (since.contains(key)) continue;
+        return InvalidArgument("loader state has no " + key);
+      }
       if (state[key] != value) {
         return InvalidArgument("state was taken with " + key + "=" + Shown(state[key]) +
                                ", this loader has " + key + "=" + Shown(value) +
@@ -70,10 +104,10 @@ Result<ResumePoint> CheckResumeState(const Loader& loader, bool is_consumer,
       return InvalidArgument("state was taken on a different dataset (index fingerprints differ)");
     }
     ResumePoint point;
-    point.epoch = state.at("epoch").get<int64_t>();
-    point.batch = state.at("batch").get<int64_t>();
+    // Epochs up to 2^40: far beyond any run, and every later count fits.
+    NOSTALL_ASSIGN_OR_RETURN(point.epoch, Whole(state, "epoch", int64_t{1} << 40));
+    NOSTALL_ASSIGN_OR_RETURN(point.batch, Whole(state, "batch", int64_t{1} << 40));
     const int64_t batches = loader.sampler().BatchesPerEpoch();
-    if (point.epoch < 0) return InvalidArgument("state epoch " + std::to_string(point.epoch) + " is negative");
     if (point.batch < 0 || point.batch > batches) {
       return InvalidArgument("state batch " + std::to_string(point.batch) +
                              " is outside the epoch's " + std::to_string(batches));

@@ -199,6 +199,17 @@ Result<Transform> TransformFromJson(const json& j, size_t position) {
       NOSTALL_RETURN_IF_ERROR(size(&t));
     }
     NOSTALL_RETURN_IF_ERROR(GetIntAs(j, where, "max_size", 0, kMaxSide, &t.max_size));
+    // As torchvision: max_size bounds the longer edge of a resize by the
+    // smaller one, and must leave room for it.
+    if (t.max_size > 0 && t.short_side <= 0) {
+      return InvalidArgument(where + "max_size needs size to be one number (the smaller edge), "
+                             "as torchvision's Resize");
+    }
+    if (t.max_size > 0 && t.max_size <= t.short_side) {
+      return InvalidArgument(where + "max_size = " + std::to_string(t.max_size) + " must be strictly "
+                             "greater than the requested size for the smaller edge size = " +
+                             std::to_string(t.short_side));
+    }
   } else if (type == "CenterCrop") {
     NOSTALL_RETURN_IF_ERROR(CheckKeys(j, at + " (CenterCrop)", {"type", "size"}));
     t.kind = TransformKind::kCenterCrop;
@@ -291,8 +302,31 @@ const std::vector<std::string>& LoaderSpec::FieldNames() {
   return kFields;
 }
 
+Status LoaderSpec::CheckJsonDepth(const std::string& text, int max_depth, const std::string& what) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) {
+        return InvalidArgument(what + " is nested over " + std::to_string(max_depth) +
+                               " levels deep (at byte " + std::to_string(i) + ")");
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return Status::OK();
+}
+
 Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
   const std::vector<std::string>& kKnown = FieldNames();
+  NOSTALL_RETURN_IF_ERROR(CheckJsonDepth(text, 32, "the loader spec"));
   try {
     json j = json::parse(text);
     if (!j.is_object()) return InvalidArgument("a loader spec is a JSON object");
@@ -328,6 +362,16 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "use_index_cache", &s.source_options.use_index_cache));
     NOSTALL_RETURN_IF_ERROR(GetDouble(j, w, "throttle_bandwidth", &s.source_options.throttle_bytes_per_second));
     NOSTALL_RETURN_IF_ERROR(GetDouble(j, w, "throttle_latency_ms", &s.source_options.throttle_latency_ms));
+    // A simulated store: a latency past a minute per read, or a bandwidth
+    // under a byte a second, is a typo, not a store (1e300 ms slept forever).
+    if (s.source_options.throttle_latency_ms < 0 || s.source_options.throttle_latency_ms > 60000) {
+      return InvalidArgument(w + "throttle_latency_ms must be in [0, 60000], not " +
+                             std::to_string(s.source_options.throttle_latency_ms));
+    }
+    if (s.source_options.throttle_bytes_per_second != 0 &&
+        (s.source_options.throttle_bytes_per_second < 1 || s.source_options.throttle_bytes_per_second > 1e15)) {
+      return InvalidArgument(w + "throttle_bandwidth must be 0 (none) or in [1, 1e15] bytes/s");
+    }
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "cache_name", &s.cache_name));
     NOSTALL_RETURN_IF_ERROR(GetU64(j, w, "cache_bytes", &s.cache_bytes));
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "cache_policy", &s.cache_policy));

@@ -11,11 +11,14 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <thread>
 #include <cstring>
 #include <sys/types.h>
 
 #include "common/fd.h"
+#include "source/index_file.h"
 #include "testing/test_images.h"
 
 namespace nostall {
@@ -475,6 +478,73 @@ TEST(DropPageCacheTest, EvictDropsAnItemThatWasRead) {
   std::filesystem::remove_all(root + "/a/1.jpg");
   EXPECT_FALSE(src->Evict(0).ok());  // vanished: an error, not a crash
   std::filesystem::remove_all(root);
+}
+
+}  // namespace
+}  // namespace nostall
+
+namespace nostall {
+namespace {
+
+// A saved index is the caller's own and consistent, or it is not used: a
+// damaged or planted file is rebuilt, never followed out of bounds.
+TEST(IndexFileTest, InconsistentOrForeignIndexFilesAreRefused) {
+  const std::string dir = ::testing::TempDir() + "/nostall-index-file-test-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const std::string path = dir + "/sub/index-x.idx";
+  Index tar;
+  tar.shards = {"/data/s0.tar"};
+  IndexStamp stamp;
+  stamp.path = "/data/s0.tar";
+  stamp.size = 4096;
+  tar.stamps = {stamp};
+  tar.items = {{"/data/s0.tar:a", 0, 0, 512, 100}};
+  ASSERT_TRUE(SaveIndex(path, tar).ok());
+  struct stat st;
+  ASSERT_EQ(::stat((dir + "/sub").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);  // made private
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_TRUE(LoadIndex(path).ok());
+  // A negative shard, a shard past the list, a member past its shard, a
+  // whole file in a shard index: refused.
+  for (auto damage : std::vector<std::function<void(Index*)>>{
+           [](Index* i) { i->items[0].shard = -5; },
+           [](Index* i) { i->items[0].shard = 3; },
+           [](Index* i) { i->items[0].offset = 4000; },
+           [](Index* i) { i->items[0].shard = -1; i->items[0].key = "/etc/passwd"; }}) {
+    Index bad = tar;
+    damage(&bad);
+    ASSERT_TRUE(SaveIndex(path, bad).ok());
+    Result<Index> loaded = LoadIndex(path);
+    EXPECT_FALSE(loaded.ok());
+  }
+  // A folder's index naming a file outside the folders walked: refused.
+  Index folder;
+  IndexStamp d;
+  d.path = "/data/cat";
+  folder.stamps = {d};
+  folder.classes = {"cat"};
+  folder.items = {{"/home/user/.aws/credentials", 0, -1, 0, -1}};
+  ASSERT_TRUE(SaveIndex(path, folder).ok());
+  EXPECT_FALSE(LoadIndex(path).ok());
+  // Writable by others, or a symlink at the name: not used; a save
+  // replaces the link, never writes through it.
+  ASSERT_TRUE(SaveIndex(path, tar).ok());
+  ::chmod(path.c_str(), 0666);
+  EXPECT_EQ(LoadIndex(path).status().code(), StatusCode::kPermissionDenied);
+  const std::string target = dir + "/target";
+  { std::ofstream(target) << "keep"; }
+  std::filesystem::remove(path);
+  std::filesystem::create_symlink(target, path);
+  EXPECT_FALSE(LoadIndex(path).ok());
+  ASSERT_TRUE(SaveIndex(path, tar).ok());
+  EXPECT_FALSE(std::filesystem::is_symlink(path));
+  std::ifstream kept(target);
+  std::string text;
+  kept >> text;
+  EXPECT_EQ(text, "keep");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -64,41 +64,76 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
 }  // namespace
 
 Result<std::vector<std::string>> ExpandBraces(const std::string& pattern) {
-  size_t open = pattern.find('{');
-  if (open == std::string::npos) return std::vector<std::string>{pattern};
-  size_t close = pattern.find('}', open);
-  if (close == std::string::npos) return InvalidArgument("unclosed '{' in " + pattern);
-  std::string body = pattern.substr(open + 1, close - open - 1);
-  std::string head = pattern.substr(0, open);
-  NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> tails,
-                           ExpandBraces(pattern.substr(close + 1)));
-  std::vector<std::string> alts;
-  size_t dots = body.find("..");
-  if (dots != std::string::npos) {
-    std::string a = body.substr(0, dots), b = body.substr(dots + 2);
-    char* ea = nullptr;
-    char* eb = nullptr;
-    long long lo = std::strtoll(a.c_str(), &ea, 10), hi = std::strtoll(b.c_str(), &eb, 10);
-    if (a.empty() || b.empty() || *ea || *eb || hi < lo || hi - lo > 10000000) {
-      return InvalidArgument("bad brace range {" + body + "} in " + pattern);
+  // The pattern as literal text and brace groups, each group's alternatives
+  // listed once (no recursion, no copies of the rest per group); the
+  // expansion's size is known before any of it is built.
+  constexpr uint64_t kMaxShards = 10000000;
+  std::vector<std::string> literals(1);
+  std::vector<std::vector<std::string>> groups;
+  uint64_t total = 1;
+  for (size_t at = 0; at < pattern.size();) {
+    const size_t open = pattern.find('{', at);
+    if (open == std::string::npos) {
+      literals.back() += pattern.substr(at);
+      break;
     }
-    for (long long v = lo; v <= hi; ++v) {
-      std::string s = std::to_string(v);
-      if (s.size() < a.size()) s.insert(0, a.size() - s.size(), '0');
-      alts.push_back(s);
+    literals.back() += pattern.substr(at, open - at);
+    const size_t close = pattern.find('}', open);
+    if (close == std::string::npos) return InvalidArgument("unclosed '{' in " + pattern.substr(0, 200));
+    const std::string body = pattern.substr(open + 1, close - open - 1);
+    std::vector<std::string> alts;
+    const size_t dots = body.find("..");
+    if (dots != std::string::npos) {
+      const std::string a = body.substr(0, dots), b = body.substr(dots + 2);
+      char* ea = nullptr;
+      char* eb = nullptr;
+      const long long lo = std::strtoll(a.c_str(), &ea, 10), hi = std::strtoll(b.c_str(), &eb, 10);
+      if (a.empty() || b.empty() || *ea || *eb || hi < lo ||
+          static_cast<uint64_t>(hi - lo) >= kMaxShards) {
+        return InvalidArgument("bad brace range {" + body.substr(0, 60) + "} in " + pattern.substr(0, 200));
+      }
+      if (total * static_cast<uint64_t>(hi - lo + 1) > kMaxShards) {
+        return InvalidArgument("the pattern " + pattern.substr(0, 200) + " names over " +
+                               std::to_string(kMaxShards) + " shards");
+      }
+      for (long long v = lo; v <= hi; ++v) {
+        std::string t = std::to_string(v);
+        if (t.size() < a.size()) t.insert(0, a.size() - t.size(), '0');
+        alts.push_back(std::move(t));
+      }
+    } else {
+      for (size_t p = 0;;) {
+        const size_t comma = body.find(',', p);
+        alts.push_back(body.substr(p, comma == std::string::npos ? std::string::npos : comma - p));
+        if (comma == std::string::npos) break;
+        p = comma + 1;
+      }
+      if (total * alts.size() > kMaxShards) {
+        return InvalidArgument("the pattern " + pattern.substr(0, 200) + " names over " +
+                               std::to_string(kMaxShards) + " shards");
+      }
     }
-  } else {
-    size_t p = 0;
-    while (true) {
-      size_t comma = body.find(',', p);
-      alts.push_back(body.substr(p, comma - p));
-      if (comma == std::string::npos) break;
-      p = comma + 1;
+    total *= alts.size();
+    if (alts.size() == 1) {
+      literals.back() += alts[0];  // "{}" or "{a}": no choice, just text
+    } else {
+      groups.push_back(std::move(alts));
+      literals.emplace_back();
     }
+    at = close + 1;
   }
+  // An odometer over the groups, the last turning fastest (the order the
+  // recursive expansion gave: head alternatives outermost).
   std::vector<std::string> out;
-  for (const auto& alt : alts) {
-    for (const auto& tail : tails) out.push_back(head + alt + tail);
+  out.reserve(static_cast<size_t>(total));
+  std::vector<size_t> pick(groups.size(), 0);
+  while (true) {
+    std::string name = literals[0];
+    for (size_t g = 0; g < groups.size(); ++g) name += groups[g][pick[g]] + literals[g + 1];
+    out.push_back(std::move(name));
+    size_t g = groups.size();
+    while (g > 0 && ++pick[g - 1] == groups[g - 1].size()) pick[--g] = 0;
+    if (g == 0) break;
   }
   return out;
 }
