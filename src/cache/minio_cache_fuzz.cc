@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string seg = "/nostall-cache-" + std::to_string(::geteuid()) + "-" + name;
   std::vector<uint8_t> bytes(data, data + size);
   std::memcpy(bytes.data(), "NSTCACH1", 8);
-  const uint32_t version = 1;
+  const uint32_t version = 2;
   std::memcpy(bytes.data() + 8, &version, 4);
   uint64_t fingerprint = 0;
   int64_t items = 0;

@@ -305,7 +305,9 @@ class PyServer {
       done_.store(true);
     });
   }
-  ~PyServer() { Close(); }
+  // Never raises (a destructor that throws, during unwinding or not, ends
+  // the process): what stopped the producer early is raised by close().
+  ~PyServer() { Stop(); }
 
   std::string StatusJson() const {
     if (!producer_) return "{}";
@@ -326,14 +328,20 @@ class PyServer {
   // Stops serving, joins, removes the segment; raises what stopped it early.
   void Close() {
     if (!producer_) return;
-    {
-      nb::gil_scoped_release release;
-      stop_.store(true);
-      if (thread_.joinable()) thread_.join();
-      producer_.reset();
-    }
+    Stop();
     if (!result_.ok()) RaiseStatus(result_);
   }
+
+ private:
+  void Stop() {
+    if (!producer_) return;
+    nb::gil_scoped_release release;
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+    producer_.reset();
+  }
+
+ public:
 
  private:
   std::unique_ptr<SharedProducer> producer_;
