@@ -73,6 +73,16 @@ Result<ResumePoint> CheckResumeState(const Loader& loader, bool is_consumer,
       return InvalidArgument("unsupported loader state version " +
                              (state.contains("version") ? Shown(state["version"]) : "(none)"));
     }
+    const bool from_consumer = state.contains("shared");
+    if (is_consumer && !from_consumer) {
+      return InvalidArgument("state was taken from a local loader; a shared loader's consumer "
+                             "resumes only from a consumer's state (its epochs follow the "
+                             "producer's stream)");
+    }
+    if (!is_consumer && from_consumer) {
+      return InvalidArgument("state was taken from a consumer of shared loader " +
+                             Shown(state["shared"]) + "; resume it with Loader.attach(...)");
+    }
     const LoaderSpec& spec = loader.spec();
     const json mine = {{"seed", spec.seed},       {"batch_size", spec.batch_size},
                        {"shuffle", spec.shuffle}, {"rank", spec.rank},
@@ -83,6 +93,12 @@ Result<ResumePoint> CheckResumeState(const Loader& loader, bool is_consumer,
     for (const auto& [key, value] : since.items()) {
       all[key] = key == "subset" ? json(spec.subset) : key == "drop_last" ? json(spec.drop_last)
                                                                           : json(spec.shuffle_block);
+      // A consumer's order is the producer's stream (its position is
+      // checked below): only a local loader's own order depends on these.
+      if (from_consumer) {
+        all.erase(key);
+        continue;
+      }
       if (!state.contains(key) && all[key] != value) {
         return InvalidArgument("loader state has no " + key + " (taken by an older nostall, with " +
                                key + "=" + Shown(value) + "); this loader has " + key + "=" +
@@ -111,16 +127,6 @@ Result<ResumePoint> CheckResumeState(const Loader& loader, bool is_consumer,
     if (point.batch < 0 || point.batch > batches) {
       return InvalidArgument("state batch " + std::to_string(point.batch) +
                              " is outside the epoch's " + std::to_string(batches));
-    }
-    const bool from_consumer = state.contains("shared");
-    if (is_consumer && !from_consumer) {
-      return InvalidArgument("state was taken from a local loader; a shared loader's consumer "
-                             "resumes only from a consumer's state (its epochs follow the "
-                             "producer's stream)");
-    }
-    if (!is_consumer && from_consumer) {
-      return InvalidArgument("state was taken from a consumer of shared loader " +
-                             Shown(state["shared"]) + "; resume it with Loader.attach(...)");
     }
     if (is_consumer) {
       if (state.value("spec_fingerprint", "") != Hex16(SharedSpecFingerprint(spec))) {

@@ -57,21 +57,47 @@ def data():
     shutil.rmtree(root, ignore_errors=True)
 
 
+def reachable(path):
+    """Whether another user may reach `path` (every folder above it searchable)."""
+    path = Path(path).resolve()
+    return path.exists() and all(os.stat(p).st_mode & 0o001 for p in [path, *path.parents])
+
+
+_COPIES = {}
+
+
+def for_others():
+    """(PYTHONPATH, nostall CLI) the other user can reach: this
+    environment's, or copies of nostall and NumPy in a folder open to all
+    (a checkout under root's 0700 home is not)."""
+    import numpy
+    site = Path(numpy.__file__).parent.parent
+    if reachable(site) and reachable(NOSTALL):
+        return str(site), str(NOSTALL)
+    if "dir" not in _COPIES:
+        d = Path(tempfile.mkdtemp(prefix="nostall-two-users-env-"))
+        for pkg in ("nostall", "numpy", "numpy.libs"):
+            if (site / pkg).exists():
+                shutil.copytree(site / pkg, d / pkg, symlinks=True)
+        shutil.copy2(NOSTALL, d / "nostall-cli")
+        for p in [d, *d.rglob("*")]:
+            p.chmod(p.stat().st_mode | 0o005 | (0o010 if p.is_dir() else 0))
+        _COPIES["dir"] = d
+    return str(_COPIES["dir"]), str(_COPIES["dir"] / "nostall-cli")
+
+
 def other_python():
-    """An interpreter the other user can run, of this one's version, with
-    this environment's packages (this one may live under root's 0700 home)."""
+    """An interpreter the other user can run, of this one's version."""
     for candidate in (sys.executable, os.path.realpath(sys.executable),
                       f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"):
-        path = Path(candidate)
-        if path.exists() and all(os.stat(p).st_mode & 0o001 for p in [path.resolve(), *path.resolve().parents]):
-            return str(path)
+        if reachable(candidate):
+            return candidate
     pytest.skip("no Python interpreter the second user may run (this one is under a private directory)")
 
 
 def as_other(other, code, *args, groups=True, timeout=60):
     uid, gid, home = other
-    import numpy
-    site = str(Path(numpy.__file__).parent.parent)
+    site = for_others()[0]
     env = {"HOME": str(home), "PATH": os.environ["PATH"], "PYTHONPATH": site,
            "NOSTALL_CACHE_DIR": str(home / "cache")}
     return subprocess.run([other_python(), "-c", code, *args], user=uid,
@@ -118,10 +144,11 @@ def test_a_segment_the_other_user_serves_is_theirs_alone(other, data):
     # Served by the other user under the same name: a different segment (the
     # uid is in the name), which the job does not see.
     name = f"two-users-own-{os.getpid()}"
+    other_python()  # skips if the other user cannot run Python here
     spec_path = other[2] / "spec.json"
     spec_path.write_text(json.dumps(spec(data)))
     os.chown(spec_path, other[0], -1)
-    proc = subprocess.Popen([str(NOSTALL), "serve", "--spec", str(spec_path), "--name", name, "--quiet"],
+    proc = subprocess.Popen([for_others()[1], "serve", "--spec", str(spec_path), "--name", name, "--quiet"],
                             user=other[0], env={"HOME": str(other[2]), "PATH": os.environ["PATH"]},
                             stderr=subprocess.PIPE, text=True)
     try:
