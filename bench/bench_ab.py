@@ -1,0 +1,149 @@
+"""Two builds of nostall side by side: the cost of a change, as ratios.
+
+    python bench/bench_ab.py --old /path/to/old/site [--rounds 5] [--which loader,s3,cluster]
+
+--old is a folder holding another build's `nostall` package (e.g. made with
+`pip install --no-deps --target DIR .` at another commit); the current
+environment's is the new one. Each round runs old then new (then the next
+round new then old, so neither always goes first), each in a fresh process,
+and the table reports medians and new/old ratios of:
+
+  loader   bench_loader.py's nostall run: ImageNet-like JPEGs from the page
+           cache, RandomResizedCrop 224 + flip + normalize, 2 cores (images/s)
+  s3       bench_s3.py's nostall run from SeaweedFS on loopback (images/s)
+  cluster  bench_cluster.py: 4 nodes, cluster cache (memcached) of 4 x 25%,
+           and node-local MinIO caches of 25%: seconds of epochs 2-5
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+
+
+def env_for(build, old):
+    env = dict(os.environ)
+    if build == "old":
+        env["PYTHONPATH"] = old
+    else:
+        env.pop("PYTHONPATH", None)
+    return env
+
+
+def order(r):
+    return ("old", "new") if r % 2 == 0 else ("new", "old")
+
+
+def run_json(cmd, env):
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench_loader(args, data):
+    rates = {"old": [], "new": []}
+    cmd = [sys.executable, str(HERE / "bench_loader.py"), "--data", data, "--cores", "2",
+           "--batch", "256", "--child", "nostall"]
+    for r in range(args.rounds):
+        for build in order(r):
+            out = run_json(cmd, env_for(build, args.old))
+            rates[build].append(out["images"] / out["seconds"])
+            print(f"loader round {r} {build}: {rates[build][-1]:.0f} images/s", flush=True)
+    return rates
+
+
+def bench_s3(args, data):
+    import boto3
+    import bench_s3 as s3
+    work = tempfile.mkdtemp(prefix="nostall-bench-ab-s3-")
+    server = s3.Server(work)
+    rates = {"old": [], "new": []}
+    try:
+        client = boto3.client("s3", endpoint_url=server.url, aws_access_key_id=s3.KEY,
+                              aws_secret_access_key=s3.SECRET, region_name="us-east-1")
+        server.wait_for_bucket(client)
+        for f in sorted(Path(data).rglob("*.jpg")):
+            client.put_object(Bucket=s3.BUCKET, Key="train/" + str(f.relative_to(data)), Body=f.read_bytes())
+        cmd = [sys.executable, str(HERE / "bench_s3.py"), "--images", str(args.images), "--child", "nostall",
+               "--path", f"s3://{s3.BUCKET}/train/"]
+        for r in range(args.rounds):
+            for build in order(r):
+                env = dict(env_for(build, args.old), AWS_ENDPOINT_URL=server.url, AWS_ACCESS_KEY_ID=s3.KEY,
+                           AWS_SECRET_ACCESS_KEY=s3.SECRET, AWS_REGION="us-east-1")
+                out = run_json(cmd, env)
+                rates[build].append(out["images"] / out["seconds"])
+                print(f"s3 round {r} {build}: {rates[build][-1]:.0f} images/s", flush=True)
+    finally:
+        server.stop()
+    return rates
+
+
+def bench_cluster(args, data):
+    import bench_cluster as bc
+    ns = argparse.Namespace(data=data, images=args.images, nodes=4, epochs=5, batch=64, fraction=0.25,
+                            bandwidth=10e6, latency_ms=2.0, work="/tmp/nostall-bench-ab-cluster")
+    seconds = {("cluster", "old"): [], ("cluster", "new"): [], ("local", "old"): [], ("local", "new"): []}
+    saved = os.environ.get("PYTHONPATH")
+    try:
+        for r in range(args.rounds):
+            for build in order(r):
+                if build == "old":
+                    os.environ["PYTHONPATH"] = args.old
+                else:
+                    os.environ.pop("PYTHONPATH", None)
+                for mode in ("cluster", "local"):
+                    epochs, _ = bc.run_mode(ns, mode, 0.25, tag=f"-{build}-{r}")
+                    s = sum(e["seconds"] for e in epochs[1:])
+                    seconds[(mode, build)].append(s)
+                    print(f"cluster round {r} {build} {mode}: epochs 2-5 {s:.2f} s, hit "
+                          f"{100 * epochs[-1]['byte_hit_rate']:.1f}%", flush=True)
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+    return seconds
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--old", required=True, help="folder holding the other build's nostall package")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--images", type=int, default=2000)
+    ap.add_argument("--which", default="loader,s3,cluster")
+    ap.add_argument("--data", default=str(HERE.parent / "bench_data" / "imagenet-like"))
+    args = ap.parse_args()
+    from nostall.datasets import make_imagenet_like
+    data = str(make_imagenet_like(args.data, num_images=args.images))
+    for f in Path(data).rglob("*.jpg"):
+        f.read_bytes()
+    med = statistics.median
+    lines = [f"| bench | old | new | new / old |", "|---|---:|---:|---:|"]
+    which = args.which.split(",")
+    if "loader" in which:
+        r = bench_loader(args, data)
+        lines.append(f"| loader, images/s | {med(r['old']):.0f} | {med(r['new']):.0f} | "
+                     f"{med(r['new']) / med(r['old']):.3f} |")
+    if "s3" in which:
+        r = bench_s3(args, data)
+        lines.append(f"| S3 (SeaweedFS, loopback), images/s | {med(r['old']):.0f} | {med(r['new']):.0f} | "
+                     f"{med(r['new']) / med(r['old']):.3f} |")
+    if "cluster" in which:
+        r = bench_cluster(args, data)
+        for mode, what in (("cluster", "cluster cache 4 x 25%"), ("local", "MinIO caches 25%")):
+            o, n = med(r[(mode, "old")]), med(r[(mode, "new")])
+            lines.append(f"| 4 nodes, {what}: epochs 2-5, s | {o:.2f} | {n:.2f} | {n / o:.3f} |")
+    print(f"\nmedians of {args.rounds} rounds, old and new alternating\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
