@@ -351,3 +351,24 @@ def test_a_consumers_in_place_edit_never_reaches_another_consumer(tmp_path, pngs
             for k in range(len(idx)):
                 assert zlib.crc32(x[k].tobytes()) == reference[int(idx[k])]
         mine.close()
+
+
+def test_a_failed_producer_dropped_without_close_does_not_end_the_process(tmp_path, name):
+    # Its error is raised by close(); a server object collected without one
+    # (or during unwinding) must not throw from its destructor.
+    data = tmp_path / "data"
+    from conftest import write_jpeg_folder
+    write_jpeg_folder(data, classes=1, per_class=4, seed=2, min_side=30, max_side=40)
+    code = ("import json, shutil, sys, time, nostall\n"
+            "from nostall import _nostall\n"
+            "spec = {'source': sys.argv[1], 'batch_size': 2, 'transforms': [{'type': 'Resize', 'size': [8, 8]}]}\n"
+            "core = _nostall.Server(sys.argv[2], json.dumps(spec), 0, 8, 0, 1.0, 0, False)\n"
+            "shutil.rmtree(sys.argv[1])\n"
+            "deadline = time.monotonic() + 60\n"
+            "while json.loads(core.status_json())['running'] and time.monotonic() < deadline:\n"
+            "    time.sleep(0.05)\n"
+            "del core\n"
+            "print('survived')\n")
+    done = subprocess.run([sys.executable, "-c", code, str(data), name], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "survived" in done.stdout, (done.returncode, done.stderr[-2000:])
