@@ -290,8 +290,14 @@ class MemcachedCache final : public Cache {
           mc, key.data(), key.size(), pool.data(), pool.size(), need, need, 0, &total);
       Answered(server, rc == MEMCACHED_SUCCESS || OutOfMemory(rc));
       if (rc == MEMCACHED_SUCCESS) {
+        // Each server's part of the pool, with 10% slack: consistent hashing
+        // spreads items within a few percent of evenly, and without it the
+        // servers holding more than their part would leave items uncached
+        // (an epoch-5 hit rate of 93-97% where a pool of the dataset's size
+        // held all of it). The servers' own memory (-M) is the hard bound.
         const uint64_t servers = std::max<uint64_t>(1, memcached_server_count(mc));
-        const uint64_t limit = config_.budget_bytes * static_cast<uint64_t>(config_.pool_parts) / servers;
+        const uint64_t limit =
+            config_.budget_bytes * static_cast<uint64_t>(config_.pool_parts) / servers * 11 / 10;
         if (total - need < limit) return Reserved::kPool;
         memcached_decrement_by_key(mc, key.data(), key.size(), pool.data(), pool.size(),
                                    static_cast<uint32_t>(need), &total);
