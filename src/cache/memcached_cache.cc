@@ -284,6 +284,11 @@ class MemcachedCache final : public Cache {
   enum class Reserved { kNone, kPool, kLocal };
   Reserved Reserve(memcached_st* mc, const std::string& key, const std::string& server, uint64_t need) {
     const std::string pool = PoolKey();
+    // This client never holds more than the whole pool (with one part: its
+    // own budget), whatever the servers' counters allow.
+    if (used_.load() + need > config_.budget_bytes * static_cast<uint64_t>(config_.pool_parts)) {
+      return Reserved::kNone;
+    }
     if (!IsDown(server)) {
       uint64_t total = 0;
       const memcached_return_t rc = memcached_increment_with_initial_by_key(
