@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "nostall/shared.h"
+#include "ring/ring.h"
 #include "shared/shared_fuzz_support.h"
 #include "testing/test_images.h"
 
