@@ -50,6 +50,10 @@ class [[nodiscard]] Status {
 
   // "DataError: decode: data/cat/1.jpg: premature end of JPEG data"
   std::string ToString() const;
+  // The same without the code: "decode: data/cat/1.jpg: premature end of
+  // JPEG data", for where the code is said already (a Python exception's
+  // class).
+  std::string Describe() const;
 
  private:
   StatusCode code_ = StatusCode::kOk;

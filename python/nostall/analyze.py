@@ -358,7 +358,14 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
     step: called as ``step(images, labels)`` for one training step on a batch.
     items: how many items to sample from the dataset (default: all of it, up
         to 4096, and at least 20 batches' worth when the dataset has them).
+    warmup_batches: batches of each epoch run before the timing starts (the
+        step's first calls: allocation, autotuning of kernels, lazy init).
+    step_seconds: how long the step is timed alone, on synthetic batches
+        already in memory (its rate G, the rate without any data stall).
     progress: print each phase and a progress bar to stderr.
+
+    The step runs as it is, optimizer included: analyse a copy of the model,
+    or before training. Returns an :class:`Analysis`.
     """
     from .loader import Loader
 
@@ -633,7 +640,16 @@ class Analysis:
 
     @property
     def recommendation(self) -> dict:
+        """The smallest change that removes the stall: ``["config"]`` (the
+        whole configuration; where it equals ``profile["measured"]``, nothing
+        to change), ``["rate"]`` its predicted samples/s, ``["cache_bytes"]``
+        the cache it needs, ``["reaches_step_rate"]`` whether it feeds the step."""
         return dict(self.result["recommendation"])
+
+    def contradictions(self) -> list:
+        """Where the printed figures disagree with each other (an empty list: none);
+        see :func:`nostall.analyze.contradictions`."""
+        return contradictions(self.result)
 
     def predict(self, **config) -> dict:
         """Predicted samples/s per job for a configuration (fields not given: as measured).
@@ -641,24 +657,33 @@ class Analysis:
         Fields: cores, prep_threads, reads_in_flight, cache_fraction,
         bandwidth (bytes/s), latency_s, jobs, shared; cache_nodes (the cache
         pooled across that many nodes, each holding cache_fraction: the
-        cluster cache), peer_latency_s, peer_bandwidth (bytes/s).
+        cluster cache), peer_latency_s, peer_bandwidth (bytes/s). ``cores``
+        without ``prep_threads`` means what the table's "cores" row means: a
+        prep thread per core (fewer where the step's own threads need some).
+        Returns ``["rate"]`` (samples/s), ``["limit"]`` (what bounds it),
+        ``["config"]`` (the configuration predicted, defaults filled in).
         """
         return json.loads(_nostall.predict_json(json.dumps(self.profile), json.dumps(config)))
 
     def to_json(self) -> str:
+        """Everything measured and predicted, as indented JSON."""
         return json.dumps(self.result, indent=2)
 
     def save_json(self, path) -> None:
+        """Writes :meth:`to_json` to ``path``."""
         with open(path, "w") as f:
             f.write(self.to_json())
 
     def save_html(self, path) -> None:
+        """Writes a self-contained HTML report (tables and what-if charts) to ``path``."""
         from ._report import render_html
 
         with open(path, "w") as f:
             f.write(render_html(self.result))
 
     def table(self) -> str:
+        """The report as text: the stall breakdown, the bottleneck, what removes
+        the stall, and the what-if rows (cache, cores, storage, jobs)."""
         from ._report import render_table
 
         return render_table(self.result)

@@ -56,6 +56,11 @@ def _sharding(rank, world_size):
         return rank, world_size
     env = _distributed_env()
     if env is None:
+        if rank is not None and not isinstance(rank, bool) and rank != 0:
+            raise ValueError(
+                f"rank={rank!r} is given without world_size, and the environment sets neither "
+                "RANK nor WORLD_SIZE: pass world_size= (the number of processes), or run under "
+                "torchrun, which sets both")
         return (0 if rank is None else rank), (1 if world_size is None else world_size)
     return (env[0] if rank is None else rank), (env[1] if world_size is None else world_size)
 
@@ -121,6 +126,17 @@ class Loader(Closeable):
         mode: ``"RGB"`` (default) or ``"L"`` (grayscale, one channel).
         max_pixels: images with more pixels are a DataError (PIL's limit).
         output: ``"torch"`` (default) or ``"numpy"``.
+        copy: hand out private copies of every batch (the slot is refilled at
+            once) instead of views of the shared-memory slot.
+        pin_memory: hand out batches in page-locked (pinned) host memory, so
+            that ``.cuda(non_blocking=True)`` copies asynchronously (one
+            copy per batch into memory torch's caching host allocator
+            reuses, as torch's DataLoader does). Without it batches are
+            pageable shared memory: ``.cuda(non_blocking=True)`` then waits
+            for the copy as ``.cuda()`` does. Without a CUDA device it warns
+            and changes nothing, as torch's DataLoader does.
+        return_indices: yield ``(images, labels, indices)``, the dataset
+            item of each sample (for ``loader.key(i)``).
         dct_scaling: shrink JPEGs inside the decoder when the output is much
             smaller than its source region (default; much faster). False
             decodes at full resolution, for pixels closest to PIL's.
@@ -131,9 +147,13 @@ class Loader(Closeable):
         drop_page_cache: drop each file's pages from the OS page cache after
             reading it, so storage stays cold between epochs (no root needed).
             Default: on when a cache is given, else off.
-        cache: a :class:`nostall.Cache` (MinIO, shared memory, shared by every
-            loader on the node that names it); ``stats()["cache"]`` reports
-            fill and per-epoch hit rates.
+        cache: a :class:`nostall.Cache` of the encoded items: in shared
+            memory, shared by every loader on the node that names it (the
+            default, MinIO: cached on first read, never evicted); or
+            partitioned across the nodes' memcached servers (``servers=``),
+            optionally behind a node-local tier (``local_size=``). Its size is
+            the whole cache's, whichever rank names it. ``stats()["cache"]``
+            reports fill and per-epoch hit rates, per tier.
         subset: use only this many items, the same random sample every epoch
             (fixed by ``seed``); default: all.
         progress: ``True`` shows a live bar on stderr (images/s and the
@@ -168,6 +188,7 @@ class Loader(Closeable):
         mode: str = "RGB",
         max_pixels: int = 89478485,
         copy: bool = False,
+        pin_memory: bool = False,
         return_indices: bool = False,
         output: str = "torch",
         index_cache: bool = True,
@@ -191,10 +212,19 @@ class Loader(Closeable):
         if output not in ("torch", "numpy"):
             raise ValueError(f'output must be "torch" or "numpy", not {output!r}')
         rank, world_size = _sharding(rank, world_size)
-        transforms = list(transforms)
+        if isinstance(transforms, Transform):
+            transforms = [transforms]
+        try:
+            transforms = list(transforms)
+        except TypeError:
+            raise TypeError(f"transforms must be a list of nostall transforms, not {transforms!r}"
+                            ) from None
         for t in transforms:
             if not isinstance(t, Transform):
-                raise TypeError(f"transforms must be nostall.transforms objects, got {t!r}")
+                raise TypeError(f"transforms must be nostall.transforms objects, got {t!r}"
+                                + (" (torchvision's transforms run in Python; nostall's take the "
+                                   "same arguments: nostall.transforms." + type(t).__name__ + ")"
+                                   if type(t).__module__.startswith("torchvision") else ""))
         spec = {
             "source": source,
             "batch_size": _integer("batch_size", batch_size),
@@ -233,20 +263,43 @@ class Loader(Closeable):
         if dtype is not None:  # else C++'s default: float32 after Normalize, uint8 otherwise
             spec["dtype"] = dtype
         self._init(spec, copy=copy, return_indices=return_indices, output=output,
-                   progress=progress)
+                   progress=progress, pin_memory=pin_memory)
 
     @classmethod
-    def from_spec(cls, spec, *, copy=False, return_indices=False, output="torch", progress=False):
-        """Builds a loader from a spec (a dict or its JSON text), as ``nostall bench --spec`` does.
+    def from_spec(cls, spec, *, copy=False, pin_memory=False, return_indices=False,
+                  output="torch", progress=False):
+        """Builds a loader from a spec: a dict, its JSON text, a path to a JSON
+        file (as ``nostall bench --spec``), or another Loader (its ``spec``).
 
+        ``loader.spec`` saved and given back builds the same pipeline: the
+        knobs the autotuner chose are not in it, so they are tuned again.
         ``rank`` and ``world_size`` the spec leaves out come from torchrun's
         environment (``RANK``, ``WORLD_SIZE``), as for the constructor.
         """
         self = cls.__new__(cls)
-        spec = json.loads(spec) if isinstance(spec, str) else dict(spec)
+        if isinstance(spec, Loader):
+            spec = spec.spec
+        if isinstance(spec, os.PathLike) or (isinstance(spec, str)
+                                             and not spec.lstrip().startswith("{")):
+            with open(spec) as f:  # a path; FileNotFoundError names it
+                text = f.read()
+            try:
+                spec = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{os.fspath(spec)}: not a JSON loader spec: {e}") from None
+        elif isinstance(spec, str):
+            spec = json.loads(spec)
+        elif isinstance(spec, dict):
+            spec = dict(spec)
+        else:
+            raise TypeError("spec must be a dict, JSON text, a path to a JSON file or a Loader, "
+                            f"not {type(spec).__name__}")
+        if not isinstance(spec, dict):
+            raise ValueError(f"a loader spec is a JSON object, not {type(spec).__name__}")
         rank, world_size = _sharding(spec.get("rank"), spec.get("world_size"))
         spec["rank"], spec["world_size"] = rank, world_size
-        self._init(spec, copy=copy, return_indices=return_indices, output=output, progress=progress)
+        self._init(spec, copy=copy, return_indices=return_indices, output=output,
+                   progress=progress, pin_memory=pin_memory)
         return self
 
     @classmethod
@@ -303,10 +356,29 @@ class Loader(Closeable):
         self._shared = name
         return self
 
-    def _init(self, spec, *, copy, return_indices, output, progress=False, core=None):
+    def _init(self, spec, *, copy, return_indices, output, progress=False, core=None,
+              pin_memory=False):
         self._core = None
         if progress not in (False, True, "epoch"):
             raise ValueError(f'progress must be True, False or "epoch", not {progress!r}')
+        if pin_memory not in (False, True):
+            raise TypeError(f"pin_memory must be True or False, not {pin_memory!r}")
+        if pin_memory and output != "torch":
+            raise ValueError('pin_memory=True gives torch tensors in page-locked memory; it needs '
+                             'output="torch"')
+        self._pin = False
+        if pin_memory:
+            import torch
+
+            if torch.cuda.is_available():
+                self._pin = True
+            else:  # as torch's DataLoader: said, then ignored
+                warnings.warn("pin_memory=True, but no CUDA device is available: batches are "
+                              "not pinned", UserWarning, stacklevel=3)
+        # What the caller asked for, before C++ fills in defaults: the knobs
+        # left to the autotuner stay unset in `spec` (see the property).
+        self._asked = {k: spec.get(k) for k in ("num_threads", "reads_in_flight", "prefetch",
+                                                  "autotune")} if spec is not None else {}
         self._progress = EpochProgress(progress) if progress else None
         self._core = core if core is not None else _nostall.Loader(json.dumps(spec))
         if spec is None:
@@ -423,7 +495,9 @@ class Loader(Closeable):
                     images, labels, indices = from_numpy(images), from_numpy(labels), from_numpy(indices)
             else:
                 images, labels, indices = from_numpy(images), from_numpy(labels), from_numpy(indices)
-        if self._copy:
+        if self._pin:  # copies in page-locked memory: the slot is free at once
+            images, labels, indices = images.pin_memory(), labels.pin_memory(), indices.pin_memory()
+        elif self._copy:
             if self._torch:
                 images, labels, indices = images.clone(), labels.clone(), indices.clone()
             else:
@@ -446,6 +520,7 @@ class Loader(Closeable):
             self._progress.finish(self, self._epoch)
 
     def __len__(self):
+        """Batches per epoch for this rank (the last one partial unless ``drop_last``)."""
         return self._require_core().batches_per_epoch
 
     # ------------------------------------------------------------ resume
@@ -482,12 +557,25 @@ class Loader(Closeable):
         return json.loads(self._require_core().stats_json())
 
     def stats_table(self) -> str:
+        """``stats()`` as a table to print: per stage (fetch, decode+augment, batch), its
+        threads, busy time and rate, the cache's hits, and the training loop's waits."""
         return self._require_core().stats_table()
 
     @property
     def spec(self) -> dict:
-        """The resolved loader spec (defaults filled in)."""
-        return json.loads(self._require_core().spec_json())
+        """The loader spec, as JSON would hold it (docs/spec.md), defaults filled in.
+
+        Thread counts, reads in flight and prefetch left to the autotuner
+        stay unset (0, 0, -1): ``Loader.from_spec(loader.spec)`` tunes them
+        again; what it chose is in ``stats()["autotune"]``.
+        """
+        spec = json.loads(self._require_core().spec_json())
+        asked = getattr(self, "_asked", {})
+        if spec.get("autotune") == "auto" and asked:
+            for knob, unset in (("num_threads", 0), ("reads_in_flight", 0), ("prefetch", -1)):
+                if asked.get(knob) in (None, unset):
+                    spec[knob] = unset
+        return spec
 
     @property
     def classes(self):
@@ -504,14 +592,19 @@ class Loader(Closeable):
 
     @property
     def num_items(self) -> int:
+        """Items in the dataset (all ranks, before ``subset``; bad items skipped
+        while indexing are not counted)."""
         return self._require_core().num_items
 
     @property
     def samples_per_epoch(self) -> int:
+        """Samples this rank sees per epoch (its shard, after ``subset`` and
+        ``drop_last``)."""
         return self._require_core().samples_per_epoch
 
     @property
     def sample_shape(self):
+        """One sample's shape in a batch: ``(C, H, W)`` for NCHW, ``(H, W, C)`` for NHWC."""
         return tuple(self._require_core().sample_shape)
 
     def key(self, index: int) -> str:

@@ -1,19 +1,32 @@
 """One pipeline for every training job on the node: ``nostall.serve`` and ``Loader.attach``.
 
-    # the producer (or: nostall serve --spec train.json --name hp-search)
-    nostall.serve(spec, name="hp-search")
+```python
+import nostall
 
+spec = {"source": "data/train", "batch_size": 64, "shuffle": True,
+        "transforms": [nostall.RandomResizedCrop(64).to_dict()]}
+# the producer (or, from a shell: nostall serve --spec train.json --name hp-search)
+with nostall.serve(spec, "hp-search") as server:
     # in each training process on the node
-    loader = nostall.Loader.attach("hp-search", batch_size=128)
+    loader = nostall.Loader.attach("hp-search", batch_size=32)
+    images, labels = next(iter(loader))
+    loader.close()
+```
 
-The protocol is in docs/ring_format.md.
+``server.wait()`` (or ``nostall.serve(..., block=True)``) serves until Ctrl-C
+or SIGTERM. The protocol is in docs/ring_format.md.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
+import signal
 import sys
+import threading
 import time
+import weakref
 
 from . import _nostall
 from ._lifetime import Closeable
@@ -37,33 +50,113 @@ def _spec_json(spec):
     raise TypeError("spec must be a dict, JSON text, a path to a JSON file, or a nostall.Loader")
 
 
+_live = weakref.WeakSet()  # servers of this process not yet closed
+
+
+def _close_all():
+    for server in list(_live):
+        try:
+            server.close()
+        except Exception:
+            pass
+
+
+def _on_sigterm(signum, frame):
+    """SIGTERM while serving: remove the segments (as the CLI does), then die
+    of SIGTERM as the process would have."""
+    _close_all()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+atexit.register(_close_all)
+
+
+def _remove_on_sigterm():
+    """Installs _on_sigterm where it can run (the main thread) and where the
+    program has no SIGTERM handler of its own, which is then left alone."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
 class Server(Closeable):
-    """A producer serving in background threads of this process; ``close()`` stops it."""
+    """A producer serving in background threads of this process.
+
+    ``close()`` (or leaving ``with``) stops it and removes its shared memory;
+    so does SIGTERM, unless the program installed its own SIGTERM handler.
+    ``wait()`` serves until Ctrl-C or SIGTERM.
+    """
 
     def __init__(self, spec, name, *, chunk=0, max_consumers=8, slots=0, max_lag=1.0,
                  block_chunks=0, verbose=False):
         self.name = name
+        self._verbose = verbose
         self._core = _nostall.Server(name, _spec_json(spec), int(chunk), int(max_consumers),
                                      int(slots), float(max_lag), int(block_chunks), bool(verbose))
+        _live.add(self)
+        _remove_on_sigterm()
 
     def status(self) -> dict:
         """Chunks produced, consumers (pid, state, next chunk), evictions, reaped consumers,
         and the pipeline's own stats (``["pipeline"]``: stages, the autotuner's decisions)."""
-        return json.loads(self._core.status_json())
+        return json.loads(self._require().status_json())
 
     @property
     def spec(self) -> dict:
-        return json.loads(self._core.spec_json())
+        """The spec served, defaults filled in."""
+        return json.loads(self._require().spec_json())
+
+    def _require(self):
+        if self._core is None:
+            raise RuntimeError(f"the server {self.name!r} is closed")
+        return self._core
+
+    def wait(self) -> None:
+        """Serves until Ctrl-C, SIGTERM or the producer stops, then closes.
+
+        With ``verbose``, prints a status line every 5 s on stderr.
+        """
+        try:
+            last = 0.0
+            while True:
+                st = self.status()
+                if not st["running"]:
+                    break
+                if self._verbose and time.monotonic() - last >= 5:
+                    last = time.monotonic()
+                    _print_status(self.name, st)
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.close()
 
     def close(self) -> None:
         """Stops serving and removes the segment (raises what stopped it early, if anything)."""
         core, self._core = getattr(self, "_core", None), None
+        _live.discard(self)
         if core is not None:
             core.close()
 
+    def __repr__(self):
+        state = "closed" if self._core is None else "serving"
+        return f"<nostall.Server {self.name!r} {state}>"
+
+
+def _print_status(name, st):
+    consumers = ", ".join(f"{c['pid']} {c['state']}" for c in st["consumers"]) or "none"
+    tuned = st.get("pipeline", {}).get("autotune")
+    setting = (f"; autotuned: {tuned['threads']} threads, {tuned['reads_in_flight']} "
+               f"reads" if tuned else "")
+    print(f"nostall serve {name}: {st['produced']:,} chunks "
+          f"(epoch {st['produced'] // max(1, st['chunks_per_epoch'])}), "
+          f"consumers: {consumers}{setting}", file=sys.stderr, flush=True)
+
 
 def serve(spec, name, *, chunk=0, max_consumers=8, slots=0, max_lag=1.0, block_chunks=0,
-          block=True, verbose=True):
+          block=False, verbose=None):
     """Serves ``spec``'s pipeline to every ``Loader.attach(name, ...)`` on this node.
 
     chunk: samples per chunk the producer publishes (default: the spec's
@@ -72,36 +165,27 @@ def serve(spec, name, *, chunk=0, max_consumers=8, slots=0, max_lag=1.0, block_c
         4 + 2 x max_consumers) of the shared-memory segment.
     max_lag: seconds the producer waits for one consumer before leaving it
         to a private pipeline.
-    block: True serves until Ctrl-C (printing a status line every 5 s when
-        ``verbose``); False returns a running :class:`Server`.
+    block: False (default) returns the running :class:`Server` at once (use
+        it in ``with``, or ``close()`` it); True serves until Ctrl-C or
+        SIGTERM, as ``nostall serve`` does, then removes the segment.
+    verbose: a status line every 5 s on stderr while blocking (default:
+        when ``block``).
+
+    The segment is removed when the server closes, when the process gets
+    SIGTERM (unless it has a SIGTERM handler of its own) or at exit; a
+    process killed with SIGKILL leaves it behind, as dead, for ``nostall
+    shared rm NAME`` or the next ``serve`` of that name.
     """
+    if verbose is None:
+        verbose = block
     server = Server(spec, name, chunk=chunk, max_consumers=max_consumers, slots=slots,
                     max_lag=max_lag, block_chunks=block_chunks, verbose=verbose)
     if not block:
         return server
-    try:
-        last = 0.0
-        while True:
-            st = server.status()
-            if not st["running"]:
-                break
-            if verbose and time.monotonic() - last >= 5:
-                last = time.monotonic()
-                consumers = ", ".join(f"{c['pid']} {c['state']}" for c in st["consumers"]) or "none"
-                tuned = st.get("pipeline", {}).get("autotune")
-                setting = (f"; autotuned: {tuned['threads']} threads, {tuned['reads_in_flight']} "
-                           f"reads" if tuned else "")
-                print(f"nostall serve {name}: {st['produced']:,} chunks "
-                      f"(epoch {st['produced'] // max(1, st['chunks_per_epoch'])}), "
-                      f"consumers: {consumers}{setting}", file=sys.stderr, flush=True)
-            time.sleep(0.2)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()
+    server.wait()
     return None
 
 
 def list_shared():
-    """Names of the shared loaders on this node."""
+    """Names of the shared loaders on this node (yours; ``nostall shared ls`` shows their state)."""
     return list(_nostall.list_shared())

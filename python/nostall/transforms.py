@@ -2,7 +2,21 @@
 
 They are declarations, not functions: the loader's C++ threads run them. The
 geometry of the whole list is composed first, so a crop is decoded only at the
-resolution and region it needs.
+resolution and region it needs. A transform takes the arguments its
+torchvision namesake takes; a value nostall does not implement is an error
+naming the values it does. Calling one on a tensor is a TypeError: pass them
+to the loader, and see what they draw for an item with :func:`sample_params`.
+
+```python
+import nostall
+from nostall.transforms import ColorJitter, RandomErasing
+
+transforms = [nostall.RandomResizedCrop(224, antialias=True), nostall.RandomHorizontalFlip(),
+              ColorJitter(0.4, 0.4, 0.4),
+              nostall.Normalize(nostall.IMAGENET_MEAN, nostall.IMAGENET_STD),
+              RandomErasing(p=0.25)]
+print(nostall.transforms.sample_params(transforms, width=500, height=375, seed=0, index=7))
+```
 """
 
 from __future__ import annotations
@@ -24,9 +38,41 @@ def _size(size, name):
     return [int(size[0]), int(size[1])]
 
 
+def _interpolation(name, value):
+    """torchvision's interpolation argument, for the resizes: bilinear only
+    (nostall resamples as PIL's bilinear filter, antialiased)."""
+    v = _plain(value)
+    if v in ("bilinear", 2):  # InterpolationMode.BILINEAR, or PIL's Image.BILINEAR
+        return
+    raise ValueError(f"{name}: interpolation {value!r} is not supported: nostall resamples "
+                     "bilinear, antialiased, as torchvision on PIL images "
+                     "(InterpolationMode.BILINEAR, the default)")
+
+
+def _antialias(name, value):
+    if value is None or value is True:
+        return
+    raise ValueError(f"{name}: antialias={value!r} is not supported: nostall always antialiases, "
+                     "as torchvision does on PIL images (where it ignores antialias=False); "
+                     "pass antialias=True or leave it out")
+
+
 class Transform:
+    """Base of nostall's transforms: a declaration the loader's C++ threads run.
+
+    ``to_dict()`` is the transform as it appears in a loader spec (docs/spec.md).
+    """
+
     def to_dict(self) -> dict:  # pragma: no cover - every subclass overrides it
+        """The transform as a loader spec writes it: ``{"type": NAME, argument: value, ...}``."""
         raise NotImplementedError
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(
+            f"nostall.{type(self).__name__} is not applied to tensors or images one by one: the "
+            "loader's C++ threads run it on every sample. Pass it in "
+            "nostall.Loader(..., transforms=[...]); nostall.transforms.sample_params(transforms, "
+            "width, height, index=...) shows what it draws for an item")
 
     def __repr__(self):
         fields = ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items() if k != "type")
@@ -34,9 +80,20 @@ class Transform:
 
 
 class RandomResizedCrop(Transform):
-    """Crop a random area and aspect ratio, then resize to ``size`` (torchvision's algorithm)."""
+    """Crop a random area and aspect ratio, then resize to ``size`` (torchvision's algorithm).
 
-    def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0)):
+    The crop's area is drawn in ``scale`` (fractions of the image) and its
+    aspect ratio log-uniformly in ``ratio``, ten tries then a center crop, as
+    torchvision's ``get_params``; the resize is bilinear and antialiased, as
+    on PIL images. ``size``: an int (square) or ``(height, width)``.
+    ``interpolation`` and ``antialias`` are accepted with their only
+    supported values (bilinear, True).
+    """
+
+    def __init__(self, size, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0),
+                 interpolation="bilinear", antialias=True):
+        _interpolation("RandomResizedCrop", interpolation)
+        _antialias("RandomResizedCrop", antialias)
         self.size = _size(size, "RandomResizedCrop")
         if not (0 < scale[0] <= scale[1] <= 1):
             raise ValueError(f"RandomResizedCrop: scale must satisfy 0 < min <= max <= 1, got {scale}")
@@ -51,9 +108,16 @@ class RandomResizedCrop(Transform):
 
 
 class Resize(Transform):
-    """Resize: an int sets the smaller edge (aspect kept); (h, w) sets both."""
+    """Resize: an int sets the smaller edge (aspect kept); ``(h, w)`` sets both.
 
-    def __init__(self, size, max_size=None):
+    ``max_size`` caps the longer edge, as torchvision's (with an int size
+    only). Bilinear and antialiased, as on PIL images; ``interpolation`` and
+    ``antialias`` are accepted with those values.
+    """
+
+    def __init__(self, size, interpolation="bilinear", max_size=None, antialias=True):
+        _interpolation("Resize", interpolation)
+        _antialias("Resize", antialias)
         if isinstance(size, int):
             if size <= 0:
                 raise ValueError(f"Resize: size must be positive, got {size}")
@@ -77,6 +141,13 @@ class Resize(Transform):
 
 
 class CenterCrop(Transform):
+    """Crop the center ``size`` (an int, or ``(height, width)``) out of the image.
+
+    An image smaller than ``size`` (after the transforms before it) is a
+    :class:`nostall.DataError` naming the file, where torchvision would pad
+    it with zeros: put a ``Resize`` first to make every image big enough.
+    """
+
     def __init__(self, size):
         self.size = _size(size, "CenterCrop")
 
@@ -85,6 +156,8 @@ class CenterCrop(Transform):
 
 
 class RandomHorizontalFlip(Transform):
+    """Flip the sample left to right with probability ``p`` (default 0.5), drawn per sample."""
+
     def __init__(self, p=0.5):
         if not 0 <= p <= 1:
             raise ValueError(f"RandomHorizontalFlip: p must be in [0, 1], got {p}")
@@ -95,9 +168,15 @@ class RandomHorizontalFlip(Transform):
 
 
 class Normalize(Transform):
-    """``(x / 255 - mean) / std`` per channel, as ToTensor + Normalize; gives float32."""
+    """``(x / 255 - mean) / std`` per channel, as ToTensor + Normalize; gives float32.
 
-    def __init__(self, mean: Sequence[float], std: Sequence[float]):
+    Ops on the normalised tensor (RandomErasing) come after it, as in
+    torchvision's recipes; pixel ops before it. ``inplace`` is accepted and changes nothing:
+    nostall writes each batch once. Without Normalize, ``dtype="float32"``
+    gives ``x / 255`` (ToTensor's [0, 1]); the default output is then uint8.
+    """
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False):
         self.mean = [float(m) for m in mean]
         self.std = [float(s) for s in std]
         if len(self.mean) != len(self.std):
@@ -122,13 +201,20 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 class InterpolationMode:
-    """The interpolations the pixel ops take (torchvision's names)."""
+    """The interpolations nostall's ops take, by torchvision's names.
+
+    torchvision's own ``InterpolationMode`` values are accepted too. The
+    resizes (RandomResizedCrop, Resize) are BILINEAR; the rotations and
+    AutoAugment-family ops take NEAREST (their default) or BILINEAR.
+    """
 
     NEAREST = "nearest"
     BILINEAR = "bilinear"
 
 
 class AutoAugmentPolicy:
+    """The AutoAugment policies (torchvision's names; its enum's values are accepted too)."""
+
     IMAGENET = "imagenet"
     CIFAR10 = "cifar10"
     SVHN = "svhn"
@@ -153,6 +239,17 @@ def _finite(v):
 
 
 class _Op(Transform):
+    """An op on pixels, after the geometry; its docstring comes from the op's
+    entry in the C++ registry (src/ops/op.h), which every binding shares."""
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        from . import _nostall
+
+        doc = _nostall.image_op_doc(cls.__name__)
+        if doc:
+            cls.__doc__ = doc + ("\n\n" + cls.__doc__ if cls.__doc__ else "")
+
     def __init__(self, **args):
         self._args = {k: _plain(v) for k, v in args.items() if v is not None}
         import json
@@ -181,20 +278,11 @@ class _Op(Transform):
 
 
 class ColorJitter(_Op):
-    """Brightness, contrast, saturation and hue factors drawn per sample, applied in random order.
-
-    A number x gives the factor range [max(0, 1 - x), 1 + x] (hue: [-x, x], x <= 0.5).
-    """
-
     def __init__(self, brightness=0, contrast=0, saturation=0, hue=0):
         super().__init__(brightness=brightness, contrast=contrast, saturation=saturation, hue=hue)
 
 
 class Grayscale(_Op):
-    """Gray as PIL's convert("L"). ``num_output_channels`` as torchvision's
-    (default 1: load with mode="L"; 3 keeps RGB batches, gray in each channel).
-    """
-
     def __init__(self, num_output_channels=None):  # None: the one default, C++'s (1)
         super().__init__(num_output_channels=num_output_channels)
 
@@ -208,15 +296,11 @@ class RandomGrayscale(_Op):
 
 
 class GaussianBlur(_Op):
-    """Blur with sigma uniform in ``sigma`` per sample; kernel_size odd (or (x, y))."""
-
     def __init__(self, kernel_size, sigma=(0.1, 2.0)):
         super().__init__(kernel_size=kernel_size, sigma=sigma)
 
 
 class RandomErasing(_Op):
-    """Erase a random box of the tensor (after Normalize); value 0, per channel, or "random"."""
-
     def __init__(self, p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0, inplace=False):
         super().__init__(p=p, scale=scale, ratio=ratio, value=value)
 
@@ -242,8 +326,6 @@ class AutoAugment(_Op):
 
 
 class RandomRotation(_Op):
-    """Rotate by an angle uniform in ``degrees`` (a number d means [-d, d]); no expand."""
-
     def __init__(self, degrees, interpolation=InterpolationMode.NEAREST, expand=False, center=None,
                  fill=0):
         super().__init__(degrees=degrees, interpolation=interpolation, expand=expand,

@@ -674,8 +674,15 @@ Result<std::string> PredictJson(const Profile& p, const std::string& config_json
         return InvalidArgument("unknown configuration field '" + key + "'");
       }
     }
-    const Config c = ConfigFromJson(j, p.measured);
-    json out = PredictionJson(Predict(p, c, Calibrate(p)));
+    Config c = ConfigFromJson(j, p.measured);
+    const Efficiency eff = Calibrate(p);
+    // More cores means what the "cores" curve means: a prep thread per core
+    // (PrepThreadsFor), unless the prep threads are given too.
+    if (j.contains("cores") && !j.contains("prep_threads")) {
+      const int whole = std::max(1, static_cast<int>(std::floor(c.cores + 1e-9)));
+      c.prep_threads = PrepThreadsFor(p, c, whole, eff);
+    }
+    json out = PredictionJson(Predict(p, c, eff));
     out["config"] = ConfigToJson(c);
     out["reads_in_flight"] = ReadsInFlight(p, c);
     return out.dump();

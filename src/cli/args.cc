@@ -20,37 +20,57 @@
 namespace nostall::cli {
 
 namespace {
-bool IsFlag(const std::string& name) {
-  return name == "--json" || name == "--quiet" || name == "--help" || name == "-h" ||
-         name == "--print" || name == "--autotune" || name == "--no-autotune";
+bool In(const std::vector<const char*>& names, const std::string& a) {
+  for (const char* n : names) {
+    if (a == n) return true;
+  }
+  return false;
 }
 }  // namespace
 
-bool Parse(int argc, char** argv, int start, Args* args) {
+std::string Parse(const Command& cmd, int argc, char** argv, int start, Args* args) {
   for (int i = start; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.rfind("-", 0) == 0 && a != "-") {
-      if (IsFlag(a)) {
-        args->flags.push_back(a);
-        continue;
-      }
-      std::string value;
-      size_t eq = a.find('=');
-      if (eq != std::string::npos) {
-        value = a.substr(eq + 1);
-        a = a.substr(0, eq);
-      } else if (i + 1 < argc) {
-        value = argv[++i];
-      } else {
-        std::fprintf(stderr, "nostall: option %s needs a value\n", a.c_str());
-        return false;
-      }
-      args->options[a] = value;
-    } else {
+    if (a.rfind("-", 0) != 0 || a == "-") {
       args->positional.push_back(a);
+      continue;
     }
+    if (a == "--help" || a == "-h" || In(cmd.flags, a)) {
+      args->flags.push_back(a);
+      continue;
+    }
+    std::string value;
+    bool has_value = false;
+    if (const size_t eq = a.find('='); eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      has_value = true;
+    }
+    if (In(cmd.flags, a)) return "option " + a + " takes no value";
+    if (!In(cmd.options, a)) return "unknown option " + a;
+    if (!has_value) {
+      if (i + 1 >= argc) return "option " + a + " needs a value";
+      value = argv[++i];
+    }
+    args->options[a] = value;
   }
-  return true;
+  if (Has(*args, "--help") || Has(*args, "-h")) return "";
+  if (args->positional.size() > cmd.positional.size()) {
+    return "unexpected argument '" + args->positional[cmd.positional.size()] + "'";
+  }
+  if (args->positional.size() < cmd.required) {
+    return std::string("missing ") + cmd.positional[args->positional.size()];
+  }
+  return "";
+}
+
+int UsageError(const Command& cmd, const std::string& what) {
+  std::fprintf(stderr, "nostall %s: %s\n", cmd.name, what.c_str());
+  // The first line of the help: the synopsis, then where the rest is.
+  std::string help = cmd.help;
+  std::fprintf(stderr, "%s\n(nostall %s --help says more)\n",
+               help.substr(0, help.find('\n')).c_str(), cmd.name);
+  return 2;
 }
 
 bool Has(const Args& a, const char* flag) {

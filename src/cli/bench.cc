@@ -29,7 +29,7 @@ namespace nostall::cli {
 
 namespace {
 
-constexpr const char* kBenchUsage = R"(usage: nostall bench PATH [options]
+constexpr const char* kBenchUsage = R"(usage: nostall bench PATH [options]    (or: nostall bench --spec FILE [options])
 
 Runs RandomResizedCrop(SIZE) + RandomHorizontalFlip + Normalize (ImageNet
 mean/std) into float32 NCHW batches, as fast as the batches come, and prints
@@ -48,7 +48,7 @@ options:
   --epochs N            epochs to run (default 1)
   --max-batches N       stop after N batches (default: whole epochs)
   --spec FILE           use this loader spec (JSON) instead of the default
-                        pipeline; PATH then overrides its "source"
+                        pipeline; PATH, if given, overrides its "source"
   --throttle-bandwidth B   emulate storage of B bytes/s (shared by all reads)
   --throttle-latency-ms M  emulate M ms of latency per read
   --json                print one JSON object instead of the table
@@ -77,23 +77,8 @@ nostall::LoaderSpec DefaultBenchSpec(int size) {
 }  // namespace
 
 int Bench(const Args& args) {
-  if (Has(args, "--help") || Has(args, "-h")) {
-    std::fputs(kBenchUsage, stdout);
-    return 0;
-  }
-  if (args.positional.size() != 1) {
-    std::fputs(kBenchUsage, stderr);
-    return 2;
-  }
-  static const char* kKnown[] = {"--batch-size", "--threads", "--reads-in-flight", "--prefetch",
-                                 "--size", "--epochs", "--max-batches", "--spec",
-                                 "--throttle-bandwidth", "--throttle-latency-ms"};
-  for (const auto& [k, v] : args.options) {
-    if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
-      std::fprintf(stderr, "nostall bench: unknown option %s (see nostall bench --help)\n",
-                   k.c_str());
-      return 2;
-    }
+  if (args.positional.empty() && !args.options.count("--spec")) {
+    return UsageError(kBench, "missing PATH (an image folder, tar shards or s3://...; or --spec FILE)");
   }
   nostall::LoaderSpec spec;
   if (auto it = args.options.find("--spec"); it != args.options.end()) {
@@ -105,7 +90,7 @@ int Bench(const Args& args) {
     if (!IntOption(args, "--size", 1, &size)) return 2;
     spec = DefaultBenchSpec(static_cast<int>(size));
   }
-  spec.source = args.positional[0];
+  if (!args.positional.empty()) spec.source = args.positional[0];
   long long batch = spec.batch_size, threads = spec.num_threads, reads = spec.reads_in_flight,
             prefetch = spec.prefetch, epochs = 1, max_batches = 0;
   if (!IntOption(args, "--batch-size", 1, &batch) || !IntOption(args, "--threads", 0, &threads) ||
@@ -171,12 +156,6 @@ int Bench(const Args& args) {
 }
 
 int Inspect(const Args& args) {
-  if (Has(args, "--help") || Has(args, "-h") || args.positional.size() != 1) {
-    std::fputs("usage: nostall inspect PATH\n\nPrints the dataset's kind, item count, classes "
-               "and fingerprint, building (and caching) its index if needed.\n",
-               Has(args, "--help") || Has(args, "-h") ? stdout : stderr);
-    return Has(args, "--help") || Has(args, "-h") ? 0 : 2;
-  }
   auto src = nostall::OpenSource(args.positional[0]);
   if (!src.ok()) return Fail(src.status());
   const nostall::Source& s = *src.value();
@@ -202,5 +181,19 @@ int Inspect(const Args& args) {
   std::printf("fingerprint: %016llx\n", static_cast<unsigned long long>(s.fingerprint()));
   return 0;
 }
+
+const Command kBench = {
+    "bench", kBenchUsage,
+    {"--batch-size", "--threads", "--reads-in-flight", "--prefetch", "--size", "--epochs",
+     "--max-batches", "--spec", "--throttle-bandwidth", "--throttle-latency-ms"},
+    {"--json", "--quiet", "--autotune", "--no-autotune"},
+    {"PATH"}, 0, Bench};
+
+const Command kInspect = {
+    "inspect",
+    "usage: nostall inspect PATH\n\nPrints the dataset's kind, item count, classes, bytes, files "
+    "left out and\nfingerprint, building (and caching) its index if needed. PATH is an image\n"
+    "folder, tar shards (\"shards/train-{0000..0099}.tar\") or s3://bucket/prefix/.\n",
+    {}, {}, {"PATH (an image folder, tar shards or s3://...)"}, 1, Inspect};
 
 }  // namespace nostall::cli

@@ -31,19 +31,17 @@ namespace nostall::cli {
 
 namespace {
 
-constexpr const char* kCacheUsage = R"(usage: nostall cache ls | inspect NAME | rm NAME
-       nostall cache serve --size SIZE [options]
-       nostall cache inspect --servers HOST:PORT,HOST:PORT,...
+constexpr const char* kCacheAbout =
+    "\nMinIO caches (node-local, nostall.Cache(name, size)) live in /dev/shm\n"
+    "until removed; each belongs to one dataset. The cluster cache keeps items\n"
+    "in every node's memcached, each item on one node: nostall.Cache(name,\n"
+    "size, servers=[\"node1:11211\", ...]), or NOSTALL_CACHE_SERVERS=node1:11211,...\n"
+    "(docs/cluster_cache.md).\n";
 
-MinIO caches (node-local) live in /dev/shm until removed; each belongs to
-one dataset.
+constexpr const char* kCacheServeUsage = R"(usage: nostall cache serve --size SIZE [options]
 
-The cluster cache keeps items in every node's memcached, each item on one
-node: nostall.Cache(name, size, servers=["node1:11211", ...]), or
-NOSTALL_CACHE_SERVERS=node1:11211,node2:11211.
-
-cache serve starts this node's memcached the way the cluster cache needs it
-(in the foreground; Ctrl-C or SIGTERM stops it):
+Starts this node's memcached the way the cluster cache needs it (in the
+foreground; Ctrl-C or SIGTERM stops it):
   --size SIZE        memory for items, e.g. 40GiB, 512MiB (required)
   --port N           TCP port (default 11211)
   --listen ADDR      address to listen on (default 127.0.0.1: this node only;
@@ -61,18 +59,36 @@ cache serve starts this node's memcached the way the cluster cache needs it
                      Kubernetes or by hand)
 It runs memcached with -M: a full server refuses new items instead of
 evicting old ones, so the items cached first stay (the MinIO policy).
-
-cache inspect --servers asks each server for its memory, items, evictions
-(0 under -M) and hits.
 )";
 
+// What loaders should name this server as: the address it listens on, which
+// for a loopback address reaches it from this node only.
+std::string ServersHint(const std::string& listen, long long port) {
+  const std::string p = std::to_string(port);
+  if (listen == "0.0.0.0" || listen == "::" || listen == "[::]") {
+    char host[256] = "this-node";
+    gethostname(host, sizeof host - 1);
+    return std::string("NOSTALL_CACHE_SERVERS=") + host + ":" + p +
+           ",<the other nodes' host:port>";
+  }
+  if (listen == "127.0.0.1" || listen == "localhost" || listen == "::1" ||
+      listen.rfind("127.", 0) == 0) {
+    return "NOSTALL_CACHE_SERVERS=" + listen + ":" + p +
+           " (this node only: --listen with the node's cluster address, or 0.0.0.0, lets the "
+           "other nodes reach it)";
+  }
+  return "NOSTALL_CACHE_SERVERS=" + listen + ":" + p + ",<the other nodes' host:port>";
+}
 
 int CacheServe(const Args& args) {
   const auto size_it = args.options.find("--size");
-  const uint64_t size = size_it == args.options.end() ? 0 : ParseSize(size_it->second);
+  if (size_it == args.options.end()) {
+    return UsageError(kCacheCommands[3], "missing --size SIZE (memory for items, e.g. 40GiB)");
+  }
+  const uint64_t size = ParseSize(size_it->second);
   if (size < (64u << 20)) {
-    std::fprintf(stderr, "nostall: cache serve needs --size of at least 64MiB (e.g. --size 40GiB)%s\n",
-                 size_it == args.options.end() ? "" : (", not '" + size_it->second + "'").c_str());
+    std::fprintf(stderr, "nostall cache serve: --size must be at least 64MiB (e.g. --size 40GiB), "
+                 "not '%s'\n", size_it->second.c_str());
     return 2;
   }
   long long port = 11211, threads = 4;
@@ -127,14 +143,11 @@ int CacheServe(const Args& args) {
                  line.c_str());
     return 1;
   }
-  char host[256] = "this-node";
-  gethostname(host, sizeof host - 1);
   std::fprintf(stderr,
                "nostall: cluster cache server: %s of memory, items up to %s, never evicts (-M)\n"
-               "  %s\n"
-               "  loaders: NOSTALL_CACHE_SERVERS=%s:%lld,<the other nodes' host:port>\n",
+               "  %s\n  loaders: %s\n",
                nostall::FormatBytes(megabytes << 20).c_str(), nostall::FormatBytes(max_item).c_str(),
-               line.c_str(), host, port);
+               line.c_str(), ServersHint(listen, port).c_str());
   std::vector<char*> argv;
   for (std::string& a : cmd) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -172,63 +185,87 @@ int CacheInspectServers(const std::string& list) {
 
 }  // namespace
 
-int CacheCommand(const Args& args) {
-  const auto& p = args.positional;
-  const std::string usage = kCacheUsage;
-  if (Has(args, "--help") || Has(args, "-h")) {
-    std::fputs(usage.c_str(), stdout);
-    return 0;
-  }
-  if (p.size() == 1 && p[0] == "serve") return CacheServe(args);
-  if (p.size() == 1 && p[0] == "inspect" && args.options.count("--servers")) {
-    return CacheInspectServers(args.options.at("--servers"));
-  }
-  if (p.size() == 1 && p[0] == "ls") {
-    auto names = nostall::MinioCache::List();
-    if (names.empty()) std::puts("no caches");
-    for (const auto& n : names) {
-      auto info = nostall::MinioCache::Inspect(n);
-      if (!info.ok()) {
-        std::printf("%-32s (unreadable: %s)\n", n.c_str(), info.status().message().c_str());
-        continue;
-      }
-      const auto& s = info->stats;
-      std::printf("%-32s %10s  %5.1f%% full  %lld items\n", n.c_str(),
-                  nostall::FormatBytes(s.budget_bytes).c_str(),
-                  s.budget_bytes ? 100.0 * s.used_bytes / s.budget_bytes : 0.0,
-                  static_cast<long long>(s.items));
+namespace {
+
+int CacheLs(const Args&) {
+  auto names = nostall::MinioCache::List();
+  if (names.empty()) std::puts("no caches");
+  for (const auto& n : names) {
+    auto info = nostall::MinioCache::Inspect(n);
+    if (!info.ok()) {
+      std::printf("%-32s (unreadable: %s)\n", n.c_str(), info.status().message().c_str());
+      continue;
     }
-    return 0;
-  }
-  if (p.size() == 2 && p[0] == "inspect") {
-    auto info = nostall::MinioCache::Inspect(p[1]);
-    if (!info.ok()) return Fail(info.status());
     const auto& s = info->stats;
-    const int64_t lookups = s.hits + s.misses;
-    std::printf("cache:        %s (/dev/shm/nostall-cache-%s)\nformat:       version %u\n"
-                "dataset:      %lld items, fingerprint %016llx\nsize:         %s budget, %s "
-                "segment\nfill:         %s used (%.1f%%), %lld items cached\n"
-                "lookups:      %lld hits, %lld misses (%.1f%% hits, all processes)\n",
-                info->name.c_str(), info->name.c_str(), info->version,
-                static_cast<long long>(info->num_items),
-                static_cast<unsigned long long>(info->dataset_fingerprint),
+    std::printf("%-32s %10s  %5.1f%% full  %lld items\n", n.c_str(),
                 nostall::FormatBytes(s.budget_bytes).c_str(),
-                nostall::FormatBytes(info->segment_bytes).c_str(),
-                nostall::FormatBytes(s.used_bytes).c_str(),
                 s.budget_bytes ? 100.0 * s.used_bytes / s.budget_bytes : 0.0,
-                static_cast<long long>(s.items), static_cast<long long>(s.hits),
-                static_cast<long long>(s.misses), lookups ? 100.0 * s.hits / lookups : 0.0);
-    return 0;
+                static_cast<long long>(s.items));
   }
-  if (p.size() == 2 && p[0] == "rm") {
-    nostall::Status st = nostall::MinioCache::Remove(p[1]);
-    if (!st.ok()) return Fail(st);
-    std::printf("removed cache '%s'\n", p[1].c_str());
-    return 0;
+  return 0;
   }
-  std::fputs(usage.c_str(), stderr);
-  return 2;
+
+int CacheInspect(const Args& args) {
+  const auto servers = args.options.find("--servers");
+  if (servers != args.options.end()) {
+    if (!args.positional.empty()) {
+      return UsageError(kCacheCommands[1], "give NAME (a node cache) or --servers (the cluster's), not both");
+    }
+    return CacheInspectServers(servers->second);
+  }
+  if (args.positional.empty()) {
+    return UsageError(kCacheCommands[1], "missing NAME (a cache `nostall cache ls` lists) or --servers HOST:PORT,...");
+  }
+  const std::string& name = args.positional[0];
+  auto info = nostall::MinioCache::Inspect(name);
+  if (!info.ok()) return Fail(info.status());
+  const auto& s = info->stats;
+  const int64_t lookups = s.hits + s.misses;
+  std::printf("cache:        %s (/dev/shm/nostall-cache-%s)\nformat:       version %u\n"
+              "dataset:      %lld items, fingerprint %016llx\nsize:         %s budget, %s "
+              "segment\nfill:         %s used (%.1f%%), %lld items cached\n"
+              "lookups:      %lld hits, %lld misses (%.1f%% hits, all processes)\n",
+              info->name.c_str(), info->name.c_str(), info->version,
+              static_cast<long long>(info->num_items),
+              static_cast<unsigned long long>(info->dataset_fingerprint),
+              nostall::FormatBytes(s.budget_bytes).c_str(),
+              nostall::FormatBytes(info->segment_bytes).c_str(),
+              nostall::FormatBytes(s.used_bytes).c_str(),
+              s.budget_bytes ? 100.0 * s.used_bytes / s.budget_bytes : 0.0,
+              static_cast<long long>(s.items), static_cast<long long>(s.hits),
+              static_cast<long long>(s.misses), lookups ? 100.0 * s.hits / lookups : 0.0);
+  return 0;
+  }
+
+int CacheRm(const Args& args) {
+  const std::string& name = args.positional[0];
+  nostall::Status st = nostall::MinioCache::Remove(name);
+  if (!st.ok()) return Fail(st);
+  std::printf("removed cache '%s'\n", name.c_str());
+  return 0;
 }
 
+const std::string kCacheLsHelp =
+    std::string("usage: nostall cache ls\n\nLists the MinIO caches on this node: name, size, "
+                "fill, items.\n") + kCacheAbout;
+const std::string kCacheInspectHelp =
+    std::string("usage: nostall cache inspect NAME\n       nostall cache inspect --servers "
+                "HOST:PORT,HOST:PORT,...\n\nA MinIO cache: size, fill, items, hit statistics, "
+                "owning dataset. With\n--servers: each cluster cache server's memory, items, "
+                "evictions (0 under\n-M) and hits.\n") + kCacheAbout;
+const std::string kCacheRmHelp =
+    std::string("usage: nostall cache rm NAME\n\nRemoves a MinIO cache's shared memory; "
+                "loaders attached keep theirs\nuntil they close.\n") + kCacheAbout;
+const std::string kCacheServeHelp = std::string(kCacheServeUsage) + kCacheAbout;
+
+}  // namespace
+
+const Command kCacheCommands[4] = {
+    {"cache ls", kCacheLsHelp.c_str(), {}, {}, {}, 0, CacheLs},
+    {"cache inspect", kCacheInspectHelp.c_str(), {"--servers"}, {}, {"NAME"}, 0, CacheInspect},
+    {"cache rm", kCacheRmHelp.c_str(), {}, {}, {"NAME"}, 1, CacheRm},
+    {"cache serve", kCacheServeHelp.c_str(), {"--size", "--port", "--listen", "--max-item", "--threads"},
+     {"--print"}, {}, 0, CacheServe},
+};
 
 }  // namespace nostall::cli

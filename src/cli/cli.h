@@ -20,8 +20,24 @@ struct Args {
   std::vector<std::string> flags;
 };
 
-// argv[start..] into positional arguments, --options with values, flags.
-bool Parse(int argc, char** argv, int start, Args* args);
+// What one command (or subcommand: "cache ls") takes, so that every command
+// parses the same way: an unknown option is named as unknown, a missing or
+// extra argument is said in one line, and `--help` prints its own text.
+struct Command {
+  const char* name;                    // as typed: "bench", "cache serve"
+  const char* help;                    // the whole --help text (starts with "usage: ")
+  std::vector<const char*> options;    // --options that take a value
+  std::vector<const char*> flags;      // --flags without one (--help and -h always)
+  std::vector<const char*> positional; // PATH, NAME ... in order
+  size_t required = 0;                 // how many of `positional` must be given
+  int (*run)(const Args&) = nullptr;
+};
+
+// argv[start..] into `args` for `cmd`. Returns "" or what is wrong, in one
+// line ("unknown option --bogus", "missing PATH", "unexpected argument 'x'").
+std::string Parse(const Command& cmd, int argc, char** argv, int start, Args* args);
+// Prints "nostall CMD: WHAT" and where the options are; returns exit status 2.
+int UsageError(const Command& cmd, const std::string& what);
 bool Has(const Args& a, const char* flag);
 // Reads integer option `name` (>= lo) into *out when given; false (and a
 // message) when it is not a number.
@@ -34,11 +50,12 @@ nostall::Result<nostall::LoaderSpec> ReadSpecFile(const std::string& path);
 uint64_t ParseSize(const std::string& text);
 std::vector<std::string> SplitCommas(const std::string& list);
 
-int Bench(const Args& args);
-int Inspect(const Args& args);
-int Serve(const Args& args);
-int SharedCommand(const Args& args);
-int CacheCommand(const Args& args);
+// The commands, one table each (bench.cc, serve.cc, cache.cc).
+extern const Command kBench;
+extern const Command kInspect;
+extern const Command kServe;
+extern const Command kSharedCommands[3];  // shared ls | inspect | rm
+extern const Command kCacheCommands[4];   // cache ls | inspect | rm | serve
 
 }  // namespace nostall::cli
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -83,11 +84,49 @@ int Analyze(char** argv) {
   return 1;
 }
 
+// `nostall GROUP SUB ...`: the subcommand's own table, or what is wrong.
+int RunGroup(const char* group, const nostall::cli::Command* subs, size_t n, int argc,
+             char** argv) {
+  using namespace nostall::cli;
+  std::string names;
+  for (size_t i = 0; i < n; ++i) {
+    names += (i ? ", " : "") + std::string(subs[i].name).substr(std::strlen(group) + 1);
+  }
+  if (argc < 3 || std::strcmp(argv[2], "--help") == 0 || std::strcmp(argv[2], "-h") == 0) {
+    const bool help = argc >= 3;
+    std::FILE* out = help ? stdout : stderr;
+    if (!help) std::fprintf(stderr, "nostall %s: missing subcommand (%s)\n", group, names.c_str());
+    std::fprintf(out, "usage:\n");
+    for (size_t i = 0; i < n; ++i) {
+      const std::string h = subs[i].help;
+      std::fprintf(out, "  %s\n", h.substr(7, h.find('\n') - 7).c_str());  // after "usage: "
+    }
+    std::fprintf(out, "(nostall %s SUBCOMMAND --help shows each one's options)\n", group);
+    return help ? 0 : 2;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (std::string(subs[i].name) == std::string(group) + " " + argv[2]) {
+      Args args;
+      if (std::string err = Parse(subs[i], argc, argv, 3, &args); !err.empty()) {
+        return UsageError(subs[i], err);
+      }
+      if (Has(args, "--help") || Has(args, "-h")) {
+        std::fputs(subs[i].help, stdout);
+        return 0;
+      }
+      return subs[i].run(args);
+    }
+  }
+  std::fprintf(stderr, "nostall %s: unknown subcommand '%s' (%s)\n", group, argv[2], names.c_str());
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace nostall::cli;
   if (argc < 2) {
+    std::fputs("nostall: missing command\n\n", stderr);
     std::fputs(kUsage, stderr);
     return 2;
   }
@@ -100,15 +139,19 @@ int main(int argc, char** argv) {
     std::puts("nostall 0.1.0");
     return 0;
   }
-  Args args;
-  if (!Parse(argc, argv, 2, &args)) return 2;
-  if (cmd == "bench") return Bench(args);
   if (cmd == "analyze") return Analyze(argv);
-  if (cmd == "serve") return Serve(args);
-  if (cmd == "inspect") return Inspect(args);
-  if (cmd == "cache") return CacheCommand(args);
-  if (cmd == "shared") return SharedCommand(args);
-  std::fprintf(stderr, "nostall: unknown command '%s'\n\n%s", cmd.c_str(), kUsage);
+  if (cmd == "cache") return RunGroup("cache", kCacheCommands, std::size(kCacheCommands), argc, argv);
+  if (cmd == "shared") return RunGroup("shared", kSharedCommands, std::size(kSharedCommands), argc, argv);
+  for (const Command* c : {&kBench, &kInspect, &kServe}) {
+    if (cmd != c->name) continue;
+    Args args;
+    if (std::string err = Parse(*c, argc, argv, 2, &args); !err.empty()) return UsageError(*c, err);
+    if (Has(args, "--help") || Has(args, "-h")) {
+      std::fputs(c->help, stdout);
+      return 0;
+    }
+    return c->run(args);
+  }
+  std::fprintf(stderr, "nostall: unknown command '%s' (nostall --help lists them)\n", cmd.c_str());
   return 2;
 }
-

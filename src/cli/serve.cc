@@ -67,25 +67,10 @@ std::atomic<bool> g_stop{false};
 }  // namespace
 
 int Serve(const Args& args) {
-  if (Has(args, "--help") || Has(args, "-h")) {
-    std::fputs(kServeUsage, stdout);
-    return 0;
-  }
-  static const char* kKnown[] = {"--spec", "--name", "--chunk", "--max-consumers", "--slots",
-                                 "--max-lag-ms", "--block-chunks", "--group"};
-  for (const auto& [k, v] : args.options) {
-    if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
-      std::fprintf(stderr, "nostall serve: unknown option %s (see nostall serve --help)\n",
-                   k.c_str());
-      return 2;
-    }
-  }
   auto spec_path = args.options.find("--spec");
   auto name = args.options.find("--name");
-  if (spec_path == args.options.end() || name == args.options.end() || !args.positional.empty()) {
-    std::fputs(kServeUsage, stderr);
-    return 2;
-  }
+  if (spec_path == args.options.end()) return UsageError(kServe, "missing --spec FILE (the loader spec)");
+  if (name == args.options.end()) return UsageError(kServe, "missing --name NAME (what consumers attach to)");
   auto spec = ReadSpecFile(spec_path->second);
   if (!spec.ok()) return Fail(spec.status());
   long long chunk = 0, consumers = 8, slots = 0, lag_ms = 1000, block = 0;
@@ -153,68 +138,88 @@ int Serve(const Args& args) {
   return 0;
 }
 
-int SharedCommand(const Args& args) {
-  const auto& p = args.positional;
-  const std::string usage =
-      "usage: nostall shared ls | inspect NAME | rm NAME\n\nShared loaders (`nostall serve`) "
-      "live in /dev/shm while served; a producer\nthat stops removes its own. One killed "
-      "(SIGKILL, out of memory) leaves it\nbehind, shown as dead: `rm` removes it (a name "
-      "still served is refused),\nand so does serving that name again.\n";
-  if (Has(args, "--help") || Has(args, "-h")) {
-    std::fputs(usage.c_str(), stdout);
-    return 0;
-  }
-  if (p.size() == 1 && p[0] == "ls") {
-    auto names = nostall::ListShared();
-    if (names.empty()) std::puts("no shared loaders");
-    for (const auto& n : names) {
-      auto info = nostall::InspectShared(n);
-      if (!info.ok()) {
-        std::printf("%-24s (unreadable: %s)\n", n.c_str(), info.status().message().c_str());
-        continue;
-      }
-      const auto& i = info.value();
-      std::printf("%-24s %-8s pid %-8lld %10s  %zu consumer%s  %s\n", n.c_str(), i.state.c_str(),
-                  static_cast<long long>(i.producer_pid),
-                  nostall::FormatBytes(static_cast<int64_t>(i.segment_bytes)).c_str(),
-                  i.consumers.size(), i.consumers.size() == 1 ? "" : "s", i.source.c_str());
+namespace {
+
+constexpr const char* kSharedAbout =
+    "\nShared loaders (`nostall serve`) live in /dev/shm while served; a producer\n"
+    "that stops removes its own. One killed (SIGKILL, out of memory) leaves it\n"
+    "behind, shown as dead: `nostall shared rm NAME` removes it (a name still\n"
+    "served is refused), and so does serving that name again.\n";
+
+int SharedLs(const Args&) {
+  auto names = nostall::ListShared();
+  if (names.empty()) std::puts("no shared loaders");
+  for (const auto& n : names) {
+    auto info = nostall::InspectShared(n);
+    if (!info.ok()) {
+      std::printf("%-24s (unreadable: %s)\n", n.c_str(), info.status().message().c_str());
+      continue;
     }
-    return 0;
-  }
-  if (p.size() == 2 && p[0] == "inspect") {
-    auto info = nostall::InspectShared(p[1]);
-    if (!info.ok()) return Fail(info.status());
     const auto& i = info.value();
-    std::printf("shared loader: %s (/dev/shm/nostall-shared-%s)\nstate:         %s, producer pid "
-                "%lld, heartbeat %.1f s ago\n",
-                i.name.c_str(), i.name.c_str(), i.state.c_str(),
-                static_cast<long long>(i.producer_pid), i.heartbeat_age_s);
-    if (!i.error.empty()) std::printf("error:         %s\n", i.error.c_str());
-    std::printf("dataset:       %s\nstream:        %lld samples per epoch in %lld chunks of %lld; "
-                "%lld chunks published\nsize:          %s (%lld slots)\nconsumers:     %zu of "
-                "%lld (%lld left behind for lagging, %lld released after dying)\n",
-                i.source.c_str(), static_cast<long long>(i.samples_per_epoch),
-                static_cast<long long>(i.chunks_per_epoch), static_cast<long long>(i.chunk),
-                static_cast<long long>(i.produced),
+    std::printf("%-24s %-8s pid %-8lld %10s  %zu consumer%s  %s\n", n.c_str(), i.state.c_str(),
+                static_cast<long long>(i.producer_pid),
                 nostall::FormatBytes(static_cast<int64_t>(i.segment_bytes)).c_str(),
-                static_cast<long long>(i.slots), i.consumers.size(),
-                static_cast<long long>(i.max_consumers), static_cast<long long>(i.evictions),
-                static_cast<long long>(i.reaped));
-    for (const auto& c : i.consumers) {
-      std::printf("  pid %-8lld %-7s next chunk %lld\n", static_cast<long long>(c.pid),
-                  c.state.c_str(), static_cast<long long>(c.need));
-    }
-    return 0;
+                i.consumers.size(), i.consumers.size() == 1 ? "" : "s", i.source.c_str());
   }
-  if (p.size() == 2 && p[0] == "rm") {
-    nostall::Status st = nostall::RemoveShared(p[1]);
-    if (!st.ok()) return Fail(st);
-    std::printf("removed shared loader '%s'\n", p[1].c_str());
-    return 0;
-  }
-  std::fputs(usage.c_str(), stderr);
-  return 2;
+  return 0;
 }
 
+int SharedInspect(const Args& args) {
+  auto info = nostall::InspectShared(args.positional[0]);
+  if (!info.ok()) return Fail(info.status());
+  const auto& i = info.value();
+  std::printf("shared loader: %s (/dev/shm/nostall-shared-%s)\nstate:         %s, producer pid "
+              "%lld, heartbeat %.1f s ago\n",
+              i.name.c_str(), i.name.c_str(), i.state.c_str(),
+              static_cast<long long>(i.producer_pid), i.heartbeat_age_s);
+  if (!i.error.empty()) std::printf("error:         %s\n", i.error.c_str());
+  std::printf("dataset:       %s\nstream:        %lld samples per epoch in %lld chunks of %lld; "
+              "%lld chunks published\nsize:          %s (%lld slots)\nconsumers:     %zu of "
+              "%lld (%lld left behind for lagging, %lld released after dying)\n",
+              i.source.c_str(), static_cast<long long>(i.samples_per_epoch),
+              static_cast<long long>(i.chunks_per_epoch), static_cast<long long>(i.chunk),
+              static_cast<long long>(i.produced),
+              nostall::FormatBytes(static_cast<int64_t>(i.segment_bytes)).c_str(),
+              static_cast<long long>(i.slots), i.consumers.size(),
+              static_cast<long long>(i.max_consumers), static_cast<long long>(i.evictions),
+              static_cast<long long>(i.reaped));
+  for (const auto& c : i.consumers) {
+    std::printf("  pid %-8lld %-7s next chunk %lld\n", static_cast<long long>(c.pid),
+                c.state.c_str(), static_cast<long long>(c.need));
+  }
+  return 0;
+}
+
+int SharedRm(const Args& args) {
+  const std::string& name = args.positional[0];
+  nostall::Status st = nostall::RemoveShared(name);
+  if (!st.ok()) return Fail(st);
+  std::printf("removed shared loader '%s'\n", name.c_str());
+  return 0;
+}
+
+const std::string kSharedLsHelp =
+    std::string("usage: nostall shared ls\n\nLists the shared loaders on this node: name, state "
+                "(serving, stopped, dead),\nproducer pid, size, consumers, dataset.\n") + kSharedAbout;
+const std::string kSharedInspectHelp =
+    std::string("usage: nostall shared inspect NAME\n\nOne shared loader: producer, heartbeat, "
+                "dataset, stream position, size,\nand each consumer's state.\n") + kSharedAbout;
+const std::string kSharedRmHelp =
+    std::string("usage: nostall shared rm NAME\n\nRemoves a shared loader's shared memory. "
+                "Only one whose producer is gone\n(dead or stopped) can be removed.\n") + kSharedAbout;
+
+}  // namespace
+
+const Command kServe = {
+    "serve", kServeUsage,
+    {"--spec", "--name", "--chunk", "--max-consumers", "--slots", "--max-lag-ms", "--block-chunks",
+     "--group"},
+    {"--quiet"}, {}, 0, Serve};
+
+const Command kSharedCommands[3] = {
+    {"shared ls", kSharedLsHelp.c_str(), {}, {}, {}, 0, SharedLs},
+    {"shared inspect", kSharedInspectHelp.c_str(), {}, {}, {"NAME"}, 1, SharedInspect},
+    {"shared rm", kSharedRmHelp.c_str(), {}, {}, {"NAME"}, 1, SharedRm},
+};
 
 }  // namespace nostall::cli

@@ -31,8 +31,12 @@ Status Status::WithItem(std::string item, std::string stage) const {
 
 std::string Status::ToString() const {
   if (ok()) return "OK";
-  std::string s = StatusCodeName(code_);
-  s += ": ";
+  return StatusCodeName(code_) + std::string(": ") + Describe();
+}
+
+std::string Status::Describe() const {
+  if (ok()) return "OK";
+  std::string s;
   if (!stage_.empty()) s += stage_ + ": ";
   if (!item_.empty()) s += item_ + ": ";
   s += message_;

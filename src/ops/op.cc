@@ -178,9 +178,10 @@ namespace {
 struct OpEntry {
   const char* name;
   OpFactory make;
+  const char* doc;
 };
 const std::vector<OpEntry>& Registry() {
-#define NOSTALL_IMAGE_OP_ENTRY(name) OpEntry{#name, &Make##name},
+#define NOSTALL_IMAGE_OP_ENTRY(name, doc) OpEntry{#name, &Make##name, doc},
   static const std::vector<OpEntry> ops = {NOSTALL_IMAGE_OPS(NOSTALL_IMAGE_OP_ENTRY)};
 #undef NOSTALL_IMAGE_OP_ENTRY
   return ops;
@@ -192,6 +193,13 @@ OpFactory FindImageOp(const std::string& type) {
     if (type == e.name) return e.make;
   }
   return nullptr;
+}
+
+const char* ImageOpDoc(const std::string& type) {
+  for (const OpEntry& e : Registry()) {
+    if (type == e.name) return e.doc;
+  }
+  return "";
 }
 
 std::string ImageOpNames() {

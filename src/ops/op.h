@@ -109,28 +109,29 @@ class OpArgs {
 
 using OpFactory = Result<std::shared_ptr<const ImageOp>> (*)(OpArgs& args);
 
-// Every op, by its torchvision name. X(Name) declares
+// Every op, by its torchvision name, with what it does (the text Python's
+// nostall.transforms.NAME.__doc__ starts with). X(Name, doc) declares
 // `Result<std::shared_ptr<const ImageOp>> MakeName(OpArgs&)`.
-#define NOSTALL_IMAGE_OPS(X) \
-  X(ColorJitter)             \
-  X(Grayscale)               \
-  X(RandomGrayscale)         \
-  X(GaussianBlur)            \
-  X(RandomErasing)           \
-  X(TrivialAugmentWide)      \
-  X(RandAugment)             \
-  X(AutoAugment)             \
-  X(RandomRotation)          \
-  X(RandomAffine)            \
-  X(RandomVerticalFlip)      \
-  X(RandomInvert)            \
-  X(RandomPosterize)         \
-  X(RandomSolarize)          \
-  X(RandomAutocontrast)      \
-  X(RandomEqualize)          \
-  X(RandomAdjustSharpness)
+#define NOSTALL_IMAGE_OPS(X)                                                                   \
+  X(ColorJitter,            "Brightness, contrast, saturation and hue factors drawn per sample and applied in a random order, as torchvision's ColorJitter on PIL images. A number x gives the factor range [max(0, 1 - x), 1 + x] (hue: [-x, x], x <= 0.5); a pair (lo, hi) gives the range itself.") \
+  X(Grayscale,              "Gray as PIL's convert(\"L\") (0.299 R + 0.587 G + 0.114 B). num_output_channels as torchvision's: 1 (the default; load with mode=\"L\") or 3 (RGB batches, the gray value in each channel).") \
+  X(RandomGrayscale,        "With probability p (default 0.1), the sample in gray as Grayscale, in as many channels as the batch has.") \
+  X(GaussianBlur,           "Blur with a Gaussian kernel of kernel_size (odd; an int or (x, y)) and sigma drawn uniformly in sigma (a number, or (min, max); default (0.1, 2.0)) per sample, edges reflected, as torchvision's GaussianBlur.") \
+  X(RandomErasing,          "With probability p, erase a random box of scale (fraction of the area) and ratio (aspect) of the output tensor, after Normalize: value 0 (default), one value per channel, or \"random\" (normal noise), as torchvision's RandomErasing. inplace is accepted and changes nothing (batches are written once).") \
+  X(TrivialAugmentWide,     "One of torchvision's TrivialAugmentWide ops per sample, at a magnitude drawn from num_magnitude_bins (default 31); interpolation NEAREST (default) or BILINEAR, fill for the area uncovered by geometric ops.") \
+  X(RandAugment,            "num_ops (default 2) ops drawn per sample from torchvision's RandAugment list at magnitude (default 9 of num_magnitude_bins 31); interpolation NEAREST or BILINEAR, fill for uncovered area.") \
+  X(AutoAugment,            "A sub-policy of torchvision's AutoAugmentPolicy (IMAGENET, CIFAR10 or SVHN) drawn per sample, each op applied with its probability and magnitude; interpolation NEAREST or BILINEAR, fill for uncovered area.") \
+  X(RandomRotation,         "Rotate by an angle drawn uniformly in degrees (a number d means [-d, d]) about center (default: the middle), interpolation NEAREST (default) or BILINEAR, uncovered area fill (default 0). expand=True is not supported.") \
+  X(RandomAffine,           "Rotation (degrees), translation (translate: max fractions of width and height), scale (a range) and shear (degrees) drawn per sample, as torchvision's RandomAffine; interpolation NEAREST (default) or BILINEAR, uncovered area fill (default 0).") \
+  X(RandomVerticalFlip,     "Flip the sample top to bottom with probability p (default 0.5).") \
+  X(RandomInvert,           "With probability p (default 0.5), invert every channel: 255 - x.") \
+  X(RandomPosterize,        "With probability p (default 0.5), keep only the top bits (1-8) of each channel.") \
+  X(RandomSolarize,         "With probability p (default 0.5), invert the channels at or above threshold (0-255 for uint8 pixels).") \
+  X(RandomAutocontrast,     "With probability p (default 0.5), stretch each channel to the full 0-255 range, as PIL's ImageOps.autocontrast.") \
+  X(RandomEqualize,         "With probability p (default 0.5), equalize each channel's histogram, as PIL's ImageOps.equalize.") \
+  X(RandomAdjustSharpness,  "With probability p (default 0.5), sharpen (sharpness_factor > 1) or blur (< 1) as PIL's ImageEnhance.Sharpness; 1 leaves the image as it is.")
 
-#define NOSTALL_DECLARE_IMAGE_OP(name) Result<std::shared_ptr<const ImageOp>> Make##name(OpArgs&);
+#define NOSTALL_DECLARE_IMAGE_OP(name, doc) Result<std::shared_ptr<const ImageOp>> Make##name(OpArgs&);
 NOSTALL_IMAGE_OPS(NOSTALL_DECLARE_IMAGE_OP)
 #undef NOSTALL_DECLARE_IMAGE_OP
 
@@ -138,6 +139,8 @@ NOSTALL_IMAGE_OPS(NOSTALL_DECLARE_IMAGE_OP)
 OpFactory FindImageOp(const std::string& type);
 // The registered names, comma-separated (for error messages).
 std::string ImageOpNames();
+// What op `type` does, in a sentence or two; "" when there is no such op.
+const char* ImageOpDoc(const std::string& type);
 
 }  // namespace nostall
 

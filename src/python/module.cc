@@ -22,6 +22,7 @@
 #include "nostall/shared.h"
 #include "nostall/loader.h"
 #include "common/interrupt.h"
+#include "ops/op.h"
 #include "ops/prep.h"
 
 namespace nb = nanobind;
@@ -56,9 +57,10 @@ bool PythonInterrupted() {
   if (st.code() == StatusCode::kCancelled && PyErr_Occurred()) throw nb::python_error();
   nb::object errors = nb::module_::import_("nostall.errors");
   nb::object type;
+  bool named = true;  // the exception's class says what the code says
   switch (st.code()) {
     case StatusCode::kDataError: {
-      nb::object exc = errors.attr("DataError")(MessageText(st.ToString()), PathText(st.item()),
+      nb::object exc = errors.attr("DataError")(MessageText(st.Describe()), PathText(st.item()),
                                                 st.stage());
       PyErr_SetObject(exc.type().ptr(), exc.ptr());
       throw nb::python_error();
@@ -67,9 +69,9 @@ bool PythonInterrupted() {
     case StatusCode::kNotFound: type = nb::borrow(PyExc_FileNotFoundError); break;
     case StatusCode::kPermissionDenied: type = nb::borrow(PyExc_PermissionError); break;
     case StatusCode::kResourceExhausted: type = errors.attr("ResourceError"); break;
-    default: type = errors.attr("NostallError"); break;
+    default: type = errors.attr("NostallError"); named = false; break;
   }
-  PyErr_SetObject(type.ptr(), MessageText(st.ToString()).ptr());
+  PyErr_SetObject(type.ptr(), MessageText(named ? st.Describe() : st.ToString()).ptr());
   throw nb::python_error();
 }
 
@@ -411,6 +413,7 @@ NB_MODULE(_nostall, m) {
     nostall::RaiseIfError(spec.prep.Validate());
     return nlohmann::json::parse(spec.ToJson())["transforms"].dump();
   });
+  m.def("image_op_doc", [](const std::string& type) { return std::string(nostall::ImageOpDoc(type)); });
   m.def("sample_params", [](const std::string& spec_json, int width, int height, int64_t epoch,
                             int64_t index) {
     nostall::LoaderSpec spec = nostall::ValueOrRaise(nostall::LoaderSpec::FromJson(spec_json));
