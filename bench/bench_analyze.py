@@ -569,7 +569,7 @@ def render(rows, args, took):
         f"- Bottleneck named as designed in **{named_ok} of {named_all}** row-rounds "
         f"(bar: all: {ok(named_ok == named_all)}).",
         f"- Reports whose printed stall, bottleneck and recommendation disagree "
-        f"(`nostall.analyze.contradictions`): **{len(contradicted)} of {reports}** "
+        f"(`Analysis.contradictions()`): **{len(contradicted)} of {reports}** "
         f"(bar: none: {ok(not contradicted)})"
         + "".join(f"; {r['situation']}: {'; '.join(c)}" for r, c in contradicted) + ".",
     ]

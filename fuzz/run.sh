@@ -11,6 +11,14 @@ SECONDS_EACH=${FUZZ_SECONDS:-300}
 JOBS=${FUZZ_JOBS:-2}
 TARGETS=${FUZZ_TARGETS:-"tar_index_fuzz decode_fuzz spec_fuzz minio_cache_fuzz shared_fuzz s3_listing_fuzz s3_response_fuzz index_file_fuzz memcached_value_fuzz"}
 CMAKE=${CMAKE:-cmake}
+for tool in clang-16 clang++-16 "$CMAKE" ninja; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "fuzz/run.sh: $tool is not installed; the fuzz targets need clang-16 with libFuzzer" \
+         "(Debian: apt-get install clang-16 libfuzzer-16-dev), CMake and Ninja" \
+         "(\`make fuzz\` installs them and uses the ones in .venv/bin)" >&2
+    exit 2
+  fi
+done
 CC=clang-16 CXX=clang++-16 "$CMAKE" -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DNOSTALL_FUZZ=ON -DNOSTALL_BUILD_TESTS=OFF >/dev/null
 "$CMAKE" --build build/fuzz --target $TARGETS

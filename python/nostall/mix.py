@@ -164,6 +164,9 @@ class RandomChoice:
         self._step = 0
 
     def __call__(self, images, labels, *, epoch: int = 0, step: int | None = None):
+        """Applies one of the ops, drawn from (seed, epoch, step); returns what it returns.
+
+        ``step`` defaults to a count of this object's calls."""
         if step is None:
             step, self._step = self._step, self._step + 1
         op = _rng(self.seed, epoch, step, 0).choices(self.ops, weights=self.p)[0]

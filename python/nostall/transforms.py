@@ -68,6 +68,7 @@ class Transform:
         raise NotImplementedError
 
     def __call__(self, *args, **kwargs):
+        """Raises TypeError: a transform is not applied to one tensor or image at a time."""
         raise TypeError(
             f"nostall.{type(self).__name__} is not applied to tensors or images one by one: the "
             "loader's C++ threads run it on every sample. Pass it in "

@@ -1,0 +1,157 @@
+"""The documentation runs: every code block of README.md, docs/*.md and the
+package's docstrings (docs_runner.py says how each kind of block runs), and
+every public name has a docstring."""
+
+import inspect
+import subprocess
+import textwrap
+
+import pytest
+
+from docs_runner import (BIN, SnippetFailed, docstring_snippets, make_workspace,
+                         markdown_files, markdown_snippets, public_objects, run_snippet)
+
+SNIPPETS = [s for path in markdown_files() for s in markdown_snippets(path)] + docstring_snippets()
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    return make_workspace(tmp_path_factory.mktemp("docs"))
+
+
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=[s.where for s in SNIPPETS])
+def test_the_block_runs(snippet, workspace):
+    run_snippet(snippet, workspace)
+
+
+def test_every_document_and_the_docstrings_are_covered():
+    where = {s.where.split(":")[0].split(" ")[0] for s in SNIPPETS}
+    for name in ("README.md", "docs/from_torch.md", "docs/trainers.md", "docs/transforms.md",
+                 "docs/analyze.md", "docs/spec.md", "docs/s3.md", "docs/cluster_cache.md"):
+        assert name in where, f"{name} has no code block"
+    assert any(w.startswith("nostall") for w in where), "no docstring example found"
+    assert len([s for s in SNIPPETS if s.syntax in ("python", "sh")]) >= 25
+
+
+def _broken_doc(tmp_path, text):
+    path = tmp_path / "broken.md"
+    path.write_text(textwrap.dedent(text))
+    return markdown_snippets(path)
+
+
+def test_a_broken_python_block_fails_naming_its_place(workspace, tmp_path):
+    ok, broken = _broken_doc(tmp_path, """\
+        # A page
+
+        ```python
+        import nostall
+        loader = nostall.Loader("data/train", batch_size=8)
+        assert len(loader) == 8
+        ```
+
+        ```python
+        import nostall
+        loader = nostall.Loader("data/train", batch_size=8, suffle=True)
+        ```
+        """)
+    run_snippet(ok, workspace)
+    with pytest.raises(SnippetFailed, match=r"broken.md:9(.|\n)*unexpected keyword argument 'suffle'"):
+        run_snippet(broken, workspace)
+
+
+def test_a_broken_shell_block_and_an_unlabelled_block_fail(workspace, tmp_path):
+    sh, unlabelled = _broken_doc(tmp_path, """\
+        ```sh
+        nostall bench data/train --bogus 1
+        ```
+
+        ```
+        nostall bench data/train
+        ```
+        """)
+    with pytest.raises(SnippetFailed, match="unknown option --bogus"):
+        run_snippet(sh, workspace)
+    with pytest.raises(SnippetFailed, match="must say its language"):
+        run_snippet(unlabelled, workspace)
+
+
+def test_a_continued_block_sees_the_one_before(workspace, tmp_path):
+    (block,) = _broken_doc(tmp_path, """\
+        ```python
+        x = 41
+        ```
+
+        <!--pytest-codeblocks:cont-->
+
+        ```python
+        assert x + 1 == 42
+        ```
+        """)
+    run_snippet(block, workspace)
+
+
+def test_every_public_name_has_a_docstring():
+    missing = []
+    for name, obj in public_objects():
+        # As help() shows it: an override without its own text has its base's.
+        doc = inspect.getdoc(obj) if not isinstance(obj, property) else obj.fget.__doc__
+        if not (doc or "").strip():
+            missing.append(name)
+    assert not missing, f"no docstring: {', '.join(missing)}"
+
+
+def test_the_op_docstrings_come_from_the_registry_and_show_the_signature():
+    import nostall
+
+    doc = nostall.transforms.ColorJitter.__doc__
+    assert doc.startswith("Brightness, contrast, saturation and hue")
+    assert "brightness" in str(inspect.signature(nostall.transforms.ColorJitter))
+
+
+def test_no_doc_calls_a_module_attribute_that_is_not_there():
+    # `nostall.analyze` is the function; its helpers live on the Analysis.
+    for path in markdown_files():
+        assert "nostall.analyze.contradictions" not in path.read_text(), path
+
+
+@pytest.mark.parametrize("command", [
+    ["bench"], ["bench", "--spec", "x.json", "a", "b"], ["bench", "data/train", "--bogus"],
+    ["inspect"], ["serve", "--spec", "train.json"], ["cache"], ["cache", "ls", "extra"],
+    ["cache", "inspect"], ["cache", "rm"], ["cache", "serve"], ["shared"], ["shared", "rm"],
+    ["shared", "frob"], ["frob"], [],
+])
+def test_every_cli_mistake_is_one_line_before_any_usage(command, workspace):
+    r = subprocess.run(["nostall", *command], cwd=workspace, capture_output=True, text=True,
+                       env={"PATH": f"{BIN}:/usr/bin:/bin"})
+    assert r.returncode == 2, r
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("nostall") and "usage" not in first, r.stderr
+    assert any(w in first for w in ("missing", "unknown", "unexpected")), first
+    if "--bogus" in command:
+        assert "unknown option --bogus" in first
+
+
+@pytest.mark.parametrize("command", [
+    ["bench"], ["inspect"], ["serve"], ["analyze"], ["cache", "ls"], ["cache", "inspect"],
+    ["cache", "rm"], ["cache", "serve"], ["shared", "ls"], ["shared", "inspect"], ["shared", "rm"],
+])
+def test_every_subcommand_has_its_own_help(command):
+    r = subprocess.run(["nostall", *command, "--help"], capture_output=True, text=True,
+                       env={"PATH": f"{BIN}:/usr/bin:/bin"})
+    assert r.returncode == 0, r
+    assert r.stdout.startswith("usage: nostall " + " ".join(command)), r.stdout[:200]
+
+
+def test_every_code_block_is_fenced_and_found():
+    # Indented code blocks would escape the runner; so would a fence its
+    # parser missed. markdown-it (CommonMark) is the reference.
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark")
+    for path in markdown_files():
+        tokens = md.parse(path.read_text())
+        indented = [t.map[0] + 1 for t in tokens if t.type == "code_block"]
+        assert not indented, f"{path.name}: indented code blocks at lines {indented}; fence them"
+        fences = len([t for t in tokens if t.type == "fence"])
+        found = len(markdown_snippets(path))
+        assert found == fences, f"{path.name}: {fences} fenced blocks, {found} found by the runner"
