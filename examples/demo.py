@@ -43,8 +43,8 @@ def main():
                     nostall.RandomHorizontalFlip(),
                     nostall.Normalize([MEAN], [STD])])
     print(f"nostall loader: {loader.num_items} images, {len(loader.classes)} classes, "
-          f"{len(loader)} batches of {args.batch_size}, {loader.spec['num_threads']} prep threads "
-          f"to start (autotuned)")
+          f"{len(loader)} batches of {args.batch_size}, {loader.stats()['autotune']['threads']} prep "
+          f"threads to start (autotuned)")
 
     torch.manual_seed(0)
     torch.set_num_threads(max(1, nostall.available_cores()))

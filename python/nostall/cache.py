@@ -36,8 +36,13 @@ class Cache:
     With ``servers=["node1:11211", ...]`` (or ``policy="memcached"`` and
     NOSTALL_CACHE_SERVERS) the items are kept in the nodes' memcached servers
     instead, partitioned across them (each item on one server), so every
-    node's cache memory serves every node; ``size`` is then what this loader
-    may insert. Start the servers with ``memcached -M`` (refuse, never evict):
+    node's cache memory serves every node.
+
+    ``size`` is one thing in both: the memory this loader's rank brings. A
+    node cache (MinIO) is one shared-memory segment of ``size`` that every
+    loader on the node naming it shares (the first to create it sets it);
+    a cluster cache pools every rank's ``size``: ``size x world_size`` in
+    all, each rank inserting at most its share (docs/cluster_cache.md). Start the servers with ``memcached -M`` (refuse, never evict):
     ``nostall cache serve --size 40GiB`` starts one the right way or prints
     the command. ``local_size="8GiB"`` adds a node-local MinIO tier (shared
     memory, named ``name``) in front of the cluster tier: items this node
@@ -47,6 +52,9 @@ class Cache:
 
     def __init__(self, name: str, size, policy: str | None = None, servers=None,
                  local_size=None):
+        """``name``: letters, digits, ``-_.``; ``size``: bytes, or "40GiB", "512MB"
+        (GB = 10^9, GiB and G = 2^30); ``policy``: "minio" (default), "memcached"
+        (with ``servers``) or "lru" (in-process, for comparisons)."""
         if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", name or ""):
             raise ValueError(f"cache name {name!r} may hold only letters, digits, - _ .")
         if servers is not None:

@@ -151,8 +151,8 @@ class Loader(Closeable):
             memory, shared by every loader on the node that names it (the
             default, MinIO: cached on first read, never evicted); or
             partitioned across the nodes' memcached servers (``servers=``),
-            optionally behind a node-local tier (``local_size=``). Its size is
-            the whole cache's, whichever rank names it. ``stats()["cache"]``
+            optionally behind a node-local tier (``local_size=``); what its
+            ``size`` means is in :class:`nostall.Cache`. ``stats()["cache"]``
             reports fill and per-epoch hit rates, per tier.
         subset: use only this many items, the same random sample every epoch
             (fixed by ``seed``); default: all.

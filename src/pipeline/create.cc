@@ -89,7 +89,7 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in) {
     if (!st.ok()) {
       return InvalidArgument(
           "the transforms do not fix the output size, and the first item, which would set it, "
-          "cannot be read: " + st.WithItem(source->key(0), "probe").ToString());
+          "cannot be read: " + st.WithItem(source->key(0), "probe").Describe());
     }
     out_h = plan.out_h;
     out_w = plan.out_w;

@@ -80,6 +80,14 @@ def test_prep_bound_with_one_decode_thread(big_jpegs):
                                       rel=0.05)
     assert 1.2 * now < two <= 2 * now * 1.001
     assert a.predict(cache_fraction=1.0)["rate"] == pytest.approx(now, rel=0.05)
+    # More cores means what the table's "cores" row means: a prep thread per
+    # core, not the one thread measured.
+    for point in a.result["curves"]["cores"]:
+        predicted = a.predict(cores=point["x"])
+        assert predicted["rate"] == pytest.approx(point["rate"], rel=1e-9), point
+        assert predicted["config"]["prep_threads"] == point["prep_threads"]
+    assert a.predict(cores=2)["rate"] == pytest.approx(two, rel=1e-9)
+    assert a.predict(cores=2, prep_threads=1)["rate"] == pytest.approx(now, rel=0.05)
     assert a.recommendation["config"]["cores"] > a.profile["measured"]["cores"] or \
         a.recommendation["config"]["prep_threads"] > 1
 
@@ -331,6 +339,7 @@ def test_contradictions_are_found_and_a_consistent_report_has_none(small_pngs):
 
     a = run({"source": str(small_pngs), "batch_size": 32, "mode": "L"}, sleeper(0.04), items=384)
     assert contradictions(a.result) == [], a.table()
+    assert a.contradictions() == []
     bad = json.loads(json.dumps(a.result))
     bad["breakdown"] = {"compute": 0.79, "prep_stall": 0.07, "fetch_stall": 0.14}
     assert any("measured stall" in c for c in contradictions(bad))

@@ -4,11 +4,12 @@ every public name has a docstring."""
 
 import inspect
 import subprocess
+import sys
 import textwrap
 
 import pytest
 
-from docs_runner import (BIN, SnippetFailed, docstring_snippets, make_workspace,
+from docs_runner import (BIN, ROOT, SnippetFailed, docstring_snippets, make_workspace,
                          markdown_files, markdown_snippets, public_objects, run_snippet)
 
 SNIPPETS = [s for path in markdown_files() for s in markdown_snippets(path)] + docstring_snippets()
@@ -155,3 +156,12 @@ def test_every_code_block_is_fenced_and_found():
         fences = len([t for t in tokens if t.type == "fence"])
         found = len(markdown_snippets(path))
         assert found == fences, f"{path.name}: {fences} fenced blocks, {found} found by the runner"
+
+
+def test_the_demo_runs_as_the_readme_says(workspace):
+    # `make demo` on fewer images (the README's first command, above, is checked with make -n)
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py"), "--images", "512",
+                        "--data", str(workspace / "fashion-mnist"), "--no-analyze"],
+                       cwd=workspace, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "images/s" in r.stdout and "stall" in r.stdout, r.stdout
