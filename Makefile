@@ -32,7 +32,7 @@ deps: .make/deps
 	@mkdir -p .make && touch $@
 
 venv: .make/venv
-.make/venv: .make/deps
+.make/venv: .make/deps Makefile constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt $(PY_PACKAGES)

@@ -102,7 +102,7 @@ int Fail(const nostall::Status& st) {
 
 nostall::Result<nostall::LoaderSpec> ReadSpecFile(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return nostall::NotFound("cannot read spec file " + path);
+  if (!in) return nostall::NotFound("cannot read spec file " + path + ": " + std::strerror(errno));
   std::stringstream ss;
   ss << in.rdbuf();
   return nostall::LoaderSpec::FromJson(ss.str());

@@ -84,6 +84,16 @@ int Analyze(char** argv) {
   return 1;
 }
 
+// "usage: nostall GROUP SUB ..." for each subcommand: their synopses.
+void GroupSynopsis(const char* group, const nostall::cli::Command* subs, size_t n, std::FILE* out) {
+  for (size_t i = 0; i < n; ++i) {
+    const std::string h = subs[i].help;
+    std::fprintf(out, "%s%s\n", i == 0 ? "usage: " : "       ",
+                 h.substr(7, h.find('\n') - 7).c_str());  // after "usage: "
+  }
+  std::fprintf(out, "(nostall %s SUBCOMMAND --help shows each one's options)\n", group);
+}
+
 // `nostall GROUP SUB ...`: the subcommand's own table, or what is wrong.
 int RunGroup(const char* group, const nostall::cli::Command* subs, size_t n, int argc,
              char** argv) {
@@ -96,12 +106,7 @@ int RunGroup(const char* group, const nostall::cli::Command* subs, size_t n, int
     const bool help = argc >= 3;
     std::FILE* out = help ? stdout : stderr;
     if (!help) std::fprintf(stderr, "nostall %s: missing subcommand (%s)\n", group, names.c_str());
-    std::fprintf(out, "usage:\n");
-    for (size_t i = 0; i < n; ++i) {
-      const std::string h = subs[i].help;
-      std::fprintf(out, "  %s\n", h.substr(7, h.find('\n') - 7).c_str());  // after "usage: "
-    }
-    std::fprintf(out, "(nostall %s SUBCOMMAND --help shows each one's options)\n", group);
+    GroupSynopsis(group, subs, n, out);
     return help ? 0 : 2;
   }
   for (size_t i = 0; i < n; ++i) {
@@ -118,6 +123,7 @@ int RunGroup(const char* group, const nostall::cli::Command* subs, size_t n, int
     }
   }
   std::fprintf(stderr, "nostall %s: unknown subcommand '%s' (%s)\n", group, argv[2], names.c_str());
+  GroupSynopsis(group, subs, n, stderr);
   return 2;
 }
 

@@ -72,9 +72,14 @@ def test_a_plain_server_loads_and_so_does_the_local_copy(serve, folder):
 
 
 def run_child(code, *args):
-    """Runs `code` in a fresh Python; returns (stdout, peak resident MB)."""
-    code = "import resource, sys, numpy as np, nostall\n" + code + (
-        "\nprint('peak', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+    """Runs `code` in a fresh Python; returns (stdout, peak resident MB).
+
+    The peak is the process's own (VmHWM, of the memory exec gave it), not
+    getrusage's ru_maxrss, which Linux carries over fork and exec from the
+    parent: under a pytest grown to a gigabyte it would be the parent's."""
+    code = "import sys, numpy as np, nostall\n" + code + (
+        "\nhwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]"
+        "\nprint('peak', int(hwm.split()[1]) // 1024)\n")
     p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
                        env=os.environ)
     return p, int(p.stdout.split()[-1]) if "peak" in p.stdout else None
