@@ -275,6 +275,8 @@ class Loader(Closeable):
         knobs the autotuner chose are not in it, so they are tuned again.
         ``rank`` and ``world_size`` the spec leaves out come from torchrun's
         environment (``RANK``, ``WORLD_SIZE``), as for the constructor.
+        ``copy``, ``pin_memory``, ``return_indices``, ``output`` and
+        ``progress`` are the constructor's (they are not part of a spec).
         """
         self = cls.__new__(cls)
         if isinstance(spec, Loader):
@@ -329,6 +331,8 @@ class Loader(Closeable):
             read-only flag, so ``output="torch"`` copies each batch unless
             ``copy=False`` (zero-copy: then an in-place edit of a batch
             kills the process with SIGSEGV).
+
+        return_indices, output, progress: as for the constructor.
 
         A consumer that holds every other consumer back for longer than the
         producer's ``max_lag`` continues on a private pipeline (see

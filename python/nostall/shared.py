@@ -86,7 +86,9 @@ class Server(Closeable):
 
     ``close()`` (or leaving ``with``) stops it and removes its shared memory;
     so does SIGTERM, unless the program installed its own SIGTERM handler.
-    ``wait()`` serves until Ctrl-C or SIGTERM.
+    ``wait()`` serves until Ctrl-C or SIGTERM. The arguments (``spec``,
+    ``name``, ``chunk``, ``max_consumers``, ``slots``, ``max_lag``,
+    ``block_chunks``, ``verbose``) are :func:`serve`'s.
     """
 
     def __init__(self, spec, name, *, chunk=0, max_consumers=8, slots=0, max_lag=1.0,
@@ -159,12 +161,17 @@ def serve(spec, name, *, chunk=0, max_consumers=8, slots=0, max_lag=1.0, block_c
           block=False, verbose=None):
     """Serves ``spec``'s pipeline to every ``Loader.attach(name, ...)`` on this node.
 
+    spec: a dict, JSON text, a path to a JSON file, or a Loader (its spec).
+    name: what consumers attach to (per user: another user's ``name`` is
+        another segment).
     chunk: samples per chunk the producer publishes (default: the spec's
         batch_size); consumers whose batch size divides it read zero-copy.
     max_consumers, slots: the consumer table and the chunk slots (default
         4 + 2 x max_consumers) of the shared-memory segment.
     max_lag: seconds the producer waits for one consumer before leaving it
         to a private pipeline.
+    block_chunks: the shuffle block, in chunks (default: about 1/16 of an
+        epoch); a consumer starts at a block boundary.
     block: False (default) returns the running :class:`Server` at once (use
         it in ``with``, or ``close()`` it); True serves until Ctrl-C or
         SIGTERM, as ``nostall serve`` does, then removes the segment.

@@ -165,3 +165,19 @@ def test_the_demo_runs_as_the_readme_says(workspace):
                        cwd=workspace, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "images/s" in r.stdout and "stall" in r.stdout, r.stdout
+
+
+def test_every_parameter_of_the_main_entry_points_is_documented():
+    import nostall
+
+    entry_points = [(nostall.Loader, nostall.Loader.__init__), (nostall.Loader.attach,) * 2,
+                    (nostall.Loader.from_spec,) * 2, (nostall.serve,) * 2,
+                    (nostall.Server, nostall.Server.__init__), (nostall.analyze,) * 2,
+                    (nostall.Cache, nostall.Cache.__init__)]
+    undocumented = []
+    for documented, function in entry_points:
+        doc = (documented.__doc__ or "") + (function.__doc__ or "")
+        for name in inspect.signature(function).parameters:
+            if name not in ("self", "cls") and name not in doc:
+                undocumented.append(f"{documented.__qualname__}({name})")
+    assert not undocumented, f"parameters without a word: {', '.join(undocumented)}"
