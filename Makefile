@@ -18,7 +18,7 @@ PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmak
 	boto3 moto[server] lightning accelerate pytest-codeblocks markdown-it-py
 BUILD := build/py
 
-.PHONY: all deps venv install demo test test-cpp test-python test-asan test-tsan check-locks fuzz bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune clean
+.PHONY: all deps venv install demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune clean
 
 all: install
 
@@ -55,11 +55,24 @@ test-cpp:
 test-python:
 	cd tests/python && ../../$(PY) -m pytest -q -ra .
 
-# The C++ tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
-test-asan: .make/venv
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake -S . -B build/asan -G Ninja \
-	  -DCMAKE_BUILD_TYPE=Debug -DNOSTALL_SANITIZE=ON -DNOSTALL_BUILD_TESTS=ON
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake --build build/asan
+# One clang tree (build/asan) serves three checks, so CI compiles it once:
+# the C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer
+# (test-asan), the lock annotations checked by -Wthread-safety as it compiles
+# (check-locks), and the libFuzzer targets (fuzz; FUZZ_BUILD=build/asan).
+CLANG_PACKAGES := clang-16 libfuzzer-16-dev
+ASAN_TREE := CC=clang-16 CXX=clang++-16 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake -S . -B build/asan -G Ninja \
+	  -DCMAKE_BUILD_TYPE=Debug -DNOSTALL_SANITIZE=ON -DNOSTALL_BUILD_TESTS=ON -DNOSTALL_FUZZ=ON \
+	  -DNOSTALL_THREAD_SAFETY=ON >/dev/null && PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake --build build/asan
+
+.make/clang: .make/deps
+	@missing=$$(for p in $(CLANG_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
+	fi
+	@mkdir -p .make && touch $@
+
+test-asan: .make/venv .make/clang
+	$(ASAN_TREE)
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(BIN)/ctest --test-dir build/asan --output-on-failure -j2
 
@@ -72,25 +85,22 @@ test-tsan: .make/venv
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	  $(BIN)/ctest --test-dir build/tsan --output-on-failure -j2
 
-# The lock annotations checked by clang's -Wthread-safety (a compile, no run).
-check-locks: .make/venv
-	@missing=$$(for p in clang-16; do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
-	fi
-	CC=clang-16 CXX=clang++-16 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake -S . -B build/locks -G Ninja \
-	  -DCMAKE_BUILD_TYPE=Debug -DNOSTALL_THREAD_SAFETY=ON -DNOSTALL_BUILD_TESTS=OFF
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake --build build/locks
+# The lock annotations checked by clang's -Wthread-safety -Werror=thread-safety
+# (a compile of the tree above, nothing to run).
+check-locks: .make/venv .make/clang
+	$(ASAN_TREE)
 
 # libFuzzer targets (tar indexer, image decoders, spec parser, cache and
 # shared-loader segments), each run FUZZ_SECONDS (default 300); see fuzz/run.sh.
+# `fuzz` builds them in their own optimised tree (more runs a second);
+# `fuzz-smoke` (CI: 30 s each from the seed corpora) in the ASan tree above.
 FUZZ_SECONDS ?= 300
-fuzz: .make/venv
-	@missing=$$(for p in clang-16 libfuzzer-16-dev; do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
-	fi
+fuzz: .make/venv .make/clang
 	PATH=$(CURDIR)/$(BIN):$$PATH FUZZ_SECONDS=$(FUZZ_SECONDS) fuzz/run.sh
+
+fuzz-smoke: .make/venv .make/clang
+	$(ASAN_TREE)
+	PATH=$(CURDIR)/$(BIN):$$PATH FUZZ_SECONDS=30 FUZZ_BUILD=build/asan fuzz/run.sh
 
 bench: install
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake -S . -B build/bench -G Ninja \

@@ -1,15 +1,22 @@
 """nostall: data loading for deep-learning training, without data stalls.
 
-    import nostall
-    loader = nostall.Loader("data/train", batch_size=256, shuffle=True,
-                            transforms=[nostall.RandomResizedCrop(224),
-                                        nostall.RandomHorizontalFlip(),
-                                        nostall.Normalize(nostall.IMAGENET_MEAN,
-                                                          nostall.IMAGENET_STD)])
-    for epoch in range(3):
-        loader.set_epoch(epoch)
-        for images, labels in loader:
-            ...
+```python
+import nostall
+
+loader = nostall.Loader("data/train", batch_size=16, shuffle=True,
+                        transforms=[nostall.RandomResizedCrop(224),
+                                    nostall.RandomHorizontalFlip(),
+                                    nostall.Normalize(nostall.IMAGENET_MEAN,
+                                                      nostall.IMAGENET_STD)])
+for epoch in range(2):
+    loader.set_epoch(epoch)
+    for images, labels in loader:
+        ...
+print(loader.stats_table())
+```
+
+README.md and docs/ say more; docs/from_torch.md maps torch's DataLoader
+and torchvision onto it.
 """
 
 from ._nostall import available_cores

@@ -4,11 +4,21 @@ They run in torch on whichever device the batch is on (after ``.cuda()`` they
 run on the GPU). Their random draws are counter-based like the loader's: the
 same (seed, epoch, step) gives the same mix, whatever ran before.
 
-    mix = nostall.transforms.RandomChoice([MixUp(alpha=0.2, num_classes=1000),
-                                           CutMix(alpha=1.0, num_classes=1000)], seed=0)
-    for step, (images, labels) in enumerate(loader):
-        images, labels = mix(images.cuda(), labels.cuda(), epoch=epoch, step=step)
-        # labels: (batch, num_classes) float, mixed as the images are
+```python
+import nostall
+import torch
+from nostall.transforms import CutMix, MixUp, RandomChoice
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+loader = nostall.Loader("data/train", batch_size=16, transforms=[
+    nostall.RandomResizedCrop(64), nostall.Normalize(nostall.IMAGENET_MEAN, nostall.IMAGENET_STD)])
+mix = RandomChoice([MixUp(alpha=0.2, num_classes=loader.num_classes),
+                    CutMix(alpha=1.0, num_classes=loader.num_classes)], seed=0)
+epoch = 0
+for step, (images, labels) in enumerate(loader):
+    images, labels = mix(images.to(device), labels.to(device), epoch=epoch, step=step)
+    assert labels.shape == (len(images), loader.num_classes)  # soft labels, mixed as the images
+```
 """
 
 from __future__ import annotations
