@@ -107,10 +107,15 @@ class Source {
 // Opens a dataset with the first driver that claims the path
 // (src/source/driver.h):
 //   - a directory: image-folder layout (one subfolder per class, classes
-//     sorted by name, files .jpg/.jpeg/.png found recursively, as
-//     torchvision's ImageFolder does);
+//     sorted by name, image files (.jpg .jpeg .png .webp .tif .tiff .bmp
+//     .ppm .pgm) found recursively, as torchvision's ImageFolder does);
 //   - a path ending in .tar, possibly with brace ranges or lists
-//     ("shards/train-{0000..0099}.tar", "a-{x,y}.tar"): WebDataset shards.
+//     ("shards/train-{0000..0099}.tar", "a-{x,y}.tar"): WebDataset shards;
+//   - "s3://bucket/prefix/" (an image folder laid out under the prefix) or
+//     "s3://bucket/shards/train-{0000..1023}.tar" (shards): the same two
+//     layouts on S3-compatible storage (docs/s3.md).
+// The registry (NOSTALL_SOURCE_DRIVERS) lists the drivers; an unclaimed path
+// is an error naming every kind.
 // What a dataset holds that is not read ("" when nothing): "5 files left
 // out, not images nostall reads: 3 .txt, 2 .gif".
 std::string DescribeLeftOut(const Source& source);

@@ -60,7 +60,7 @@ Result<std::unique_ptr<Source>> OpenSource(const std::string& uri, const SourceO
     kinds += std::string(kinds.empty() ? "" : ", ") + driver.kind;
   }
   return InvalidArgument("unsupported dataset " + uri + ": expected one of " + kinds +
-                         " (an image folder, or .tar shards)");
+                         " (an image folder, .tar shards, or either under s3://bucket/prefix)");
 }
 
 }  // namespace nostall

@@ -181,3 +181,76 @@ def test_every_parameter_of_the_main_entry_points_is_documented():
             if name not in ("self", "cls") and name not in doc:
                 undocumented.append(f"{documented.__qualname__}({name})")
     assert not undocumented, f"parameters without a word: {', '.join(undocumented)}"
+
+
+def test_the_type_stubs_name_every_native_function_and_its_parameters():
+    # python/nostall/_nostall.pyi is what editors and type checkers read of
+    # the binding: every function and method, with the binding's own names.
+    import ast
+
+    import nostall._nostall as native
+
+    tree = ast.parse((ROOT / "python" / "nostall" / "_nostall.pyi").read_text())
+    stubs = {}
+    for node in tree.body:
+        members = node.body if isinstance(node, ast.ClassDef) else [node]
+        prefix = node.name + "." if isinstance(node, ast.ClassDef) else ""
+        for f in members:
+            if isinstance(f, ast.FunctionDef):
+                stubs[prefix + f.name] = [a.arg for a in f.args.args if a.arg != "self"]
+
+    def params(fn):
+        sig = fn.__doc__.splitlines()[0]
+        inner, parts, depth, cur = sig[sig.index("(") + 1:sig.rindex(")")], [], 0, ""
+        for ch in inner + ",":  # split at the commas outside brackets
+            depth += ch in "[(" and 1 or (ch in "])" and -1 or 0)
+            if ch == "," and depth == 0:
+                parts.append(cur.strip())
+                cur = ""
+            else:
+                cur += ch
+        names = [p.split(":")[0].split("=")[0].strip() for p in parts if p]
+        return [n for n in names if n not in ("self", "/", "*")]
+
+    problems = []
+    for name in dir(native):
+        obj = getattr(native, name)
+        if name.startswith("_"):
+            continue
+        members = ([(f"{name}.{m}", v) for m, v in vars(obj).items() if not m.startswith("_")]
+                   if isinstance(obj, type) else [(name, obj)])
+        for qual, fn in members:
+            if isinstance(fn, property) or not callable(fn):
+                if qual not in stubs:
+                    problems.append(f"{qual}: not in the stubs")
+                continue
+            fn = getattr(native, name) if "." not in qual else getattr(obj, qual.split(".")[1])
+            if qual not in stubs:
+                problems.append(f"{qual}: not in the stubs")
+                continue
+            bound = params(fn)
+            unnamed = any(n == "arg" or (n.startswith("arg") and n[3:].isdigit()) for n in bound)
+            if not unnamed and bound != stubs[qual]:
+                problems.append(f"{qual}: the binding takes {bound}, the stubs say {stubs[qual]}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_design_page_maps_every_source_folder_and_names_only_files_that_exist():
+    import re
+
+    text = (ROOT / "docs" / "design.md").read_text()
+    block = text[text.index("## Modules and seams"):]
+    block = block[block.index("```text"):]
+    block = block[:block.index("```", 3)]
+    folders = sorted(p.name for p in (ROOT / "src").iterdir() if p.is_dir())
+    missing = [f for f in folders if f"src/{f}/" not in block]
+    assert not missing, f"docs/design.md does not map src/{', src/'.join(missing)}"
+    files = {p.name for p in (ROOT / "src").rglob("*") if p.is_file()}
+    files |= {p.name for p in (ROOT / "include").rglob("*.h")}
+    files |= {p.name for p in (ROOT / "python" / "nostall").iterdir()}
+    named = set()
+    for word in re.findall(r"[\w.]+\.(?:cc|h|pyi)\b|[\w]+\.\{h,cc\}", block):
+        named |= ({word.replace("{h,cc}", "h"), word.replace("{h,cc}", "cc")}
+                  if "{h,cc}" in word else {word})
+    gone = sorted(n for n in named if n not in files)
+    assert not gone, f"docs/design.md names files that do not exist: {gone}"
