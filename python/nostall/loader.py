@@ -14,7 +14,7 @@ from ._lifetime import Closeable
 from ._progress import EpochProgress
 from .cache import Cache
 from .errors import DataError
-from .transforms import Normalize, Transform
+from .transforms import Normalize, Transform, _flatten
 
 
 
@@ -225,6 +225,14 @@ class Loader(Closeable):
                                 + (" (torchvision's transforms run in Python; nostall's take the "
                                    "same arguments: nostall.transforms." + type(t).__name__ + ")"
                                    if type(t).__module__.startswith("torchvision") else ""))
+        transforms, asked_dtype = _flatten(transforms)
+        if asked_dtype is not None:
+            if dtype is not None and dtype != asked_dtype:
+                raise ValueError(f"dtype={dtype!r} contradicts the transforms' "
+                                 f"{'ToTensor' if asked_dtype == 'float32' else 'PILToTensor'}")
+            if asked_dtype == "uint8" and any(isinstance(t, Normalize) for t in transforms):
+                raise ValueError("PILToTensor (uint8) with Normalize (float32): drop one")
+            dtype = asked_dtype
         spec = {
             "source": source,
             "batch_size": _integer("batch_size", batch_size),

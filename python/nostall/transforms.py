@@ -189,6 +189,64 @@ class Normalize(Transform):
         return {"type": "Normalize", "mean": self.mean, "std": self.std}
 
 
+class ToTensor(Transform):
+    """torchvision's ToTensor, for code ported as it is: float32 in [0, 1].
+
+    nostall's batches are tensors already; this only asks for float32
+    (``x / 255``), which is also what ``Normalize`` gives. It holds no
+    pixel work and leaves the spec (the loader sets ``dtype``).
+    """
+
+    dtype = "float32"
+
+    def to_dict(self):
+        return {}
+
+
+class PILToTensor(Transform):
+    """torchvision's PILToTensor, for code ported as it is: uint8 batches (the default)."""
+
+    dtype = "uint8"
+
+    def to_dict(self):
+        return {}
+
+
+class Compose(Transform):
+    """torchvision's Compose, for code ported as it is: the transforms, in order.
+
+    ``Loader(..., transforms=Compose([...]))`` is ``transforms=[...]``.
+    """
+
+    def __init__(self, transforms):
+        self.transforms = list(transforms)
+        for t in self.transforms:
+            if not isinstance(t, Transform):
+                raise TypeError(f"Compose: {t!r} is not a nostall transform")
+
+    def to_dict(self):
+        return {}
+
+    def __repr__(self):
+        return f"Compose({self.transforms!r})"
+
+
+def _flatten(transforms):
+    """The transforms a list names, Compose unrolled, and the dtype a
+    ToTensor/PILToTensor in it asks for (None: none does)."""
+    out, dtype = [], None
+    for t in transforms:
+        if isinstance(t, Compose):
+            inner, inner_dtype = _flatten(t.transforms)
+            out += inner
+            dtype = inner_dtype or dtype
+        elif isinstance(t, (ToTensor, PILToTensor)):
+            dtype = t.dtype
+        else:
+            out.append(t)
+    return out, dtype
+
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -388,10 +446,12 @@ def sample_params(transforms, width: int, height: int, *, seed: int = 0, epoch: 
 
     from . import _nostall
 
-    ts = [t.to_dict() for t in transforms]
+    flat, asked_dtype = _flatten(transforms if isinstance(transforms, (list, tuple))
+                                 else [transforms])
+    ts = [t.to_dict() for t in flat]
     normalizes = any(t["type"] == "Normalize" for t in ts)
     spec = {"source": ".", "transforms": ts, "seed": int(seed), "mode": mode,
-            "dtype": "float32" if normalizes else "uint8"}
+            "dtype": "float32" if normalizes else (asked_dtype or "uint8")}
     return json.loads(_nostall.sample_params(json.dumps(spec), int(width), int(height),
                                              int(epoch), int(index)))
 

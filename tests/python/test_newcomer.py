@@ -214,3 +214,25 @@ def test_pin_memory_is_taken_as_torch_takes_it(jpeg_folder):
         nostall.Loader(jpeg_folder, pin_memory=True, output="numpy")
     with pytest.raises(TypeError, match="pin_memory must be True or False"):
         nostall.Loader(jpeg_folder, pin_memory="yes")
+
+
+# ------------------------------------------------------------ torchvision code as it is
+def test_compose_and_to_tensor_port_as_written(jpeg_folder):
+    ported = nostall.Loader(jpeg_folder, batch_size=6, seed=2, transforms=T.Compose([
+        nostall.RandomResizedCrop(32), nostall.RandomHorizontalFlip(), T.ToTensor(),
+        nostall.Normalize(nostall.IMAGENET_MEAN, nostall.IMAGENET_STD)]))
+    native = nostall.Loader(jpeg_folder, batch_size=6, seed=2, transforms=[
+        nostall.RandomResizedCrop(32), nostall.RandomHorizontalFlip(),
+        nostall.Normalize(nostall.IMAGENET_MEAN, nostall.IMAGENET_STD)])
+    assert torch.equal(next(iter(ported))[0], next(iter(native))[0])
+    scaled = nostall.Loader(jpeg_folder, batch_size=6, seed=2,
+                            transforms=[nostall.Resize((16, 16)), T.ToTensor()])
+    raw = nostall.Loader(jpeg_folder, batch_size=6, seed=2,
+                         transforms=[nostall.Resize((16, 16)), T.PILToTensor()])
+    a, b = next(iter(scaled))[0], next(iter(raw))[0]
+    assert a.dtype == torch.float32 and b.dtype == torch.uint8
+    assert torch.allclose(a, b.float() / 255)
+    with pytest.raises(ValueError, match="contradicts"):
+        nostall.Loader(jpeg_folder, dtype="uint8", transforms=[T.ToTensor()])
+    p = T.sample_params(T.Compose([nostall.RandomResizedCrop(32), T.ToTensor()]), 100, 80)
+    assert p["size"] == [32, 32]
