@@ -623,6 +623,20 @@ class Loader(Closeable):
         """The name (path, or shard:member) of dataset item ``index``."""
         return self._require_core().key(index)
 
+    def __repr__(self):
+        core = getattr(self, "_core", None)
+        if core is None:
+            return "<nostall.Loader (closed)>"
+        if self._shared is not None:
+            return (f"<nostall.Loader attached to {self._shared!r}: {len(self)} batches per "
+                    f"epoch, epoch {self._epoch}>")
+        spec = json.loads(core.spec_json())
+        ts = ", ".join(t["type"] for t in spec.get("transforms", [])) or "no transforms"
+        where = f" rank {spec['rank']} of {spec['world_size']}," if spec.get("world_size", 1) > 1 else ""
+        return (f"<nostall.Loader {spec['source']!r}: {self.num_items:,} items,{where} "
+                f"{len(self)} batches of {spec['batch_size']} per epoch, epoch {self._epoch}; "
+                f"{ts} -> {spec['dtype']} {spec['layout']}>")
+
     # ------------------------------------------------------------ lifetime
     def close(self) -> None:
         """Stops and joins every thread. Batches already handed out stay valid."""

@@ -236,3 +236,12 @@ def test_compose_and_to_tensor_port_as_written(jpeg_folder):
         nostall.Loader(jpeg_folder, dtype="uint8", transforms=[T.ToTensor()])
     p = T.sample_params(T.Compose([nostall.RandomResizedCrop(32), T.ToTensor()]), 100, 80)
     assert p["size"] == [32, 32]
+
+
+def test_a_loader_printed_says_what_it_is(jpeg_folder):
+    loader = nostall.Loader(jpeg_folder, batch_size=5, transforms=[nostall.Resize((16, 16))])
+    text = repr(loader)
+    assert str(jpeg_folder) in text and "36 items" in text and "8 batches of 5" in text, text
+    assert "Resize -> uint8 NCHW" in text, text
+    loader.close()
+    assert repr(loader) == "<nostall.Loader (closed)>"
