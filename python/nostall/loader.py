@@ -371,6 +371,7 @@ class Loader(Closeable):
     def _init(self, spec, *, copy, return_indices, output, progress=False, core=None,
               pin_memory=False):
         self._core = None
+        self._owner_pid = os.getpid()
         if progress not in (False, True, "epoch"):
             raise ValueError(f'progress must be True, False or "epoch", not {progress!r}')
         if pin_memory not in (False, True):

@@ -54,7 +54,10 @@ _live = weakref.WeakSet()  # servers of this process not yet closed
 
 
 def _close_all():
+    """Closes this process's servers (never a forked child's copies of its parent's)."""
     for server in list(_live):
+        if server._owner_pid != os.getpid():
+            continue
         try:
             server.close()
         except Exception:
@@ -95,6 +98,7 @@ class Server(Closeable):
                  block_chunks=0, verbose=False):
         self.name = name
         self._verbose = verbose
+        self._owner_pid = os.getpid()
         self._core = _nostall.Server(name, _spec_json(spec), int(chunk), int(max_consumers),
                                      int(slots), float(max_lag), int(block_chunks), bool(verbose))
         _live.add(self)
@@ -136,7 +140,13 @@ class Server(Closeable):
             self.close()
 
     def close(self) -> None:
-        """Stops serving and removes the segment (raises what stopped it early, if anything)."""
+        """Stops serving and removes the segment (raises what stopped it early, if anything).
+
+        In a child forked from the serving process it does nothing: the
+        parent serves on."""
+        if getattr(self, "_owner_pid", os.getpid()) != os.getpid():
+            self._core = None
+            return
         core, self._core = getattr(self, "_core", None), None
         _live.discard(self)
         if core is not None:

@@ -245,3 +245,38 @@ def test_a_loader_printed_says_what_it_is(jpeg_folder):
     assert "Resize -> uint8 NCHW" in text, text
     loader.close()
     assert repr(loader) == "<nostall.Loader (closed)>"
+
+
+FORK_SCRIPT = """
+import os, signal, sys, time, nostall
+spec = {"source": sys.argv[1], "batch_size": 4, "transforms": [{"type": "Resize", "size": [16, 16]}]}
+server = nostall.serve(spec, sys.argv[2])
+loader = nostall.Loader(sys.argv[1], batch_size=4, transforms=[nostall.Resize((16, 16))])
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # atexit and garbage collection run in the child
+os.waitpid(pid, 0)
+pid = os.fork()
+if pid == 0:
+    time.sleep(60)
+    os._exit(0)
+time.sleep(0.3)
+os.kill(pid, signal.SIGTERM)  # as a pool's terminate() does
+_, status = os.waitpid(pid, 0)
+assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
+assert server.status()["running"]
+consumer = nostall.Loader.attach(sys.argv[2], batch_size=4)
+assert next(iter(consumer))[0].shape == (4, 3, 16, 16)
+assert next(iter(loader))[0].shape == (4, 3, 16, 16)
+print("parent still serving")
+"""
+
+
+def test_forked_children_leave_their_parents_server_and_loader_alone(jpeg_folder, tmp_path):
+    name = f"fork-{os.getpid()}"
+    script = tmp_path / "fork.py"
+    script.write_text(FORK_SCRIPT)
+    r = subprocess.run([sys.executable, str(script), str(jpeg_folder), name], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "parent still serving" in r.stdout, r.stdout + r.stderr
+    assert name not in nostall.list_shared()  # removed when the parent exited
