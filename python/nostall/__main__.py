@@ -27,8 +27,24 @@ example:
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with the nostall command's manners: what is wrong in one
+    line first, then the synopsis and where the rest is."""
+
+    def error(self, message):
+        if message.startswith("the following arguments are required: "):
+            message = "missing " + message.split(": ", 1)[1]
+        elif message.startswith("unrecognized arguments: "):
+            words = message.split(": ", 1)[1].split()
+            message = (f"unknown option {words[0]}" if words[0].startswith("-")
+                       else f"unexpected argument '{words[0]}'")
+        sys.stderr.write(f"{self.prog}: {message}\n{self.format_usage()}"
+                         f"({self.prog} --help says more)\n")
+        sys.exit(2)
+
+
 def _analyze(argv):
-    ap = argparse.ArgumentParser(
+    ap = _Parser(
         prog="nostall analyze", description=_DESCRIPTION, epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--spec", required=True,
@@ -67,8 +83,13 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "analyze":
         return _analyze(argv[1:])
-    print("usage: python -m nostall analyze --spec SPEC --step MODULE:FUNCTION [options]\n"
-          "(the other commands are in the `nostall` program: `nostall help`)", file=sys.stderr)
+    usage = ("usage: python -m nostall analyze --spec SPEC --step MODULE:FUNCTION [options]\n"
+             "(the other commands are in the `nostall` program: `nostall help`)")
+    if argv and argv[0] in ("-h", "--help", "help"):
+        print(usage)
+        return 0
+    what = f"unknown command '{argv[0]}'" if argv else "missing command"
+    print(f"python -m nostall: {what}\n{usage}", file=sys.stderr)
     return 2
 
 

@@ -18,7 +18,8 @@ constexpr const char* kUsage = R"(usage: nostall <command> [options]
 Data loading for deep-learning training, without data stalls.
 
 commands:
-  bench PATH      measure images/s of a pipeline over a dataset, with a
+  bench PATH | --spec FILE
+                  measure images/s of a pipeline over a dataset, with a
                   per-stage breakdown (fetch, decode+augment, batch, consumer)
   analyze --spec SPEC --step MODULE:FUNCTION
                   where your training job's time goes (compute, prep stall,
@@ -39,8 +40,10 @@ commands:
   shared rm NAME  remove a dead producer's shared memory
   help            show this message
 
-PATH is an image folder (one subfolder per class) or WebDataset tar shards
-("shards/train-{0000..0099}.tar"). `nostall COMMAND --help` shows options.
+PATH is an image folder (one subfolder per class), WebDataset tar shards
+("shards/train-{0000..0099}.tar"), or either under s3://bucket/prefix.
+`nostall COMMAND --help` shows a command's options; a mistake is said in one
+line, then the command's synopsis.
 )";
 
 
@@ -158,6 +161,7 @@ int main(int argc, char** argv) {
     }
     return c->run(args);
   }
-  std::fprintf(stderr, "nostall: unknown command '%s' (nostall --help lists them)\n", cmd.c_str());
+  std::fprintf(stderr, "nostall: unknown command '%s'\nusage: nostall <command> [options]\n"
+               "(nostall --help lists the commands)\n", cmd.c_str());
   return 2;
 }

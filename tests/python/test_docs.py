@@ -119,7 +119,8 @@ def test_no_doc_calls_a_module_attribute_that_is_not_there():
     ["bench"], ["bench", "--spec", "x.json", "a", "b"], ["bench", "data/train", "--bogus"],
     ["inspect"], ["serve", "--spec", "train.json"], ["cache"], ["cache", "ls", "extra"],
     ["cache", "inspect"], ["cache", "rm"], ["cache", "serve"], ["shared"], ["shared", "rm"],
-    ["shared", "frob"], ["frob"], [],
+    ["shared", "frob"], ["frob"], [], ["analyze"], ["analyze", "--spec", "train.json"],
+    ["analyze", "--spec", "train.json", "--step", "train:step", "--bogus"],
 ])
 def test_every_cli_mistake_is_one_line_before_any_usage(command, workspace):
     r = subprocess.run(["nostall", *command], cwd=workspace, capture_output=True, text=True,
@@ -128,6 +129,7 @@ def test_every_cli_mistake_is_one_line_before_any_usage(command, workspace):
     first = r.stderr.splitlines()[0]
     assert first.startswith("nostall") and "usage" not in first, r.stderr
     assert any(w in first for w in ("missing", "unknown", "unexpected")), first
+    assert "usage" in r.stderr  # then the synopsis
     if "--bogus" in command:
         assert "unknown option --bogus" in first
 
