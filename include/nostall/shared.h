@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "nostall/loader.h"
+#include "nostall/ring_consumer.h"
 #include "nostall/status.h"
 
 namespace nostall {
@@ -36,12 +37,6 @@ struct ServeOptions {
   // Share with a group's users (serve --group): the segment is that group's
   // and 0660; -1: the owner's alone (0600).
   int64_t share_gid = -1;
-};
-
-struct ConsumerInfo {
-  int64_t pid = 0;
-  std::string state;  // "active" or "lagged" ("dead" from InspectShared)
-  int64_t need = 0;   // the next chunk it needs
 };
 
 struct ProducerStatus {

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "common/shm.h"
-#include "nostall/shared.h"
+#include "nostall/ring_consumer.h"
 #include "nostall/status.h"
 
 namespace nostall::ring {
