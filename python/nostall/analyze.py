@@ -48,25 +48,6 @@ _LIMIT_HELP = {
 }
 
 
-def _spec_dict(spec):
-    from .loader import Loader
-
-    if isinstance(spec, Loader):
-        return spec.spec
-    if isinstance(spec, dict):
-        return dict(spec)
-    if isinstance(spec, (str, os.PathLike)):
-        text = str(spec)
-        if not text.lstrip().startswith("{"):
-            with open(text) as f:
-                text = f.read()
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"the loader spec is not valid JSON: {e}") from None
-    raise TypeError("spec must be a dict, JSON text, a path to a JSON file, or a nostall.Loader")
-
-
 def load_step(target: str):
     """Resolves ``"module:function"`` or ``"path/to/file.py:function"`` to a callable."""
     if ":" not in target:
@@ -371,7 +352,9 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
 
     import torch
 
-    base = _spec_dict(spec)
+    from .loader import read_spec
+
+    base = read_spec(spec)
     batch = int(base.get("batch_size", 1))
     user_cache_bytes = int(base.get("cache_bytes", 0) or 0) if base.get("cache_name") else 0
     if items is not None and items <= 0:

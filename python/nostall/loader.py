@@ -84,6 +84,31 @@ def _integer(name, value):
         raise TypeError(f"{name} must be an integer, not {value!r}") from None
 
 
+def read_spec(spec) -> dict:
+    """A loader spec as a dict, from a dict, its JSON text, a path to a JSON
+    file or a Loader: what from_spec, serve and analyze take."""
+    if isinstance(spec, Loader):
+        return spec.spec
+    if isinstance(spec, dict):
+        return dict(spec)
+    if isinstance(spec, os.PathLike) or (isinstance(spec, str)
+                                         and not spec.lstrip().startswith("{")):
+        with open(spec) as f:  # a path; FileNotFoundError names it
+            text, where = f.read(), os.fspath(spec)
+    elif isinstance(spec, str):
+        text, where = spec, "the loader spec"
+    else:
+        raise TypeError("spec must be a dict, JSON text, a path to a JSON file or a Loader, "
+                        f"not {type(spec).__name__}")
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not a JSON loader spec: {e}") from None
+    if not isinstance(spec, dict):
+        raise ValueError(f"{where}: a loader spec is a JSON object, not {type(spec).__name__}")
+    return spec
+
+
 class Loader(Closeable):
     """Loads, decodes, augments and batches images with C++ threads.
 
@@ -287,25 +312,7 @@ class Loader(Closeable):
         ``progress`` are the constructor's (they are not part of a spec).
         """
         self = cls.__new__(cls)
-        if isinstance(spec, Loader):
-            spec = spec.spec
-        if isinstance(spec, os.PathLike) or (isinstance(spec, str)
-                                             and not spec.lstrip().startswith("{")):
-            with open(spec) as f:  # a path; FileNotFoundError names it
-                text = f.read()
-            try:
-                spec = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{os.fspath(spec)}: not a JSON loader spec: {e}") from None
-        elif isinstance(spec, str):
-            spec = json.loads(spec)
-        elif isinstance(spec, dict):
-            spec = dict(spec)
-        else:
-            raise TypeError("spec must be a dict, JSON text, a path to a JSON file or a Loader, "
-                            f"not {type(spec).__name__}")
-        if not isinstance(spec, dict):
-            raise ValueError(f"a loader spec is a JSON object, not {type(spec).__name__}")
+        spec = read_spec(spec)
         rank, world_size = _sharding(spec.get("rank"), spec.get("world_size"))
         spec["rank"], spec["world_size"] = rank, world_size
         self._init(spec, copy=copy, return_indices=return_indices, output=output,
@@ -390,8 +397,8 @@ class Loader(Closeable):
                               "not pinned", UserWarning, stacklevel=3)
         # What the caller asked for, before C++ fills in defaults: the knobs
         # left to the autotuner stay unset in `spec` (see the property).
-        self._asked = {k: spec.get(k) for k in ("num_threads", "reads_in_flight", "prefetch",
-                                                  "autotune")} if spec is not None else {}
+        self._asked = {k: spec.get(k) for k in ("num_threads", "reads_in_flight", "prefetch")
+                       } if spec is not None else {}
         self._progress = EpochProgress(progress) if progress else None
         self._core = core if core is not None else _nostall.Loader(json.dumps(spec))
         if spec is None:

@@ -35,19 +35,9 @@ __all__ = ["serve", "Server", "list_shared"]
 
 
 def _spec_json(spec):
-    from .loader import Loader
+    from .loader import read_spec
 
-    if isinstance(spec, Loader):
-        return json.dumps(spec.spec)
-    if isinstance(spec, dict):
-        return json.dumps(spec)
-    if isinstance(spec, str):
-        text = spec
-        if not text.lstrip().startswith("{"):
-            with open(text) as f:
-                text = f.read()
-        return text
-    raise TypeError("spec must be a dict, JSON text, a path to a JSON file, or a nostall.Loader")
+    return json.dumps(read_spec(spec))
 
 
 _live = weakref.WeakSet()  # servers of this process not yet closed

@@ -1,5 +1,10 @@
 import os
+import shutil
+import signal
+import socket
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -68,3 +73,43 @@ def epoch_batches(loader, epoch=None):
     for images, labels, indices in loader:
         out.append((images.clone(), labels.clone(), indices.clone()))
     return out
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port, proc, what="the server", seconds=10):
+    """Until something accepts on 127.0.0.1:port; an error if `proc` exits
+    first or `seconds` pass."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, f"{what} did not start"
+            time.sleep(0.02)
+
+
+MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"
+
+
+class Memcached:
+    """A real memcached on loopback, as the cluster cache wants it (-M: refuse, never evict)."""
+
+    def __init__(self, megabytes=64):
+        assert os.access(MEMCACHED, os.X_OK), "memcached is not installed (make test installs it)"
+        self.port = free_port()
+        self.proc = subprocess.Popen([MEMCACHED, "-l", "127.0.0.1", "-p", str(self.port), "-U", "0",
+                                      "-M", "-m", str(megabytes), "-u", "root"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(self.port, self.proc, "memcached")
+        self.address = f"127.0.0.1:{self.port}"
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()

@@ -37,7 +37,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -47,6 +46,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_codeblocks import extract_from_buffer, extract_from_file
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import Memcached, free_port, wait_for_port, write_jpeg_folder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 LANGUAGES = ("python", "sh", "json", "text")
@@ -157,9 +159,6 @@ def docstring_snippets():
 def make_workspace(root: Path):
     """What the documentation's blocks name: data/train (4 classes of 16
     natural-looking JPEGs), train.json (a spec over it), train.py (a step)."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from conftest import write_jpeg_folder
-
     write_jpeg_folder(root / "data" / "train", classes=4, per_class=16, seed=3,
                       min_side=120, max_side=320)
     spec = {"source": "data/train", "batch_size": 16, "shuffle": True, "seed": 0,
@@ -196,24 +195,6 @@ def workspace_env(root: Path):
     return env
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_port(port, proc, what, seconds=60):
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{what} did not start")
-            time.sleep(0.05)
-
-
 class _Servers:
     """What a block's server marks ask for, started for it and stopped after."""
 
@@ -248,22 +229,18 @@ class _Servers:
             time.sleep(0.05)
 
     def _memcached(self):
-        port = _free_port()
-        exe = "/usr/bin/memcached"
-        p = subprocess.Popen([exe, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-M", "-m", "64",
-                              "-u", "root"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.procs.append(p)
-        _wait_port(port, p, "memcached")
-        return f"127.0.0.1:{port}"
+        server = Memcached()
+        self.procs.append(server.proc)
+        return server.address
 
     def _s3(self, root, bucket):
         import boto3
 
-        port = _free_port()
+        port = free_port()
         p = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.procs.append(p)
-        _wait_port(port, p, "moto's S3 server")
+        wait_for_port(port, p, "moto's S3 server", seconds=60)
         endpoint = f"http://127.0.0.1:{port}"
         keys = {"AWS_ACCESS_KEY_ID": "AKIDDOCS", "AWS_SECRET_ACCESS_KEY": "docs-secret",
                 "AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1"}

@@ -5,8 +5,6 @@ hits, never a sample or its bytes."""
 import os
 import shutil
 import json
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,41 +15,10 @@ import pytest
 import torch
 
 import nostall
-from conftest import augment, epoch_batches, write_jpeg_folder
+from conftest import (Memcached, augment, epoch_batches, free_port, wait_for_port,
+                      write_jpeg_folder)
 
 HERE = Path(__file__).parent
-
-MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Memcached:
-    def __init__(self, megabytes=64):
-        assert os.access(MEMCACHED, os.X_OK), "memcached is not installed (make test installs it)"
-        self.port = free_port()
-        self.proc = subprocess.Popen([MEMCACHED, "-l", "127.0.0.1", "-p", str(self.port), "-U", "0",
-                                      "-M", "-m", str(megabytes), "-u", "root"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                assert self.proc.poll() is None and time.monotonic() < deadline, "memcached did not start"
-                time.sleep(0.02)
-        self.address = f"127.0.0.1:{self.port}"
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
 
 @pytest.fixture
 def servers():
@@ -208,17 +175,6 @@ def test_four_nodes_with_rank_and_world_size_share_one_cache_and_survive_a_kill(
 
 
 NOSTALL = shutil.which("nostall", path=str(Path(sys.executable).parent)) or shutil.which("nostall")
-
-
-def wait_for_port(port, proc, seconds=10):
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.02)
 
 
 @pytest.mark.parametrize("size", ["40G", "40GB", "40GiB", "1.5g", "512M", "512MB", "900 mib",

@@ -89,12 +89,10 @@ def test_exception_text_does_not_repeat_its_class(tmp_path):
     ("10.1.2.3", "NOSTALL_CACHE_SERVERS=10.1.2.3:{port},<the other nodes"),
 ])
 def test_cache_serve_suggests_the_address_it_listens_on(listen, says):
-    import socket
+    from conftest import MEMCACHED, free_port
 
-    assert os.access("/usr/bin/memcached", os.X_OK), "memcached is not installed (make test does)"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    assert os.access(MEMCACHED, os.X_OK), "memcached is not installed (make test does)"
+    port = free_port()
     # It says what to set, then memcached serves (loopback) or cannot bind (10.1.2.3).
     p = subprocess.Popen([BIN / "nostall", "cache", "serve", "--size", "64MiB", "--port", str(port),
                           "--listen", listen], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

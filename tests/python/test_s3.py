@@ -2,7 +2,6 @@
 loopback, the data put there with boto3, read back by nostall over HTTP."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -11,17 +10,11 @@ import pytest
 import torch
 
 import nostall
-from conftest import augment, epoch_batches, write_jpeg_folder, write_shards
+from conftest import augment, epoch_batches, free_port, wait_for_port, write_jpeg_folder, write_shards
 
 boto3 = pytest.importorskip("boto3")  # installed by the test command (make test)
 
 SECRET = "s3cr3t-never-printed"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -29,15 +22,7 @@ def s3(tmp_path_factory):
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("moto's S3 server did not start")
-            time.sleep(0.1)
+    wait_for_port(port, server, "moto's S3 server", seconds=60)
     endpoint = f"http://127.0.0.1:{port}"
     env = {"AWS_ACCESS_KEY_ID": "AKIDTEST", "AWS_SECRET_ACCESS_KEY": SECRET,
            "AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1"}
