@@ -183,10 +183,6 @@ int CacheInspectServers(const std::string& list) {
 }
 
 
-}  // namespace
-
-namespace {
-
 int CacheLs(const Args&) {
   auto names = nostall::MinioCache::List();
   if (names.empty()) std::puts("no caches");
@@ -203,7 +199,7 @@ int CacheLs(const Args&) {
                 static_cast<long long>(s.items));
   }
   return 0;
-  }
+}
 
 int CacheInspect(const Args& args) {
   const auto servers = args.options.find("--servers");
@@ -235,7 +231,7 @@ int CacheInspect(const Args& args) {
               static_cast<long long>(s.items), static_cast<long long>(s.hits),
               static_cast<long long>(s.misses), lookups ? 100.0 * s.hits / lookups : 0.0);
   return 0;
-  }
+}
 
 int CacheRm(const Args& args) {
   const std::string& name = args.positional[0];
