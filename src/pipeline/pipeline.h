@@ -26,6 +26,10 @@ struct PipelineParts {
   // The knobs the autotuner moves (none: it does not run); the spec holds
   // their starting values.
   AutotuneLimits tune;
+  // The autotuner judges the consumer's waits by this running total instead
+  // of the loader's own Next() calls (null): a shared producer's consumers
+  // wait on the producer, not on its calls.
+  std::function<int64_t()> consumer_waited_ns;
 };
 Result<PipelineParts> PreparePipeline(const LoaderSpec& spec);
 
@@ -48,11 +52,6 @@ inline constexpr uint64_t kAutotuneRingBytes = uint64_t{1} << 30;
 // ring mapped while they live.
 Result<std::unique_ptr<Loader>> StartPipeline(PipelineParts parts,
                                               std::shared_ptr<ring::Segment> ring = nullptr);
-
-// The autotuner of `loader` (a pipeline) judges the consumer's waits by
-// `waited_ns` (a running total) instead of its own Next() calls: a shared
-// producer's consumers wait on the producer, not on its calls.
-void SetConsumerWaitSource(Loader* loader, std::function<int64_t()> waited_ns);
 
 }  // namespace nostall
 

@@ -1,359 +1,261 @@
-// The pipeline loader, the consumer's side: creating the ring, starting
-// epochs (and resuming mid-epoch), handing out batches, stats. The workers
-// are workers.cc; the class and its locking rules pipeline_loader.h.
+// The pipeline loader (pipeline_loader.h): the ring, the threads, the
+// stats, and the knobs as the tuner turns them.
 #include "pipeline/pipeline_loader.h"
 
-#include <sched.h>
-
 #include <algorithm>
-#include <chrono>
+#include <system_error>
 
+#include "common/clock.h"
 #include "ops/prep.h"
+#include "pipeline/read_limit.h"
 
 namespace nostall {
 
+PipelineLoader::PipelineLoader(PipelineParts parts)
+    : spec_(std::move(parts.spec)),
+      source_(std::move(parts.source)),
+      cache_(std::move(parts.cache)),
+      sampler_(std::move(*parts.sampler)),
+      out_h_(parts.out_h),
+      out_w_(parts.out_w),
+      created_ns_(NowNs()),
+      tune_(parts.tune),
+      consumer_waited_ns_(std::move(parts.consumer_waited_ns)),
+      fetcher_(*source_, cache_.get()) {}
+
 PipelineLoader::~PipelineLoader() {
-  {
-    MutexLock lock(&state_->mu);
-    cancelled_ = true;
-  }
-  tune_cv_.notify_all();
-  if (tuner_thread_.joinable()) tuner_thread_.join();  // first: it starts workers
-  state_->slot_freed.notify_all();
-  work_cv_.notify_all();
-  prep_cv_.notify_all();
-  park_cv_.notify_all();
-  ready_cv_.notify_all();
+  tuner_.reset();  // first: it starts workers
+  if (scheduler_ == nullptr) return;
+  scheduler_->Cancel();
   for (auto& t : threads_) t.join();
-  if (async_) {
+  if (fetcher_.async()) {
     // Reads still in flight call back into this object: cancel them (the
     // source answers them at once) and wait for the last answer.
     source_->CancelReads();
-    MutexLock lock(&state_->mu);
-    while (fetching_ != 0) reads_done_cv_.wait(lock.native());
+    scheduler_->WaitForReads();
   }
 }
 
+// A private ring: slots for the most prefetch the tuner may take, memory
+// reserved for the first ones (the rest are reserved as the tuner takes
+// them), and one slot more than batches may take: the spare, used only
+// while the caller holds every other slot (then batches leave as copies).
+Result<std::shared_ptr<ring::Segment>> PipelineLoader::MakeRing() const {
+  ring::RingLayout l;
+  l.slot_count =
+      static_cast<uint32_t>(tune_.prefetch ? tune_.max_prefetch + 2 : PipelineSlots(spec_)) + 1;
+  l.reserved_slots = static_cast<uint32_t>(PipelineSlots(spec_)) + 1;
+  l.chunk = spec_.batch_size;
+  l.sample_bytes = SampleBytes(spec_.prep, out_h_, out_w_);
+  const std::vector<int64_t> shape = SampleShape();
+  for (size_t i = 0; i < 3 && i < shape.size(); ++i) l.shape[i] = shape[i];
+  l.dtype = spec_.prep.dtype == DType::kFloat32 ? 1 : 0;
+  l.samples_per_epoch = sampler_.SamplesPerEpoch();
+  l.chunks_per_epoch = sampler_.BatchesPerEpoch();
+  l.spec_fingerprint = spec_.Fingerprint();
+  l.dataset_fingerprint = source_->fingerprint();
+  l.spec_json = spec_.ToJson();
+  return ring::CreateRing("", l);
+}
+
 Status PipelineLoader::Init(std::shared_ptr<ring::Segment> ring) {
-  state_ = std::make_shared<RingState>();  // first: the destructor locks its mutex
-  const bool own_ring = ring == nullptr;
-  own_ring_ = own_ring;
-  if (ring == nullptr) {
-    ring::RingLayout l;
-    // Tuned prefetch: slots for the most it may take, memory reserved for
-    // the first ones (the rest are reserved as the tuner takes them).
-    // One slot more than batches may take: the spare, used only while the
-    // caller holds every other slot (Next: then batches leave as copies).
-    l.slot_count =
-        static_cast<uint32_t>(tune_.prefetch ? tune_.max_prefetch + 2 : PipelineSlots(spec_)) + 1;
-    l.reserved_slots = static_cast<uint32_t>(PipelineSlots(spec_)) + 1;
-    l.chunk = spec_.batch_size;
-    l.sample_bytes = sample_bytes_;
-    const std::vector<int64_t> shape = SampleShape();
-    for (size_t i = 0; i < 3 && i < shape.size(); ++i) l.shape[i] = shape[i];
-    l.dtype = spec_.prep.dtype == DType::kFloat32 ? 1 : 0;
-    l.samples_per_epoch = sampler_.SamplesPerEpoch();
-    l.chunks_per_epoch = sampler_.BatchesPerEpoch();
-    l.spec_fingerprint = spec_.Fingerprint();
-    l.dataset_fingerprint = source_->fingerprint();
-    l.spec_json = spec_.ToJson();
-    NOSTALL_ASSIGN_OR_RETURN(ring, ring::CreateRing("", l));
+  own_ring_ = ring == nullptr;
+  if (own_ring_) {
+    NOSTALL_ASSIGN_OR_RETURN(ring, MakeRing());
   }
-  if (ring->g.chunk != spec_.batch_size || ring->g.sample_bytes != sample_bytes_) {
+  const size_t sample_bytes = SampleBytes(spec_.prep, out_h_, out_w_);
+  if (ring->g.chunk != spec_.batch_size || ring->g.sample_bytes != sample_bytes) {
     return Internal("the ring's slots do not fit the pipeline's batches");
   }
-  state_->seg = std::move(ring);
+  ring_ = std::make_shared<RingState>();
+  ring_->seg = std::move(ring);
+  const size_t slots = ring_->seg->g.slot_count;
   {
-    MutexLock lock(&state_->mu);
-    state_->slots.resize(state_->seg->g.slot_count);
-    work_.resize(state_->seg->g.slot_count);
-    for (auto& w : work_) w.bad.assign(static_cast<size_t>(spec_.batch_size), 0);
+    MutexLock lock(&ring_->mu);
+    ring_->slots.resize(slots);
   }
-  // Fetched items wait for a prep thread in the prep queue. Its bound
-  // counts the reads in flight too (memory stays bounded), but it leaves
-  // room for every read: bounded by the queue alone, items waiting for prep
-  // would take the places of reads and fewer than reads_in_flight reads
-  // would run whenever prep is busy (on slow storage, a loss of
-  // throughput). RoomToFetch.
-  async_ = source_->ReadsAsync();
-  if (async_) {
-    read_limit_ = spec_.reads_in_flight > 0 ? spec_.reads_in_flight : kFirstAutoReads;
-    if (std::optional<StorageStats> remote = source_->storage_stats()) {
-      io_cpu_at_start_ = remote->io_cpu_ns;
-    }
-  }
-  MutexLock lock(&state_->mu);
-  prep_active_ = spec_.num_threads;
-  fetch_active_ = async_ ? 0 : spec_.reads_in_flight;
+  const bool async = fetcher_.async();
+  Scheduler::Options o;
+  o.batch_size = spec_.batch_size;
+  o.sample_bytes = sample_bytes;
+  o.own_ring = own_ring_;
+  o.async = async;
   // A named ring (the shared producer's) is all the pipeline's: its owner
   // holds the slots it keeps for consumers.
-  slot_limit_ = own_ring ? static_cast<int64_t>(PipelineSlots(spec_))
-                         : static_cast<int64_t>(state_->slots.size());
-  slots_reserved_ = slot_limit_ + (own_ring ? 1 : 0);
+  o.slot_limit = own_ring_ ? static_cast<int64_t>(PipelineSlots(spec_)) : static_cast<int64_t>(slots);
+  o.prep_threads = spec_.num_threads;
+  o.fetch_threads = async ? 0 : spec_.reads_in_flight;
+  o.read_limit = !async ? 0 : spec_.reads_in_flight > 0 ? spec_.reads_in_flight : kFirstAutoReads;
+  o.on_error_skip = spec_.on_error == ErrorPolicy::kSkip;
+  slots_reserved_ = o.slot_limit + (own_ring_ ? 1 : 0);
+  preparer_ = std::make_unique<Preparer>(spec_, *source_, *ring_->seg, out_h_, out_w_);
+  scheduler_ = std::make_unique<Scheduler>(sampler_, ring_, &consumer_, o);
+  return StartThreads();
+}
+
+Status PipelineLoader::StartThreads() {
+  const bool async = fetcher_.async();
   try {
-    if (async_) threads_.emplace_back([this] { DispatchLoop(); });
-    StartWorkers();
+    if (async) threads_.emplace_back([this] { DispatchLoop(); });
+    StartWorkers(scheduler_->knobs());
     if (tune_.threads || tune_.reads || tune_.prefetch) {
-      AutotuneSettings start{spec_.num_threads, async_ ? read_limit_.load() : spec_.reads_in_flight,
+      AutotuneSettings start{spec_.num_threads,
+                             async ? scheduler_->read_limit() : spec_.reads_in_flight,
                              spec_.prefetch};
       AutotuneLimits limits = tune_;
-      limits.prefetch = limits.prefetch && own_ring;  // a named ring is sized by its owner
-      autotuner_ = std::make_unique<Autotuner>(limits, start);
-      {
-        MutexLock tl(&tune_mu_);
-        tuned_now_ = start;
-      }
-      tuner_thread_ = std::thread([this] { AutotuneLoop(); });
+      limits.prefetch = limits.prefetch && own_ring_;  // a named ring is sized by its owner
+      tuner_ = std::make_unique<TuneLoop>(this, limits, start, created_ns_);
     }
   } catch (const std::system_error& e) {
     // The threads already started are joined by the destructor.
     return ResourceExhausted("cannot start the loader's " +
-                             std::to_string((async_ ? 1 : spec_.reads_in_flight) + spec_.num_threads) +
+                             std::to_string((async ? 1 : spec_.reads_in_flight) + spec_.num_threads) +
                              " threads (" + e.what() + "); lower num_threads or reads_in_flight");
   }
   return Status::OK();
 }
 
-Status PipelineLoader::StartEpoch(int64_t epoch, int64_t first_batch) {
-  if (epoch < 0) return InvalidArgument("epoch must be >= 0");
-  const int64_t nb = sampler_.BatchesPerEpoch();
-  if (first_batch < 0 || first_batch > nb) {
-    return InvalidArgument("batch " + std::to_string(first_batch) + " is outside the epoch's " +
-                           std::to_string(nb) + " batches");
+void PipelineLoader::StartWorkers(const Scheduler::Knobs& k) {
+  for (; fetch_started_ < k.fetch_threads; ++fetch_started_) {
+    const int index = fetch_started_;
+    threads_.emplace_back([this, index] { FetchLoop(index); });
   }
-  MutexLock lock(&state_->mu);
-  if (first_batch == 0 && started_ && fetch_epoch_ == epoch && epoch_ != epoch) {
-    // The fetchers ran on into this epoch when the last one ran out: keep
-    // that work. Batches of other epochs still being made finish first,
-    // then every slot not holding this epoch (or leased) is freed.
-    auto other_epoch_filling = [&]() REQUIRES(state_->mu) {
-      for (uint64_t s = 0; s < state_->slots.size(); ++s) {
-        const PipelineSlot& h = state_->slots[s];
-        if (h.state == SlotState::kFilling && h.epoch != epoch) {
-          return true;
-        }
-      }
-      return false;
-    };
-    while (!cancelled_ && other_epoch_filling()) ready_cv_.wait(lock.native());
-    for (uint64_t s = 0; s < state_->slots.size(); ++s) {
-      PipelineSlot& h = state_->slots[s];
-      if (h.state == SlotState::kReady && h.epoch != epoch) {
-        h.state = SlotState::kFree;
-      }
+  for (; prep_started_ < k.prep_threads; ++prep_started_) {
+    const int index = prep_started_;
+    threads_.emplace_back([this, index] { PrepLoop(index); });
+  }
+}
+
+// ---- the workers ------------------------------------------------------------
+
+void PipelineLoader::FetchLoop(int index) {
+  const Fetcher::Done done = [this](FetchedItem fi) { scheduler_->Fetched(std::move(fi)); };
+  FetchedItem fi{};
+  while (scheduler_->NextFetch(index, fetcher_.has_cache(), &fi, fetcher_.mutable_counters())) {
+    fetcher_.Fetch(std::move(fi), done);
+    fi = FetchedItem{};
+  }
+}
+
+// Remote sources: one thread starts every read; each completes on the
+// source's I/O thread. The reads in flight are bounded by the scheduler's
+// read limit.
+void PipelineLoader::DispatchLoop() {
+  const Fetcher::Done done = [this](FetchedItem fi) {
+    AdaptReadLimit();
+    scheduler_->Fetched(std::move(fi));
+  };
+  FetchedItem fi{};
+  while (scheduler_->NextFetch(-1, fetcher_.has_cache(), &fi, fetcher_.mutable_counters())) {
+    fetcher_.Fetch(std::move(fi), done);
+    fi = FetchedItem{};
+  }
+}
+
+// Little's law (pipeline/read_limit.h): to keep prep fed, reads in flight
+// = the rate prep takes items at x the time a read takes. A fixed
+// reads_in_flight is kept as given.
+void PipelineLoader::AdaptReadLimit() {
+  if (spec_.reads_in_flight > 0 || tune_.reads) return;  // fixed, or the autotuner's
+  const double latency = source_->RequestLatencySeconds();
+  if (latency <= 0) return;
+  const StageCounters& prep = preparer_->prep();
+  const StageCounters& fetch = fetcher_.counters();
+  const int64_t items = prep.items.load(std::memory_order_relaxed);
+  const double per_item = items >= 16 ? prep.work_ns.load(std::memory_order_relaxed) / 1e9 / items
+                                      : kAssumedPrepSeconds;
+  const double rate = scheduler_->prep_threads() / std::max(per_item, 1e-6);
+  const int64_t fetched = fetch.items.load(std::memory_order_relaxed);
+  const double item_bytes =
+      fetched > 0 ? static_cast<double>(fetch.bytes.load(std::memory_order_relaxed)) / fetched : 0;
+  scheduler_->SetReadLimit(AutoReadsInFlight(rate, latency, item_bytes));
+}
+
+void PipelineLoader::PrepLoop(int index) {
+  PrepScratch scratch;
+  FetchedItem fi;
+  while (scheduler_->NextPrep(index, &fi, preparer_->mutable_prep())) {
+    const Status st = preparer_->Prepare(fi, &scratch);
+    if (std::optional<Scheduler::Finished> f = scheduler_->Prepared(&fi, st)) {
+      scheduler_->Publish(fi, *f, preparer_->FinishBatch(f->slot, f->count, *f->bad));
     }
-    epoch_ = epoch;
-    consume_batch_ = 0;
-    num_batches_ = nb;
-    consumer_.EpochStarted();
-    lock.Unlock();
-    state_->slot_freed.notify_all();
-    return Status::OK();
   }
-  lock.Unlock();
-  std::vector<int64_t> order = sampler_.EpochOrder(epoch);  // outside the lock
-  lock.Lock();
-  ++generation_;
-  // Work of the old epoch already running must finish before its slots
-  // are handed to the new one; it takes one decode at most. Meanwhile no
-  // fetcher may start a batch: it would carry the new generation with the
-  // old epoch's position, and its samples would land in a slot of the new
-  // epoch (a resumed epoch with another epoch's samples in it).
-  restarting_ = true;
-  while (active_preps_ != 0) idle_cv_.wait(lock.native());
-  for (auto& item : prep_queue_) free_buffers_.push_back(std::move(item.bytes));
-  prep_queue_.clear();
-  for (uint64_t s = 0; s < state_->slots.size(); ++s) {
-    PipelineSlot& h = state_->slots[s];
-    if (h.state != SlotState::kLeased) {
-      h.state = SlotState::kFree;
+}
+
+// ---- the tuner's side (Tunable) ---------------------------------------------
+
+Tunable::Sample PipelineLoader::Measure() const {
+  Sample m;
+  m.t_ns = NowNs();
+  m.wait_ns = consumer_waited_ns_ ? consumer_waited_ns_() : consumer_.WaitNs();
+  m.prep = preparer_->prep().Snapshot(0);
+  m.fetch = fetcher_.counters().Snapshot(0);
+  m.process_cpu_ns = ProcessCpuNs();
+  m.loader_cpu_ns = m.prep.busy_cpu_ns + m.fetch.busy_cpu_ns +
+                    preparer_->batch().busy_cpu_ns.load() + fetcher_.IoCpuNs();
+  m.read_latency_s = fetcher_.async() ? source_->RequestLatencySeconds() : 0;
+  return m;
+}
+
+Status PipelineLoader::Apply(const AutotuneDecision& d) {
+  Scheduler::Knobs k = scheduler_->knobs();
+  if (d.knob == "prefetch") {
+    const int64_t want = d.to + 2 + (own_ring_ ? 1 : 0);  // and the ring's spare slot (MakeRing)
+    if (want > slots_reserved_) {
+      const uint32_t first = static_cast<uint32_t>(slots_reserved_);
+      NOSTALL_RETURN_IF_ERROR(
+          ring::ReserveSlots(*ring_->seg, first, static_cast<uint32_t>(want) - first));
+      slots_reserved_ = want;
     }
+    k.slot_limit = d.to + 2;
+  } else if (d.knob == "threads") {
+    k.prep_threads = d.to;
+  } else if (fetcher_.async()) {
+    k.read_limit = d.to;
+  } else {
+    k.fetch_threads = d.to;
   }
-  epoch_ = epoch;
-  fetch_epoch_ = epoch;
-  order_ = std::move(order);
-  cursor_ = first_batch * spec_.batch_size;
-  fill_slot_ = -1;
-  consume_batch_ = first_batch;
-  num_batches_ = nb;
-  started_ = true;
-  restarting_ = false;
-  consumer_.EpochStarted();
-  lock.Unlock();
-  work_cv_.notify_all();
-  state_->slot_freed.notify_all();
+  try {
+    StartWorkers(k);
+  } catch (const std::system_error&) {
+    // No thread to be had: the ones running go on (the count says so).
+    k.prep_threads = std::min(k.prep_threads, prep_started_);
+    k.fetch_threads = std::min(k.fetch_threads, fetch_started_);
+  }
+  scheduler_->SetKnobs(k);
   return Status::OK();
 }
 
-Status PipelineLoader::Next(int64_t timeout_ms, NextStatus* status, std::shared_ptr<Batch>* out) {
-  const int64_t t0 = NowNs();
-  MutexLock lock(&state_->mu);
-  if (!started_) return FailedPrecondition("StartEpoch was not called");
-  consumer_.CallStarted(epoch_, t0);
-next_batch:
-  if (consume_batch_ >= num_batches_) {
-    *status = NextStatus::kEndOfEpoch;
-    return Status::OK();
-  }
-  int64_t found = -1;
-  bool starved_by_caller = false;
-  auto ready = [&]() REQUIRES(state_->mu) {
-    found = FindSlot(SlotState::kReady, consume_batch_);
-    // Every slot leased to the caller: no batch can be made until it lets
-    // one go, so waiting would be forever. Its own ring has a spare slot
-    // for that: the next batch is made there and leaves as a copy.
-    starved_by_caller = found < 0 && AllSlotsLeased();
-    if (starved_by_caller && own_ring_ && !spare_open_) {
-      spare_open_ = true;
-      starved_by_caller = false;
-      work_cv_.notify_all();
-      state_->slot_freed.notify_all();
-    }
-    return cancelled_ || found >= 0 || starved_by_caller;
-  };
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
-  bool ok = true;
-  while (!ready()) {
-    if (timeout_ms < 0) {
-      ready_cv_.wait(lock.native());
-    } else if (ready_cv_.wait_until(lock.native(), deadline) == std::cv_status::timeout) {
-      ok = ready();
-      break;
-    }
-  }
-  const int64_t waited = NowNs() - t0;
-  consumer_.Waited(epoch_, waited);
-  if (!ok) {
-    consumer_.TimedOut();
-    *status = NextStatus::kTimeout;
-    return Status::OK();
-  }
-  if (cancelled_) return Cancelled("loader shut down");
-  if (starved_by_caller) {
-    // A loader's own ring opens its spare slot instead (above); a shared
-    // producer's ring, which has none, gets here.
-    return FailedPrecondition(
-        "all " + std::to_string(state_->slots.size()) +
-        " batch slots are held by batches still referenced, so no new batch can be made; "
-        "drop references to old batches, or keep copies (copy=True), or raise prefetch");
-  }
-  const uint64_t s = static_cast<uint64_t>(found);
-  PipelineSlot& h = state_->slots[s];
-  const int64_t index = consume_batch_++;
-  SlotWork& w = work_[s];
-  // Counted as the caller meets them, not as made (the pipeline may be
-  // working ahead, even into the next epoch).
-  errors_.fetch_add(w.bad_items);
-  skipped_.fetch_add(w.skipped);
-  if (!w.error.ok()) {
-    consumer_.Delivered(epoch_, 0, NowNs());  // the caller met the batch, as an error
-    Status err = w.error;
-    w.error = Status::OK();
-    h.state = SlotState::kFree;
-    lock.Unlock();
-    state_->slot_freed.notify_all();
-    return err;
-  }
-  if (h.count == 0 && own_ring_) {
-    // Every item of the batch was skipped: a batch of no samples would make
-    // the caller's loss NaN. Dropped (counted), and the next one is taken.
-    empty_dropped_.fetch_add(1);
-    h.state = SlotState::kFree;
-    lock.Unlock();
-    state_->slot_freed.notify_all();
-    lock.Lock();
-    goto next_batch;
-  }
-  samples_.fetch_add(h.count);
-  delivered_.fetch_add(1);
-  consumer_.Delivered(epoch_, h.count, NowNs());
-  h.state = SlotState::kLeased;
-  h.leases = 1;
-  if (own_ring_ && LeasedSlots() > slot_limit_) {
-    // The caller holds every other slot (list(loader), batches kept for
-    // evaluation): this one leaves as a private copy and its slot is
-    // refilled, so the pipeline goes on. Zero-copy resumes once the caller
-    // lets old batches go.
-    private_copies_.fetch_add(1);
-    *out = std::make_shared<CopiedBatch>(*state_->seg, static_cast<uint32_t>(s), epoch_, index,
-                                         h.count,
-                                         static_cast<size_t>(h.count) * sample_bytes_);
-    h.state = SlotState::kFree;
-    h.leases = 0;
-    spare_open_ = false;
-    lock.Unlock();
-    state_->slot_freed.notify_all();
-    *status = NextStatus::kBatch;
-    return Status::OK();
-  }
-  *out = std::make_shared<LeasedBatch>(state_, s, epoch_, index, h.count);
-  *status = NextStatus::kBatch;
-  return Status::OK();
-}
+// ---- the caller's questions -------------------------------------------------
 
 LoaderStats PipelineLoader::Stats() const {
   LoaderStats st;
-  int reads = 0, threads = 0;
-  int64_t consumer_epoch = 0;
-  {
-    MutexLock lock(&state_->mu);
-    consumer_epoch = started_ ? epoch_ : -1;
-    reads = ReadLimitNow();
-    threads = prep_active_;
-    st.ring_slots = slot_limit_;
-  }
-  st.fetch = fetch_.Snapshot(reads);
+  const Scheduler::Knobs k = scheduler_->knobs();
+  const Scheduler::Counts c = scheduler_->counts();
+  const int reads = fetcher_.async() ? k.read_limit : k.fetch_threads;
+  st.ring_slots = k.slot_limit;
+  st.fetch = fetcher_.counters().Snapshot(reads);
   st.reads_in_flight_target = reads;
-  st.prep = prep_.Snapshot(threads);
-  st.batch = batch_.Snapshot(0);
-  st.batches = delivered_.load();
-  st.samples = samples_.load();
-  st.errors = errors_.load();
-  st.skipped = skipped_.load() + source_->skipped_at_index();
-  st.empty_batches_dropped = empty_dropped_.load();
-  st.private_copies = private_copies_.load();
+  st.prep = preparer_->prep().Snapshot(k.prep_threads);
+  st.batch = preparer_->batch().Snapshot(0);
+  st.batches = c.batches;
+  st.samples = c.samples;
+  st.errors = c.errors;
+  st.skipped = c.skipped + source_->skipped_at_index();
+  st.empty_batches_dropped = c.empty_dropped;
+  st.private_copies = c.private_copies;
   consumer_.Fill(&st);
   st.elapsed_ns = NowNs() - created_ns_;
-  st.ring_bytes = state_->seg->g.data_offset + state_->seg->g.slot_stride * static_cast<uint64_t>(st.ring_slots);
-  if (autotuner_) {
-    const AutotuneLimits& l = autotuner_->limits();
-    st.has_autotune = true;
-    if (l.threads) st.autotune_knobs.push_back("threads");
-    if (l.reads) st.autotune_knobs.push_back("reads_in_flight");
-    if (l.prefetch) st.autotune_knobs.push_back("prefetch");
-    MutexLock lock(&tune_mu_);
-    st.autotune_threads = tuned_now_.threads;
-    st.autotune_reads = tuned_now_.reads;
-    st.autotune_prefetch = tuned_now_.prefetch;
-    st.autotune_decisions = decisions_;
-    st.autotune_changes = changes_;
-  }
+  st.ring_bytes = ring_->seg->g.data_offset +
+                  ring_->seg->g.slot_stride * static_cast<uint64_t>(st.ring_slots);
+  if (tuner_) tuner_->Fill(&st);
   if (std::optional<StorageStats> remote = source_->storage_stats()) {
     st.has_storage = true;
     st.storage = *remote;
     // The I/O thread's CPU is the fetch stage's (requests, bodies).
-    if (async_) st.fetch.busy_cpu_ns += remote->io_cpu_ns - io_cpu_at_start_;
+    st.fetch.busy_cpu_ns += fetcher_.IoCpuNs();
   }
-  if (cache_) {
-    CacheStats cs = cache_->Stats();
-    st.has_cache = true;
-    st.cache_name = spec_.cache_name;
-    st.cache_budget_bytes = cs.budget_bytes;
-    st.cache_used_bytes = cs.used_bytes;
-    st.cache_items = cs.items;
-    for (const CacheStats& t : cache_->TierStats()) {
-      st.cache_tiers.push_back({t.tier, t.budget_bytes, t.used_bytes, t.items, t.hits, t.misses,
-                                t.errors, t.lookups, t.lookup_ns, t.hit_bytes});
-    }
-    st.cache_inserted_bytes = cache_inserted_bytes_.load();
-    MutexLock lock(&cache_mu_);
-    // Epochs the caller has reached: the fetchers read ahead into the next
-    // one, which is not an epoch the caller ran (yet).
-    for (const auto& [epoch, counts] : cache_epochs_) {
-      if (epoch <= consumer_epoch) st.cache_epochs.push_back(counts);
-    }
-  }
+  fetcher_.FillCacheStats(spec_.cache_name, c.consumer_epoch, &st);
   return st;
 }
 
@@ -363,15 +265,6 @@ Status PipelineLoader::EvictPageCache() const {
     if (!st.ok()) return st.WithItem(source_->key(i), "fetch");
   }
   return Status::OK();
-}
-
-void PipelineLoader::CountCache(int64_t epoch, bool hit, bool error, size_t bytes) {
-  MutexLock lock(&cache_mu_);
-  auto& e = cache_epochs_[epoch];
-  e.epoch = epoch;
-  (hit ? e.hits : e.misses) += 1;
-  e.errors += error ? 1 : 0;
-  (hit ? e.hit_bytes : e.miss_bytes) += static_cast<int64_t>(bytes);
 }
 
 uint64_t PipelineSlots(const LoaderSpec& spec) {

@@ -46,10 +46,9 @@ using namespace ring;  // NOLINT: this file is the named ring's producer
 class Producer final : public SharedProducer {
  public:
   Producer(std::shared_ptr<Segment> seg, std::unique_ptr<Loader> pipeline, size_t depth,
-           LoaderSpec spec, ServeOptions options)
+           LoaderSpec spec, ServeOptions options, std::shared_ptr<std::atomic<int64_t>> waited)
       : seg_(std::move(seg)), pipeline_(std::move(pipeline)), depth_(depth), spec_(std::move(spec)),
-        options_(options) {
-    SetConsumerWaitSource(pipeline_.get(), [this] { return consumers_waited_ns_.load(); });
+        options_(options), consumers_waited_ns_(std::move(waited)) {
     watcher_ = std::thread([this] { Watch(); });
   }
 
@@ -115,7 +114,7 @@ class Producer final : public SharedProducer {
       // The pipeline's autotuner sees the consumers' waits: the producer's
       // own wait counts only while a consumer waits on it (else the
       // producer is merely ahead of them).
-      if (SomeoneWaits(seq)) consumers_waited_ns_.fetch_add(NowNs() - t0);
+      if (SomeoneWaits(seq)) consumers_waited_ns_->fetch_add(NowNs() - t0);
       if (ns == NextStatus::kTimeout) continue;
       if (ns == NextStatus::kEndOfEpoch) {
         NOSTALL_RETURN_IF_ERROR(pipeline_->StartEpoch(++epoch));
@@ -231,7 +230,9 @@ class Producer final : public SharedProducer {
   ServeOptions options_;
   std::atomic<bool> stop_watch_{false};
   std::thread watcher_;
-  std::atomic<int64_t> consumers_waited_ns_{0};  // the pipeline's autotuner reads it
+  // The consumers' waits: the pipeline's autotuner judges by them (its own
+  // Next() calls are the producer's, which never waits for a consumer).
+  const std::shared_ptr<std::atomic<int64_t>> consumers_waited_ns_;
 };
 
 }  // namespace
@@ -292,13 +293,15 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   layout.spec_json = resolved.ToJson();
   layout.share_gid = options.share_gid;
   NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<Segment> seg, CreateRing(name, layout));
+  auto waited = std::make_shared<std::atomic<int64_t>>(0);
+  parts.consumer_waited_ns = [waited] { return waited->load(); };
   Result<std::unique_ptr<Loader>> pipeline = StartPipeline(std::move(parts), seg);
   if (!pipeline.ok()) {
     ::shm_unlink(seg->name.c_str());
     return pipeline.status();
   }
   return std::unique_ptr<SharedProducer>(new Producer(
-      std::move(seg), std::move(pipeline).value(), depth, resolved, options));
+      std::move(seg), std::move(pipeline).value(), depth, resolved, options, std::move(waited)));
 }
 
 }  // namespace nostall

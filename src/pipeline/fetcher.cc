@@ -1,0 +1,116 @@
+// The fetcher (fetcher.h): cache tiers, then storage.
+#include "pipeline/fetcher.h"
+
+#include "common/clock.h"
+
+namespace nostall {
+namespace {
+
+int64_t IoCpu(const Source& source) {
+  std::optional<StorageStats> remote = source.storage_stats();
+  return remote ? remote->io_cpu_ns : 0;
+}
+
+}  // namespace
+
+Fetcher::Fetcher(const Source& source, Cache* cache)
+    : source_(source), cache_(cache), async_(source.ReadsAsync()),
+      io_cpu_at_start_(IoCpu(source)) {}
+
+// A batch's first position asks the cache for the batch's items at once.
+void Fetcher::PrefetchFromCache(FetchedItem* fi) {
+  if (fi->prefetch.empty() || cache_ == nullptr) return;
+  cache_->Prefetch(fi->prefetch.data(), fi->prefetch.size());
+  fi->prefetch.clear();
+}
+
+void Fetcher::Fetch(FetchedItem fi, const Done& done) {
+  const int64_t cpu0 = ThreadCpuNs(), wall0 = NowNs();
+  PrefetchFromCache(&fi);
+  // A tier that cannot answer costs a hit, never the item: it is read from storage.
+  Result<bool> hit = cache_ ? cache_->Lookup(fi.item, &fi.bytes) : Result<bool>(false);
+  const bool lookup_failed = !hit.ok();
+  if (hit.ok() && hit.value()) {
+    CountCache(fi.epoch, /*hit=*/true, false, fi.bytes.size());
+    fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
+    HandOn(std::move(fi), wall0, done);
+  } else if (async_) {
+    const int64_t item = fi.item;
+    std::vector<uint8_t> buffer = std::move(fi.bytes);
+    source_.ReadAsync(item, std::move(buffer),
+                      [this, fi = std::move(fi), wall0, lookup_failed, done](
+                          Status st, std::vector<uint8_t> b) mutable {
+                        fi.status = std::move(st);
+                        fi.bytes = std::move(b);
+                        Stored(&fi, lookup_failed);
+                        HandOn(std::move(fi), wall0, done);
+                      });
+    // The I/O thread's CPU is counted as the source reports it (IoCpuNs).
+    fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
+  } else {
+    fi.status = source_.Read(fi.item, &fi.bytes);
+    Stored(&fi, lookup_failed);
+    fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
+    HandOn(std::move(fi), wall0, done);
+  }
+}
+
+// Read from storage: into the cache and counted as a miss; a failed read
+// named by its item. A file that vanished or cannot be read is a bad item,
+// handled by the error policy; running out of descriptors is not the
+// item's fault.
+void Fetcher::Stored(FetchedItem* fi, bool lookup_failed) {
+  if (cache_) {
+    CountCache(fi->epoch, /*hit=*/false, lookup_failed, fi->bytes.size());
+    if (fi->status.ok() && cache_->Insert(fi->item, fi->bytes.data(), fi->bytes.size())) {
+      cache_inserted_bytes_.fetch_add(static_cast<int64_t>(fi->bytes.size()));
+    }
+  }
+  if (fi->status.ok()) return;
+  const StatusCode code = fi->status.code() == StatusCode::kResourceExhausted
+                              ? fi->status.code()
+                              : StatusCode::kDataError;
+  fi->status = Status(code, fi->status.message()).WithItem(source_.key(fi->item), "fetch");
+}
+
+void Fetcher::HandOn(FetchedItem fi, int64_t wall0, const Done& done) {
+  fetch_.work_ns.fetch_add(NowNs() - wall0);
+  fetch_.items.fetch_add(1);
+  fetch_.bytes.fetch_add(static_cast<int64_t>(fi.bytes.size()));
+  done(std::move(fi));
+}
+
+void Fetcher::CountCache(int64_t epoch, bool hit, bool error, size_t bytes) {
+  MutexLock lock(&cache_mu_);
+  auto& e = cache_epochs_[epoch];
+  e.epoch = epoch;
+  (hit ? e.hits : e.misses) += 1;
+  e.errors += error ? 1 : 0;
+  (hit ? e.hit_bytes : e.miss_bytes) += static_cast<int64_t>(bytes);
+}
+
+int64_t Fetcher::IoCpuNs() const { return async_ ? IoCpu(source_) - io_cpu_at_start_ : 0; }
+
+void Fetcher::FillCacheStats(const std::string& name, int64_t consumer_epoch,
+                             LoaderStats* st) const {
+  if (cache_ == nullptr) return;
+  CacheStats cs = cache_->Stats();
+  st->has_cache = true;
+  st->cache_name = name;
+  st->cache_budget_bytes = cs.budget_bytes;
+  st->cache_used_bytes = cs.used_bytes;
+  st->cache_items = cs.items;
+  for (const CacheStats& t : cache_->TierStats()) {
+    st->cache_tiers.push_back({t.tier, t.budget_bytes, t.used_bytes, t.items, t.hits, t.misses,
+                               t.errors, t.lookups, t.lookup_ns, t.hit_bytes});
+  }
+  st->cache_inserted_bytes = cache_inserted_bytes_.load();
+  MutexLock lock(&cache_mu_);
+  // Epochs the caller has reached: the fetchers read ahead into the next
+  // one, which is not an epoch the caller ran (yet).
+  for (const auto& [epoch, counts] : cache_epochs_) {
+    if (epoch <= consumer_epoch) st->cache_epochs.push_back(counts);
+  }
+}
+
+}  // namespace nostall

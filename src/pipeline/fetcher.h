@@ -1,0 +1,59 @@
+// The fetcher: an item's encoded bytes, from the cache's tiers when they
+// have it, else from storage (then into the cache). One code path for both
+// ways of reading: a local source is read on the calling fetch thread, a
+// remote one (Source::ReadsAsync) is started here and completes on the
+// source's I/O thread. Either way `done` gets the item, its bytes or its
+// error named by the item. Counts the fetch stage and the cache per epoch.
+#ifndef NOSTALL_PIPELINE_FETCHER_H_
+#define NOSTALL_PIPELINE_FETCHER_H_
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "common/mutex.h"
+#include "nostall/cache.h"
+#include "nostall/source.h"
+#include "pipeline/work.h"
+
+namespace nostall {
+
+class Fetcher {
+ public:
+  using Done = std::function<void(FetchedItem)>;
+  Fetcher(const Source& source, Cache* cache);
+
+  bool async() const { return async_; }
+  bool has_cache() const { return cache_ != nullptr; }
+
+  // Fetches `fi` and hands it to `done` (at once for a local source or a
+  // cache hit; on the I/O thread for a remote read).
+  void Fetch(FetchedItem fi, const Done& done);
+
+  const StageCounters& counters() const { return fetch_; }
+  StageCounters* mutable_counters() { return &fetch_; }
+  // The source's I/O thread's CPU since this fetcher began (remote sources).
+  int64_t IoCpuNs() const;
+  // The cache's fields of `st`, its epochs up to `consumer_epoch`.
+  void FillCacheStats(const std::string& name, int64_t consumer_epoch, LoaderStats* st) const
+      EXCLUDES(cache_mu_);
+
+ private:
+  void PrefetchFromCache(FetchedItem* fi);
+  void Stored(FetchedItem* fi, bool lookup_failed);
+  void HandOn(FetchedItem fi, int64_t wall0, const Done& done);
+  void CountCache(int64_t epoch, bool hit, bool error, size_t bytes) EXCLUDES(cache_mu_);
+
+  const Source& source_;
+  Cache* const cache_;  // may be null
+  const bool async_;
+  const int64_t io_cpu_at_start_;
+  StageCounters fetch_;
+  mutable Mutex cache_mu_;
+  std::map<int64_t, LoaderStats::CacheEpoch> cache_epochs_ GUARDED_BY(cache_mu_);
+  std::atomic<int64_t> cache_inserted_bytes_{0};
+};
+
+}  // namespace nostall
+
+#endif  // NOSTALL_PIPELINE_FETCHER_H_

@@ -1,0 +1,558 @@
+// The scheduler (scheduler.h): positions, slots and generations, handed
+// over between the caller, the fetch threads and the prep threads.
+#include "pipeline/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/clock.h"
+
+namespace nostall {
+namespace {
+
+// A batch handed out in its slot: the slot is freed when the last copy of
+// the shared_ptr goes (RingState::Release), whichever thread drops it.
+class LeasedBatch final : public Batch {
+ public:
+  LeasedBatch(std::shared_ptr<RingState> ring, uint64_t slot, int64_t epoch, int64_t index,
+              int64_t size)
+      : ring_(std::move(ring)), slot_(slot), epoch_(epoch), index_(index), size_(size) {}
+  ~LeasedBatch() override { ring_->Release(slot_); }
+  int64_t epoch() const override { return epoch_; }
+  int64_t index() const override { return index_; }
+  int64_t size() const override { return size_; }
+  const void* images() const override { return ring_->seg->images(slot_); }
+  const int64_t* labels() const override { return ring_->seg->labels(slot_); }
+  const int64_t* indices() const override { return ring_->seg->indices(slot_); }
+
+ private:
+  std::shared_ptr<RingState> ring_;
+  uint64_t slot_;
+  int64_t epoch_, index_, size_;
+};
+
+// A batch copied out of its slot (the slot is free again at once): what the
+// caller gets when it holds every other slot, so the pipeline never stops.
+class CopiedBatch final : public Batch {
+ public:
+  CopiedBatch(const ring::Segment& seg, uint32_t slot, int64_t epoch, int64_t index, int64_t size,
+              size_t image_bytes)
+      : epoch_(epoch),
+        index_(index),
+        images_(static_cast<const uint8_t*>(seg.images(slot)),
+                static_cast<const uint8_t*>(seg.images(slot)) + image_bytes),
+        labels_(seg.labels(slot), seg.labels(slot) + size),
+        indices_(seg.indices(slot), seg.indices(slot) + size) {}
+  int64_t epoch() const override { return epoch_; }
+  int64_t index() const override { return index_; }
+  int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
+  const void* images() const override { return images_.data(); }
+  const int64_t* labels() const override { return labels_.data(); }
+  const int64_t* indices() const override { return indices_.data(); }
+  bool copied() const override { return true; }
+
+ private:
+  int64_t epoch_, index_;
+  std::vector<uint8_t> images_;
+  std::vector<int64_t> labels_, indices_;
+};
+
+}  // namespace
+
+Scheduler::Scheduler(const Sampler& sampler, std::shared_ptr<RingState> ring,
+                     ConsumerRecorder* consumer, const Options& options)
+    : sampler_(sampler), ring_(std::move(ring)), consumer_(consumer), opt_(options) {
+  MutexLock lock(&ring_->mu);
+  work_.resize(ring_->slots.size());
+  for (auto& w : work_) w.bad.assign(static_cast<size_t>(opt_.batch_size), 0);
+  prep_active_ = opt_.prep_threads;
+  prep_threads_.store(opt_.prep_threads);
+  fetch_active_ = opt_.fetch_threads;
+  slot_limit_ = opt_.slot_limit;
+  read_limit_.store(opt_.read_limit);
+}
+
+// ---- the slots --------------------------------------------------------------
+
+// A free slot a new batch may take (the slots in use are below the limit), or -1.
+int64_t Scheduler::SlotToClaim() const {
+  int64_t in_use = 0;
+  for (const PipelineSlot& h : ring_->slots) in_use += h.state != SlotState::kFree;
+  return in_use < slot_limit_ + (spare_open_ ? 1 : 0) ? FindSlot(SlotState::kFree, -1) : -1;
+}
+
+// A slot in `state` (holding `batch` of this epoch, if batch >= 0), or -1.
+int64_t Scheduler::FindSlot(SlotState state, int64_t batch) const {
+  for (uint64_t i = 0; i < ring_->slots.size(); ++i) {
+    const PipelineSlot& h = ring_->slots[i];
+    if (h.state != state) continue;
+    if (batch < 0 || (h.batch_index == batch && h.epoch == epoch_)) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+int64_t Scheduler::LeasedSlots() const {
+  int64_t leased = 0;
+  for (const PipelineSlot& h : ring_->slots) leased += h.state == SlotState::kLeased;
+  return leased;
+}
+
+// Fetched items wait for a prep thread in the prep queue. Its bound counts
+// the reads in flight too (memory stays bounded), but it leaves room for
+// every read: bounded by the queue alone, items waiting for prep would take
+// the places of reads and fewer than reads_in_flight reads would run
+// whenever prep is busy (on slow storage, a loss of throughput).
+bool Scheduler::RoomToFetch() const {
+  const size_t limit = static_cast<size_t>(ReadLimitNow());
+  if (!opt_.async) return prep_queue_.size() + fetching_ < limit + PrepQueueRoom();
+  return static_cast<size_t>(fetching_) < limit &&
+         prep_queue_.size() + fetching_ < limit + PrepQueueRoom();
+}
+
+// ---- the consumer's side ----------------------------------------------------
+
+Status Scheduler::StartEpoch(int64_t epoch, int64_t first_batch) {
+  if (epoch < 0) return InvalidArgument("epoch must be >= 0");
+  const int64_t nb = sampler_.BatchesPerEpoch();
+  if (first_batch < 0 || first_batch > nb) {
+    return InvalidArgument("batch " + std::to_string(first_batch) + " is outside the epoch's " +
+                           std::to_string(nb) + " batches");
+  }
+  MutexLock lock(&ring_->mu);
+  if (first_batch == 0 && RunOnInto(lock.native(), epoch, nb)) {
+    consumer_->EpochStarted();
+    lock.Unlock();
+    ring_->slot_freed.notify_all();
+    return Status::OK();
+  }
+  lock.Unlock();
+  std::vector<int64_t> order = sampler_.EpochOrder(epoch);  // outside the lock
+  lock.Lock();
+  Restart(lock.native(), epoch, first_batch, nb, std::move(order));
+  consumer_->EpochStarted();
+  lock.Unlock();
+  work_cv_.notify_all();
+  ring_->slot_freed.notify_all();
+  return Status::OK();
+}
+
+// The fetchers ran on into `epoch` when the last one ran out: keep that
+// work. Batches of other epochs still being made finish first, then every
+// slot not holding this epoch (or leased) is freed. False: they did not.
+bool Scheduler::RunOnInto(std::unique_lock<std::mutex>& native, int64_t epoch, int64_t batches) {
+  if (!started_ || fetch_epoch_ != epoch || epoch_ == epoch) return false;
+  auto other_epoch_filling = [&]() REQUIRES(ring_->mu) {
+    for (const PipelineSlot& h : ring_->slots) {
+      if (h.state == SlotState::kFilling && h.epoch != epoch) return true;
+    }
+    return false;
+  };
+  while (!cancelled_ && other_epoch_filling()) ready_cv_.wait(native);
+  for (PipelineSlot& h : ring_->slots) {
+    if (h.state == SlotState::kReady && h.epoch != epoch) h.state = SlotState::kFree;
+  }
+  epoch_ = epoch;
+  consume_batch_ = 0;
+  num_batches_ = batches;
+  return true;
+}
+
+// A new generation from `first_batch` of `epoch`. Work of the old epoch
+// already running must finish before its slots are handed to the new one;
+// it takes one decode at most. Meanwhile no fetcher may start a batch: it
+// would carry the new generation with the old epoch's position, and its
+// samples would land in a slot of the new epoch.
+void Scheduler::Restart(std::unique_lock<std::mutex>& native, int64_t epoch, int64_t first_batch,
+                        int64_t batches, std::vector<int64_t> order) {
+  ++generation_;
+  restarting_ = true;
+  while (active_preps_ != 0) idle_cv_.wait(native);
+  for (auto& item : prep_queue_) free_buffers_.push_back(std::move(item.bytes));
+  prep_queue_.clear();
+  for (PipelineSlot& h : ring_->slots) {
+    if (h.state != SlotState::kLeased) h.state = SlotState::kFree;
+  }
+  epoch_ = epoch;
+  fetch_epoch_ = epoch;
+  order_ = std::move(order);
+  cursor_ = first_batch * opt_.batch_size;
+  fill_slot_ = -1;
+  consume_batch_ = first_batch;
+  num_batches_ = batches;
+  started_ = true;
+  restarting_ = false;
+}
+
+Status Scheduler::Next(int64_t timeout_ms, NextStatus* status, std::shared_ptr<Batch>* out) {
+  int64_t t0 = NowNs();
+  MutexLock lock(&ring_->mu);
+  if (!started_) return FailedPrecondition("StartEpoch was not called");
+  consumer_->CallStarted(epoch_, t0);
+  while (true) {
+    Status error;
+    const int64_t found = WaitReady(lock.native(), timeout_ms, t0, status, &error);
+    if (found < 0) return error;
+    bool again = false;
+    Status st = HandOut(static_cast<uint64_t>(found), status, out, &again);
+    if (!again) return st;
+    t0 = NowNs();
+  }
+}
+
+// Waits for the next batch of this epoch to be ready: its slot, or -1 with
+// *status (end of epoch, timeout) or *error set.
+int64_t Scheduler::WaitReady(std::unique_lock<std::mutex>& native, int64_t timeout_ms, int64_t t0,
+                             NextStatus* status, Status* error) {
+  if (consume_batch_ >= num_batches_) {
+    *status = NextStatus::kEndOfEpoch;
+    return -1;
+  }
+  int64_t found = -1;
+  bool starved_by_caller = false;
+  auto ready = [&]() REQUIRES(ring_->mu) {
+    found = FindSlot(SlotState::kReady, consume_batch_);
+    // Every slot leased to the caller: no batch can be made until it lets
+    // one go, so waiting would be forever. Its own ring has a spare slot
+    // for that: the next batch is made there and leaves as a copy.
+    starved_by_caller = found < 0 && AllSlotsLeased();
+    if (starved_by_caller && opt_.own_ring && !spare_open_) {
+      spare_open_ = true;
+      starved_by_caller = false;
+      work_cv_.notify_all();
+      ring_->slot_freed.notify_all();
+    }
+    return cancelled_ || found >= 0 || starved_by_caller;
+  };
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
+  bool ok = true;
+  while (!ready()) {
+    if (timeout_ms < 0) {
+      ready_cv_.wait(native);
+    } else if (ready_cv_.wait_until(native, deadline) == std::cv_status::timeout) {
+      ok = ready();
+      break;
+    }
+  }
+  consumer_->Waited(epoch_, NowNs() - t0);
+  if (!ok) {
+    consumer_->TimedOut();
+    *status = NextStatus::kTimeout;
+    return -1;
+  }
+  if (cancelled_) {
+    *error = Cancelled("loader shut down");
+    return -1;
+  }
+  if (starved_by_caller) {
+    // A loader's own ring opens its spare slot instead (above); a shared
+    // producer's ring, which has none, gets here.
+    *error = FailedPrecondition(
+        "all " + std::to_string(ring_->slots.size()) +
+        " batch slots are held by batches still referenced, so no new batch can be made; "
+        "drop references to old batches, or keep copies (copy=True), or raise prefetch");
+    return -1;
+  }
+  return found;
+}
+
+// Hands out the ready batch in `s`: as a lease on its slot, or a copy when
+// the caller holds every other slot. *again: it was empty and dropped.
+Status Scheduler::HandOut(uint64_t s, NextStatus* status, std::shared_ptr<Batch>* out,
+                          bool* again) {
+  PipelineSlot& h = ring_->slots[s];
+  const int64_t index = consume_batch_++;
+  SlotWork& w = work_[s];
+  // Counted as the caller meets them, not as made (the pipeline may be
+  // working ahead, even into the next epoch).
+  errors_.fetch_add(w.bad_items);
+  skipped_.fetch_add(w.skipped);
+  if (!w.error.ok()) {
+    consumer_->Delivered(epoch_, 0, NowNs());  // the caller met the batch, as an error
+    Status err = w.error;
+    w.error = Status::OK();
+    Free(h);
+    return err;
+  }
+  if (h.count == 0 && opt_.own_ring) {
+    // Every item of the batch was skipped: a batch of no samples would make
+    // the caller's loss NaN. Dropped (counted), and the next one is taken.
+    empty_dropped_.fetch_add(1);
+    Free(h);
+    *again = true;
+    return Status::OK();
+  }
+  samples_.fetch_add(h.count);
+  delivered_.fetch_add(1);
+  consumer_->Delivered(epoch_, h.count, NowNs());
+  *status = NextStatus::kBatch;
+  h.state = SlotState::kLeased;
+  h.leases = 1;
+  if (opt_.own_ring && LeasedSlots() > slot_limit_) {
+    // The caller holds every other slot (list(loader), batches kept for
+    // evaluation): this one leaves as a private copy and its slot is
+    // refilled, so the pipeline goes on. Zero-copy resumes once the caller
+    // lets old batches go.
+    private_copies_.fetch_add(1);
+    *out = std::make_shared<CopiedBatch>(*ring_->seg, static_cast<uint32_t>(s), epoch_, index,
+                                         h.count, static_cast<size_t>(h.count) * opt_.sample_bytes);
+    h.leases = 0;
+    spare_open_ = false;
+    Free(h);
+    return Status::OK();
+  }
+  *out = std::make_shared<LeasedBatch>(ring_, s, epoch_, index, h.count);
+  return Status::OK();
+}
+
+void Scheduler::Free(PipelineSlot& h) {
+  h.state = SlotState::kFree;
+  ring_->slot_freed.notify_all();
+}
+
+// ---- the fetchers -----------------------------------------------------------
+
+// Waits until a sample position can be fetched (an epoch started, a slot
+// for its batch, room in the prep queue), or until this epoch is all
+// dispatched (then `*current` is the epoch to run on from), or shutdown.
+// Time spent waiting goes into the fetch stage's starved or blocked time.
+Scheduler::Position Scheduler::WaitForPosition(std::unique_lock<std::mutex>& native,
+                                               int64_t* current, StageCounters* fetch) {
+  const int64_t t0 = NowNs();
+  // Starved: no sample left to fetch. Blocked: the next batch's slot is
+  // still in use, or the prep queue is full.
+  bool blocked = false;
+  Position result = Position::kCancelled;
+  while (!cancelled_) {
+    if (restarting_ || !started_ || (cursor_ >= SamplesThisEpoch() && fetch_epoch_ != epoch_)) {
+      blocked = false;  // nothing to fetch until the caller starts an epoch
+    } else if (cursor_ >= SamplesThisEpoch()) {
+      *current = epoch_;
+      result = Position::kNextEpoch;
+      break;
+    } else {
+      // A new batch needs a free slot; any will do, so a batch the
+      // caller still holds never blocks the ones after it.
+      const bool have_slot = cursor_ % opt_.batch_size != 0 && fill_slot_ >= 0;
+      if ((have_slot || SlotToClaim() >= 0) && RoomToFetch()) {
+        result = Position::kReady;
+        break;
+      }
+      blocked = true;
+    }
+    if (blocked) {
+      ring_->slot_freed.wait(native);
+    } else {
+      work_cv_.wait(native);
+    }
+  }
+  (blocked ? fetch->blocked_ns : fetch->starved_ns).fetch_add(NowNs() - t0);
+  return result;
+}
+
+// This epoch is all dispatched: run on into the next one (its order `next`
+// made without the lock), so its first batches are ready when the caller
+// asks (no bubble between epochs). StartEpoch keeps this work if it asks for
+// that epoch; if it started another meanwhile, `next` is dropped.
+void Scheduler::RunOn(int64_t current, std::vector<int64_t> next) {
+  if (epoch_ == current && fetch_epoch_ == current && cursor_ >= SamplesThisEpoch() &&
+      !cancelled_) {
+    fetch_epoch_ = current + 1;
+    order_ = std::move(next);
+    cursor_ = 0;
+    fill_slot_ = -1;
+  }
+}
+
+// Takes the next position: its batch claims a free slot when it starts.
+FetchedItem Scheduler::ClaimPosition(bool prefetch) {
+  const int64_t bs = opt_.batch_size;
+  const int64_t pos_in_epoch = cursor_++;
+  const int64_t b = pos_in_epoch / bs;
+  if (pos_in_epoch % bs == 0 || fill_slot_ < 0) {
+    const uint64_t s = static_cast<uint64_t>(SlotToClaim());
+    PipelineSlot& h = ring_->slots[s];
+    h.epoch = fetch_epoch_;
+    h.batch_index = b;
+    h.count = BatchCount(b);
+    h.state = SlotState::kFilling;
+    SlotWork& w = work_[s];
+    w.remaining = h.count;
+    w.error = Status::OK();
+    w.error_pos = -1;
+    w.bad_items = 0;
+    w.skipped = 0;
+    std::fill(w.bad.begin(), w.bad.end(), 0);
+    fill_slot_ = static_cast<int64_t>(s);
+  }
+  FetchedItem fi;
+  fi.generation = generation_;
+  fi.epoch = fetch_epoch_;
+  fi.batch = b;
+  fi.slot = static_cast<uint64_t>(fill_slot_);
+  fi.pos = pos_in_epoch % bs;
+  fi.item = order_[static_cast<size_t>(pos_in_epoch)];
+  if (!free_buffers_.empty()) {
+    fi.bytes = std::move(free_buffers_.back());
+    free_buffers_.pop_back();
+  }
+  if (prefetch && pos_in_epoch % bs == 0) {
+    // (A loop, not a lambda: the lock analysis does not follow into one.)
+    for (int64_t batch = b == 0 ? 0 : b + 1; batch <= b + 1; ++batch) {
+      const int64_t first = batch * bs;
+      const int64_t last = std::min(SamplesThisEpoch(), first + bs);
+      for (int64_t p = first; p < last; ++p) fi.prefetch.push_back(order_[static_cast<size_t>(p)]);
+    }
+  }
+  return fi;
+}
+
+bool Scheduler::NextFetch(int index, bool prefetch, FetchedItem* fi, StageCounters* fetch) {
+  MutexLock lock(&ring_->mu);
+  // Beyond the fetch threads asked for now: parked until the tuner asks for more.
+  while (!cancelled_ && index >= 0 && index >= fetch_active_) park_cv_.wait(lock.native());
+  while (true) {
+    int64_t current = 0;
+    const Position p = WaitForPosition(lock.native(), &current, fetch);
+    if (p == Position::kCancelled) return false;
+    if (p == Position::kReady) break;
+    lock.Unlock();
+    std::vector<int64_t> next = sampler_.EpochOrder(current + 1);
+    lock.Lock();
+    RunOn(current, std::move(next));
+  }
+  *fi = ClaimPosition(prefetch);
+  fetch->InFlight(++fetching_);
+  return true;
+}
+
+void Scheduler::Fetched(FetchedItem fi) {
+  MutexLock lock(&ring_->mu);
+  --fetching_;
+  prep_queue_.push_back(std::move(fi));
+  prep_cv_.notify_one();
+  if (opt_.async) {
+    ring_->slot_freed.notify_all();  // room for the dispatcher
+    if (fetching_ == 0) reads_done_cv_.notify_all();
+  }
+}
+
+// ---- the preparers ----------------------------------------------------------
+
+bool Scheduler::NextPrep(int index, FetchedItem* fi, StageCounters* prep) {
+  MutexLock lock(&ring_->mu);
+  while (true) {
+    // Beyond the threads asked for now: parked, not starved.
+    while (!cancelled_ && index >= prep_active_) park_cv_.wait(lock.native());
+    const int64_t t0 = NowNs();
+    while (!cancelled_ && index < prep_active_ && prep_queue_.empty()) {
+      prep_cv_.wait(lock.native());
+    }
+    prep->starved_ns.fetch_add(NowNs() - t0);
+    if (cancelled_) return false;
+    if (index >= prep_active_) continue;
+    *fi = std::move(prep_queue_.front());
+    prep_queue_.pop_front();
+    // Room in the prep queue for one more read: one waiter is woken. Every
+    // fetcher waits for the same thing (the next position, its slot, room),
+    // so any of them can take it; waking them all cost a wake-up per waiting
+    // fetcher per item (with 64 fetch threads, a quarter of the throughput
+    // on two cores).
+    ring_->slot_freed.notify_one();
+    if (fi->generation != generation_) {
+      free_buffers_.push_back(std::move(fi->bytes));
+      continue;
+    }
+    ++active_preps_;
+    return true;
+  }
+}
+
+std::optional<Scheduler::Finished> Scheduler::Prepared(FetchedItem* fi, const Status& result) {
+  MutexLock lock(&ring_->mu);
+  free_buffers_.push_back(std::move(fi->bytes));
+  SlotWork& w = work_[fi->slot];
+  if (!result.ok()) {
+    ++w.bad_items;
+    if (opt_.on_error_skip) {
+      w.bad[static_cast<size_t>(fi->pos)] = 1;
+    } else if (w.error_pos < 0 || fi->pos < w.error_pos) {
+      w.error = result;
+      w.error_pos = fi->pos;
+    }
+  }
+  if (--w.remaining == 0) {
+    // The slot is this thread's alone until published: StartEpoch waits
+    // for it (active_preps_ stays counted).
+    return Finished{fi->slot, ring_->slots[fi->slot].count, &w.bad};
+  }
+  if (--active_preps_ == 0) idle_cv_.notify_all();
+  return std::nullopt;
+}
+
+void Scheduler::Publish(const FetchedItem& fi, const Finished& f, int64_t kept) {
+  MutexLock lock(&ring_->mu);
+  ring_->slots[f.slot].count = kept;
+  work_[f.slot].skipped = f.count - kept;
+  if (--active_preps_ == 0) idle_cv_.notify_all();
+  if (fi.generation == generation_) {
+    ring_->slots[f.slot].state = SlotState::kReady;
+    ready_cv_.notify_all();
+  }
+}
+
+// ---- knobs, shutdown, counts ------------------------------------------------
+
+Scheduler::Knobs Scheduler::knobs() const {
+  MutexLock lock(&ring_->mu);
+  return {prep_active_, fetch_active_, read_limit(), slot_limit_};
+}
+
+void Scheduler::SetKnobs(const Knobs& k) {
+  {
+    MutexLock lock(&ring_->mu);
+    prep_active_ = k.prep_threads;
+    fetch_active_ = k.fetch_threads;
+    slot_limit_ = k.slot_limit;
+    prep_threads_.store(k.prep_threads, std::memory_order_relaxed);
+  }
+  SetReadLimit(k.read_limit);
+  park_cv_.notify_all();
+  prep_cv_.notify_all();
+  work_cv_.notify_all();
+  ring_->slot_freed.notify_all();
+}
+
+void Scheduler::Cancel() {
+  {
+    MutexLock lock(&ring_->mu);
+    cancelled_ = true;
+  }
+  ring_->slot_freed.notify_all();
+  work_cv_.notify_all();
+  prep_cv_.notify_all();
+  park_cv_.notify_all();
+  ready_cv_.notify_all();
+}
+
+void Scheduler::WaitForReads() {
+  MutexLock lock(&ring_->mu);
+  while (fetching_ != 0) reads_done_cv_.wait(lock.native());
+}
+
+Scheduler::Counts Scheduler::counts() const {
+  Counts c;
+  {
+    MutexLock lock(&ring_->mu);
+    c.consumer_epoch = started_ ? epoch_ : -1;
+  }
+  c.batches = delivered_.load();
+  c.samples = samples_.load();
+  c.errors = errors_.load();
+  c.skipped = skipped_.load();
+  c.empty_dropped = empty_dropped_.load();
+  c.private_copies = private_copies_.load();
+  return c;
+}
+
+}  // namespace nostall

@@ -1,0 +1,188 @@
+// The scheduler: which sample is fetched next, into which slot, and which
+// batch the caller gets next. It owns the pipeline's scheduling state (the
+// epoch order and its cursor, the slots, generations, the prep queue, how
+// many workers are at work) and hands work over between threads; it never
+// reads, decodes or sleeps on I/O.
+//
+// One mutex (RingState::mu, shared with the batches' leases) guards it all;
+// it is held only to hand work over. Work flows in sample order: a fetch
+// thread takes the next position (NextFetch) once its batch has a slot and
+// the prep queue has room; the fetched item joins the prep queue (Fetched);
+// a prep thread takes it (NextPrep) and reports it prepared (Prepared); the
+// thread that prepares a batch's last sample finishes and publishes it
+// (Publish). Every wait is timed into a stage's counters.
+//
+// Generations: StartEpoch at another epoch or batch starts a new one; work
+// of an older generation still in the queue is dropped, and work already
+// running finishes before the slots are reused.
+//
+// Running on: when an epoch is all dispatched the fetchers run on into the
+// next one, so its first batches are ready when the caller asks for them;
+// StartEpoch keeps that work if it asks for that epoch.
+//
+// Workers beyond the counts asked for now (Knobs: the autotuner moves them)
+// park, counted neither starved nor busy.
+#ifndef NOSTALL_PIPELINE_SCHEDULER_H_
+#define NOSTALL_PIPELINE_SCHEDULER_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "nostall/loader.h"
+#include "pipeline/work.h"
+#include "stats/consumer_recorder.h"
+
+namespace nostall {
+
+class Scheduler {
+ public:
+  struct Options {
+    int64_t batch_size = 1;
+    size_t sample_bytes = 0;
+    bool own_ring = true;    // a private ring: may drop empty batches, copy out, open a spare
+    bool async = false;      // one dispatcher and reads in flight, not fetch threads
+    int64_t slot_limit = 0;  // slots batches may take
+    int prep_threads = 1;
+    int fetch_threads = 0;   // local sources: fetch threads at work
+    int read_limit = 0;      // async: reads in flight allowed
+    bool on_error_skip = false;  // a bad item is skipped (else the batch raises)
+  };
+  // The knobs the autotuner turns, as they are now.
+  struct Knobs {
+    int prep_threads = 0, fetch_threads = 0, read_limit = 0;
+    int64_t slot_limit = 0;
+  };
+
+  Scheduler(const Sampler& sampler, std::shared_ptr<RingState> ring, ConsumerRecorder* consumer,
+            const Options& options);
+
+  // The consumer's side.
+  Status StartEpoch(int64_t epoch, int64_t first_batch) EXCLUDES(ring_->mu);
+  Status Next(int64_t timeout_ms, NextStatus* status, std::shared_ptr<Batch>* out)
+      EXCLUDES(ring_->mu);
+
+  // Fetch workers. NextFetch waits for the next position (parked while
+  // `index` is beyond the fetch threads asked for; -1: the dispatcher) and
+  // claims it as a fetch in flight; false at shutdown. `prefetch`: list the
+  // items the cache is asked for at a batch's first position.
+  bool NextFetch(int index, bool prefetch, FetchedItem* fi, StageCounters* fetch)
+      EXCLUDES(ring_->mu);
+  // A fetch is done (its bytes or its error): into the prep queue.
+  void Fetched(FetchedItem fi) EXCLUDES(ring_->mu);
+
+  // Prep workers. NextPrep waits for an item of this generation (parked
+  // while `index` is beyond the prep threads asked for); false at shutdown.
+  bool NextPrep(int index, FetchedItem* fi, StageCounters* prep) EXCLUDES(ring_->mu);
+  // `fi` was prepared with `result`; its buffer is kept for a later fetch.
+  // When it was its batch's last sample, the batch is the caller's alone
+  // until Publish: its slot, count and skipped positions.
+  struct Finished {
+    uint64_t slot;
+    int64_t count;
+    const std::vector<uint8_t>* bad;  // per position: 1 = skipped
+  };
+  std::optional<Finished> Prepared(FetchedItem* fi, const Status& result) EXCLUDES(ring_->mu);
+  // The batch is complete with `kept` samples: ready for the caller.
+  void Publish(const FetchedItem& fi, const Finished& f, int64_t kept) EXCLUDES(ring_->mu);
+
+  // The knobs (the autotuner's).
+  Knobs knobs() const EXCLUDES(ring_->mu);
+  void SetKnobs(const Knobs& k) EXCLUDES(ring_->mu);
+  int read_limit() const { return read_limit_.load(std::memory_order_relaxed); }
+  int prep_threads() const { return prep_threads_.load(std::memory_order_relaxed); }
+  void SetReadLimit(int reads) { read_limit_.store(reads, std::memory_order_relaxed); }
+
+  // Wakes every waiter for good; the workers return false.
+  void Cancel() EXCLUDES(ring_->mu);
+  // Async: waits until no read is in flight (after the source cancelled them).
+  void WaitForReads() EXCLUDES(ring_->mu);
+
+  // The counts the caller has met, and where it is.
+  struct Counts {
+    int64_t batches = 0, samples = 0, errors = 0, skipped = 0, empty_dropped = 0,
+            private_copies = 0;
+    int64_t consumer_epoch = -1;  // -1: no epoch started
+  };
+  Counts counts() const EXCLUDES(ring_->mu);
+
+ private:
+  enum class Position { kReady, kNextEpoch, kCancelled };
+  int64_t SamplesThisEpoch() const REQUIRES(ring_->mu) {
+    return static_cast<int64_t>(order_.size());
+  }
+  int64_t BatchCount(int64_t b) const REQUIRES(ring_->mu) {
+    return std::min<int64_t>(opt_.batch_size, SamplesThisEpoch() - b * opt_.batch_size);
+  }
+  int64_t SlotToClaim() const REQUIRES(ring_->mu);
+  int64_t FindSlot(SlotState state, int64_t batch) const REQUIRES(ring_->mu);
+  int64_t LeasedSlots() const REQUIRES(ring_->mu);
+  bool AllSlotsLeased() const REQUIRES(ring_->mu) { return LeasedSlots() >= slot_limit_; }
+  int ReadLimitNow() const REQUIRES(ring_->mu) { return opt_.async ? read_limit() : fetch_active_; }
+  size_t PrepQueueRoom() const REQUIRES(ring_->mu) {
+    return static_cast<size_t>(std::max(8, 2 * prep_active_));
+  }
+  bool RoomToFetch() const REQUIRES(ring_->mu);
+
+  bool RunOnInto(std::unique_lock<std::mutex>& native, int64_t epoch, int64_t batches)
+      REQUIRES(ring_->mu);
+  void Restart(std::unique_lock<std::mutex>& native, int64_t epoch, int64_t first_batch,
+               int64_t batches, std::vector<int64_t> order) REQUIRES(ring_->mu);
+  Position WaitForPosition(std::unique_lock<std::mutex>& native, int64_t* current,
+                           StageCounters* fetch) REQUIRES(ring_->mu);
+  void RunOn(int64_t current, std::vector<int64_t> next) REQUIRES(ring_->mu);
+  FetchedItem ClaimPosition(bool prefetch) REQUIRES(ring_->mu);
+  // Next: waits for the next batch; -1 (with *status set) when none is handed out.
+  int64_t WaitReady(std::unique_lock<std::mutex>& native, int64_t timeout_ms, int64_t t0,
+                    NextStatus* status, Status* error) REQUIRES(ring_->mu);
+  Status HandOut(uint64_t slot, NextStatus* status, std::shared_ptr<Batch>* out, bool* again)
+      REQUIRES(ring_->mu);
+  void Free(PipelineSlot& h) REQUIRES(ring_->mu);
+
+  const Sampler& sampler_;
+  const std::shared_ptr<RingState> ring_;
+  ConsumerRecorder* const consumer_;
+  const Options opt_;
+
+  std::condition_variable work_cv_;   // an epoch began (fetchers wait for positions)
+  std::condition_variable prep_cv_;   // the prep queue gained an item
+  std::condition_variable ready_cv_;  // a batch became ready
+  std::condition_variable idle_cv_;   // no prep work is running
+  std::condition_variable park_cv_;   // workers beyond the counts asked for wait here
+  std::condition_variable reads_done_cv_;  // async: fetching_ fell to 0
+
+  bool cancelled_ GUARDED_BY(ring_->mu) = false;
+  bool started_ GUARDED_BY(ring_->mu) = false;
+  bool restarting_ GUARDED_BY(ring_->mu) = false;  // StartEpoch waits for old work
+  uint64_t generation_ GUARDED_BY(ring_->mu) = 0;
+  int64_t epoch_ GUARDED_BY(ring_->mu) = 0;          // the epoch Next() hands out
+  int64_t fetch_epoch_ GUARDED_BY(ring_->mu) = 0;    // the epoch `order_` and `cursor_` belong to
+  std::vector<int64_t> order_ GUARDED_BY(ring_->mu);
+  int64_t cursor_ GUARDED_BY(ring_->mu) = 0;         // next position in the epoch order to fetch
+  int64_t fill_slot_ GUARDED_BY(ring_->mu) = -1;     // the slot of the batch `cursor_` is in
+  int64_t consume_batch_ GUARDED_BY(ring_->mu) = 0;  // next batch Next() hands out
+  int64_t num_batches_ GUARDED_BY(ring_->mu) = 0;
+  std::vector<SlotWork> work_ GUARDED_BY(ring_->mu);
+  std::deque<FetchedItem> prep_queue_ GUARDED_BY(ring_->mu);
+  std::vector<std::vector<uint8_t>> free_buffers_ GUARDED_BY(ring_->mu);
+  int fetching_ GUARDED_BY(ring_->mu) = 0;
+  int active_preps_ GUARDED_BY(ring_->mu) = 0;
+  int prep_active_ GUARDED_BY(ring_->mu) = 0;    // prep threads at work (the rest park)
+  int fetch_active_ GUARDED_BY(ring_->mu) = 0;   // local sources: fetch threads at work
+  std::atomic<int> read_limit_{0};               // async: reads in flight allowed now
+  std::atomic<int> prep_threads_{0};             // prep_active_, read without the lock
+  int64_t slot_limit_ GUARDED_BY(ring_->mu) = 0;  // slots batches may take (prefetch + 2)
+  // The caller holds slot_limit_ slots: one batch may take the spare slot
+  // (its own ring has one), and leaves as a copy.
+  bool spare_open_ GUARDED_BY(ring_->mu) = false;
+
+  std::atomic<int64_t> samples_{0}, delivered_{0}, errors_{0}, skipped_{0};
+  std::atomic<int64_t> empty_dropped_{0}, private_copies_{0};
+};
+
+}  // namespace nostall
+
+#endif  // NOSTALL_PIPELINE_SCHEDULER_H_
