@@ -6,26 +6,39 @@ it. Tests and fuzz targets may reach any layer: they are not part of it.
 A new folder or public header must be placed here before it builds a test
 run that passes."""
 
+import json
 import re
+import shlex
+import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Lowest first. Folders of one layer do not include each other.
-LAYERS = [
-    ["common"],
-    ["stats"],
-    ["sampler", "ring", "ops", "source", "cache"],
-    ["pipeline"],
-    ["shared", "analyze"],
-    ["python", "cli"],
-]
-LAYER = {folder: i for i, folders in enumerate(LAYERS) for folder in folders}
-OWNER = {  # include/nostall/NAME.h -> the folder that implements it
-    "status": "common", "stats": "stats", "sampler": "sampler", "ring_consumer": "ring",
-    "source": "source", "cache": "cache", "transforms": "ops", "loader": "pipeline",
-    "bench": "pipeline", "shared": "shared", "resume": "shared", "analyze": "analyze",
-}
+# The layers as CMakeLists.txt declares them (nostall_layer(NAME HEADERS ..
+# DEPENDS ..)): the build compiles each folder against a view holding only
+# its layers, this test reads the same table. A layer is one above the
+# highest it depends on; folders of one layer do not include each other.
+def _declared_layers():
+    text = (ROOT / "CMakeLists.txt").read_text()
+    layer, owner = {}, {}
+    for name, args in re.findall(r"^nostall_layer\((\w+)([^)]*)\)", text, re.M):
+        words = args.split()
+        section, deps = None, []
+        for w in words:
+            if w in ("HEADERS", "DEPENDS", "LIBS", "EXECUTABLE", "MODULE"):
+                section = w
+            elif section == "HEADERS":
+                owner[w] = name
+            elif section == "DEPENDS":
+                deps.append(w)
+        layer[name] = 1 + max((layer[d] for d in deps), default=-1)
+    return layer, owner
+
+
+LAYER, OWNER = _declared_layers()
+LAYERS = [sorted(f for f, n in LAYER.items() if n == i) for i in range(max(LAYER.values()) + 1)]
 INCLUDE = re.compile(r'^#include "([a-z_]+)/([a-z_]+)\.h"', re.M)
 
 
@@ -81,3 +94,69 @@ def test_the_check_sees_an_upward_include():
     assert upward_includes("pipeline", '#include "shared/consumer.h"\n')
     assert upward_includes("source", '#include "cache/driver.h"\n')  # sideways
     assert not upward_includes("shared", '#include "pipeline/pipeline.h"\n#include "common/fd.h"\n')
+
+
+def test_layers_are_the_ones_docs_design_md_draws():
+    assert LAYERS == [["common"], ["ops", "ring", "sampler", "stats"], ["cache", "source"],
+                      ["pipeline"], ["analyze", "shared"], ["cli", "python"]]
+    text = (ROOT / "docs" / "design.md").read_text()
+    for i, folders in enumerate(LAYERS):
+        assert f"{i}  " + "  ".join(folders) in text, f"layer {i} ({folders}) is not drawn"
+
+
+BUILD = ROOT / "build" / "py"
+
+
+def _commands():
+    path = BUILD / "compile_commands.json"
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run `make install` first (it builds the tree)")
+    return json.loads(path.read_text())
+
+
+def test_each_folder_compiles_against_its_layers_only():
+    """The build sees no more than the layer rules allow: every library
+    file's include path is its folder's view (layers/NAME), never src/ or
+    include/ whole."""
+    seen = set()
+    for entry in _commands():
+        path = Path(entry["file"])
+        if ROOT / "src" not in path.parents or _is_test(path) or path.parent.name == "testing":
+            continue
+        folder = path.parent.name
+        args = shlex.split(entry["command"])
+        includes = {a[2:] for a in args if a.startswith("-I")}
+        includes |= {args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-I", "-isystem")}
+        assert str(BUILD / "layers" / folder) in includes, f"{path}: {sorted(includes)}"
+        assert str(ROOT / "src") not in includes and str(ROOT / "include") not in includes, path
+        seen.add(folder)
+    assert seen == set(LAYER), f"folders not built: {set(LAYER) - seen}"
+
+
+def _compile_in(folder, source, tmp_path):
+    """Compiles `source` as a file of `folder` would be, with its exact flags."""
+    entry = next(e for e in _commands() if Path(e["file"]).parent.name == folder
+                 and not _is_test(Path(e["file"])))
+    args = shlex.split(entry["command"])
+    probe = tmp_path / "probe.cc"
+    probe.write_text(source)
+    out = [a for i, a in enumerate(args) if a != "-o" and (i == 0 or args[i - 1] != "-o")]
+    out = [str(probe) if a == entry["file"] or a.endswith(Path(entry["file"]).name) else a
+           for a in out if a not in ("-c",) and not a.startswith("-M")]
+    out = [a for i, a in enumerate(out) if not (i > 0 and out[i - 1] in ("-MF", "-MT", "-MQ"))]
+    return subprocess.run(out + ["-fsyntax-only"], cwd=entry["directory"], capture_output=True,
+                          text=True)
+
+
+@pytest.mark.parametrize("folder,upward", [
+    ("ring", "shared/consumer.h"), ("ring", "nostall/shared.h"), ("pipeline", "shared/consumer.h"),
+    ("source", "cache/driver.h"), ("ops", "nostall/loader.h"), ("common", "stats/stats.h")])
+def test_an_upward_include_fails_to_build(folder, upward, tmp_path):
+    fine = _compile_in(folder, f'#include "{folder}/{_a_header(folder)}"\n', tmp_path)
+    assert fine.returncode == 0, fine.stderr
+    bad = _compile_in(folder, f'#include "{upward}"\n', tmp_path)
+    assert bad.returncode != 0 and upward in bad.stderr, bad.stderr
+
+
+def _a_header(folder):
+    return sorted(p.name for p in (ROOT / "src" / folder).glob("*.h"))[0]
