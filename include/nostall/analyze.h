@@ -206,6 +206,14 @@ struct StorageModel {
 };
 StorageModel FitStorage(const StorageProbe& sequential, const StorageProbe& concurrent);
 
+// Times cold reads of `sequential` of `loader`'s items one at a time and of
+// `concurrent` others `concurrency` at a time, spread evenly over its items
+// (this rank's); the fitted model and the raw figures as JSON:
+// {"bandwidth", "latency_s", "sequential": {reads, bytes, elapsed_s,
+// concurrency}, "concurrent": {...}}.
+Result<std::string> ProbeLoaderStorageJson(const Loader& loader, int64_t sequential,
+                                           int64_t concurrent, int concurrency);
+
 }  // namespace nostall
 
 #endif  // NOSTALL_ANALYZE_H_

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,14 @@ class Batch {
 
 enum class NextStatus { kBatch, kEndOfEpoch, kTimeout };
 
+// Where a shared loader's consumer's epoch began in the producer's stream,
+// and the stream's geometry (which must match on resume; nostall/shared.h).
+struct StreamPosition {
+  int64_t stream_base = 0;   // the chunk (of the stream) the epoch began at
+  int64_t chunk = 0;         // samples per chunk
+  int64_t block_chunks = 0;  // shuffle block, in chunks
+};
+
 class Loader {
  public:
   static Result<std::unique_ptr<Loader>> Create(const LoaderSpec& spec);
@@ -120,6 +129,17 @@ class Loader {
   virtual const LoaderSpec& spec() const = 0;  // with defaults resolved
   // One sample's shape: (C, H, W) for NCHW, (H, W, C) for NHWC.
   virtual std::vector<int64_t> SampleShape() const = 0;
+
+  // A consumer of a shared loader: where its current epoch began in the
+  // producer's stream. A loader of its own has none.
+  virtual std::optional<StreamPosition> stream_position() const { return std::nullopt; }
+  // Continues `epoch` at `first_batch` (a resumed checkpoint): a loader of
+  // its own starts the epoch there; a consumer needs where the epoch began
+  // in the stream (`position`, from the checkpoint) when first_batch > 0.
+  virtual Status Resume(int64_t epoch, int64_t first_batch,
+                        const std::optional<StreamPosition>& position) {
+    return StartEpoch(epoch, first_batch);
+  }
 };
 
 // The cores this process may run on (sched_getaffinity).

@@ -45,6 +45,9 @@ struct ProducerStatus {
   int64_t evictions = 0;  // consumers left behind for lagging
   int64_t reaped = 0;     // dead consumers released
   std::vector<ConsumerInfo> consumers;
+  // {"produced", "chunks_per_epoch", "evictions", "reaped", "consumers":
+  // [{"pid", "state", "need"}], "running", "pipeline": its LoaderStats}.
+  std::string ToJson(bool running, const LoaderStats& pipeline) const;
 };
 
 class SharedProducer {
@@ -100,11 +103,7 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
 // (the order is deterministic, so the batches are the same) and rejoins the
 // segment when it holds what comes next; its later epochs join the segment
 // wherever it is then. Both are errors if `loader` is not a consumer.
-struct SharedPosition {
-  int64_t stream_base = 0;  // the chunk (of the stream) the epoch began at
-  int64_t chunk = 0;        // samples per chunk
-  int64_t block_chunks = 0;  // shuffle block, in chunks
-};
+using SharedPosition = StreamPosition;  // nostall/loader.h
 Result<SharedPosition> SharedPositionOf(const Loader& loader);
 Status ResumeShared(Loader* loader, int64_t epoch, const SharedPosition& position,
                     int64_t first_batch);

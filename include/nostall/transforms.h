@@ -93,6 +93,15 @@ struct SamplePlan {
 Status PlanSample(const PrepSpec& spec, int src_w, int src_h, uint64_t seed, int64_t epoch,
                   int64_t sample_index, SamplePlan* plan);
 
+// The parameters sample (seed, epoch, index) of a src_w x src_h image would
+// be augmented with, as JSON, without touching pixels: {"box": [x, y, w, h]
+// (source pixels), "size": [h, w], "flip": bool, "ops": [one per op draw]}.
+Result<std::string> TraceSampleJson(const PrepSpec& spec, int src_w, int src_h, uint64_t seed,
+                                    int64_t epoch, int64_t index);
+
+// One image op's documentation (its registry line), or "" for no such op.
+const char* ImageOpDoc(const std::string& type);
+
 }  // namespace nostall
 
 #endif  // NOSTALL_TRANSFORMS_H_

@@ -419,14 +419,11 @@ class Loader(Closeable):
                 self._progress.left_out(left_out)
         self._copies_warned = False
         self.sampler = _EpochHook(self)
-        self._epoch = 0
-        self._epoch_set = False  # set_epoch called since the last full pass
-        self._position = 0       # batches handed out in the current epoch
-        self._active = False
-        self._finished_epoch = None
-        self._resume = None      # (epoch, batch, stream position or None) from load_state_dict
+        # The epoch, the position in it and a loaded state are the core's
+        # epoch cursor (nostall/epoch_cursor.h), as for the CLI and serve.
         self._shared = None      # the shared loader's name, for a consumer
         self._generation = 0     # which iterator is current
+        self._end_shown = None   # the pass whose end the progress bar showed
 
     # ------------------------------------------------------------ iteration
     def set_epoch(self, epoch: int) -> None:
@@ -436,13 +433,11 @@ class Loader(Closeable):
         ``loader.set_epoch`` (Accelerate, Hugging Face's Trainer). Naming
         the epoch that is running while it runs changes nothing.
         """
-        epoch = operator.index(epoch)
-        if epoch < 0:
-            raise ValueError("epoch must be >= 0")
-        if self._active and epoch == self._epoch and self._finished_epoch != epoch:
-            return  # the running epoch (a trainer's hook after iter())
-        self._epoch = epoch
-        self._epoch_set = True
+        self._require_core().set_epoch(operator.index(epoch))
+
+    @property
+    def _epoch(self):
+        return self._core.epoch if self._core is not None else 0
 
     def __iter__(self):
         """Starts an epoch (the one set_epoch chose, or the next) and returns its iterator.
@@ -454,21 +449,7 @@ class Loader(Closeable):
         another iteration abandons the previous one: its iterator then
         raises an error rather than end the epoch early.
         """
-        core = self._require_core()
-        if not self._epoch_set and self._finished_epoch == self._epoch:
-            self._epoch += 1  # a new pass without set_epoch: the next epoch
-        start, base = 0, None
-        if self._resume is not None and self._resume[0] == self._epoch:
-            _, start, base = self._resume
-        self._resume = None
-        if base is not None and start > 0:
-            core.resume_shared(self._epoch, base, start)
-        else:
-            core.start_epoch(self._epoch, start)
-        self._position = start
-        self._active = True
-        self._epoch_set = False
-        self._finished_epoch = None  # this pass has not handed out its last batch
+        self._require_core().begin()
         self._generation += 1
         return _EpochIterator(self, self._generation)
 
@@ -479,20 +460,18 @@ class Loader(Closeable):
                 "another pass (a next(iter(loader)) inside a loop over it, or zip(loader, "
                 "loader)). A loader runs one pass at a time; to peek, keep the batch the loop "
                 "gave, or make a second Loader")
-        if not self._active:
+        core = self._require_core()
+        if not core.active:
             raise StopIteration
         try:
-            out = self._core.next()
-        except DataError:
-            self._position += 1  # that batch is consumed; iteration may go on
-            self._note_epoch_end()
+            out = core.next()
+        except DataError:  # that batch is consumed; iteration may go on
+            self._show_epoch_end(core)
             raise
         if out is None:
-            self._active = False
-            self._finish_epoch()
+            self._show_epoch_end(core)
             raise StopIteration
-        images, labels, indices, index, copied = out
-        self._position = self._position + 1 if self._shared is not None else index + 1
+        images, labels, indices, copied, over = out
         if copied and not self._copies_warned:
             self._copies_warned = True
             warnings.warn(
@@ -501,8 +480,9 @@ class Loader(Closeable):
                 "released; stats()['private_copies'] counts them. copy=True, or a larger "
                 "prefetch, keeps this quiet", ResourceWarning, stacklevel=3)
         if self._progress is not None:
-            self._progress.update(self, self._epoch, self._position, self._core.batches_per_epoch)
-        self._note_epoch_end()
+            self._progress.update(self, core.epoch, core.position, core.batches_per_epoch)
+            if over:
+                self._show_epoch_end(core)
         if self._shared is not None and not copied:
             # The producer's read-only memory: say so to NumPy.
             for a in (images, labels, indices):
@@ -526,18 +506,13 @@ class Loader(Closeable):
             return images, labels, indices
         return images, labels
 
-    def _note_epoch_end(self):
-        """After the epoch's last batch: the epoch is over, whether or not the
-        caller asks for the end (Lightning stops at len(loader) batches)."""
-        if self._position >= self._core.batches_per_epoch and self._finished_epoch != self._epoch:
-            self._finish_epoch()
-
-    def _finish_epoch(self):
-        if self._finished_epoch == self._epoch:
-            return
-        self._finished_epoch = self._epoch
-        if self._progress is not None:
-            self._progress.finish(self, self._epoch)
+    def _show_epoch_end(self, core):
+        """The progress bar's end, once per epoch: the epoch is over after
+        its last batch, whether or not the caller asks for the end."""
+        if (self._progress is not None and core.position >= core.batches_per_epoch
+                and self._end_shown != self._generation):
+            self._end_shown = self._generation
+            self._progress.finish(self, core.epoch)
 
     def __len__(self):
         """Batches per epoch for this rank (the last one partial unless ``drop_last``)."""
@@ -546,29 +521,12 @@ class Loader(Closeable):
     # ------------------------------------------------------------ resume
     def state_dict(self) -> dict:
         """Where the loader is: resuming from it continues with the very next batch."""
-        core = self._require_core()
-        if self._resume is not None:  # loaded, not yet iterated
-            epoch, batch = self._resume[0], self._resume[1]
-        elif self._epoch_set:  # set_epoch chose what the next iteration runs
-            epoch, batch = self._epoch, 0
-        elif self._finished_epoch == self._epoch:  # its last batch was handed out
-            epoch, batch = self._epoch + 1, 0
-        elif self._active:
-            epoch, batch = self._epoch, self._position
-        else:
-            epoch, batch = self._epoch, 0
-        # Written and checked in C++ (nostall/resume.h), as the CLI and serve do.
-        return json.loads(core.resume_state_json(epoch, batch, self._shared or ""))
+        # Written and checked in C++ (nostall/epoch_cursor.h, nostall/resume.h).
+        return json.loads(self._require_core().state_json())
 
     def load_state_dict(self, state: dict) -> None:
         """Makes the next iteration continue where ``state`` was taken."""
-        core = self._require_core()
-        epoch, batch, base = core.check_resume_state(self._shared is not None, json.dumps(state))
-        self._epoch = epoch
-        self._epoch_set = True
-        self._resume = (self._epoch, batch, base)
-        self._active = False
-        self._finished_epoch = None
+        self._require_core().load_state_json(json.dumps(state))
         self._generation += 1  # an iterator from before the load stops being valid
 
     # ------------------------------------------------------------ info

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "common/clock.h"
 #include "nostall/analyze.h"
 
@@ -108,6 +110,39 @@ StorageModel FitStorage(const StorageProbe& seq, const StorageProbe& conc) {
     }
   }
   return m;
+}
+
+namespace {
+
+// `count` of `all`, spread evenly, starting `offset` in.
+std::vector<int64_t> Spread(const std::vector<int64_t>& all, int64_t count, int64_t offset) {
+  const int64_t n = static_cast<int64_t>(all.size());
+  std::vector<int64_t> v;
+  count = std::min(count, n);
+  for (int64_t k = 0; k < count; ++k) v.push_back(all[(k * n / count + offset) % n]);
+  return v;
+}
+
+nlohmann::json Summary(const StorageProbe& p) {
+  int64_t bytes = 0;
+  for (const auto& r : p.reads) bytes += r.bytes;
+  return {{"reads", p.reads.size()}, {"bytes", bytes}, {"elapsed_s", p.elapsed_s},
+          {"concurrency", p.concurrency}};
+}
+
+}  // namespace
+
+Result<std::string> ProbeLoaderStorageJson(const Loader& loader, int64_t sequential,
+                                           int64_t concurrent, int concurrency) {
+  const std::vector<int64_t> all = loader.sampler().Items();
+  const int64_t n = static_cast<int64_t>(all.size());
+  NOSTALL_ASSIGN_OR_RETURN(StorageProbe s, ProbeStorage(loader.source(), Spread(all, sequential, 0), 1));
+  NOSTALL_ASSIGN_OR_RETURN(StorageProbe c, ProbeStorage(loader.source(), Spread(all, concurrent, n / 2),
+                                                        concurrency));
+  const StorageModel m = FitStorage(s, c);
+  return nlohmann::json{{"bandwidth", m.bandwidth}, {"latency_s", m.latency},
+                        {"sequential", Summary(s)}, {"concurrent", Summary(c)}}
+      .dump();
 }
 
 }  // namespace nostall

@@ -1,6 +1,8 @@
 // OpArgs and the op registry.
 #include "ops/op.h"
 
+#include "nostall/transforms.h"
+
 #include <algorithm>
 #include <cmath>
 

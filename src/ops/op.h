@@ -139,8 +139,7 @@ NOSTALL_IMAGE_OPS(NOSTALL_DECLARE_IMAGE_OP)
 OpFactory FindImageOp(const std::string& type);
 // The registered names, comma-separated (for error messages).
 std::string ImageOpNames();
-// What op `type` does, in a sentence or two; "" when there is no such op.
-const char* ImageOpDoc(const std::string& type);
+// ImageOpDoc (what an op does): nostall/transforms.h.
 
 }  // namespace nostall
 

@@ -268,4 +268,12 @@ Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, con
   return Status::OK();
 }
 
+Result<std::string> TraceSampleJson(const PrepSpec& spec, int src_w, int src_h, uint64_t seed,
+                                    int64_t epoch, int64_t index) {
+  NOSTALL_RETURN_IF_ERROR(spec.Validate());
+  nlohmann::json out;
+  NOSTALL_RETURN_IF_ERROR(TraceSample(spec, src_w, src_h, PrepKey{seed, epoch, index}, &out));
+  return out.dump();
+}
+
 }  // namespace nostall

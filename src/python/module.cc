@@ -18,12 +18,11 @@
 
 #include "nostall/analyze.h"
 #include "nostall/cache.h"
-#include "nostall/resume.h"
-#include "nostall/shared.h"
+#include "nostall/epoch_cursor.h"
 #include "nostall/loader.h"
+#include "nostall/shared.h"
+#include "nostall/transforms.h"
 #include "common/interrupt.h"
-#include "ops/op.h"
-#include "ops/prep.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -103,8 +102,10 @@ class PyLoader {
       return nostall::Loader::Create(spec);
     }();
     loader_ = ValueOrRaise(std::move(r));
+    cursor_ = std::make_unique<EpochCursor>(loader_.get(), "");
   }
-  explicit PyLoader(std::unique_ptr<nostall::Loader> loader) : loader_(std::move(loader)) {}
+  PyLoader(std::unique_ptr<nostall::Loader> loader, const std::string& shared)
+      : loader_(std::move(loader)), cursor_(std::make_unique<EpochCursor>(loader_.get(), shared)) {}
 
   // A consumer of the shared loader `name` (options: see AttachOptions).
   static PyLoader* Attach(const std::string& name, int64_t batch_size, double producer_timeout_s,
@@ -121,20 +122,29 @@ class PyLoader {
       nb::gil_scoped_release release;
       return AttachShared(name, o);
     }();
-    return new PyLoader(ValueOrRaise(std::move(r)));
+    return new PyLoader(ValueOrRaise(std::move(r)), name);
   }
 
-  void StartEpoch(int64_t epoch, int64_t first_batch) {
+  // The epoch cursor (nostall/epoch_cursor.h): the package's iteration,
+  // set_epoch and state_dict are these.
+  void SetEpoch(int64_t epoch) { RaiseIfError(Cursor().SetEpoch(epoch)); }
+  void Begin() {
     Status st;
     {
       nb::gil_scoped_release release;
-      st = Loader().StartEpoch(epoch, first_batch);
+      st = Cursor().Begin();
     }
-    if (!st.ok()) RaiseStatus(st);
+    RaiseIfError(st);
   }
+  std::string StateJson() const { return ValueOrRaise(Cursor().StateJson()); }
+  void LoadStateJson(const std::string& state) { RaiseIfError(Cursor().LoadStateJson(state)); }
+  int64_t Epoch() const { return Cursor().epoch(); }
+  int64_t Position() const { return Cursor().position(); }
+  bool Active() const { return Cursor().active(); }
 
-  // (images, labels, indices, batch index in the epoch, copied), or None at
-  // the end of the epoch. A batch of no samples is never returned.
+  // (images, labels, indices, copied, epoch_over), or None at the end of
+  // the epoch; epoch_over: this batch was the epoch's last. A bad batch
+  // raises (and is consumed). A batch of no samples is never returned.
   nb::object Next() {
     NextStatus ns = NextStatus::kTimeout;
     std::shared_ptr<Batch> batch;
@@ -144,13 +154,20 @@ class PyLoader {
         nb::gil_scoped_release release;
         st = Loader().Next(/*timeout_ms=*/50, &ns, &batch);
       }
-      if (!st.ok()) RaiseStatus(st);
+      if (!st.ok()) {
+        if (st.code() == StatusCode::kDataError) Cursor().Failed();
+        RaiseStatus(st);
+      }
       if (ns == NextStatus::kBatch && batch->size() == 0) continue;  // a shared consumer's
       if (ns != NextStatus::kTimeout) break;
       // Let Ctrl-C through while waiting for a slow batch.
       if (PyErr_CheckSignals() != 0) throw nb::python_error();
     }
-    if (ns == NextStatus::kEndOfEpoch) return nb::none();
+    if (ns == NextStatus::kEndOfEpoch) {
+      Cursor().Ended();
+      return nb::none();
+    }
+    const bool over = Cursor().Delivered(batch->index());
     const LoaderSpec& spec = Loader().spec();
     std::vector<size_t> shape = {static_cast<size_t>(batch->size())};
     for (int64_t d : Loader().SampleShape()) shape.push_back(static_cast<size_t>(d));
@@ -162,39 +179,7 @@ class PyLoader {
     return nb::make_tuple(View(batch, batch->images(), shape, pixel),
                           View(batch, batch->labels(), n, nb::dtype<int64_t>()),
                           View(batch, batch->indices(), n, nb::dtype<int64_t>()),
-                          batch->index(), batch->copied());
-  }
-
-  // A shared consumer's position: (stream chunk its current epoch began at,
-  // chunk, block in chunks).
-  std::tuple<int64_t, int64_t, int64_t> SharedPosition() const {
-    nostall::SharedPosition p = ValueOrRaise(nostall::SharedPositionOf(Loader()));
-    return {p.stream_base, p.chunk, p.block_chunks};
-  }
-  void ResumeShared(int64_t epoch, std::tuple<int64_t, int64_t, int64_t> position,
-                    int64_t first_batch) {
-    nostall::SharedPosition p{std::get<0>(position), std::get<1>(position), std::get<2>(position)};
-    Status st;
-    {
-      nb::gil_scoped_release release;
-      st = nostall::ResumeShared(&Loader(), epoch, p, first_batch);
-    }
-    if (!st.ok()) RaiseStatus(st);
-  }
-
-  std::string ResumeStateJson(int64_t epoch, int64_t batch, const std::string& shared) const {
-    return ValueOrRaise(nostall::ResumeStateJson(Loader(), epoch, batch, shared));
-  }
-  // (epoch, batch, stream position or None); raises what does not fit.
-  nb::tuple CheckResumeState(bool is_consumer, const std::string& state_json) const {
-    nostall::ResumePoint r =
-        ValueOrRaise(nostall::CheckResumeState(Loader(), is_consumer, state_json));
-    nb::object position = nb::none();
-    if (r.stream_position) {
-      position = nb::make_tuple(r.stream_position->stream_base, r.stream_position->chunk,
-                                r.stream_position->block_chunks);
-    }
-    return nb::make_tuple(r.epoch, r.batch, position);
+                          batch->copied(), over);
   }
 
   std::string StatsJson() const { return Loader().Stats().ToJson(); }
@@ -233,43 +218,20 @@ class PyLoader {
     if (!st.ok()) RaiseStatus(st);
   }
 
-  // Times cold reads of `sequential` items one at a time and of `concurrent`
-  // others `concurrency` at a time, spread evenly over the loader's items;
-  // returns the fitted storage model and the raw figures as JSON.
+  // nostall::ProbeLoaderStorageJson (analyze.h).
   std::string ProbeStorage(int64_t sequential, int64_t concurrent, int concurrency) const {
-    const std::vector<int64_t> all = Loader().sampler().Items();
-    const int64_t n = static_cast<int64_t>(all.size());
-    auto pick = [&](int64_t count, int64_t offset) {
-      std::vector<int64_t> v;
-      count = std::min(count, n);
-      for (int64_t k = 0; k < count; ++k) v.push_back(all[(k * n / count + offset) % n]);
-      return v;
-    };
-    Result<StorageProbe> seq = InvalidArgument(""), conc = InvalidArgument("");
+    Result<std::string> r = InvalidArgument("");
     {
       nb::gil_scoped_release release;
-      seq = nostall::ProbeStorage(Loader().source(), pick(sequential, 0), 1);
-      if (seq.ok()) {
-        conc = nostall::ProbeStorage(Loader().source(), pick(concurrent, n / 2), concurrency);
-      }
+      r = ProbeLoaderStorageJson(Loader(), sequential, concurrent, concurrency);
     }
-    const StorageProbe& s = ValueOrRaise(std::move(seq));
-    const StorageProbe& c = ValueOrRaise(std::move(conc));
-    StorageModel m = FitStorage(s, c);
-    auto summary = [](const StorageProbe& p) {
-      int64_t bytes = 0;
-      for (const auto& r : p.reads) bytes += r.bytes;
-      return nlohmann::json{{"reads", p.reads.size()}, {"bytes", bytes},
-                            {"elapsed_s", p.elapsed_s}, {"concurrency", p.concurrency}};
-    };
-    return nlohmann::json{{"bandwidth", m.bandwidth}, {"latency_s", m.latency},
-                          {"sequential", summary(s)}, {"concurrent", summary(c)}}
-        .dump();
+    return ValueOrRaise(std::move(r));
   }
 
   // Stops and joins every thread now (also done by the destructor).
   void Close() {
     nb::gil_scoped_release release;
+    cursor_.reset();
     loader_.reset();
   }
 
@@ -281,7 +243,12 @@ class PyLoader {
     }
     return *loader_;
   }
+  EpochCursor& Cursor() const {
+    Loader();  // raises once closed
+    return *cursor_;
+  }
   std::unique_ptr<nostall::Loader> loader_;
+  std::unique_ptr<EpochCursor> cursor_;  // over loader_
 };
 
 // A producer serving in a background thread of this process.
@@ -313,16 +280,7 @@ class PyServer {
 
   std::string StatusJson() const {
     if (!producer_) return "{}";
-    ProducerStatus st = producer_->Snapshot();
-    nlohmann::json consumers = nlohmann::json::array();
-    for (const auto& c : st.consumers) {
-      consumers.push_back({{"pid", c.pid}, {"state", c.state}, {"need", c.need}});
-    }
-    return nlohmann::json{{"produced", st.produced}, {"chunks_per_epoch", st.chunks_per_epoch},
-                          {"evictions", st.evictions}, {"reaped", st.reaped},
-                          {"consumers", consumers}, {"running", !finished()},
-                          {"pipeline", nlohmann::json::parse(producer_->PipelineStats().ToJson())}}
-        .dump();
+    return producer_->Snapshot().ToJson(!finished(), producer_->PipelineStats());
   }
   bool finished() const { return done_.load(); }
   std::string SpecJson() const { return producer_ ? producer_->spec().ToJson() : "{}"; }
@@ -342,8 +300,6 @@ class PyServer {
     if (thread_.joinable()) thread_.join();
     producer_.reset();
   }
-
- public:
 
  private:
   std::unique_ptr<SharedProducer> producer_;
@@ -367,12 +323,14 @@ NB_MODULE(_nostall, m) {
       .def_static("attach", &PyLoader::Attach, "name"_a, "batch_size"_a, "producer_timeout_s"_a,
                   "fallback"_a, "expect_fingerprint"_a, "attach_timeout_s"_a, "expect_spec"_a = "",
                   nb::rv_policy::take_ownership)
-      .def("start_epoch", &PyLoader::StartEpoch, "epoch"_a, "first_batch"_a = 0)
+      .def("set_epoch", &PyLoader::SetEpoch, "epoch"_a)
+      .def("begin", &PyLoader::Begin)
       .def("next", &PyLoader::Next)
-      .def("shared_position", &PyLoader::SharedPosition)
-      .def("resume_state_json", &PyLoader::ResumeStateJson, "epoch"_a, "batch"_a, "shared"_a)
-      .def("check_resume_state", &PyLoader::CheckResumeState, "is_consumer"_a, "state_json"_a)
-      .def("resume_shared", &PyLoader::ResumeShared, "epoch"_a, "position"_a, "first_batch"_a)
+      .def("state_json", &PyLoader::StateJson)
+      .def("load_state_json", &PyLoader::LoadStateJson, "state_json"_a)
+      .def_prop_ro("epoch", &PyLoader::Epoch)
+      .def_prop_ro("position", &PyLoader::Position)
+      .def_prop_ro("active", &PyLoader::Active)
       .def("stats_json", &PyLoader::StatsJson)
       .def("stats_table", &PyLoader::StatsTable)
       .def("spec_json", &PyLoader::SpecJson)
@@ -417,11 +375,8 @@ NB_MODULE(_nostall, m) {
   m.def("sample_params", [](const std::string& spec_json, int width, int height, int64_t epoch,
                             int64_t index) {
     nostall::LoaderSpec spec = nostall::ValueOrRaise(nostall::LoaderSpec::FromJson(spec_json));
-    nostall::RaiseIfError(spec.prep.Validate());
-    nlohmann::json out;
-    nostall::RaiseIfError(nostall::TraceSample(
-        spec.prep, width, height, nostall::PrepKey{spec.seed, epoch, index}, &out));
-    return out.dump();
+    return nostall::ValueOrRaise(
+        nostall::TraceSampleJson(spec.prep, width, height, spec.seed, epoch, index));
   });
   m.def("predict_json", [](const std::string& profile_json, const std::string& config_json) {
     return nostall::ValueOrRaise(nostall::PredictJson(

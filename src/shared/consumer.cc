@@ -56,7 +56,13 @@ Status Consumer::StartEpoch(int64_t epoch, int64_t first_batch) {
   return Status::OK();
 }
 
-Status Consumer::Resume(int64_t epoch, const SharedPosition& position, int64_t first_batch) {
+Status Consumer::Resume(int64_t epoch, int64_t first_batch,
+                        const std::optional<StreamPosition>& at) {
+  if (!at) {
+    if (first_batch == 0) return StartEpoch(epoch, 0);
+    return InvalidArgument("a consumer resumes mid-epoch from its stream position");
+  }
+  const StreamPosition& position = *at;
   const int64_t base = position.stream_base;
   if (position.chunk != seg_->g.chunk || position.block_chunks != seg_->g.block_chunks) {
     return InvalidArgument("the saved position is in a stream of chunks of " +
@@ -318,16 +324,15 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
 }
 
 Result<SharedPosition> SharedPositionOf(const Loader& loader) {
-  const auto* consumer = dynamic_cast<const Consumer*>(&loader);
-  if (consumer == nullptr) return InvalidArgument("not a consumer of a shared loader");
-  return consumer->Position();
+  std::optional<StreamPosition> p = loader.stream_position();
+  if (!p) return InvalidArgument("not a consumer of a shared loader");
+  return *p;
 }
 
 Status ResumeShared(Loader* loader, int64_t epoch, const SharedPosition& position,
                     int64_t first_batch) {
-  auto* consumer = dynamic_cast<Consumer*>(loader);
-  if (consumer == nullptr) return InvalidArgument("not a consumer of a shared loader");
-  return consumer->Resume(epoch, position, first_batch);
+  if (!loader->stream_position()) return InvalidArgument("not a consumer of a shared loader");
+  return loader->Resume(epoch, first_batch, position);
 }
 
 }  // namespace nostall

@@ -109,12 +109,13 @@ class Consumer final : public Loader {
 
   // The first chunk of the current epoch (with the batch index, where a
   // resumed consumer continues).
-  SharedPosition Position() const {
+  std::optional<StreamPosition> stream_position() const override {
     MutexLock lock(&mu_);
-    return {base_, seg_->g.chunk, seg_->g.block_chunks};
+    return StreamPosition{base_, seg_->g.chunk, seg_->g.block_chunks};
   }
 
-  Status Resume(int64_t epoch, const SharedPosition& position, int64_t first_batch);
+  Status Resume(int64_t epoch, int64_t first_batch,
+                const std::optional<StreamPosition>& position) override;
 
   Status Next(int64_t timeout_ms, NextStatus* status, std::shared_ptr<Batch>* out) override;
 

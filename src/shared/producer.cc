@@ -30,6 +30,8 @@
 #include <mutex>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "common/clock.h"
 #include "common/fd.h"
 #include "common/process.h"
@@ -302,6 +304,17 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   }
   return std::unique_ptr<SharedProducer>(new Producer(
       std::move(seg), std::move(pipeline).value(), depth, resolved, options, std::move(waited)));
+}
+
+std::string ProducerStatus::ToJson(bool running, const LoaderStats& pipeline) const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const ConsumerInfo& c : consumers) {
+    list.push_back({{"pid", c.pid}, {"state", c.state}, {"need", c.need}});
+  }
+  return nlohmann::json{{"produced", produced}, {"chunks_per_epoch", chunks_per_epoch},
+                        {"evictions", evictions}, {"reaped", reaped}, {"consumers", list},
+                        {"running", running}, {"pipeline", nlohmann::json::parse(pipeline.ToJson())}}
+      .dump();
 }
 
 }  // namespace nostall

@@ -1,0 +1,67 @@
+// The epoch cursor: which epoch a loader runs, how far into it the caller
+// is, and where a checkpoint resumes. One implementation for Python's
+// iteration and state_dict(), the CLI and `serve` (docs/trainers.md):
+//   - SetEpoch(e) picks the epoch the next Begin() runs (trainers call it:
+//     Lightning through loader.sampler, Accelerate through the loader);
+//     naming the epoch that is running while it runs changes nothing.
+//   - Begin() without SetEpoch, after an epoch handed out its last batch,
+//     runs the next epoch; an epoch abandoned part-way starts again from
+//     its beginning; a loaded state resumes at its batch.
+//   - An epoch is over once its last batch is handed out, whether or not
+//     the caller then asks for the end (trainers stop at len(loader)).
+//   - StateJson() is where the next batch comes from: a loaded state not
+//     yet begun; SetEpoch's choice; the epoch after a finished one; the
+//     running epoch's position; else the epoch's start (nostall/resume.h).
+// Not thread-safe: it follows one caller's iteration.
+#ifndef NOSTALL_EPOCH_CURSOR_H_
+#define NOSTALL_EPOCH_CURSOR_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "nostall/loader.h"
+#include "nostall/resume.h"
+#include "nostall/status.h"
+
+namespace nostall {
+
+class EpochCursor {
+ public:
+  // `shared_name`: the shared loader `loader` consumes ("" for its own).
+  EpochCursor(Loader* loader, std::string shared_name);
+
+  Status SetEpoch(int64_t epoch);
+  // Starts the epoch the rules above pick, on the loader.
+  Status Begin();
+  // What Next() gave. Each returns true when that batch ended the epoch.
+  bool Delivered(int64_t batch_index);  // a batch (its index in the epoch)
+  bool Failed();                         // a bad batch, raised and consumed
+  bool Ended();                          // the end of the epoch
+
+  int64_t epoch() const { return epoch_; }
+  int64_t position() const { return position_; }  // batches handed out this epoch
+  bool active() const { return active_; }
+  int64_t batches_per_epoch() const;
+
+  Result<std::string> StateJson() const;
+  // Makes the next Begin() continue where `state` was taken (checked
+  // against the loader: resume.h says what must match).
+  Status LoadStateJson(const std::string& state);
+
+ private:
+  bool NoteEnd();
+
+  Loader* const loader_;
+  const std::string shared_;
+  int64_t epoch_ = 0;
+  bool epoch_set_ = false;  // SetEpoch called since the last Begin
+  int64_t position_ = 0;
+  bool active_ = false;
+  std::optional<int64_t> finished_;   // the epoch whose last batch was handed out
+  std::optional<ResumePoint> resume_;  // loaded, not yet begun
+};
+
+}  // namespace nostall
+
+#endif  // NOSTALL_EPOCH_CURSOR_H_

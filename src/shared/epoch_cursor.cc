@@ -1,0 +1,88 @@
+// The epoch cursor (nostall/epoch_cursor.h).
+#include "nostall/epoch_cursor.h"
+
+namespace nostall {
+
+EpochCursor::EpochCursor(Loader* loader, std::string shared_name)
+    : loader_(loader), shared_(std::move(shared_name)) {}
+
+int64_t EpochCursor::batches_per_epoch() const { return loader_->sampler().BatchesPerEpoch(); }
+
+Status EpochCursor::SetEpoch(int64_t epoch) {
+  if (epoch < 0) return InvalidArgument("epoch must be >= 0");
+  if (active_ && epoch == epoch_ && finished_ != epoch) return Status::OK();  // the running one
+  epoch_ = epoch;
+  epoch_set_ = true;
+  return Status::OK();
+}
+
+Status EpochCursor::Begin() {
+  if (!epoch_set_ && finished_ == epoch_) ++epoch_;  // a new pass without SetEpoch: the next
+  int64_t start = 0;
+  std::optional<StreamPosition> at;
+  if (resume_ && resume_->epoch == epoch_) {
+    start = resume_->batch;
+    if (start > 0) at = resume_->stream_position;
+  }
+  resume_.reset();
+  active_ = false;
+  NOSTALL_RETURN_IF_ERROR(loader_->Resume(epoch_, start, at));
+  position_ = start;
+  active_ = true;
+  epoch_set_ = false;
+  finished_.reset();  // this pass has not handed out its last batch
+  return Status::OK();
+}
+
+bool EpochCursor::Delivered(int64_t batch_index) {
+  // A consumer's batches are numbered in the stream; its own count is its position.
+  position_ = shared_.empty() ? batch_index + 1 : position_ + 1;
+  return NoteEnd();
+}
+
+bool EpochCursor::Failed() {
+  ++position_;  // that batch is consumed; iteration may go on
+  return NoteEnd();
+}
+
+bool EpochCursor::Ended() {
+  active_ = false;
+  if (finished_ == epoch_) return false;
+  finished_ = epoch_;
+  return true;
+}
+
+// After the epoch's last batch the epoch is over, whether or not the caller
+// asks for the end.
+bool EpochCursor::NoteEnd() {
+  if (position_ < batches_per_epoch() || finished_ == epoch_) return false;
+  finished_ = epoch_;
+  return true;
+}
+
+Result<std::string> EpochCursor::StateJson() const {
+  int64_t epoch = epoch_, batch = 0;
+  if (resume_) {  // loaded, not yet begun
+    epoch = resume_->epoch;
+    batch = resume_->batch;
+  } else if (epoch_set_) {  // SetEpoch chose what the next Begin runs
+    batch = 0;
+  } else if (finished_ == epoch_) {  // its last batch was handed out
+    epoch = epoch_ + 1;
+  } else if (active_) {
+    batch = position_;
+  }
+  return ResumeStateJson(*loader_, epoch, batch, shared_);
+}
+
+Status EpochCursor::LoadStateJson(const std::string& state) {
+  NOSTALL_ASSIGN_OR_RETURN(ResumePoint p, CheckResumeState(*loader_, !shared_.empty(), state));
+  epoch_ = p.epoch;
+  epoch_set_ = true;
+  resume_ = p;
+  active_ = false;
+  finished_.reset();
+  return Status::OK();
+}
+
+}  // namespace nostall
