@@ -1,0 +1,153 @@
+// The scheduler alone: one test thread plays the fetchers, the preparers
+// and the caller, so every hand-over is seen in order.
+#include "pipeline/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "ring/ring.h"
+
+namespace nostall {
+namespace {
+
+struct Board {
+  explicit Board(int64_t items, int64_t batch, int64_t slots, bool skip = false) {
+    SamplerOptions so;
+    so.num_items = items;
+    so.batch_size = batch;
+    sampler.emplace(Sampler::Create(so).value());
+    ring::RingLayout l;
+    l.slot_count = static_cast<uint32_t>(slots) + 1;
+    l.reserved_slots = l.slot_count;
+    l.chunk = batch;
+    l.sample_bytes = 4;
+    l.samples_per_epoch = items;
+    l.chunks_per_epoch = sampler->BatchesPerEpoch();
+    ring = std::make_shared<RingState>();
+    ring->seg = ring::CreateRing("", l).value();
+    {
+      MutexLock lock(&ring->mu);
+      ring->slots.resize(l.slot_count);
+    }
+    Scheduler::Options o;
+    o.batch_size = batch;
+    o.sample_bytes = 4;
+    o.slot_limit = slots;
+    o.prep_threads = 1;
+    o.fetch_threads = 1;
+    o.on_error_skip = skip;
+    scheduler = std::make_unique<Scheduler>(*sampler, ring, &consumer, o);
+  }
+  // One item through fetch and prep; `ok`: it prepares without error.
+  bool Step(bool ok = true) {
+    FetchedItem fi;
+    if (!scheduler->NextFetch(0, false, &fi, &fetch)) return false;
+    scheduler->Fetched(std::move(fi));
+    EXPECT_TRUE(scheduler->NextPrep(0, &fi, &prep));
+    ring->seg->indices(static_cast<uint32_t>(fi.slot))[fi.pos] = fi.item;
+    const Status st = ok ? Status::OK() : DataError("bad");
+    if (auto f = scheduler->Prepared(&fi, st)) {
+      int64_t kept = 0;
+      for (int64_t p = 0; p < f->count; ++p) kept += (*f->bad)[static_cast<size_t>(p)] == 0;
+      scheduler->Publish(fi, *f, kept);
+    }
+    return true;
+  }
+  std::optional<Sampler> sampler;
+  std::shared_ptr<RingState> ring;
+  ConsumerRecorder consumer;
+  StageCounters fetch, prep;
+  std::unique_ptr<Scheduler> scheduler;
+};
+
+TEST(SchedulerTest, HandsOutEveryBatchOfTheEpochInOrder) {
+  Board b(10, 4, 3);
+  ASSERT_TRUE(b.scheduler->StartEpoch(0, 0).ok());
+  std::vector<int64_t> seen;
+  for (int batch = 0; batch < 3; ++batch) {
+    const int64_t n = batch < 2 ? 4 : 2;
+    for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(b.Step());
+    NextStatus ns;
+    std::shared_ptr<Batch> out;
+    ASSERT_TRUE(b.scheduler->Next(0, &ns, &out).ok());
+    ASSERT_EQ(ns, NextStatus::kBatch);
+    EXPECT_EQ(out->index(), batch);
+    EXPECT_EQ(out->size(), n);
+    seen.insert(seen.end(), out->indices(), out->indices() + out->size());
+  }
+  EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  NextStatus ns;
+  std::shared_ptr<Batch> out;
+  ASSERT_TRUE(b.scheduler->Next(0, &ns, &out).ok());
+  EXPECT_EQ(ns, NextStatus::kEndOfEpoch);
+  EXPECT_EQ(b.scheduler->counts().batches, 3);
+  EXPECT_EQ(b.scheduler->counts().samples, 10);
+}
+
+TEST(SchedulerTest, ABatchNotYetMadeTimesOutAndNoSlotIsTakenBeyondTheLimit) {
+  Board b(16, 2, 2);
+  ASSERT_TRUE(b.scheduler->StartEpoch(0, 0).ok());
+  NextStatus ns;
+  std::shared_ptr<Batch> out;
+  ASSERT_TRUE(b.scheduler->Next(0, &ns, &out).ok());
+  EXPECT_EQ(ns, NextStatus::kTimeout);
+  // Two slots: four items fill them; the fifth position waits for a slot
+  // (the caller has not taken a batch), so the fetcher is blocked.
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(b.Step());
+  std::thread late([&] { b.Step(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(b.scheduler->Next(0, &ns, &out).ok());
+  ASSERT_EQ(ns, NextStatus::kBatch);
+  out.reset();  // frees its slot: the waiting position goes on
+  late.join();
+  EXPECT_GT(b.fetch.blocked_ns.load(), 50'000'000);
+}
+
+TEST(SchedulerTest, ANewGenerationDropsQueuedWorkAndResumesAtItsBatch) {
+  Board b(12, 4, 3);
+  ASSERT_TRUE(b.scheduler->StartEpoch(0, 0).ok());
+  FetchedItem stale;
+  ASSERT_TRUE(b.scheduler->NextFetch(0, false, &stale, &b.fetch));
+  b.scheduler->Fetched(std::move(stale));  // queued, never prepared
+  ASSERT_TRUE(b.scheduler->StartEpoch(0, 2).ok());
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(b.Step());
+  NextStatus ns;
+  std::shared_ptr<Batch> out;
+  ASSERT_TRUE(b.scheduler->Next(0, &ns, &out).ok());
+  ASSERT_EQ(ns, NextStatus::kBatch);
+  EXPECT_EQ(out->index(), 2);
+  EXPECT_EQ(std::set<int64_t>(out->indices(), out->indices() + 4), (std::set<int64_t>{8, 9, 10, 11}));
+}
+
+TEST(SchedulerTest, SkippedItemsLeaveTheBatchShorterAndCounted) {
+  Board b(4, 4, 2, /*skip=*/true);
+  ASSERT_TRUE(b.scheduler->StartEpoch(0, 0).ok());
+  ASSERT_TRUE(b.Step());
+  ASSERT_TRUE(b.Step(false));
+  ASSERT_TRUE(b.Step());
+  ASSERT_TRUE(b.Step(false));
+  NextStatus ns;
+  std::shared_ptr<Batch> out;
+  ASSERT_TRUE(b.scheduler->Next(0, &ns, &out).ok());
+  ASSERT_EQ(ns, NextStatus::kBatch);
+  EXPECT_EQ(out->size(), 2);
+  EXPECT_EQ(b.scheduler->counts().errors, 2);
+  EXPECT_EQ(b.scheduler->counts().skipped, 2);
+}
+
+TEST(SchedulerTest, CancelWakesAWaitingFetcher) {
+  Board b(8, 4, 2);
+  bool got = true;
+  std::thread fetcher([&] {
+    FetchedItem fi;
+    got = b.scheduler->NextFetch(0, false, &fi, &b.fetch);  // no epoch started: waits
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  b.scheduler->Cancel();
+  fetcher.join();
+  EXPECT_FALSE(got);
+}
+
+}  // namespace
+}  // namespace nostall
