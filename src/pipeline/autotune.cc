@@ -102,99 +102,113 @@ std::optional<AutotuneDecision> Autotuner::Step(const AutotuneWindow& w, double 
     --settle_;
     return std::nullopt;
   }
-  const double rate = static_cast<double>(w.prep_items) / w.wall_s;
-  const double wait = std::clamp(w.consumer_wait_s / w.wall_s, 0.0, 1.0);
+  Seen m;
+  m.rate = static_cast<double>(w.prep_items) / w.wall_s;
+  m.wait = std::clamp(w.consumer_wait_s / w.wall_s, 0.0, 1.0);
   if (pending_) {
-    if (std::optional<AutotuneDecision> d = Judge(w, now_s, rate, wait)) return d;
+    if (std::optional<AutotuneDecision> d = Judge(w, now_s, m.rate, m.wait)) return d;
   }
-  const double threads = std::max(1, s_.threads);
-  const double busy = w.prep_work_s / (threads * w.wall_s);
-  const double starved = w.prep_starved_s / (threads * w.wall_s);
-  const double latency = w.read_latency_s > 0 ? w.read_latency_s
-                         : w.fetch_items > 0  ? w.fetch_work_s / static_cast<double>(w.fetch_items)
-                                              : 0;
-  const double item_bytes = w.fetch_items > 0 ? w.fetch_bytes / static_cast<double>(w.fetch_items) : 0;
-  auto little = [&](double r) {
-    return std::clamp(AutoReadsInFlight(r, latency, item_bytes), limits_.min_reads, limits_.max_reads);
-  };
+  m.threads = std::max(1, s_.threads);
+  m.busy = w.prep_work_s / (m.threads * w.wall_s);
+  m.starved = w.prep_starved_s / (m.threads * w.wall_s);
+  m.latency = w.read_latency_s > 0 ? w.read_latency_s
+              : w.fetch_items > 0  ? w.fetch_work_s / static_cast<double>(w.fetch_items)
+                                   : 0;
+  m.item_bytes = w.fetch_items > 0 ? w.fetch_bytes / static_cast<double>(w.fetch_items) : 0;
+  if (m.wait > kWaiting) return WhenWaiting(w, m, now_s);
+  if (m.wait >= kNoWait) return std::nullopt;
+  return WhenNeverWaiting(w, m, now_s);
+}
 
-  if (wait > kWaiting) {
-    if (limits_.threads && busy > kBusy && s_.threads < limits_.max_threads &&
-        CapAdd(kThreads, s_.threads, s_.threads + 1, now_s) > s_.threads) {
-      return Change(kThreads, s_.threads + 1, now_s,
-                    Format("the consumer waited %.0f%% of the time and the prep threads were busy "
-                           "%.0f%%",
-                           wait * 100, busy * 100),
-                    rate, wait);
-    }
-    // What prep could take: its threads at their measured CPU per item (the
-    // wall time per item is inflated while threads share cores).
-    const double cpu_per_item = w.prep_cpu_s / static_cast<double>(w.prep_items);
-    const double capacity = cpu_per_item > 0 ? threads / cpu_per_item : rate * 2;
-    // Reads are the limit when prep waits for them, or when every read in
-    // flight is busy (the rate is what they can bring: reads / latency).
-    const bool reads_bound = starved > kStarved || rate * latency >= kBusy * s_.reads;
-    // Towards Little's law for 80% of that capacity (its 1.5x headroom over
-    // the rate prep reaches then, 1.2x over the capacity): reads past it
-    // cost more CPU than they bring.
-    const int more_reads = CapAdd(
-        kReads, s_.reads,
-        std::min({little(capacity * kBusy), std::max(s_.reads * 4, s_.reads + 2), limits_.max_reads}),
-        now_s);
-    // An add under a quarter cannot show the 4% gain it is judged by (near
-    // the best count the probe is noise): not tried.
-    if (limits_.reads && reads_bound && latency > 0 && more_reads * 4 >= s_.reads * 5) {
-      // Little's law, at most 4x at a time: every step is judged
-      // (rule 1), so too many reads (threads and requests cost CPU too)
-      // are found and taken back.
-      return Change(kReads, more_reads, now_s,
-                    Format("the consumer waited %.0f%% of the time and prep waited for reads; "
-                           "%.1f ms a read x %.0f items/s prep can take",
-                           wait * 100, latency * 1e3, capacity),
-                    rate, wait);
-    }
-    // Reads prep never waits for: each costs CPU (a fetch thread waking, a
-    // request), and on a prep-bound pipeline the consumer always waits, so
-    // the never-waits rule below would never cut them. Straight to Little's
-    // law (judged like any removal).
-    if (limits_.reads && w.fetch_items > 0 && starved < kStarved / 2 && s_.reads > limits_.min_reads &&
-        s_.reads * 2 > little(capacity) * 3 &&
-        (Allowed(floor_[kReads], now_s) || little(capacity) >= floor_[kReads].value)) {
-      const int to = std::max(little(capacity), limits_.min_reads);
-      return Change(kReads, to, now_s,
-                    Format("prep never waited for reads: %.1f ms a read x %.0f items/s prep can "
-                           "take needs about %.0f in flight",
-                           latency * 1e3, capacity, little(capacity)),
-                    rate, wait);
-    }
-    if (limits_.prefetch && busy <= kBusy && starved <= kStarved &&
-        s_.prefetch < limits_.max_prefetch) {
-      return Change(kPrefetch, s_.prefetch + 1, now_s,
-                    Format("the consumer waited %.0f%% of the time while prep kept up on average "
-                           "(busy %.0f%%): one more batch covers the jitter",
-                           wait * 100, busy * 100),
-                    rate, wait);
-    }
-    return std::nullopt;
+int Autotuner::Little(const Seen& m, double rate) const {
+  return std::clamp(AutoReadsInFlight(rate, m.latency, m.item_bytes), limits_.min_reads,
+                    limits_.max_reads);
+}
+
+// Rule 2: the consumer waits.
+std::optional<AutotuneDecision> Autotuner::WhenWaiting(const AutotuneWindow& w, const Seen& m,
+                                                       double now_s) {
+  const double rate = m.rate, wait = m.wait, busy = m.busy, starved = m.starved,
+               latency = m.latency;
+  if (limits_.threads && busy > kBusy && s_.threads < limits_.max_threads &&
+      CapAdd(kThreads, s_.threads, s_.threads + 1, now_s) > s_.threads) {
+    return Change(kThreads, s_.threads + 1, now_s,
+                  Format("the consumer waited %.0f%% of the time and the prep threads were busy "
+                         "%.0f%%",
+                         wait * 100, busy * 100),
+                  rate, wait);
   }
-  if (wait >= kNoWait) return std::nullopt;
+  // What prep could take: its threads at their measured CPU per item (the
+  // wall time per item is inflated while threads share cores).
+  const double cpu_per_item = w.prep_cpu_s / static_cast<double>(w.prep_items);
+  const double capacity = cpu_per_item > 0 ? m.threads / cpu_per_item : rate * 2;
+  // Reads are the limit when prep waits for them, or when every read in
+  // flight is busy (the rate is what they can bring: reads / latency).
+  const bool reads_bound = starved > kStarved || rate * latency >= kBusy * s_.reads;
+  // Towards Little's law for 80% of that capacity (its 1.5x headroom over
+  // the rate prep reaches then, 1.2x over the capacity): reads past it
+  // cost more CPU than they bring.
+  const int more_reads = CapAdd(
+      kReads, s_.reads,
+      std::min({Little(m, capacity * kBusy), std::max(s_.reads * 4, s_.reads + 2), limits_.max_reads}),
+      now_s);
+  // An add under a quarter cannot show the 4% gain it is judged by (near
+  // the best count the probe is noise): not tried.
+  if (limits_.reads && reads_bound && latency > 0 && more_reads * 4 >= s_.reads * 5) {
+    // Little's law, at most 4x at a time: every step is judged (rule 1), so
+    // too many reads (threads and requests cost CPU too) are found and
+    // taken back.
+    return Change(kReads, more_reads, now_s,
+                  Format("the consumer waited %.0f%% of the time and prep waited for reads; "
+                         "%.1f ms a read x %.0f items/s prep can take",
+                         wait * 100, latency * 1e3, capacity),
+                  rate, wait);
+  }
+  // Reads prep never waits for: each costs CPU (a fetch thread waking, a
+  // request), and on a prep-bound pipeline the consumer always waits, so
+  // the never-waits rule would never cut them. Straight to Little's law
+  // (judged like any removal).
+  const int little = Little(m, capacity);
+  if (limits_.reads && w.fetch_items > 0 && starved < kStarved / 2 && s_.reads > limits_.min_reads &&
+      s_.reads * 2 > little * 3 &&
+      (Allowed(floor_[kReads], now_s) || little >= floor_[kReads].value)) {
+    return Change(kReads, std::max(little, limits_.min_reads), now_s,
+                  Format("prep never waited for reads: %.1f ms a read x %.0f items/s prep can "
+                         "take needs about %d in flight",
+                         latency * 1e3, capacity, little),
+                  rate, wait);
+  }
+  if (limits_.prefetch && busy <= kBusy && starved <= kStarved &&
+      s_.prefetch < limits_.max_prefetch) {
+    return Change(kPrefetch, s_.prefetch + 1, now_s,
+                  Format("the consumer waited %.0f%% of the time while prep kept up on average "
+                         "(busy %.0f%%): one more batch covers the jitter",
+                         wait * 100, busy * 100),
+                  rate, wait);
+  }
+  return std::nullopt;
+}
+
+// Rule 3: the consumer never waits.
+std::optional<AutotuneDecision> Autotuner::WhenNeverWaiting(const AutotuneWindow& w, const Seen& m,
+                                                            double now_s) {
   const double prep_cores = w.prep_cpu_s / w.wall_s;
   if (limits_.threads && s_.threads > 1 && prep_cores <= (s_.threads - 1) * kFitCpu &&
       (Allowed(floor_[kThreads], now_s) || s_.threads > floor_[kThreads].value)) {
     return Change(kThreads, s_.threads - 1, now_s,
                   Format("the consumer never waited and prep used %.2f cores: %.0f thread(s) carry it",
                          prep_cores, s_.threads - 1.0),
-                  rate, wait);
+                  m.rate, m.wait);
   }
-  if (limits_.reads && latency > 0) {
-    const int need = little(rate * 1.3);
+  if (limits_.reads && m.latency > 0) {
+    const int need = Little(m, m.rate * 1.3);
     if (need < s_.reads && need * 3 <= s_.reads * 2 &&
         (Allowed(floor_[kReads], now_s) || need >= floor_[kReads].value)) {
       return Change(kReads, need, now_s,
                     Format("the consumer never waited; %.1f ms a read x %.0f items/s (+30%%) needs "
-                           "about %.0f in flight",
-                           latency * 1e3, rate, need),
-                    rate, wait);
+                           "about %d in flight",
+                           m.latency * 1e3, m.rate, need),
+                    m.rate, m.wait);
     }
   }
   return std::nullopt;

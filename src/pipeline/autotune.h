@@ -93,6 +93,14 @@ class Autotuner {
     int from, to;
     double rate_before, wait_before;
   };
+  // What a window showed (Step's measures, for the rules).
+  struct Seen {
+    double rate = 0, wait = 0, threads = 1, busy = 0, starved = 0, latency = 0, item_bytes = 0;
+  };
+  std::optional<AutotuneDecision> WhenWaiting(const AutotuneWindow& w, const Seen& m, double now_s);
+  std::optional<AutotuneDecision> WhenNeverWaiting(const AutotuneWindow& w, const Seen& m,
+                                                   double now_s);
+  int Little(const Seen& m, double rate) const;  // reads in flight for `rate` (read_limit.h)
   AutotuneDecision Change(Knob knob, int to, double now_s, std::string why, double rate,
                           double wait);
   std::optional<AutotuneDecision> Judge(const AutotuneWindow& w, double now_s, double rate,

@@ -21,36 +21,105 @@ int AvailableCores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-Result<PipelineParts> PreparePipeline(const LoaderSpec& in) {
-  LoaderSpec spec = in;
-  if (spec.batch_size <= 0) return InvalidArgument("batch_size must be positive");
-  if (spec.prefetch < -1 || spec.prefetch > 64) {
+namespace {
+
+// The spec's counts checked, and which knobs the autotuner moves: "auto"
+// those left unset, "on" all.
+Result<AutotuneLimits> CheckCounts(LoaderSpec* spec) {
+  if (spec->batch_size <= 0) return InvalidArgument("batch_size must be positive");
+  if (spec->prefetch < -1 || spec->prefetch > 64) {
     return InvalidArgument("prefetch must be in [0, 64] (or -1: tuned)");
   }
-  if (spec.autotune != "auto" && spec.autotune != "on" && spec.autotune != "off") {
+  if (spec->autotune != "auto" && spec->autotune != "on" && spec->autotune != "off") {
     return InvalidArgument("autotune must be \"auto\", \"on\" or \"off\" (or true/false), not '" +
-                           spec.autotune + "'");
+                           spec->autotune + "'");
   }
-  // Which knobs the autotuner moves: "auto" those left unset, "on" all.
   AutotuneLimits tune;
-  const bool all = spec.autotune == "on", some = spec.autotune == "auto";
-  tune.threads = all || (some && spec.num_threads == 0);
-  tune.reads = all || (some && spec.reads_in_flight == 0);
-  tune.prefetch = all || (some && spec.prefetch < 0);
-  if (spec.prefetch < 0) spec.prefetch = kDefaultPrefetch;
-  if (spec.num_threads < 0 || spec.reads_in_flight < 0) {
+  const bool all = spec->autotune == "on", some = spec->autotune == "auto";
+  tune.threads = all || (some && spec->num_threads == 0);
+  tune.reads = all || (some && spec->reads_in_flight == 0);
+  tune.prefetch = all || (some && spec->prefetch < 0);
+  if (spec->prefetch < 0) spec->prefetch = kDefaultPrefetch;
+  if (spec->num_threads < 0 || spec->reads_in_flight < 0) {
     return InvalidArgument("thread counts must be >= 0 (0 = automatic)");
   }
-  if (spec.num_threads > kMaxThreads) {
+  if (spec->num_threads > kMaxThreads) {
     return InvalidArgument("num_threads must be at most " + std::to_string(kMaxThreads) +
-                           ", not " + std::to_string(spec.num_threads));
+                           ", not " + std::to_string(spec->num_threads));
   }
-  if (spec.reads_in_flight > kMaxReadsInFlight) {
+  if (spec->reads_in_flight > kMaxReadsInFlight) {
     return InvalidArgument("reads_in_flight must be at most " +
                            std::to_string(kMaxReadsInFlight) + ", not " +
-                           std::to_string(spec.reads_in_flight));
+                           std::to_string(spec->reads_in_flight));
   }
-  if (spec.num_threads == 0) spec.num_threads = AvailableCores();
+  if (spec->num_threads == 0) spec->num_threads = AvailableCores();
+  return tune;
+}
+
+Result<Sampler> SamplerFor(const LoaderSpec& spec, const Source& source) {
+  SamplerOptions so;
+  so.num_items = source.size();
+  so.batch_size = spec.batch_size;
+  so.shuffle = spec.shuffle;
+  so.seed = spec.seed;
+  so.rank = spec.rank;
+  so.world_size = spec.world_size;
+  so.drop_last = spec.drop_last;
+  so.subset = spec.subset;
+  so.shuffle_block = spec.shuffle_block;
+  return Sampler::Create(so);
+}
+
+// The batch's image size: the transforms' fixed output, else the first
+// item's (any other size is then reported per item).
+Status OutputSize(const LoaderSpec& spec, const Source& source, int* out_h, int* out_w) {
+  if (spec.prep.FixedOutputSize(out_h, out_w)) return Status::OK();
+  std::vector<uint8_t> bytes;
+  Status st = source.Read(0, &bytes);
+  int w = 0, h = 0;
+  if (st.ok()) st = ProbeImageSize(bytes.data(), bytes.size(), &w, &h);
+  SamplePlan plan;
+  if (st.ok()) st = PlanSample(spec.prep, w, h, spec.seed, 0, 0, &plan);
+  if (!st.ok()) {
+    return InvalidArgument(
+        "the transforms do not fix the output size, and the first item, which would set it, "
+        "cannot be read: " + st.WithItem(source.key(0), "probe").Describe());
+  }
+  *out_h = plan.out_h;
+  *out_w = plan.out_w;
+  return Status::OK();
+}
+
+// The cache tiers, front first: the node-local MinIO cache, then the
+// cluster tier. One tier alone is stacked too, for its lookup timing
+// (TierStats). Null: no cache.
+Result<std::unique_ptr<Cache>> CacheFor(const LoaderSpec& spec, const Source& source) {
+  if (spec.cache_name.empty()) return std::unique_ptr<Cache>();
+  CacheConfig config{spec.cache_name, spec.cache_bytes, source.fingerprint(), source.size()};
+  config.servers = spec.cache_servers;
+  config.pool_parts = spec.world_size;  // every rank's share, pooled in the cluster tier
+  std::vector<std::unique_ptr<Cache>> tiers;
+  if (spec.cache_local_bytes > 0 && spec.cache_policy != "memcached") {
+    return InvalidArgument("cache_local_bytes is the node-local tier in front of a cluster "
+                           "cache: it goes with cache_policy \"memcached\", not \"" +
+                           spec.cache_policy + "\"");
+  }
+  if (spec.cache_local_bytes > 0) {
+    CacheConfig local = config;
+    local.budget_bytes = spec.cache_local_bytes;
+    NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Cache> front, OpenCache("minio", local));
+    tiers.push_back(std::move(front));
+  }
+  NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Cache> tier, OpenCache(spec.cache_policy, config));
+  tiers.push_back(std::move(tier));
+  return StackCaches(std::move(tiers));
+}
+
+}  // namespace
+
+Result<PipelineParts> PreparePipeline(const LoaderSpec& in) {
+  LoaderSpec spec = in;
+  NOSTALL_ASSIGN_OR_RETURN(AutotuneLimits tune, CheckCounts(&spec));
   NOSTALL_RETURN_IF_ERROR(spec.prep.Validate());
   spec.source_options.skip_bad_samples = spec.on_error == ErrorPolicy::kSkip;
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Source> source,
@@ -64,59 +133,10 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in) {
   tune.max_threads = std::max(AvailableCores(), spec.num_threads);
   tune.min_reads = async ? 1 : 2;
   tune.max_reads = std::max(kMaxAutoReads, spec.reads_in_flight);
-  SamplerOptions so;
-  so.num_items = source->size();
-  so.batch_size = spec.batch_size;
-  so.shuffle = spec.shuffle;
-  so.seed = spec.seed;
-  so.rank = spec.rank;
-  so.world_size = spec.world_size;
-  so.drop_last = spec.drop_last;
-  so.subset = spec.subset;
-  so.shuffle_block = spec.shuffle_block;
-  NOSTALL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(so));
-
+  NOSTALL_ASSIGN_OR_RETURN(Sampler sampler, SamplerFor(spec, *source));
   int out_h = 0, out_w = 0;
-  if (!spec.prep.FixedOutputSize(&out_h, &out_w)) {
-    // The transforms keep each image's own size: the first item sets the
-    // batch's, and any other size is reported per item.
-    std::vector<uint8_t> bytes;
-    Status st = source->Read(0, &bytes);
-    int w = 0, h = 0;
-    if (st.ok()) st = ProbeImageSize(bytes.data(), bytes.size(), &w, &h);
-    SamplePlan plan;
-    if (st.ok()) st = PlanSample(spec.prep, w, h, spec.seed, 0, 0, &plan);
-    if (!st.ok()) {
-      return InvalidArgument(
-          "the transforms do not fix the output size, and the first item, which would set it, "
-          "cannot be read: " + st.WithItem(source->key(0), "probe").Describe());
-    }
-    out_h = plan.out_h;
-    out_w = plan.out_w;
-  }
-  std::unique_ptr<Cache> cache;
-  if (!spec.cache_name.empty()) {
-    CacheConfig config{spec.cache_name, spec.cache_bytes, source->fingerprint(), source->size()};
-    config.servers = spec.cache_servers;
-    config.pool_parts = spec.world_size;  // every rank's share, pooled in the cluster tier
-    // Tiers, front first: the node-local MinIO cache, then the cluster tier.
-    // One tier alone is stacked too, for its lookup timing (TierStats).
-    std::vector<std::unique_ptr<Cache>> tiers;
-    if (spec.cache_local_bytes > 0 && spec.cache_policy != "memcached") {
-      return InvalidArgument("cache_local_bytes is the node-local tier in front of a cluster "
-                             "cache: it goes with cache_policy \"memcached\", not \"" +
-                             spec.cache_policy + "\"");
-    }
-    if (spec.cache_local_bytes > 0) {
-      CacheConfig local = config;
-      local.budget_bytes = spec.cache_local_bytes;
-      NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Cache> front, OpenCache("minio", local));
-      tiers.push_back(std::move(front));
-    }
-    NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Cache> tier, OpenCache(spec.cache_policy, config));
-    tiers.push_back(std::move(tier));
-    cache = StackCaches(std::move(tiers));
-  }
+  NOSTALL_RETURN_IF_ERROR(OutputSize(spec, *source, &out_h, &out_w));
+  NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Cache> cache, CacheFor(spec, *source));
   // Prefetch within kAutotuneRingBytes of slots (at most 8 batches ahead).
   const uint64_t slot_bytes =
       std::max<uint64_t>(1, SampleBytes(spec.prep, out_h, out_w) * static_cast<uint64_t>(spec.batch_size));
