@@ -4,6 +4,9 @@ For each situation, on this machine's cores:
 
   prep        nothing but the loader: prep-bound
   cpu_step    a training step of fixed CPU work (torch matmuls, one thread) sharing the cores
+  train_step  a real CPU training step: a small conv net, forward + backward + SGD on the
+              batch, torch's own intra-op threads (every core): each prep thread competes
+              with the step's threads
   compute     a step that waits (as on an accelerator) 100 ms per batch: few threads suffice
   latency     storage with 30 ms per read (the source's throttle)
   served      `nostall serve` and 3 consumers attached, each 100 ms per batch
@@ -36,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SITUATIONS = ("prep", "cpu_step", "compute", "latency", "served")
+SITUATIONS = ("prep", "cpu_step", "train_step", "compute", "latency", "served")
 BATCH = 64
 STEP_MS = {"cpu_step": 70.0, "compute": 100.0, "served": 100.0}
 LATENCY_MS = 30.0
@@ -77,9 +80,38 @@ def make_step(situation, reps_per_ms):
             for _ in range(reps):
                 a @ a
         return step
+    if situation == "train_step":
+        return train_step()
     if situation in ("compute", "served"):
         return lambda: time.sleep(STEP_MS[situation] / 1000)
     return lambda: None
+
+
+def train_step():
+    """A small conv net trained on each batch (at a quarter of its size), with
+    torch's default intra-op threads."""
+    import numpy as np
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(),
+                        nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
+                        nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    state = {}
+
+    def step(images, labels):
+        x = torch.nn.functional.avg_pool2d(torch.from_numpy(images), 2)
+        y = torch.from_numpy(np.asarray(labels)) % 10
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(net(x), y)
+        loss.backward()
+        opt.step()
+        state["loss"] = float(loss.detach())
+    step.takes_batch = True
+    return step
 
 
 def consume(loader, step, duration, measure_from):
@@ -89,14 +121,17 @@ def consume(loader, step, duration, measure_from):
     epoch = 0
     while True:
         loader.set_epoch(epoch)
-        for images, _labels in loader:
+        for images, labels in loader:
             now = time.perf_counter() - t0
             times.append((now, images.shape[0]))
             if cpu_at is None and now >= measure_from:
                 cpu_at = (now, time.process_time(), sum(n for _, n in times))
             if now >= duration:
                 return times, cpu_at, (now, time.process_time())
-            step()
+            if getattr(step, "takes_batch", False):
+                step(images, labels)
+            else:
+                step()
         epoch += 1
 
 
@@ -221,8 +256,9 @@ def run_one(data, situation, setting, reps_per_ms, duration, measure_from, final
 
 def grid(situation, cores):
     threads = sorted({1, cores})
-    reads = (16, 64, 128) if situation == "latency" else (4,)
-    prefetch = (2, 4) if situation == "latency" else (1, 2) if situation == "served" else (1, 2, 4)
+    reads = (16, 64, 128) if situation == "latency" else (1, 4) if situation == "train_step" else (4,)
+    prefetch = ((2, 4) if situation in ("latency", "train_step") else (1, 2) if situation == "served"
+                else (1, 2, 4))
     return [{"kind": "static", "threads": t, "reads": r, "prefetch": p}
             for t in threads for r in reads for p in prefetch]
 
@@ -306,7 +342,8 @@ def report(results, situations, args, cores, write_block):
         f"{args.static_s:.0f} s (measured after 1.5 s), autotuned runs {args.auto_s:.0f} s (rate and "
         "CPU of the last 5 s). CPU per image: the whole process (training step included); served: "
         "the producer's. Situations: prep-bound (no step); cpu_step (70 ms of one-thread matmuls per "
-        f"batch); compute (100 ms wait per batch); latency ({LATENCY_MS:.0f} ms per read); served "
+        f"batch); train_step (a small conv net's forward + backward + SGD per batch, torch's own "
+        f"threads); compute (100 ms wait per batch); latency ({LATENCY_MS:.0f} ms per read); served "
         f"(`nostall serve` + {CONSUMERS} consumers, 100 ms per batch each).",
         "",
         "| situation | best static | least-CPU static within 2% | today's default | autotune: default "

@@ -138,7 +138,7 @@ StepCost StepAt(const Profile& p, const Config& c);
 // The reads in flight a configuration runs with: `reads_in_flight` when
 // fixed; when adaptive (0), what the loader keeps by Little's law (the rate
 // the prep threads take items at x the read time, 1.5x headroom + 2, within
-// [4, 256] and 256 MiB of bodies: src/pipeline/workers.cc). Either way at
+// [4, 256] and 256 MiB of bodies: src/pipeline/read_limit.h). Either way at
 // most the items the batch slots hold.
 double ReadsInFlight(const Profile& p, const Config& c);
 

@@ -12,10 +12,16 @@ namespace {
 
 constexpr const char* kKnobNames[] = {"threads", "reads_in_flight", "prefetch"};
 constexpr double kGain = 1.04;        // an added thread or reads must raise the rate 4%
-constexpr double kLoss = 0.9;        // a removal that cost 10% of the rate is given back
+// A removal that cost as much of the rate as an add must bring is given
+// back, whether or not the consumer then waits: with a CPU-bound training
+// step the consumer never waits, yet a prep thread fewer can slow the step
+// (its threads and prep's share the cores, and prep's work then runs beside
+// the step instead of ahead of it).
+constexpr double kLoss = 1 / kGain;
 constexpr double kBusy = 0.8;         // prep threads this busy: prep is the bottleneck
 constexpr double kStarved = 0.2;      // prep threads this starved: reads are
 constexpr double kFitCpu = 0.8;       // one thread fewer must carry prep's CPU at 80%
+constexpr double kSaturated = 0.9;    // the process uses this share of the cores: CPU-bound
 constexpr double kMaxBackoff = 120;
 
 std::string Format(const char* fmt, double a, double b = 0, double c = 0) {
@@ -67,7 +73,7 @@ std::optional<AutotuneDecision> Autotuner::Judge(const AutotuneWindow& w, double
   const bool added = p.to > p.from;
   std::string why;
   Bound* bound = nullptr;
-  if (added && wait > kNoWait && rate < p.rate_before * kGain) {
+  if (added && (wait > kNoWait || p.probe) && rate < p.rate_before * kGain) {
     const double step_cores = std::max(0.0, w.process_cpu_s - w.loader_cpu_s) / w.wall_s;
     why = p.knob == kThreads
               ? Format("the rate went from %.0f to %.0f items/s only (the training step uses %.1f "
@@ -76,10 +82,10 @@ std::optional<AutotuneDecision> Autotuner::Judge(const AutotuneWindow& w, double
               : Format("the rate went from %.0f to %.0f items/s only: taken back", p.rate_before, rate);
     bound = &ceiling_[p.knob];
   } else if (!added && (wait > std::max(kWaiting, p.wait_before + 0.02) ||
-                        (wait > kNoWait && rate < p.rate_before * kLoss))) {
-    why = Format("with fewer the consumer waited %.0f%% of the time (%.0f items/s, %.0f before): "
-                 "given back",
-                 wait * 100, rate, p.rate_before);
+                        rate < p.rate_before * kLoss)) {
+    why = Format("with fewer the rate fell to %.0f items/s (from %.0f) and the consumer waited %.0f%% "
+                 "of the time: given back",
+                 rate, p.rate_before, wait * 100);
     bound = &floor_[p.knob];
   } else {
     return std::nullopt;
@@ -174,7 +180,7 @@ std::optional<AutotuneDecision> Autotuner::WhenWaiting(const AutotuneWindow& w, 
       (Allowed(floor_[kReads], now_s) || little >= floor_[kReads].value)) {
     return Change(kReads, std::max(little, limits_.min_reads), now_s,
                   Format("prep never waited for reads: %.1f ms a read x %.0f items/s prep can "
-                         "take needs about %d in flight",
+                         "take needs about %.0f in flight",
                          latency * 1e3, capacity, little),
                   rate, wait);
   }
@@ -200,13 +206,31 @@ std::optional<AutotuneDecision> Autotuner::WhenNeverWaiting(const AutotuneWindow
                          prep_cores, s_.threads - 1.0),
                   m.rate, m.wait);
   }
+  // The process uses every core (a CPU-bound training step): the step's
+  // threads and prep's share them, and the consumer's rate, not its waits,
+  // says what prep threads cost it. One more is tried, and kept only if the
+  // rate rises as much as any add must (else taken back, and the count
+  // becomes a ceiling).
+  const double process_cores = w.process_cpu_s / w.wall_s;
+  if (limits_.threads && s_.threads < limits_.max_threads &&
+      process_cores >= kSaturated * limits_.max_threads &&
+      CapAdd(kThreads, s_.threads, s_.threads + 1, now_s) > s_.threads) {
+    AutotuneDecision d = Change(
+        kThreads, s_.threads + 1, now_s,
+        Format("the process used %.1f of %.0f cores (a CPU-bound step): one more prep thread tried, "
+               "kept if the rate rises",
+               process_cores, limits_.max_threads),
+        m.rate, m.wait);
+    pending_->probe = true;
+    return d;
+  }
   if (limits_.reads && m.latency > 0) {
     const int need = Little(m, m.rate * 1.3);
     if (need < s_.reads && need * 3 <= s_.reads * 2 &&
         (Allowed(floor_[kReads], now_s) || need >= floor_[kReads].value)) {
       return Change(kReads, need, now_s,
                     Format("the consumer never waited; %.1f ms a read x %.0f items/s (+30%%) needs "
-                           "about %d in flight",
+                           "about %.0f in flight",
                            m.latency * 1e3, m.rate, need),
                     m.rate, m.wait);
     }

@@ -10,9 +10,10 @@
 //      taken, by the training step or the other threads) are taken back and
 //      the count that did not pay becomes a ceiling (later adds bisect below
 //      it); a thread or reads removed after which the consumer waits or the
-//      rate falls are given back and the count becomes a floor. A ceiling or
-//      floor is lifted after a back-off (15 s, doubling), and never after a
-//      knob's second reversal.
+//      rate falls 4% are given back and the count becomes a floor (with a
+//      CPU-bound step the consumer never waits, yet a thread fewer slows
+//      it). A ceiling or floor is lifted after a back-off (15 s, doubling),
+//      and never after a knob's second reversal.
 //   2. The consumer waits (> 3% of the window):
 //        prep busy          -> one more prep thread (up to the cores);
 //        reads the limit    -> reads in flight towards Little's law (the
@@ -22,8 +23,10 @@
 //        reads idle         -> reads cut to Little's law (each costs CPU);
 //        neither (jitter)   -> one more batch of prefetch (up to the cap).
 //   3. The consumer never waits (< 1%): one prep thread less when the prep
-//      CPU fits in one thread fewer at 80%; reads in flight down to Little's
-//      law at 1.3x the rate delivered when that is under 2/3 of them.
+//      CPU fits in one thread fewer at 80%; else, when the process uses 90%
+//      of the cores (a CPU-bound step), one more tried, kept only if the
+//      rate rises 4%; reads in flight down to Little's law at 1.3x the rate
+//      delivered when that is under 2/3 of them.
 // The loader (pipeline_loader.cc) measures and applies; this class is pure,
 // so its rules are tested on made-up windows (autotune_test.cc).
 #ifndef NOSTALL_PIPELINE_AUTOTUNE_H_
@@ -92,6 +95,7 @@ class Autotuner {
     Knob knob;
     int from, to;
     double rate_before, wait_before;
+    bool probe = false;  // tried though the consumer did not wait: judged by the rate alone
   };
   // What a window showed (Step's measures, for the rules).
   struct Seen {

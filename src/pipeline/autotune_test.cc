@@ -116,6 +116,53 @@ TEST(AutotuneTest, AThreadRemovedWhenTheConsumerThenWaitsIsGivenBack) {
   EXPECT_EQ(t.settings().threads, 2);
 }
 
+// A CPU-bound training step on 2 cores (its own threads on both): the
+// consumer never waits, prep's CPU fits in one thread, yet with one prep
+// thread the step runs 20% slower (prep's work then runs beside it).
+AutotuneWindow CpuBoundStep(const AutotuneSettings& s) {
+  AutotuneWindow w = Window(s.threads, s.threads >= 2 ? 440.0 : 350.0, 0.0016, 0.0);
+  w.process_cpu_s = 1.95;  // the step's threads and prep's fill both cores
+  return w;
+}
+
+TEST(AutotuneTest, AThreadFewerThatSlowsACpuBoundStepIsGivenBack) {
+  Autotuner t(AllTuned(2), {2, 2, 2});
+  double now = 0;
+  auto d = Feed(&t, CpuBoundStep, &now);
+  ASSERT_GE(d.size(), 2u);
+  EXPECT_EQ(d[0].to, 1);
+  EXPECT_EQ(d[1].to, 2);
+  EXPECT_NE(d[1].why.find("rate fell to 350"), std::string::npos) << d[1].why;
+  EXPECT_EQ(t.settings().threads, 2);
+}
+
+TEST(AutotuneTest, ACpuBoundStepStartedOnOneThreadTriesASecondAndKeepsIt) {
+  Autotuner t(AllTuned(2), {1, 2, 2});
+  double now = 0;
+  auto d = Feed(&t, CpuBoundStep, &now);
+  ASSERT_FALSE(d.empty());
+  EXPECT_EQ(d[0].to, 2);
+  EXPECT_NE(d[0].why.find("CPU-bound"), std::string::npos) << d[0].why;
+  EXPECT_EQ(t.settings().threads, 2);
+}
+
+TEST(AutotuneTest, AThreadTriedUnderACpuBoundStepThatDoesNotPayIsTakenBack) {
+  Autotuner t(AllTuned(2), {1, 2, 2});
+  double now = 0;
+  auto flat = [](const AutotuneSettings& s) {  // the rate the same with 1 or 2
+    AutotuneWindow w = Window(s.threads, 350.0, 0.0016, 0.0);
+    w.process_cpu_s = 1.95;
+    return w;
+  };
+  auto d = Feed(&t, flat, &now);
+  ASSERT_GE(d.size(), 2u);
+  EXPECT_EQ(d[0].to, 2);
+  EXPECT_EQ(d[1].to, 1);
+  EXPECT_NE(d[1].why.find("taken back"), std::string::npos) << d[1].why;
+  EXPECT_EQ(t.settings().threads, 1);
+  EXPECT_LE(d.size(), 4u);  // tried again once after the back-off, then never
+}
+
 TEST(AutotuneTest, FarStorageGetsReadsByLittlesLaw) {
   // 30 ms a read; prep can take 500 items/s with 2 threads; every read in
   // flight brings 1/0.03 items/s.

@@ -1,6 +1,6 @@
 // How many reads a remote source keeps in flight when the spec leaves them
 // to adapt (reads_in_flight = 0): Little's law. The loader applies it as it
-// runs (src/pipeline/workers.cc) and the analyzer's model predicts with the
+// runs (src/pipeline/pipeline_loader.cc, AdaptReadLimit) and the analyzer's model predicts with the
 // same rule (src/analyze/model.cc), so the two cannot drift apart.
 #ifndef NOSTALL_PIPELINE_READ_LIMIT_H_
 #define NOSTALL_PIPELINE_READ_LIMIT_H_
