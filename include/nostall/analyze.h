@@ -142,6 +142,15 @@ StepCost StepAt(const Profile& p, const Config& c);
 // most the items the batch slots hold.
 double ReadsInFlight(const Profile& p, const Config& c);
 
+// The configuration the autotuner would start from for a job whose step
+// takes `need` samples/s: just enough, by the rules it tunes with
+// (src/pipeline/autotune.h, read_limit.h): prep threads that carry
+// `prep_cpu_s` a sample at 80% busy (within `cores`), reads in flight by
+// Little's law for `latency_s` a read, 2 batches ahead. As JSON: {"threads",
+// "reads_in_flight", "prefetch", "why"}.
+std::string AutotuneStartJson(double need, double prep_cpu_s, double latency_s, double item_bytes,
+                              double cores);
+
 struct Prediction {
   double rate = 0;  // samples/s per job
   double limits[5] = {0, 0, 0, 0, 0};  // by Limit; +inf where unlimited

@@ -72,7 +72,8 @@ class Source {
   virtual std::vector<std::pair<std::string, int64_t>> left_out() const { return {}; }
   // Remote sources: their requests so far; local files: none.
   virtual std::optional<StorageStats> storage_stats() const { return std::nullopt; }
-  // The driver's name: "image-folder", "tar-shards" (src/source/driver.h).
+  // The driver's name: "image-folder", "tar-shards", "s3-image-folder",
+  // "s3-tar-shards" (NOSTALL_SOURCE_DRIVERS in src/source/driver.h).
   virtual const char* kind() const = 0;
 
   // Copies item `i`'s bytes into `out` (resized). Thread-safe. Errors are

@@ -20,7 +20,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
-import math
 import os
 import sys
 import time
@@ -307,6 +306,7 @@ def _step_alone(step, shape, dtype, batch, seconds, phases, torch):
            "step_rate_1": 0.0, "step_cpu_1": 0.0, "step_spin_cpu": 0.0}
     if threads > 1:
         out["step_spin_cpu"] = _spin_after_step(step, images, labels)
+        phases.total += 1  # and, last, the step on one thread: counted before this line ends
     phases.end(f"G = {rate:,.0f} samples/s" + (f" on {threads} threads" if threads > 1 else ""))
     return out
 
@@ -393,8 +393,6 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
         reads = int(resolved["reads_in_flight"])
         step_profile = _step_alone(step, shape, resolved["dtype"], batch, step_seconds,
                                    phases, torch)
-        if step_profile["step_threads"] > 1:
-            phases.total += 1  # and, last, the step on one thread
         # Storage, directly: cold reads one at a time, then `reads` at a time
         # (adaptive reads, 0, on remote storage: as many as the probe's reads
         # can use, so a shared pipe shows).
@@ -545,18 +543,9 @@ def autotune_start(result: dict, cores: float) -> dict:
     busy, reads in flight by Little's law (src/pipeline/read_limit.h), 2
     batches ahead."""
     prof = result["profile"]
-    m = prof["measured"]
-    limits = result["predicted"]["limits"]
-    need = limits.get("compute") or prof["step_rate"]  # the step's rate in the loop
-    threads = int(min(max(1, math.ceil(need * prof["prep_cpu"] / 0.8)), max(1, round(cores))))
-    latency = m["latency_s"]
-    reads = math.ceil(need * latency * 1.5) + 2
-    if prof["item_bytes"] > 0:
-        reads = min(reads, (256 << 20) / prof["item_bytes"])
-    reads = int(min(max(reads, 4), 256))
-    return {"threads": threads, "reads_in_flight": reads, "prefetch": 2,
-            "why": f"{need:,.0f} samples/s x {prof['prep_cpu'] * 1e3:.2f} ms prep CPU; "
-                   f"{latency * 1e3:.2f} ms a read"}
+    need = result["predicted"]["limits"].get("compute") or prof["step_rate"]  # the step's rate
+    return json.loads(_nostall.autotune_start_json(need, prof["prep_cpu"], prof["measured"]["latency_s"],
+                                                   prof["item_bytes"], cores))
 
 
 def contradictions(result: dict) -> list:

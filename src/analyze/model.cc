@@ -1,6 +1,7 @@
 // The what-if model: rate limits per resource (see nostall/analyze.h).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <tuple>
 #include <utility>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nostall/analyze.h"
+#include "pipeline/autotune.h"
 #include "pipeline/read_limit.h"
 
 namespace nostall {
@@ -689,6 +691,18 @@ Result<std::string> PredictJson(const Profile& p, const std::string& config_json
   } catch (const json::exception& e) {
     return InvalidArgument(std::string("bad configuration: ") + e.what());
   }
+}
+
+std::string AutotuneStartJson(double need, double prep_cpu_s, double latency_s, double item_bytes,
+                              double cores) {
+  const double most = std::max(1.0, std::round(cores));
+  const int threads = static_cast<int>(
+      std::min(std::max(1.0, std::ceil(need * prep_cpu_s / Autotuner::kFitCpu)), most));
+  const int reads = AutoReadsInFlight(need, latency_s, item_bytes);
+  char why[160];
+  std::snprintf(why, sizeof why, "%.0f samples/s x %.2f ms prep CPU; %.2f ms a read", need,
+                prep_cpu_s * 1e3, latency_s * 1e3);
+  return json{{"threads", threads}, {"reads_in_flight", reads}, {"prefetch", 2}, {"why", why}}.dump();
 }
 
 }  // namespace nostall

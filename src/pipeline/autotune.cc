@@ -20,7 +20,7 @@ constexpr double kGain = 1.04;        // an added thread or reads must raise the
 constexpr double kLoss = 1 / kGain;
 constexpr double kBusy = 0.8;         // prep threads this busy: prep is the bottleneck
 constexpr double kStarved = 0.2;      // prep threads this starved: reads are
-constexpr double kFitCpu = 0.8;       // one thread fewer must carry prep's CPU at 80%
+constexpr double kFitCpu = Autotuner::kFitCpu;  // one thread fewer must carry prep's CPU at 80%
 constexpr double kSaturated = 0.9;    // the process uses this share of the cores: CPU-bound
 constexpr double kMaxBackoff = 120;
 

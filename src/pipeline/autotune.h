@@ -83,6 +83,7 @@ class Autotuner {
 
   static constexpr double kWaiting = 0.03;  // the consumer waits: > 3% of the window
   static constexpr double kNoWait = 0.01;   // never waits: < 1%
+  static constexpr double kFitCpu = 0.8;    // prep threads carry prep's CPU at 80% busy
 
  private:
   enum Knob { kThreads, kReads, kPrefetch, kKnobs };
