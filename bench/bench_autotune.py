@@ -163,7 +163,11 @@ def serve_child(job):
             time.sleep(0.02)
         marks.append((time.perf_counter() - t0, time.process_time(),
                       server.status()["produced"] * BATCH))
-    time.sleep(3)
+    # Serving until every consumer is done (each runs `duration` from its
+    # own start, which on a loaded machine can be seconds after this one's).
+    stop = Path(job["stop_file"])
+    while not stop.exists() and time.perf_counter() - t0 < job["duration"] + 120:
+        time.sleep(0.05)
     out = {"cpu_ms_per_image": 1e3 * (marks[1][1] - marks[0][1]) / max(1, marks[1][2] - marks[0][2]),
            "autotune": server.status()["pipeline"].get("autotune")}
     server.close()
@@ -234,8 +238,9 @@ def run_one(data, situation, setting, reps_per_ms, duration, measure_from, final
         r = result_of(launch("run", job))
         return summarize(r["times"], r["cpu_at"], r["end"], r["autotune"], final_s)
     name = f"bench-autotune-{os.getpid()}"
+    stop_file = Path(tmp) / f"{name}.stop"
     server = launch("serve", {"spec": spec, "name": name, "duration": duration,
-                              "measure_from": measure_from})
+                              "measure_from": measure_from, "stop_file": str(stop_file)})
     while not Path(f"/dev/shm/nostall-shared-{os.geteuid()}-{name}").exists():
         if server.poll() is not None:
             raise RuntimeError("the server failed")
@@ -243,7 +248,10 @@ def run_one(data, situation, setting, reps_per_ms, duration, measure_from, final
     consumers = [launch("run", {"situation": situation, "attach": name, "reps_per_ms": reps_per_ms,
                                 "duration": duration, "measure_from": measure_from})
                  for _ in range(CONSUMERS)]
-    results = [result_of(c) for c in consumers]
+    try:
+        results = [result_of(c) for c in consumers]
+    finally:
+        stop_file.touch()
     s = result_of(server)
     per = [summarize(r["times"], r["cpu_at"], r["end"], s["autotune"], final_s) for r in results]
     out = dict(per[0])

@@ -12,12 +12,14 @@ namespace {
 
 constexpr const char* kKnobNames[] = {"threads", "reads_in_flight", "prefetch"};
 constexpr double kGain = 1.04;        // an added thread or reads must raise the rate 4%
-// A removal that cost as much of the rate as an add must bring is given
-// back, whether or not the consumer then waits: with a CPU-bound training
-// step the consumer never waits, yet a prep thread fewer can slow the step
-// (its threads and prep's share the cores, and prep's work then runs beside
-// the step instead of ahead of it).
-constexpr double kLoss = 1 / kGain;
+constexpr double kLoss = 0.9;         // a removal that cost 10% of the rate is given back
+// With every core busy (a CPU-bound training step) the consumer never
+// waits, yet a prep thread fewer can slow the step (its threads and prep's
+// share the cores, and prep's work then runs beside the step instead of
+// ahead of it): there a removal that cost what an add must bring is given
+// back. Elsewhere the consumer sets the rate (a sleeping step, a producer's
+// consumers) and only its waits say what a removal cost.
+constexpr double kSaturatedLoss = 1 / kGain;
 constexpr double kBusy = 0.8;         // prep threads this busy: prep is the bottleneck
 constexpr double kStarved = 0.2;      // prep threads this starved: reads are
 constexpr double kFitCpu = Autotuner::kFitCpu;  // one thread fewer must carry prep's CPU at 80%
@@ -39,6 +41,10 @@ Autotuner::Autotuner(const AutotuneLimits& limits, const AutotuneSettings& start
 
 int& Autotuner::Value(Knob k) {
   return k == kThreads ? s_.threads : k == kReads ? s_.reads : s_.prefetch;
+}
+
+bool Autotuner::Saturated(const AutotuneWindow& w) const {
+  return w.wall_s > 0 && w.process_cpu_s / w.wall_s >= kSaturated * limits_.max_threads;
 }
 
 bool Autotuner::Allowed(const Bound& b, double now_s) const { return b.value == 0 || now_s >= b.until_s; }
@@ -82,7 +88,8 @@ std::optional<AutotuneDecision> Autotuner::Judge(const AutotuneWindow& w, double
               : Format("the rate went from %.0f to %.0f items/s only: taken back", p.rate_before, rate);
     bound = &ceiling_[p.knob];
   } else if (!added && (wait > std::max(kWaiting, p.wait_before + 0.02) ||
-                        rate < p.rate_before * kLoss)) {
+                        (wait > kNoWait && rate < p.rate_before * kLoss) ||
+                        (Saturated(w) && rate < p.rate_before * kSaturatedLoss))) {
     why = Format("with fewer the rate fell to %.0f items/s (from %.0f) and the consumer waited %.0f%% "
                  "of the time: given back",
                  rate, p.rate_before, wait * 100);
@@ -212,8 +219,7 @@ std::optional<AutotuneDecision> Autotuner::WhenNeverWaiting(const AutotuneWindow
   // rate rises as much as any add must (else taken back, and the count
   // becomes a ceiling).
   const double process_cores = w.process_cpu_s / w.wall_s;
-  if (limits_.threads && s_.threads < limits_.max_threads &&
-      process_cores >= kSaturated * limits_.max_threads &&
+  if (limits_.threads && s_.threads < limits_.max_threads && Saturated(w) &&
       CapAdd(kThreads, s_.threads, s_.threads + 1, now_s) > s_.threads) {
     AutotuneDecision d = Change(
         kThreads, s_.threads + 1, now_s,

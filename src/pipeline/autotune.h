@@ -9,10 +9,10 @@
 //      thread or reads added that did not raise the rate (the cores are
 //      taken, by the training step or the other threads) are taken back and
 //      the count that did not pay becomes a ceiling (later adds bisect below
-//      it); a thread or reads removed after which the consumer waits or the
-//      rate falls 4% are given back and the count becomes a floor (with a
-//      CPU-bound step the consumer never waits, yet a thread fewer slows
-//      it). A ceiling or floor is lifted after a back-off (15 s, doubling),
+//      it); a thread or reads removed after which the consumer waits, or
+//      the rate falls (10% while it waits; 4% when the process uses every
+//      core: a CPU-bound step never waits, yet a thread fewer slows it), are
+//      given back and the count becomes a floor. A ceiling or floor is lifted after a back-off (15 s, doubling),
 //      and never after a knob's second reversal.
 //   2. The consumer waits (> 3% of the window):
 //        prep busy          -> one more prep thread (up to the cores);
@@ -111,6 +111,8 @@ class Autotuner {
   std::optional<AutotuneDecision> Judge(const AutotuneWindow& w, double now_s, double rate,
                                         double wait);
   bool Allowed(const Bound& b, double now_s) const;
+  // The process used (nearly) every core this window: a CPU-bound step.
+  bool Saturated(const AutotuneWindow& w) const;
   int CapAdd(Knob k, int cur, int to, double now_s) const;
   int& Value(Knob k);
 

@@ -8,94 +8,18 @@
 #include "common/clock.h"
 
 namespace nostall {
-namespace {
-
-// A batch handed out in its slot: the slot is freed when the last copy of
-// the shared_ptr goes (RingState::Release), whichever thread drops it.
-class LeasedBatch final : public Batch {
- public:
-  LeasedBatch(std::shared_ptr<RingState> ring, uint64_t slot, int64_t epoch, int64_t index,
-              int64_t size)
-      : ring_(std::move(ring)), slot_(slot), epoch_(epoch), index_(index), size_(size) {}
-  ~LeasedBatch() override { ring_->Release(slot_); }
-  int64_t epoch() const override { return epoch_; }
-  int64_t index() const override { return index_; }
-  int64_t size() const override { return size_; }
-  const void* images() const override { return ring_->seg->images(slot_); }
-  const int64_t* labels() const override { return ring_->seg->labels(slot_); }
-  const int64_t* indices() const override { return ring_->seg->indices(slot_); }
-
- private:
-  std::shared_ptr<RingState> ring_;
-  uint64_t slot_;
-  int64_t epoch_, index_, size_;
-};
-
-// A batch copied out of its slot (the slot is free again at once): what the
-// caller gets when it holds every other slot, so the pipeline never stops.
-class CopiedBatch final : public Batch {
- public:
-  CopiedBatch(const ring::Segment& seg, uint32_t slot, int64_t epoch, int64_t index, int64_t size,
-              size_t image_bytes)
-      : epoch_(epoch),
-        index_(index),
-        images_(static_cast<const uint8_t*>(seg.images(slot)),
-                static_cast<const uint8_t*>(seg.images(slot)) + image_bytes),
-        labels_(seg.labels(slot), seg.labels(slot) + size),
-        indices_(seg.indices(slot), seg.indices(slot) + size) {}
-  int64_t epoch() const override { return epoch_; }
-  int64_t index() const override { return index_; }
-  int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
-  const void* images() const override { return images_.data(); }
-  const int64_t* labels() const override { return labels_.data(); }
-  const int64_t* indices() const override { return indices_.data(); }
-  bool copied() const override { return true; }
-
- private:
-  int64_t epoch_, index_;
-  std::vector<uint8_t> images_;
-  std::vector<int64_t> labels_, indices_;
-};
-
-}  // namespace
-
 Scheduler::Scheduler(const Sampler& sampler, std::shared_ptr<RingState> ring,
                      ConsumerRecorder* consumer, const Options& options)
     : sampler_(sampler), ring_(std::move(ring)), consumer_(consumer), opt_(options) {
   MutexLock lock(&ring_->mu);
-  work_.resize(ring_->slots.size());
-  for (auto& w : work_) w.bad.assign(static_cast<size_t>(opt_.batch_size), 0);
+  slots_.emplace(&ring_->slots, opt_.batch_size, opt_.slot_limit, opt_.own_ring);
   prep_active_ = opt_.prep_threads;
   prep_threads_.store(opt_.prep_threads);
   fetch_active_ = opt_.fetch_threads;
-  slot_limit_ = opt_.slot_limit;
   read_limit_.store(opt_.read_limit);
 }
 
-// ---- the slots --------------------------------------------------------------
-
-// A free slot a new batch may take (the slots in use are below the limit), or -1.
-int64_t Scheduler::SlotToClaim() const {
-  int64_t in_use = 0;
-  for (const PipelineSlot& h : ring_->slots) in_use += h.state != SlotState::kFree;
-  return in_use < slot_limit_ + (spare_open_ ? 1 : 0) ? FindSlot(SlotState::kFree, -1) : -1;
-}
-
-// A slot in `state` (holding `batch` of this epoch, if batch >= 0), or -1.
-int64_t Scheduler::FindSlot(SlotState state, int64_t batch) const {
-  for (uint64_t i = 0; i < ring_->slots.size(); ++i) {
-    const PipelineSlot& h = ring_->slots[i];
-    if (h.state != state) continue;
-    if (batch < 0 || (h.batch_index == batch && h.epoch == epoch_)) return static_cast<int64_t>(i);
-  }
-  return -1;
-}
-
-int64_t Scheduler::LeasedSlots() const {
-  int64_t leased = 0;
-  for (const PipelineSlot& h : ring_->slots) leased += h.state == SlotState::kLeased;
-  return leased;
-}
+// ---- room ------------------------------------------------------------------
 
 // Fetched items wait for a prep thread in the prep queue. Its bound counts
 // the reads in flight too (memory stays bounded), but it leaves room for
@@ -141,16 +65,8 @@ Status Scheduler::StartEpoch(int64_t epoch, int64_t first_batch) {
 // slot not holding this epoch (or leased) is freed. False: they did not.
 bool Scheduler::RunOnInto(std::unique_lock<std::mutex>& native, int64_t epoch, int64_t batches) {
   if (!started_ || fetch_epoch_ != epoch || epoch_ == epoch) return false;
-  auto other_epoch_filling = [&]() REQUIRES(ring_->mu) {
-    for (const PipelineSlot& h : ring_->slots) {
-      if (h.state == SlotState::kFilling && h.epoch != epoch) return true;
-    }
-    return false;
-  };
-  while (!cancelled_ && other_epoch_filling()) ready_cv_.wait(native);
-  for (PipelineSlot& h : ring_->slots) {
-    if (h.state == SlotState::kReady && h.epoch != epoch) h.state = SlotState::kFree;
-  }
+  while (!cancelled_ && slots().FillingOtherThan(epoch)) ready_cv_.wait(native);
+  slots().FreeAll(SlotState::kReady, /*but_epoch=*/epoch);
   epoch_ = epoch;
   consume_batch_ = 0;
   num_batches_ = batches;
@@ -169,9 +85,7 @@ void Scheduler::Restart(std::unique_lock<std::mutex>& native, int64_t epoch, int
   while (active_preps_ != 0) idle_cv_.wait(native);
   for (auto& item : prep_queue_) free_buffers_.push_back(std::move(item.bytes));
   prep_queue_.clear();
-  for (PipelineSlot& h : ring_->slots) {
-    if (h.state != SlotState::kLeased) h.state = SlotState::kFree;
-  }
+  slots().FreeAllButLeased();
   epoch_ = epoch;
   fetch_epoch_ = epoch;
   order_ = std::move(order);
@@ -210,13 +124,12 @@ int64_t Scheduler::WaitReady(std::unique_lock<std::mutex>& native, int64_t timeo
   int64_t found = -1;
   bool starved_by_caller = false;
   auto ready = [&]() REQUIRES(ring_->mu) {
-    found = FindSlot(SlotState::kReady, consume_batch_);
+    found = slots().Find(SlotState::kReady, consume_batch_, epoch_);
     // Every slot leased to the caller: no batch can be made until it lets
     // one go, so waiting would be forever. Its own ring has a spare slot
     // for that: the next batch is made there and leaves as a copy.
-    starved_by_caller = found < 0 && AllSlotsLeased();
-    if (starved_by_caller && opt_.own_ring && !spare_open_) {
-      spare_open_ = true;
+    starved_by_caller = found < 0 && slots().AllLeased();
+    if (starved_by_caller && slots().OpenSpare()) {
       starved_by_caller = false;
       work_cv_.notify_all();
       ring_->slot_freed.notify_all();
@@ -248,7 +161,7 @@ int64_t Scheduler::WaitReady(std::unique_lock<std::mutex>& native, int64_t timeo
     // A loader's own ring opens its spare slot instead (above); a shared
     // producer's ring, which has none, gets here.
     *error = FailedPrecondition(
-        "all " + std::to_string(ring_->slots.size()) +
+        "all " + std::to_string(slots().size()) +
         " batch slots are held by batches still referenced, so no new batch can be made; "
         "drop references to old batches, or keep copies (copy=True), or raise prefetch");
     return -1;
@@ -260,9 +173,9 @@ int64_t Scheduler::WaitReady(std::unique_lock<std::mutex>& native, int64_t timeo
 // the caller holds every other slot. *again: it was empty and dropped.
 Status Scheduler::HandOut(uint64_t s, NextStatus* status, std::shared_ptr<Batch>* out,
                           bool* again) {
-  PipelineSlot& h = ring_->slots[s];
+  PipelineSlot& h = slots()[s];
   const int64_t index = consume_batch_++;
-  SlotWork& w = work_[s];
+  SlotWork& w = slots().work(s);
   // Counted as the caller meets them, not as made (the pipeline may be
   // working ahead, even into the next epoch).
   errors_.fetch_add(w.bad_items);
@@ -271,14 +184,14 @@ Status Scheduler::HandOut(uint64_t s, NextStatus* status, std::shared_ptr<Batch>
     consumer_->Delivered(epoch_, 0, NowNs());  // the caller met the batch, as an error
     Status err = w.error;
     w.error = Status::OK();
-    Free(h);
+    Free(s);
     return err;
   }
   if (h.count == 0 && opt_.own_ring) {
     // Every item of the batch was skipped: a batch of no samples would make
     // the caller's loss NaN. Dropped (counted), and the next one is taken.
     empty_dropped_.fetch_add(1);
-    Free(h);
+    Free(s);
     *again = true;
     return Status::OK();
   }
@@ -286,27 +199,16 @@ Status Scheduler::HandOut(uint64_t s, NextStatus* status, std::shared_ptr<Batch>
   delivered_.fetch_add(1);
   consumer_->Delivered(epoch_, h.count, NowNs());
   *status = NextStatus::kBatch;
-  h.state = SlotState::kLeased;
-  h.leases = 1;
-  if (opt_.own_ring && LeasedSlots() > slot_limit_) {
-    // The caller holds every other slot (list(loader), batches kept for
-    // evaluation): this one leaves as a private copy and its slot is
-    // refilled, so the pipeline goes on. Zero-copy resumes once the caller
-    // lets old batches go.
+  *out = slots().HandOut(s, index, ring_, opt_.sample_bytes);
+  if ((*out)->copied()) {
     private_copies_.fetch_add(1);
-    *out = std::make_shared<CopiedBatch>(*ring_->seg, static_cast<uint32_t>(s), epoch_, index,
-                                         h.count, static_cast<size_t>(h.count) * opt_.sample_bytes);
-    h.leases = 0;
-    spare_open_ = false;
-    Free(h);
-    return Status::OK();
+    ring_->slot_freed.notify_all();
   }
-  *out = std::make_shared<LeasedBatch>(ring_, s, epoch_, index, h.count);
   return Status::OK();
 }
 
-void Scheduler::Free(PipelineSlot& h) {
-  h.state = SlotState::kFree;
+void Scheduler::Free(uint64_t s) {
+  slots()[s].state = SlotState::kFree;
   ring_->slot_freed.notify_all();
 }
 
@@ -334,7 +236,7 @@ Scheduler::Position Scheduler::WaitForPosition(std::unique_lock<std::mutex>& nat
       // A new batch needs a free slot; any will do, so a batch the
       // caller still holds never blocks the ones after it.
       const bool have_slot = cursor_ % opt_.batch_size != 0 && fill_slot_ >= 0;
-      if ((have_slot || SlotToClaim() >= 0) && RoomToFetch()) {
+      if ((have_slot || slots().ToClaim() >= 0) && RoomToFetch()) {
         result = Position::kReady;
         break;
       }
@@ -370,19 +272,8 @@ FetchedItem Scheduler::ClaimPosition(bool prefetch) {
   const int64_t pos_in_epoch = cursor_++;
   const int64_t b = pos_in_epoch / bs;
   if (pos_in_epoch % bs == 0 || fill_slot_ < 0) {
-    const uint64_t s = static_cast<uint64_t>(SlotToClaim());
-    PipelineSlot& h = ring_->slots[s];
-    h.epoch = fetch_epoch_;
-    h.batch_index = b;
-    h.count = BatchCount(b);
-    h.state = SlotState::kFilling;
-    SlotWork& w = work_[s];
-    w.remaining = h.count;
-    w.error = Status::OK();
-    w.error_pos = -1;
-    w.bad_items = 0;
-    w.skipped = 0;
-    std::fill(w.bad.begin(), w.bad.end(), 0);
+    const uint64_t s = static_cast<uint64_t>(slots().ToClaim());
+    slots().Claim(s, fetch_epoch_, b, BatchCount(b));
     fill_slot_ = static_cast<int64_t>(s);
   }
   FetchedItem fi;
@@ -471,20 +362,10 @@ bool Scheduler::NextPrep(int index, FetchedItem* fi, StageCounters* prep) {
 std::optional<Scheduler::Finished> Scheduler::Prepared(FetchedItem* fi, const Status& result) {
   MutexLock lock(&ring_->mu);
   free_buffers_.push_back(std::move(fi->bytes));
-  SlotWork& w = work_[fi->slot];
-  if (!result.ok()) {
-    ++w.bad_items;
-    if (opt_.on_error_skip) {
-      w.bad[static_cast<size_t>(fi->pos)] = 1;
-    } else if (w.error_pos < 0 || fi->pos < w.error_pos) {
-      w.error = result;
-      w.error_pos = fi->pos;
-    }
-  }
-  if (--w.remaining == 0) {
+  if (slots().SampleDone(fi->slot, fi->pos, result, opt_.on_error_skip)) {
     // The slot is this thread's alone until published: StartEpoch waits
     // for it (active_preps_ stays counted).
-    return Finished{fi->slot, ring_->slots[fi->slot].count, &w.bad};
+    return Finished{fi->slot, slots()[fi->slot].count, &slots().work(fi->slot).bad};
   }
   if (--active_preps_ == 0) idle_cv_.notify_all();
   return std::nullopt;
@@ -492,11 +373,10 @@ std::optional<Scheduler::Finished> Scheduler::Prepared(FetchedItem* fi, const St
 
 void Scheduler::Publish(const FetchedItem& fi, const Finished& f, int64_t kept) {
   MutexLock lock(&ring_->mu);
-  ring_->slots[f.slot].count = kept;
-  work_[f.slot].skipped = f.count - kept;
+  slots().Complete(f.slot, f.count, kept);
   if (--active_preps_ == 0) idle_cv_.notify_all();
   if (fi.generation == generation_) {
-    ring_->slots[f.slot].state = SlotState::kReady;
+    slots()[f.slot].state = SlotState::kReady;
     ready_cv_.notify_all();
   }
 }
@@ -505,7 +385,7 @@ void Scheduler::Publish(const FetchedItem& fi, const Finished& f, int64_t kept) 
 
 Scheduler::Knobs Scheduler::knobs() const {
   MutexLock lock(&ring_->mu);
-  return {prep_active_, fetch_active_, read_limit(), slot_limit_};
+  return {prep_active_, fetch_active_, read_limit(), slots().limit()};
 }
 
 void Scheduler::SetKnobs(const Knobs& k) {
@@ -513,7 +393,7 @@ void Scheduler::SetKnobs(const Knobs& k) {
     MutexLock lock(&ring_->mu);
     prep_active_ = k.prep_threads;
     fetch_active_ = k.fetch_threads;
-    slot_limit_ = k.slot_limit;
+    slots().set_limit(k.slot_limit);
     prep_threads_.store(k.prep_threads, std::memory_order_relaxed);
   }
   SetReadLimit(k.read_limit);

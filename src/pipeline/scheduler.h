@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "nostall/loader.h"
+#include "pipeline/slot_table.h"
 #include "pipeline/work.h"
 #include "stats/consumer_recorder.h"
 
@@ -117,10 +118,8 @@ class Scheduler {
   int64_t BatchCount(int64_t b) const REQUIRES(ring_->mu) {
     return std::min<int64_t>(opt_.batch_size, SamplesThisEpoch() - b * opt_.batch_size);
   }
-  int64_t SlotToClaim() const REQUIRES(ring_->mu);
-  int64_t FindSlot(SlotState state, int64_t batch) const REQUIRES(ring_->mu);
-  int64_t LeasedSlots() const REQUIRES(ring_->mu);
-  bool AllSlotsLeased() const REQUIRES(ring_->mu) { return LeasedSlots() >= slot_limit_; }
+  SlotTable& slots() REQUIRES(ring_->mu) { return *slots_; }
+  const SlotTable& slots() const REQUIRES(ring_->mu) { return *slots_; }
   int ReadLimitNow() const REQUIRES(ring_->mu) { return opt_.async ? read_limit() : fetch_active_; }
   size_t PrepQueueRoom() const REQUIRES(ring_->mu) {
     return static_cast<size_t>(std::max(8, 2 * prep_active_));
@@ -140,7 +139,7 @@ class Scheduler {
                     NextStatus* status, Status* error) REQUIRES(ring_->mu);
   Status HandOut(uint64_t slot, NextStatus* status, std::shared_ptr<Batch>* out, bool* again)
       REQUIRES(ring_->mu);
-  void Free(PipelineSlot& h) REQUIRES(ring_->mu);
+  void Free(uint64_t s) REQUIRES(ring_->mu);
 
   const Sampler& sampler_;
   const std::shared_ptr<RingState> ring_;
@@ -165,7 +164,7 @@ class Scheduler {
   int64_t fill_slot_ GUARDED_BY(ring_->mu) = -1;     // the slot of the batch `cursor_` is in
   int64_t consume_batch_ GUARDED_BY(ring_->mu) = 0;  // next batch Next() hands out
   int64_t num_batches_ GUARDED_BY(ring_->mu) = 0;
-  std::vector<SlotWork> work_ GUARDED_BY(ring_->mu);
+  std::optional<SlotTable> slots_ GUARDED_BY(ring_->mu);  // over ring_->slots
   std::deque<FetchedItem> prep_queue_ GUARDED_BY(ring_->mu);
   std::vector<std::vector<uint8_t>> free_buffers_ GUARDED_BY(ring_->mu);
   int fetching_ GUARDED_BY(ring_->mu) = 0;
@@ -174,10 +173,6 @@ class Scheduler {
   int fetch_active_ GUARDED_BY(ring_->mu) = 0;   // local sources: fetch threads at work
   std::atomic<int> read_limit_{0};               // async: reads in flight allowed now
   std::atomic<int> prep_threads_{0};             // prep_active_, read without the lock
-  int64_t slot_limit_ GUARDED_BY(ring_->mu) = 0;  // slots batches may take (prefetch + 2)
-  // The caller holds slot_limit_ slots: one batch may take the spare slot
-  // (its own ring has one), and leaves as a copy.
-  bool spare_open_ GUARDED_BY(ring_->mu) = false;
 
   std::atomic<int64_t> samples_{0}, delivered_{0}, errors_{0}, skipped_{0};
   std::atomic<int64_t> empty_dropped_{0}, private_copies_{0};

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <optional>
 #include <random>
 #include <thread>
 #include <unordered_set>
@@ -350,36 +351,11 @@ struct S3Client::Impl {
     Release(r);
     bytes.fetch_add(static_cast<int64_t>(r->body.size()));
     if (code == CURLE_WRITE_ERROR && r->stopped != Stopped::kNo) {
-      // WriteBody stopped taking in the body: enough of a whole object (or
-      // of an error body) is a complete answer; the rest are errors.
-      const bool enough = r->stopped == Stopped::kTooLong &&
-                          ((r->http == 200 && !r->range.empty()) || (r->http != 200 && r->http != 206));
-      if (enough) {
-        code = CURLE_OK;
-      } else {
-        std::string why;
-        if (r->stopped == Stopped::kNoMemory) {
-          Complete(r, ResourceExhausted("cannot read " + r->what + ": out of memory after " +
-                                        std::to_string(r->body.size()) + " bytes"));
-          return;
-        }
-        if (r->stopped == Stopped::kIgnoredRange) {
-          why = "the server ignores Range: it answered a read of bytes " + r->range +
-                " with the whole object (HTTP 200), which nostall will not download again for "
-                "every read of a large object";
-        } else if (r->length >= 0) {
-          why = "the server sent more than the " + std::to_string(r->length) +
-                " bytes asked for (HTTP " + std::to_string(r->http) + "); reading stopped there";
-        } else {
-          why = "the server sent more than the " + std::to_string(r->max_body) + " bytes " +
-                (r->range.empty() && r->url.find('?') == std::string::npos
-                     ? "listed for it (the object changed since it was listed, or the server is broken)"
-                     : "a listing page may take") +
-                "; reading stopped there";
-        }
-        Complete(r, DataError(r->what + ": " + why));
+      if (std::optional<Status> error = StoppedEarly(r)) {
+        Complete(r, *error);
         return;
       }
+      code = CURLE_OK;
     }
     const RetryCause cause = Classify(code, r->http);
     ++r->attempt;  // tries so far
@@ -392,55 +368,93 @@ struct S3Client::Impl {
       }
       what += " [port " + std::to_string(local_port) + "]";
       r->history += (r->history.empty() ? "" : "; ") + what;
+      if (RetryOrGiveUp(r, cause)) return;
     }
+    Complete(r, FinalStatus(r, code));
+  }
+
+  // WriteBody stopped taking in the body: enough of a whole object (or of
+  // an error body) is a complete answer (nullopt); the rest are errors.
+  std::optional<Status> StoppedEarly(Request* r) {
+    const bool enough = r->stopped == Stopped::kTooLong &&
+                        ((r->http == 200 && !r->range.empty()) || (r->http != 200 && r->http != 206));
+    if (enough) return std::nullopt;
+    if (r->stopped == Stopped::kNoMemory) {
+      return ResourceExhausted("cannot read " + r->what + ": out of memory after " +
+                               std::to_string(r->body.size()) + " bytes");
+    }
+    std::string why;
+    if (r->stopped == Stopped::kIgnoredRange) {
+      why = "the server ignores Range: it answered a read of bytes " + r->range +
+            " with the whole object (HTTP 200), which nostall will not download again for "
+            "every read of a large object";
+    } else if (r->length >= 0) {
+      why = "the server sent more than the " + std::to_string(r->length) +
+            " bytes asked for (HTTP " + std::to_string(r->http) + "); reading stopped there";
+    } else {
+      why = "the server sent more than the " + std::to_string(r->max_body) + " bytes " +
+            (r->range.empty() && r->url.find('?') == std::string::npos
+                 ? "listed for it (the object changed since it was listed, or the server is broken)"
+                 : "a listing page may take") +
+            "; reading stopped there";
+    }
+    return DataError(r->what + ": " + why);
+  }
+
+  // A failure that may pass: queued again after a jittered backoff (or the
+  // server's Retry-After), or answered with an error past the deadline.
+  // False: out of attempts (FinalStatus says why).
+  bool RetryOrGiveUp(Request* r, RetryCause cause) {
     const int64_t now = NowNs();
-    if (cause != RetryCause::kNone && now >= r->deadline_ns) {
+    if (now >= r->deadline_ns) {
       Complete(r, IoError("cannot read " + r->what + ": no answer within the request deadline of " +
                           FormatSeconds(config.request_timeout_s) + " (NOSTALL_S3_REQUEST_TIMEOUT; " +
                           std::to_string(r->attempt) + " attempts: " + r->history + "; " +
                           config.Describe() + ")"));
-      return;
+      return true;
     }
-    if (cause != RetryCause::kNone && r->attempt < config.max_attempts) {
-      double delay = std::min(5.0, 0.05 * (1 << std::min(r->attempt, 16))) *
-                     std::uniform_real_distribution<double>(0.5, 1.5)(jitter);
-      if (r->retry_after_s >= 0) delay = r->retry_after_s;
-      if (now + static_cast<int64_t>(delay * 1e9) >= r->deadline_ns) {
-        Complete(r, IoError("cannot read " + r->what + ": the server asked to wait " +
-                            FormatSeconds(delay) + " before trying again (Retry-After), beyond the "
-                            "request deadline of " + FormatSeconds(config.request_timeout_s) +
-                            " (NOSTALL_S3_REQUEST_TIMEOUT; " + std::to_string(r->attempt) +
-                            " attempts: " + r->history + ")"));
-        return;
-      }
-      retries.fetch_add(1);
-      retry_by[static_cast<int>(cause)].fetch_add(1);
-      r->start_at_ns = now + static_cast<int64_t>(delay * 1e9);
-      later.push_back(r);
-      return;
+    if (r->attempt >= config.max_attempts) return false;
+    double delay = std::min(5.0, 0.05 * (1 << std::min(r->attempt, 16))) *
+                   std::uniform_real_distribution<double>(0.5, 1.5)(jitter);
+    if (r->retry_after_s >= 0) delay = r->retry_after_s;
+    if (now + static_cast<int64_t>(delay * 1e9) >= r->deadline_ns) {
+      Complete(r, IoError("cannot read " + r->what + ": the server asked to wait " +
+                          FormatSeconds(delay) + " before trying again (Retry-After), beyond the "
+                          "request deadline of " + FormatSeconds(config.request_timeout_s) +
+                          " (NOSTALL_S3_REQUEST_TIMEOUT; " + std::to_string(r->attempt) +
+                          " attempts: " + r->history + ")"));
+      return true;
     }
-    Status st;
+    retries.fetch_add(1);
+    retry_by[static_cast<int>(cause)].fetch_add(1);
+    r->start_at_ns = now + static_cast<int64_t>(delay * 1e9);
+    later.push_back(r);
+    return true;
+  }
+
+  // The answer, done trying: OK, or the error naming the object, the HTTP
+  // status and S3's code and message (never the keys).
+  Status FinalStatus(Request* r, CURLcode code) const {
     if (code != CURLE_OK) {
-      st = IoError("cannot read " + r->what + ": " + curl_easy_strerror(code) + " (after " +
-                   std::to_string(r->attempt) + " attempts: " + r->history + "; " +
-                   config.Describe() + ")");
-    } else if (r->http != 200 && r->http != 206) {
-      const std::string_view xml(reinterpret_cast<const char*>(r->body.data()), r->body.size());
-      const std::string s3code = XmlTag(xml, "Code").substr(0, 100);
-      const std::string message = XmlTag(xml, "Message").substr(0, 300);
-      std::string text = r->what + ": HTTP " + std::to_string(r->http);
-      if (!s3code.empty()) text += " " + s3code;
-      if (!message.empty()) text += " (" + message + ")";
-      if (r->attempt > 1) {
-        text += " (after " + std::to_string(r->attempt) + " attempts: " + r->history + ")";
-      }
-      if (r->http == 403) {
-        text += config.sign ? "; signed with credentials from " + config.credentials_from
-                            : "; the request was unsigned (" + config.credentials_from + ")";
-      }
-      st = DataError(text);
+      return IoError("cannot read " + r->what + ": " + curl_easy_strerror(code) + " (after " +
+                     std::to_string(r->attempt) + " attempts: " + r->history + "; " +
+                     config.Describe() + ")");
     }
-    Complete(r, st);
+    if (r->http == 200 || r->http == 206) return Status::OK();
+    const std::string_view xml(reinterpret_cast<const char*>(r->body.data()), r->body.size());
+    const std::string s3code = XmlTag(xml, "Code").substr(0, 100);
+    const std::string message = XmlTag(xml, "Message").substr(0, 300);
+    std::string text = r->what + ": HTTP " + std::to_string(r->http);
+    if (!s3code.empty()) text += " " + s3code;
+    if (!message.empty()) text += " (" + message + ")";
+    if (r->attempt > 1) {
+      text += " (after " + std::to_string(r->attempt) + " attempts: " + r->history + ")";
+    }
+    if (r->http == 403) {
+      text += config.sign ? "; signed with credentials from " + config.credentials_from
+                          : "; the request was unsigned (" + config.credentials_from + ")";
+    }
+    return DataError(text);
   }
 
   // Answers everything not yet done with `why`.

@@ -36,9 +36,11 @@ double LoaderStats::RecentWaitQuantile(double q) const {
   return v[k] / 1e9;
 }
 
-std::string LoaderStats::ToJson() const {
+namespace {
+
+nlohmann::json EpochsJson(const std::vector<LoaderStats::ConsumerEpoch>& epochs) {
   nlohmann::json per_epoch = nlohmann::json::array();
-  for (const auto& e : consumer_epochs) {
+  for (const auto& e : epochs) {
     const double wall = (e.wait_ns + e.between_ns) / 1e9;
     per_epoch.push_back({{"epoch", e.epoch},
                          {"batches", e.batches},
@@ -48,6 +50,108 @@ std::string LoaderStats::ToJson() const {
                          {"stall_fraction", wall > 0 ? e.wait_ns / 1e9 / wall : 0.0},
                          {"images_per_s", wall > 0 ? e.samples / wall : 0.0}});
   }
+  return per_epoch;
+}
+
+nlohmann::json StorageJson(const StorageStats& s, int64_t reads_in_flight_target) {
+  return {{"requests", s.requests},
+          {"bytes", s.bytes},
+          {"retries", s.retries},
+          {"errors", s.errors},
+          {"in_flight", s.in_flight},
+          {"peak_in_flight", s.peak_in_flight},
+          {"reads_in_flight_target", reads_in_flight_target},
+          {"latency_p50_s", s.latency_p50_s},
+          {"latency_p99_s", s.latency_p99_s},
+          {"retries_by_cause", {{"slow_down", s.retry_slow_down},
+                                {"server_error", s.retry_server_error},
+                                {"timeout", s.retry_timeout},
+                                {"connection", s.retry_connection},
+                                {"cut_short", s.retry_cut_short}}},
+          {"io_cpu_s", s.io_cpu_ns / 1e9}};
+}
+
+nlohmann::json AutotuneJson(const LoaderStats& st) {
+  nlohmann::json decisions = nlohmann::json::array();
+  for (const auto& d : st.autotune_decisions) {
+    decisions.push_back({{"time_s", d.time_s}, {"knob", d.knob}, {"from", d.from},
+                         {"to", d.to}, {"why", d.why}});
+  }
+  return {{"knobs", st.autotune_knobs},
+          {"threads", st.autotune_threads},
+          {"reads_in_flight", st.autotune_reads},
+          {"prefetch", st.autotune_prefetch},
+          {"changes", st.autotune_changes},
+          {"decisions", decisions}};
+}
+
+nlohmann::json CacheJson(const LoaderStats& st) {
+  nlohmann::json epochs = nlohmann::json::array();
+  for (const auto& e : st.cache_epochs) {
+    const int64_t n = e.hits + e.misses, b = e.hit_bytes + e.miss_bytes;
+    epochs.push_back({{"epoch", e.epoch},
+                      {"hits", e.hits},
+                      {"misses", e.misses},
+                      {"errors", e.errors},
+                      {"hit_bytes", e.hit_bytes},
+                      {"miss_bytes", e.miss_bytes},
+                      {"hit_rate", n > 0 ? static_cast<double>(e.hits) / n : 0.0},
+                      {"byte_hit_rate", b > 0 ? static_cast<double>(e.hit_bytes) / b : 0.0}});
+  }
+  nlohmann::json tiers = nlohmann::json::array();
+  for (const auto& t : st.cache_tiers) {
+    tiers.push_back({{"tier", t.tier}, {"budget_bytes", t.budget_bytes},
+                     {"used_bytes", t.used_bytes}, {"items", t.items}, {"hits", t.hits},
+                     {"misses", t.misses}, {"errors", t.errors}, {"lookups", t.lookups},
+                     {"lookup_mean_s", t.lookups > 0 ? t.lookup_ns / 1e9 / t.lookups : 0.0},
+                     {"hit_bytes", t.hit_bytes}});
+  }
+  return {{"name", st.cache_name},
+          {"budget_bytes", st.cache_budget_bytes},
+          {"used_bytes", st.cache_used_bytes},
+          {"fill", st.cache_budget_bytes > 0
+                       ? static_cast<double>(st.cache_used_bytes) / st.cache_budget_bytes
+                       : 0.0},
+          {"items", st.cache_items},
+          {"inserted_bytes", st.cache_inserted_bytes},
+          {"epochs", epochs},
+          {"tiers", tiers}};
+}
+
+// The cache's lines of the table: its fill, each epoch's hit rate, and each
+// tier when there are several (or one failed).
+std::string CacheTable(const LoaderStats& st) {
+  std::string out;
+  char line[256];
+  std::snprintf(line, sizeof line, "cache '%s': %.1f%% full (%lld items)", st.cache_name.c_str(),
+                st.cache_budget_bytes ? 100.0 * st.cache_used_bytes / st.cache_budget_bytes : 0.0,
+                static_cast<long long>(st.cache_items));
+  out += line;
+  for (const auto& e : st.cache_epochs) {
+    const int64_t n = e.hits + e.misses;
+    std::snprintf(line, sizeof line, "; epoch %lld hit rate %.1f%%", static_cast<long long>(e.epoch),
+                  n ? 100.0 * e.hits / n : 0.0);
+    out += line;
+  }
+  out += "\n";
+  if (st.cache_tiers.size() > 1 || (!st.cache_tiers.empty() && st.cache_tiers[0].errors > 0)) {
+    for (const auto& t : st.cache_tiers) {
+      std::snprintf(line, sizeof line,
+                    "  tier %-10s %.1f%% full, %lld hits, %lld misses, %lld errors, %.1f MB "
+                    "found; lookup %.2f ms mean\n",
+                    t.tier.c_str(), t.budget_bytes ? 100.0 * t.used_bytes / t.budget_bytes : 0.0,
+                    static_cast<long long>(t.hits), static_cast<long long>(t.misses),
+                    static_cast<long long>(t.errors), t.hit_bytes / 1e6,
+                    t.lookups > 0 ? t.lookup_ns / 1e6 / t.lookups : 0.0);
+      out += line;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string LoaderStats::ToJson() const {
   nlohmann::json j = {
       {"stages", {{"fetch", FetchJson(fetch)}, {"prep", StageJson(prep)}, {"batch", StageJson(batch)}}},
       {"batches", batches},
@@ -64,79 +168,19 @@ std::string LoaderStats::ToJson() const {
         {"stall_fraction", StallFraction()},
         {"wait_p50_s", RecentWaitQuantile(0.5)},
         {"wait_p99_s", RecentWaitQuantile(0.99)},
-        {"epochs", per_epoch}}},
+        {"epochs", EpochsJson(consumer_epochs)}}},
       {"elapsed_s", elapsed_ns / 1e9},
       {"ring", {{"bytes", ring_bytes}, {"slots", ring_slots}}},
   };
-  if (has_autotune) {
-    nlohmann::json decisions = nlohmann::json::array();
-    for (const auto& d : autotune_decisions) {
-      decisions.push_back({{"time_s", d.time_s}, {"knob", d.knob}, {"from", d.from},
-                           {"to", d.to}, {"why", d.why}});
-    }
-    j["autotune"] = {{"knobs", autotune_knobs},
-                     {"threads", autotune_threads},
-                     {"reads_in_flight", autotune_reads},
-                     {"prefetch", autotune_prefetch},
-                     {"changes", autotune_changes},
-                     {"decisions", decisions}};
-  }
+  if (has_autotune) j["autotune"] = AutotuneJson(*this);
   if (has_shared) {
     j["shared"] = {{"name", shared_name},         {"mode", shared_mode},
                    {"reason", shared_reason},     {"shared_chunks", shared_chunks},
                    {"private_chunks", private_chunks}, {"copied_batches", copied_batches},
                    {"fallbacks", fallbacks},      {"rejoins", rejoins}};
   }
-  if (has_storage) {
-    const StorageStats& s = storage;
-    j["storage"] = {{"requests", s.requests},
-                    {"bytes", s.bytes},
-                    {"retries", s.retries},
-                    {"errors", s.errors},
-                    {"in_flight", s.in_flight},
-                    {"peak_in_flight", s.peak_in_flight},
-                    {"reads_in_flight_target", reads_in_flight_target},
-                    {"latency_p50_s", s.latency_p50_s},
-                    {"latency_p99_s", s.latency_p99_s},
-                    {"retries_by_cause", {{"slow_down", s.retry_slow_down},
-                                          {"server_error", s.retry_server_error},
-                                          {"timeout", s.retry_timeout},
-                                          {"connection", s.retry_connection},
-                                          {"cut_short", s.retry_cut_short}}},
-                    {"io_cpu_s", s.io_cpu_ns / 1e9}};
-  }
-  if (has_cache) {
-    nlohmann::json epochs = nlohmann::json::array();
-    for (const auto& e : cache_epochs) {
-      const int64_t n = e.hits + e.misses, b = e.hit_bytes + e.miss_bytes;
-      epochs.push_back({{"epoch", e.epoch},
-                        {"hits", e.hits},
-                        {"misses", e.misses},
-                        {"errors", e.errors},
-                        {"hit_bytes", e.hit_bytes},
-                        {"miss_bytes", e.miss_bytes},
-                        {"hit_rate", n > 0 ? static_cast<double>(e.hits) / n : 0.0},
-                        {"byte_hit_rate", b > 0 ? static_cast<double>(e.hit_bytes) / b : 0.0}});
-    }
-    j["cache"] = {{"name", cache_name},
-                  {"budget_bytes", cache_budget_bytes},
-                  {"used_bytes", cache_used_bytes},
-                  {"fill", cache_budget_bytes > 0
-                               ? static_cast<double>(cache_used_bytes) / cache_budget_bytes
-                               : 0.0},
-                  {"items", cache_items},
-                  {"inserted_bytes", cache_inserted_bytes},
-                  {"epochs", epochs}};
-    nlohmann::json tiers = nlohmann::json::array();
-    for (const auto& t : cache_tiers) {
-      tiers.push_back({{"tier", t.tier}, {"budget_bytes", t.budget_bytes},
-                       {"used_bytes", t.used_bytes}, {"items", t.items}, {"hits", t.hits},
-                       {"misses", t.misses}, {"errors", t.errors}, {"lookups", t.lookups},
-                       {"lookup_mean_s", t.lookups > 0 ? t.lookup_ns / 1e9 / t.lookups : 0.0},
-                       {"hit_bytes", t.hit_bytes}});
-    }
-    j["cache"]["tiers"] = tiers;
-  }
+  if (has_storage) j["storage"] = StorageJson(storage, reads_in_flight_target);
+  if (has_cache) j["cache"] = CacheJson(*this);
   return j.dump();
 }
 
@@ -161,31 +205,7 @@ std::string LoaderStats::ToTable() const {
                 "consumer", "", static_cast<long long>(iterations), wait_ns / 1e9,
                 (wait_ns + between_ns) / 1e9, 100.0 * StallFraction(), max_wait_ns / 1e6);
   out += line;
-  if (has_cache) {
-    std::snprintf(line, sizeof line, "cache '%s': %.1f%% full (%lld items)", cache_name.c_str(),
-                  cache_budget_bytes ? 100.0 * cache_used_bytes / cache_budget_bytes : 0.0,
-                  static_cast<long long>(cache_items));
-    out += line;
-    for (const auto& e : cache_epochs) {
-      const int64_t n = e.hits + e.misses;
-      std::snprintf(line, sizeof line, "; epoch %lld hit rate %.1f%%", static_cast<long long>(e.epoch),
-                    n ? 100.0 * e.hits / n : 0.0);
-      out += line;
-    }
-    out += "\n";
-    if (cache_tiers.size() > 1 || (!cache_tiers.empty() && cache_tiers[0].errors > 0)) {
-      for (const auto& t : cache_tiers) {
-        std::snprintf(line, sizeof line,
-                      "  tier %-10s %.1f%% full, %lld hits, %lld misses, %lld errors, %.1f MB "
-                      "found; lookup %.2f ms mean\n",
-                      t.tier.c_str(), t.budget_bytes ? 100.0 * t.used_bytes / t.budget_bytes : 0.0,
-                      static_cast<long long>(t.hits), static_cast<long long>(t.misses),
-                      static_cast<long long>(t.errors), t.hit_bytes / 1e6,
-                      t.lookups > 0 ? t.lookup_ns / 1e6 / t.lookups : 0.0);
-        out += line;
-      }
-    }
-  }
+  if (has_cache) out += CacheTable(*this);
   if (has_storage) {
     // For remote storage the fetch row's "threads" is the reads-in-flight
     // limit (one dispatcher starts them; they complete on the I/O thread).
