@@ -27,6 +27,7 @@ of that final rate, and the reversals of each knob after it.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -230,6 +231,9 @@ def summarize(times, cpu_at, end, autotune, final_s):
     return out
 
 
+_SERVED_RUNS = itertools.count()
+
+
 def run_one(data, situation, setting, reps_per_ms, duration, measure_from, final_s, tmp):
     spec = spec_for(data, situation, setting)
     if situation != "served":
@@ -237,7 +241,7 @@ def run_one(data, situation, setting, reps_per_ms, duration, measure_from, final
                "duration": duration, "measure_from": measure_from}
         r = result_of(launch("run", job))
         return summarize(r["times"], r["cpu_at"], r["end"], r["autotune"], final_s)
-    name = f"bench-autotune-{os.getpid()}"
+    name = f"bench-autotune-{os.getpid()}-{next(_SERVED_RUNS)}"  # a run's own segment and stop file
     stop_file = Path(tmp) / f"{name}.stop"
     server = launch("serve", {"spec": spec, "name": name, "duration": duration,
                               "measure_from": measure_from, "stop_file": str(stop_file)})
