@@ -129,9 +129,16 @@ void PipelineLoader::StartWorkers(const Scheduler::Knobs& k) {
 // ---- the workers ------------------------------------------------------------
 
 void PipelineLoader::FetchLoop(int index) {
-  const Fetcher::Done done = [this](FetchedItem fi) { scheduler_->Fetched(std::move(fi)); };
-  FetchedItem fi{};
-  while (scheduler_->NextFetch(index, fetcher_.has_cache(), &fi, fetcher_.mutable_counters())) {
+  // The item read is handed in with the next position taken (one lock).
+  FetchedItem fi{}, read{};
+  bool have = false;
+  const Fetcher::Done done = [&read, &have](FetchedItem f) {
+    read = std::move(f);
+    have = true;
+  };
+  while (scheduler_->NextFetch(index, fetcher_.has_cache(), have ? &read : nullptr, &fi,
+                               fetcher_.mutable_counters())) {
+    have = false;
     fetcher_.Fetch(std::move(fi), done);
     fi = FetchedItem{};
   }
@@ -146,7 +153,7 @@ void PipelineLoader::DispatchLoop() {
     scheduler_->Fetched(std::move(fi));
   };
   FetchedItem fi{};
-  while (scheduler_->NextFetch(-1, fetcher_.has_cache(), &fi, fetcher_.mutable_counters())) {
+  while (scheduler_->NextFetch(-1, fetcher_.has_cache(), nullptr, &fi, fetcher_.mutable_counters())) {
     fetcher_.Fetch(std::move(fi), done);
     fi = FetchedItem{};
   }
@@ -174,10 +181,21 @@ void PipelineLoader::AdaptReadLimit() {
 void PipelineLoader::PrepLoop(int index) {
   PrepScratch scratch;
   FetchedItem fi;
-  while (scheduler_->NextPrep(index, &fi, preparer_->mutable_prep())) {
-    const Status st = preparer_->Prepare(fi, &scratch);
-    if (std::optional<Scheduler::Finished> f = scheduler_->Prepared(&fi, st)) {
-      scheduler_->Publish(fi, *f, preparer_->FinishBatch(f->slot, f->count, *f->bad));
+  Status st;
+  const Status* result = nullptr;  // fi's, once prepared
+  Scheduler::Finished f{};
+  while (true) {
+    switch (scheduler_->PrepStep(index, &fi, result, preparer_->mutable_prep(), &f)) {
+      case Scheduler::PrepTurn::kStop:
+        return;
+      case Scheduler::PrepTurn::kBatchDone:
+        scheduler_->Publish(fi, f, preparer_->FinishBatch(f.slot, f.count, *f.bad));
+        result = nullptr;
+        break;
+      case Scheduler::PrepTurn::kItem:
+        st = preparer_->Prepare(fi, &scratch);
+        result = &st;
+        break;
     }
   }
 }

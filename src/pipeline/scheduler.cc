@@ -298,8 +298,10 @@ FetchedItem Scheduler::ClaimPosition(bool prefetch) {
   return fi;
 }
 
-bool Scheduler::NextFetch(int index, bool prefetch, FetchedItem* fi, StageCounters* fetch) {
+bool Scheduler::NextFetch(int index, bool prefetch, FetchedItem* done, FetchedItem* fi,
+                          StageCounters* fetch) {
   MutexLock lock(&ring_->mu);
+  if (done != nullptr) Queue(std::move(*done));
   // Beyond the fetch threads asked for now: parked until the tuner asks for more.
   while (!cancelled_ && index >= 0 && index >= fetch_active_) park_cv_.wait(lock.native());
   while (true) {
@@ -319,26 +321,44 @@ bool Scheduler::NextFetch(int index, bool prefetch, FetchedItem* fi, StageCounte
 
 void Scheduler::Fetched(FetchedItem fi) {
   MutexLock lock(&ring_->mu);
-  --fetching_;
-  prep_queue_.push_back(std::move(fi));
-  prep_cv_.notify_one();
+  Queue(std::move(fi));
   if (opt_.async) {
     ring_->slot_freed.notify_all();  // room for the dispatcher
     if (fetching_ == 0) reads_done_cv_.notify_all();
   }
 }
 
+void Scheduler::Queue(FetchedItem fi) {
+  --fetching_;
+  prep_queue_.push_back(std::move(fi));
+  prep_cv_.notify_one();
+}
+
 // ---- the preparers ----------------------------------------------------------
 
-bool Scheduler::NextPrep(int index, FetchedItem* fi, StageCounters* prep) {
+Scheduler::PrepTurn Scheduler::PrepStep(int index, FetchedItem* fi, const Status* result,
+                                        StageCounters* prep, Finished* finished) {
   MutexLock lock(&ring_->mu);
+  if (result != nullptr) {
+    free_buffers_.push_back(std::move(fi->bytes));
+    if (slots().SampleDone(fi->slot, fi->pos, *result, opt_.on_error_skip)) {
+      // The slot is this thread's alone until published: StartEpoch waits
+      // for it (active_preps_ stays counted).
+      *finished = Finished{fi->slot, slots()[fi->slot].count, &slots().work(fi->slot).bad};
+      return PrepTurn::kBatchDone;
+    }
+    if (--active_preps_ == 0) idle_cv_.notify_all();
+  }
+  return TakeForPrep(lock.native(), index, fi, prep) ? PrepTurn::kItem : PrepTurn::kStop;
+}
+
+bool Scheduler::TakeForPrep(std::unique_lock<std::mutex>& native, int index, FetchedItem* fi,
+                            StageCounters* prep) {
   while (true) {
     // Beyond the threads asked for now: parked, not starved.
-    while (!cancelled_ && index >= prep_active_) park_cv_.wait(lock.native());
+    while (!cancelled_ && index >= prep_active_) park_cv_.wait(native);
     const int64_t t0 = NowNs();
-    while (!cancelled_ && index < prep_active_ && prep_queue_.empty()) {
-      prep_cv_.wait(lock.native());
-    }
+    while (!cancelled_ && index < prep_active_ && prep_queue_.empty()) prep_cv_.wait(native);
     prep->starved_ns.fetch_add(NowNs() - t0);
     if (cancelled_) return false;
     if (index >= prep_active_) continue;
@@ -357,18 +377,6 @@ bool Scheduler::NextPrep(int index, FetchedItem* fi, StageCounters* prep) {
     ++active_preps_;
     return true;
   }
-}
-
-std::optional<Scheduler::Finished> Scheduler::Prepared(FetchedItem* fi, const Status& result) {
-  MutexLock lock(&ring_->mu);
-  free_buffers_.push_back(std::move(fi->bytes));
-  if (slots().SampleDone(fi->slot, fi->pos, result, opt_.on_error_skip)) {
-    // The slot is this thread's alone until published: StartEpoch waits
-    // for it (active_preps_ stays counted).
-    return Finished{fi->slot, slots()[fi->slot].count, &slots().work(fi->slot).bad};
-  }
-  if (--active_preps_ == 0) idle_cv_.notify_all();
-  return std::nullopt;
 }
 
 void Scheduler::Publish(const FetchedItem& fi, const Finished& f, int64_t kept) {

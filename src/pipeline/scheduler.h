@@ -66,27 +66,32 @@ class Scheduler {
   Status Next(int64_t timeout_ms, NextStatus* status, std::shared_ptr<Batch>* out)
       EXCLUDES(ring_->mu);
 
-  // Fetch workers. NextFetch waits for the next position (parked while
-  // `index` is beyond the fetch threads asked for; -1: the dispatcher) and
-  // claims it as a fetch in flight; false at shutdown. `prefetch`: list the
-  // items the cache is asked for at a batch's first position.
-  bool NextFetch(int index, bool prefetch, FetchedItem* fi, StageCounters* fetch)
-      EXCLUDES(ring_->mu);
+  // Fetch workers. NextFetch hands in `done` (a fetched item for the prep
+  // queue, or null), then waits for the next position (parked while `index`
+  // is beyond the fetch threads asked for; -1: the dispatcher) and claims it
+  // as a fetch in flight; false at shutdown. `prefetch`: list the items the
+  // cache is asked for at a batch's first position. One lock for both: a
+  // fetch thread takes the mutex once per item.
+  bool NextFetch(int index, bool prefetch, FetchedItem* done, FetchedItem* fi,
+                 StageCounters* fetch) EXCLUDES(ring_->mu);
   // A fetch is done (its bytes or its error): into the prep queue.
   void Fetched(FetchedItem fi) EXCLUDES(ring_->mu);
 
-  // Prep workers. NextPrep waits for an item of this generation (parked
-  // while `index` is beyond the prep threads asked for); false at shutdown.
-  bool NextPrep(int index, FetchedItem* fi, StageCounters* prep) EXCLUDES(ring_->mu);
-  // `fi` was prepared with `result`; its buffer is kept for a later fetch.
-  // When it was its batch's last sample, the batch is the caller's alone
-  // until Publish: its slot, count and skipped positions.
+  // Prep workers, one PrepStep per item under one lock: `*fi`, prepared
+  // with `*result` (null: nothing yet), is recorded (its buffer kept for a
+  // later fetch). When it was its batch's last sample: kBatchDone, and the
+  // batch is the caller's alone until Publish (`*finished`: its slot,
+  // count and skipped positions). Else the next item of this generation
+  // goes into `*fi` (parked while `index` is beyond the prep threads asked
+  // for): kItem, or kStop at shutdown.
   struct Finished {
     uint64_t slot;
     int64_t count;
     const std::vector<uint8_t>* bad;  // per position: 1 = skipped
   };
-  std::optional<Finished> Prepared(FetchedItem* fi, const Status& result) EXCLUDES(ring_->mu);
+  enum class PrepTurn { kItem, kBatchDone, kStop };
+  PrepTurn PrepStep(int index, FetchedItem* fi, const Status* result, StageCounters* prep,
+                    Finished* finished) EXCLUDES(ring_->mu);
   // The batch is complete with `kept` samples: ready for the caller.
   void Publish(const FetchedItem& fi, const Finished& f, int64_t kept) EXCLUDES(ring_->mu);
 
@@ -134,6 +139,9 @@ class Scheduler {
                            StageCounters* fetch) REQUIRES(ring_->mu);
   void RunOn(int64_t current, std::vector<int64_t> next) REQUIRES(ring_->mu);
   FetchedItem ClaimPosition(bool prefetch) REQUIRES(ring_->mu);
+  void Queue(FetchedItem fi) REQUIRES(ring_->mu);
+  bool TakeForPrep(std::unique_lock<std::mutex>& native, int index, FetchedItem* fi,
+                   StageCounters* prep) REQUIRES(ring_->mu);
   // Next: waits for the next batch; -1 (with *status set) when none is handed out.
   int64_t WaitReady(std::unique_lock<std::mutex>& native, int64_t timeout_ms, int64_t t0,
                     NextStatus* status, Status* error) REQUIRES(ring_->mu);

@@ -39,20 +39,28 @@ struct Board {
     o.on_error_skip = skip;
     scheduler = std::make_unique<Scheduler>(*sampler, ring, &consumer, o);
   }
-  // One item through fetch and prep; `ok`: it prepares without error.
-  bool Step(bool ok = true) {
-    FetchedItem fi;
-    if (!scheduler->NextFetch(0, false, &fi, &fetch)) return false;
-    scheduler->Fetched(std::move(fi));
-    EXPECT_TRUE(scheduler->NextPrep(0, &fi, &prep));
-    ring->seg->indices(static_cast<uint32_t>(fi.slot))[fi.pos] = fi.item;
-    const Status st = ok ? Status::OK() : DataError("bad");
-    if (auto f = scheduler->Prepared(&fi, st)) {
-      int64_t kept = 0;
-      for (int64_t p = 0; p < f->count; ++p) kept += (*f->bad)[static_cast<size_t>(p)] == 0;
-      scheduler->Publish(fi, *f, kept);
+  // One batch of `n` items through fetch and prep (`ok[i]` false: item i
+  // fails to prepare), published.
+  void MakeBatch(int n, std::vector<bool> ok = {}) {
+    for (int i = 0; i < n; ++i) {
+      FetchedItem fi;
+      ASSERT_TRUE(scheduler->NextFetch(0, false, nullptr, &fi, &fetch));
+      scheduler->Fetched(std::move(fi));
     }
-    return true;
+    FetchedItem fi;
+    Scheduler::Finished f{};
+    Status st;
+    const Status* result = nullptr;
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(scheduler->PrepStep(0, &fi, result, &prep, &f), Scheduler::PrepTurn::kItem);
+      ring->seg->indices(static_cast<uint32_t>(fi.slot))[fi.pos] = fi.item;
+      st = ok.empty() || ok[static_cast<size_t>(i)] ? Status::OK() : DataError("bad");
+      result = &st;
+    }
+    ASSERT_EQ(scheduler->PrepStep(0, &fi, result, &prep, &f), Scheduler::PrepTurn::kBatchDone);
+    int64_t kept = 0;
+    for (int64_t p = 0; p < f.count; ++p) kept += (*f.bad)[static_cast<size_t>(p)] == 0;
+    scheduler->Publish(fi, f, kept);
   }
   std::optional<Sampler> sampler;
   std::shared_ptr<RingState> ring;
@@ -66,8 +74,8 @@ TEST(SchedulerTest, HandsOutEveryBatchOfTheEpochInOrder) {
   ASSERT_TRUE(b.scheduler->StartEpoch(0, 0).ok());
   std::vector<int64_t> seen;
   for (int batch = 0; batch < 3; ++batch) {
-    const int64_t n = batch < 2 ? 4 : 2;
-    for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(b.Step());
+    const int n = batch < 2 ? 4 : 2;
+    b.MakeBatch(n);
     NextStatus ns;
     std::shared_ptr<Batch> out;
     ASSERT_TRUE(b.scheduler->Next(0, &ns, &out).ok());
@@ -94,8 +102,12 @@ TEST(SchedulerTest, ABatchNotYetMadeTimesOutAndNoSlotIsTakenBeyondTheLimit) {
   EXPECT_EQ(ns, NextStatus::kTimeout);
   // Two slots: four items fill them; the fifth position waits for a slot
   // (the caller has not taken a batch), so the fetcher is blocked.
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(b.Step());
-  std::thread late([&] { b.Step(); });
+  b.MakeBatch(2);
+  b.MakeBatch(2);
+  std::thread late([&] {
+    FetchedItem fi;
+    if (b.scheduler->NextFetch(0, false, nullptr, &fi, &b.fetch)) b.scheduler->Fetched(std::move(fi));
+  });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_TRUE(b.scheduler->Next(0, &ns, &out).ok());
   ASSERT_EQ(ns, NextStatus::kBatch);
@@ -108,10 +120,10 @@ TEST(SchedulerTest, ANewGenerationDropsQueuedWorkAndResumesAtItsBatch) {
   Board b(12, 4, 3);
   ASSERT_TRUE(b.scheduler->StartEpoch(0, 0).ok());
   FetchedItem stale;
-  ASSERT_TRUE(b.scheduler->NextFetch(0, false, &stale, &b.fetch));
-  b.scheduler->Fetched(std::move(stale));  // queued, never prepared
+  ASSERT_TRUE(b.scheduler->NextFetch(0, false, nullptr, &stale, &b.fetch));
+  b.scheduler->Fetched(std::move(stale));  // queued, never prepared: dropped
   ASSERT_TRUE(b.scheduler->StartEpoch(0, 2).ok());
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(b.Step());
+  b.MakeBatch(4);
   NextStatus ns;
   std::shared_ptr<Batch> out;
   ASSERT_TRUE(b.scheduler->Next(0, &ns, &out).ok());
@@ -123,10 +135,7 @@ TEST(SchedulerTest, ANewGenerationDropsQueuedWorkAndResumesAtItsBatch) {
 TEST(SchedulerTest, SkippedItemsLeaveTheBatchShorterAndCounted) {
   Board b(4, 4, 2, /*skip=*/true);
   ASSERT_TRUE(b.scheduler->StartEpoch(0, 0).ok());
-  ASSERT_TRUE(b.Step());
-  ASSERT_TRUE(b.Step(false));
-  ASSERT_TRUE(b.Step());
-  ASSERT_TRUE(b.Step(false));
+  b.MakeBatch(4, {true, false, true, false});
   NextStatus ns;
   std::shared_ptr<Batch> out;
   ASSERT_TRUE(b.scheduler->Next(0, &ns, &out).ok());
@@ -141,7 +150,7 @@ TEST(SchedulerTest, CancelWakesAWaitingFetcher) {
   bool got = true;
   std::thread fetcher([&] {
     FetchedItem fi;
-    got = b.scheduler->NextFetch(0, false, &fi, &b.fetch);  // no epoch started: waits
+    got = b.scheduler->NextFetch(0, false, nullptr, &fi, &b.fetch);  // no epoch started: waits
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   b.scheduler->Cancel();
