@@ -423,7 +423,6 @@ class Loader(Closeable):
         # epoch cursor (nostall/epoch_cursor.h), as for the CLI and serve.
         self._shared = None      # the shared loader's name, for a consumer
         self._generation = 0     # which iterator is current
-        self._end_shown = None   # the pass whose end the progress bar showed
 
     # ------------------------------------------------------------ iteration
     def set_epoch(self, epoch: int) -> None:
@@ -471,7 +470,7 @@ class Loader(Closeable):
         if out is None:
             self._show_epoch_end(core)
             raise StopIteration
-        images, labels, indices, copied, over = out
+        images, labels, indices, copied, _over = out  # _over: core.epoch_over
         if copied and not self._copies_warned:
             self._copies_warned = True
             warnings.warn(
@@ -481,8 +480,7 @@ class Loader(Closeable):
                 "prefetch, keeps this quiet", ResourceWarning, stacklevel=3)
         if self._progress is not None:
             self._progress.update(self, core.epoch, core.position, core.batches_per_epoch)
-            if over:
-                self._show_epoch_end(core)
+            self._show_epoch_end(core)
         if self._shared is not None and not copied:
             # The producer's read-only memory: say so to NumPy.
             for a in (images, labels, indices):
@@ -507,11 +505,9 @@ class Loader(Closeable):
         return images, labels
 
     def _show_epoch_end(self, core):
-        """The progress bar's end, once per epoch: the epoch is over after
-        its last batch, whether or not the caller asks for the end."""
-        if (self._progress is not None and core.position >= core.batches_per_epoch
-                and self._end_shown != self._generation):
-            self._end_shown = self._generation
+        """The progress bar's end, once per epoch (the cursor says when: after
+        its last batch, whether or not the caller then asks for the end)."""
+        if self._progress is not None and core.epoch_over:
             self._progress.finish(self, core.epoch)
 
     def __len__(self):

@@ -8,9 +8,9 @@
 // it is held only to hand work over. Work flows in sample order: a fetch
 // thread takes the next position (NextFetch) once its batch has a slot and
 // the prep queue has room; the fetched item joins the prep queue (Fetched);
-// a prep thread takes it (NextPrep) and reports it prepared (Prepared); the
-// thread that prepares a batch's last sample finishes and publishes it
-// (Publish). Every wait is timed into a stage's counters.
+// a prep thread takes it and, with the next, reports it prepared
+// (PrepStep); the thread that prepares a batch's last sample finishes and
+// publishes it (Publish). Every wait is timed into a stage's counters.
 //
 // Generations: StartEpoch at another epoch or batch starts a new one; work
 // of an older generation still in the queue is dropped, and work already

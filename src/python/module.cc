@@ -141,6 +141,9 @@ class PyLoader {
   int64_t Epoch() const { return Cursor().epoch(); }
   int64_t Position() const { return Cursor().position(); }
   bool Active() const { return Cursor().active(); }
+  // The last next() ended the epoch (its last batch, a bad last batch, or the
+  // end asked for first): true once per epoch, as the cursor says.
+  bool EpochOver() const { return epoch_over_; }
 
   // (images, labels, indices, copied, epoch_over), or None at the end of
   // the epoch; epoch_over: this batch was the epoch's last. A bad batch
@@ -155,7 +158,7 @@ class PyLoader {
         st = Loader().Next(/*timeout_ms=*/50, &ns, &batch);
       }
       if (!st.ok()) {
-        if (st.code() == StatusCode::kDataError) Cursor().Failed();
+        epoch_over_ = st.code() == StatusCode::kDataError && Cursor().Failed();
         RaiseStatus(st);
       }
       if (ns == NextStatus::kBatch && batch->size() == 0) continue;  // a shared consumer's
@@ -164,10 +167,10 @@ class PyLoader {
       if (PyErr_CheckSignals() != 0) throw nb::python_error();
     }
     if (ns == NextStatus::kEndOfEpoch) {
-      Cursor().Ended();
+      epoch_over_ = Cursor().Ended();
       return nb::none();
     }
-    const bool over = Cursor().Delivered(batch->index());
+    const bool over = epoch_over_ = Cursor().Delivered(batch->index());
     const LoaderSpec& spec = Loader().spec();
     std::vector<size_t> shape = {static_cast<size_t>(batch->size())};
     for (int64_t d : Loader().SampleShape()) shape.push_back(static_cast<size_t>(d));
@@ -249,6 +252,7 @@ class PyLoader {
   }
   std::unique_ptr<nostall::Loader> loader_;
   std::unique_ptr<EpochCursor> cursor_;  // over loader_
+  bool epoch_over_ = false;
 };
 
 // A producer serving in a background thread of this process.
@@ -331,6 +335,7 @@ NB_MODULE(_nostall, m) {
       .def_prop_ro("epoch", &PyLoader::Epoch)
       .def_prop_ro("position", &PyLoader::Position)
       .def_prop_ro("active", &PyLoader::Active)
+      .def_prop_ro("epoch_over", &PyLoader::EpochOver)
       .def("stats_json", &PyLoader::StatsJson)
       .def("stats_table", &PyLoader::StatsTable)
       .def("spec_json", &PyLoader::SpecJson)
