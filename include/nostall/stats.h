@@ -47,6 +47,10 @@ struct AutotuneDecision {
   std::string knob;    // "threads", "reads_in_flight" or "prefetch"
   int from = 0, to = 0;
   std::string why;
+  // The model's rate (items/s) for the window the change was decided on, at
+  // the settings before and after it (nostall/model.h); 0: not modelled
+  // (prefetch, which the model does not see).
+  double model_rate_before = 0, model_rate_after = 0;
 };
 
 struct LoaderStats {

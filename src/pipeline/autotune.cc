@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <limits>
 
-#include "pipeline/read_limit.h"
+#include "nostall/model.h"
 
 namespace nostall {
 namespace {
@@ -22,8 +22,6 @@ constexpr double kLoss = 0.9;         // a removal that cost 10% of the rate is 
 constexpr double kSaturatedLoss = 1 / kGain;
 constexpr double kBusy = 0.8;         // prep threads this busy: prep is the bottleneck
 constexpr double kStarved = 0.2;      // prep threads this starved: reads are
-constexpr double kFitCpu = Autotuner::kFitCpu;  // one thread fewer must carry prep's CPU at 80%
-constexpr double kSaturated = 0.9;    // the process uses this share of the cores: CPU-bound
 constexpr double kMaxBackoff = 120;
 
 std::string Format(const char* fmt, double a, double b = 0, double c = 0) {
@@ -43,9 +41,26 @@ int& Autotuner::Value(Knob k) {
   return k == kThreads ? s_.threads : k == kReads ? s_.reads : s_.prefetch;
 }
 
-bool Autotuner::Saturated(const AutotuneWindow& w) const {
-  return w.wall_s > 0 && w.process_cpu_s / w.wall_s >= kSaturated * limits_.max_threads;
+Observation Autotuner::Observe(const AutotuneWindow& w) const {
+  Observation o;
+  if (w.wall_s <= 0 || w.prep_items <= 0) return o;
+  const double items = static_cast<double>(w.prep_items);
+  o.rate = items / w.wall_s;
+  o.wait = std::clamp(w.consumer_wait_s / w.wall_s, 0.0, 1.0);
+  o.prep_cpu = w.prep_cpu_s / items;
+  o.fetch_cpu = std::max(0.0, w.loader_cpu_s - w.prep_cpu_s) / items;
+  o.step_cpu = std::max(0.0, w.process_cpu_s - std::max(w.loader_cpu_s, w.prep_cpu_s)) / items;
+  o.read_latency = w.read_latency_s > 0 ? w.read_latency_s
+                   : w.fetch_items > 0  ? w.fetch_work_s / static_cast<double>(w.fetch_items)
+                                        : 0;
+  o.item_bytes = w.fetch_items > 0 ? w.fetch_bytes / static_cast<double>(w.fetch_items) : 0;
+  o.cores = limits_.max_threads;
+  o.prep_threads = s_.threads;
+  o.reads_in_flight = s_.reads;
+  return o;
 }
+
+bool Autotuner::Saturated(const AutotuneWindow& w) const { return CoresTaken(Observe(w)); }
 
 bool Autotuner::Allowed(const Bound& b, double now_s) const { return b.value == 0 || now_s >= b.until_s; }
 
@@ -64,6 +79,14 @@ AutotuneDecision Autotuner::Change(Knob knob, int to, double now_s, std::string 
                                    double wait) {
   int& v = Value(knob);
   AutotuneDecision d{now_s, kKnobNames[knob], v, to, std::move(why)};
+  // What the model makes of the last window, and of it with the change.
+  if (observed_.rate > 0 && knob != kPrefetch) {
+    const Profile profile = ProfileOf(observed_);
+    Config after = ConfigOf(observed_);
+    (knob == kThreads ? after.prep_threads : after.reads_in_flight) = to;
+    d.model_rate_before = Predict(profile, ConfigOf(observed_)).rate;
+    d.model_rate_after = Predict(profile, after).rate;
+  }
   pending_ = Pending{knob, v, to, rate, wait};
   v = to;
   settle_ = 1;
@@ -115,19 +138,18 @@ std::optional<AutotuneDecision> Autotuner::Step(const AutotuneWindow& w, double 
     --settle_;
     return std::nullopt;
   }
+  observed_ = Observe(w);
   Seen m;
-  m.rate = static_cast<double>(w.prep_items) / w.wall_s;
-  m.wait = std::clamp(w.consumer_wait_s / w.wall_s, 0.0, 1.0);
+  m.rate = observed_.rate;
+  m.wait = observed_.wait;
   if (pending_) {
     if (std::optional<AutotuneDecision> d = Judge(w, now_s, m.rate, m.wait)) return d;
   }
   m.threads = std::max(1, s_.threads);
   m.busy = w.prep_work_s / (m.threads * w.wall_s);
   m.starved = w.prep_starved_s / (m.threads * w.wall_s);
-  m.latency = w.read_latency_s > 0 ? w.read_latency_s
-              : w.fetch_items > 0  ? w.fetch_work_s / static_cast<double>(w.fetch_items)
-                                   : 0;
-  m.item_bytes = w.fetch_items > 0 ? w.fetch_bytes / static_cast<double>(w.fetch_items) : 0;
+  m.latency = observed_.read_latency;
+  m.item_bytes = observed_.item_bytes;
   if (m.wait > kWaiting) return WhenWaiting(w, m, now_s);
   if (m.wait >= kNoWait) return std::nullopt;
   return WhenNeverWaiting(w, m, now_s);
@@ -206,7 +228,8 @@ std::optional<AutotuneDecision> Autotuner::WhenWaiting(const AutotuneWindow& w, 
 std::optional<AutotuneDecision> Autotuner::WhenNeverWaiting(const AutotuneWindow& w, const Seen& m,
                                                             double now_s) {
   const double prep_cores = w.prep_cpu_s / w.wall_s;
-  if (limits_.threads && s_.threads > 1 && prep_cores <= (s_.threads - 1) * kFitCpu &&
+  if (limits_.threads && s_.threads > 1 &&
+      ThreadsToCarry(observed_.prep_cpu, observed_.rate) <= s_.threads - 1 &&
       (Allowed(floor_[kThreads], now_s) || s_.threads > floor_[kThreads].value)) {
     return Change(kThreads, s_.threads - 1, now_s,
                   Format("the consumer never waited and prep used %.2f cores: %.0f thread(s) carry it",

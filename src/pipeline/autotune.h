@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "nostall/model.h"
 #include "nostall/stats.h"
 
 namespace nostall {
@@ -83,7 +84,6 @@ class Autotuner {
 
   static constexpr double kWaiting = 0.03;  // the consumer waits: > 3% of the window
   static constexpr double kNoWait = 0.01;   // never waits: < 1%
-  static constexpr double kFitCpu = 0.8;    // prep threads carry prep's CPU at 80% busy
 
  private:
   enum Knob { kThreads, kReads, kPrefetch, kKnobs };
@@ -111,6 +111,8 @@ class Autotuner {
   std::optional<AutotuneDecision> Judge(const AutotuneWindow& w, double now_s, double rate,
                                         double wait);
   bool Allowed(const Bound& b, double now_s) const;
+  // The window as the model (nostall/model.h) sees it.
+  Observation Observe(const AutotuneWindow& w) const;
   // The process used (nearly) every core this window: a CPU-bound step.
   bool Saturated(const AutotuneWindow& w) const;
   int CapAdd(Knob k, int cur, int to, double now_s) const;
@@ -119,6 +121,7 @@ class Autotuner {
   AutotuneLimits limits_;
   AutotuneSettings s_;
   std::optional<Pending> pending_;
+  Observation observed_;  // the last window's
   int settle_ = 0;  // windows to skip after a change (its transition)
   Bound ceiling_[kKnobs], floor_[kKnobs];
   int reversals_[kKnobs] = {};

@@ -64,6 +64,10 @@ TEST(AutotuneTest, PrepBoundAddsThreadsUpToTheCores) {
   EXPECT_EQ(d.front().from, 1);
   EXPECT_EQ(d.front().to, 2);
   EXPECT_NE(d.front().why.find("busy"), std::string::npos) << d.front().why;
+  // The model (nostall/model.h) reproduces the window and says what the
+  // thread would bring: about double.
+  EXPECT_NEAR(d.front().model_rate_before, 250, 25);
+  EXPECT_GT(d.front().model_rate_after, d.front().model_rate_before * 1.8);
 }
 
 TEST(AutotuneTest, ASlowConsumerNeedsFewThreads) {
@@ -178,7 +182,7 @@ TEST(AutotuneTest, FarStorageGetsReadsByLittlesLaw) {
   ASSERT_FALSE(d.empty());
   EXPECT_EQ(d[0].knob, "reads_in_flight");
   // Enough to bring the 500/s prep can take (15 at 30 ms), no more than
-  // Little's law with its headroom: 500/s x 30 ms x 1.5 + 2 = 25 (read_limit.h).
+  // Little's law with its headroom: 500/s x 30 ms x 1.5 + 2 = 25 (nostall/model.h: AutoReadsInFlight).
   EXPECT_GE(t.settings().reads, 15);
   EXPECT_LE(t.settings().reads, 25);
   // Up 4x at a time at most: 1 -> 4.
@@ -222,7 +226,7 @@ TEST(AutotuneTest, IdleReadsOfAPrepBoundPipelineAreCut) {
   auto d = Feed(&t, [](const AutotuneSettings& s) { return Window(2, 500, 0.004, 0.9); }, &now);
   ASSERT_FALSE(d.empty());
   EXPECT_EQ(d[0].knob, "reads_in_flight");
-  EXPECT_EQ(d[0].to, 4);  // Little's law: 500/s x 0.1 ms, at least 4 (read_limit.h)
+  EXPECT_EQ(d[0].to, 4);  // Little's law: 500/s x 0.1 ms, at least 4 (nostall/model.h: AutoReadsInFlight)
   EXPECT_NE(d[0].why.find("never waited for reads"), std::string::npos) << d[0].why;
   EXPECT_EQ(t.settings().threads, 2);
 }

@@ -10,7 +10,7 @@
 #include "nostall/loader.h"
 #include "ops/prep.h"
 #include "pipeline/pipeline.h"
-#include "pipeline/read_limit.h"
+#include "nostall/model.h"
 
 namespace nostall {
 

@@ -7,7 +7,7 @@
 
 #include "common/clock.h"
 #include "ops/prep.h"
-#include "pipeline/read_limit.h"
+#include "nostall/model.h"
 
 namespace nostall {
 
@@ -159,7 +159,7 @@ void PipelineLoader::DispatchLoop() {
   }
 }
 
-// Little's law (pipeline/read_limit.h): to keep prep fed, reads in flight
+// Little's law (nostall/model.h, AutoReadsInFlight): to keep prep fed, reads in flight
 // = the rate prep takes items at x the time a read takes. A fixed
 // reads_in_flight is kept as given.
 void PipelineLoader::AdaptReadLimit() {

@@ -75,7 +75,8 @@ nlohmann::json AutotuneJson(const LoaderStats& st) {
   nlohmann::json decisions = nlohmann::json::array();
   for (const auto& d : st.autotune_decisions) {
     decisions.push_back({{"time_s", d.time_s}, {"knob", d.knob}, {"from", d.from},
-                         {"to", d.to}, {"why", d.why}});
+                         {"to", d.to}, {"why", d.why},
+                         {"model", {{"before", d.model_rate_before}, {"after", d.model_rate_after}}}});
   }
   return {{"knobs", st.autotune_knobs},
           {"threads", st.autotune_threads},
