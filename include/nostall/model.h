@@ -76,6 +76,11 @@ struct Profile {
   double step_rate_1 = 0;     // G with one intra-op thread (0: not measured)
   double step_cpu_1 = 0;      // CPU seconds per sample with one intra-op thread
   double step_spin_cpu = 0;   // CPU seconds per sample the step's idle threads burn after it
+  // How far apart two timings of the step alone were (relative; one before
+  // the runs, one after): the machine's own noise during the measurement.
+  // The model and the runs differ by more than max(kModelNoise, noise)
+  // before the analyzer calls it a disagreement.
+  double noise = 0;
   // Seconds per sample the training loop spends outside the step and outside
   // waiting for data (taking the batch, Python, being scheduled on cores the
   // prep threads keep busy), measured in the cached run: the loop around the

@@ -311,6 +311,28 @@ def _step_alone(step, shape, dtype, batch, seconds, phases, torch):
     return out
 
 
+def _step_again(step, shape, dtype, batch, seconds, phases, torch, out):
+    """The step alone once more, between and after the real-data runs.
+
+    The machine's speed moves (other processes, frequency, a shared host):
+    one timing before the runs may not be the speed they ran at. G is the
+    mean of the timings, and how far apart they are (max - min over the
+    mean) is the analysis's own noise: model and runs closer than that are
+    not called a disagreement.
+    """
+    phases.begin("step on synthetic batches again (the machine's noise)")
+    images, labels = _synthetic_batch(shape, dtype, batch, torch)
+    timings = out.setdefault("step_rate_timings", [out["step_rate"]])
+    cpus = out.setdefault("step_cpu_timings", [out["step_cpu"]])
+    rate, cpu = _time_step(step, images, labels, seconds, phases)
+    timings.append(rate)
+    cpus.append(cpu)
+    out["step_rate"] = sum(timings) / len(timings)
+    out["step_cpu"] = sum(cpus) / len(cpus)
+    out["noise"] = (max(timings) - min(timings)) / out["step_rate"]
+    phases.end(f"{rate:,.0f} samples/s (all timings {out['noise']:.0%} apart)")
+
+
 def _step_on_one_thread(step, shape, dtype, batch, seconds, phases, torch, out):
     """Last: the step on one intra-op thread, for configurations with fewer cores.
 
@@ -385,7 +407,7 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
     cache_name = f"nostall-analyze-{os.getpid()}"
     cores = _nostall.available_cores()
     notes = []
-    phases = Phase(progress, total=5)
+    phases = Phase(progress, total=7)
 
     with Loader.from_spec(run) as plain:
         resolved = plain.spec
@@ -425,6 +447,8 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
             epoch += 1
         cold_storage = loader.stats().get("storage")  # remote storage: requests, latency
     phases.end(f"{cold.rate:,.0f} samples/s")
+    _step_again(step, shape, resolved["dtype"], batch, max(0.25, step_seconds / 2), phases, torch,
+                step_profile)
     try:
         try:
             loader = Loader.from_spec(cached_spec)
@@ -449,6 +473,8 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
                     break
             phases.end(f"{cached.rate:,.0f} samples/s")
             stats = loader.stats()
+        _step_again(step, shape, resolved["dtype"], batch, max(0.25, step_seconds / 2), phases,
+                    torch, step_profile)
         _step_on_one_thread(step, shape, resolved["dtype"], batch, max(0.5, step_seconds / 2),
                             phases, torch, step_profile)
     finally:
@@ -492,6 +518,8 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
                     if cold_storage is None else 0.0)
     fetch_miss = fetch_hit + max(fetch_threads, process_extra) + kernel_extra
 
+    step_timings = step_profile.pop("step_rate_timings", None)
+    step_profile.pop("step_cpu_timings", None)
     profile = {
         **step_profile,
         # The loop around the step, as the cached run (no stall from storage) shows it.
@@ -531,6 +559,7 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
                                         "machine_kernel_s": w.machine_cpu}
                                  for name, w in (("cold", cold), ("cached", cached))},
                      "storage_stats": cold_storage,
+                     "step_timings": step_timings,
                      "fetch_cpu_cold": {"fetch_threads": fetch_threads,
                                         "process": process_extra, "kernel": kernel_extra}}
     return Analysis(result)
@@ -540,7 +569,7 @@ def autotune_start(result: dict, cores: float) -> dict:
     """The configuration the autotuner would start from for this job: just
     enough for the step's rate in the loop (no faster), by the same rules it
     tunes with (docs/autotune.md): prep threads that carry the prep CPU at 80%
-    busy, reads in flight by Little's law (src/pipeline/read_limit.h), 2
+    busy, reads in flight by Little's law (AutoReadsInFlight, nostall/model.h), 2
     batches ahead."""
     prof = result["profile"]
     need = result["predicted"]["limits"].get("compute") or prof["step_rate"]  # the step's rate

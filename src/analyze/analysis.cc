@@ -20,6 +20,9 @@ namespace {
 
 constexpr int kMaxSuggestedReads = 256;
 
+// Differences the measurement cannot tell from the machine's noise.
+double Noise(const Profile& p) { return std::max(kModelNoise, p.noise); }
+
 double ClampEfficiency(double x) { return std::min(1.5, std::max(0.5, x)); }
 
 // The CPU (or contention) efficiency at which the model's CPU limits give
@@ -76,7 +79,7 @@ Efficiency Calibrate(const Profile& p) {
   };
   if (p.cached_rate > 0) {
     Prediction raw = Predict(p, cached, eff);
-    const bool slower_than_step = p.cached_rate < raw.limits[0] * (1 - kModelNoise);
+    const bool slower_than_step = p.cached_rate < raw.limits[0] * (1 - Noise(p));
     if (raw.bottleneck() == Bottleneck::kPrep || slower_than_step) {
       const double from_cached = EfficiencyFor(p, cached, p.cached_rate, eff, field);
       // A cold run the CPU limits too is a second measurement of the same
@@ -96,7 +99,7 @@ Efficiency Calibrate(const Profile& p) {
   if (p.cold_rate > 0) {
     Prediction raw = Predict(p, cold, eff);
     const double storage = std::min(raw.limits[3], raw.limits[4]);
-    const bool slower = p.cold_rate < raw.rate * (1 - kModelNoise);
+    const bool slower = p.cold_rate < raw.rate * (1 - Noise(p));
     if (std::isfinite(storage) && (raw.bottleneck() == Bottleneck::kFetch || slower)) {
       eff.storage = ClampEfficiency(p.cold_rate / storage);
     }
@@ -216,7 +219,7 @@ void CheckAgainstRuns(const Profile& p, const Efficiency& eff, json* check, json
     for (const auto& [kind, value] : {std::pair<const char*, double>{"uncalibrated", raw},
                                       std::pair<const char*, double>{"calibrated", model}}) {
       const double off = (value - measured) / measured;
-      if (std::abs(off) > kModelNoise) {
+      if (std::abs(off) > Noise(p)) {
         disagreements->push_back({{"run", name}, {"model", kind}, {"measured", measured},
                                   {"predicted", value}, {"off", off}});
       }
@@ -318,7 +321,10 @@ std::string AnalysisJson(const Profile& p) {
   out["predicted"] = PredictionJson(now);
   out["predicted"]["reads_in_flight"] = ReadsInFlight(p, p.measured);
   out["bottleneck"] = BottleneckName(NamedBottleneck(now, prep_stall / total, fetch_stall / total));
-  out["model_bottleneck"] = BottleneckName(now.bottleneck());
+  // The model alone: its binding limit, or compute when the step's own rate
+  // is within the measurement's noise of it (the model cannot tell them apart).
+  const bool compute_near = now.limits[0] <= now.rate * (1 + Noise(p));
+  out["model_bottleneck"] = BottleneckName(compute_near ? Bottleneck::kCompute : now.bottleneck());
   json check = json::object();
   json disagreements = json::array();
   CheckAgainstRuns(p, eff, &check, &disagreements);

@@ -326,6 +326,44 @@ TEST(ModelTest, ContentionCalibratedOnACrowdedRunStaysWithCrowdedRuns) {
   EXPECT_DOUBLE_EQ(Predict(p, one, e).rate, Predict(p, one).rate);
 }
 
+TEST(ModelTest, DifferencesWithinTheMachinesMeasuredNoiseAreNotDisagreements) {
+  Profile p = Example();
+  p.measured.bandwidth = 0;
+  p.measured.latency = 0;
+  p.measured.cores = 8;
+  p.measured.prep_threads = 8;
+  p.cached_rate = 1000;
+  p.cold_rate = 880;  // 12% under the model's 1,000
+  auto j = nlohmann::json::parse(AnalysisJson(p));
+  ASSERT_FALSE(j["disagreements"].empty());
+  // The step alone ran 15% apart in its timings: 12% is within that.
+  p.noise = 0.15;
+  j = nlohmann::json::parse(AnalysisJson(p));
+  EXPECT_TRUE(j["disagreements"].empty()) << j["disagreements"].dump();
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(p.ToJson())["noise"].get<double>(), 0.15);
+}
+
+TEST(ModelTest, AStepRateWithinTheNoiseOfTheBindingLimitIsNamedComputeByTheModelToo) {
+  Profile p = Example();
+  p.measured.bandwidth = 0;
+  p.measured.latency = 0;
+  // Prep on one core limits the model 3% under the step's rate.
+  p.measured.cores = 1;
+  p.measured.prep_threads = 1;
+  p.step_cpu = 0;
+  p.prep_cpu = 1 / (0.97 * p.step_rate);
+  p.fetch_cpu_miss = p.fetch_cpu_hit = 0;
+  p.cached_rate = p.cold_rate = 0.97 * p.step_rate;
+  auto j = nlohmann::json::parse(AnalysisJson(p));
+  EXPECT_NE(j["predicted"]["limit"], "compute");  // the prep CPU binds, 3% under
+  EXPECT_EQ(j["model_bottleneck"], "compute");
+  // 20% under: the model names prep.
+  p.prep_cpu = 1 / (0.8 * p.step_rate);
+  p.cached_rate = p.cold_rate = 0.8 * p.step_rate;
+  j = nlohmann::json::parse(AnalysisJson(p));
+  EXPECT_EQ(j["model_bottleneck"], "prep");
+}
+
 TEST(ModelTest, TheBottleneckAgreesWithTheMeasuredStalls) {
   Profile p = Example();
   p.measured.bandwidth = 0;

@@ -301,6 +301,7 @@ Result<Profile> Profile::FromJson(const std::string& text) {
     p.step_rate_1 = j.value("step_rate_1", 0.0);
     p.step_cpu_1 = j.value("step_cpu_1", 0.0);
     p.step_spin_cpu = j.value("step_spin_cpu", 0.0);
+    p.noise = j.value("noise", 0.0);
     p.loop_overhead = j.value("loop_overhead", 0.0);
     p.prep_cpu = j.at("prep_cpu").get<double>();
     p.fetch_cpu_miss = j.value("fetch_cpu_miss", 0.0);
@@ -314,7 +315,7 @@ Result<Profile> Profile::FromJson(const std::string& text) {
     p.slot_items = j.value("slot_items", int64_t{0});
     p.nodes = std::max(1, j.value("nodes", 1));
     if (p.step_rate <= 0 || p.prep_cpu < 0 || p.item_bytes < 0 || p.measured.cores <= 0 ||
-        p.step_threads < 1 || p.step_rate_1 < 0 || p.step_cpu_1 < 0 || p.step_spin_cpu < 0 ||
+        p.step_threads < 1 || p.step_rate_1 < 0 || p.step_cpu_1 < 0 || p.step_spin_cpu < 0 || p.noise < 0 ||
         p.loop_overhead < 0 || p.slot_items < 0 || p.measured.reads_in_flight < 0) {
       return InvalidArgument("a profile needs step_rate > 0, prep_cpu >= 0, item_bytes >= 0, "
                              "measured.cores > 0, step_threads >= 1, reads_in_flight >= 0 (0: "
@@ -330,6 +331,7 @@ std::string Profile::ToJson() const {
   json j = {{"step_rate", step_rate},           {"step_cpu", step_cpu},
             {"step_threads", step_threads},     {"step_rate_1", step_rate_1},
             {"step_cpu_1", step_cpu_1},         {"step_spin_cpu", step_spin_cpu},
+            {"noise", noise},
             {"loop_overhead", loop_overhead},
             {"prep_cpu", prep_cpu},             {"fetch_cpu_miss", fetch_cpu_miss},
             {"fetch_cpu_hit", fetch_cpu_hit},   {"item_bytes", item_bytes},

@@ -185,7 +185,13 @@ def test_cli_runs_the_users_step_and_writes_reports(small_pngs, tmp_path):
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "bottleneck: compute" in out.stdout
-    assert "[5/5] real data, cached" in out.stderr  # progress, phase by phase
+    # Progress, phase by phase, numbered 1..N against one N from the first line.
+    ended = [line.rsplit("\r", 1)[-1].replace("\x1b[2K", "") for line in out.stderr.split("\n")]
+    marks = [m.groups() for m in (re.match(r"\[(\d+)/(\d+)\] ([^:]+): .* \([\d.]+ s\)$", line)
+                                  for line in ended) if m]
+    assert [int(k) for k, _, _ in marks] == list(range(1, len(marks) + 1)), out.stderr
+    assert {n for _, n, _ in marks} == {str(len(marks))}, out.stderr
+    assert "real data, cached" in [name for _, _, name in marks]
     assert (tmp_path / "report.html").exists()
     assert json.loads((tmp_path / "report.json").read_text())["bottleneck"] == "compute"
     bad = subprocess.run([str(NOSTALL), "analyze", "--spec", str(spec), "--step", "train:nope"],
