@@ -1,6 +1,6 @@
 // Shared loader, the consumer's side of the ring (docs/ring_format.md):
 // attaching, epochs, and batches cut from chunks as zero-copy views or
-// copies. Getting the chunks is chunks.cc.
+// copies. Getting the chunks is ChunkFeed (chunk_feed.cc).
 #include "nostall/shared.h"
 
 #include <fcntl.h>
@@ -42,11 +42,7 @@ Status Consumer::StartEpoch(int64_t epoch, int64_t first_batch) {
     // boundary starts a whole epoch).
     int64_t next = base_ + seg_->g.chunks_per_epoch;
     int64_t at = 0;
-    if (mode_ == "private" && !producer_gone_ && seg_->EnterStream(me_, kLagged, 3, &at)) {
-      next = at;
-      mode_ = "shared";
-      ++rejoins_;
-    }
+    if (feed_.RejoinAtEpoch(&at)) next = at;
     SetBase(next);
   }
   started_ = true;
@@ -88,13 +84,7 @@ Status Consumer::Resume(int64_t epoch, int64_t first_batch,
   consumer_.EpochStarted();
   // From its private pipeline at that exact position, until the segment
   // holds what it needs (Acquire tries to rejoin before every chunk).
-  ConsumerRow& row = seg_->consumers[me_];
-  row.state.store(kLagged);
-  row.need.store(kNone);
-  Bump(&seg_->h->released_gen);
-  held_.reset();
-  mode_ = "private";
-  reason_ = "resumed from a saved position";
+  feed_.GoPrivate("resumed from a saved position");
   return Status::OK();
 }
 
@@ -142,11 +132,11 @@ Status Consumer::Next(int64_t timeout_ms, NextStatus* status, std::shared_ptr<Ba
 Status Consumer::BatchInOneChunk(int64_t lo, int64_t hi, int64_t first, int64_t deadline, std::shared_ptr<ConsumerBatch>* out) {
   const uint64_t sb = seg_->g.sample_bytes;
   std::shared_ptr<ChunkLease> c;
-  NOSTALL_RETURN_IF_ERROR(Acquire(EpochBase() + first, deadline, &c));
+  NOSTALL_RETURN_IF_ERROR(feed_.Acquire(EpochBase() + first, deadline, &c));
   if (!c) return Status::OK();
   auto batch = std::make_shared<ConsumerBatch>(label_epoch_, batch_, hi - lo);
   const int64_t off = lo - prefix_[first];
-  if (live_->load() <= kMaxLiveViews) {
+  if (feed_.live_views() <= kMaxLiveViews) {
     batch->lease = c;
     batch->images_ = c->images + off * sb;
     batch->labels_ = c->labels + off;
@@ -160,8 +150,7 @@ Status Consumer::BatchInOneChunk(int64_t lo, int64_t hi, int64_t first, int64_t 
     batch->labels_ = batch->own_labels.data();
     batch->indices_ = batch->own_indices.data();
   }
-  held_ = std::move(c);
-  held_seq_ = EpochBase() + first;
+  feed_.Hold(std::move(c), EpochBase() + first);
   *out = std::move(batch);
   return Status::OK();
 }
@@ -178,7 +167,7 @@ Status Consumer::BatchAcrossChunks(int64_t lo, int64_t hi, int64_t deadline, std
   while (partial_pos_ < hi) {
     const int64_t i = ChunkIndex(partial_pos_);
     std::shared_ptr<ChunkLease> c;
-    Status st = Acquire(EpochBase() + i, deadline, &c);
+    Status st = feed_.Acquire(EpochBase() + i, deadline, &c);
     if (!st.ok()) {
       partial_.reset();
       return st;
@@ -193,8 +182,7 @@ Status Consumer::BatchAcrossChunks(int64_t lo, int64_t hi, int64_t deadline, std
     partial_pos_ += take;
     // Kept: the next batch most likely starts in it; the one before goes
     // when the next chunk is acquired.
-    held_ = std::move(c);
-    held_seq_ = EpochBase() + i;
+    feed_.Hold(std::move(c), EpochBase() + i);
   }
   ++copied_batches_;
   std::shared_ptr<ConsumerBatch> batch = std::move(partial_);
@@ -208,12 +196,7 @@ Status Consumer::BatchAcrossChunks(int64_t lo, int64_t hi, int64_t deadline, std
 LoaderStats Consumer::Stats() const {
   LoaderStats st;
   MutexLock lock(&mu_);
-  if (private_) {
-    LoaderStats p = private_->Stats();
-    st.fetch = p.fetch;
-    st.prep = p.prep;
-    st.batch = p.batch;
-  }
+  feed_.AddStats(&st);
   consumer_.Fill(&st);
   for (const auto& e : st.consumer_epochs) {
     st.batches += e.batches;
@@ -221,13 +204,7 @@ LoaderStats Consumer::Stats() const {
   }
   st.has_shared = true;
   st.shared_name = seg_->label;
-  st.shared_mode = mode_;
-  st.shared_reason = reason_;
-  st.shared_chunks = shared_chunks_;
-  st.private_chunks = private_chunks_;
   st.copied_batches = copied_batches_;
-  st.fallbacks = fallbacks_;
-  st.rejoins = rejoins_;
   st.elapsed_ns = NowNs() - created_ns_;
   return st;
 }

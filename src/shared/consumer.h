@@ -1,7 +1,7 @@
-// The shared loader's consumer (internal): the class, the chunk leases and
-// batches it hands out. Split by role: attaching, epochs and batches in
-// consumer.cc; getting chunks (from the segment, the private pipeline,
-// falling back and rejoining) in chunks.cc. Protocol: docs/ring_format.md.
+// The shared loader's consumer (internal): the class and the batches it
+// hands out. Split by role: attaching, epochs and batches in consumer.cc;
+// getting chunks (from the segment, the private pipeline, falling back and
+// rejoining) in ChunkFeed (chunk_feed.h). Protocol: docs/ring_format.md.
 #ifndef NOSTALL_SHARED_CONSUMER_H_
 #define NOSTALL_SHARED_CONSUMER_H_
 
@@ -15,6 +15,7 @@
 #include "common/mutex.h"
 #include "nostall/shared.h"
 #include "ring/ring.h"
+#include "shared/chunk_feed.h"
 #include "stats/consumer_recorder.h"
 
 namespace nostall {
@@ -25,34 +26,7 @@ using ring::Segment;
 using ring::kLagged;
 using ring::kNone;
 
-// The row a consumer holds in the segment; freed when the loader and every
-// lease are gone.
-struct Registration {
-  std::shared_ptr<Segment> seg;
-  uint32_t me = 0;
-  ~Registration() { seg->ReleaseRow(me); }
-};
 
-// One chunk held by the consumer: a pinned slot of the segment, or a batch of
-// the private pipeline. Destroying it lets the slot go.
-struct ChunkLease {
-  std::shared_ptr<Segment> seg;
-  std::shared_ptr<Registration> reg;  // the row outlives every view
-  uint32_t slot = 0, me = 0;
-  std::shared_ptr<Batch> private_batch;
-  std::shared_ptr<std::atomic<int>> live;
-  const uint8_t* images = nullptr;
-  const int64_t* labels = nullptr;
-  const int64_t* indices = nullptr;
-  int64_t count = 0;
-  ~ChunkLease() {
-    if (seg) {
-      seg->pin(slot, me).fetch_sub(1);
-      Bump(&seg->h->released_gen);
-    }
-    if (live) live->fetch_sub(1);
-  }
-};
 
 class ConsumerBatch final : public Batch {
  public:
@@ -78,22 +52,16 @@ class ConsumerBatch final : public Batch {
 
 
 
-// Chunks a consumer may hold views of before it hands out copies instead:
-// views the caller keeps must not hold the producer (or the consumer's own
-// private pipeline) back.
-constexpr int kMaxLiveViews = 3;
 
 class Consumer final : public Loader {
  public:
   Consumer(std::shared_ptr<Segment> seg, std::shared_ptr<Registration> reg, LoaderSpec producer_spec,
            LoaderSpec spec, std::unique_ptr<Source> source, Sampler sampler, AttachOptions options,
            int64_t start)
-      : seg_(std::move(seg)), reg_(std::move(reg)), producer_spec_(std::move(producer_spec)),
-        spec_(std::move(spec)), source_(std::move(source)), sampler_(std::move(sampler)),
-        options_(options) {
-    me_ = reg_->me;
+      : seg_(seg), me_(reg->me), spec_(std::move(spec)), source_(std::move(source)),
+        sampler_(std::move(sampler)),
+        feed_(std::move(seg), std::move(reg), std::move(producer_spec), options) {
     SetBase(start);
-    mode_ = "shared";
   }
 
   ~Consumer() override {
@@ -160,36 +128,12 @@ class Consumer final : public Loader {
                                 prefix_.begin()) - 1;
   }
 
-  std::shared_ptr<ChunkLease> SharedLease(uint32_t s) REQUIRES(mu_);
-
-  // Pins chunk `seq` if a slot holds it: 1 found, 0 not there (yet or any
-  // more), -1 being written (look again).
-  int TryPin(int64_t seq, std::shared_ptr<ChunkLease>* out) REQUIRES(mu_);
-
-  // Why the producer can no longer serve, or "" while it can.
-  std::string ProducerGone() const REQUIRES(mu_);
-
-  // Gets chunk `seq`: from the segment while this consumer is served there,
-  // else from its private pipeline. Null with OK status: the deadline passed.
-  Status Acquire(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) REQUIRES(mu_);
-
-  std::string spec_name() const { return seg_->label; }
-
-  Status Fallback(const std::string& why, int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) REQUIRES(mu_);
-
-  // Back to the segment if it still holds (or will hold) chunk `seq`.
-  bool TryRejoin(int64_t seq, std::shared_ptr<ChunkLease>* out) REQUIRES(mu_);
-
-  Status FromPrivate(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) REQUIRES(mu_);
 
   std::shared_ptr<Segment> seg_;
-  std::shared_ptr<Registration> reg_;
   uint32_t me_ = 0;
-  const LoaderSpec producer_spec_;
   const LoaderSpec spec_;
   std::unique_ptr<Source> source_;
   Sampler sampler_;
-  AttachOptions options_;
   int64_t base_ = 0;                // the chunk the current epoch starts at
   std::vector<int64_t> prefix_;     // samples before each chunk of the epoch
 
@@ -197,23 +141,12 @@ class Consumer final : public Loader {
   bool started_ GUARDED_BY(mu_) = false;
   int64_t label_epoch_ GUARDED_BY(mu_) = 0;
   int64_t batch_ GUARDED_BY(mu_) = 0;
-  std::shared_ptr<ChunkLease> held_ GUARDED_BY(mu_);
-  int64_t held_seq_ GUARDED_BY(mu_) = -1;
   // A batch spanning chunks, filled so far up to sample partial_pos_ of the
   // epoch (a wait for its next chunk timed out).
   std::shared_ptr<ConsumerBatch> partial_ GUARDED_BY(mu_);
   int64_t partial_pos_ GUARDED_BY(mu_) = 0;
-  std::shared_ptr<std::atomic<int>> live_ GUARDED_BY(mu_) = std::make_shared<std::atomic<int>>(0);
-  std::unique_ptr<Loader> private_ GUARDED_BY(mu_);
-  int64_t private_next_ GUARDED_BY(mu_) = -1;
-  bool producer_gone_ GUARDED_BY(mu_) = false;
-  std::string mode_ GUARDED_BY(mu_);
-  std::string reason_ GUARDED_BY(mu_);
-  int64_t shared_chunks_ GUARDED_BY(mu_) = 0;
-  int64_t private_chunks_ GUARDED_BY(mu_) = 0;
+  ChunkFeed feed_ GUARDED_BY(mu_);  // where the chunks come from
   int64_t copied_batches_ GUARDED_BY(mu_) = 0;
-  int64_t fallbacks_ GUARDED_BY(mu_) = 0;
-  int64_t rejoins_ GUARDED_BY(mu_) = 0;
   ConsumerRecorder consumer_;
   const int64_t created_ns_ = NowNs();
 };

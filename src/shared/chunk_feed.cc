@@ -1,7 +1,7 @@
-// Shared loader, the consumer getting its chunks (docs/ring_format.md):
-// entering the stream, pinning a slot of the segment, noticing the producer
-// is gone, falling back to a private pipeline at the exact position and
-// rejoining the segment when it holds what comes next.
+// Shared loader, a consumer's chunks (chunk_feed.h, docs/ring_format.md):
+// pinning a slot of the segment, noticing the producer is gone, falling back
+// to a private pipeline at the exact position and rejoining the segment when
+// it holds what comes next.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,13 +10,55 @@
 
 #include "common/clock.h"
 #include "common/process.h"
-#include "shared/consumer.h"
+#include "shared/chunk_feed.h"
 
 namespace nostall {
 
 using namespace ring;  // NOLINT: this file is the ring's consumer
 
-std::shared_ptr<ChunkLease> Consumer::SharedLease(uint32_t s) {
+ChunkFeed::ChunkFeed(std::shared_ptr<Segment> seg, std::shared_ptr<Registration> reg,
+                     LoaderSpec producer_spec, AttachOptions options)
+    : seg_(std::move(seg)), reg_(std::move(reg)), me_(reg_->me),
+      producer_spec_(std::move(producer_spec)), options_(options) {}
+
+void ChunkFeed::Hold(std::shared_ptr<ChunkLease> chunk, int64_t seq) {
+  held_ = std::move(chunk);
+  held_seq_ = seq;
+}
+
+bool ChunkFeed::RejoinAtEpoch(int64_t* at) {
+  if (mode_ != "private" || producer_gone_ || !seg_->EnterStream(me_, kLagged, 3, at)) return false;
+  mode_ = "shared";
+  ++rejoins_;
+  return true;
+}
+
+void ChunkFeed::GoPrivate(const std::string& why) {
+  ConsumerRow& row = seg_->consumers[me_];
+  row.state.store(kLagged);
+  row.need.store(kNone);
+  Bump(&seg_->h->released_gen);
+  held_.reset();
+  mode_ = "private";
+  reason_ = why;
+}
+
+void ChunkFeed::AddStats(LoaderStats* st) const {
+  if (private_) {
+    LoaderStats p = private_->Stats();
+    st->fetch = p.fetch;
+    st->prep = p.prep;
+    st->batch = p.batch;
+  }
+  st->shared_mode = mode_;
+  st->shared_reason = reason_;
+  st->shared_chunks = shared_chunks_;
+  st->private_chunks = private_chunks_;
+  st->fallbacks = fallbacks_;
+  st->rejoins = rejoins_;
+}
+
+std::shared_ptr<ChunkLease> ChunkFeed::SharedLease(uint32_t s) {
   auto c = std::make_shared<ChunkLease>();
   c->seg = seg_;
   c->reg = reg_;
@@ -31,14 +73,14 @@ std::shared_ptr<ChunkLease> Consumer::SharedLease(uint32_t s) {
   return c;
 }
 
-int Consumer::TryPin(int64_t seq, std::shared_ptr<ChunkLease>* out) {
+int ChunkFeed::TryPin(int64_t seq, std::shared_ptr<ChunkLease>* out) {
   uint32_t s = 0;
   const int r = seg_->Pin(me_, seq, &s);
   if (r == 1) *out = SharedLease(s);  // the lease takes over the pin
   return r;
 }
 
-std::string Consumer::ProducerGone() const {
+std::string ChunkFeed::ProducerGone() const {
   const Header& h = *seg_->h;
   const uint32_t state = h.state.load();
   if (state == kClosed) return "the producer stopped";
@@ -58,7 +100,7 @@ std::string Consumer::ProducerGone() const {
   return "";
 }
 
-Status Consumer::Acquire(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) {
+Status ChunkFeed::Acquire(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) {
   if (held_ && held_seq_ == seq) {
     *out = held_;
     return Status::OK();
@@ -95,7 +137,7 @@ Status Consumer::Acquire(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLea
       if (!gone.empty()) {
         producer_gone_ = true;
         if (!options_.fallback_to_private) {
-          return FailedPrecondition("shared loader '" + spec_name() + "': " + gone +
+          return FailedPrecondition("shared loader '" + seg_->label + "': " + gone +
                                     "; start it again and attach again, or attach with "
                                     "on_producer_exit=\"private\" to continue alone");
         }
@@ -111,7 +153,7 @@ Status Consumer::Acquire(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLea
   }
 }
 
-Status Consumer::Fallback(const std::string& why, int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) {
+Status ChunkFeed::Fallback(const std::string& why, int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) {
   ConsumerRow& row = seg_->consumers[me_];
   uint32_t active = kActive;
   row.state.compare_exchange_strong(active, kLagged);  // stop holding the producer back
@@ -122,7 +164,7 @@ Status Consumer::Fallback(const std::string& why, int64_t seq, int64_t deadline,
   return FromPrivate(seq, deadline, out);
 }
 
-bool Consumer::TryRejoin(int64_t seq, std::shared_ptr<ChunkLease>* out) {
+bool ChunkFeed::TryRejoin(int64_t seq, std::shared_ptr<ChunkLease>* out) {
   const Header& h = *seg_->h;
   if (seq < seg_->HeldFrom() || seq >= h.produced.load() + seg_->g.slot_count) return false;
   ConsumerRow& row = seg_->consumers[me_];
@@ -144,7 +186,7 @@ bool Consumer::TryRejoin(int64_t seq, std::shared_ptr<ChunkLease>* out) {
   return false;
 }
 
-Status Consumer::FromPrivate(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) {
+Status ChunkFeed::FromPrivate(int64_t seq, int64_t deadline, std::shared_ptr<ChunkLease>* out) {
   const int64_t k = seg_->g.chunks_per_epoch;
   if (!private_) {
     // Slots for the views this consumer may hand out (kMaxLiveViews),
