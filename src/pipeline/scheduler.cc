@@ -10,7 +10,8 @@
 namespace nostall {
 Scheduler::Scheduler(const Sampler& sampler, std::shared_ptr<RingState> ring,
                      ConsumerRecorder* consumer, const Options& options)
-    : sampler_(sampler), ring_(std::move(ring)), consumer_(consumer), opt_(options) {
+    : sampler_(sampler), ring_(std::move(ring)), consumer_(consumer), opt_(options),
+      order_(options.batch_size) {
   MutexLock lock(&ring_->mu);
   slots_.emplace(&ring_->slots, opt_.batch_size, opt_.slot_limit, opt_.own_ring);
   prep_active_ = opt_.prep_threads;
@@ -64,7 +65,7 @@ Status Scheduler::StartEpoch(int64_t epoch, int64_t first_batch) {
 // work. Batches of other epochs still being made finish first, then every
 // slot not holding this epoch (or leased) is freed. False: they did not.
 bool Scheduler::RunOnInto(std::unique_lock<std::mutex>& native, int64_t epoch, int64_t batches) {
-  if (!started_ || fetch_epoch_ != epoch || epoch_ == epoch) return false;
+  if (!started_ || order_.epoch() != epoch || epoch_ == epoch) return false;
   while (!cancelled_ && slots().FillingOtherThan(epoch)) ready_cv_.wait(native);
   slots().FreeAll(SlotState::kReady, /*but_epoch=*/epoch);
   epoch_ = epoch;
@@ -83,14 +84,10 @@ void Scheduler::Restart(std::unique_lock<std::mutex>& native, int64_t epoch, int
   ++generation_;
   restarting_ = true;
   while (active_preps_ != 0) idle_cv_.wait(native);
-  for (auto& item : prep_queue_) free_buffers_.push_back(std::move(item.bytes));
-  prep_queue_.clear();
+  prep_queue_.Clear();
   slots().FreeAllButLeased();
   epoch_ = epoch;
-  fetch_epoch_ = epoch;
-  order_ = std::move(order);
-  cursor_ = first_batch * opt_.batch_size;
-  fill_slot_ = -1;
+  order_.Reset(epoch, std::move(order), first_batch);
   consume_batch_ = first_batch;
   num_batches_ = batches;
   started_ = true;
@@ -178,8 +175,8 @@ Status Scheduler::HandOut(uint64_t s, NextStatus* status, std::shared_ptr<Batch>
   SlotWork& w = slots().work(s);
   // Counted as the caller meets them, not as made (the pipeline may be
   // working ahead, even into the next epoch).
-  errors_.fetch_add(w.bad_items);
-  skipped_.fetch_add(w.skipped);
+  met_.errors.fetch_add(w.bad_items);
+  met_.skipped.fetch_add(w.skipped);
   if (!w.error.ok()) {
     consumer_->Delivered(epoch_, 0, NowNs());  // the caller met the batch, as an error
     Status err = w.error;
@@ -190,18 +187,18 @@ Status Scheduler::HandOut(uint64_t s, NextStatus* status, std::shared_ptr<Batch>
   if (h.count == 0 && opt_.own_ring) {
     // Every item of the batch was skipped: a batch of no samples would make
     // the caller's loss NaN. Dropped (counted), and the next one is taken.
-    empty_dropped_.fetch_add(1);
+    met_.empty_dropped.fetch_add(1);
     Free(s);
     *again = true;
     return Status::OK();
   }
-  samples_.fetch_add(h.count);
-  delivered_.fetch_add(1);
+  met_.samples.fetch_add(h.count);
+  met_.batches.fetch_add(1);
   consumer_->Delivered(epoch_, h.count, NowNs());
   *status = NextStatus::kBatch;
   *out = slots().HandOut(s, index, ring_, opt_.sample_bytes);
   if ((*out)->copied()) {
-    private_copies_.fetch_add(1);
+    met_.private_copies.fetch_add(1);
     ring_->slot_freed.notify_all();
   }
   return Status::OK();
@@ -226,17 +223,16 @@ Scheduler::Position Scheduler::WaitForPosition(std::unique_lock<std::mutex>& nat
   bool blocked = false;
   Position result = Position::kCancelled;
   while (!cancelled_) {
-    if (restarting_ || !started_ || (cursor_ >= SamplesThisEpoch() && fetch_epoch_ != epoch_)) {
+    if (restarting_ || !started_ || (order_.done() && order_.epoch() != epoch_)) {
       blocked = false;  // nothing to fetch until the caller starts an epoch
-    } else if (cursor_ >= SamplesThisEpoch()) {
+    } else if (order_.done()) {
       *current = epoch_;
       result = Position::kNextEpoch;
       break;
     } else {
       // A new batch needs a free slot; any will do, so a batch the
       // caller still holds never blocks the ones after it.
-      const bool have_slot = cursor_ % opt_.batch_size != 0 && fill_slot_ >= 0;
-      if ((have_slot || slots().ToClaim() >= 0) && RoomToFetch()) {
+      if ((!order_.NeedsSlot() || slots().ToClaim() >= 0) && RoomToFetch()) {
         result = Position::kReady;
         break;
       }
@@ -257,42 +253,32 @@ Scheduler::Position Scheduler::WaitForPosition(std::unique_lock<std::mutex>& nat
 // asks (no bubble between epochs). StartEpoch keeps this work if it asks for
 // that epoch; if it started another meanwhile, `next` is dropped.
 void Scheduler::RunOn(int64_t current, std::vector<int64_t> next) {
-  if (epoch_ == current && fetch_epoch_ == current && cursor_ >= SamplesThisEpoch() &&
-      !cancelled_) {
-    fetch_epoch_ = current + 1;
-    order_ = std::move(next);
-    cursor_ = 0;
-    fill_slot_ = -1;
+  if (epoch_ == current && order_.epoch() == current && order_.done() && !cancelled_) {
+    order_.Reset(current + 1, std::move(next), 0);
   }
 }
 
 // Takes the next position: its batch claims a free slot when it starts.
 FetchedItem Scheduler::ClaimPosition(bool prefetch) {
-  const int64_t bs = opt_.batch_size;
-  const int64_t pos_in_epoch = cursor_++;
-  const int64_t b = pos_in_epoch / bs;
-  if (pos_in_epoch % bs == 0 || fill_slot_ < 0) {
+  const int64_t b = order_.next_batch();
+  if (order_.NeedsSlot()) {
     const uint64_t s = static_cast<uint64_t>(slots().ToClaim());
-    slots().Claim(s, fetch_epoch_, b, BatchCount(b));
-    fill_slot_ = static_cast<int64_t>(s);
+    slots().Claim(s, order_.epoch(), b, order_.BatchCount(b));
+    order_.set_slot(static_cast<int64_t>(s));
   }
   FetchedItem fi;
   fi.generation = generation_;
-  fi.epoch = fetch_epoch_;
+  fi.epoch = order_.epoch();
   fi.batch = b;
-  fi.slot = static_cast<uint64_t>(fill_slot_);
-  fi.pos = pos_in_epoch % bs;
-  fi.item = order_[static_cast<size_t>(pos_in_epoch)];
-  if (!free_buffers_.empty()) {
-    fi.bytes = std::move(free_buffers_.back());
-    free_buffers_.pop_back();
-  }
-  if (prefetch && pos_in_epoch % bs == 0) {
-    // (A loop, not a lambda: the lock analysis does not follow into one.)
+  fi.slot = static_cast<uint64_t>(order_.slot());
+  fi.pos = order_.next_in_batch();
+  fi.item = order_.Take();
+  fi.bytes = prep_queue_.Buffer();
+  // A batch's first position lists what the cache is asked for: this batch
+  // and the next (the first of an epoch: the next only).
+  if (prefetch && fi.pos == 0) {
     for (int64_t batch = b == 0 ? 0 : b + 1; batch <= b + 1; ++batch) {
-      const int64_t first = batch * bs;
-      const int64_t last = std::min(SamplesThisEpoch(), first + bs);
-      for (int64_t p = first; p < last; ++p) fi.prefetch.push_back(order_[static_cast<size_t>(p)]);
+      order_.AppendBatch(batch, &fi.prefetch);
     }
   }
   return fi;
@@ -330,7 +316,7 @@ void Scheduler::Fetched(FetchedItem fi) {
 
 void Scheduler::Queue(FetchedItem fi) {
   --fetching_;
-  prep_queue_.push_back(std::move(fi));
+  prep_queue_.Push(std::move(fi));
   prep_cv_.notify_one();
 }
 
@@ -340,7 +326,7 @@ Scheduler::PrepTurn Scheduler::PrepStep(int index, FetchedItem* fi, const Status
                                         StageCounters* prep, Finished* finished) {
   MutexLock lock(&ring_->mu);
   if (result != nullptr) {
-    free_buffers_.push_back(std::move(fi->bytes));
+    prep_queue_.Recycle(std::move(fi->bytes));
     if (slots().SampleDone(fi->slot, fi->pos, *result, opt_.on_error_skip)) {
       // The slot is this thread's alone until published: StartEpoch waits
       // for it (active_preps_ stays counted).
@@ -362,8 +348,7 @@ bool Scheduler::TakeForPrep(std::unique_lock<std::mutex>& native, int index, Fet
     prep->starved_ns.fetch_add(NowNs() - t0);
     if (cancelled_) return false;
     if (index >= prep_active_) continue;
-    *fi = std::move(prep_queue_.front());
-    prep_queue_.pop_front();
+    *fi = prep_queue_.Pop();
     // Room in the prep queue for one more read: one waiter is woken. Every
     // fetcher waits for the same thing (the next position, its slot, room),
     // so any of them can take it; waking them all cost a wake-up per waiting
@@ -371,7 +356,7 @@ bool Scheduler::TakeForPrep(std::unique_lock<std::mutex>& native, int index, Fet
     // on two cores).
     ring_->slot_freed.notify_one();
     if (fi->generation != generation_) {
-      free_buffers_.push_back(std::move(fi->bytes));
+      prep_queue_.Recycle(std::move(fi->bytes));
       continue;
     }
     ++active_preps_;
@@ -434,12 +419,12 @@ Scheduler::Counts Scheduler::counts() const {
     MutexLock lock(&ring_->mu);
     c.consumer_epoch = started_ ? epoch_ : -1;
   }
-  c.batches = delivered_.load();
-  c.samples = samples_.load();
-  c.errors = errors_.load();
-  c.skipped = skipped_.load();
-  c.empty_dropped = empty_dropped_.load();
-  c.private_copies = private_copies_.load();
+  c.batches = met_.batches.load();
+  c.samples = met_.samples.load();
+  c.errors = met_.errors.load();
+  c.skipped = met_.skipped.load();
+  c.empty_dropped = met_.empty_dropped.load();
+  c.private_copies = met_.private_copies.load();
   return c;
 }
 

@@ -39,6 +39,88 @@
 
 namespace nostall {
 
+// The order the fetch threads walk: one epoch's sample order, the next
+// position in it, and the slot of the batch that position is in. A value
+// the scheduler keeps under its lock.
+class FetchOrder {
+ public:
+  explicit FetchOrder(int64_t batch_size) : bs_(batch_size) {}
+  // Walks `order` of `epoch` from the first position of `first_batch`.
+  void Reset(int64_t epoch, std::vector<int64_t> order, int64_t first_batch) {
+    epoch_ = epoch;
+    order_ = std::move(order);
+    next_ = first_batch * bs_;
+    slot_ = -1;
+  }
+  int64_t epoch() const { return epoch_; }
+  int64_t samples() const { return static_cast<int64_t>(order_.size()); }
+  // Every position is dispatched.
+  bool done() const { return next_ >= samples(); }
+  // The next position's batch, and its place in it.
+  int64_t next_batch() const { return next_ / bs_; }
+  int64_t next_in_batch() const { return next_ % bs_; }
+  // The next position starts a batch, which needs a slot of its own.
+  bool NeedsSlot() const { return next_in_batch() == 0 || slot_ < 0; }
+  int64_t slot() const { return slot_; }
+  void set_slot(int64_t s) { slot_ = s; }
+  // Samples in batch `b` (the last may be short).
+  int64_t BatchCount(int64_t b) const { return std::min<int64_t>(bs_, samples() - b * bs_); }
+  // The next position's item; moves on.
+  int64_t Take() { return order_[static_cast<size_t>(next_++)]; }
+  // Appends batch `b`'s items (none past the epoch's end).
+  void AppendBatch(int64_t b, std::vector<int64_t>* out) const {
+    for (int64_t p = b * bs_; p < std::min(samples(), (b + 1) * bs_); ++p) {
+      out->push_back(order_[static_cast<size_t>(p)]);
+    }
+  }
+
+ private:
+  int64_t bs_;
+  int64_t epoch_ = 0;
+  std::vector<int64_t> order_;
+  int64_t next_ = 0;
+  int64_t slot_ = -1;
+};
+
+// Fetched items waiting for a prep thread, and the byte buffers of items
+// done with, reused for the next fetches (no allocation per item). A value
+// the scheduler keeps under its lock.
+class PrepQueue {
+ public:
+  bool empty() const { return items_.empty(); }
+  size_t size() const { return items_.size(); }
+  void Push(FetchedItem fi) { items_.push_back(std::move(fi)); }
+  FetchedItem Pop() {
+    FetchedItem fi = std::move(items_.front());
+    items_.pop_front();
+    return fi;
+  }
+  // Drops every item waiting (a new generation), keeping their buffers.
+  void Clear() {
+    for (auto& item : items_) Recycle(std::move(item.bytes));
+    items_.clear();
+  }
+  void Recycle(std::vector<uint8_t> bytes) { buffers_.push_back(std::move(bytes)); }
+  // A buffer for a fetch: one recycled, or a new, empty one.
+  std::vector<uint8_t> Buffer() {
+    if (buffers_.empty()) return {};
+    std::vector<uint8_t> b = std::move(buffers_.back());
+    buffers_.pop_back();
+    return b;
+  }
+
+ private:
+  std::deque<FetchedItem> items_;
+  std::vector<std::vector<uint8_t>> buffers_;
+};
+
+// The counts the caller has met (counted as batches are handed out, not as
+// they are made: the pipeline may be working ahead), read without the lock.
+struct MetCounts {
+  std::atomic<int64_t> batches{0}, samples{0}, errors{0}, skipped{0}, empty_dropped{0},
+      private_copies{0};
+};
+
 class Scheduler {
  public:
   struct Options {
@@ -107,7 +189,39 @@ class Scheduler {
   // Async: waits until no read is in flight (after the source cancelled them).
   void WaitForReads() EXCLUDES(ring_->mu);
 
-  // The counts the caller has met, and where it is.
+  // Fetched items waiting for a prep thread, and the byte buffers of items
+// done with, reused for the next fetches (no allocation per item). A value
+// the scheduler keeps under its lock.
+class PrepQueue {
+ public:
+  bool empty() const { return items_.empty(); }
+  size_t size() const { return items_.size(); }
+  void Push(FetchedItem fi) { items_.push_back(std::move(fi)); }
+  FetchedItem Pop() {
+    FetchedItem fi = std::move(items_.front());
+    items_.pop_front();
+    return fi;
+  }
+  // Drops every item waiting (a new generation), keeping their buffers.
+  void Clear() {
+    for (auto& item : items_) Recycle(std::move(item.bytes));
+    items_.clear();
+  }
+  void Recycle(std::vector<uint8_t> bytes) { buffers_.push_back(std::move(bytes)); }
+  // A buffer for a fetch: one recycled, or a new, empty one.
+  std::vector<uint8_t> Buffer() {
+    if (buffers_.empty()) return {};
+    std::vector<uint8_t> b = std::move(buffers_.back());
+    buffers_.pop_back();
+    return b;
+  }
+
+ private:
+  std::deque<FetchedItem> items_;
+  std::vector<std::vector<uint8_t>> buffers_;
+};
+
+// The counts the caller has met, and where it is.
   struct Counts {
     int64_t batches = 0, samples = 0, errors = 0, skipped = 0, empty_dropped = 0,
             private_copies = 0;
@@ -117,12 +231,6 @@ class Scheduler {
 
  private:
   enum class Position { kReady, kNextEpoch, kCancelled };
-  int64_t SamplesThisEpoch() const REQUIRES(ring_->mu) {
-    return static_cast<int64_t>(order_.size());
-  }
-  int64_t BatchCount(int64_t b) const REQUIRES(ring_->mu) {
-    return std::min<int64_t>(opt_.batch_size, SamplesThisEpoch() - b * opt_.batch_size);
-  }
   SlotTable& slots() REQUIRES(ring_->mu) { return *slots_; }
   const SlotTable& slots() const REQUIRES(ring_->mu) { return *slots_; }
   int ReadLimitNow() const REQUIRES(ring_->mu) { return opt_.async ? read_limit() : fetch_active_; }
@@ -166,15 +274,11 @@ class Scheduler {
   bool restarting_ GUARDED_BY(ring_->mu) = false;  // StartEpoch waits for old work
   uint64_t generation_ GUARDED_BY(ring_->mu) = 0;
   int64_t epoch_ GUARDED_BY(ring_->mu) = 0;          // the epoch Next() hands out
-  int64_t fetch_epoch_ GUARDED_BY(ring_->mu) = 0;    // the epoch `order_` and `cursor_` belong to
-  std::vector<int64_t> order_ GUARDED_BY(ring_->mu);
-  int64_t cursor_ GUARDED_BY(ring_->mu) = 0;         // next position in the epoch order to fetch
-  int64_t fill_slot_ GUARDED_BY(ring_->mu) = -1;     // the slot of the batch `cursor_` is in
+  FetchOrder order_ GUARDED_BY(ring_->mu);         // where the fetchers are
   int64_t consume_batch_ GUARDED_BY(ring_->mu) = 0;  // next batch Next() hands out
   int64_t num_batches_ GUARDED_BY(ring_->mu) = 0;
   std::optional<SlotTable> slots_ GUARDED_BY(ring_->mu);  // over ring_->slots
-  std::deque<FetchedItem> prep_queue_ GUARDED_BY(ring_->mu);
-  std::vector<std::vector<uint8_t>> free_buffers_ GUARDED_BY(ring_->mu);
+  PrepQueue prep_queue_ GUARDED_BY(ring_->mu);
   int fetching_ GUARDED_BY(ring_->mu) = 0;
   int active_preps_ GUARDED_BY(ring_->mu) = 0;
   int prep_active_ GUARDED_BY(ring_->mu) = 0;    // prep threads at work (the rest park)
@@ -182,8 +286,7 @@ class Scheduler {
   std::atomic<int> read_limit_{0};               // async: reads in flight allowed now
   std::atomic<int> prep_threads_{0};             // prep_active_, read without the lock
 
-  std::atomic<int64_t> samples_{0}, delivered_{0}, errors_{0}, skipped_{0};
-  std::atomic<int64_t> empty_dropped_{0}, private_copies_{0};
+  MetCounts met_;
 };
 
 }  // namespace nostall
