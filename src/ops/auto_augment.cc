@@ -150,9 +150,10 @@ struct SubPolicy {
 };
 using Policy = std::vector<std::pair<SubPolicy, SubPolicy>>;
 
-const Policy& PolicyFor(const std::string& name) {
+// torchvision's AutoAugmentPolicy tables (torchvision/transforms/autoaugment.py).
+const Policy& ImagenetPolicy() {
   using A = Aug;
-  static const Policy kImagenet = {
+  static const Policy policy = {
       {{A::kPosterize, 0.4, 8}, {A::kRotate, 0.6, 9}},
       {{A::kSolarize, 0.6, 5}, {A::kAutoContrast, 0.6, -1}},
       {{A::kEqualize, 0.8, -1}, {A::kEqualize, 0.6, -1}},
@@ -179,7 +180,12 @@ const Policy& PolicyFor(const std::string& name) {
       {{A::kColor, 0.6, 4}, {A::kContrast, 1.0, 8}},
       {{A::kEqualize, 0.8, -1}, {A::kEqualize, 0.6, -1}},
   };
-  static const Policy kCifar10 = {
+  return policy;
+}
+
+const Policy& Cifar10Policy() {
+  using A = Aug;
+  static const Policy policy = {
       {{A::kInvert, 0.1, -1}, {A::kContrast, 0.2, 6}},
       {{A::kRotate, 0.7, 2}, {A::kTranslateX, 0.3, 9}},
       {{A::kSharpness, 0.8, 1}, {A::kSharpness, 0.9, 3}},
@@ -206,7 +212,12 @@ const Policy& PolicyFor(const std::string& name) {
       {{A::kEqualize, 0.8, -1}, {A::kInvert, 0.1, -1}},
       {{A::kTranslateY, 0.7, 9}, {A::kAutoContrast, 0.9, -1}},
   };
-  static const Policy kSvhn = {
+  return policy;
+}
+
+const Policy& SvhnPolicy() {
+  using A = Aug;
+  static const Policy policy = {
       {{A::kShearX, 0.9, 4}, {A::kInvert, 0.2, -1}},
       {{A::kShearY, 0.9, 8}, {A::kInvert, 0.7, -1}},
       {{A::kEqualize, 0.6, -1}, {A::kSolarize, 0.6, 6}},
@@ -233,9 +244,13 @@ const Policy& PolicyFor(const std::string& name) {
       {{A::kShearY, 0.8, 5}, {A::kAutoContrast, 0.7, -1}},
       {{A::kShearX, 0.7, 2}, {A::kInvert, 0.1, -1}},
   };
-  if (name == "cifar10") return kCifar10;
-  if (name == "svhn") return kSvhn;
-  return kImagenet;
+  return policy;
+}
+
+const Policy& PolicyFor(const std::string& name) {
+  if (name == "cifar10") return Cifar10Policy();
+  if (name == "svhn") return SvhnPolicy();
+  return ImagenetPolicy();
 }
 
 class AutoAugmentOp : public AugmentBase {

@@ -25,6 +25,54 @@ std::string Name(const Transform& t) {
   }
   return "?";
 }
+
+// A crop, resize or flip's own arguments.
+Status CheckGeometry(const Transform& t, const std::string& where) {
+  switch (t.kind) {
+    case TransformKind::kRandomResizedCrop:
+      if (t.height <= 0 || t.width <= 0) return InvalidArgument(where + "size must be positive");
+      if (!(t.scale_min > 0 && t.scale_min <= t.scale_max && t.scale_max <= 1.0)) {
+        return InvalidArgument(where + "scale must satisfy 0 < min <= max <= 1");
+      }
+      if (!(t.ratio_min > 0 && t.ratio_min <= t.ratio_max)) {
+        return InvalidArgument(where + "ratio must satisfy 0 < min <= max");
+      }
+      return Status::OK();
+    case TransformKind::kResize:
+      if (t.short_side <= 0 && (t.height <= 0 || t.width <= 0)) {
+        return InvalidArgument(where + "Resize needs a positive size");
+      }
+      return Status::OK();
+    case TransformKind::kCenterCrop:
+      if (t.height <= 0 || t.width <= 0) return InvalidArgument(where + "size must be positive");
+      return Status::OK();
+    case TransformKind::kRandomHorizontalFlip:
+      if (!(t.p >= 0 && t.p <= 1)) return InvalidArgument(where + "p must be in [0, 1]");
+      return Status::OK();
+    default:
+      return Status::OK();
+  }
+}
+
+// An op: created, given the dtype and the channels it needs.
+Status CheckOp(const Transform& t, const std::string& where, DType dtype, int channels) {
+  if (!t.op) return InvalidArgument(where + "op " + t.op_name + " was not created");
+  if (dtype != DType::kFloat32 && !t.op->needs_float32().empty()) {
+    return InvalidArgument(where + t.op_name + ": " + t.op->needs_float32());
+  }
+  if (t.op->output_channels() != 0 && t.op->output_channels() != channels) {
+    return InvalidArgument(
+        where + t.op_name + ": num_output_channels=" +
+        std::to_string(t.op->output_channels()) + " but mode=\"" +
+        (channels == 1 ? "L" : "RGB") + "\" gives " + std::to_string(channels) +
+        (channels == 1 ? " channel" : " channels") +
+        (t.op->output_channels() == 1
+             ? "; load with mode=\"L\" for one channel, or num_output_channels=3 for gray RGB"
+             : "; use num_output_channels=1 with mode=\"L\""));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status PrepSpec::Validate() const {
@@ -52,24 +100,10 @@ Status PrepSpec::Validate() const {
     }
     switch (t.kind) {
       case TransformKind::kRandomResizedCrop:
-        if (t.height <= 0 || t.width <= 0) return InvalidArgument(where + "size must be positive");
-        if (!(t.scale_min > 0 && t.scale_min <= t.scale_max && t.scale_max <= 1.0)) {
-          return InvalidArgument(where + "scale must satisfy 0 < min <= max <= 1");
-        }
-        if (!(t.ratio_min > 0 && t.ratio_min <= t.ratio_max)) {
-          return InvalidArgument(where + "ratio must satisfy 0 < min <= max");
-        }
-        break;
       case TransformKind::kResize:
-        if (t.short_side <= 0 && (t.height <= 0 || t.width <= 0)) {
-          return InvalidArgument(where + "Resize needs a positive size");
-        }
-        break;
       case TransformKind::kCenterCrop:
-        if (t.height <= 0 || t.width <= 0) return InvalidArgument(where + "size must be positive");
-        break;
       case TransformKind::kRandomHorizontalFlip:
-        if (!(t.p >= 0 && t.p <= 1)) return InvalidArgument(where + "p must be in [0, 1]");
+        NOSTALL_RETURN_IF_ERROR(CheckGeometry(t, where));
         break;
       case TransformKind::kNormalize:
         if (first_output_op >= 0) {
@@ -91,20 +125,7 @@ Status PrepSpec::Validate() const {
         }
         break;
       case TransformKind::kOp:
-        if (!t.op) return InvalidArgument(where + "op " + t.op_name + " was not created");
-        if (dtype != DType::kFloat32 && !t.op->needs_float32().empty()) {
-          return InvalidArgument(where + t.op_name + ": " + t.op->needs_float32());
-        }
-        if (t.op->output_channels() != 0 && t.op->output_channels() != channels()) {
-          return InvalidArgument(
-              where + t.op_name + ": num_output_channels=" +
-              std::to_string(t.op->output_channels()) + " but mode=\"" +
-              (channels() == 1 ? "L" : "RGB") + "\" gives " + std::to_string(channels()) +
-              (channels() == 1 ? " channel" : " channels") +
-              (t.op->output_channels() == 1
-                   ? "; load with mode=\"L\" for one channel, or num_output_channels=3 for gray RGB"
-                   : "; use num_output_channels=1 with mode=\"L\""));
-        }
+        NOSTALL_RETURN_IF_ERROR(CheckOp(t, where, dtype, channels()));
         if (t.op->on_output()) {
           if (first_output_op < 0) first_output_op = static_cast<int>(i);
         } else if (first_pixel_op < 0) {

@@ -149,6 +149,55 @@ Status CheckKeys(const json& j, const std::string& what,
   return Status::OK();
 }
 
+constexpr int64_t kMaxSide = 1 << 16;
+
+// A transform's "size": one number (height = width) or [height, width].
+Status SizeFromJson(const json& j, const std::string& where, Transform* t) {
+  if (!j.contains("size")) return InvalidArgument(where + "needs size");
+  const json& s = j["size"];
+  if (s.is_number_integer()) {
+    int64_t v = 0;
+    NOSTALL_RETURN_IF_ERROR(GetInt(j, where, "size", 1, kMaxSide, &v));
+    t->height = t->width = static_cast<int>(v);
+  } else if (s.is_array() && s.size() == 2 && s[0].is_number_integer() &&
+             s[1].is_number_integer() && s[0].get<int64_t>() >= 1 &&
+             s[0].get<int64_t>() <= kMaxSide && s[1].get<int64_t>() >= 1 &&
+             s[1].get<int64_t>() <= kMaxSide) {
+    t->height = s[0].get<int>();
+    t->width = s[1].get<int>();
+  } else {
+    return InvalidArgument(where + "size must be an integer or [height, width] in [1, " +
+                           std::to_string(kMaxSide) + "], not " + Shown(s));
+  }
+  return Status::OK();
+}
+
+// Resize: one number (the smaller edge, max_size bounding the longer) or
+// [height, width].
+Status ResizeFromJson(const json& j, const std::string& where, Transform* t) {
+  t->kind = TransformKind::kResize;
+  if (j.contains("size") && j["size"].is_number_integer()) {
+    int64_t v = 0;
+    NOSTALL_RETURN_IF_ERROR(GetInt(j, where, "size", 1, kMaxSide, &v));
+    t->short_side = static_cast<int>(v);
+  } else {
+    NOSTALL_RETURN_IF_ERROR(SizeFromJson(j, where, t));
+  }
+  NOSTALL_RETURN_IF_ERROR(GetIntAs(j, where, "max_size", 0, kMaxSide, &t->max_size));
+  // As torchvision: max_size bounds the longer edge of a resize by the
+  // smaller one, and must leave room for it.
+  if (t->max_size > 0 && t->short_side <= 0) {
+    return InvalidArgument(where + "max_size needs size to be one number (the smaller edge), "
+                           "as torchvision's Resize");
+  }
+  if (t->max_size > 0 && t->max_size <= t->short_side) {
+    return InvalidArgument(where + "max_size = " + std::to_string(t->max_size) + " must be strictly "
+                           "greater than the requested size for the smaller edge size = " +
+                           std::to_string(t->short_side));
+  }
+  return Status::OK();
+}
+
 Result<Transform> TransformFromJson(const json& j, size_t position) {
   const std::string at = "transforms[" + std::to_string(position) + "]";
   if (!j.is_object()) {
@@ -162,58 +211,19 @@ Result<Transform> TransformFromJson(const json& j, size_t position) {
   Transform t;
   const std::string type = j["type"].get<std::string>();
   const std::string where = at + " (" + type + "): ";
-  constexpr int64_t kMaxSide = 1 << 16;
-  auto size = [&](Transform* t) -> Status {
-    if (!j.contains("size")) return InvalidArgument(where + "needs size");
-    const json& s = j["size"];
-    if (s.is_number_integer()) {
-      int64_t v = 0;
-      NOSTALL_RETURN_IF_ERROR(GetInt(j, where, "size", 1, kMaxSide, &v));
-      t->height = t->width = static_cast<int>(v);
-    } else if (s.is_array() && s.size() == 2 && s[0].is_number_integer() &&
-               s[1].is_number_integer() && s[0].get<int64_t>() >= 1 &&
-               s[0].get<int64_t>() <= kMaxSide && s[1].get<int64_t>() >= 1 &&
-               s[1].get<int64_t>() <= kMaxSide) {
-      t->height = s[0].get<int>();
-      t->width = s[1].get<int>();
-    } else {
-      return InvalidArgument(where + "size must be an integer or [height, width] in [1, " +
-                             std::to_string(kMaxSide) + "], not " + Shown(s));
-    }
-    return Status::OK();
-  };
   if (type == "RandomResizedCrop") {
     NOSTALL_RETURN_IF_ERROR(CheckKeys(j, at + " (RandomResizedCrop)", {"type", "size", "scale", "ratio"}));
     t.kind = TransformKind::kRandomResizedCrop;
-    NOSTALL_RETURN_IF_ERROR(size(&t));
+    NOSTALL_RETURN_IF_ERROR(SizeFromJson(j, where, &t));
     NOSTALL_RETURN_IF_ERROR(GetPair(j, where, "scale", &t.scale_min, &t.scale_max));
     NOSTALL_RETURN_IF_ERROR(GetPair(j, where, "ratio", &t.ratio_min, &t.ratio_max));
   } else if (type == "Resize") {
     NOSTALL_RETURN_IF_ERROR(CheckKeys(j, at + " (Resize)", {"type", "size", "max_size"}));
-    t.kind = TransformKind::kResize;
-    if (j.contains("size") && j["size"].is_number_integer()) {
-      int64_t v = 0;
-      NOSTALL_RETURN_IF_ERROR(GetInt(j, where, "size", 1, kMaxSide, &v));
-      t.short_side = static_cast<int>(v);
-    } else {
-      NOSTALL_RETURN_IF_ERROR(size(&t));
-    }
-    NOSTALL_RETURN_IF_ERROR(GetIntAs(j, where, "max_size", 0, kMaxSide, &t.max_size));
-    // As torchvision: max_size bounds the longer edge of a resize by the
-    // smaller one, and must leave room for it.
-    if (t.max_size > 0 && t.short_side <= 0) {
-      return InvalidArgument(where + "max_size needs size to be one number (the smaller edge), "
-                             "as torchvision's Resize");
-    }
-    if (t.max_size > 0 && t.max_size <= t.short_side) {
-      return InvalidArgument(where + "max_size = " + std::to_string(t.max_size) + " must be strictly "
-                             "greater than the requested size for the smaller edge size = " +
-                             std::to_string(t.short_side));
-    }
+    NOSTALL_RETURN_IF_ERROR(ResizeFromJson(j, where, &t));
   } else if (type == "CenterCrop") {
     NOSTALL_RETURN_IF_ERROR(CheckKeys(j, at + " (CenterCrop)", {"type", "size"}));
     t.kind = TransformKind::kCenterCrop;
-    NOSTALL_RETURN_IF_ERROR(size(&t));
+    NOSTALL_RETURN_IF_ERROR(SizeFromJson(j, where, &t));
   } else if (type == "RandomHorizontalFlip") {
     NOSTALL_RETURN_IF_ERROR(CheckKeys(j, at + " (RandomHorizontalFlip)", {"type", "p"}));
     t.kind = TransformKind::kRandomHorizontalFlip;
@@ -324,6 +334,71 @@ Status LoaderSpec::CheckJsonDepth(const std::string& text, int max_depth, const 
   return Status::OK();
 }
 
+namespace {
+
+// The spec's storage fields: the index cache, throttling, the caches, S3.
+Status StorageFromJson(const json& j, LoaderSpec* s) {
+  const std::string w;  // top-level fields are named as they are
+  NOSTALL_RETURN_IF_ERROR(GetString(j, w, "index_cache_dir", &s->source_options.index_cache_dir));
+  NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "use_index_cache", &s->source_options.use_index_cache));
+  NOSTALL_RETURN_IF_ERROR(GetDouble(j, w, "throttle_bandwidth", &s->source_options.throttle_bytes_per_second));
+  NOSTALL_RETURN_IF_ERROR(GetDouble(j, w, "throttle_latency_ms", &s->source_options.throttle_latency_ms));
+  // A simulated store: a latency past a minute per read, or a bandwidth
+  // under a byte a second, is a typo, not a store (1e300 ms slept forever).
+  if (s->source_options.throttle_latency_ms < 0 || s->source_options.throttle_latency_ms > 60000) {
+    return InvalidArgument(w + "throttle_latency_ms must be in [0, 60000], not " +
+                           std::to_string(s->source_options.throttle_latency_ms));
+  }
+  if (s->source_options.throttle_bytes_per_second != 0 &&
+      (s->source_options.throttle_bytes_per_second < 1 || s->source_options.throttle_bytes_per_second > 1e15)) {
+    return InvalidArgument(w + "throttle_bandwidth must be 0 (none) or in [1, 1e15] bytes/s");
+  }
+  NOSTALL_RETURN_IF_ERROR(GetString(j, w, "cache_name", &s->cache_name));
+  NOSTALL_RETURN_IF_ERROR(GetU64(j, w, "cache_bytes", &s->cache_bytes));
+  NOSTALL_RETURN_IF_ERROR(GetString(j, w, "cache_policy", &s->cache_policy));
+  NOSTALL_RETURN_IF_ERROR(GetStrings(j, w, "cache_servers", &s->cache_servers));
+  NOSTALL_RETURN_IF_ERROR(GetU64(j, w, "cache_local_bytes", &s->cache_local_bytes));
+  NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_endpoint", &s->source_options.s3_endpoint));
+  NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_region", &s->source_options.s3_region));
+  NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_profile", &s->source_options.s3_profile));
+  NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_addressing", &s->source_options.s3_addressing));
+  NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "s3_unsigned", &s->source_options.s3_unsigned));
+  // With a cache, the page cache would hold the same bytes twice: bypass
+  // it unless asked otherwise.
+  s->source_options.drop_page_cache = !s->cache_name.empty();
+  NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "drop_page_cache", &s->source_options.drop_page_cache));
+  return Status::OK();
+}
+
+// The spec's output fields: the transforms, dtype, layout, mode, on_error.
+Status OutputFromJson(const json& j, LoaderSpec* s) {
+  if (j.contains("transforms")) {
+    const json& ts = j["transforms"];
+    if (!ts.is_array()) {
+      return InvalidArgument("transforms must be a list of transforms, not " + Shown(ts));
+    }
+    for (size_t i = 0; i < ts.size(); ++i) {
+      NOSTALL_ASSIGN_OR_RETURN(Transform tr, TransformFromJson(ts[i], i));
+      s->prep.transforms.push_back(tr);
+    }
+  }
+  bool normalizes = false;
+  for (const auto& t : s->prep.transforms) normalizes |= t.kind == TransformKind::kNormalize;
+  s->prep.dtype = normalizes ? DType::kFloat32 : DType::kUint8;
+  NOSTALL_RETURN_IF_ERROR(Enum<DType>(j, "dtype", {{"uint8", DType::kUint8},
+                                                   {"float32", DType::kFloat32}},
+                                      &s->prep.dtype));
+  NOSTALL_RETURN_IF_ERROR(
+      Enum<Layout>(j, "layout", {{"NCHW", Layout::kNCHW}, {"NHWC", Layout::kNHWC}}, &s->prep.layout));
+  NOSTALL_RETURN_IF_ERROR(
+      Enum<ColorMode>(j, "mode", {{"RGB", ColorMode::kRGB}, {"L", ColorMode::kGray}}, &s->prep.mode));
+  NOSTALL_RETURN_IF_ERROR(Enum<ErrorPolicy>(
+      j, "on_error", {{"raise", ErrorPolicy::kRaise}, {"skip", ErrorPolicy::kSkip}}, &s->on_error));
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
   const std::vector<std::string>& kKnown = FieldNames();
   NOSTALL_RETURN_IF_ERROR(CheckJsonDepth(text, 32, "the loader spec"));
@@ -358,56 +433,8 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     }
     NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "max_pixels", 1, kMaxCount, &s.prep.max_pixels));
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "dct_scaling", &s.prep.dct_scaling));
-    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "index_cache_dir", &s.source_options.index_cache_dir));
-    NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "use_index_cache", &s.source_options.use_index_cache));
-    NOSTALL_RETURN_IF_ERROR(GetDouble(j, w, "throttle_bandwidth", &s.source_options.throttle_bytes_per_second));
-    NOSTALL_RETURN_IF_ERROR(GetDouble(j, w, "throttle_latency_ms", &s.source_options.throttle_latency_ms));
-    // A simulated store: a latency past a minute per read, or a bandwidth
-    // under a byte a second, is a typo, not a store (1e300 ms slept forever).
-    if (s.source_options.throttle_latency_ms < 0 || s.source_options.throttle_latency_ms > 60000) {
-      return InvalidArgument(w + "throttle_latency_ms must be in [0, 60000], not " +
-                             std::to_string(s.source_options.throttle_latency_ms));
-    }
-    if (s.source_options.throttle_bytes_per_second != 0 &&
-        (s.source_options.throttle_bytes_per_second < 1 || s.source_options.throttle_bytes_per_second > 1e15)) {
-      return InvalidArgument(w + "throttle_bandwidth must be 0 (none) or in [1, 1e15] bytes/s");
-    }
-    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "cache_name", &s.cache_name));
-    NOSTALL_RETURN_IF_ERROR(GetU64(j, w, "cache_bytes", &s.cache_bytes));
-    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "cache_policy", &s.cache_policy));
-    NOSTALL_RETURN_IF_ERROR(GetStrings(j, w, "cache_servers", &s.cache_servers));
-    NOSTALL_RETURN_IF_ERROR(GetU64(j, w, "cache_local_bytes", &s.cache_local_bytes));
-    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_endpoint", &s.source_options.s3_endpoint));
-    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_region", &s.source_options.s3_region));
-    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_profile", &s.source_options.s3_profile));
-    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_addressing", &s.source_options.s3_addressing));
-    NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "s3_unsigned", &s.source_options.s3_unsigned));
-    // With a cache, the page cache would hold the same bytes twice: bypass
-    // it unless asked otherwise.
-    s.source_options.drop_page_cache = !s.cache_name.empty();
-    NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "drop_page_cache", &s.source_options.drop_page_cache));
-    if (j.contains("transforms")) {
-      const json& ts = j["transforms"];
-      if (!ts.is_array()) {
-        return InvalidArgument("transforms must be a list of transforms, not " + Shown(ts));
-      }
-      for (size_t i = 0; i < ts.size(); ++i) {
-        NOSTALL_ASSIGN_OR_RETURN(Transform tr, TransformFromJson(ts[i], i));
-        s.prep.transforms.push_back(tr);
-      }
-    }
-    bool normalizes = false;
-    for (const auto& t : s.prep.transforms) normalizes |= t.kind == TransformKind::kNormalize;
-    s.prep.dtype = normalizes ? DType::kFloat32 : DType::kUint8;
-    NOSTALL_RETURN_IF_ERROR(Enum<DType>(j, "dtype", {{"uint8", DType::kUint8},
-                                                     {"float32", DType::kFloat32}},
-                                        &s.prep.dtype));
-    NOSTALL_RETURN_IF_ERROR(
-        Enum<Layout>(j, "layout", {{"NCHW", Layout::kNCHW}, {"NHWC", Layout::kNHWC}}, &s.prep.layout));
-    NOSTALL_RETURN_IF_ERROR(
-        Enum<ColorMode>(j, "mode", {{"RGB", ColorMode::kRGB}, {"L", ColorMode::kGray}}, &s.prep.mode));
-    NOSTALL_RETURN_IF_ERROR(Enum<ErrorPolicy>(
-        j, "on_error", {{"raise", ErrorPolicy::kRaise}, {"skip", ErrorPolicy::kSkip}}, &s.on_error));
+    NOSTALL_RETURN_IF_ERROR(StorageFromJson(j, &s));
+    NOSTALL_RETURN_IF_ERROR(OutputFromJson(j, &s));
     return s;
   } catch (const json::exception& e) {
     return InvalidArgument(std::string("bad loader spec: ") + e.what());

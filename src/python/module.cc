@@ -313,15 +313,8 @@ class PyServer {
   std::thread thread_;
 };
 
-}  // namespace
-}  // namespace nostall
-
-NB_MODULE(_nostall, m) {
-  using nostall::PyLoader;
-  m.doc() = "nostall's native core. Use the `nostall` package, not this module.";
-  nostall::g_main_thread = nb::cast<unsigned long>(
-      nb::module_::import_("threading").attr("main_thread")().attr("ident"));
-  nostall::SetInterruptCheck(&nostall::PythonInterrupted);
+// The classes, as _nostall.pyi types them.
+void BindLoader(nb::module_& m) {
   nb::class_<PyLoader>(m, "Loader")
       .def(nb::init<const std::string&>(), "spec_json"_a)
       .def_static("attach", &PyLoader::Attach, "name"_a, "batch_size"_a, "producer_timeout_s"_a,
@@ -352,14 +345,29 @@ NB_MODULE(_nostall, m) {
       .def_prop_ro("classes", &PyLoader::Classes)
       .def_prop_ro("sample_shape", &PyLoader::SampleShape)
       .def_prop_ro("fingerprint", &PyLoader::Fingerprint);
-  nb::class_<nostall::PyServer>(m, "Server")
+}
+
+void BindServer(nb::module_& m) {
+  nb::class_<PyServer>(m, "Server")
       .def(nb::init<const std::string&, const std::string&, int64_t, int, int, double, int64_t,
                     bool>(),
            "name"_a, "spec_json"_a, "chunk"_a, "max_consumers"_a, "slots"_a, "max_lag_s"_a,
            "block_chunks"_a, "verbose"_a)
-      .def("status_json", &nostall::PyServer::StatusJson)
-      .def("spec_json", &nostall::PyServer::SpecJson)
-      .def("close", &nostall::PyServer::Close);
+      .def("status_json", &PyServer::StatusJson)
+      .def("spec_json", &PyServer::SpecJson)
+      .def("close", &PyServer::Close);
+}
+
+}  // namespace
+}  // namespace nostall
+
+NB_MODULE(_nostall, m) {
+  m.doc() = "nostall's native core. Use the `nostall` package, not this module.";
+  nostall::g_main_thread = nb::cast<unsigned long>(
+      nb::module_::import_("threading").attr("main_thread")().attr("ident"));
+  nostall::SetInterruptCheck(&nostall::PythonInterrupted);
+  nostall::BindLoader(m);
+  nostall::BindServer(m);
   m.def("list_shared", &nostall::ListShared);
   m.def("spec_fingerprint", [](const std::string& spec_json) {
     return nostall::SharedSpecFingerprint(

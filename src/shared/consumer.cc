@@ -209,6 +209,36 @@ LoaderStats Consumer::Stats() const {
   return st;
 }
 
+namespace {
+
+// A row of the consumer table: owned once its pid is ours.
+Result<std::shared_ptr<Registration>> ClaimRow(const std::shared_ptr<Segment>& seg,
+                                               const std::string& name) {
+  uint32_t me = seg->g.max_consumers;
+  for (uint32_t i = 0; i < seg->g.max_consumers; ++i) {
+    int64_t free = 0;
+    if (seg->consumers[i].pid.compare_exchange_strong(free, ::getpid())) {
+      me = i;
+      break;
+    }
+  }
+  if (me == seg->g.max_consumers) {
+    return ResourceExhausted("shared loader '" + name + "' already has its maximum of " +
+                             std::to_string(seg->g.max_consumers) + " consumers (serve with "
+                             "--max-consumers to allow more)");
+  }
+  ConsumerRow& row = seg->consumers[me];
+  CrashPoint("consumer.row_claimed");
+  row.start_time.store(SelfStartTime());
+  row.state.store(kClaimed);
+  auto reg = std::make_shared<Registration>();
+  reg->seg = seg;
+  reg->me = me;
+  return reg;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const AttachOptions& options) {
   NOSTALL_ASSIGN_OR_RETURN(SegmentRef ref, ParseSegmentRef(name));
   NOSTALL_RETURN_IF_ERROR(ValidName(ref.name));
@@ -270,27 +300,8 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
   so.subset = producer_spec.subset;
   NOSTALL_ASSIGN_OR_RETURN(Sampler sampler, Sampler::Create(so));
 
-  // A row of the consumer table: owned once its pid is ours.
-  uint32_t me = seg->g.max_consumers;
-  for (uint32_t i = 0; i < seg->g.max_consumers; ++i) {
-    int64_t free = 0;
-    if (seg->consumers[i].pid.compare_exchange_strong(free, ::getpid())) {
-      me = i;
-      break;
-    }
-  }
-  if (me == seg->g.max_consumers) {
-    return ResourceExhausted("shared loader '" + name + "' already has its maximum of " +
-                             std::to_string(seg->g.max_consumers) + " consumers (serve with "
-                             "--max-consumers to allow more)");
-  }
-  ConsumerRow& row = seg->consumers[me];
-  CrashPoint("consumer.row_claimed");
-  row.start_time.store(SelfStartTime());
-  row.state.store(kClaimed);
-  auto reg = std::make_shared<Registration>();
-  reg->seg = seg;
-  reg->me = me;
+  NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<Registration> reg, ClaimRow(seg, name));
+  const uint32_t me = reg->me;
   int64_t start = 0;
   if (!seg->EnterStream(me, kClaimed, 1000, &start)) {
     return Internal("could not find a starting chunk in '" + name + "'");
