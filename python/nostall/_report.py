@@ -122,6 +122,10 @@ def _reading_on_busy_cores(r):
 
 def _bottleneck_line(r):
     words = _BOTTLENECK_WORDS[r["bottleneck"]]
+    stall = r["breakdown"]["prep_stall"] + r["breakdown"]["fetch_stall"]
+    if r["bottleneck"] == "compute" and stall > 0.05:
+        words += (f" (the stalls measured, {stall:.1%}, are within this analysis's noise, "
+                  f"{r['profile'].get('noise', 0):.0%}: see the notes)")
     if r["bottleneck"] == r.get("model_bottleneck", r["bottleneck"]):
         return f"{words} (limit: {_limit_words(r)})"
     if _reading_on_busy_cores(r):

@@ -185,17 +185,18 @@ namespace {
 // The bottleneck printed must agree with the stalls printed: the model's,
 // unless the measurement says its resource cost no time (within the
 // noise); then the larger measured stall, or compute if neither counts.
-Bottleneck NamedBottleneck(const Prediction& now, double prep_frac, double fetch_frac) {
+Bottleneck NamedBottleneck(const Prediction& now, double prep_frac, double fetch_frac,
+                           double noise) {
   Bottleneck named = now.bottleneck();
   const double named_stall = named == Bottleneck::kFetch ? fetch_frac
                              : named == Bottleneck::kPrep
                                  ? (now.limit == Limit::kCpu ? prep_frac + fetch_frac : prep_frac)
                                  : 0.0;
-  if (prep_frac + fetch_frac <= kModelNoise) {
+  if (prep_frac + fetch_frac <= noise) {
     named = Bottleneck::kCompute;
-  } else if (named_stall <= kModelNoise) {
+  } else if (named_stall <= noise) {
     named = fetch_frac > prep_frac ? Bottleneck::kFetch : Bottleneck::kPrep;
-  } else if (named == Bottleneck::kPrep && prep_frac <= kModelNoise) {
+  } else if (named == Bottleneck::kPrep && prep_frac <= noise && fetch_frac > noise) {
     // The cores are the limit, but only reading cold made the step wait:
     // the stall is reading's CPU on busy cores, and a cache removes it.
     named = Bottleneck::kFetch;
@@ -320,7 +321,8 @@ std::string AnalysisJson(const Profile& p) {
   const Prediction now = Predict(p, p.measured, eff);
   out["predicted"] = PredictionJson(now);
   out["predicted"]["reads_in_flight"] = ReadsInFlight(p, p.measured);
-  out["bottleneck"] = BottleneckName(NamedBottleneck(now, prep_stall / total, fetch_stall / total));
+  const Bottleneck named = NamedBottleneck(now, prep_stall / total, fetch_stall / total, Noise(p));
+  out["bottleneck"] = BottleneckName(named);
   // The model alone: its binding limit, or compute when the step's own rate
   // is within the measurement's noise of it (the model cannot tell them apart).
   const bool compute_near = now.limits[0] <= now.rate * (1 + Noise(p));
@@ -332,7 +334,16 @@ std::string AnalysisJson(const Profile& p) {
   out["disagreements"] = disagreements;
   out["curves"] = Curves(p, eff);
 
-  const Recommendation r = Recommend(p, eff);
+  // No stall beyond the noise: nothing to change, whatever the model would
+  // add on paper (the report says so, and the notes say where it differs).
+  Recommendation r = Recommend(p, eff);
+  if (named == Bottleneck::kCompute) {
+    r = Recommendation{};
+    r.config = p.measured;
+    r.cache_bytes = HitRate(p.measured) * p.dataset_bytes;
+    r.rate = now.rate;
+    r.reaches_step_rate = true;
+  }
   out["recommendation"] = {{"config", ConfigToJson(r.config)},
                            {"cache_bytes", r.cache_bytes},
                            {"cache_bytes_per_node", r.cache_bytes_per_node},

@@ -389,6 +389,30 @@ TEST(ModelTest, TheBottleneckAgreesWithTheMeasuredStalls) {
   EXPECT_TRUE(j["disagreements"].empty());
 }
 
+TEST(ModelTest, NoStallBeyondTheNoiseRecommendsNothingWhateverTheModelAdds) {
+  // The model puts prep 24% under the step (2 cores, CPU-bound), but the
+  // machine's speed moved 30% during the analysis and the runs stalled
+  // 12%: compute, and the recommendation changes nothing.
+  Profile p = Example();
+  p.measured.bandwidth = 0;
+  p.measured.latency = 0;
+  p.measured.cores = 1;
+  p.measured.prep_threads = 1;
+  p.step_cpu = 0;
+  p.prep_cpu = 1 / (0.76 * p.step_rate);
+  p.fetch_cpu_miss = p.fetch_cpu_hit = 0;
+  p.cached_rate = p.cold_rate = 0.88 * p.step_rate;
+  p.noise = 0.3;
+  auto j = nlohmann::json::parse(AnalysisJson(p));
+  EXPECT_EQ(j["bottleneck"], "compute");
+  EXPECT_EQ(j["recommendation"]["config"], j["profile"]["measured"]);
+  // A quiet machine: the same runs are a prep stall, and more cores fix it.
+  p.noise = 0;
+  j = nlohmann::json::parse(AnalysisJson(p));
+  EXPECT_EQ(j["bottleneck"], "prep");
+  EXPECT_GT(j["recommendation"]["config"]["cores"].get<double>(), 1);
+}
+
 TEST(ModelTest, ProfileJsonRoundTripsAndRejectsNonsense) {
   Profile p = Example();
   Profile q = Profile::FromJson(p.ToJson()).value();
