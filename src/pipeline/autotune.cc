@@ -120,8 +120,10 @@ std::optional<AutotuneDecision> Autotuner::Judge(const AutotuneWindow& w, double
   } else {
     return std::nullopt;
   }
-  // After a knob's second reversal its bound stays.
-  const bool permanent = ++reversals_[p.knob] >= 2;
+  // After a knob's second reversal its bound stays; with the cores taken by
+  // the step, a removal given back stays given back at once (a CPU-bound
+  // step stays CPU-bound, and every try costs it a window at the lower rate).
+  const bool permanent = ++reversals_[p.knob] >= 2 || (!added && Saturated(w));
   // A ceiling is the value that did not pay (later adds bisect below it); a
   // floor the value given back to.
   bound->value = bound == &ceiling_[p.knob] ? p.to : p.from;

@@ -12,8 +12,9 @@
 //      it); a thread or reads removed after which the consumer waits, or
 //      the rate falls (10% while it waits; 4% when the process uses every
 //      core: a CPU-bound step never waits, yet a thread fewer slows it), are
-//      given back and the count becomes a floor. A ceiling or floor is lifted after a back-off (15 s, doubling),
-//      and never after a knob's second reversal.
+//      given back and the count becomes a floor. A ceiling or floor is lifted
+//      after a back-off (15 s, doubling), and never after a knob's second
+//      reversal, or when it is a floor given back with every core busy.
 //   2. The consumer waits (> 3% of the window):
 //        prep busy          -> one more prep thread (up to the cores);
 //        reads the limit    -> reads in flight towards Little's law (the

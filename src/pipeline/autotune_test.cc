@@ -138,6 +138,8 @@ TEST(AutotuneTest, AThreadFewerThatSlowsACpuBoundStepIsGivenBack) {
   EXPECT_EQ(d[1].to, 2);
   EXPECT_NE(d[1].why.find("rate fell to 350"), std::string::npos) << d[1].why;
   EXPECT_EQ(t.settings().threads, 2);
+  // Not tried again after the back-off: the step is as CPU-bound as before.
+  EXPECT_EQ(d.size(), 2u);
 }
 
 TEST(AutotuneTest, ACpuBoundStepStartedOnOneThreadTriesASecondAndKeepsIt) {
