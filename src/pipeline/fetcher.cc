@@ -89,7 +89,10 @@ void Fetcher::CountCache(int64_t epoch, bool hit, bool error, size_t bytes) {
   (hit ? e.hit_bytes : e.miss_bytes) += static_cast<int64_t>(bytes);
 }
 
-int64_t Fetcher::IoCpuNs() const { return async_ ? IoCpu(source_) - io_cpu_at_start_ : 0; }
+int64_t Fetcher::IoCpuNs(const StorageStats* now) const {
+  if (!async_) return 0;
+  return (now != nullptr ? now->io_cpu_ns : IoCpu(source_)) - io_cpu_at_start_;
+}
 
 void Fetcher::FillCacheStats(const std::string& name, int64_t consumer_epoch,
                              LoaderStats* st) const {

@@ -32,8 +32,9 @@ class Fetcher {
 
   const StageCounters& counters() const { return fetch_; }
   StageCounters* mutable_counters() { return &fetch_; }
-  // The source's I/O thread's CPU since this fetcher began (remote sources).
-  int64_t IoCpuNs() const;
+  // The source's I/O thread's CPU since this fetcher began (remote sources),
+  // from the source's stats `now` when the caller already has them.
+  int64_t IoCpuNs(const StorageStats* now = nullptr) const;
   // The cache's fields of `st`, its epochs up to `consumer_epoch`.
   void FillCacheStats(const std::string& name, int64_t consumer_epoch, LoaderStats* st) const
       EXCLUDES(cache_mu_);

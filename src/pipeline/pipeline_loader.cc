@@ -271,7 +271,7 @@ LoaderStats PipelineLoader::Stats() const {
     st.has_storage = true;
     st.storage = *remote;
     // The I/O thread's CPU is the fetch stage's (requests, bodies).
-    st.fetch.busy_cpu_ns += fetcher_.IoCpuNs();
+    st.fetch.busy_cpu_ns += fetcher_.IoCpuNs(&st.storage);
   }
   fetcher_.FillCacheStats(spec_.cache_name, c.consumer_epoch, &st);
   return st;
