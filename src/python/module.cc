@@ -49,6 +49,9 @@ unsigned long g_main_thread = 0;  // threading.main_thread().ident
 bool PythonInterrupted() {
   if (PyThread_get_thread_ident() != g_main_thread || !Py_IsInitialized()) return false;
   nb::gil_scoped_acquire gil;
+  // Only the first check sees the signal itself; a Ctrl-C already taken
+  // (its KeyboardInterrupt pending) interrupts every wait after it too.
+  if (PyErr_Occurred() != nullptr && PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) return true;
   return PyErr_CheckSignals() != 0;
 }
 
