@@ -60,8 +60,6 @@ Observation Autotuner::Observe(const AutotuneWindow& w) const {
   return o;
 }
 
-bool Autotuner::Saturated(const AutotuneWindow& w) const { return CoresTaken(Observe(w)); }
-
 bool Autotuner::Allowed(const Bound& b, double now_s) const { return b.value == 0 || now_s >= b.until_s; }
 
 // An add from `cur` towards `to` under the knob's ceiling: halfway to it
@@ -112,7 +110,7 @@ std::optional<AutotuneDecision> Autotuner::Judge(const AutotuneWindow& w, double
     bound = &ceiling_[p.knob];
   } else if (!added && (wait > std::max(kWaiting, p.wait_before + 0.02) ||
                         (wait > kNoWait && rate < p.rate_before * kLoss) ||
-                        (Saturated(w) && rate < p.rate_before * kSaturatedLoss))) {
+                        (CoresTaken(observed_) && rate < p.rate_before * kSaturatedLoss))) {
     why = Format("with fewer the rate fell to %.0f items/s (from %.0f) and the consumer waited %.0f%% "
                  "of the time: given back",
                  rate, p.rate_before, wait * 100);
@@ -123,7 +121,7 @@ std::optional<AutotuneDecision> Autotuner::Judge(const AutotuneWindow& w, double
   // After a knob's second reversal its bound stays; with the cores taken by
   // the step, a removal given back stays given back at once (a CPU-bound
   // step stays CPU-bound, and every try costs it a window at the lower rate).
-  const bool permanent = ++reversals_[p.knob] >= 2 || (!added && Saturated(w));
+  const bool permanent = ++reversals_[p.knob] >= 2 || (!added && CoresTaken(observed_));
   // A ceiling is the value that did not pay (later adds bisect below it); a
   // floor the value given back to.
   bound->value = bound == &ceiling_[p.knob] ? p.to : p.from;
@@ -244,7 +242,7 @@ std::optional<AutotuneDecision> Autotuner::WhenNeverWaiting(const AutotuneWindow
   // rate rises as much as any add must (else taken back, and the count
   // becomes a ceiling).
   const double process_cores = w.process_cpu_s / w.wall_s;
-  if (limits_.threads && s_.threads < limits_.max_threads && Saturated(w) &&
+  if (limits_.threads && s_.threads < limits_.max_threads && CoresTaken(observed_) &&
       CapAdd(kThreads, s_.threads, s_.threads + 1, now_s) > s_.threads) {
     AutotuneDecision d = Change(
         kThreads, s_.threads + 1, now_s,

@@ -114,15 +114,13 @@ class Autotuner {
   bool Allowed(const Bound& b, double now_s) const;
   // The window as the model (nostall/model.h) sees it.
   Observation Observe(const AutotuneWindow& w) const;
-  // The process used (nearly) every core this window: a CPU-bound step.
-  bool Saturated(const AutotuneWindow& w) const;
   int CapAdd(Knob k, int cur, int to, double now_s) const;
   int& Value(Knob k);
 
   AutotuneLimits limits_;
   AutotuneSettings s_;
   std::optional<Pending> pending_;
-  Observation observed_;  // the last window's
+  Observation observed_;  // the last window's (CoresTaken(observed_): a CPU-bound step)
   int settle_ = 0;  // windows to skip after a change (its transition)
   Bound ceiling_[kKnobs], floor_[kKnobs];
   int reversals_[kKnobs] = {};

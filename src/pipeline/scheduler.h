@@ -189,39 +189,7 @@ class Scheduler {
   // Async: waits until no read is in flight (after the source cancelled them).
   void WaitForReads() EXCLUDES(ring_->mu);
 
-  // Fetched items waiting for a prep thread, and the byte buffers of items
-// done with, reused for the next fetches (no allocation per item). A value
-// the scheduler keeps under its lock.
-class PrepQueue {
- public:
-  bool empty() const { return items_.empty(); }
-  size_t size() const { return items_.size(); }
-  void Push(FetchedItem fi) { items_.push_back(std::move(fi)); }
-  FetchedItem Pop() {
-    FetchedItem fi = std::move(items_.front());
-    items_.pop_front();
-    return fi;
-  }
-  // Drops every item waiting (a new generation), keeping their buffers.
-  void Clear() {
-    for (auto& item : items_) Recycle(std::move(item.bytes));
-    items_.clear();
-  }
-  void Recycle(std::vector<uint8_t> bytes) { buffers_.push_back(std::move(bytes)); }
-  // A buffer for a fetch: one recycled, or a new, empty one.
-  std::vector<uint8_t> Buffer() {
-    if (buffers_.empty()) return {};
-    std::vector<uint8_t> b = std::move(buffers_.back());
-    buffers_.pop_back();
-    return b;
-  }
-
- private:
-  std::deque<FetchedItem> items_;
-  std::vector<std::vector<uint8_t>> buffers_;
-};
-
-// The counts the caller has met, and where it is.
+  // The counts the caller has met, and where it is.
   struct Counts {
     int64_t batches = 0, samples = 0, errors = 0, skipped = 0, empty_dropped = 0,
             private_copies = 0;

@@ -20,14 +20,6 @@
 
 namespace nostall {
 
-using ring::Bump;
-using ring::ConsumerRow;
-using ring::Segment;
-using ring::kLagged;
-using ring::kNone;
-
-
-
 class ConsumerBatch final : public Batch {
  public:
   ConsumerBatch(int64_t epoch, int64_t index, int64_t size) : epoch_(epoch), index_(index), size_(size) {}
