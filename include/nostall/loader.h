@@ -96,7 +96,19 @@ class Batch {
   // A private copy, not a view of a ring slot (the caller held every other
   // slot; see LoaderStats::private_copies).
   virtual bool copied() const { return false; }
+  // Sample `pos`'s bytes of extra field `f` (the spec's fields besides the
+  // image and the label, in their order; nostall/record.h): absent when the
+  // sample has no such member (an optional field). Valid while the Batch is.
+  virtual FieldView field(int f, int64_t pos) const {
+    (void)f;
+    (void)pos;
+    return {};
+  }
 };
+
+// The spec's fields besides the image and the label, in order (what
+// Batch::field numbers).
+std::vector<FieldSpec> ExtraFields(const LoaderSpec& spec);
 
 enum class NextStatus { kBatch, kEndOfEpoch, kTimeout };
 

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "nostall/record.h"
 #include "nostall/stats.h"
 #include "nostall/status.h"
 
@@ -32,6 +33,13 @@ struct SourceOptions {
   // Tar shards: a sample with no image member or a bad .cls label is an
   // error at index time, unless `skip_bad_samples` (then counted).
   bool skip_bad_samples = false;
+  // The fields a batch carries (nostall/record.h; empty: the image and its
+  // label, as always). Each item's bytes are then the span of its sample
+  // holding every member asked for, and record(i) says where each lies.
+  std::vector<FieldSpec> fields;
+  // A member of an extra field over this many bytes is an error naming it
+  // (each field's room per sample in a batch is its largest member).
+  uint64_t max_field_bytes = 16ull << 20;
   // Storage emulation, for benchmarks and tests of slow storage on a fast
   // local disk (sources over local files only): reads share a pipe of this many bytes per second (0 = no limit),
   // and each read first waits this long (concurrent reads wait concurrently,
@@ -70,6 +78,22 @@ class Source {
   // Files of the dataset left out because they are not images nostall
   // reads: (extension, lower case, "" for none; count), by extension.
   virtual std::vector<std::pair<std::string, int64_t>> left_out() const { return {}; }
+  // With SourceOptions::fields: where the image (element 0) and each extra
+  // field (1..extra_fields()) of item i lie in the bytes Read gives, or
+  // nullptr when the bytes are the image alone.
+  virtual const FieldSpan* record(int64_t i) const {
+    (void)i;
+    return nullptr;
+  }
+  virtual int extra_fields() const { return 0; }
+  // The largest member extra field `f` has in any item: its room per sample.
+  virtual int64_t field_room(int f) const {
+    (void)f;
+    return 0;
+  }
+  // What the samples hold: (member extension, samples that have one), most
+  // common first; empty for sources whose items are single files.
+  virtual std::vector<std::pair<std::string, int64_t>> members_found() const { return {}; }
   // Remote sources: their requests so far; local files: none.
   virtual std::optional<StorageStats> storage_stats() const { return std::nullopt; }
   // The driver's name: "image-folder", "tar-shards", "s3-image-folder",

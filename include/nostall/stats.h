@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace nostall {
@@ -66,6 +67,9 @@ struct LoaderStats {
   // Batches handed out as private copies because the caller held every
   // other slot (zero-copy resumes once it lets batches go).
   int64_t private_copies = 0;
+  // Extra fields (nostall/record.h): bytes of each put in batches so far,
+  // in the spec's order.
+  std::vector<std::pair<std::string, int64_t>> field_bytes;
   // Consumer side: calls for the next batch.
   int64_t iterations = 0;
   int64_t wait_ns = 0;      // total time waiting for a batch (stall)

@@ -14,6 +14,7 @@ from ._lifetime import Closeable
 from ._progress import EpochProgress
 from .cache import Cache
 from .errors import DataError
+from .records import Records, field_specs, split_transforms
 from .transforms import Normalize, Transform, _flatten
 
 
@@ -229,6 +230,10 @@ class Loader(Closeable):
         s3_profile: Optional[str] = None,
         s3_addressing: str = "auto",
         s3_unsigned: bool = False,
+        fields: Optional[dict] = None,
+        max_field_bytes: Optional[int] = None,
+        batch_transform=None,
+        hook_threads: int = 2,
     ):
         source = os.fspath(source)
         # The spec's fields go to C++ as given (numbers and flags as plain
@@ -237,19 +242,34 @@ class Loader(Closeable):
         if output not in ("torch", "numpy"):
             raise ValueError(f'output must be "torch" or "numpy", not {output!r}')
         rank, world_size = _sharding(rank, world_size)
-        if isinstance(transforms, Transform):
+        field_list = field_specs(fields) if fields is not None else None
+        hooks = {}
+        if isinstance(transforms, dict):
+            if field_list is None:
+                raise ValueError("transforms as a dict gives each field its own; name the "
+                                 "fields with fields=, e.g. {\"image\": \"jpg;png\", "
+                                 "\"label\": \"cls\"}")
+            transforms, hooks = split_transforms(transforms, field_list)
+        elif isinstance(transforms, Transform) or callable(transforms):
             transforms = [transforms]
         try:
             transforms = list(transforms)
         except TypeError:
             raise TypeError(f"transforms must be a list of nostall transforms, not {transforms!r}"
                             ) from None
+        # Python callables after nostall's transforms: hooks on each image.
+        while transforms and callable(transforms[-1]) and not isinstance(transforms[-1], Transform):
+            hooks.setdefault("image" if field_list is None else
+                             next(f["name"] for f in field_list if f["kind"] == "image"),
+                             []).insert(0, transforms.pop())
         for t in transforms:
             if not isinstance(t, Transform):
                 raise TypeError(f"transforms must be nostall.transforms objects, got {t!r}"
                                 + (" (torchvision's transforms run in Python; nostall's take the "
                                    "same arguments: nostall.transforms." + type(t).__name__ + ")"
-                                   if type(t).__module__.startswith("torchvision") else ""))
+                                   if type(t).__module__.startswith("torchvision") else
+                                   " (Python callables go after nostall's transforms, or per "
+                                   "field in a dict: docs/records.md)" if callable(t) else ""))
         transforms, asked_dtype = _flatten(transforms)
         if asked_dtype is not None:
             if dtype is not None and dtype != asked_dtype:
@@ -295,6 +315,15 @@ class Loader(Closeable):
         }
         if dtype is not None:  # else C++'s default: float32 after Normalize, uint8 otherwise
             spec["dtype"] = dtype
+        if field_list is not None:
+            spec["fields"] = field_list
+        if max_field_bytes is not None:
+            spec["max_field_bytes"] = _integer("max_field_bytes", max_field_bytes)
+        if batch_transform is not None and not callable(batch_transform):
+            raise TypeError(f"batch_transform must be a callable, not {batch_transform!r}")
+        if isinstance(hook_threads, bool) or not isinstance(hook_threads, int) or hook_threads < 1:
+            raise ValueError(f"hook_threads must be an integer >= 1, not {hook_threads!r}")
+        self._hooks = (hooks, batch_transform, hook_threads)
         self._init(spec, copy=copy, return_indices=return_indices, output=output,
                    progress=progress, pin_memory=pin_memory)
 
@@ -418,6 +447,17 @@ class Loader(Closeable):
             if self._progress is not None:
                 self._progress.left_out(left_out)
         self._copies_warned = False
+        self._records = None
+        hooks, batch_transform, hook_threads = getattr(self, "_hooks", ({}, None, 2))
+        fields = spec.get("fields")
+        if fields or hooks or batch_transform is not None:
+            if not fields:  # hooks on a loader of (images, labels): the tuple stays
+                fields = [{"name": "image", "kind": "image"}, {"name": "label", "kind": "label"}]
+                self._tuple = True
+            else:
+                self._tuple = False
+            self._records = Records(fields, hooks, batch_transform, hook_threads,
+                                    spec.get("on_error", "raise"), self.key, return_indices)
         self.sampler = _EpochHook(self)
         # The epoch, the position in it and a loaded state are the core's
         # epoch cursor (nostall/epoch_cursor.h), as for the CLI and serve.
@@ -470,7 +510,7 @@ class Loader(Closeable):
         if out is None:
             self._show_epoch_end(core)
             raise StopIteration
-        images, labels, indices, copied, _over = out  # _over: core.epoch_over
+        images, labels, indices, copied, _over, raw_fields = out  # _over: core.epoch_over
         if copied and not self._copies_warned:
             self._copies_warned = True
             warnings.warn(
@@ -500,6 +540,12 @@ class Loader(Closeable):
                 images, labels, indices = images.clone(), labels.clone(), indices.clone()
             else:
                 images, labels, indices = images.copy(), labels.copy(), indices.copy()
+        if self._records is not None:
+            batch = self._records.batch(images, labels, indices, raw_fields)
+            if self._tuple and isinstance(batch, dict):
+                out = (batch["image"], batch["label"])
+                return out + (batch["__index__"],) if self._return_indices else out
+            return batch
         if self._return_indices:
             return images, labels, indices
         return images, labels
@@ -527,8 +573,14 @@ class Loader(Closeable):
 
     # ------------------------------------------------------------ info
     def stats(self) -> dict:
-        """Per-stage counters and the consumer's waits; ``["consumer"]["stall_fraction"]``."""
-        return json.loads(self._require_core().stats_json())
+        """Per-stage counters and the consumer's waits; ``["consumer"]["stall_fraction"]``.
+        With Python hooks (docs/records.md), ``["stages"]["hooks"]`` is their
+        time on the training process."""
+        st = json.loads(self._require_core().stats_json())
+        if self._records is not None and (self._records.hooks or self._records.batch_transform
+                                          or self._records.extra):
+            st["stages"]["hooks"] = self._records.stats()
+        return st
 
     def stats_table(self) -> str:
         """``stats()`` as a table to print: per stage (fetch, decode+augment, batch), its
@@ -605,6 +657,9 @@ class Loader(Closeable):
         core, self._core = getattr(self, "_core", None), None
         if core is not None:
             core.close()
+        records = getattr(self, "_records", None)
+        if records is not None:
+            records.close()
 
     def _require_core(self):
         if self._core is None:

@@ -165,3 +165,24 @@ Result<std::unique_ptr<Loader>> Loader::Create(const LoaderSpec& spec) {
 }
 
 }  // namespace nostall
+
+namespace nostall {
+
+std::vector<FieldSpec> ExtraFields(const LoaderSpec& spec) {
+  std::vector<FieldSpec> out;
+  for (const FieldSpec& f : spec.source_options.fields) {
+    if (f.kind != FieldKind::kImage && f.kind != FieldKind::kLabel) out.push_back(f);
+  }
+  return out;
+}
+
+void SetFieldLayout(const Source& source, ring::RingLayout* layout) {
+  static_assert(ring::kMaxFields == kMaxExtraFields, "the ring holds every extra field");
+  layout->field_count = static_cast<uint32_t>(source.extra_fields());
+  for (int f = 0; f < source.extra_fields(); ++f) {
+    // At least a byte: a field every sample has empty still has its place.
+    layout->field_room[f] = static_cast<uint64_t>(std::max<int64_t>(1, source.field_room(f)));
+  }
+}
+
+}  // namespace nostall

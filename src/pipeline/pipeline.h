@@ -36,6 +36,10 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& spec);
 // One sample's shape: (C, H, W) for NCHW, (H, W, C) for NHWC.
 std::vector<int64_t> SampleShapeOf(const PrepSpec& prep, int64_t out_h, int64_t out_w);
 
+// The extra fields' geometry in a ring's slots: their count and each one's
+// room per sample (its largest member in `source`).
+void SetFieldLayout(const Source& source, ring::RingLayout* layout);
+
 // The prefetch a spec that leaves it unset starts from (tuned) or keeps.
 inline constexpr int kDefaultPrefetch = 2;
 

@@ -55,6 +55,7 @@ Result<std::shared_ptr<ring::Segment>> PipelineLoader::MakeRing() const {
   l.spec_fingerprint = spec_.Fingerprint();
   l.dataset_fingerprint = source_->fingerprint();
   l.spec_json = spec_.ToJson();
+  SetFieldLayout(*source_, &l);
   return ring::CreateRing("", l);
 }
 
@@ -64,7 +65,11 @@ Status PipelineLoader::Init(std::shared_ptr<ring::Segment> ring) {
     NOSTALL_ASSIGN_OR_RETURN(ring, MakeRing());
   }
   const size_t sample_bytes = SampleBytes(spec_.prep, out_h_, out_w_);
-  if (ring->g.chunk != spec_.batch_size || ring->g.sample_bytes != sample_bytes) {
+  bool fields_fit = ring->g.field_count == static_cast<uint32_t>(source_->extra_fields());
+  for (int f = 0; fields_fit && f < source_->extra_fields(); ++f) {
+    fields_fit = ring->g.field_room[f] >= static_cast<uint64_t>(source_->field_room(f));
+  }
+  if (ring->g.chunk != spec_.batch_size || ring->g.sample_bytes != sample_bytes || !fields_fit) {
     return Internal("the ring's slots do not fit the pipeline's batches");
   }
   ring_ = std::make_shared<RingState>();
@@ -262,6 +267,7 @@ LoaderStats PipelineLoader::Stats() const {
   st.skipped = c.skipped + source_->skipped_at_index();
   st.empty_batches_dropped = c.empty_dropped;
   st.private_copies = c.private_copies;
+  st.field_bytes = preparer_->FieldBytes();
   consumer_.Fill(&st);
   st.elapsed_ns = NowNs() - created_ns_;
   st.ring_bytes = ring_->seg->g.data_offset +

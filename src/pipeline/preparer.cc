@@ -10,16 +10,69 @@ namespace nostall {
 Preparer::Preparer(const LoaderSpec& spec, const Source& source, const ring::Segment& seg,
                    int out_h, int out_w)
     : spec_(spec), source_(source), seg_(seg), out_h_(out_h), out_w_(out_w),
-      sample_bytes_(SampleBytes(spec.prep, out_h, out_w)) {}
+      sample_bytes_(SampleBytes(spec.prep, out_h, out_w)),
+      extra_(ExtraFields(spec)),
+      field_bytes_(new std::atomic<int64_t>[extra_.size() + 1]) {
+  for (size_t f = 0; f <= extra_.size(); ++f) field_bytes_[f].store(0);
+}
+
+namespace {
+
+// A span of the item's bytes, checked: bytes from a cache or a server that
+// do not hold the record as the index says are an error, never a read past
+// the buffer.
+bool Inside(const FieldSpan& span, size_t size) {
+  return span.size >= 0 && span.offset <= size && static_cast<uint64_t>(span.size) <= size - span.offset;
+}
+
+}  // namespace
+
+Status Preparer::CopyFields(const FetchedItem& fi, const FieldSpan* record) {
+  for (size_t f = 0; f < extra_.size(); ++f) {
+    const uint32_t field = static_cast<uint32_t>(f);
+    const FieldSpan& span = record[1 + f];
+    int64_t* length = &seg_.field_lengths(static_cast<uint32_t>(fi.slot), field)[fi.pos];
+    *length = -1;
+    if (span.size < 0) continue;  // an optional field the sample has not
+    if (!Inside(span, fi.bytes.size()) || static_cast<uint64_t>(span.size) > seg_.g.field_room[f]) {
+      return DataError("the record's bytes do not hold its field '" + extra_[f].name + "'");
+    }
+    uint8_t* dst = seg_.field_data(static_cast<uint32_t>(fi.slot), field) +
+                   static_cast<size_t>(fi.pos) * seg_.g.field_room[f];
+    if (span.size > 0) std::memcpy(dst, fi.bytes.data() + span.offset, static_cast<size_t>(span.size));
+    *length = span.size;
+    field_bytes_[f].fetch_add(span.size, std::memory_order_relaxed);
+  }
+  return Status::OK();
+}
+
+std::vector<std::pair<std::string, int64_t>> Preparer::FieldBytes() const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (size_t f = 0; f < extra_.size(); ++f) out.push_back({extra_[f].name, field_bytes_[f].load()});
+  return out;
+}
 
 Status Preparer::Prepare(const FetchedItem& fi, PrepScratch* scratch) {
   const int64_t cpu0 = ThreadCpuNs(), wall0 = NowNs();
   const uint64_t s = fi.slot;
   Status st = fi.status;
   uint8_t* dst = seg_.images(s) + static_cast<size_t>(fi.pos) * sample_bytes_;
+  const FieldSpan* record = source_.record(fi.item);
+  if (st.ok() && record != nullptr) {
+    if (!Inside(record[0], fi.bytes.size())) {
+      st = DataError("the record's bytes do not hold its image");
+    } else {
+      st = CopyFields(fi, record);
+    }
+    if (!st.ok()) st = st.WithItem(source_.key(fi.item), "fields");
+  } else if (!extra_.empty()) {
+    for (uint32_t f = 0; f < extra_.size(); ++f) seg_.field_lengths(static_cast<uint32_t>(s), f)[fi.pos] = -1;
+  }
   if (st.ok()) {
-    st = PrepareSample(spec_.prep, fi.bytes.data(), fi.bytes.size(),
-                       {spec_.seed, fi.epoch, fi.item}, out_h_, out_w_, dst, scratch);
+    const uint8_t* data = fi.bytes.data() + (record ? record[0].offset : 0);
+    const size_t size = record ? static_cast<size_t>(record[0].size) : fi.bytes.size();
+    st = PrepareSample(spec_.prep, data, size, {spec_.seed, fi.epoch, fi.item}, out_h_, out_w_,
+                       dst, scratch);
     if (!st.ok()) st = st.WithItem(source_.key(fi.item), "decode");
   }
   seg_.labels(s)[fi.pos] = source_.label(fi.item);
@@ -43,6 +96,16 @@ int64_t Preparer::FinishBatch(uint64_t s, int64_t count, const std::vector<uint8
       std::memmove(images + kept * sample_bytes_, images + p * sample_bytes_, sample_bytes_);
       labels[kept] = labels[p];
       indices[kept] = indices[p];
+      for (uint32_t f = 0; f < extra_.size(); ++f) {
+        const uint32_t slot = static_cast<uint32_t>(s);
+        int64_t* lengths = seg_.field_lengths(slot, f);
+        const uint64_t room = seg_.g.field_room[f];
+        lengths[kept] = lengths[p];
+        if (lengths[p] > 0) {
+          std::memmove(seg_.field_data(slot, f) + kept * room, seg_.field_data(slot, f) + p * room,
+                       static_cast<size_t>(lengths[p]));
+        }
+      }
     }
     ++kept;
   }

@@ -30,6 +30,8 @@ class Preparer {
   int64_t FinishBatch(uint64_t slot, int64_t count, const std::vector<uint8_t>& bad);
 
   size_t sample_bytes() const { return sample_bytes_; }
+  // Bytes handed out per extra field so far, in the spec's order.
+  std::vector<std::pair<std::string, int64_t>> FieldBytes() const;
   const StageCounters& prep() const { return prep_; }
   const StageCounters& batch() const { return batch_; }
   StageCounters* mutable_prep() { return &prep_; }
@@ -40,7 +42,12 @@ class Preparer {
   const ring::Segment& seg_;
   const int out_h_, out_w_;
   const size_t sample_bytes_;
+  const std::vector<FieldSpec> extra_;  // the extra fields, in the slot's order
+  std::unique_ptr<std::atomic<int64_t>[]> field_bytes_;
   StageCounters prep_, batch_;
+
+  // The item's extra fields into their places at `pos` of slot `s`.
+  Status CopyFields(const FetchedItem& fi, const FieldSpan* record);
 };
 
 }  // namespace nostall

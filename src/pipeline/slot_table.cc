@@ -21,6 +21,9 @@ class LeasedBatch final : public Batch {
   const void* images() const override { return ring_->seg->images(slot_); }
   const int64_t* labels() const override { return ring_->seg->labels(slot_); }
   const int64_t* indices() const override { return ring_->seg->indices(slot_); }
+  FieldView field(int f, int64_t pos) const override {
+    return SlotField(*ring_->seg, static_cast<uint32_t>(slot_), f, pos);
+  }
 
  private:
   std::shared_ptr<RingState> ring_;
@@ -39,7 +42,12 @@ class CopiedBatch final : public Batch {
         images_(static_cast<const uint8_t*>(seg.images(slot)),
                 static_cast<const uint8_t*>(seg.images(slot)) + image_bytes),
         labels_(seg.labels(slot), seg.labels(slot) + size),
-        indices_(seg.indices(slot), seg.indices(slot) + size) {}
+        indices_(seg.indices(slot), seg.indices(slot) + size) {
+    fields_.Resize(static_cast<int>(seg.g.field_count), size);
+    for (uint32_t f = 0; f < seg.g.field_count; ++f) {
+      for (int64_t p = 0; p < size; ++p) fields_.Set(static_cast<int>(f), p, SlotField(seg, slot, static_cast<int>(f), p));
+    }
+  }
   int64_t epoch() const override { return epoch_; }
   int64_t index() const override { return index_; }
   int64_t size() const override { return static_cast<int64_t>(labels_.size()); }
@@ -47,11 +55,13 @@ class CopiedBatch final : public Batch {
   const int64_t* labels() const override { return labels_.data(); }
   const int64_t* indices() const override { return indices_.data(); }
   bool copied() const override { return true; }
+  FieldView field(int f, int64_t pos) const override { return fields_.Get(f, pos); }
 
  private:
   int64_t epoch_, index_;
   std::vector<uint8_t> images_;
   std::vector<int64_t> labels_, indices_;
+  FieldCopies fields_;
 };
 
 }  // namespace

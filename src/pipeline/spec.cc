@@ -308,7 +308,7 @@ const std::vector<std::string>& LoaderSpec::FieldNames() {
       "reads_in_flight", "prefetch", "autotune", "on_error", "index_cache_dir", "use_index_cache",
       "dct_scaling", "throttle_bandwidth", "throttle_latency_ms", "drop_page_cache", "cache_name",
       "cache_bytes", "cache_policy", "cache_servers", "cache_local_bytes", "s3_endpoint", "s3_region", "s3_profile", "s3_addressing",
-      "s3_unsigned"};
+      "s3_unsigned", "fields", "max_field_bytes"};
   return kFields;
 }
 
@@ -367,6 +367,75 @@ Status StorageFromJson(const json& j, LoaderSpec* s) {
   // it unless asked otherwise.
   s->source_options.drop_page_cache = !s->cache_name.empty();
   NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "drop_page_cache", &s->source_options.drop_page_cache));
+  return Status::OK();
+}
+
+// One field of "fields": {"name", "ext" (a list, or "jpg;png"), "kind"
+// (default: from the extensions), "optional"}, or, in the object form
+// {"NAME": "jpg;png" | {...}}, the value under its name.
+Result<FieldSpec> FieldFromJson(const json& v, const std::string& name_given) {
+  FieldSpec f;
+  f.name = name_given;
+  const std::string where = "fields: ";
+  if (v.is_string()) {
+    f.extensions = SplitExtensions(v.get<std::string>());
+  } else if (v.is_object()) {
+    for (const auto& [key, _] : v.items()) {
+      if (key != "name" && key != "ext" && key != "kind" && key != "optional") {
+        return InvalidArgument(where + "unknown key '" + key.substr(0, 40) +
+                               "' in a field (name, ext, kind, optional)");
+      }
+    }
+    if (name_given.empty()) NOSTALL_RETURN_IF_ERROR(GetString(v, where, "name", &f.name));
+    if (v.contains("ext") && v["ext"].is_string()) {
+      f.extensions = SplitExtensions(v["ext"].get<std::string>());
+    } else {
+      std::vector<std::string> exts;
+      NOSTALL_RETURN_IF_ERROR(GetStrings(v, where, "ext", &exts));
+      for (const std::string& e : exts) {
+        for (std::string& x : SplitExtensions(e)) f.extensions.push_back(std::move(x));
+      }
+    }
+    NOSTALL_RETURN_IF_ERROR(GetBool(v, where, "optional", &f.optional));
+    f.kind = InferFieldKind(f.extensions);
+    if (v.contains("kind")) {
+      std::string kind;
+      NOSTALL_RETURN_IF_ERROR(GetString(v, where, "kind", &kind));
+      NOSTALL_ASSIGN_OR_RETURN(f.kind, FieldKindFromName(kind));
+    }
+    return f;
+  } else {
+    return InvalidArgument(where + "a field is \"jpg;png\" or {\"ext\": ..., \"kind\": ..., "
+                           "\"optional\": ...}, not " + Shown(v));
+  }
+  f.kind = InferFieldKind(f.extensions);
+  return f;
+}
+
+Status FieldsFromJson(const json& j, LoaderSpec* s) {
+  std::vector<FieldSpec>& fields = s->source_options.fields;
+  if (j.contains("fields")) {
+    const json& fs = j["fields"];
+    if (fs.is_array()) {
+      for (const json& v : fs) {
+        if (!v.is_object()) return InvalidArgument("fields: each field of the list is an object");
+        NOSTALL_ASSIGN_OR_RETURN(FieldSpec f, FieldFromJson(v, ""));
+        fields.push_back(std::move(f));
+      }
+    } else if (fs.is_object()) {
+      for (const auto& [name, v] : fs.items()) {
+        NOSTALL_ASSIGN_OR_RETURN(FieldSpec f, FieldFromJson(v, name));
+        fields.push_back(std::move(f));
+      }
+    } else if (!fs.is_null()) {
+      return InvalidArgument("fields must be a list of fields or an object of them, not " + Shown(fs));
+    }
+  }
+  NOSTALL_RETURN_IF_ERROR(ValidateFields(fields));
+  NOSTALL_RETURN_IF_ERROR(GetU64(j, "", "max_field_bytes", &s->source_options.max_field_bytes));
+  if (s->source_options.max_field_bytes < 1 || s->source_options.max_field_bytes > (1ull << 30)) {
+    return InvalidArgument("max_field_bytes must be in [1, 2^30]");
+  }
   return Status::OK();
 }
 
@@ -435,6 +504,7 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "dct_scaling", &s.prep.dct_scaling));
     NOSTALL_RETURN_IF_ERROR(StorageFromJson(j, &s));
     NOSTALL_RETURN_IF_ERROR(OutputFromJson(j, &s));
+    NOSTALL_RETURN_IF_ERROR(FieldsFromJson(j, &s));
     return s;
   } catch (const json::exception& e) {
     return InvalidArgument(std::string("bad loader spec: ") + e.what());
@@ -479,6 +549,18 @@ std::string LoaderSpec::ToJson() const {
             {"s3_profile", source_options.s3_profile},
             {"s3_addressing", source_options.s3_addressing},
             {"s3_unsigned", source_options.s3_unsigned}};
+  // Written only when set, so a spec of images and labels stays as it was.
+  if (!source_options.fields.empty()) {
+    json fs = json::array();
+    for (const FieldSpec& f : source_options.fields) {
+      fs.push_back({{"name", f.name}, {"ext", f.extensions}, {"kind", FieldKindName(f.kind)},
+                    {"optional", f.optional}});
+    }
+    j["fields"] = fs;
+  }
+  if (!source_options.fields.empty() || source_options.max_field_bytes != SourceOptions().max_field_bytes) {
+    j["max_field_bytes"] = source_options.max_field_bytes;
+  }
   return j.dump();
 }
 

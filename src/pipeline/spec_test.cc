@@ -65,6 +65,10 @@ TEST(SpecTest, EveryFieldRoundTrips) {
       {"s3_profile", "train"},
       {"s3_addressing", "path"},
       {"s3_unsigned", true},
+      {"fields", nlohmann::json::array(
+                     {{{"name", "img"}, {"ext", {"png", "jpg"}}, {"kind", "image"}, {"optional", false}},
+                      {{"name", "meta"}, {"ext", {"json"}}, {"kind", "json"}, {"optional", true}}})},
+      {"max_field_bytes", 4096},
   };
   for (const std::string& field : LoaderSpec::FieldNames()) {
     SCOPED_TRACE(field);
@@ -82,6 +86,45 @@ TEST(SpecTest, EveryFieldRoundTrips) {
     EXPECT_EQ(again->ToJson(), spec->ToJson());
   }
   EXPECT_EQ(changed.size(), LoaderSpec::FieldNames().size());
+}
+
+TEST(SpecTest, FieldsReadAsAnObjectOrAListAndAreWrittenAsAList) {
+  auto object = LoaderSpec::FromJson(
+      R"({"source": "d", "fields": {"image": "jpg;PNG", "label": "cls", "meta": {"ext": ".json", "optional": true}}})");
+  ASSERT_TRUE(object.ok()) << object.status().ToString();
+  const auto& f = object->source_options.fields;
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_EQ(f[0].name, "image");
+  EXPECT_EQ(f[0].kind, FieldKind::kImage);
+  EXPECT_EQ(f[0].extensions, (std::vector<std::string>{"jpg", "png"}));
+  EXPECT_EQ(f[1].kind, FieldKind::kLabel);
+  EXPECT_EQ(f[2].kind, FieldKind::kJson);
+  EXPECT_TRUE(f[2].optional);
+  EXPECT_EQ(f[2].extensions, (std::vector<std::string>{"json"}));
+  auto list = LoaderSpec::FromJson(nlohmann::json::parse(object->ToJson()).dump());
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->ToJson(), object->ToJson());
+  // Without fields the spec is written as it always was.
+  EXPECT_EQ(nlohmann::json::parse(LoaderSpec::FromJson(R"({"source": "d"})")->ToJson()).count("fields"), 0u);
+}
+
+TEST(SpecTest, BadFieldsAreNamed) {
+  auto message = [](const char* text) { return LoaderSpec::FromJson(text).status().message(); };
+  EXPECT_NE(message(R"({"source": "d", "fields": {"meta": "json"}})").find("exactly one image field"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": "d", "fields": {"a": "jpg", "b": "png"}})").find("exactly one image"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": "d", "fields": {"image": "jpg", "meta": ""}})").find("field 'meta'"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": "d", "fields": {"image": "jpg", "m": {"ext": "json", "kind": "blob"}}})")
+                .find("blob"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": "d", "fields": {"image": {"ext": "jpg", "optional": true}}})")
+                .find("cannot be optional"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": "d", "fields": {"image": "jpg", "m": {"ext": "json", "opt": 1}}})")
+                .find("unknown key 'opt'"),
+            std::string::npos);
 }
 
 TEST(SpecTest, FingerprintIgnoresThreadsButNotSeed) {

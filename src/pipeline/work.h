@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "nostall/record.h"
 #include "nostall/stats.h"
 #include "nostall/status.h"
 #include "ring/ring.h"
@@ -70,6 +71,16 @@ struct PipelineSlot {
   int64_t epoch = 0, batch_index = 0;
   int64_t count = 0;    // samples (fewer at the epoch's end or after skips)
 };
+
+// Sample `pos`'s bytes of extra field `f` in slot `s` of `seg`.
+inline FieldView SlotField(const ring::Segment& seg, uint32_t s, int f, int64_t pos) {
+  const uint32_t field = static_cast<uint32_t>(f);
+  const int64_t length = seg.field_lengths(s, field)[pos];
+  // (Another process writes the slot: a length past the field's room is
+  // never followed.)
+  if (length < 0 || static_cast<uint64_t>(length) > seg.g.field_room[field]) return {};
+  return {seg.field_data(s, field) + static_cast<size_t>(pos) * seg.g.field_room[field], length};
+}
 
 // State shared between the scheduler and the leases it hands out, so a
 // Batch outliving its Loader can still be released safely.

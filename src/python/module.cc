@@ -185,7 +185,28 @@ class PyLoader {
     return nb::make_tuple(View(batch, batch->images(), shape, pixel),
                           View(batch, batch->labels(), n, nb::dtype<int64_t>()),
                           View(batch, batch->indices(), n, nb::dtype<int64_t>()),
-                          batch->copied(), over);
+                          batch->copied(), over, Fields(*batch));
+  }
+
+  // The batch's extra fields: one list per field (the spec's order) of
+  // bytes per sample, None where a sample has none; None without fields.
+  nb::object Fields(const Batch& batch) {
+    if (extra_fields_ < 0) extra_fields_ = static_cast<int>(ExtraFields(Loader().spec()).size());
+    if (extra_fields_ == 0) return nb::none();
+    nb::list out;
+    for (int f = 0; f < extra_fields_; ++f) {
+      nb::list values;
+      for (int64_t p = 0; p < batch.size(); ++p) {
+        const FieldView v = batch.field(f, p);
+        if (v.present()) {
+          values.append(nb::bytes(reinterpret_cast<const char*>(v.data), static_cast<size_t>(v.size)));
+        } else {
+          values.append(nb::none());
+        }
+      }
+      out.append(values);
+    }
+    return out;
   }
 
   std::string StatsJson() const { return Loader().Stats().ToJson(); }
@@ -256,6 +277,7 @@ class PyLoader {
   std::unique_ptr<nostall::Loader> loader_;
   std::unique_ptr<EpochCursor> cursor_;  // over loader_
   bool epoch_over_ = false;
+  int extra_fields_ = -1;  // the spec's extra fields, counted at the first batch
 };
 
 // A producer serving in a background thread of this process.

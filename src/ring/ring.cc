@@ -63,6 +63,8 @@ Geometry ReadGeometry(const Header& h) {
   g.spec_bytes = v.spec_bytes;
   g.data_offset = v.data_offset;
   g.slot_stride = v.slot_stride;
+  g.field_count = v.field_count;
+  for (uint32_t f = 0; f < kMaxFields; ++f) g.field_room[f] = v.field_room[f];
   return g;
 }
 
@@ -228,8 +230,14 @@ Status CheckGeometry(const Geometry& h, uint64_t size, const std::string& name) 
     end = part[0] + part[1];
   }
   if (sample > (uint64_t{1} << 40) / chunk) return bad("slot size");
-  if (h.slot_stride < RoundUp(chunk * sample, 64) + 2 * chunk * sizeof(int64_t) || h.slot_stride % 64 != 0 ||
-      h.slot_stride > (size - h.data_offset) / h.slot_count) {
+  if (h.field_count > kMaxFields) return bad("field count");
+  uint64_t fields = 0;
+  for (uint32_t f = 0; f < h.field_count; ++f) {
+    if (h.field_room[f] > (uint64_t{1} << 30)) return bad("field size");
+    fields += Segment::FieldBytes(h, f);
+  }
+  if (h.slot_stride < RoundUp(chunk * sample, 64) + 2 * chunk * sizeof(int64_t) + fields ||
+      h.slot_stride % 64 != 0 || h.slot_stride > (size - h.data_offset) / h.slot_count) {
     return bad("slot size");
   }
   return Status::OK();
@@ -333,6 +341,8 @@ void InitRing(Segment* seg, const RingLayout& l, const Geometry& g) {
   h->spec_bytes = g.spec_bytes;
   h->data_offset = g.data_offset;
   h->slot_stride = g.slot_stride;
+  h->field_count = g.field_count;
+  for (uint32_t f = 0; f < kMaxFields; ++f) h->field_room[f] = g.field_room[f];
   seg->Bind(ReadGeometry(*h));
   for (uint32_t i = 0; i < g.max_consumers; ++i) {
     new (&seg->consumers[i]) ConsumerRow{};
@@ -386,7 +396,19 @@ Result<std::shared_ptr<Segment>> CreateRing(const std::string& name, const RingL
   off += RoundUp(l.spec_json.size(), 64);
   g.data_offset = RoundUp(off, 4096);
   const uint64_t chunk = static_cast<uint64_t>(l.chunk);
-  g.slot_stride = RoundUp(RoundUp(chunk * l.sample_bytes, 64) + 2 * chunk * sizeof(int64_t), 4096);
+  if (l.field_count > kMaxFields) return InvalidArgument("over 16 extra fields");
+  g.field_count = l.field_count;
+  uint64_t fields = 0;
+  for (uint32_t f = 0; f < l.field_count; ++f) {
+    if (l.field_room[f] > (uint64_t{1} << 30) / chunk) {
+      return InvalidArgument("absurd field geometry: " + std::to_string(l.chunk) + " samples of " +
+                             std::to_string(l.field_room[f]) + " bytes");
+    }
+    g.field_room[f] = l.field_room[f];
+    fields += Segment::FieldBytes(g, f);
+  }
+  g.slot_stride =
+      RoundUp(RoundUp(chunk * l.sample_bytes, 64) + 2 * chunk * sizeof(int64_t) + fields, 4096);
   const uint64_t total = g.data_offset + g.slot_stride * l.slot_count;
 
   std::string seg_name;

@@ -25,7 +25,10 @@
 namespace nostall::ring {
 
 constexpr char kMagic[8] = {'N', 'S', 'T', 'R', 'I', 'N', 'G', '2'};
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;
+// A slot's extra fields (nostall/record.h) at most: each is, per sample, a
+// length (int64; -1: none) and room for its bytes.
+constexpr uint32_t kMaxFields = 16;
 constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
 enum : uint32_t { kRunning = 1, kClosed = 2, kFailed = 3 };
 enum : uint32_t { kFree = 0, kActive = 1, kLagged = 2, kClaimed = 3 };
@@ -56,6 +59,8 @@ struct alignas(64) Header {
   std::atomic<int64_t> reaped;
   uint64_t consumers_offset, slots_offset, pins_offset, spec_offset, spec_bytes;
   uint64_t data_offset, slot_stride;
+  uint32_t field_count;
+  uint64_t field_room[kMaxFields];  // bytes per sample, per extra field
   char error[512];
 };
 
@@ -95,6 +100,8 @@ struct Geometry {
   int64_t shape[3] = {0, 0, 0};
   uint64_t consumers_offset = 0, slots_offset = 0, pins_offset = 0, spec_offset = 0,
            spec_bytes = 0, data_offset = 0, slot_stride = 0;
+  uint32_t field_count = 0;
+  uint64_t field_room[kMaxFields] = {};
 };
 
 // A mapped segment with typed views; shared by the loader and every lease.
@@ -127,6 +134,20 @@ struct Segment {
     return reinterpret_cast<int64_t*>(images(s) + RoundUp(g.chunk * g.sample_bytes, 64));
   }
   int64_t* indices(uint32_t s) const { return labels(s) + g.chunk; }
+  // Extra field `f` of slot `s`: each sample's length (-1: none), then its
+  // bytes, sample p's at p * g.field_room[f].
+  int64_t* field_lengths(uint32_t s, uint32_t f) const {
+    uint8_t* p = reinterpret_cast<uint8_t*>(indices(s) + g.chunk);
+    for (uint32_t k = 0; k < f; ++k) p += FieldBytes(g, k);
+    return reinterpret_cast<int64_t*>(p);
+  }
+  uint8_t* field_data(uint32_t s, uint32_t f) const {
+    return reinterpret_cast<uint8_t*>(field_lengths(s, f) + g.chunk);
+  }
+  static uint64_t FieldBytes(const Geometry& g, uint32_t f) {
+    const uint64_t chunk = static_cast<uint64_t>(g.chunk);
+    return RoundUp(chunk * sizeof(int64_t) + chunk * g.field_room[f], 64);
+  }
   int64_t ChunkCount(int64_t seq) const {
     const int64_t k = seq % g.chunks_per_epoch;
     return k == g.chunks_per_epoch - 1 ? g.samples_per_epoch - k * g.chunk : g.chunk;
@@ -195,6 +216,9 @@ struct RingLayout {
   uint64_t sample_bytes = 0;
   int64_t shape[3] = {1, 1, 1};
   uint32_t dtype = 0;          // 0 uint8, 1 float32
+  // Extra fields: how many, and each one's room per sample.
+  uint32_t field_count = 0;
+  uint64_t field_room[kMaxFields] = {};
   int64_t samples_per_epoch = 0, chunks_per_epoch = 0, block_chunks = 1;
   uint64_t spec_fingerprint = 0, dataset_fingerprint = 0;
   std::string spec_json;

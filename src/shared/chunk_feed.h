@@ -13,6 +13,7 @@
 
 #include "nostall/loader.h"
 #include "nostall/shared.h"
+#include "pipeline/work.h"
 #include "ring/ring.h"
 
 namespace nostall {
@@ -43,6 +44,10 @@ struct ChunkLease {
   const int64_t* labels = nullptr;
   const int64_t* indices = nullptr;
   int64_t count = 0;
+  // Sample `pos`'s extra field `f`: from the private batch, else the slot.
+  FieldView field(int f, int64_t pos) const {
+    return private_batch ? private_batch->field(f, pos) : SlotField(*seg, slot, f, pos);
+  }
   ~ChunkLease() {
     if (seg) {
       seg->pin(slot, me).fetch_sub(1);

@@ -129,6 +129,15 @@ Status Consumer::Next(int64_t timeout_ms, NextStatus* status, std::shared_ptr<Ba
   return Status::OK();
 }
 
+void Consumer::CopyFields(const ChunkLease& c, int64_t from, int64_t to, int64_t count,
+                          FieldCopies* out) const {
+  const int fields = static_cast<int>(seg_->g.field_count);
+  if (out->fields() != fields) out->Resize(fields, to + count);
+  for (int f = 0; f < fields; ++f) {
+    for (int64_t k = 0; k < count; ++k) out->Set(f, to + k, c.field(f, from + k));
+  }
+}
+
 Status Consumer::BatchInOneChunk(int64_t lo, int64_t hi, int64_t first, int64_t deadline, std::shared_ptr<ConsumerBatch>* out) {
   const uint64_t sb = seg_->g.sample_bytes;
   std::shared_ptr<ChunkLease> c;
@@ -138,6 +147,7 @@ Status Consumer::BatchInOneChunk(int64_t lo, int64_t hi, int64_t first, int64_t 
   const int64_t off = lo - prefix_[first];
   if (feed_.live_views() <= kMaxLiveViews) {
     batch->lease = c;
+    batch->lease_offset = off;
     batch->images_ = c->images + off * sb;
     batch->labels_ = c->labels + off;
     batch->indices_ = c->indices + off;
@@ -146,6 +156,7 @@ Status Consumer::BatchInOneChunk(int64_t lo, int64_t hi, int64_t first, int64_t 
     batch->own_images.assign(c->images + off * sb, c->images + (off + hi - lo) * sb);
     batch->own_labels.assign(c->labels + off, c->labels + off + (hi - lo));
     batch->own_indices.assign(c->indices + off, c->indices + off + (hi - lo));
+    CopyFields(*c, off, 0, hi - lo, &batch->own_fields);
     batch->images_ = batch->own_images.data();
     batch->labels_ = batch->own_labels.data();
     batch->indices_ = batch->own_indices.data();
@@ -162,6 +173,7 @@ Status Consumer::BatchAcrossChunks(int64_t lo, int64_t hi, int64_t deadline, std
     partial_->own_images.resize(static_cast<size_t>(hi - lo) * sb);
     partial_->own_labels.resize(static_cast<size_t>(hi - lo));
     partial_->own_indices.resize(static_cast<size_t>(hi - lo));
+    partial_->own_fields.Resize(static_cast<int>(seg_->g.field_count), hi - lo);
     partial_pos_ = lo;
   }
   while (partial_pos_ < hi) {
@@ -179,6 +191,7 @@ Status Consumer::BatchAcrossChunks(int64_t lo, int64_t hi, int64_t deadline, std
     std::memcpy(partial_->own_images.data() + to * sb, c->images + from * sb, take * sb);
     std::memcpy(partial_->own_labels.data() + to, c->labels + from, take * sizeof(int64_t));
     std::memcpy(partial_->own_indices.data() + to, c->indices + from, take * sizeof(int64_t));
+    CopyFields(*c, from, to, take, &partial_->own_fields);
     partial_pos_ += take;
     // Kept: the next batch most likely starts in it; the one before goes
     // when the next chunk is acquired.

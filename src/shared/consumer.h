@@ -29,10 +29,15 @@ class ConsumerBatch final : public Batch {
   const void* images() const override { return images_; }
   const int64_t* labels() const override { return labels_; }
   const int64_t* indices() const override { return indices_; }
+  FieldView field(int f, int64_t pos) const override {
+    return lease ? lease->field(f, lease_offset + pos) : own_fields.Get(f, pos);
+  }
 
   std::shared_ptr<ChunkLease> lease;  // zero-copy: a view into this chunk
+  int64_t lease_offset = 0;           // where the batch begins in it
   std::vector<uint8_t> own_images;    // or copies
   std::vector<int64_t> own_labels, own_indices;
+  FieldCopies own_fields;
   const void* images_ = nullptr;
   const int64_t* labels_ = nullptr;
   const int64_t* indices_ = nullptr;
@@ -83,6 +88,9 @@ class Consumer final : public Loader {
   // it, unless this consumer already holds views of enough chunks (views
   // kept by the caller would hold the producer, or the private pipeline's
   // slots, back). `*out` stays null when the wait timed out.
+  // Samples [from, from + count) of chunk `c`'s extra fields into `out` at `to`.
+  void CopyFields(const ChunkLease& c, int64_t from, int64_t to, int64_t count,
+                  FieldCopies* out) const;
   Status BatchInOneChunk(int64_t lo, int64_t hi, int64_t first, int64_t deadline, std::shared_ptr<ConsumerBatch>* out) REQUIRES(mu_);
 
   // Batch [lo, hi) spanning chunks: copied one chunk at a time, each let go

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,7 +20,7 @@ namespace nostall {
 namespace {
 
 constexpr char kMagic[8] = {'N', 'S', 'T', 'I', 'D', 'X', '0', '1'};
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;
 
 uint64_t Fnv(uint64_t h, const void* p, size_t n) {
   const auto* b = static_cast<const uint8_t*>(p);
@@ -170,6 +171,30 @@ Result<Index> ParseIndex(const std::string& data, const std::string& path) {
     ok = r.Str(&e.first) && r.I64(&e.second);
     idx.left_out.push_back(std::move(e));
   }
+  ok = ok && r.Count(&n);
+  for (uint64_t i = 0; ok && i < n; ++i) {
+    idx.member_exts.emplace_back();
+    ok = r.Str(&idx.member_exts.back());
+  }
+  ok = ok && r.Count(&n);
+  if (ok && n > 0) idx.member_begin.assign(idx.items.size() + 1, 0);
+  for (uint64_t i = 0, last = 0; ok && i < n; ++i) {
+    uint64_t item = 0, ext = 0;
+    IndexMember m{};
+    ok = r.U64(&item) && r.U64(&ext) && r.U64(&m.offset) && r.I64(&m.size);
+    // Members come in item order, each of an item and an extension there is.
+    ok = ok && item >= last && item < idx.items.size() && ext < idx.member_exts.size() &&
+         idx.members.size() < UINT32_MAX;
+    if (!ok) break;
+    m.ext = static_cast<uint32_t>(ext);
+    last = item;
+    idx.members.push_back(m);
+    idx.member_begin[item + 1] = static_cast<uint32_t>(idx.members.size());
+  }
+  // Items without members begin where the item before them ends.
+  for (size_t i = 1; ok && i < idx.member_begin.size(); ++i) {
+    idx.member_begin[i] = std::max(idx.member_begin[i], idx.member_begin[i - 1]);
+  }
   if (!ok) return DataError("corrupt index file: " + path);
   NOSTALL_RETURN_IF_ERROR(CheckIndex(idx, path));
   return idx;
@@ -199,6 +224,23 @@ Status CheckIndex(const Index& idx, const std::string& path) {
       if (it != stamped.end() &&
           (e.offset > static_cast<uint64_t>(it->second) ||
            static_cast<uint64_t>(e.size) > static_cast<uint64_t>(it->second) - e.offset)) {
+        return bad("a member beyond the end of its shard");
+      }
+    }
+  }
+  if (idx.members.empty()) return Status::OK();
+  if (idx.shards.empty() || idx.member_begin.size() != idx.items.size() + 1) {
+    return bad("members without their samples");
+  }
+  for (size_t i = 0; i < idx.items.size(); ++i) {
+    const IndexEntry& e = idx.items[i];
+    auto it = stamped.find(idx.shards[static_cast<size_t>(e.shard)]);
+    for (uint32_t k = idx.member_begin[i]; k < idx.member_begin[i + 1]; ++k) {
+      const IndexMember& m = idx.members[k];
+      if (m.size < 0 || m.ext >= idx.member_exts.size()) return bad("a bad member");
+      if (it != stamped.end() &&
+          (m.offset > static_cast<uint64_t>(it->second) ||
+           static_cast<uint64_t>(m.size) > static_cast<uint64_t>(it->second) - m.offset)) {
         return bad("a member beyond the end of its shard");
       }
     }
@@ -266,6 +308,18 @@ Status SaveIndex(const std::string& path, const Index& index) {
   for (const auto& [ext, count] : index.left_out) {
     w.Str(ext);
     w.I64(count);
+  }
+  w.U64(index.member_exts.size());
+  for (const auto& e : index.member_exts) w.Str(e);
+  w.U64(index.members.size());
+  for (size_t i = 0; i + 1 < index.member_begin.size(); ++i) {
+    for (uint32_t k = index.member_begin[i]; k < index.member_begin[i + 1]; ++k) {
+      const IndexMember& m = index.members[k];
+      w.U64(i);
+      w.U64(m.ext);
+      w.U64(m.offset);
+      w.I64(m.size);
+    }
   }
   // A fresh file of our own: never one planted under the name, never
   // through a symlink.

@@ -38,6 +38,15 @@ struct IndexStamp {
 // (a file's), -1 does not (a directory's).
 IndexStamp StampOf(const std::string& path, const struct stat& st, int fd);
 
+// A member of a tar sample besides its image and its `.cls` label (a
+// `.json`, a `.txt`, a second image ...), kept for the fields a spec may
+// ask for (nostall/record.h).
+struct IndexMember {
+  uint32_t ext;     // into Index::member_exts
+  uint64_t offset;  // within the item's shard
+  int64_t size;
+};
+
 struct Index {
   std::vector<IndexStamp> stamps;
   std::vector<std::string> classes;
@@ -47,6 +56,11 @@ struct Index {
   // Files the walk found and left out, not being images nostall reads:
   // (extension, lower case, "" for none; count), by extension.
   std::vector<std::pair<std::string, int64_t>> left_out;
+  // Tar samples' other members: item i's are members[member_begin[i] ..
+  // member_begin[i + 1]) (both empty when no sample has one).
+  std::vector<std::string> member_exts;  // WebDataset extensions, lower case
+  std::vector<IndexMember> members;
+  std::vector<uint32_t> member_begin;
 
   uint64_t Fingerprint() const;  // FNV-1a over keys, labels and spans
 };

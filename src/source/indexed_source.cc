@@ -17,8 +17,9 @@ namespace {
 
 class IndexedSource final : public IndexSource {
  public:
-  IndexedSource(Index index, const char* kind, uint64_t max_item_bytes, bool drop_page_cache)
-      : IndexSource(std::move(index)),
+  IndexedSource(Index index, RecordTable records, const char* kind, uint64_t max_item_bytes,
+                bool drop_page_cache)
+      : IndexSource(std::move(index), std::move(records)),
         kind_(kind),
         max_item_bytes_(max_item_bytes),
         drop_page_cache_(drop_page_cache) {}
@@ -84,25 +85,199 @@ bool IsImageFileName(const std::string& name) { return IsImageExtension(FileExte
 Result<std::unique_ptr<Source>> OpenIndexed(const char* kind, const std::string& canonical,
                                             const std::function<Result<Index>()>& build,
                                             const SourceOptions& options) {
-  const std::string key =
-      std::string(kind) + "\n" + canonical + (options.skip_bad_samples ? "skip" : "raise");
+  const std::string key = std::string(kind) + "\n" + canonical + IndexVariant(options);
   std::string cache_path;
+  Index index;
+  bool have = false;
   if (options.use_index_cache) {
     cache_path = IndexCachePath(options.index_cache_dir, key);
     Result<Index> cached = LoadIndex(cache_path);
     if (cached.ok() && StampsStillHold(cached.value())) {
-      return std::unique_ptr<Source>(std::make_unique<IndexedSource>(
-          std::move(cached).value(), kind, options.max_item_bytes, options.drop_page_cache));
+      index = std::move(cached).value();
+      have = true;
     }
   }
-  Result<Index> built = build();
-  if (!built.ok()) return built.status();
-  if (!cache_path.empty()) {
+  if (!have) {
+    NOSTALL_ASSIGN_OR_RETURN(index, build());
     // A cache that cannot be written only costs the next run a rebuild.
-    (void)SaveIndex(cache_path, built.value());
+    if (!cache_path.empty()) (void)SaveIndex(cache_path, index);
   }
+  NOSTALL_ASSIGN_OR_RETURN(RecordTable records, SelectFields(options, &index));
   return std::unique_ptr<Source>(std::make_unique<IndexedSource>(
-      std::move(built).value(), kind, options.max_item_bytes, options.drop_page_cache));
+      std::move(index), std::move(records), kind, options.max_item_bytes, options.drop_page_cache));
+}
+
+TarIndexOptions TarOptionsOf(const SourceOptions& options) {
+  TarIndexOptions t;
+  t.skip_bad = options.skip_bad_samples;
+  t.need_label = options.fields.empty() ||
+                 std::any_of(options.fields.begin(), options.fields.end(),
+                             [](const FieldSpec& f) { return f.kind == FieldKind::kLabel; });
+  return t;
+}
+
+std::string IndexVariant(const SourceOptions& options) {
+  return std::string(options.skip_bad_samples ? "skip" : "raise") +
+         (TarOptionsOf(options).need_label ? "" : " nolabel");
+}
+
+namespace {
+
+// The member name of a shard's item (its key less "SHARD:").
+std::string MemberName(const Index& index, const IndexEntry& e) {
+  const std::string& shard = index.shards[static_cast<size_t>(e.shard)];
+  return e.key.size() > shard.size() ? e.key.substr(shard.size() + 1) : e.key;
+}
+
+std::string Joined(const std::vector<std::string>& exts) {
+  std::string out;
+  for (const std::string& e : exts) out += (out.empty() ? "." : ", .") + e;
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, int64_t>> IndexSource::members_found() const {
+  if (index_.shards.empty()) return {};
+  std::vector<std::pair<std::string, int64_t>> counts;
+  auto add = [&](const std::string& ext) {
+    for (auto& [e, n] : counts) {
+      if (e == ext) {
+        ++n;
+        return;
+      }
+    }
+    counts.push_back({ext, 1});
+  };
+  for (size_t i = 0; i < index_.items.size(); ++i) {
+    const IndexEntry& e = index_.items[i];
+    std::string key, ext;
+    SplitMemberName(MemberName(index_, e), &key, &ext);
+    add(ext);
+    if (e.label >= 0) add("cls");
+    if (index_.member_begin.empty()) continue;
+    for (uint32_t k = index_.member_begin[i]; k < index_.member_begin[i + 1]; ++k) {
+      add(index_.member_exts[index_.members[k].ext]);
+    }
+  }
+  std::stable_sort(counts.begin(), counts.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  return counts;
+}
+
+Result<RecordTable> SelectFields(const SourceOptions& options, Index* index) {
+  RecordTable t;
+  if (options.fields.empty()) return t;
+  NOSTALL_RETURN_IF_ERROR(ValidateFields(options.fields));
+  const FieldSpec* image = nullptr;
+  std::vector<const FieldSpec*> extra;
+  for (const FieldSpec& f : options.fields) {
+    if (f.kind == FieldKind::kImage) image = &f;
+    if (f.kind != FieldKind::kImage && f.kind != FieldKind::kLabel) extra.push_back(&f);
+  }
+  if (index->shards.empty()) {
+    if (!extra.empty()) {
+      return InvalidArgument(
+          "field '" + extra.front()->name + "' (" + Joined(extra.front()->extensions) +
+          "): the samples of an image folder are single image files labelled by their class "
+          "folder; fields of several members need WebDataset tar shards");
+    }
+    return t;  // the image and its label, as always
+  }
+  t.extra = static_cast<int>(extra.size());
+  t.room.assign(extra.size(), 0);
+  // Each field's extensions as member_exts ids (-1: no sample has one).
+  auto ids = [&](const FieldSpec& f) {
+    std::vector<int64_t> out;
+    for (const std::string& e : f.extensions) {
+      auto it = std::find(index->member_exts.begin(), index->member_exts.end(), e);
+      out.push_back(it == index->member_exts.end() ? -1 : it - index->member_exts.begin());
+    }
+    return out;
+  };
+  const std::vector<int64_t> image_ids = ids(*image);
+  std::vector<std::vector<int64_t>> extra_ids;
+  for (const FieldSpec* f : extra) extra_ids.push_back(ids(*f));
+  const bool has_members = !index->member_begin.empty();
+  // The member of item i with one of `want`'s extensions, first preferred.
+  auto find = [&](size_t i, const std::vector<int64_t>& want) -> const IndexMember* {
+    if (!has_members) return nullptr;
+    for (int64_t id : want) {
+      if (id < 0) continue;
+      for (uint32_t k = index->member_begin[i]; k < index->member_begin[i + 1]; ++k) {
+        if (index->members[k].ext == static_cast<uint32_t>(id)) return &index->members[k];
+      }
+    }
+    return nullptr;
+  };
+  Index out;
+  out.items.reserve(index->items.size());
+  t.spans.reserve(index->items.size() * (1 + extra.size()));
+  if (has_members) out.member_begin.push_back(0);
+  std::vector<std::pair<uint64_t, int64_t>> at(1 + extra.size());  // absolute spans
+  for (size_t i = 0; i < index->items.size(); ++i) {
+    const IndexEntry& e = index->items[i];
+    std::string sample, main_ext, why;
+    SplitMemberName(MemberName(*index, e), &sample, &main_ext);
+    // The image: the sample's first image member if the field takes its
+    // extension (preferred order), else another member the field names.
+    at[0] = {0, -1};
+    for (size_t k = 0; k < image->extensions.size() && at[0].second < 0; ++k) {
+      if (image->extensions[k] == main_ext) {
+        at[0] = {e.offset, e.size};
+      } else if (const IndexMember* m = find(i, {image_ids[k]})) {
+        at[0] = {m->offset, m->size};
+      }
+    }
+    if (at[0].second < 0) {
+      why = "field '" + image->name + "': the sample has no " + Joined(image->extensions) + " member";
+    }
+    for (size_t f = 0; f < extra.size() && why.empty(); ++f) {
+      const IndexMember* m = find(i, extra_ids[f]);
+      at[1 + f] = m ? std::make_pair(m->offset, m->size) : std::make_pair(uint64_t{0}, int64_t{-1});
+      if (!m && !extra[f]->optional) {
+        why = "field '" + extra[f]->name + "': the sample has no " +
+              Joined(extra[f]->extensions) + " member (optional=true gives None instead)";
+      } else if (m && static_cast<uint64_t>(m->size) > options.max_field_bytes) {
+        why = "field '" + extra[f]->name + "': its member is " + std::to_string(m->size) +
+              " bytes, over max_field_bytes=" + std::to_string(options.max_field_bytes);
+      }
+    }
+    if (!why.empty()) {
+      if (!options.skip_bad_samples) {
+        return DataError(why).WithItem(index->shards[static_cast<size_t>(e.shard)] + ":" + sample,
+                                       "index");
+      }
+      ++out.skipped;
+      continue;
+    }
+    uint64_t lo = at[0].first, hi = at[0].first + static_cast<uint64_t>(at[0].second);
+    for (const auto& [off, size] : at) {
+      if (size < 0) continue;
+      lo = std::min(lo, off);
+      hi = std::max(hi, off + static_cast<uint64_t>(size));
+    }
+    for (size_t f = 0; f < at.size(); ++f) {
+      t.spans.push_back(at[f].second < 0 ? FieldSpan{} : FieldSpan{at[f].first - lo, at[f].second});
+      if (f > 0) t.room[f - 1] = std::max(t.room[f - 1], at[f].second);
+    }
+    out.items.push_back({e.key, e.label, e.shard, lo, static_cast<int64_t>(hi - lo)});
+    if (has_members) {
+      for (uint32_t k = index->member_begin[i]; k < index->member_begin[i + 1]; ++k) {
+        out.members.push_back(index->members[k]);
+      }
+      out.member_begin.push_back(static_cast<uint32_t>(out.members.size()));
+    }
+  }
+  if (out.items.empty()) {
+    return NotFound("no sample of the dataset has every field asked for (" +
+                    std::to_string(out.skipped) + " skipped)");
+  }
+  index->items = std::move(out.items);
+  index->members = std::move(out.members);
+  index->member_begin = std::move(out.member_begin);
+  index->skipped += out.skipped;
+  return t;
 }
 
 }  // namespace nostall

@@ -11,8 +11,28 @@
 
 #include "nostall/source.h"
 #include "source/index_file.h"
+#include "source/tar_index.h"
 
 namespace nostall {
+
+// A spec's fields applied to an index (nostall/record.h): each item's span
+// grown to cover the members asked for, and where each field lies in it.
+struct RecordTable {
+  int extra = 0;                 // fields besides the image and the label
+  std::vector<FieldSpan> spans;  // items x (1 + extra); empty: no table
+  std::vector<int64_t> room;     // per extra field: its largest member
+};
+
+// Applies `options.fields` to `index`: a sample without a member for a
+// field that is not optional (or with one over max_field_bytes) is an error
+// naming the sample and the field, or, with skip_bad_samples, dropped and
+// counted in index->skipped. No fields, or only an image folder's image and
+// label: an empty table, the index as it was.
+Result<RecordTable> SelectFields(const SourceOptions& options, Index* index);
+// How tar shards are indexed for `options` (bad samples, labels needed).
+TarIndexOptions TarOptionsOf(const SourceOptions& options);
+// The part of an index cache's name that `options` change.
+std::string IndexVariant(const SourceOptions& options);
 
 // A Source whose items are an Index: the accessors every indexed driver
 // (local files, S3) shares; a driver adds Read, kind and what else it has.
@@ -28,10 +48,19 @@ class IndexSource : public Source {
   std::vector<std::pair<std::string, int64_t>> left_out() const override {
     return index_.left_out;
   }
+  const FieldSpan* record(int64_t i) const override {
+    return records_.spans.empty() ? nullptr
+                                  : &records_.spans[static_cast<size_t>(i) * (1 + records_.extra)];
+  }
+  int extra_fields() const override { return records_.extra; }
+  int64_t field_room(int f) const override { return records_.room[static_cast<size_t>(f)]; }
+  std::vector<std::pair<std::string, int64_t>> members_found() const override;
 
  protected:
-  explicit IndexSource(Index index) : index_(std::move(index)), fingerprint_(index_.Fingerprint()) {}
+  IndexSource(Index index, RecordTable records)
+      : index_(std::move(index)), records_(std::move(records)), fingerprint_(index_.Fingerprint()) {}
   const Index index_;
+  const RecordTable records_;
 
  private:
   const uint64_t fingerprint_;

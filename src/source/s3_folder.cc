@@ -23,8 +23,8 @@ namespace {
 class S3FolderSource final : public S3Source {
  public:
   S3FolderSource(std::unique_ptr<S3Client> client, std::string bucket, Index index,
-                 std::vector<std::string> keys, uint64_t max_item_bytes)
-      : S3Source(std::move(client), std::move(bucket), std::move(index), max_item_bytes),
+                 RecordTable records, std::vector<std::string> keys, uint64_t max_item_bytes)
+      : S3Source(std::move(client), std::move(bucket), std::move(index), std::move(records), max_item_bytes),
         keys_(std::move(keys)) {}
 
   const char* kind() const override { return "s3-image-folder"; }
@@ -134,8 +134,10 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
       keys.push_back(o.key);
     }
   }
+  NOSTALL_ASSIGN_OR_RETURN(RecordTable records, SelectFields(options, &index));
   return std::unique_ptr<Source>(std::make_unique<S3FolderSource>(
-      std::move(client), loc.bucket, std::move(index), std::move(keys), options.max_item_bytes));
+      std::move(client), loc.bucket, std::move(index), std::move(records), std::move(keys),
+      options.max_item_bytes));
 }
 
 }  // namespace

@@ -32,8 +32,8 @@ class S3Source : public IndexSource {
 
  protected:
   S3Source(std::unique_ptr<S3Client> client, std::string bucket, Index index,
-           uint64_t max_item_bytes)
-      : IndexSource(std::move(index)),
+           RecordTable records, uint64_t max_item_bytes)
+      : IndexSource(std::move(index), std::move(records)),
         client_(std::move(client)),
         bucket_(std::move(bucket)),
         max_item_bytes_(max_item_bytes) {}

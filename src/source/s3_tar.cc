@@ -21,8 +21,8 @@ constexpr uint64_t kWindow = 4 << 20;
 class S3TarSource final : public S3Source {
  public:
   S3TarSource(std::unique_ptr<S3Client> client, std::string bucket, std::vector<std::string> keys,
-              Index index, uint64_t max_item_bytes)
-      : S3Source(std::move(client), std::move(bucket), std::move(index), max_item_bytes),
+              Index index, RecordTable records, uint64_t max_item_bytes)
+      : S3Source(std::move(client), std::move(bucket), std::move(index), std::move(records), max_item_bytes),
         keys_(std::move(keys)) {}
 
   const char* kind() const override { return "s3-tar-shards"; }
@@ -110,7 +110,7 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     canonical += "s3://" + first.bucket + "/" + k + " " + it->second.etag + " " +
                  std::to_string(it->second.size) + "\n";
   }
-  canonical += options.skip_bad_samples ? "skip" : "raise";
+  canonical += IndexVariant(options);
   // The ETags are part of the cache's name: a saved index is reused only
   // while every shard is the object it was built from.
   const std::string cache_path =
@@ -124,6 +124,13 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
       if (e.shard < 0 || static_cast<size_t>(e.shard) >= keys.size() || e.size < 0 ||
           e.offset > sizes[e.shard] || static_cast<uint64_t>(e.size) > sizes[e.shard] - e.offset) {
         return false;
+      }
+    }
+    for (size_t i = 0; i + 1 < idx.member_begin.size() && i < idx.items.size(); ++i) {
+      const uint64_t shard = sizes[static_cast<size_t>(idx.items[i].shard)];
+      for (uint32_t k = idx.member_begin[i]; k < idx.member_begin[i + 1]; ++k) {
+        const IndexMember& m = idx.members[k];
+        if (m.offset > shard || static_cast<uint64_t>(m.size) > shard - m.offset) return false;
       }
     }
     return true;
@@ -141,13 +148,15 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
           [&reader](uint64_t offset, size_t size, uint8_t* out) {
             return reader.Read(offset, size, out);
           },
-          options.skip_bad_samples, &index));
+          TarOptionsOf(options), &index));
     }
     if (index.items.empty()) return NotFound("no samples in the tar shards " + uri);
     if (!cache_path.empty()) (void)SaveIndex(cache_path, index);
   }
+  NOSTALL_ASSIGN_OR_RETURN(RecordTable records, SelectFields(options, &index));
   return std::unique_ptr<Source>(std::make_unique<S3TarSource>(
-      std::move(client), first.bucket, std::move(keys), std::move(index), options.max_item_bytes));
+      std::move(client), first.bucket, std::move(keys), std::move(index), std::move(records),
+      options.max_item_bytes));
 }
 
 }  // namespace

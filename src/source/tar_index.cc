@@ -62,23 +62,6 @@ std::string CString(const uint8_t* p, size_t n) {
 
 bool HasImageExtension(const std::string& ext) { return IsImageExtension(ext); }
 
-// WebDataset's rule: the key is the path up to the first dot of the file
-// name; the extension is the rest.
-void SplitKey(const std::string& path, std::string* key, std::string* ext) {
-  size_t slash = path.rfind('/');
-  size_t base = slash == std::string::npos ? 0 : slash + 1;
-  size_t dot = path.find('.', base);
-  if (dot == std::string::npos) {
-    *key = path;
-    ext->clear();
-  } else {
-    *key = path.substr(0, dot);
-    *ext = path.substr(dot + 1);
-    std::transform(ext->begin(), ext->end(), ext->begin(),
-                   [](unsigned char c) { return std::tolower(c); });
-  }
-}
-
 struct PendingSample {
   std::string key;
   bool has_image = false;
@@ -88,23 +71,42 @@ struct PendingSample {
   bool has_label = false;
   int64_t label = -1;
   std::string label_error;
+  std::vector<std::pair<std::string, IndexMember>> others;  // (extension, where)
 };
 
+uint32_t ExtId(const std::string& ext, Index* index) {
+  auto& exts = index->member_exts;
+  auto it = std::find(exts.begin(), exts.end(), ext);
+  if (it != exts.end()) return static_cast<uint32_t>(it - exts.begin());
+  exts.push_back(ext);
+  return static_cast<uint32_t>(exts.size() - 1);
+}
+
 Status FlushSample(const std::string& shard_path, int32_t shard, PendingSample* s,
-                   bool skip_bad, Index* index) {
+                   const TarIndexOptions& options, Index* index) {
   if (s->key.empty()) return Status::OK();
   std::string why;
   if (!s->has_image) why = "sample has no image member (.jpg, .png, .webp, .tif, .bmp, .ppm, ...)";
-  else if (!s->label_error.empty()) why = s->label_error;
-  else if (!s->has_label) why = "sample has no .cls label member";
+  else if (options.need_label && !s->label_error.empty()) why = s->label_error;
+  else if (options.need_label && !s->has_label) why = "sample has no .cls label member";
   if (!why.empty()) {
-    if (!skip_bad) {
+    if (!options.skip_bad) {
       return DataError(why).WithItem(shard_path + ":" + s->key, "index");
     }
     ++index->skipped;
   } else {
-    index->items.push_back({shard_path + ":" + s->member, s->label, shard,
+    if (!s->others.empty() && index->member_begin.empty()) {
+      index->member_begin.assign(index->items.size() + 1, 0);  // no member before this one
+    }
+    index->items.push_back({shard_path + ":" + s->member, s->has_label ? s->label : -1, shard,
                             s->offset, s->size});
+    if (!index->member_begin.empty()) {
+      for (auto& [ext, m] : s->others) {
+        m.ext = ExtId(ext, index);
+        index->members.push_back(m);
+      }
+      index->member_begin.push_back(static_cast<uint32_t>(index->members.size()));
+    }
   }
   *s = PendingSample();
   return Status::OK();
@@ -175,8 +177,23 @@ std::string Printable(const std::string& bytes) {
   return out;
 }
 
+void SplitMemberName(const std::string& path, std::string* key, std::string* ext) {
+  size_t slash = path.rfind('/');
+  size_t base = slash == std::string::npos ? 0 : slash + 1;
+  size_t dot = path.find('.', base);
+  if (dot == std::string::npos) {
+    *key = path;
+    ext->clear();
+  } else {
+    *key = path.substr(0, dot);
+    *ext = path.substr(dot + 1);
+    std::transform(ext->begin(), ext->end(), ext->begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+  }
+}
+
 Status IndexTarShard(const std::string& path, int32_t shard, uint64_t file_size,
-                     const ReadAt& read, bool skip_bad, Index* index) {
+                     const ReadAt& read, const TarIndexOptions& options, Index* index) {
   PendingSample pending;
   std::string long_name;  // from a GNU 'L' or pax 'x' record, for the next member
   uint64_t pos = 0;
@@ -221,9 +238,9 @@ Status IndexTarShard(const std::string& path, int32_t shard, uint64_t file_size,
       }
     } else if (type == '0' || type == '\0') {
       std::string key, ext;
-      SplitKey(name, &key, &ext);
+      SplitMemberName(name, &key, &ext);
       if (key != pending.key) {
-        NOSTALL_RETURN_IF_ERROR(FlushSample(path, shard, &pending, skip_bad, index));
+        NOSTALL_RETURN_IF_ERROR(FlushSample(path, shard, &pending, options, index));
         pending.key = key;
       }
       if (ext == "cls") {
@@ -243,6 +260,11 @@ Status IndexTarShard(const std::string& path, int32_t shard, uint64_t file_size,
         pending.offset = data;
         pending.size = static_cast<int64_t>(size);
         pending.member = name;
+      } else if (!ext.empty() && pending.others.size() < 64 &&
+                 std::none_of(pending.others.begin(), pending.others.end(),
+                              [&](const auto& o) { return o.first == ext; })) {
+        // The first member of each other extension (64 at most a sample).
+        pending.others.push_back({ext, IndexMember{0, data, static_cast<int64_t>(size)}});
       }
     }
     // size <= file_size - data, so this neither wraps nor passes the end by
@@ -254,7 +276,7 @@ Status IndexTarShard(const std::string& path, int32_t shard, uint64_t file_size,
       pos = data + padded;
     }
   }
-  return FlushSample(path, shard, &pending, skip_bad, index);
+  return FlushSample(path, shard, &pending, options, index);
 }
 
 }  // namespace nostall

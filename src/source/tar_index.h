@@ -21,12 +21,26 @@ namespace nostall {
 // Reads exactly `size` bytes at `offset` of the shard into `out`.
 using ReadAt = std::function<Status(uint64_t offset, size_t size, uint8_t* out)>;
 
+struct TarIndexOptions {
+  // A bad sample is counted in `index->skipped` rather than an error.
+  bool skip_bad = false;
+  // A sample needs a valid `.cls` label (false: a fields spec without a
+  // label field; a missing or bad one gives label -1).
+  bool need_label = true;
+};
+
 // Appends the samples of one shard (`file_size` bytes, read through `read`)
-// to `index` as shard number `shard`. A sample without an image member or a
-// valid `.cls` label is an error naming it, or, with `skip_bad`, counted in
-// `index->skipped`.
+// to `index` as shard number `shard`. A sample without an image member or
+// (when needed) a valid `.cls` label is an error naming it, or, with
+// `skip_bad`, counted in `index->skipped`. Each sample's other members
+// (`.json`, `.txt`, ...) are kept in `index->members`.
 Status IndexTarShard(const std::string& shard_path, int32_t shard, uint64_t file_size,
-                     const ReadAt& read, bool skip_bad, Index* index);
+                     const ReadAt& read, const TarIndexOptions& options, Index* index);
+
+// WebDataset's rule: a member's key is its path up to the first dot of the
+// file name, its extension the rest, lower case ("a/x.seg.png": "a/x",
+// "seg.png").
+void SplitMemberName(const std::string& path, std::string* key, std::string* ext);
 
 // `bytes` with every byte outside printable ASCII written as \xNN: safe to
 // put a file's bytes (a label, a name) into an error message.

@@ -1,6 +1,6 @@
 // libFuzzer target: the tar shard indexer over bytes the fuzzer writes.
-// Invariants checked: no crash, and every indexed member lies inside the
-// shard.
+// Invariants checked: no crash, every indexed item and member lies inside
+// the shard, and members are matched to their samples.
 #include <cstdlib>
 #include <cstring>
 
@@ -13,13 +13,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (n > 0) std::memcpy(out, data + offset, n);
     return Status::OK();
   };
-  for (bool skip : {false, true}) {
+  for (int mode = 0; mode < 4; ++mode) {
     Index index;
-    Status st = IndexTarShard("fuzz.tar", 0, size, read, skip, &index);
+    TarIndexOptions options;
+    options.skip_bad = mode & 1;
+    options.need_label = mode & 2;
+    Status st = IndexTarShard("fuzz.tar", 0, size, read, options, &index);
     for (const IndexEntry& e : index.items) {
       if (e.size < 0 || e.offset > size || static_cast<uint64_t>(e.size) > size - e.offset) {
         std::abort();  // an item outside the shard
       }
+    }
+    for (const IndexMember& m : index.members) {
+      if (m.size < 0 || m.offset > size || static_cast<uint64_t>(m.size) > size - m.offset ||
+          m.ext >= index.member_exts.size()) {
+        std::abort();  // a member outside the shard
+      }
+    }
+    if (!index.members.empty() && index.member_begin.size() != index.items.size() + 1) {
+      std::abort();  // members not matched to their samples
     }
     (void)st;
   }

@@ -17,7 +17,8 @@
 namespace nostall {
 namespace {
 
-Status IndexShard(const std::string& path, int32_t shard, bool skip_bad, Index* index) {
+Status IndexShard(const std::string& path, int32_t shard, const TarIndexOptions& options,
+                  Index* index) {
   Result<UniqueFd> opened = OpenReadOnly(path);
   if (!opened.ok()) return opened.status().WithItem(path, "index");
   UniqueFd fd = std::move(opened).value();
@@ -31,14 +32,14 @@ Status IndexShard(const std::string& path, int32_t shard, bool skip_bad, Index* 
                        [raw](uint64_t offset, size_t size, uint8_t* out) {
                          return PreadExact(raw, offset, size, out);
                        },
-                       skip_bad, index);
+                       options, index);
 }
 
-Result<Index> BuildTarIndex(const std::vector<std::string>& shards, bool skip_bad) {
+Result<Index> BuildTarIndex(const std::vector<std::string>& shards, const TarIndexOptions& options) {
   Index index;
   index.shards = shards;
   for (size_t s = 0; s < shards.size(); ++s) {
-    NOSTALL_RETURN_IF_ERROR(IndexShard(shards[s], static_cast<int32_t>(s), skip_bad, &index));
+    NOSTALL_RETURN_IF_ERROR(IndexShard(shards[s], static_cast<int32_t>(s), options, &index));
   }
   if (index.items.empty()) return NotFound("no samples in the tar shards");
   return index;
@@ -58,7 +59,7 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     canonical += s + "\n";
   }
   return OpenIndexed("tar-shards", canonical,
-                     [&] { return BuildTarIndex(shards, options.skip_bad_samples); }, options);
+                     [&] { return BuildTarIndex(shards, TarOptionsOf(options)); }, options);
 }
 
 }  // namespace

@@ -35,6 +35,12 @@ class ThrottledSource final : public Source {
     return inner_->left_out();
   }
   const char* kind() const override { return inner_->kind(); }
+  const FieldSpan* record(int64_t i) const override { return inner_->record(i); }
+  int extra_fields() const override { return inner_->extra_fields(); }
+  int64_t field_room(int f) const override { return inner_->field_room(f); }
+  std::vector<std::pair<std::string, int64_t>> members_found() const override {
+    return inner_->members_found();
+  }
 
   Status Evict(int64_t i) const override { return inner_->Evict(i); }
   Status Read(int64_t i, std::vector<uint8_t>* out) const override {

@@ -173,6 +173,11 @@ std::string LoaderStats::ToJson() const {
       {"elapsed_s", elapsed_ns / 1e9},
       {"ring", {{"bytes", ring_bytes}, {"slots", ring_slots}}},
   };
+  if (!field_bytes.empty()) {
+    nlohmann::json f = nlohmann::json::object();
+    for (const auto& [name, bytes] : field_bytes) f[name] = {{"bytes", bytes}};
+    j["fields"] = f;
+  }
   if (has_autotune) j["autotune"] = AutotuneJson(*this);
   if (has_shared) {
     j["shared"] = {{"name", shared_name},         {"mode", shared_mode},
@@ -253,6 +258,11 @@ std::string LoaderStats::ToTable() const {
     std::snprintf(line, sizeof line,
                   "batches copied because every other slot was held by the caller: %lld\n",
                   static_cast<long long>(private_copies));
+    out += line;
+  }
+  for (const auto& [name, bytes] : field_bytes) {
+    std::snprintf(line, sizeof line, "field %-24.24s %12.1f MB in batches\n", name.c_str(),
+                  static_cast<double>(bytes) / 1e6);
     out += line;
   }
   return out;

@@ -1,0 +1,253 @@
+"""Samples as records: a batch of named fields, and Python hooks on them.
+
+``Loader(..., fields={"image": "jpg;png", "label": "cls", "meta": "json"})``
+yields a dict per batch: the image field as one tensor ``(B, C, H, W)`` made
+by nostall's C++ threads, the label field as ``(B,)`` int64, and every other
+field as a list of ``B`` values: ``json`` parsed (``json.loads``), ``text``
+decoded as UTF-8, ``bytes`` as they are, ``None`` where an optional field's
+member is absent. See docs/records.md.
+
+A field's value in ``transforms`` may be a Python callable (or a list of
+them): it is applied to each sample's value of that field after nostall's
+own work, by a small pool of Python threads (``hook_threads``). A callable
+that releases the GIL (a tokenizer written in Rust or C++, NumPy) runs in
+parallel; a pure-Python one runs one at a time, on the training process's
+time: its cost is in ``stats()["stages"]["hooks"]``. ``batch_transform``
+takes the whole dict once per batch.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from .errors import DataError
+
+_KINDS = ("image", "label", "bytes", "json", "text")
+_IMAGE_EXTS = {"jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", "tiff", "webp"}
+
+
+def _extensions(value, name):
+    if isinstance(value, str):
+        exts = [e.strip().lstrip(".").lower() for e in value.replace(",", ";").split(";")]
+    elif isinstance(value, (list, tuple)):
+        exts = [str(e).strip().lstrip(".").lower() for e in value]
+    else:
+        raise TypeError(f"fields[{name!r}]: the member extensions are a string such as "
+                        f"\"jpg;png\" or a list of them, not {value!r}")
+    exts = [e for e in exts if e]
+    if not exts:
+        raise ValueError(f"fields[{name!r}] names no member extension (e.g. \"jpg;png\", \"json\")")
+    return exts
+
+
+def _kind_of(exts):
+    if all(e in _IMAGE_EXTS for e in exts):
+        return "image"
+    return {"cls": "label", "json": "json", "txt": "text", "text": "text"}.get(exts[0], "bytes")
+
+
+def field_specs(fields) -> list:
+    """``fields`` as the spec's list: each ``{"name", "ext", "kind",
+    "optional"}``. A value is extensions (``"jpg;png"``, a list) or a dict
+    with ``ext`` and optionally ``kind`` (image, label, bytes, json, text)
+    and ``optional`` (an absent member is None rather than an error)."""
+    if not isinstance(fields, dict):
+        raise TypeError(f"fields must be a dict of field name to member extensions, "
+                        f"e.g. {{\"image\": \"jpg;png\", \"label\": \"cls\"}}, not {fields!r}")
+    out = []
+    for name, value in fields.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a field's name is a non-empty string, not {name!r}")
+        if isinstance(value, dict):
+            unknown = set(value) - {"ext", "kind", "optional"}
+            if unknown:
+                raise ValueError(f"fields[{name!r}]: unknown keys {sorted(unknown)} "
+                                 "(ext, kind, optional)")
+            if "ext" not in value:
+                raise ValueError(f"fields[{name!r}] needs \"ext\": the member extensions")
+            exts = _extensions(value["ext"], name)
+            kind = value.get("kind", _kind_of(exts))
+            optional = value.get("optional", False)
+        else:
+            exts, optional = _extensions(value, name), False
+            kind = _kind_of(exts)
+        if kind not in _KINDS:
+            raise ValueError(f"fields[{name!r}]: kind must be one of {', '.join(_KINDS)}, "
+                             f"not {kind!r}")
+        if not isinstance(optional, bool):
+            raise TypeError(f"fields[{name!r}]: optional must be True or False, not {optional!r}")
+        out.append({"name": name, "ext": exts, "kind": kind, "optional": optional})
+    return out
+
+
+def _decode(kind, raw):
+    if raw is None:
+        return None
+    if kind == "json":
+        return json.loads(raw)
+    if kind == "text":
+        return raw.decode("utf-8")
+    return raw
+
+
+class Records:
+    """Turns the core's batches into dicts of fields, and runs the hooks."""
+
+    def __init__(self, fields, hooks, batch_transform, hook_threads, on_error, key_of,
+                 return_indices):
+        self.fields = fields
+        self.image = next(f["name"] for f in fields if f["kind"] == "image")
+        self.label = next((f["name"] for f in fields if f["kind"] == "label"), None)
+        self.extra = [f for f in fields if f["kind"] not in ("image", "label")]
+        self.hooks = hooks  # field name -> list of callables
+        self.batch_transform = batch_transform
+        self.on_error = on_error
+        self.key_of = key_of
+        self.return_indices = return_indices
+        self._pool = None
+        self._threads = hook_threads
+        self.hook_items = 0
+        self.hook_batches = 0
+        self.hook_ns = 0
+        self.decode_ns = 0
+
+    def close(self):
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
+
+    def _map(self, fn, values):
+        if self._threads <= 1 or len(values) < 2:
+            return [fn(v) for v in values]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="nostall-hook")
+        return list(self._pool.map(fn, values))
+
+    def _bad(self, pos, indices, name, error):
+        key = self.key_of(int(indices[pos]))
+        return DataError(f"{key}: field {name!r}: {type(error).__name__}: {error}")
+
+    def batch(self, images, labels, indices, raw_fields):
+        """The dict of one batch (samples whose fields cannot be decoded
+        dropped under on_error="skip", else a DataError naming the sample)."""
+        t0 = time.perf_counter_ns()
+        values, drop = {}, set()
+        for f, raw in zip(self.extra, raw_fields or [[] for _ in self.extra]):
+            out = []
+            for pos, r in enumerate(raw):
+                try:
+                    out.append(_decode(f["kind"], r))
+                except (ValueError, UnicodeDecodeError) as e:
+                    if self.on_error != "skip":
+                        raise self._bad(pos, indices, f["name"], e) from None
+                    drop.add(pos)
+                    out.append(None)
+            values[f["name"]] = out
+        t1 = time.perf_counter_ns()
+        self.decode_ns += t1 - t0
+        batch = {self.image: images}
+        if self.label is not None:
+            batch[self.label] = labels
+        batch.update(values)
+        if self.hooks:
+            for name, fns in self.hooks.items():
+                if name == self.image:
+                    samples = list(batch[name])
+                else:
+                    samples = batch[name]
+                for fn in fns:
+                    samples = self._apply(fn, samples, name, indices, drop)
+                batch[name] = _stack_like(samples, batch[name]) if name == self.image else samples
+                self.hook_items += len(samples)
+        if drop:
+            batch, indices = _without(batch, indices, sorted(drop))
+        if self.return_indices:
+            batch["__index__"] = indices
+        if self.batch_transform is not None:
+            batch = self.batch_transform(batch)
+            self.hook_batches += 1
+        self.hook_ns += time.perf_counter_ns() - t1
+        return batch
+
+    def _apply(self, fn, samples, name, indices, drop):
+        def one(pos_value):
+            pos, value = pos_value
+            if pos in drop:
+                return value
+            try:
+                return fn(value)
+            except Exception as e:  # the user's code: name the sample, keep the cause
+                if self.on_error == "skip":
+                    drop.add(pos)
+                    return value
+                raise self._bad(pos, indices, name, e) from e
+        return self._map(one, list(enumerate(samples)))
+
+    def stats(self):
+        return {"items": self.hook_items, "batches": self.hook_batches,
+                "work_s": self.hook_ns / 1e9, "decode_s": self.decode_ns / 1e9,
+                "threads": self._threads}
+
+
+def _stack_like(samples, original):
+    """Per-sample results of an image hook as one batch: stacked when they
+    are tensors (or arrays) of one shape, else the list."""
+    try:
+        import torch
+
+        if all(isinstance(s, torch.Tensor) for s in samples) and \
+                len({tuple(s.shape) for s in samples}) == 1:
+            return torch.stack(samples) if samples else original
+    except ImportError:
+        pass
+    import numpy as np
+
+    if all(isinstance(s, np.ndarray) for s in samples) and len({s.shape for s in samples}) == 1:
+        return np.stack(samples) if samples else original
+    return samples
+
+
+def _without(batch, indices, drop):
+    keep = [p for p in range(len(indices)) if p not in set(drop)]
+    out = {}
+    for name, v in batch.items():
+        if isinstance(v, list):
+            out[name] = [v[p] for p in keep]
+        else:
+            out[name] = v[keep]  # torch and NumPy both index by a list
+    return out, indices[keep]
+
+
+def split_transforms(transforms, fields):
+    """``transforms`` given as a dict per field: the image field's list (for
+    nostall's C++ threads) and every callable hook, by field."""
+    image = next(f["name"] for f in fields if f["kind"] == "image")
+    names = {f["name"] for f in fields}
+    native, hooks = [], {}
+    for name, value in transforms.items():
+        if name not in names:
+            raise ValueError(f"transforms[{name!r}]: no such field (fields: {sorted(names)})")
+        items = value if isinstance(value, (list, tuple)) else [value]
+        fns = []
+        for t in items:
+            if callable(t) and not _is_native(t):
+                fns.append(t)
+            elif name == image and not fns:
+                native.append(t)
+            elif name == image:
+                raise TypeError(f"transforms[{name!r}]: nostall's transforms come before the "
+                                f"Python callables (they run first, in C++): {t!r}")
+            else:
+                raise TypeError(f"transforms[{name!r}]: a field other than the image takes "
+                                f"Python callables, not {t!r}")
+        if fns:
+            hooks[name] = fns
+    return native, hooks
+
+
+def _is_native(t):
+    from .transforms import Transform
+
+    return isinstance(t, Transform)

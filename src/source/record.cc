@@ -1,0 +1,123 @@
+// Field kinds, the fields' checks and copies (nostall/record.h).
+#include "nostall/record.h"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include "source/indexed_source.h"
+
+namespace nostall {
+
+const char* FieldKindName(FieldKind kind) {
+  switch (kind) {
+    case FieldKind::kImage: return "image";
+    case FieldKind::kLabel: return "label";
+    case FieldKind::kBytes: return "bytes";
+    case FieldKind::kJson: return "json";
+    case FieldKind::kText: return "text";
+  }
+  return "?";
+}
+
+Result<FieldKind> FieldKindFromName(const std::string& name) {
+  for (FieldKind k : {FieldKind::kImage, FieldKind::kLabel, FieldKind::kBytes, FieldKind::kJson,
+                      FieldKind::kText}) {
+    if (name == FieldKindName(k)) return k;
+  }
+  return InvalidArgument("a field's kind must be one of image, label, bytes, json, text, not '" +
+                         name.substr(0, 40) + "'");
+}
+
+FieldKind InferFieldKind(const std::vector<std::string>& extensions) {
+  if (extensions.empty()) return FieldKind::kBytes;
+  bool images = true;
+  for (const std::string& e : extensions) images &= IsImageExtension(e);
+  if (images) return FieldKind::kImage;
+  const std::string& e = extensions.front();
+  if (e == "cls") return FieldKind::kLabel;
+  if (e == "json") return FieldKind::kJson;
+  if (e == "txt" || e == "text") return FieldKind::kText;
+  return FieldKind::kBytes;
+}
+
+std::vector<std::string> SplitExtensions(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  auto flush = [&] {
+    while (!cur.empty() && cur.front() == '.') cur.erase(cur.begin());
+    if (!cur.empty()) out.push_back(cur);
+    cur.clear();
+  };
+  for (char c : text) {
+    if (c == ';' || c == ',' || c == ' ') {
+      flush();
+    } else {
+      cur.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    }
+  }
+  flush();
+  return out;
+}
+
+Status ValidateFields(const std::vector<FieldSpec>& fields) {
+  if (fields.empty()) return Status::OK();
+  std::set<std::string> names;
+  int images = 0, labels = 0, extra = 0;
+  for (const FieldSpec& f : fields) {
+    const std::string shown = "field '" + f.name.substr(0, 60) + "'";
+    if (f.name.empty()) return InvalidArgument("a field needs a name");
+    if (f.name.size() > 200) return InvalidArgument("a field's name is over 200 characters");
+    if (!names.insert(f.name).second) return InvalidArgument(shown + " is named twice");
+    if (f.extensions.empty()) {
+      return InvalidArgument(shown + " names no member extension (e.g. \"jpg;png\", \"json\")");
+    }
+    for (const std::string& e : f.extensions) {
+      if (e.empty() || e.size() > 64 || e.find('/') != std::string::npos) {
+        return InvalidArgument(shown + ": bad extension '" + e.substr(0, 64) + "'");
+      }
+    }
+    if (f.kind == FieldKind::kImage) {
+      ++images;
+      if (f.optional) return InvalidArgument(shown + ": the image field cannot be optional");
+    } else if (f.kind == FieldKind::kLabel) {
+      ++labels;
+      if (f.optional) return InvalidArgument(shown + ": the label field cannot be optional");
+    } else {
+      ++extra;
+    }
+  }
+  if (images != 1) {
+    return InvalidArgument("fields must hold exactly one image field (kind image, e.g. "
+                           "\"image\": \"jpg;png\"), not " + std::to_string(images));
+  }
+  if (labels > 1) return InvalidArgument("fields may hold one label field, not " + std::to_string(labels));
+  if (extra > kMaxExtraFields) {
+    return InvalidArgument("fields may hold at most " + std::to_string(kMaxExtraFields) +
+                           " fields besides the image and the label, not " + std::to_string(extra));
+  }
+  return Status::OK();
+}
+
+void FieldCopies::Resize(int fields, int64_t samples) {
+  values_.assign(static_cast<size_t>(fields), std::vector<std::string>(static_cast<size_t>(samples)));
+  present_.assign(static_cast<size_t>(fields), std::vector<uint8_t>(static_cast<size_t>(samples), 0));
+}
+
+void FieldCopies::Set(int field, int64_t pos, FieldView v) {
+  auto& slot = values_[static_cast<size_t>(field)][static_cast<size_t>(pos)];
+  present_[static_cast<size_t>(field)][static_cast<size_t>(pos)] = v.present();
+  if (v.present()) {
+    slot.assign(reinterpret_cast<const char*>(v.data), static_cast<size_t>(v.size));
+  } else {
+    slot.clear();
+  }
+}
+
+FieldView FieldCopies::Get(int field, int64_t pos) const {
+  if (!present_[static_cast<size_t>(field)][static_cast<size_t>(pos)]) return {};
+  const std::string& s = values_[static_cast<size_t>(field)][static_cast<size_t>(pos)];
+  return {reinterpret_cast<const uint8_t*>(s.data()), static_cast<int64_t>(s.size())};
+}
+
+}  // namespace nostall
