@@ -127,7 +127,11 @@ class Loader(Closeable):
         shuffle: a new random order each epoch, fixed by ``(seed, epoch)``.
         seed: seeds the order and every sample's augmentation.
         transforms: a list of :mod:`nostall.transforms`. Normalize (if used)
-            must be last and makes the output float32.
+            must be last and makes the output float32. Python callables may
+            follow them: each is applied to every sample's image afterwards
+            (see ``hook_threads``). With ``fields``, a dict giving each field
+            its own: the image field's list, a callable (or a list of them)
+            for any other field.
         num_threads: decode+augment threads; default: tuned while the loader
             runs (see ``autotune``), starting from the cores this process may use.
         reads_in_flight: concurrent reads from storage; default: tuned, starting
@@ -188,6 +192,21 @@ class Loader(Closeable):
         s3_endpoint, s3_region, s3_profile, s3_addressing, s3_unsigned: for an
             ``s3://`` source, override what the environment and ``~/.aws`` say
             (docs/s3.md); the keys themselves only ever come from there.
+        fields: a dict naming what each batch carries from a sample's tar
+            members (docs/records.md): ``{"image": "jpg;png", "label": "cls",
+            "meta": "json"}``; a value is the member extensions (preferred
+            first) or ``{"ext": ..., "kind": ..., "optional": True}``. Batches
+            are then dicts: the image field a tensor, the label field
+            ``(B,)`` int64, every other field a list of ``B`` values (json
+            parsed, text a str, bytes as they are; None for an absent
+            optional member). ``transforms`` may then be a dict per field.
+        max_field_bytes: a member of a field other than the image and label
+            larger than this is a DataError naming it (default 16 MiB).
+        batch_transform: a Python callable applied to each batch (the dict,
+            or ``{"image", "label"}`` without ``fields``), after the hooks.
+        hook_threads: Python threads that run the per-sample callables given
+            in ``transforms`` (default 2); a callable that releases the GIL
+            runs in parallel. Their time is ``stats()["stages"]["hooks"]``.
 
     Whatever ``progress`` says, ``stats()`` records the wait of every batch:
     ``stats()["consumer"]`` has the stall fraction, per-epoch figures and the

@@ -178,6 +178,16 @@ int Inspect(const Args& args) {
   if (const std::string left = nostall::DescribeLeftOut(s); !left.empty()) {
     std::printf("left out:    %s\n", nostall::TerminalSafe(left).c_str());
   }
+  // What the samples hold, for the fields a spec may ask for.
+  const auto members = s.members_found();
+  if (!members.empty()) {
+    std::printf("fields:      ");
+    for (size_t i = 0; i < members.size() && i < 16; ++i) {
+      std::printf("%s.%s in %lld", i ? ", " : "", nostall::TerminalSafe(members[i].first).c_str(),
+                  static_cast<long long>(members[i].second));
+    }
+    std::printf("%s samples\n", members.size() > 16 ? ", ..." : "");
+  }
   std::printf("fingerprint: %016llx\n", static_cast<unsigned long long>(s.fingerprint()));
   return 0;
 }
@@ -192,7 +202,8 @@ const Command kBench = {
 const Command kInspect = {
     "inspect",
     "usage: nostall inspect PATH\n\nPrints the dataset's kind, item count, classes, bytes, files "
-    "left out and\nfingerprint, building (and caching) its index if needed. PATH is an image\n"
+    "left out,\nthe members its samples hold (tar shards: .jpg in 1000, .json in 999 ... samples,\n"
+    "what a loader's fields= may name) and fingerprint, building (and caching) its index if needed. PATH is an image\n"
     "folder, tar shards (\"shards/train-{0000..0099}.tar\") or s3://bucket/prefix/.\n",
     {}, {}, {"PATH (an image folder, tar shards or s3://...)"}, 1, Inspect};
 

@@ -1,0 +1,291 @@
+"""Samples as records: WebDataset shards of .jpg + .cls + .json + .txt (one
+sample without its .json) through the Loader, the MinIO cache, resume, a
+served pipeline's consumers and Python hooks (a real tokenizer on the .txt).
+
+Every sample's .json names its own key and label, and its .txt is its
+caption, so each field is checked against the sample it came with."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import nostall
+from nostall.datasets import natural_image
+
+NOSTALL = Path(sys.executable).parent / "nostall"
+MISSING = "s1/0007"  # the sample without a .json
+N = 40
+FIELDS = {"image": "jpg", "label": "cls", "meta": {"ext": "json", "optional": True},
+          "caption": "txt"}
+WORDS = ["red", "green", "blue", "small", "large", "cat", "dog", "car", "tree", "house"]
+
+
+def caption(k):
+    return " ".join(WORDS[(k * 7 + j * 3) % len(WORDS)] for j in range(2 + k % 5)) + f" no{k}"
+
+
+def write_record_shards(root, shards=2, per_shard=N // 2, missing=MISSING):
+    rng = np.random.default_rng(4)
+    root.mkdir(parents=True, exist_ok=True)
+    for s in range(shards):
+        with tarfile.open(root / f"rec-{s}.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+            for i in range(per_shard):
+                key, k = f"s{s}/{i:04d}", s * per_shard + i
+                w, h = (int(v) for v in rng.integers(60, 140, 2))
+                buf = io.BytesIO()
+                Image.fromarray(natural_image(rng, w, h)).save(buf, "JPEG", quality=90)
+                members = [(".jpg", buf.getvalue()), (".cls", str(k % 5).encode())]
+                if key != missing:
+                    meta = {"key": key, "label": k % 5, "size": [h, w]}
+                    members.append((".json", json.dumps(meta).encode()))
+                members.append((".txt", caption(k).encode()))
+                for ext, data in members:
+                    info = tarfile.TarInfo(key + ext)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    return str(root / ("rec-{0..%d}.tar" % (shards - 1)))
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    return write_record_shards(tmp_path_factory.mktemp("records"))
+
+
+def sample_key(loader, index):
+    return loader.key(index).split(".tar:")[1].rsplit(".", 1)[0]
+
+
+def check_fields(loader, batch):
+    """Each sample's fields are its own: the .json names the key and label,
+    the .txt is the caption of that sample."""
+    n = len(batch["label"])
+    assert batch["image"].shape[0] == n and len(batch["meta"]) == n and len(batch["caption"]) == n
+    for pos in range(n):
+        key = sample_key(loader, int(batch["__index__"][pos]))
+        s, i = key.split("/")
+        k = int(s[1:]) * (N // 2) + int(i)
+        assert batch["caption"][pos] == caption(k)
+        assert int(batch["label"][pos]) == k % 5
+        if key == MISSING:
+            assert batch["meta"][pos] is None
+        else:
+            assert batch["meta"][pos]["key"] == key and batch["meta"][pos]["label"] == k % 5
+
+
+def snapshot(batches):
+    """Batches as plain values: image bytes, labels, every field."""
+    return [{k: (v.numpy().tobytes() if hasattr(v, "numpy") else v) for k, v in b.items()}
+            for b in batches]
+
+
+def run_epoch(loader, epoch=0):
+    loader.set_epoch(epoch)
+    out = []
+    for b in loader:
+        check_fields(loader, b)
+        out.append({k: (v.clone() if hasattr(v, "clone") else v) for k, v in b.items()})
+    return out
+
+
+def make(shards, **kw):
+    args = dict(fields=FIELDS, batch_size=8, shuffle=True, seed=3, return_indices=True,
+                transforms={"image": [nostall.RandomResizedCrop(48), nostall.RandomHorizontalFlip()]})
+    args.update(kw)
+    return nostall.Loader(shards, **args)
+
+
+def test_every_field_comes_with_its_own_sample(shards):
+    with make(shards) as loader:
+        batches = run_epoch(loader)
+        assert sum(len(b["label"]) for b in batches) == N
+        assert batches[0]["image"].shape[1:] == (3, 48, 48)
+        st = loader.stats()
+        # bytes per field, as prepared into batches (the pipeline may have
+        # begun the next epoch): each prepared sample put its caption in
+        sizes = [len(caption(k).encode()) for k in range(N)]
+        prepared, got = st["stages"]["prep"]["items"], st["fields"]["caption"]["bytes"]
+        assert prepared >= N and sum(sizes) <= got
+        assert min(sizes) * prepared <= got <= max(sizes) * prepared
+        assert st["fields"]["meta"]["bytes"] > 0
+
+
+def test_the_image_pixels_are_those_of_the_plain_loader(shards):
+    """Asking for more fields changes no pixel and no label."""
+    kw = dict(batch_size=8, shuffle=True, seed=3, return_indices=True,
+              transforms=[nostall.RandomResizedCrop(48), nostall.RandomHorizontalFlip()])
+    with nostall.Loader(shards, **kw) as plain:
+        expected = [(i.clone(), l.clone(), x.clone()) for i, l, x in plain]
+    with make(shards) as records:
+        got = run_epoch(records)
+    assert len(got) == len(expected)
+    for (images, labels, indices), b in zip(expected, got):
+        assert bytes(images.numpy()) == bytes(b["image"].numpy())
+        assert labels.tolist() == b["label"].tolist()
+        assert indices.tolist() == b["__index__"].tolist()
+
+
+def test_a_missing_member_is_an_error_naming_the_sample_and_field_or_skipped(shards):
+    strict = dict(FIELDS, meta="json")
+    with pytest.raises(nostall.DataError) as e:
+        nostall.Loader(shards, fields=strict, batch_size=8)
+    assert MISSING in str(e.value) and "'meta'" in str(e.value) and ".json" in str(e.value)
+    with make(shards, fields=strict, on_error="skip") as loader:
+        batches = list(loader)
+        assert sum(len(b["label"]) for b in batches) == N - 1
+        assert loader.stats()["skipped"] == 1
+        assert all(m is not None for b in batches for m in b["meta"])
+
+
+def test_batches_are_byte_identical_across_runs_and_thread_counts(shards):
+    runs = []
+    for threads, reads in ((1, 1), (2, 3), (2, 1)):
+        with make(shards, num_threads=threads, reads_in_flight=reads) as loader:
+            runs.append(snapshot(run_epoch(loader, epoch=1)))
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_the_cache_holds_whole_records(shards, request):
+    name = f"test-records-{os.getpid()}"
+    try:
+        def by_index(batches):
+            return {int(i): (b["caption"][p], b["meta"][p], int(b["label"][p]))
+                    for b in batches for p, i in enumerate(b["__index__"])}
+
+        with make(shards, cache=nostall.Cache(name, "16MB")) as loader:
+            first = by_index(run_epoch(loader, epoch=0))
+            second = by_index(run_epoch(loader, epoch=1))  # every record from the cache
+            cache = loader.stats()["cache"]
+        assert first == second and len(first) == N
+        epochs = cache["epochs"]
+        assert epochs[-1]["hits"] == N and epochs[-1]["misses"] == 0
+        # A loader of the plain images cannot take those records for images:
+        # its items are other bytes, a dataset of another fingerprint.
+        with pytest.raises(nostall.NostallError, match="holds another dataset"):
+            nostall.Loader(shards, batch_size=8, cache=nostall.Cache(name, "16MB"),
+                           transforms=[nostall.Resize((32, 32))])
+    finally:
+        nostall.Cache(name, 1).remove()
+
+
+def test_resume_mid_epoch_gives_the_same_fields(shards):
+    with make(shards) as loader:
+        reference = snapshot(run_epoch(loader, epoch=2))
+    with make(shards) as loader:
+        loader.set_epoch(2)
+        it = iter(loader)
+        head = [next(it), next(it)]
+        state = loader.state_dict()
+    with make(shards) as loader:
+        loader.load_state_dict(state)
+        rest = list(loader)
+    assert snapshot(head + rest) == reference
+
+
+def test_a_served_pipeline_gives_consumers_every_field(shards):
+    spec = make(shards).spec
+    name = f"test-records-{os.getpid()}"
+    with nostall.serve(spec, name):
+        with nostall.Loader.attach(name, batch_size=4, output="numpy", return_indices=True) as c:
+            seen = 0
+            for b in c:
+                assert set(b) == {"image", "label", "meta", "caption", "__index__"}
+                check_fields(c, b)
+                seen += len(b["label"])
+                if seen >= N:
+                    break
+            assert seen >= N
+
+
+def test_a_real_tokenizer_runs_on_the_text_field(shards):
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator([caption(k) for k in range(N)],
+                            trainers.WordPieceTrainer(vocab_size=100, special_tokens=["[UNK]"]))
+    assert tokenizers.__version__
+
+    def ids(text):
+        return tok.encode(text).ids
+
+    with make(shards, transforms={"image": [nostall.Resize((32, 32))], "caption": ids}) as loader:
+        for b in loader:
+            for pos, got in enumerate(b["caption"]):
+                key = sample_key(loader, int(b["__index__"][pos]))
+                s, i = key.split("/")
+                assert got == ids(caption(int(s[1:]) * (N // 2) + int(i)))
+                assert got and tok.id_to_token(got[0]) in WORDS
+        hooks = loader.stats()["stages"]["hooks"]
+        assert hooks["items"] == N and hooks["work_s"] > 0
+
+
+def test_image_hooks_batch_hooks_and_hook_errors(shards):
+    def flip_rows(img):  # a Python op on each sample, after nostall's own
+        return img.flip(-2)
+
+    def add_count(batch):
+        batch["count"] = len(batch["label"])
+        return batch
+
+    kw = dict(transforms={"image": [nostall.Resize((32, 32)), flip_rows]},
+              batch_transform=add_count, shuffle=False)
+    with make(shards, transforms={"image": [nostall.Resize((32, 32))]}, shuffle=False) as plain:
+        expected = [b["image"].clone() for b in plain]
+    with make(shards, **kw) as hooked:
+        got = list(hooked)
+    assert [b["count"] for b in got] == [len(e) for e in expected]
+    for e, b in zip(expected, got):
+        assert bytes(e.flip(-2).contiguous().numpy()) == bytes(b["image"].contiguous().numpy())
+
+    def bad(text):
+        if text == caption(3):
+            raise ValueError("no such word")
+        return text
+
+    with make(shards, transforms={"image": [nostall.Resize((32, 32))], "caption": bad},
+              shuffle=False) as loader:
+        with pytest.raises(nostall.DataError) as e:
+            list(loader)
+    assert "s0/0003" in str(e.value) and "'caption'" in str(e.value) and "no such word" in str(e.value)
+    with make(shards, transforms={"image": [nostall.Resize((32, 32))], "caption": bad},
+              shuffle=False, on_error="skip") as loader:
+        assert sum(len(b["label"]) for b in loader) == N - 1
+
+
+def test_hooks_on_the_plain_loader_keep_its_tuples(shards):
+    with nostall.Loader(shards, batch_size=8, transforms=[nostall.Resize((16, 16)),
+                                                          lambda img: img * 0]) as loader:
+        images, labels = next(iter(loader))
+        assert images.shape == (8, 3, 16, 16) and int(images.sum()) == 0
+
+
+def test_bad_fields_arguments_are_clear_errors(shards, jpeg_folder):
+    with pytest.raises(ValueError, match="exactly one image field"):
+        nostall.Loader(shards, fields={"meta": "json"})
+    with pytest.raises(ValueError, match="optional"):
+        nostall.Loader(shards, fields={"image": "jpg", "m": {"ext": "json", "optinal": True}})
+    with pytest.raises(ValueError, match="no such field"):
+        nostall.Loader(shards, fields={"image": "jpg"}, transforms={"caption": str.upper})
+    with pytest.raises(ValueError, match="name the fields"):
+        nostall.Loader(shards, transforms={"image": [nostall.Resize(8)]})
+    with pytest.raises(ValueError, match="tar shards"):
+        nostall.Loader(str(jpeg_folder), fields={"image": "jpg", "meta": "json"})
+    with pytest.raises(nostall.DataError, match="max_field_bytes=4"):
+        nostall.Loader(shards, fields=FIELDS, max_field_bytes=4)
+
+
+def test_inspect_shows_the_members_samples_hold(shards):
+    out = subprocess.run([str(NOSTALL), "inspect", shards], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    line = next(l for l in out.stdout.splitlines() if l.startswith("fields:"))
+    assert f".jpg in {N}" in line and f".json in {N - 1}" in line and f".txt in {N}" in line
