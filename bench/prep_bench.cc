@@ -21,7 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nostall/loader.h"
-#include "ops/decode.h"
+#include "codecs/decode.h"
 #include "ops/op.h"
 #include "ops/prep.h"
 #include "testing/test_images.h"

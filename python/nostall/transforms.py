@@ -437,10 +437,15 @@ def sample_params(transforms, width: int, height: int, *, seed: int = 0, epoch: 
                   index: int = 0, mode: str = "RGB") -> dict:
     """What the loader would do to item ``index`` (a ``width`` x ``height`` image) in ``epoch``.
 
-    Returns ``{"box": [x, y, w, h], "size": [h, w], "flip": bool, "ops": [...]}``: the source
-    box the geometry resamples (in source pixels), the output size, the flip, and each op's
-    drawn parameters in order. No pixel is touched; the same (seed, epoch, index) gives the
-    same parameters as the loader, whatever its thread count.
+    Returns ``{"box": [x, y, w, h], "size": [h, w], "flip": bool, "ops": [...], "matrix":
+    [[a, b, c], [d, e, f]]}``: the source box the geometry resamples (in source pixels), the
+    output size, the flip, each op's drawn parameters in order, and where the sample's whole
+    geometry (the crop, resize and flips, and every op that moves pixels: RandomAffine,
+    RandomRotation, RandomVerticalFlip, the geometric ops of the AutoAugment family) takes a
+    point of the source: ``x' = a x + b y + c, y' = d x + e y + f``, in continuous pixel
+    coordinates (pixel ``(i, j)`` covers ``[i, i+1) x [j, j+1)``, as torchvision's v2 boxes);
+    :func:`apply_to_points` applies it. No pixel is touched; the same (seed, epoch, index)
+    gives the same parameters as the loader, whatever its thread count.
     """
     import json
 
@@ -454,6 +459,23 @@ def sample_params(transforms, width: int, height: int, *, seed: int = 0, epoch: 
             "dtype": "float32" if normalizes else (asked_dtype or "uint8")}
     return json.loads(_nostall.sample_params(json.dumps(spec), int(width), int(height),
                                              int(epoch), int(index)))
+
+
+def apply_to_points(params, points):
+    """Where the points of a source image land in the sample's output.
+
+    ``params``: what :func:`sample_params` returns (or its ``"matrix"``);
+    ``points``: ``(N, 2)`` ``x, y`` in the source's continuous pixel
+    coordinates (a keypoint; a box's corners). Returns an ``(N, 2)`` float64
+    NumPy array. Points that land outside ``params["size"]`` are not clipped.
+    """
+    import numpy as np
+
+    m = np.asarray(params["matrix"] if isinstance(params, dict) else params, dtype=np.float64)
+    if m.shape != (2, 3):
+        raise ValueError(f"the matrix must be 2 x 3 (sample_params' \"matrix\"), not {m.shape}")
+    pts = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+    return pts @ m[:, :2].T + m[:, 2]
 
 
 from .mix import CutMix, MixUp, RandomChoice  # noqa: E402  (batch ops, on the consumer side)

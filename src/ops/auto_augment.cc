@@ -4,7 +4,9 @@
 #include <cmath>
 #include <string>
 
-#include "ops/functional.h"
+#include "kernels/functional.h"
+#include "ops/motion.h"
+#include "ops/op.h"
 
 namespace nostall {
 namespace {
@@ -64,28 +66,32 @@ bool HasMagnitudes(Aug op) {
 }
 bool Signed(Aug op) { return op >= Aug::kShearX && op <= Aug::kSharpness; }
 
+// The inverse matrix of a geometric op (false: the op moves no pixel).
+bool AugInverse(Aug op, double m, int w, int h, double mat[6]) {
+  switch (op) {
+    case Aug::kShearX:
+      InverseAffineMatrix(0, 0, 0, 0, 0, 1, std::atan(m) * 180.0 / M_PI, 0, mat);
+      return true;
+    case Aug::kShearY:
+      InverseAffineMatrix(0, 0, 0, 0, 0, 1, 0, std::atan(m) * 180.0 / M_PI, mat);
+      return true;
+    case Aug::kTranslateX:
+    case Aug::kTranslateY: {
+      const double t = static_cast<int>(m);  // int(magnitude)
+      InverseAffineMatrix(w * 0.5, h * 0.5, 0, op == Aug::kTranslateX ? t : 0,
+                          op == Aug::kTranslateY ? t : 0, 1, 0, 0, mat);
+      return true;
+    }
+    default: return false;
+  }
+}
+
 // torchvision.transforms.autoaugment._apply_op.
 void ApplyAug(const ImageView& img, Aug op, double m, bool bilinear,
               const std::vector<double>& fill, OpScratch& scratch) {
   double mat[6];
+  if (AugInverse(op, m, img.w, img.h, mat)) return AffineTransform(img, mat, bilinear, fill, scratch);
   switch (op) {
-    case Aug::kIdentity: break;
-    case Aug::kShearX:
-      InverseAffineMatrix(0, 0, 0, 0, 0, 1, std::atan(m) * 180.0 / M_PI, 0, mat);
-      AffineTransform(img, mat, bilinear, fill, scratch);
-      break;
-    case Aug::kShearY:
-      InverseAffineMatrix(0, 0, 0, 0, 0, 1, 0, std::atan(m) * 180.0 / M_PI, mat);
-      AffineTransform(img, mat, bilinear, fill, scratch);
-      break;
-    case Aug::kTranslateX:
-    case Aug::kTranslateY: {
-      const double t = static_cast<int>(m);  // int(magnitude)
-      InverseAffineMatrix(img.w * 0.5, img.h * 0.5, 0, op == Aug::kTranslateX ? t : 0,
-                          op == Aug::kTranslateY ? t : 0, 1, 0, 0, mat);
-      AffineTransform(img, mat, bilinear, fill, scratch);
-      break;
-    }
     case Aug::kRotate: Rotate(img, m, nullptr, bilinear, fill, scratch); break;
     case Aug::kBrightness: AdjustBrightness(img, 1.0 + m); break;
     case Aug::kColor: AdjustSaturation(img, 1.0 + m); break;
@@ -96,7 +102,16 @@ void ApplyAug(const ImageView& img, Aug op, double m, bool bilinear,
     case Aug::kAutoContrast: Autocontrast(img); break;
     case Aug::kEqualize: Equalize(img); break;
     case Aug::kInvert: Invert(img); break;
+    default: break;
   }
+}
+
+// Where op moves a point of a w x h image (identity for the ops on colors).
+Affine AugMotion(Aug op, double m, int w, int h) {
+  double mat[6];
+  if (AugInverse(op, m, w, h, mat)) return ForwardOf(mat);
+  if (op == Aug::kRotate) return RotationMotion(w, h, m, nullptr);
+  return Affine{};
 }
 
 class AugmentBase : public ImageOp {
@@ -110,6 +125,7 @@ class AugmentBase : public ImageOp {
     if (trace) {
       trace->push_back({{"op", name}, {"aug", kAugNames[static_cast<int>(op)]}, {"magnitude", m}});
     }
+    scratch.Moved(AugMotion(op, m, img.w, img.h));
     if (img.data) ApplyAug(img, op, m, bilinear, fill, scratch);
   }
 };

@@ -1,7 +1,8 @@
 // ColorJitter: brightness, contrast, saturation and hue factors drawn
 // uniformly, applied in a random order (torchvision's get_params: randperm(4),
 // then one factor per adjustment that is set).
-#include "ops/functional.h"
+#include "kernels/functional.h"
+#include "ops/op.h"
 
 namespace nostall {
 namespace {

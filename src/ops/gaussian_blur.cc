@@ -1,6 +1,7 @@
 // GaussianBlur(kernel_size, sigma=(0.1, 2.0)): sigma uniform in the range per
 // sample, the same for x and y; kernel_size (x, y) odd and positive.
-#include "ops/functional.h"
+#include "kernels/functional.h"
+#include "ops/op.h"
 
 namespace nostall {
 namespace {

@@ -18,17 +18,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/philox.h"
+#include "geometry/affine.h"
+#include "kernels/image.h"
 #include "nostall/status.h"
 
 namespace nostall {
-
-// An interleaved 8-bit image, rows contiguous (w * c bytes apart). data may
-// be null: the op then only draws (and records) its parameters.
-struct ImageView {
-  uint8_t* data = nullptr;
-  int h = 0, w = 0, c = 0;
-  size_t bytes() const { return static_cast<size_t>(h) * w * c; }
-};
 
 // The laid-out output of one sample (after Normalize), for ops that work on
 // the tensor as torchvision's RandomErasing does.
@@ -40,9 +34,14 @@ struct OutputView {
 };
 
 // Per-thread buffers an op may use; reused from sample to sample.
-struct OpScratch {
-  std::vector<uint8_t> tmp, tmp2;
-  std::vector<float> ftmp;
+struct OpScratch : KernelScratch {
+  // When set, an op that moves pixels (a flip, a rotation, an affine map)
+  // composes where it moves them onto *motion (Moved), drawn or not: the
+  // sample's geometry, for the fields that follow the image.
+  Affine* motion = nullptr;
+  void Moved(const Affine& op) {
+    if (motion != nullptr) *motion = op.After(*motion);
+  }
 };
 
 class ImageOp {

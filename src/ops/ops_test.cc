@@ -15,7 +15,7 @@
 
 #include "nostall/loader.h"
 #include "ops/prep.h"
-#include "ops/resample.h"
+#include "kernels/resample.h"
 #include "testing/test_images.h"
 
 namespace nostall {

@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ops/decode.h"
-#include "ops/functional.h"
-#include "ops/resample.h"
+#include "codecs/decode.h"
+#include "kernels/functional.h"
+#include "kernels/resample.h"
 
 namespace nostall {
 namespace {
@@ -85,6 +85,7 @@ void PixelOps(const PrepSpec& spec, const ImageView& img, Philox& rng, OpScratch
     if (t.kind == TransformKind::kRandomHorizontalFlip) {
       const bool flip = rng.Uniform() < t.p;
       if (trace) trace->push_back({{"op", "RandomHorizontalFlip"}, {"applied", flip}});
+      if (flip) scratch.Moved(Affine::FlipX(img.w));
       if (flip && img.data) FlipHorizontal(img);
     } else if (t.kind == TransformKind::kOp && !t.op->on_output()) {
       t.op->Apply(img, rng, scratch, trace);
@@ -135,15 +136,22 @@ Status TraceSample(const PrepSpec& spec, int src_w, int src_h, const PrepKey& ke
   nlohmann::json ops = nlohmann::json::array();
   Philox rng = OpsRng(key);
   OpScratch scratch;
+  // The geometry: the box onto the output, the leading flip, then each op
+  // that moves pixels.
+  Affine geometry = Affine::CropResize(plan.x, plan.y, plan.w, plan.h, plan.out_w, plan.out_h);
+  if (plan.flip) geometry = Affine::FlipX(plan.out_w).After(geometry);
+  scratch.motion = &geometry;
   ImageView img{nullptr, plan.out_h, plan.out_w, spec.channels()};
   PixelOps(spec, img, rng, scratch, &ops);
   OutputView o{nullptr, spec.dtype == DType::kFloat32, spec.layout == Layout::kNCHW, plan.out_h,
                plan.out_w, spec.channels()};
   OutputOps(spec, o, rng, &ops);
+  const auto& m = geometry.m;
   *out = {{"box", {plan.x, plan.y, plan.w, plan.h}},
           {"size", {plan.out_h, plan.out_w}},
           {"flip", plan.flip},
-          {"ops", ops}};
+          {"ops", ops},
+          {"matrix", {{m[0], m[1], m[2]}, {m[3], m[4], m[5]}}}};
   return Status::OK();
 }
 

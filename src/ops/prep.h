@@ -11,7 +11,7 @@
 
 #include "nostall/transforms.h"
 #include "ops/op.h"
-#include "ops/resample.h"
+#include "kernels/resample.h"
 
 namespace nostall {
 

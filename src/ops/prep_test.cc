@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "ops/decode.h"
+#include "codecs/decode.h"
 #include "testing/test_images.h"
 
 namespace nostall {

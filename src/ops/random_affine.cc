@@ -2,7 +2,9 @@
 // F.affine on PIL images; no expand: the batch's size is fixed).
 #include <cmath>
 
-#include "ops/functional.h"
+#include "kernels/functional.h"
+#include "ops/motion.h"
+#include "ops/op.h"
 
 namespace nostall {
 namespace {
@@ -76,6 +78,7 @@ class RandomRotationOp : public ImageOp {
              nlohmann::json* trace) const override {
     const double angle = rng.Uniform(lo, hi);
     if (trace) trace->push_back({{"op", "RandomRotation"}, {"angle", angle}});
+    scratch.Moved(RotationMotion(img.w, img.h, angle, has_center ? center : nullptr));
     if (img.data) Rotate(img, angle, has_center ? center : nullptr, bilinear, fill, scratch);
   }
 };
@@ -105,10 +108,11 @@ class RandomAffineOp : public ImageOp {
       trace->push_back({{"op", "RandomAffine"}, {"angle", angle}, {"translate", {tx, ty}},
                         {"scale", scale}, {"shear", {sx, sy}}});
     }
-    if (img.data == nullptr) return;
     double m[6];
     InverseAffineMatrix(has_center ? center[0] : img.w * 0.5, has_center ? center[1] : img.h * 0.5,
                         angle, tx, ty, scale, sx, sy, m);
+    scratch.Moved(ForwardOf(m));
+    if (img.data == nullptr) return;
     AffineTransform(img, m, bilinear, fill, scratch);
   }
 };

@@ -2,7 +2,8 @@
 // `if torch.rand(1) < p`), and Grayscale. One draw per sample each.
 #include <functional>
 
-#include "ops/functional.h"
+#include "kernels/functional.h"
+#include "ops/op.h"
 
 namespace nostall {
 namespace {
@@ -10,14 +11,16 @@ namespace {
 class RandomApplyOp : public ImageOp {
  public:
   RandomApplyOp(const char* name, double p, std::function<void(const ImageView&, OpScratch&)> fn,
-                int output_channels = 0)
-      : name_(name), p_(p), fn_(std::move(fn)), output_channels_(output_channels) {}
+                int output_channels = 0, std::function<Affine(int, int)> motion = nullptr)
+      : name_(name), p_(p), fn_(std::move(fn)), output_channels_(output_channels),
+        motion_(std::move(motion)) {}
   int output_channels() const override { return output_channels_; }
 
   void Apply(const ImageView& img, Philox& rng, OpScratch& scratch,
              nlohmann::json* trace) const override {
     const bool apply = rng.Uniform() < p_;
     if (trace) trace->push_back({{"op", name_}, {"applied", apply}});
+    if (apply && motion_) scratch.Moved(motion_(img.w, img.h));
     if (apply && img.data != nullptr) fn_(img, scratch);
   }
 
@@ -26,13 +29,16 @@ class RandomApplyOp : public ImageOp {
   double p_;
   std::function<void(const ImageView&, OpScratch&)> fn_;
   int output_channels_;
+  std::function<Affine(int, int)> motion_;  // ops that move pixels: where
 };
 
 Result<std::shared_ptr<const ImageOp>> Make(OpArgs& args, const char* name, double default_p,
-                                            std::function<void(const ImageView&, OpScratch&)> fn) {
+                                            std::function<void(const ImageView&, OpScratch&)> fn,
+                                            std::function<Affine(int, int)> motion = nullptr) {
   double p = 0;
   NOSTALL_RETURN_IF_ERROR(args.Double("p", default_p, 0, 1, &p));
-  return std::shared_ptr<const ImageOp>(std::make_shared<RandomApplyOp>(name, p, std::move(fn)));
+  return std::shared_ptr<const ImageOp>(
+      std::make_shared<RandomApplyOp>(name, p, std::move(fn), 0, std::move(motion)));
 }
 
 }  // namespace
@@ -52,7 +58,9 @@ Result<std::shared_ptr<const ImageOp>> MakeGrayscale(OpArgs& args) {
 }
 
 Result<std::shared_ptr<const ImageOp>> MakeRandomVerticalFlip(OpArgs& args) {
-  return Make(args, "RandomVerticalFlip", 0.5, [](const ImageView& img, OpScratch&) { FlipVertical(img); });
+  return Make(
+      args, "RandomVerticalFlip", 0.5, [](const ImageView& img, OpScratch&) { FlipVertical(img); },
+      [](int, int h) { return Affine::FlipY(h); });
 }
 
 Result<std::shared_ptr<const ImageOp>> MakeRandomInvert(OpArgs& args) {

@@ -97,11 +97,17 @@ def test_the_check_sees_an_upward_include():
     assert upward_includes("model", '#include "pipeline/autotune.h"\n')
     assert upward_includes("model", '#include "nostall/analyze.h"\n')
     assert not upward_includes("shared", '#include "pipeline/pipeline.h"\n#include "common/fd.h"\n')
+    # The decoders know images, not the op interface; the kernels know neither
+    # the decoders nor the ops.
+    assert upward_includes("codecs", '#include "ops/op.h"\n')
+    assert not upward_includes("codecs", '#include "kernels/image.h"\n')
+    assert upward_includes("kernels", '#include "codecs/decode.h"\n')
 
 
 def test_layers_are_the_ones_docs_design_md_draws():
-    assert LAYERS == [["common"], ["model", "ops", "ring", "sampler", "stats"], ["cache", "source"],
-                      ["pipeline"], ["analyze", "shared"], ["cli", "python"]]
+    assert LAYERS == [["common"], ["geometry", "kernels", "model", "ring", "sampler", "stats"],
+                      ["cache", "codecs", "source"], ["ops"], ["pipeline"], ["analyze", "shared"],
+                      ["cli", "python"]]
     text = (ROOT / "docs" / "design.md").read_text()
     for i, folders in enumerate(LAYERS):
         assert f"{i}  " + "  ".join(folders) in text, f"layer {i} ({folders}) is not drawn"

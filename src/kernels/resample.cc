@@ -10,7 +10,7 @@
 // PIL would produce, and either written interleaved (uint8 HWC) or, fused
 // with Normalize and the flip, straight into the output planes (NCHW).
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "ops/resample.cc"
+#define HWY_TARGET_INCLUDE "kernels/resample.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
@@ -18,7 +18,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "ops/resample.h"
+#include "kernels/resample.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace nostall {

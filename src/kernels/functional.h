@@ -4,27 +4,22 @@
 // images. Written by hand because those computations are PIL's: OpenCV's
 // equivalents round, clip and sample differently (see docs/transforms.md
 // for the tolerance each is tested to).
-#ifndef NOSTALL_OPS_FUNCTIONAL_H_
-#define NOSTALL_OPS_FUNCTIONAL_H_
+#ifndef NOSTALL_KERNELS_FUNCTIONAL_H_
+#define NOSTALL_KERNELS_FUNCTIONAL_H_
 
 #include <array>
 #include <cstdint>
 #include <vector>
 
-#include "ops/op.h"
+#include "kernels/image.h"
 
 namespace nostall {
-
-// PIL's ITU-R 601 luma: (19595 R + 38470 G + 7471 B + 2^15) >> 16.
-inline uint8_t Luma(const uint8_t* p) {
-  return static_cast<uint8_t>((p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16);
-}
 
 // ImageEnhance: Image.blend(degenerate, img, factor).
 void AdjustBrightness(const ImageView& img, double factor);
 void AdjustContrast(const ImageView& img, double factor);
 void AdjustSaturation(const ImageView& img, double factor);
-void AdjustSharpness(const ImageView& img, double factor, OpScratch& scratch);
+void AdjustSharpness(const ImageView& img, double factor, KernelScratch& scratch);
 // torchvision's adjust_hue on PIL: through PIL's HSV, hue shifted mod 256.
 void AdjustHue(const ImageView& img, double hue_factor);
 // convert("L"), repeated over the image's channels.
@@ -46,7 +41,7 @@ void FlipHorizontal(const ImageView& img);
 // output (x + 0.5, y + 0.5) to input coordinates. Nearest uses PIL's 16.16
 // fixed point (as PIL does whenever the image is under 32k pixels a side).
 void AffineTransform(const ImageView& img, const double inverse[6], bool bilinear,
-                     const std::vector<double>& fill, OpScratch& scratch);
+                     const std::vector<double>& fill, KernelScratch& scratch);
 // torchvision's _get_inverse_affine_matrix (center in pixels).
 void InverseAffineMatrix(double cx, double cy, double angle_deg, double tx, double ty,
                          double scale, double shear_x_deg, double shear_y_deg, double out[6]);
@@ -54,13 +49,16 @@ void InverseAffineMatrix(double cx, double cy, double angle_deg, double tx, doub
 // the image centre; 0 and 180 degrees (and 90/270 on a square image) are
 // PIL's exact transposes.
 void Rotate(const ImageView& img, double angle_deg, const double* center, bool bilinear,
-            const std::vector<double>& fill, OpScratch& scratch);
+            const std::vector<double>& fill, KernelScratch& scratch);
+
+// Image.rotate's inverse matrix for a w x h image, as Rotate uses it.
+void RotationInverse(int w, int h, double angle_deg, const double* center, double out[6]);
 
 // torchvision's gaussian_blur: reflect padding, float32 kernel, rounded.
 // kx, ky odd; kx < 2 w, ky < 2 h for reflect padding (the caller checks).
 void GaussianBlur(const ImageView& img, int kx, int ky, double sigma_x, double sigma_y,
-                  OpScratch& scratch);
+                  KernelScratch& scratch);
 
 }  // namespace nostall
 
-#endif  // NOSTALL_OPS_FUNCTIONAL_H_
+#endif  // NOSTALL_KERNELS_FUNCTIONAL_H_

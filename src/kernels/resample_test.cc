@@ -1,4 +1,4 @@
-#include "ops/resample.h"
+#include "kernels/resample.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 // transforms; the rest is the file.
 #include <vector>
 
-#include "ops/decode.h"
+#include "codecs/decode.h"
 #include "ops/prep.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

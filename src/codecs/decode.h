@@ -1,7 +1,7 @@
 // Image decoders. libjpeg's setjmp/longjmp error handling stays inside
 // jpeg.cc; libpng's inside png.cc. Neither library appears in any header.
-#ifndef NOSTALL_OPS_DECODE_H_
-#define NOSTALL_OPS_DECODE_H_
+#ifndef NOSTALL_CODECS_DECODE_H_
+#define NOSTALL_CODECS_DECODE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -52,4 +52,4 @@ Status DecodeWhole(ImageFormat format, const uint8_t* data, size_t size, int cha
 
 }  // namespace nostall
 
-#endif  // NOSTALL_OPS_DECODE_H_
+#endif  // NOSTALL_CODECS_DECODE_H_

@@ -14,8 +14,8 @@
 #include <cstring>
 #include <string>
 
-#include "ops/decode.h"
-#include "ops/functional.h"
+#include "codecs/decode.h"
+#include "kernels/image.h"
 
 namespace nostall {
 namespace {

@@ -1,6 +1,6 @@
-#include "ops/functional.h"
+#include "kernels/functional.h"
 
-#include "ops/pixel_simd.h"
+#include "kernels/pixel_simd.h"
 
 #include <algorithm>
 #include <cmath>
@@ -49,7 +49,7 @@ void AdjustSaturation(const ImageView& img, double factor) {
   }
 }
 
-void AdjustSharpness(const ImageView& img, double factor, OpScratch& scratch) {
+void AdjustSharpness(const ImageView& img, double factor, KernelScratch& scratch) {
   // ImageEnhance.Sharpness: the degenerate is ImageFilter.SMOOTH (3x3,
   // weights 1 1 1 / 1 5 1 / 1 1 1 over 13, rounded), whose border pixels are
   // the image's own.
@@ -283,7 +283,7 @@ bool CheckFixed(const double a[6], int w, int h) {
 }  // namespace
 
 void AffineTransform(const ImageView& img, const double a[6], bool bilinear,
-                     const std::vector<double>& fill, OpScratch& scratch) {
+                     const std::vector<double>& fill, KernelScratch& scratch) {
   const int w = img.w, h = img.h, c = img.c;
   // A copy of the image, with slack: the vectorised bilinear path reads each
   // tap as 4 bytes.
@@ -452,7 +452,7 @@ void Rotate180(const ImageView& img) {
 }
 
 // Transpose.ROTATE_90 (counter-clockwise) or ROTATE_270, square images.
-void RotateSquare(const ImageView& img, bool ccw90, OpScratch& scratch) {
+void RotateSquare(const ImageView& img, bool ccw90, KernelScratch& scratch) {
   const int n = img.w, c = img.c;
   scratch.tmp.assign(img.data, img.data + img.bytes());
   const uint8_t* in = scratch.tmp.data();
@@ -465,12 +465,33 @@ void RotateSquare(const ImageView& img, bool ccw90, OpScratch& scratch) {
     }
   }
 }
+
+double NormalAngle(double angle_deg) {
+  double angle = std::fmod(angle_deg, 360.0);
+  return angle < 0 ? angle + 360.0 : angle;
+}
+
 }  // namespace
 
+void RotationInverse(int w, int h, double angle_deg, const double* center, double m[6]) {
+  const double angle = NormalAngle(angle_deg);
+  const double cx = center ? center[0] : w / 2.0, cy = center ? center[1] : h / 2.0;
+  const double rad = -angle * M_PI / 180.0;
+  m[0] = Round15(std::cos(rad));
+  m[1] = Round15(std::sin(rad));
+  m[2] = 0.0;
+  m[3] = Round15(-std::sin(rad));
+  m[4] = Round15(std::cos(rad));
+  m[5] = 0.0;
+  const double tx = -cx, ty = -cy;
+  const double m2 = m[0] * tx + m[1] * ty + m[2], m5 = m[3] * tx + m[4] * ty + m[5];
+  m[2] = m2 + cx;
+  m[5] = m5 + cy;
+}
+
 void Rotate(const ImageView& img, double angle_deg, const double* center, bool bilinear,
-            const std::vector<double>& fill, OpScratch& scratch) {
-  double angle = std::fmod(angle_deg, 360.0);
-  if (angle < 0) angle += 360.0;
+            const std::vector<double>& fill, KernelScratch& scratch) {
+  const double angle = NormalAngle(angle_deg);
   if (center == nullptr) {
     if (angle == 0) return;
     if (angle == 180) return Rotate180(img);
@@ -478,19 +499,13 @@ void Rotate(const ImageView& img, double angle_deg, const double* center, bool b
       return RotateSquare(img, angle == 90, scratch);
     }
   }
-  const double cx = center ? center[0] : img.w / 2.0, cy = center ? center[1] : img.h / 2.0;
-  const double rad = -angle * M_PI / 180.0;
-  double m[6] = {Round15(std::cos(rad)), Round15(std::sin(rad)), 0.0,
-                 Round15(-std::sin(rad)), Round15(std::cos(rad)), 0.0};
-  const double tx = -cx, ty = -cy;
-  const double m2 = m[0] * tx + m[1] * ty + m[2], m5 = m[3] * tx + m[4] * ty + m[5];
-  m[2] = m2 + cx;
-  m[5] = m5 + cy;
+  double m[6];
+  RotationInverse(img.w, img.h, angle, center, m);
   AffineTransform(img, m, bilinear, fill, scratch);
 }
 
 void GaussianBlur(const ImageView& img, int kx, int ky, double sigma_x, double sigma_y,
-                  OpScratch& scratch) {
+                  KernelScratch& scratch) {
   // torchvision's _get_gaussian_kernel1d in float32: exp(-0.5 (x / sigma)^2)
   // over linspace(-(k-1)/2, (k-1)/2, k), normalised.
   auto kernel = [](int k, double sigma) {

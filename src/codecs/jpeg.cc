@@ -14,7 +14,7 @@
 #include <jerror.h>
 #include <jpeglib.h>
 
-#include "ops/decode.h"
+#include "codecs/decode.h"
 
 namespace nostall {
 namespace {

@@ -1,7 +1,7 @@
 // Vectorised per-byte loops of the colour ops (pixel_simd.cc), bit-identical
 // to their scalar definitions in functional.cc.
-#ifndef NOSTALL_OPS_PIXEL_SIMD_H_
-#define NOSTALL_OPS_PIXEL_SIMD_H_
+#ifndef NOSTALL_KERNELS_PIXEL_SIMD_H_
+#define NOSTALL_KERNELS_PIXEL_SIMD_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -24,4 +24,4 @@ bool AffineBilinearRgbSimd(const uint8_t* in, int w, int h, const double a[6],
 
 }  // namespace nostall
 
-#endif  // NOSTALL_OPS_PIXEL_SIMD_H_
+#endif  // NOSTALL_KERNELS_PIXEL_SIMD_H_

@@ -21,8 +21,8 @@
 #include <memory>
 #include <string>
 
-#include "ops/decode.h"
-#include "ops/functional.h"
+#include "codecs/decode.h"
+#include "kernels/image.h"
 
 namespace nostall {
 namespace {

@@ -3,14 +3,14 @@
 // computation of functional.cc (the same float operations in the same order,
 // no fused multiply-adds), so the results stay bit-identical to PIL's.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "ops/pixel_simd.cc"
+#define HWY_TARGET_INCLUDE "kernels/pixel_simd.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "ops/pixel_simd.h"
+#include "kernels/pixel_simd.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace nostall {

@@ -7,8 +7,8 @@
 // pixels first shifts the output by up to half a pixel. Two separable passes
 // (vertical, then horizontal) over a float intermediate, vectorised with
 // Google Highway (resample.cc).
-#ifndef NOSTALL_OPS_RESAMPLE_H_
-#define NOSTALL_OPS_RESAMPLE_H_
+#ifndef NOSTALL_KERNELS_RESAMPLE_H_
+#define NOSTALL_KERNELS_RESAMPLE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -50,4 +50,4 @@ void InterleavedToPlanes(const uint8_t* src, int w, int h, const float* a, const
 
 }  // namespace nostall
 
-#endif  // NOSTALL_OPS_RESAMPLE_H_
+#endif  // NOSTALL_KERNELS_RESAMPLE_H_
