@@ -19,7 +19,7 @@ PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmak
 	tokenizers
 BUILD := build/py
 
-.PHONY: all deps venv install demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune clean
+.PHONY: all deps venv install generate demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune clean
 
 all: install
 
@@ -43,6 +43,10 @@ venv: .make/venv
 install: .make/venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(PIP) install -q --no-build-isolation \
 	  -Ccmake.define.NOSTALL_BUILD_TESTS=ON .
+
+# The transforms' Python classes and docs tables, from their C++ schemas.
+generate: install
+	$(PY) -m nostall._schema --write
 
 demo: install
 	$(PY) examples/demo.py

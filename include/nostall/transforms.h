@@ -99,8 +99,17 @@ Status PlanSample(const PrepSpec& spec, int src_w, int src_h, uint64_t seed, int
 Result<std::string> TraceSampleJson(const PrepSpec& spec, int src_w, int src_h, uint64_t seed,
                                     int64_t epoch, int64_t index);
 
-// One image op's documentation (its registry line), or "" for no such op.
+// One transform's documentation (its schema's), or "" for no such transform.
 const char* ImageOpDoc(const std::string& type);
+
+// Every transform's schema (src/ops/schema.h) as JSON: its name, what it
+// does, and each argument's type, default, range and doc, in signature
+// order. What the Python classes and docs/transforms.md are made from.
+std::string TransformSchemasJson();
+// One transform entry ({"type": ..., arguments}) checked against its schema
+// alone (not against the rest of a pipeline), written back with every
+// default spelled out.
+Result<std::string> CheckTransformJson(const std::string& json);
 
 }  // namespace nostall
 

@@ -296,20 +296,67 @@ Status Common(OpArgs& args, AugmentBase* op) {
   return args.Fill("fill", &op->fill);
 }
 
+ArgSchema Interpolation() {
+  return ChoiceArg("interpolation", "nearest", {"nearest", "bilinear"},
+                   "NEAREST (the default) or BILINEAR, for the geometric ops");
+}
+
+ArgSchema Fill() {
+  return FillArg("fill", nullptr, "the area a geometric op uncovers: a number or one per channel, "
+                                  "0-255 (None: 0)");
+}
+
+ArgSchema Bins() {
+  return IntArg("num_magnitude_bins", 31, 2, 1000, "the magnitudes' grid");
+}
+
 }  // namespace
+
+const OpSchema& TrivialAugmentWideSchema() {
+  static const OpSchema s = {
+      "TrivialAugmentWide",
+      "One of torchvision's TrivialAugmentWide ops per sample, at a magnitude drawn from the "
+      "grid.",
+      {Bins(), Interpolation(), Fill()}};
+  return s;
+}
+
+const OpSchema& RandAugmentSchema() {
+  static const OpSchema s = {
+      "RandAugment", "num_ops ops drawn per sample from torchvision's RandAugment list.",
+      {IntArg("num_ops", 2, 0, 100, "ops per sample"),
+       IntArg("magnitude", 9, 0, 999, "the magnitude, below num_magnitude_bins"), Bins(),
+       Interpolation(), Fill()}};
+  return s;
+}
+
+const OpSchema& AutoAugmentSchema() {
+  static const OpSchema s = {
+      "AutoAugment",
+      "A sub-policy of torchvision's AutoAugmentPolicy drawn per sample, each op applied with "
+      "its probability and magnitude.",
+      {ChoiceArg("policy", "imagenet", {"imagenet", "cifar10", "svhn"},
+                 "AutoAugmentPolicy: IMAGENET, CIFAR10 or SVHN"),
+       Interpolation(), Fill()}};
+  return s;
+}
 
 Result<std::shared_ptr<const ImageOp>> MakeTrivialAugmentWide(OpArgs& args) {
   auto op = std::make_shared<TrivialAugmentWideOp>();
-  NOSTALL_RETURN_IF_ERROR(args.Int("num_magnitude_bins", 31, 2, 1000, &op->bins));
+  NOSTALL_RETURN_IF_ERROR(args.Int("num_magnitude_bins", &op->bins));
   NOSTALL_RETURN_IF_ERROR(Common(args, op.get()));
   return std::shared_ptr<const ImageOp>(op);
 }
 
 Result<std::shared_ptr<const ImageOp>> MakeRandAugment(OpArgs& args) {
   auto op = std::make_shared<RandAugmentOp>();
-  NOSTALL_RETURN_IF_ERROR(args.Int("num_ops", 2, 0, 100, &op->num_ops));
-  NOSTALL_RETURN_IF_ERROR(args.Int("num_magnitude_bins", 31, 2, 1000, &op->bins));
-  NOSTALL_RETURN_IF_ERROR(args.Int("magnitude", 9, 0, op->bins - 1, &op->magnitude));
+  NOSTALL_RETURN_IF_ERROR(args.Int("num_ops", &op->num_ops));
+  NOSTALL_RETURN_IF_ERROR(args.Int("num_magnitude_bins", &op->bins));
+  NOSTALL_RETURN_IF_ERROR(args.Int("magnitude", &op->magnitude));
+  if (op->magnitude > op->bins - 1) {
+    return args.Error("magnitude must be in [0, num_magnitude_bins - 1 = " +
+                      std::to_string(op->bins - 1) + "], not " + std::to_string(op->magnitude));
+  }
   NOSTALL_RETURN_IF_ERROR(Common(args, op.get()));
   return std::shared_ptr<const ImageOp>(op);
 }
@@ -317,7 +364,7 @@ Result<std::shared_ptr<const ImageOp>> MakeRandAugment(OpArgs& args) {
 Result<std::shared_ptr<const ImageOp>> MakeAutoAugment(OpArgs& args) {
   auto op = std::make_shared<AutoAugmentOp>();
   std::string policy;
-  NOSTALL_RETURN_IF_ERROR(args.String("policy", "imagenet", {"imagenet", "cifar10", "svhn"}, &policy));
+  NOSTALL_RETURN_IF_ERROR(args.String("policy", &policy));
   op->policy = &PolicyFor(policy);
   NOSTALL_RETURN_IF_ERROR(Common(args, op.get()));
   return std::shared_ptr<const ImageOp>(op);

@@ -45,13 +45,24 @@ class ColorJitterOp : public ImageOp {
 
 }  // namespace
 
+const OpSchema& ColorJitterSchema() {
+  static const OpSchema s = {
+      "ColorJitter",
+      "Brightness, contrast, saturation and hue factors drawn per sample and applied in a random "
+      "order, as torchvision's ColorJitter on PIL images.",
+      {RangeArg("brightness", 1, 0, 1e9, "x: factors in [max(0, 1 - x), 1 + x]; (lo, hi): that range"),
+       RangeArg("contrast", 1, 0, 1e9, "x: factors in [max(0, 1 - x), 1 + x]; (lo, hi): that range"),
+       RangeArg("saturation", 1, 0, 1e9, "x: factors in [max(0, 1 - x), 1 + x]; (lo, hi): that range"),
+       RangeArg("hue", 0, -0.5, 0.5, "x <= 0.5: shifts in [-x, x]; (lo, hi) within [-0.5, 0.5]")}};
+  return s;
+}
+
 Result<std::shared_ptr<const ImageOp>> MakeColorJitter(OpArgs& args) {
   auto op = std::make_shared<ColorJitterOp>();
-  constexpr double kInf = 1e9;
-  NOSTALL_RETURN_IF_ERROR(args.Range("brightness", 1, 0, kInf, &op->lo[0], &op->hi[0], &op->on[0]));
-  NOSTALL_RETURN_IF_ERROR(args.Range("contrast", 1, 0, kInf, &op->lo[1], &op->hi[1], &op->on[1]));
-  NOSTALL_RETURN_IF_ERROR(args.Range("saturation", 1, 0, kInf, &op->lo[2], &op->hi[2], &op->on[2]));
-  NOSTALL_RETURN_IF_ERROR(args.Range("hue", 0, -0.5, 0.5, &op->lo[3], &op->hi[3], &op->on[3]));
+  const char* keys[] = {"brightness", "contrast", "saturation", "hue"};
+  for (int k = 0; k < 4; ++k) {
+    NOSTALL_RETURN_IF_ERROR(args.Range(keys[k], &op->lo[k], &op->hi[k], &op->on[k]));
+  }
   return std::shared_ptr<const ImageOp>(op);
 }
 

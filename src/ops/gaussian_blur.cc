@@ -24,10 +24,22 @@ class GaussianBlurOp : public ImageOp {
 
 }  // namespace
 
+const OpSchema& GaussianBlurSchema() {
+  static const OpSchema s = {
+      "GaussianBlur",
+      "Blur with a Gaussian kernel, sigma drawn uniformly per sample, edges reflected, as "
+      "torchvision's GaussianBlur.",
+      {Required(AnyArg("kernel_size", nullptr, "int | tuple[int, int]",
+                       "odd, in [1, 255]: one for both axes, or (x, y)")),
+       AnyArg("sigma", nlohmann::json::array({0.1, 2.0}), "float | tuple[float, float]",
+              "a number, or (min, max) to draw from")}};
+  return s;
+}
+
 Result<std::shared_ptr<const ImageOp>> MakeGaussianBlur(OpArgs& args) {
   auto op = std::make_shared<GaussianBlurOp>();
-  const nlohmann::json* k = args.Raw("kernel_size");
-  if (k == nullptr) return args.Error("needs kernel_size (an odd integer or [x, y])");
+  const nlohmann::json* k = nullptr;
+  NOSTALL_RETURN_IF_ERROR(args.Raw("kernel_size", &k));
   auto odd = [](const nlohmann::json& v) {
     return v.is_number_integer() && v.get<int64_t>() > 0 && v.get<int64_t>() % 2 == 1 &&
            v.get<int64_t>() <= 255;
@@ -42,14 +54,21 @@ Result<std::shared_ptr<const ImageOp>> MakeGaussianBlur(OpArgs& args) {
                       k->dump());
   }
   args.Record("kernel_size", nlohmann::json::array({op->kx, op->ky}));
-  const nlohmann::json* s = args.Raw("sigma");
-  if (s != nullptr && s->is_number()) {
-    op->sigma_min = op->sigma_max = s->get<double>();
-    if (!(op->sigma_min > 0)) return args.Error("sigma must be positive");
-    args.Record("sigma", nlohmann::json::array({op->sigma_min, op->sigma_max}));
+  const nlohmann::json* s = nullptr;
+  NOSTALL_RETURN_IF_ERROR(args.Raw("sigma", &s));
+  const nlohmann::json given = s != nullptr ? *s : GaussianBlurSchema().Find("sigma")->def;
+  if (given.is_number()) {
+    op->sigma_min = op->sigma_max = given.get<double>();
+  } else if (given.is_array() && given.size() == 2 && given[0].is_number() && given[1].is_number()) {
+    op->sigma_min = given[0].get<double>();
+    op->sigma_max = given[1].get<double>();
   } else {
-    NOSTALL_RETURN_IF_ERROR(args.Pair("sigma", 0.1, 2.0, 1e-9, 1e6, &op->sigma_min, &op->sigma_max));
+    return args.Error("sigma must be a number or [min, max], not " + given.dump());
   }
+  if (!(op->sigma_min > 0 && op->sigma_min <= op->sigma_max && op->sigma_max <= 1e6)) {
+    return args.Error("sigma must be positive, with min <= max, not " + given.dump());
+  }
+  args.Record("sigma", nlohmann::json::array({op->sigma_min, op->sigma_max}));
   return std::shared_ptr<const ImageOp>(op);
 }
 

@@ -20,63 +20,75 @@ bool IsNumber(const json& v) { return v.is_number() && std::isfinite(v.get<doubl
 
 Status OpArgs::Error(const std::string& msg) const { return InvalidArgument(where_ + msg); }
 
-const json* OpArgs::Raw(const char* key) {
-  known_.push_back(key);
-  if (!j_.contains(key) || j_[key].is_null()) return nullptr;
-  return &j_[key];
+Status OpArgs::Arg(const char* key, ArgType type, const ArgSchema** arg, const json** v) {
+  *arg = schema_.Find(key);
+  if (*arg == nullptr || (*arg)->type != type) {
+    return Internal(where_ + "reads '" + key + "', which its schema does not declare so");
+  }
+  *v = (j_.contains(key) && !j_[key].is_null()) ? &j_[key] : nullptr;
+  if (*v == nullptr && (*arg)->required) return Error(std::string("needs ") + key);
+  return Status::OK();
 }
 
-Status OpArgs::Double(const char* key, double def, double lo, double hi, double* out) {
-  const json* v = Raw(key);
-  *out = def;
-  if (v != nullptr) {
-    if (!IsNumber(*v)) return Error(std::string(key) + " must be a number, not " + Shown(*v));
-    *out = v->get<double>();
-  }
-  if (!(*out >= lo && *out <= hi)) {
-    return Error(std::string(key) + " must be in [" + json(lo).dump() + ", " + json(hi).dump() +
+Status OpArgs::Raw(const char* key, const json** out) {
+  const ArgSchema* a = nullptr;
+  return Arg(key, ArgType::kAny, &a, out);
+}
+
+Status OpArgs::Double(const char* key, double* out) {
+  const ArgSchema* a = nullptr;
+  const json* v = nullptr;
+  NOSTALL_RETURN_IF_ERROR(Arg(key, ArgType::kFloat, &a, &v));
+  if (v != nullptr && !IsNumber(*v)) return Error(std::string(key) + " must be a number, not " + Shown(*v));
+  *out = v != nullptr ? v->get<double>() : a->def.get<double>();
+  if (!(*out >= a->lo && *out <= a->hi)) {
+    return Error(std::string(key) + " must be in [" + json(a->lo).dump() + ", " + json(a->hi).dump() +
                  "], not " + json(*out).dump());
   }
   Record(key, *out);
   return Status::OK();
 }
 
-Status OpArgs::Int(const char* key, int64_t def, int64_t lo, int64_t hi, int* out) {
-  const json* v = Raw(key);
-  int64_t x = def;
-  if (v != nullptr) {
-    if (!v->is_number_integer()) return Error(std::string(key) + " must be an integer, not " + Shown(*v));
-    x = v->get<int64_t>();
+Status OpArgs::Int(const char* key, int* out) {
+  const ArgSchema* a = nullptr;
+  const json* v = nullptr;
+  NOSTALL_RETURN_IF_ERROR(Arg(key, ArgType::kInt, &a, &v));
+  if (v != nullptr && !v->is_number_integer()) {
+    return Error(std::string(key) + " must be an integer, not " + Shown(*v));
   }
-  if (x < lo || x > hi) {
-    return Error(std::string(key) + " must be in [" + std::to_string(lo) + ", " +
-                 std::to_string(hi) + "], not " + std::to_string(x));
+  const int64_t x = v != nullptr ? v->get<int64_t>() : a->def.get<int64_t>();
+  if (x < a->lo || x > a->hi) {
+    return Error(std::string(key) + " must be in [" + std::to_string(static_cast<int64_t>(a->lo)) +
+                 ", " + std::to_string(static_cast<int64_t>(a->hi)) + "], not " + std::to_string(x));
   }
   *out = static_cast<int>(x);
   Record(key, x);
   return Status::OK();
 }
 
-Status OpArgs::Bool(const char* key, bool def, bool* out) {
-  const json* v = Raw(key);
-  *out = def;
-  if (v != nullptr) {
-    if (!v->is_boolean()) return Error(std::string(key) + " must be true or false, not " + Shown(*v));
-    *out = v->get<bool>();
+Status OpArgs::Bool(const char* key, bool* out) {
+  const ArgSchema* a = nullptr;
+  const json* v = nullptr;
+  NOSTALL_RETURN_IF_ERROR(Arg(key, ArgType::kBool, &a, &v));
+  if (v != nullptr && !v->is_boolean()) {
+    return Error(std::string(key) + " must be true or false, not " + Shown(*v));
   }
+  *out = v != nullptr ? v->get<bool>() : a->def.get<bool>();
   Record(key, *out);
   return Status::OK();
 }
 
-Status OpArgs::Range(const char* key, double center, double lo, double hi, double* min,
-                     double* max, bool* present) {
-  const json* v = Raw(key);
+Status OpArgs::Range(const char* key, double* min, double* max, bool* present) {
+  const ArgSchema* a = nullptr;
+  const json* v = nullptr;
+  NOSTALL_RETURN_IF_ERROR(Arg(key, ArgType::kRange, &a, &v));
   *min = *max = 0;
   *present = false;
   if (v == nullptr) {
     Record(key, nullptr);
     return Status::OK();
   }
+  const double center = a->center, lo = a->lo, hi = a->hi;
   if (IsNumber(*v)) {
     const double x = v->get<double>();
     if (x < 0) return Error(std::string(key) + " must be non-negative, not " + Shown(*v));
@@ -90,7 +102,8 @@ Status OpArgs::Range(const char* key, double center, double lo, double hi, doubl
   }
   if (!(lo <= *min && *min <= *max && *max <= hi)) {
     return Error(std::string(key) + " values should be between " + json(lo).dump() + " and " +
-                 json(hi).dump() + " with min <= max, not " + Shown(*v));
+                 (std::isfinite(hi) ? json(hi).dump() : std::string("inf")) +
+                 " with min <= max, not " + Shown(*v));
   }
   // torchvision: a range that is just the centre does nothing.
   *present = !(*min == center && *max == center);
@@ -98,38 +111,37 @@ Status OpArgs::Range(const char* key, double center, double lo, double hi, doubl
   return Status::OK();
 }
 
-Status OpArgs::Pair(const char* key, double def_min, double def_max, double lo, double hi,
-                    double* min, double* max) {
-  const json* v = Raw(key);
-  *min = def_min;
-  *max = def_max;
-  if (v != nullptr) {
-    if (!(v->is_array() && v->size() == 2 && IsNumber((*v)[0]) && IsNumber((*v)[1]))) {
-      return Error(std::string(key) + " must be [min, max], not " + Shown(*v));
-    }
-    *min = (*v)[0].get<double>();
-    *max = (*v)[1].get<double>();
+Status OpArgs::Pair(const char* key, double* min, double* max) {
+  const ArgSchema* a = nullptr;
+  const json* v = nullptr;
+  NOSTALL_RETURN_IF_ERROR(Arg(key, ArgType::kPair, &a, &v));
+  const json& given = v != nullptr ? *v : a->def;
+  if (!(given.is_array() && given.size() == 2 && IsNumber(given[0]) && IsNumber(given[1]))) {
+    return Error(std::string(key) + " must be [min, max], not " + Shown(given));
   }
-  if (!(lo <= *min && *min <= *max && *max <= hi)) {
-    return Error(std::string(key) + " must satisfy " + json(lo).dump() + " <= min <= max <= " +
-                 json(hi).dump() + ", not [" + json(*min).dump() + ", " + json(*max).dump() + "]");
+  *min = given[0].get<double>();
+  *max = given[1].get<double>();
+  if (!(a->lo <= *min && *min <= *max && *max <= a->hi)) {
+    return Error(std::string(key) + " must satisfy " + json(a->lo).dump() + " <= min <= max <= " +
+                 json(a->hi).dump() + ", not [" + json(*min).dump() + ", " + json(*max).dump() + "]");
   }
   Record(key, json::array({*min, *max}));
   return Status::OK();
 }
 
 Status OpArgs::Fill(const char* key, std::vector<double>* out) {
-  const json* v = Raw(key);
+  const ArgSchema* a = nullptr;
+  const json* v = nullptr;
+  NOSTALL_RETURN_IF_ERROR(Arg(key, ArgType::kFill, &a, &v));
   out->clear();
-  if (v != nullptr) {
-    if (IsNumber(*v)) {
-      out->push_back(v->get<double>());
-    } else if (v->is_array() && (v->size() == 1 || v->size() == 3) &&
-               std::all_of(v->begin(), v->end(), IsNumber)) {
-      for (const json& x : *v) out->push_back(x.get<double>());
-    } else {
-      return Error(std::string(key) + " must be a number or one per channel, not " + Shown(*v));
-    }
+  const json& given = v != nullptr ? *v : a->def;
+  if (IsNumber(given)) {
+    out->push_back(given.get<double>());
+  } else if (given.is_array() && (given.size() == 1 || given.size() == 3) &&
+             std::all_of(given.begin(), given.end(), IsNumber)) {
+    for (const json& x : given) out->push_back(x.get<double>());
+  } else if (!given.is_null()) {
+    return Error(std::string(key) + " must be a number or one per channel, not " + Shown(given));
   }
   for (double x : *out) {
     if (!(x >= 0 && x <= 255)) return Error(std::string(key) + " values must be in [0, 255]");
@@ -140,37 +152,42 @@ Status OpArgs::Fill(const char* key, std::vector<double>* out) {
 
 Status OpArgs::Interpolation(const char* key, bool* bilinear) {
   std::string s;
-  NOSTALL_RETURN_IF_ERROR(String(key, "nearest", {"nearest", "bilinear"}, &s));
+  NOSTALL_RETURN_IF_ERROR(String(key, &s));
   *bilinear = s == "bilinear";
   return Status::OK();
 }
 
-Status OpArgs::String(const char* key, const char* def, std::initializer_list<const char*> allowed,
-                      std::string* out) {
-  const json* v = Raw(key);
-  *out = def;
-  if (v != nullptr) {
-    if (!v->is_string()) return Error(std::string(key) + " must be a string, not " + Shown(*v));
-    *out = v->get<std::string>();
-  }
+Status OpArgs::String(const char* key, std::string* out) {
+  const ArgSchema* a = nullptr;
+  const json* v = nullptr;
+  NOSTALL_RETURN_IF_ERROR(Arg(key, ArgType::kChoice, &a, &v));
+  if (v != nullptr && !v->is_string()) return Error(std::string(key) + " must be a string, not " + Shown(*v));
+  *out = v != nullptr ? v->get<std::string>() : a->def.get<std::string>();
   std::string names;
-  for (const char* a : allowed) {
-    if (*out == a) {
+  for (const std::string& c : a->choices) {
+    if (*out == c) {
       Record(key, *out);
       return Status::OK();
     }
-    names += std::string(names.empty() ? "" : ", ") + a;
+    names += (names.empty() ? "" : ", ") + c;
   }
   return Error(std::string(key) + " must be one of " + names + ", not \"" + *out + "\"");
 }
 
 Status OpArgs::CheckNoOthers() const {
-  for (const auto& [key, _] : j_.items()) {
-    if (std::find(known_.begin(), known_.end(), key) == known_.end()) {
+  for (const auto& [key, value] : j_.items()) {
+    if (key == "type") continue;
+    const ArgSchema* a = schema_.Find(key);
+    if (a == nullptr) {
       std::string allowed;
-      for (size_t i = 1; i < known_.size(); ++i) allowed += (i > 1 ? ", " : "") + known_[i];
+      for (const ArgSchema& s : schema_.args) allowed += (allowed.empty() ? "" : ", ") + s.name;
       return Error("unknown argument '" + key + "' (it takes: " +
                    (allowed.empty() ? "nothing" : allowed) + ")");
+    }
+    // Accepted for torchvision's signature: only the value that changes
+    // nothing (the default) is.
+    if (a->accepted_only && !value.is_null() && value != a->def) {
+      return Error(key + "=" + Shown(value) + " is not supported (" + a->doc + ")");
     }
   }
   return Status::OK();
@@ -180,10 +197,9 @@ namespace {
 struct OpEntry {
   const char* name;
   OpFactory make;
-  const char* doc;
 };
 const std::vector<OpEntry>& Registry() {
-#define NOSTALL_IMAGE_OP_ENTRY(name, doc) OpEntry{#name, &Make##name, doc},
+#define NOSTALL_IMAGE_OP_ENTRY(name) OpEntry{#name, &Make##name},
   static const std::vector<OpEntry> ops = {NOSTALL_IMAGE_OPS(NOSTALL_IMAGE_OP_ENTRY)};
 #undef NOSTALL_IMAGE_OP_ENTRY
   return ops;
@@ -198,10 +214,8 @@ OpFactory FindImageOp(const std::string& type) {
 }
 
 const char* ImageOpDoc(const std::string& type) {
-  for (const OpEntry& e : Registry()) {
-    if (type == e.name) return e.doc;
-  }
-  return "";
+  const OpSchema* s = FindTransformSchema(type);
+  return s != nullptr ? s->doc.c_str() : "";
 }
 
 std::string ImageOpNames() {

@@ -21,6 +21,8 @@
 #include "geometry/affine.h"
 #include "kernels/image.h"
 #include "nostall/status.h"
+#include "nostall/transforms.h"
+#include "ops/schema.h"
 
 namespace nostall {
 
@@ -64,75 +66,93 @@ class ImageOp {
   virtual void ApplyOutput(const OutputView& out, Philox& rng, nlohmann::json* trace) const {}
 };
 
-// Reads an op's arguments from its spec entry, applying torchvision's
-// defaults, and records the resolved values (the spec round-trips with every
-// default spelled out). Errors name the transform and the argument.
+// Reads a transform's arguments from its spec entry through its schema
+// (ops/schema.h: types, torchvision's defaults, ranges), the one place they
+// are checked, and records the resolved values (the spec round-trips with
+// every default spelled out). Errors name the transform and the argument.
 class OpArgs {
  public:
-  OpArgs(const nlohmann::json& j, std::string where) : j_(j), where_(std::move(where)) {}
+  OpArgs(const nlohmann::json& j, std::string where, const OpSchema& schema)
+      : j_(j), where_(std::move(where)), schema_(schema) {}
 
-  Status Double(const char* key, double def, double lo, double hi, double* out);
-  Status Int(const char* key, int64_t def, int64_t lo, int64_t hi, int* out);
-  Status Bool(const char* key, bool def, bool* out);
-  // A number x gives [center - x, center + x] (clamped at `lo`), as
+  Status Double(const char* key, double* out);
+  Status Int(const char* key, int* out);
+  Status Bool(const char* key, bool* out);
+  // kRange: a number x gives [center - x, center + x] (clamped at lo), as
   // ColorJitter's brightness=0.4 gives [0.6, 1.4]; a pair is taken as given.
   // Either must lie in [lo, hi]. Writes {0, 0} and *present = false when
-  // the key is absent or null.
-  Status Range(const char* key, double center, double lo, double hi, double* min, double* max,
-               bool* present);
-  // A pair [min, max] with lo <= min <= max <= hi; `def` when absent.
-  Status Pair(const char* key, double def_min, double def_max, double lo, double hi, double* min,
-              double* max);
-  // Fill value(s) for uncovered pixels: a number or one per channel, 0-255.
+  // absent, null or just the center.
+  Status Range(const char* key, double* min, double* max, bool* present);
+  // kPair: [min, max] with lo <= min <= max <= hi.
+  Status Pair(const char* key, double* min, double* max);
+  // kFill: a number or one per channel, 0-255.
   Status Fill(const char* key, std::vector<double>* out);
-  // "nearest" (torchvision's default for these ops) or "bilinear".
+  // kChoice "interpolation": "nearest" or "bilinear".
   Status Interpolation(const char* key, bool* bilinear);
-  Status String(const char* key, const char* def, std::initializer_list<const char*> allowed,
-                std::string* out);
-  // Takes an argument the op parsed itself (recorded as given).
-  const nlohmann::json* Raw(const char* key);
+  Status String(const char* key, std::string* out);
+  // kAny: an argument the transform parses itself (then Record it); null
+  // when absent (a required one absent is an error here).
+  Status Raw(const char* key, const nlohmann::json** out);
   void Record(const char* key, nlohmann::json value) { resolved_[key] = std::move(value); }
 
   Status Error(const std::string& msg) const;
   const std::string& where() const { return where_; }
-  // Unknown keys are an error listing the known ones.
+  // Keys the schema does not name are an error listing the ones it does;
+  // the schema's accepted-only arguments are checked here.
   Status CheckNoOthers() const;
   nlohmann::json resolved() const { return resolved_; }
 
  private:
+  // The schema's entry for `key` of type `type`, and the value given (null:
+  // absent); a read the schema does not declare is an internal error.
+  Status Arg(const char* key, ArgType type, const ArgSchema** arg, const nlohmann::json** v);
+
   const nlohmann::json& j_;
   std::string where_;
+  const OpSchema& schema_;
   nlohmann::json resolved_ = nlohmann::json::object();
-  std::vector<std::string> known_ = {"type"};
 };
 
 using OpFactory = Result<std::shared_ptr<const ImageOp>> (*)(OpArgs& args);
 
-// Every op, by its torchvision name, with what it does (the text Python's
-// nostall.transforms.NAME.__doc__ starts with). X(Name, doc) declares
-// `Result<std::shared_ptr<const ImageOp>> MakeName(OpArgs&)`.
-#define NOSTALL_IMAGE_OPS(X)                                                                   \
-  X(ColorJitter,            "Brightness, contrast, saturation and hue factors drawn per sample and applied in a random order, as torchvision's ColorJitter on PIL images. A number x gives the factor range [max(0, 1 - x), 1 + x] (hue: [-x, x], x <= 0.5); a pair (lo, hi) gives the range itself.") \
-  X(Grayscale,              "Gray as PIL's convert(\"L\") (0.299 R + 0.587 G + 0.114 B). num_output_channels as torchvision's: 1 (the default; load with mode=\"L\") or 3 (RGB batches, the gray value in each channel).") \
-  X(RandomGrayscale,        "With probability p (default 0.1), the sample in gray as Grayscale, in as many channels as the batch has.") \
-  X(GaussianBlur,           "Blur with a Gaussian kernel of kernel_size (odd; an int or (x, y)) and sigma drawn uniformly in sigma (a number, or (min, max); default (0.1, 2.0)) per sample, edges reflected, as torchvision's GaussianBlur.") \
-  X(RandomErasing,          "With probability p, erase a random box of scale (fraction of the area) and ratio (aspect) of the output tensor, after Normalize: value 0 (default), one value per channel, or \"random\" (normal noise), as torchvision's RandomErasing. inplace is accepted and changes nothing (batches are written once).") \
-  X(TrivialAugmentWide,     "One of torchvision's TrivialAugmentWide ops per sample, at a magnitude drawn from num_magnitude_bins (default 31); interpolation NEAREST (default) or BILINEAR, fill for the area uncovered by geometric ops.") \
-  X(RandAugment,            "num_ops (default 2) ops drawn per sample from torchvision's RandAugment list at magnitude (default 9 of num_magnitude_bins 31); interpolation NEAREST or BILINEAR, fill for uncovered area.") \
-  X(AutoAugment,            "A sub-policy of torchvision's AutoAugmentPolicy (IMAGENET, CIFAR10 or SVHN) drawn per sample, each op applied with its probability and magnitude; interpolation NEAREST or BILINEAR, fill for uncovered area.") \
-  X(RandomRotation,         "Rotate by an angle drawn uniformly in degrees (a number d means [-d, d]) about center (default: the middle), interpolation NEAREST (default) or BILINEAR, uncovered area fill (default 0). expand=True is not supported.") \
-  X(RandomAffine,           "Rotation (degrees), translation (translate: max fractions of width and height), scale (a range) and shear (degrees) drawn per sample, as torchvision's RandomAffine; interpolation NEAREST (default) or BILINEAR, uncovered area fill (default 0).") \
-  X(RandomVerticalFlip,     "Flip the sample top to bottom with probability p (default 0.5).") \
-  X(RandomInvert,           "With probability p (default 0.5), invert every channel: 255 - x.") \
-  X(RandomPosterize,        "With probability p (default 0.5), keep only the top bits (1-8) of each channel.") \
-  X(RandomSolarize,         "With probability p (default 0.5), invert the channels at or above threshold (0-255 for uint8 pixels).") \
-  X(RandomAutocontrast,     "With probability p (default 0.5), stretch each channel to the full 0-255 range, as PIL's ImageOps.autocontrast.") \
-  X(RandomEqualize,         "With probability p (default 0.5), equalize each channel's histogram, as PIL's ImageOps.equalize.") \
-  X(RandomAdjustSharpness,  "With probability p (default 0.5), sharpen (sharpness_factor > 1) or blur (< 1) as PIL's ImageEnhance.Sharpness; 1 leaves the image as it is.")
+// Every op, by its torchvision name. X(Name) declares its factory,
+// `Result<std::shared_ptr<const ImageOp>> MakeName(OpArgs&)`, and its schema,
+// `const OpSchema& NameSchema()` (what it does, its arguments), both in the
+// op's own file. Adding an op is that file and one line here.
+#define NOSTALL_IMAGE_OPS(X) \
+  X(ColorJitter)             \
+  X(Grayscale)               \
+  X(RandomGrayscale)         \
+  X(GaussianBlur)            \
+  X(RandomErasing)           \
+  X(TrivialAugmentWide)      \
+  X(RandAugment)             \
+  X(AutoAugment)             \
+  X(RandomRotation)          \
+  X(RandomAffine)            \
+  X(RandomVerticalFlip)      \
+  X(RandomInvert)            \
+  X(RandomPosterize)         \
+  X(RandomSolarize)          \
+  X(RandomAutocontrast)      \
+  X(RandomEqualize)          \
+  X(RandomAdjustSharpness)
 
-#define NOSTALL_DECLARE_IMAGE_OP(name, doc) Result<std::shared_ptr<const ImageOp>> Make##name(OpArgs&);
+#define NOSTALL_DECLARE_IMAGE_OP(name)                              \
+  Result<std::shared_ptr<const ImageOp>> Make##name(OpArgs& args); \
+  const OpSchema& name##Schema();
 NOSTALL_IMAGE_OPS(NOSTALL_DECLARE_IMAGE_OP)
 #undef NOSTALL_DECLARE_IMAGE_OP
+
+// The schemas of the transforms that are not ops: the geometry
+// (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip) and
+// Normalize (transform_json.cc).
+std::vector<OpSchema> GeometrySchemas();
+
+// A spec's transform entry (at `position` of the list) read through its
+// schema, and written back with every default spelled out.
+Result<Transform> TransformFromJson(const nlohmann::json& j, size_t position);
+nlohmann::json TransformToJson(const Transform& t);
 
 // Finds the op named `type`; null when there is none.
 OpFactory FindImageOp(const std::string& type);

@@ -50,13 +50,10 @@ std::vector<json> EveryOp() {
 }
 
 std::shared_ptr<const ImageOp> Make(const json& j) {
-  OpArgs args(j, "");
-  OpFactory make = FindImageOp(j["type"].get<std::string>());
-  EXPECT_NE(make, nullptr) << j.dump();
-  auto op = make(args);
-  EXPECT_TRUE(op.ok()) << op.status().ToString();
-  EXPECT_TRUE(args.CheckNoOthers().ok());
-  return op.value();
+  auto t = TransformFromJson(j, 0);
+  EXPECT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->kind, TransformKind::kOp) << j.dump();
+  return t->op;
 }
 
 TEST(OpsTest, EveryRegisteredOpIsCoveredHere) {
@@ -99,12 +96,7 @@ TEST(OpsTest, OpsKeepTheSizeAndDependOnTheStreamAloneOnHostileSizes) {
 }
 
 TEST(OpsTest, BadArgumentsNameTheArgument) {
-  auto error = [](const json& j) {
-    OpArgs args(j, "T: ");
-    auto op = FindImageOp(j["type"].get<std::string>())(args);
-    if (op.ok()) return args.CheckNoOthers().ToString();
-    return op.status().ToString();
-  };
+  auto error = [](const json& j) { return TransformFromJson(j, 0).status().ToString(); };
   EXPECT_NE(error({{"type", "ColorJitter"}, {"brightness", -1}}).find("brightness must be non-negative"),
             std::string::npos);
   EXPECT_NE(error({{"type", "ColorJitter"}, {"hue", json::array({0.1, 0.9})}}).find("hue values"),
@@ -116,6 +108,40 @@ TEST(OpsTest, BadArgumentsNameTheArgument) {
   EXPECT_NE(error({{"type", "TrivialAugmentWide"}, {"bins", 3}}).find("unknown argument 'bins'"),
             std::string::npos);
   EXPECT_NE(error({{"type", "RandomPosterize"}}).find("needs bits"), std::string::npos);
+  EXPECT_NE(error({{"type", "RandomRotation"}, {"degrees", 5}, {"expand", true}}).find("a batch has one size"),
+            std::string::npos);
+  EXPECT_NE(error({{"type", "RandomResizedCrop"}, {"size", 8}, {"scale", json::array({0, 1})}}).find("scale"),
+            std::string::npos);
+  EXPECT_NE(error({{"type", "Normalize"}, {"mean", json::array({0.5})}, {"std", json::array({0})}})
+                .find("std must be positive"),
+            std::string::npos);
+}
+
+// Every argument a transform reads is one its schema declares (a read the
+// schema does not declare is an internal error, whether or not the argument
+// is given), for every transform: the schema and the code that reads it agree.
+TEST(OpsTest, EveryTransformReadsOnlyWhatItsSchemaDeclares) {
+  std::vector<json> all = EveryOp();
+  all.push_back({{"type", "RandomResizedCrop"}, {"size", 8}});
+  all.push_back({{"type", "Resize"}, {"size", 8}, {"max_size", 20}});
+  all.push_back({{"type", "CenterCrop"}, {"size", json::array({4, 6})}});
+  all.push_back({{"type", "RandomHorizontalFlip"}});
+  all.push_back({{"type", "Normalize"}, {"mean", json::array({0.5})}, {"std", json::array({0.2})}});
+  std::set<std::string> seen;
+  for (const json& j : all) {
+    auto t = TransformFromJson(j, 0);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    seen.insert(j["type"].get<std::string>());
+    // Written back, it reads again to the same.
+    auto again = TransformFromJson(TransformToJson(t.value()), 0);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(TransformToJson(again.value()), TransformToJson(t.value()));
+  }
+  EXPECT_EQ(seen.size(), TransformSchemas().size());
+  for (const OpSchema& s : TransformSchemas()) {
+    EXPECT_FALSE(s.doc.empty()) << s.name;
+    for (const ArgSchema& a : s.args) EXPECT_FALSE(a.doc.empty()) << s.name << "." << a.name;
+  }
 }
 
 // The fused planar resample (NCHW, flip, normalise) writes what the

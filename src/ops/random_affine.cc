@@ -9,14 +9,10 @@
 namespace nostall {
 namespace {
 
-Status Degrees(OpArgs& args, const char* key, bool required, double* lo, double* hi) {
-  const nlohmann::json* v = args.Raw(key);
+Status Degrees(OpArgs& args, const char* key, double* lo, double* hi) {
+  const nlohmann::json* v = nullptr;
+  NOSTALL_RETURN_IF_ERROR(args.Raw(key, &v));  // required: never null here
   *lo = *hi = 0;
-  if (v == nullptr) {
-    if (required) return args.Error(std::string("needs ") + key);
-    args.Record(key, nullptr);
-    return Status::OK();
-  }
   if (v->is_number()) {
     const double d = v->get<double>();
     if (!(d >= 0) || !std::isfinite(d)) {
@@ -39,7 +35,8 @@ Status Degrees(OpArgs& args, const char* key, bool required, double* lo, double*
 }
 
 Status Center(OpArgs& args, bool* has, double center[2]) {
-  const nlohmann::json* v = args.Raw("center");
+  const nlohmann::json* v = nullptr;
+  NOSTALL_RETURN_IF_ERROR(args.Raw("center", &v));
   *has = false;
   if (v == nullptr) {
     args.Record("center", nullptr);
@@ -58,14 +55,22 @@ Status Center(OpArgs& args, bool* has, double center[2]) {
   return Status::OK();
 }
 
-Status NoExpand(OpArgs& args) {
-  bool expand = false;
-  NOSTALL_RETURN_IF_ERROR(args.Bool("expand", false, &expand));
-  if (expand) {
-    return args.Error("expand=true changes the image size, and a batch has one size; "
-                      "crop or resize after rotating instead");
-  }
-  return Status::OK();
+ArgSchema DegreesArg(const char* doc) {
+  return Required(AnyArg("degrees", nullptr, "float | tuple[float, float]", doc));
+}
+
+ArgSchema CenterArg() {
+  return AnyArg("center", nullptr, "tuple[float, float] | None",
+                "(x, y) in pixels to turn about (None: the image's middle)");
+}
+
+ArgSchema InterpolationArg() {
+  return ChoiceArg("interpolation", "nearest", {"nearest", "bilinear"},
+                   "NEAREST (the default) or BILINEAR");
+}
+
+ArgSchema FillArgument() {
+  return FillArg("fill", 0, "the area the map uncovers: a number or one per channel, 0-255");
 }
 
 class RandomRotationOp : public ImageOp {
@@ -119,11 +124,36 @@ class RandomAffineOp : public ImageOp {
 
 }  // namespace
 
+const OpSchema& RandomRotationSchema() {
+  static const OpSchema s = {
+      "RandomRotation",
+      "Rotate by an angle drawn uniformly per sample, as torchvision's RandomRotation.",
+      {DegreesArg("d: angles in [-d, d]; (lo, hi): that range"), InterpolationArg(),
+       AcceptedOnly(BoolArg("expand", false,
+                            "expand=True changes the image size, and a batch has one size: crop "
+                            "or resize after rotating instead")),
+       CenterArg(), FillArgument()}};
+  return s;
+}
+
+const OpSchema& RandomAffineSchema() {
+  static const OpSchema s = {
+      "RandomAffine",
+      "Rotation, translation, scale and shear drawn per sample, as torchvision's RandomAffine.",
+      {DegreesArg("rotation: d gives [-d, d]; (lo, hi) that range"),
+       AnyArg("translate", nullptr, "tuple[float, float] | None",
+              "(a, b): largest shift as fractions of the width and height, in [0, 1]"),
+       AnyArg("scale", nullptr, "tuple[float, float] | None", "(lo, hi): the scale's range"),
+       AnyArg("shear", nullptr, "float | Sequence[float] | None",
+              "degrees: s, (lo, hi) along x, or (xlo, xhi, ylo, yhi)"),
+       InterpolationArg(), FillArgument(), CenterArg()}};
+  return s;
+}
+
 Result<std::shared_ptr<const ImageOp>> MakeRandomRotation(OpArgs& args) {
   auto op = std::make_shared<RandomRotationOp>();
-  NOSTALL_RETURN_IF_ERROR(Degrees(args, "degrees", true, &op->lo, &op->hi));
+  NOSTALL_RETURN_IF_ERROR(Degrees(args, "degrees", &op->lo, &op->hi));
   NOSTALL_RETURN_IF_ERROR(args.Interpolation("interpolation", &op->bilinear));
-  NOSTALL_RETURN_IF_ERROR(NoExpand(args));
   NOSTALL_RETURN_IF_ERROR(Center(args, &op->has_center, op->center));
   NOSTALL_RETURN_IF_ERROR(args.Fill("fill", &op->fill));
   return std::shared_ptr<const ImageOp>(op);
@@ -131,8 +161,10 @@ Result<std::shared_ptr<const ImageOp>> MakeRandomRotation(OpArgs& args) {
 
 Result<std::shared_ptr<const ImageOp>> MakeRandomAffine(OpArgs& args) {
   auto op = std::make_shared<RandomAffineOp>();
-  NOSTALL_RETURN_IF_ERROR(Degrees(args, "degrees", true, &op->deg_lo, &op->deg_hi));
-  if (const nlohmann::json* t = args.Raw("translate")) {
+  NOSTALL_RETURN_IF_ERROR(Degrees(args, "degrees", &op->deg_lo, &op->deg_hi));
+  const nlohmann::json* t = nullptr;
+  NOSTALL_RETURN_IF_ERROR(args.Raw("translate", &t));
+  if (t != nullptr) {
     if (!(t->is_array() && t->size() == 2 && (*t)[0].is_number() && (*t)[1].is_number() &&
           (*t)[0].get<double>() >= 0 && (*t)[0].get<double>() <= 1 && (*t)[1].get<double>() >= 0 &&
           (*t)[1].get<double>() <= 1)) {
@@ -145,13 +177,25 @@ Result<std::shared_ptr<const ImageOp>> MakeRandomAffine(OpArgs& args) {
   } else {
     args.Record("translate", nullptr);
   }
-  if (args.Raw("scale") != nullptr) {
-    NOSTALL_RETURN_IF_ERROR(args.Pair("scale", 1, 1, 1e-6, 1e6, &op->scale_lo, &op->scale_hi));
+  const nlohmann::json* sc = nullptr;
+  NOSTALL_RETURN_IF_ERROR(args.Raw("scale", &sc));
+  if (sc != nullptr) {
+    if (!(sc->is_array() && sc->size() == 2 && (*sc)[0].is_number() && (*sc)[1].is_number() &&
+          (*sc)[0].get<double>() >= 1e-6 && (*sc)[0].get<double>() <= (*sc)[1].get<double>() &&
+          (*sc)[1].get<double>() <= 1e6)) {
+      return args.Error("scale must be [min, max] with 1e-06 <= min <= max <= 1e6, not " +
+                        sc->dump());
+    }
+    op->scale_lo = (*sc)[0].get<double>();
+    op->scale_hi = (*sc)[1].get<double>();
     op->has_scale = true;
+    args.Record("scale", nlohmann::json::array({op->scale_lo, op->scale_hi}));
   } else {
     args.Record("scale", nullptr);
   }
-  if (const nlohmann::json* s = args.Raw("shear")) {
+  const nlohmann::json* s = nullptr;
+  NOSTALL_RETURN_IF_ERROR(args.Raw("shear", &s));
+  if (s != nullptr) {
     if (s->is_number()) {
       if (!(s->get<double>() >= 0) || !std::isfinite(s->get<double>())) {
         return args.Error("shear as a single number must be finite and non-negative");

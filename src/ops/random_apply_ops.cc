@@ -32,24 +32,95 @@ class RandomApplyOp : public ImageOp {
   std::function<Affine(int, int)> motion_;  // ops that move pixels: where
 };
 
-Result<std::shared_ptr<const ImageOp>> Make(OpArgs& args, const char* name, double default_p,
+Result<std::shared_ptr<const ImageOp>> Make(OpArgs& args, const char* name,
                                             std::function<void(const ImageView&, OpScratch&)> fn,
                                             std::function<Affine(int, int)> motion = nullptr) {
   double p = 0;
-  NOSTALL_RETURN_IF_ERROR(args.Double("p", default_p, 0, 1, &p));
+  NOSTALL_RETURN_IF_ERROR(args.Double("p", &p));
   return std::shared_ptr<const ImageOp>(
       std::make_shared<RandomApplyOp>(name, p, std::move(fn), 0, std::move(motion)));
 }
 
+ArgSchema P(double def) { return FloatArg("p", def, 0, 1, "the probability it is applied"); }
+
 }  // namespace
 
+const OpSchema& RandomGrayscaleSchema() {
+  static const OpSchema s = {
+      "RandomGrayscale",
+      "With probability p, the sample in gray as Grayscale, in as many channels as the batch has.",
+      {P(0.1)}};
+  return s;
+}
+
+const OpSchema& GrayscaleSchema() {
+  static const OpSchema s = {
+      "Grayscale", "Gray as PIL's convert(\"L\") (0.299 R + 0.587 G + 0.114 B).",
+      {IntArg("num_output_channels", 1, 1, 3,
+              "1 (load with mode=\"L\") or 3 (RGB batches, the gray value in each channel)")}};
+  return s;
+}
+
+const OpSchema& RandomVerticalFlipSchema() {
+  static const OpSchema s = {"RandomVerticalFlip", "Flip the sample top to bottom with probability p.",
+                             {P(0.5)}};
+  return s;
+}
+
+const OpSchema& RandomInvertSchema() {
+  static const OpSchema s = {"RandomInvert", "With probability p, invert every channel: 255 - x.",
+                             {P(0.5)}};
+  return s;
+}
+
+const OpSchema& RandomAutocontrastSchema() {
+  static const OpSchema s = {
+      "RandomAutocontrast",
+      "With probability p, stretch each channel to the full 0-255 range, as PIL's "
+      "ImageOps.autocontrast.",
+      {P(0.5)}};
+  return s;
+}
+
+const OpSchema& RandomEqualizeSchema() {
+  static const OpSchema s = {
+      "RandomEqualize",
+      "With probability p, equalize each channel's histogram, as PIL's ImageOps.equalize.",
+      {P(0.5)}};
+  return s;
+}
+
+const OpSchema& RandomPosterizeSchema() {
+  static const OpSchema s = {
+      "RandomPosterize", "With probability p, keep only the top bits of each channel.",
+      {Required(IntArg("bits", 8, 0, 8, "the bits kept, 0-8")), P(0.5)}};
+  return s;
+}
+
+const OpSchema& RandomSolarizeSchema() {
+  static const OpSchema s = {
+      "RandomSolarize", "With probability p, invert the channels at or above threshold.",
+      {Required(FloatArg("threshold", 128, 0, 255, "0-255 for uint8 pixels")), P(0.5)}};
+  return s;
+}
+
+const OpSchema& RandomAdjustSharpnessSchema() {
+  static const OpSchema s = {
+      "RandomAdjustSharpness",
+      "With probability p, sharpen or blur as PIL's ImageEnhance.Sharpness.",
+      {Required(FloatArg("sharpness_factor", 1, 0, 1e9,
+                         "> 1 sharpens, < 1 blurs, 1 leaves the image as it is")),
+       P(0.5)}};
+  return s;
+}
+
 Result<std::shared_ptr<const ImageOp>> MakeRandomGrayscale(OpArgs& args) {
-  return Make(args, "RandomGrayscale", 0.1, [](const ImageView& img, OpScratch&) { ToGrayscale(img); });
+  return Make(args, "RandomGrayscale", [](const ImageView& img, OpScratch&) { ToGrayscale(img); });
 }
 
 Result<std::shared_ptr<const ImageOp>> MakeGrayscale(OpArgs& args) {
   int n = 0;
-  NOSTALL_RETURN_IF_ERROR(args.Int("num_output_channels", 1, 1, 3, &n));
+  NOSTALL_RETURN_IF_ERROR(args.Int("num_output_channels", &n));
   if (n == 2) return args.Error("num_output_channels must be 1 or 3");
   // torchvision's default, 1, as in every face; the batch's channel count
   // is `mode`'s, so one channel needs mode="L" (checked with the pipeline).
@@ -59,42 +130,39 @@ Result<std::shared_ptr<const ImageOp>> MakeGrayscale(OpArgs& args) {
 
 Result<std::shared_ptr<const ImageOp>> MakeRandomVerticalFlip(OpArgs& args) {
   return Make(
-      args, "RandomVerticalFlip", 0.5, [](const ImageView& img, OpScratch&) { FlipVertical(img); },
+      args, "RandomVerticalFlip", [](const ImageView& img, OpScratch&) { FlipVertical(img); },
       [](int, int h) { return Affine::FlipY(h); });
 }
 
 Result<std::shared_ptr<const ImageOp>> MakeRandomInvert(OpArgs& args) {
-  return Make(args, "RandomInvert", 0.5, [](const ImageView& img, OpScratch&) { Invert(img); });
+  return Make(args, "RandomInvert", [](const ImageView& img, OpScratch&) { Invert(img); });
 }
 
 Result<std::shared_ptr<const ImageOp>> MakeRandomAutocontrast(OpArgs& args) {
-  return Make(args, "RandomAutocontrast", 0.5, [](const ImageView& img, OpScratch&) { Autocontrast(img); });
+  return Make(args, "RandomAutocontrast", [](const ImageView& img, OpScratch&) { Autocontrast(img); });
 }
 
 Result<std::shared_ptr<const ImageOp>> MakeRandomEqualize(OpArgs& args) {
-  return Make(args, "RandomEqualize", 0.5, [](const ImageView& img, OpScratch&) { Equalize(img); });
+  return Make(args, "RandomEqualize", [](const ImageView& img, OpScratch&) { Equalize(img); });
 }
 
 Result<std::shared_ptr<const ImageOp>> MakeRandomPosterize(OpArgs& args) {
   int bits = 0;
-  if (args.Raw("bits") == nullptr) return args.Error("needs bits (0-8)");
-  NOSTALL_RETURN_IF_ERROR(args.Int("bits", 8, 0, 8, &bits));
-  return Make(args, "RandomPosterize", 0.5, [bits](const ImageView& img, OpScratch&) { Posterize(img, bits); });
+  NOSTALL_RETURN_IF_ERROR(args.Int("bits", &bits));
+  return Make(args, "RandomPosterize", [bits](const ImageView& img, OpScratch&) { Posterize(img, bits); });
 }
 
 Result<std::shared_ptr<const ImageOp>> MakeRandomSolarize(OpArgs& args) {
   double threshold = 0;
-  if (args.Raw("threshold") == nullptr) return args.Error("needs threshold (0-255)");
-  NOSTALL_RETURN_IF_ERROR(args.Double("threshold", 128, 0, 255, &threshold));
-  return Make(args, "RandomSolarize", 0.5,
+  NOSTALL_RETURN_IF_ERROR(args.Double("threshold", &threshold));
+  return Make(args, "RandomSolarize",
               [threshold](const ImageView& img, OpScratch&) { Solarize(img, threshold); });
 }
 
 Result<std::shared_ptr<const ImageOp>> MakeRandomAdjustSharpness(OpArgs& args) {
   double factor = 0;
-  if (args.Raw("sharpness_factor") == nullptr) return args.Error("needs sharpness_factor (>= 0)");
-  NOSTALL_RETURN_IF_ERROR(args.Double("sharpness_factor", 1, 0, 1e9, &factor));
-  return Make(args, "RandomAdjustSharpness", 0.5, [factor](const ImageView& img, OpScratch& s) {
+  NOSTALL_RETURN_IF_ERROR(args.Double("sharpness_factor", &factor));
+  return Make(args, "RandomAdjustSharpness", [factor](const ImageView& img, OpScratch& s) {
     AdjustSharpness(img, factor, s);
   });
 }

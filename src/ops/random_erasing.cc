@@ -74,12 +74,28 @@ class RandomErasingOp : public ImageOp {
 
 }  // namespace
 
+const OpSchema& RandomErasingSchema() {
+  static const OpSchema s = {
+      "RandomErasing",
+      "With probability p, erase a random box of the output tensor, after Normalize, as "
+      "torchvision's RandomErasing.",
+      {FloatArg("p", 0.5, 0, 1, "the probability a sample is erased"),
+       PairArg("scale", 0.02, 0.33, 0, 1, "the box's area, as a fraction of the image's"),
+       PairArg("ratio", 0.3, 3.3, 1e-6, 1e6, "the box's aspect ratio"),
+       AnyArg("value", 0, "float | Sequence[float] | str",
+              "0, one value per channel, or \"random\" (normal noise; needs float32)"),
+       AcceptedOnly(BoolArg("inplace", false,
+                            "accepted as torchvision's; batches are written once either way"))}};
+  return s;
+}
+
 Result<std::shared_ptr<const ImageOp>> MakeRandomErasing(OpArgs& args) {
   auto op = std::make_shared<RandomErasingOp>();
-  NOSTALL_RETURN_IF_ERROR(args.Double("p", 0.5, 0, 1, &op->p));
-  NOSTALL_RETURN_IF_ERROR(args.Pair("scale", 0.02, 0.33, 0, 1, &op->scale_min, &op->scale_max));
-  NOSTALL_RETURN_IF_ERROR(args.Pair("ratio", 0.3, 3.3, 1e-6, 1e6, &op->ratio_min, &op->ratio_max));
-  const nlohmann::json* v = args.Raw("value");
+  NOSTALL_RETURN_IF_ERROR(args.Double("p", &op->p));
+  NOSTALL_RETURN_IF_ERROR(args.Pair("scale", &op->scale_min, &op->scale_max));
+  NOSTALL_RETURN_IF_ERROR(args.Pair("ratio", &op->ratio_min, &op->ratio_max));
+  const nlohmann::json* v = nullptr;
+  NOSTALL_RETURN_IF_ERROR(args.Raw("value", &v));
   if (v != nullptr && v->is_string()) {
     if (v->get<std::string>() != "random") {
       return args.Error("value must be a number, one per channel, or \"random\", not " + v->dump());

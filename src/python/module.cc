@@ -410,6 +410,10 @@ NB_MODULE(_nostall, m) {
     return nlohmann::json::parse(spec.ToJson())["transforms"].dump();
   });
   m.def("image_op_doc", [](const std::string& type) { return std::string(nostall::ImageOpDoc(type)); });
+  m.def("transform_schemas", &nostall::TransformSchemasJson);
+  m.def("check_transform", [](const std::string& transform_json) {
+    return nostall::ValueOrRaise(nostall::CheckTransformJson(transform_json));
+  });
   m.def("sample_params", [](const std::string& spec_json, int width, int height, int64_t epoch,
                             int64_t index) {
     nostall::LoaderSpec spec = nostall::ValueOrRaise(nostall::LoaderSpec::FromJson(spec_json));

@@ -260,14 +260,17 @@ def test_bad_arguments_name_the_op_and_the_argument():
 
 
 def test_grayscale_has_torchvisions_one_default_in_every_face(pngs):
+    import inspect
     import json
 
     from nostall import _nostall
-    # Python leaves the default to C++: a spec written by hand means the same.
+    # One default, C++'s schema's: a spec written by hand, the Python
+    # signature (generated from the schema) and the resolved transform agree.
     resolved = json.loads(_nostall.resolve_transforms(json.dumps(
         {"source": ".", "mode": "L", "transforms": [{"type": "Grayscale"}]})))
     assert resolved[0]["num_output_channels"] == 1
-    assert T.Grayscale().to_dict() == {"type": "Grayscale"}
+    assert inspect.signature(T.Grayscale).parameters["num_output_channels"].default == 1
+    assert T.Grayscale().to_dict() == {"type": "Grayscale", "num_output_channels": 1}
     one = nostall.Loader(pngs, batch_size=4, mode="L", transforms=[T.Grayscale()])
     assert one.sample_shape == (1, 56, 72)
     three = nostall.Loader(pngs, batch_size=4, transforms=[T.Grayscale(3)])

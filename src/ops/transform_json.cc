@@ -1,0 +1,247 @@
+// A spec's transform entries <-> Transform, each read through its schema
+// (schema.h): the geometry and Normalize here, the ops by their factories.
+#include <cmath>
+
+#include "nostall/transforms.h"
+#include "ops/op.h"
+
+namespace nostall {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr int64_t kMaxSide = 1 << 16;
+
+const char* KindName(TransformKind k) {
+  switch (k) {
+    case TransformKind::kRandomResizedCrop: return "RandomResizedCrop";
+    case TransformKind::kResize: return "Resize";
+    case TransformKind::kCenterCrop: return "CenterCrop";
+    case TransformKind::kRandomHorizontalFlip: return "RandomHorizontalFlip";
+    case TransformKind::kNormalize: return "Normalize";
+    case TransformKind::kOp: return "op";
+  }
+  return "?";
+}
+
+std::string Shown(const json& v) {
+  std::string d = v.dump();
+  return d.size() > 40 ? d.substr(0, 40) + "..." : d;
+}
+
+bool Side(const json& v) {
+  return v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMaxSide;
+}
+
+ArgSchema SizeArg(const char* doc) {
+  return Required(AnyArg("size", nullptr, "int | tuple[int, int]", doc));
+}
+
+ArgSchema Bilinear() {
+  return AcceptedOnly(ChoiceArg("interpolation", "bilinear", {"bilinear"},
+                                "bilinear only: nostall resamples as PIL's bilinear filter, "
+                                "antialiased (torchvision's default on PIL images)"));
+}
+
+ArgSchema Antialias() {
+  return AcceptedOnly(BoolArg("antialias", true,
+                              "True only: nostall always antialiases, as torchvision does on PIL "
+                              "images"));
+}
+
+// "size": one number (height = width) or [height, width]; a Resize's one
+// number is its smaller edge.
+Status ReadSize(OpArgs& args, bool one_is_short_side, Transform* t) {
+  const json* s = nullptr;
+  NOSTALL_RETURN_IF_ERROR(args.Raw("size", &s));
+  if (Side(*s)) {
+    if (one_is_short_side) {
+      t->short_side = s->get<int>();
+    } else {
+      t->height = t->width = s->get<int>();
+    }
+  } else if (s->is_array() && s->size() == 1 && Side((*s)[0]) && !one_is_short_side) {
+    t->height = t->width = (*s)[0].get<int>();
+  } else if (s->is_array() && s->size() == 2 && Side((*s)[0]) && Side((*s)[1])) {
+    t->height = (*s)[0].get<int>();
+    t->width = (*s)[1].get<int>();
+  } else {
+    return args.Error("size must be an integer or [height, width] in [1, " +
+                      std::to_string(kMaxSide) + "], not " + Shown(*s));
+  }
+  return Status::OK();
+}
+
+Status ReadNumbers(OpArgs& args, const char* key, std::vector<double>* out) {
+  const json* v = nullptr;
+  NOSTALL_RETURN_IF_ERROR(args.Raw(key, &v));
+  bool ok = v->is_array() && !v->empty();
+  for (size_t i = 0; ok && i < v->size(); ++i) {
+    ok = (*v)[i].is_number() && std::isfinite((*v)[i].get<double>());
+  }
+  if (!ok) return args.Error(std::string(key) + " must be a list of numbers, not " + Shown(*v));
+  *out = v->get<std::vector<double>>();
+  return Status::OK();
+}
+
+Status ReadGeometry(const std::string& type, OpArgs& args, Transform* t) {
+  if (type == "RandomResizedCrop") {
+    t->kind = TransformKind::kRandomResizedCrop;
+    NOSTALL_RETURN_IF_ERROR(ReadSize(args, false, t));
+    NOSTALL_RETURN_IF_ERROR(args.Pair("scale", &t->scale_min, &t->scale_max));
+    return args.Pair("ratio", &t->ratio_min, &t->ratio_max);
+  }
+  if (type == "Resize") {
+    t->kind = TransformKind::kResize;
+    NOSTALL_RETURN_IF_ERROR(ReadSize(args, true, t));
+    const json* m = nullptr;
+    NOSTALL_RETURN_IF_ERROR(args.Raw("max_size", &m));
+    if (m != nullptr) {
+      if (!m->is_number_integer() || m->get<int64_t>() < 0 || m->get<int64_t>() > kMaxSide) {
+        return args.Error("max_size must be an integer in [0, " + std::to_string(kMaxSide) +
+                          "], not " + Shown(*m));
+      }
+      t->max_size = m->get<int>();
+    }
+    // As torchvision: max_size bounds the longer edge of a resize by the
+    // smaller one, and must leave room for it.
+    if (t->max_size > 0 && t->short_side <= 0) {
+      return args.Error("max_size needs size to be one number (the smaller edge), as "
+                        "torchvision's Resize");
+    }
+    if (t->max_size > 0 && t->max_size <= t->short_side) {
+      return args.Error("max_size = " + std::to_string(t->max_size) + " must be strictly greater "
+                        "than the requested size for the smaller edge size = " +
+                        std::to_string(t->short_side));
+    }
+    return Status::OK();
+  }
+  if (type == "CenterCrop") {
+    t->kind = TransformKind::kCenterCrop;
+    return ReadSize(args, false, t);
+  }
+  if (type == "RandomHorizontalFlip") {
+    t->kind = TransformKind::kRandomHorizontalFlip;
+    return args.Double("p", &t->p);
+  }
+  t->kind = TransformKind::kNormalize;
+  NOSTALL_RETURN_IF_ERROR(ReadNumbers(args, "mean", &t->mean));
+  NOSTALL_RETURN_IF_ERROR(ReadNumbers(args, "std", &t->std));
+  if (t->mean.size() != t->std.size()) return args.Error("mean and std need the same length");
+  for (double s : t->std) {
+    if (!(s > 0)) return args.Error("std must be positive");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+std::vector<OpSchema> GeometrySchemas() {
+  return {
+      {"RandomResizedCrop",
+       "Crop a random area and aspect ratio, then resize to size (torchvision's algorithm: the "
+       "area drawn in scale, the aspect log-uniformly in ratio, ten tries then a center crop; "
+       "bilinear and antialiased, as on PIL images).",
+       {SizeArg("an int (square) or (height, width)"),
+        PairArg("scale", 0.08, 1.0, 1e-9, 1, "the crop's area, as a fraction of the image's"),
+        PairArg("ratio", 3.0 / 4.0, 4.0 / 3.0, 1e-9, 1e9, "the crop's aspect ratio"),
+        Bilinear(), Antialias()}},
+      {"Resize",
+       "Resize: an int sets the smaller edge (aspect kept), (h, w) sets both; bilinear and "
+       "antialiased, as on PIL images.",
+       {SizeArg("the smaller edge, or (height, width)"), Bilinear(),
+        AnyArg("max_size", nullptr, "int | None",
+               "a cap on the longer edge (with an int size only), as torchvision's"),
+        Antialias()}},
+      {"CenterCrop",
+       "Crop the center size out of the image; an image smaller than size is a DataError naming "
+       "it, where torchvision would pad it with zeros: put a Resize first.",
+       {SizeArg("an int (square) or (height, width)")}},
+      {"RandomHorizontalFlip", "Flip the sample left to right with probability p, drawn per sample.",
+       {FloatArg("p", 0.5, 0, 1, "the probability a sample is flipped")}},
+      {"Normalize",
+       "(x / 255 - mean) / std per channel, as ToTensor + Normalize; gives float32. Ops on the "
+       "normalised tensor (RandomErasing) come after it.",
+       {Required(AnyArg("mean", nullptr, "Sequence[float]", "per channel, in [0, 1] units")),
+        Required(AnyArg("std", nullptr, "Sequence[float]", "per channel, positive")),
+        AcceptedOnly(BoolArg("inplace", false,
+                             "accepted as torchvision's; nostall writes each batch once"))}},
+  };
+}
+
+Result<Transform> TransformFromJson(const json& j, size_t position) {
+  const std::string at = "transforms[" + std::to_string(position) + "]";
+  if (!j.is_object()) {
+    return InvalidArgument(at + " must be an object such as {\"type\": \"CenterCrop\", "
+                           "\"size\": 224}, not " + Shown(j));
+  }
+  if (!j.contains("type") || !j["type"].is_string()) {
+    return InvalidArgument(at + " needs a \"type\" string (RandomResizedCrop, Resize, "
+                           "CenterCrop, RandomHorizontalFlip, Normalize, " + ImageOpNames() + ")");
+  }
+  const std::string type = j["type"].get<std::string>();
+  const OpSchema* schema = FindTransformSchema(type);
+  if (schema == nullptr) {
+    return InvalidArgument(at + ": unknown transform '" + type +
+                           "' (known: RandomResizedCrop, Resize, CenterCrop, "
+                           "RandomHorizontalFlip, Normalize, " + ImageOpNames() + ")");
+  }
+  OpArgs args(j, at + " (" + type + "): ", *schema);
+  NOSTALL_RETURN_IF_ERROR(args.CheckNoOthers());
+  Transform t;
+  if (OpFactory make = FindImageOp(type)) {
+    NOSTALL_ASSIGN_OR_RETURN(t.op, make(args));
+    t.kind = TransformKind::kOp;
+    t.op_name = type;
+    t.op_args = args.resolved().dump();
+  } else {
+    NOSTALL_RETURN_IF_ERROR(ReadGeometry(type, args, &t));
+  }
+  return t;
+}
+
+Result<std::string> CheckTransformJson(const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    return InvalidArgument(std::string("a transform is a JSON object: ") + e.what());
+  }
+  NOSTALL_ASSIGN_OR_RETURN(Transform t, TransformFromJson(j, 0));
+  return TransformToJson(t).dump();
+}
+
+json TransformToJson(const Transform& t) {
+  if (t.kind == TransformKind::kOp) {
+    json j = {{"type", t.op_name}};
+    j.update(json::parse(t.op_args));
+    return j;
+  }
+  json j = {{"type", KindName(t.kind)}};
+  switch (t.kind) {
+    case TransformKind::kRandomResizedCrop:
+      j["size"] = {t.height, t.width};
+      j["scale"] = {t.scale_min, t.scale_max};
+      j["ratio"] = {t.ratio_min, t.ratio_max};
+      break;
+    case TransformKind::kResize:
+      if (t.short_side > 0) {
+        j["size"] = t.short_side;
+      } else {
+        j["size"] = {t.height, t.width};
+      }
+      if (t.max_size > 0) j["max_size"] = t.max_size;
+      break;
+    case TransformKind::kCenterCrop: j["size"] = {t.height, t.width}; break;
+    case TransformKind::kRandomHorizontalFlip: j["p"] = t.p; break;
+    case TransformKind::kNormalize:
+      j["mean"] = t.mean;
+      j["std"] = t.std;
+      break;
+    case TransformKind::kOp: break;
+  }
+  return j;
+}
+
+}  // namespace nostall
