@@ -132,7 +132,9 @@ def docs_table(all_schemas) -> str:
             default = "required" if a["required"] else f"`{_literal(a['default'])}`"
             where = where.lstrip(", ").replace("|", "\\|")
             doc = a["doc"] + (" (accepted for torchvision's signature; only this value)"
-                              if a["accepted_only"] else "")
+                              if a["accepted_only"] else
+                              " (accepted for torchvision's signature; changes nothing)"
+                              if a["ignored"] else "")
             rows.append(f"| {name} | `{a['name']}` | `{kind.replace('|', chr(92) + '|')}` | "
                         f"{default} | {where} | {doc} |")
     return "\n".join(rows) + "\n"

@@ -16,6 +16,12 @@ std::string Shown(const json& v) {
   return s.size() > 60 ? s.substr(0, 57) + "..." : s;
 }
 bool IsNumber(const json& v) { return v.is_number() && std::isfinite(v.get<double>()); }
+// A bound as a person writes it: 1, not 1.0; inf for no bound.
+std::string Num(double v) {
+  if (!std::isfinite(v)) return v > 0 ? "inf" : "-inf";
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
+  return json(v).dump();
+}
 }  // namespace
 
 Status OpArgs::Error(const std::string& msg) const { return InvalidArgument(where_ + msg); }
@@ -42,8 +48,8 @@ Status OpArgs::Double(const char* key, double* out) {
   if (v != nullptr && !IsNumber(*v)) return Error(std::string(key) + " must be a number, not " + Shown(*v));
   *out = v != nullptr ? v->get<double>() : a->def.get<double>();
   if (!(*out >= a->lo && *out <= a->hi)) {
-    return Error(std::string(key) + " must be in [" + json(a->lo).dump() + ", " + json(a->hi).dump() +
-                 "], not " + json(*out).dump());
+    return Error(std::string(key) + " must be in [" + Num(a->lo) + ", " + Num(a->hi) + "], not " +
+                 Num(*out));
   }
   Record(key, *out);
   return Status::OK();
@@ -101,8 +107,7 @@ Status OpArgs::Range(const char* key, double* min, double* max, bool* present) {
     return Error(std::string(key) + " must be a number or [min, max], not " + Shown(*v));
   }
   if (!(lo <= *min && *min <= *max && *max <= hi)) {
-    return Error(std::string(key) + " values should be between " + json(lo).dump() + " and " +
-                 (std::isfinite(hi) ? json(hi).dump() : std::string("inf")) +
+    return Error(std::string(key) + " values should be between " + Num(lo) + " and " + Num(hi) +
                  " with min <= max, not " + Shown(*v));
   }
   // torchvision: a range that is just the centre does nothing.
@@ -122,8 +127,8 @@ Status OpArgs::Pair(const char* key, double* min, double* max) {
   *min = given[0].get<double>();
   *max = given[1].get<double>();
   if (!(a->lo <= *min && *min <= *max && *max <= a->hi)) {
-    return Error(std::string(key) + " must satisfy " + json(a->lo).dump() + " <= min <= max <= " +
-                 json(a->hi).dump() + ", not [" + json(*min).dump() + ", " + json(*max).dump() + "]");
+    return Error(std::string(key) + " must satisfy " + Num(a->lo) + " <= min <= max <= " +
+                 Num(a->hi) + ", not [" + Num(*min) + ", " + Num(*max) + "]");
   }
   Record(key, json::array({*min, *max}));
   return Status::OK();
@@ -188,6 +193,9 @@ Status OpArgs::CheckNoOthers() const {
     // nothing (the default) is.
     if (a->accepted_only && !value.is_null() && value != a->def) {
       return Error(key + "=" + Shown(value) + " is not supported (" + a->doc + ")");
+    }
+    if (a->ignored && !value.is_null() && a->type == ArgType::kBool && !value.is_boolean()) {
+      return Error(key + " must be true or false, not " + Shown(value));
     }
   }
   return Status::OK();

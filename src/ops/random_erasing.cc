@@ -84,7 +84,7 @@ const OpSchema& RandomErasingSchema() {
        PairArg("ratio", 0.3, 3.3, 1e-6, 1e6, "the box's aspect ratio"),
        AnyArg("value", 0, "float | Sequence[float] | str",
               "0, one value per channel, or \"random\" (normal noise; needs float32)"),
-       AcceptedOnly(BoolArg("inplace", false,
+       Ignored(BoolArg("inplace", false,
                             "accepted as torchvision's; batches are written once either way"))}};
   return s;
 }

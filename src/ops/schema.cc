@@ -91,6 +91,11 @@ ArgSchema AcceptedOnly(ArgSchema arg) {
   return arg;
 }
 
+ArgSchema Ignored(ArgSchema arg) {
+  arg.ignored = true;
+  return arg;
+}
+
 const std::vector<OpSchema>& TransformSchemas() {
   static const std::vector<OpSchema> all = [] {
     std::vector<OpSchema> v = GeometrySchemas();
@@ -135,7 +140,7 @@ std::string TransformSchemasJson() {
       args.push_back({{"name", a.name}, {"type", TypeName(a.type)}, {"default", a.def},
                       {"required", a.required}, {"lo", Bound(a.lo)}, {"hi", Bound(a.hi)},
                       {"choices", a.choices}, {"py", a.py}, {"doc", a.doc},
-                      {"accepted_only", a.accepted_only}});
+                      {"accepted_only", a.accepted_only}, {"ignored", a.ignored}});
     }
     out.push_back({{"name", s.name}, {"doc", s.doc}, {"args", args}});
   }

@@ -39,9 +39,13 @@ struct ArgSchema {
   std::vector<std::string> choices;  // kChoice
   std::string py;                    // the Python type, for signatures and docs
   std::string doc;
-  // Accepted for torchvision's signature and checked, but it changes nothing
-  // and is not written back to the spec.
+  // Accepted for torchvision's signature with its default value only (any
+  // other is an error saying why); not written back to the spec.
   bool accepted_only = false;
+  // Accepted for torchvision's signature with any value of its type, which
+  // changes nothing (e.g. inplace: batches are written once); not written
+  // back to the spec.
+  bool ignored = false;
 };
 
 struct OpSchema {
@@ -65,13 +69,14 @@ ArgSchema AnyArg(std::string name, nlohmann::json def, std::string py, std::stri
 // `arg` without a default: the caller must give it.
 ArgSchema Required(ArgSchema arg);
 ArgSchema AcceptedOnly(ArgSchema arg);
+ArgSchema Ignored(ArgSchema arg);
 
 // Every transform a spec takes: the geometry and Normalize, then the ops of
 // the registry (NOSTALL_IMAGE_OPS), in order.
 const std::vector<OpSchema>& TransformSchemas();
 const OpSchema* FindTransformSchema(const std::string& name);
 // [{"name", "doc", "args": [{"name", "type", "default", "required", "lo",
-// "hi", "choices", "py", "doc", "accepted_only"}]}]: what the generator
+// "hi", "choices", "py", "doc", "accepted_only", "ignored"}]}]: what the generator
 // reads.
 std::string TransformSchemasJson();
 

@@ -165,7 +165,7 @@ std::vector<OpSchema> GeometrySchemas() {
        "normalised tensor (RandomErasing) come after it.",
        {Required(AnyArg("mean", nullptr, "Sequence[float]", "per channel, in [0, 1] units")),
         Required(AnyArg("std", nullptr, "Sequence[float]", "per channel, positive")),
-        AcceptedOnly(BoolArg("inplace", false,
+        Ignored(BoolArg("inplace", false,
                              "accepted as torchvision's; nostall writes each batch once"))}},
   };
 }
