@@ -436,8 +436,44 @@ class RandomAdjustSharpness(_Op):
         super().__init__(sharpness_factor=sharpness_factor, p=p)
 
 
+class RandomPhotometricDistort(_Op):
+    """torchvision.transforms.v2's photometric distortion (SSD's): brightness, contrast, saturation
+    and hue each with probability p, contrast before or after the colour changes, then, with
+    probability p, the channels permuted.
+
+    Args:
+        brightness (float | tuple[float, float]; default (0.875, 1.125), in [0.0,
+            1000000000.0]): (lo, hi): the factor's range; a number x: [max(0, 1 - x), 1 + x]
+            (hue: [-x, x])
+        contrast (float | tuple[float, float]; default (0.5, 1.5), in [0.0, 1000000000.0]): (lo,
+            hi): the factor's range; a number x: [max(0, 1 - x), 1 + x] (hue: [-x, x])
+        saturation (float | tuple[float, float]; default (0.5, 1.5), in [0.0, 1000000000.0]):
+            (lo, hi): the factor's range; a number x: [max(0, 1 - x), 1 + x] (hue: [-x, x])
+        hue (float | tuple[float, float]; default (-0.05, 0.05), in [-0.5, 0.5]): (lo, hi): the
+            factor's range; a number x: [max(0, 1 - x), 1 + x] (hue: [-x, x])
+        p (float; default 0.5, in [0.0, 1.0]): the probability of each adjustment, and of the
+            permutation
+    """
+
+    def __init__(
+            self,
+            brightness: float | tuple[float, float] = (0.875, 1.125),
+            contrast: float | tuple[float, float] = (0.5, 1.5),
+            saturation: float | tuple[float, float] = (0.5, 1.5),
+            hue: float | tuple[float, float] = (-0.05, 0.05),
+            p: float = 0.5,
+    ):
+        super().__init__(
+            brightness=brightness,
+            contrast=contrast,
+            saturation=saturation,
+            hue=hue,
+            p=p,
+        )
+
+
 __all__ = ['RandomResizedCrop', 'Resize', 'CenterCrop', 'RandomHorizontalFlip', 'Normalize',
 'ColorJitter', 'Grayscale', 'RandomGrayscale', 'GaussianBlur', 'RandomErasing',
 'TrivialAugmentWide', 'RandAugment', 'AutoAugment', 'RandomRotation', 'RandomAffine',
 'RandomVerticalFlip', 'RandomInvert', 'RandomPosterize', 'RandomSolarize', 'RandomAutocontrast',
-'RandomEqualize', 'RandomAdjustSharpness']
+'RandomEqualize', 'RandomAdjustSharpness', 'RandomPhotometricDistort']

@@ -90,7 +90,8 @@ Status OpArgs::Range(const char* key, double* min, double* max, bool* present) {
   NOSTALL_RETURN_IF_ERROR(Arg(key, ArgType::kRange, &a, &v));
   *min = *max = 0;
   *present = false;
-  if (v == nullptr) {
+  if (v == nullptr) v = &a->def;  // a range by default, or 0: none
+  if (v->is_null()) {
     Record(key, nullptr);
     return Status::OK();
   }

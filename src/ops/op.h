@@ -136,7 +136,8 @@ using OpFactory = Result<std::shared_ptr<const ImageOp>> (*)(OpArgs& args);
   X(RandomSolarize)          \
   X(RandomAutocontrast)      \
   X(RandomEqualize)          \
-  X(RandomAdjustSharpness)
+  X(RandomAdjustSharpness)   \
+  X(RandomPhotometricDistort)
 
 #define NOSTALL_DECLARE_IMAGE_OP(name)                              \
   Result<std::shared_ptr<const ImageOp>> Make##name(OpArgs& args); \

@@ -46,6 +46,7 @@ std::vector<json> EveryOp() {
       {{"type", "RandomAutocontrast"}, {"p", 1.0}},
       {{"type", "RandomEqualize"}, {"p", 1.0}},
       {{"type", "RandomAdjustSharpness"}, {"sharpness_factor", 3}, {"p", 1.0}},
+      {{"type", "RandomPhotometricDistort"}, {"p", 1.0}},
   };
 }
 

@@ -98,6 +98,19 @@ def reference(src, params):
             img = rotate(img, p["angle"])
         elif op == "RandomAffine":
             img = affine(img, p["angle"], p["translate"], p["scale"], p["shear"])
+        elif op == "RandomPhotometricDistort":  # torchvision.transforms.v2's _transform
+            if p["brightness"] is not None:
+                img = ImageEnhance.Brightness(img).enhance(p["brightness"])
+            if p["contrast"] is not None and p["contrast_before"]:
+                img = ImageEnhance.Contrast(img).enhance(p["contrast"])
+            if p["saturation"] is not None:
+                img = ImageEnhance.Color(img).enhance(p["saturation"])
+            if p["hue"] is not None:
+                img = adjust_hue(img, p["hue"])
+            if p["contrast"] is not None and not p["contrast_before"]:
+                img = ImageEnhance.Contrast(img).enhance(p["contrast"])
+            if p["permutation"] is not None:
+                img = Image.fromarray(np.asarray(img)[..., p["permutation"]])
         elif op == "GaussianBlur":
             img = gaussian_blur(img, [5, 3], p["sigma"])
         elif not p["applied"]:
@@ -144,6 +157,8 @@ EXACT = [
     [T.RandAugment()],
     [T.AutoAugment()],
     [T.AutoAugment(T.AutoAugmentPolicy.SVHN)],
+    [T.RandomPhotometricDistort()],
+    [T.RandomPhotometricDistort(brightness=0.3, hue=0.1, p=0.9)],
 ]
 
 
