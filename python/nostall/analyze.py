@@ -161,7 +161,8 @@ class _Window:
         samples = gaps = 0
         before = after = cpu0 = machine0 = None
         steps = []  # the steps of the batches from `warm` on
-        for k, (images, labels) in enumerate(loader):
+        for k, b in enumerate(loader):
+            args = _step_args(b)
             if k == n_batches - 1 and t0 is not None:
                 _sync()  # the window ends when the queued GPU work of earlier steps is done
             now = time.perf_counter()
@@ -169,18 +170,18 @@ class _Window:
                 t0, before = now, loader.stats()
                 cpu0, sys0, machine0 = _process_cpu_s(), _process_system_s(), _machine_kernel_s()
             elif t0 is not None:
-                samples += images.shape[0]
+                samples += _batch_size(args)
                 gaps += 1
                 t_last = now
             if t_last is not None and k == n_batches - 1:
                 cpu1, sys1, machine1 = _process_cpu_s(), _process_system_s(), _machine_kernel_s()
                 after = loader.stats()
             s0 = time.perf_counter()
-            step(images, labels)
+            step(*args)
             if t0 is not None:
                 steps.append(time.perf_counter() - s0)
             phase.update(k + 1, n_batches)
-            del images, labels
+            del b, args
         if t_last is None:
             return
         if after is None:  # fewer batches than len() said: close the window here
@@ -219,15 +220,28 @@ def _mb(bandwidth):
     return "unlimited" if not bandwidth else f"{bandwidth / 1e6:,.1f} MB/s"
 
 
-def _time_step(step, images, labels, seconds, phases=None):
+def _step_args(batch):
+    """What ``step`` is called with for a batch: ``(images, labels)``, or a
+    records loader's dict alone (``step(batch)``)."""
+    return (batch,) if isinstance(batch, dict) else tuple(batch)[:2]
+
+
+def _batch_size(args):
+    first = args[0]
+    if isinstance(first, dict):
+        first = next(v for v in first.values() if hasattr(v, "shape"))
+    return first.shape[0]
+
+
+def _time_step(step, args, seconds, phases=None):
     """The step back to back on one batch: (samples/s, process CPU seconds per sample)."""
-    batch = images.shape[0]
+    batch = _batch_size(args)
     for _ in range(2):
-        step(images, labels)
+        step(*args)
     _sync()
     steps, t0, c0 = 0, time.perf_counter(), time.process_time()
     while True:
-        step(images, labels)
+        step(*args)
         steps += 1
         elapsed = time.perf_counter() - t0
         if phases is not None:
@@ -239,16 +253,16 @@ def _time_step(step, images, labels, seconds, phases=None):
     return steps * batch / elapsed, (time.process_time() - c0) / (steps * batch)
 
 
-def _spin_after_step(step, images, labels, rounds=4, idle_s=0.03):
+def _spin_after_step(step, args, rounds=4, idle_s=0.03):
     """CPU seconds per sample the step's threads burn after it returns (spin-waiting)."""
     spent = 0.0
     for _ in range(rounds):
-        step(images, labels)
+        step(*args)
         _sync()
         c0 = time.process_time()
         time.sleep(idle_s)
         spent += time.process_time() - c0
-    return spent / (rounds * images.shape[0])
+    return spent / (rounds * _batch_size(args))
 
 
 def _thread_cpu_ticks():
@@ -277,13 +291,24 @@ def _busy_threads(before, after):
     return sum(1 for d in deltas if d >= top / 4)
 
 
-def _synthetic_batch(shape, dtype, batch, torch):
-    images = (torch.rand(shape) if dtype == "float32"
-              else torch.randint(0, 256, shape, dtype=torch.uint8))
-    return images, torch.zeros(batch, dtype=torch.int64)
+class _InMemory:
+    """The batch the step is timed on alone, already in memory: synthetic
+    images and labels, or, for a records loader (whose step takes the dict),
+    one real batch, copied."""
+
+    def __init__(self, shape, dtype, batch, torch, real=None):
+        self.shape, self.dtype, self.batch, self.torch, self.real = shape, dtype, batch, torch, real
+
+    def args(self):
+        if self.real is not None:
+            return (self.real,)
+        torch = self.torch
+        images = (torch.rand(self.shape) if self.dtype == "float32"
+                  else torch.randint(0, 256, self.shape, dtype=torch.uint8))
+        return images, torch.zeros(self.batch, dtype=torch.int64)
 
 
-def _step_alone(step, shape, dtype, batch, seconds, phases, torch):
+def _step_alone(step, memory, seconds, phases, torch):
     """Phase 1: the step on one synthetic batch already in memory.
 
     Gives G and the step's CPU per sample with torch's intra-op threads as
@@ -292,9 +317,9 @@ def _step_alone(step, shape, dtype, batch, seconds, phases, torch):
     cores with the prep threads.
     """
     phases.begin("step on synthetic in-memory batches")
-    images, labels = _synthetic_batch(shape, dtype, batch, torch)
+    args = memory.args()
     ticks = _thread_cpu_ticks()
-    rate, cpu = _time_step(step, images, labels, seconds, phases)
+    rate, cpu = _time_step(step, args, seconds, phases)
     busy = _busy_threads(ticks, _thread_cpu_ticks())
     # torch's intra-op threads matter only to a step that keeps more than one
     # of them busy (a step that sleeps or waits on a GPU does not). Counted
@@ -305,13 +330,13 @@ def _step_alone(step, shape, dtype, batch, seconds, phases, torch):
     out = {"step_rate": rate, "step_cpu": cpu, "step_threads": threads,
            "step_rate_1": 0.0, "step_cpu_1": 0.0, "step_spin_cpu": 0.0}
     if threads > 1:
-        out["step_spin_cpu"] = _spin_after_step(step, images, labels)
+        out["step_spin_cpu"] = _spin_after_step(step, args)
         phases.total += 1  # and, last, the step on one thread: counted before this line ends
     phases.end(f"G = {rate:,.0f} samples/s" + (f" on {threads} threads" if threads > 1 else ""))
     return out
 
 
-def _step_again(step, shape, dtype, batch, seconds, phases, torch, out):
+def _step_again(step, memory, seconds, phases, out):
     """The step alone once more, between and after the real-data runs.
 
     The machine's speed moves (other processes, frequency, a shared host):
@@ -321,10 +346,10 @@ def _step_again(step, shape, dtype, batch, seconds, phases, torch, out):
     not called a disagreement.
     """
     phases.begin("step on synthetic batches again (the machine's noise)")
-    images, labels = _synthetic_batch(shape, dtype, batch, torch)
+    args = memory.args()
     timings = out.setdefault("step_rate_timings", [out["step_rate"]])
     cpus = out.setdefault("step_cpu_timings", [out["step_cpu"]])
-    rate, cpu = _time_step(step, images, labels, seconds, phases)
+    rate, cpu = _time_step(step, args, seconds, phases)
     timings.append(rate)
     cpus.append(cpu)
     out["step_rate"] = sum(timings) / len(timings)
@@ -333,7 +358,7 @@ def _step_again(step, shape, dtype, batch, seconds, phases, torch, out):
     phases.end(f"{rate:,.0f} samples/s (all timings {out['noise']:.0%} apart)")
 
 
-def _step_on_one_thread(step, shape, dtype, batch, seconds, phases, torch, out):
+def _step_on_one_thread(step, memory, seconds, phases, torch, out):
     """Last: the step on one intra-op thread, for configurations with fewer cores.
 
     It runs after the real-data runs because changing torch's thread count
@@ -344,10 +369,10 @@ def _step_on_one_thread(step, shape, dtype, batch, seconds, phases, torch, out):
     if threads <= 1:
         return
     phases.begin("step on one intra-op thread")
-    images, labels = _synthetic_batch(shape, dtype, batch, torch)
+    args = memory.args()
     torch.set_num_threads(1)
     try:
-        out["step_rate_1"], out["step_cpu_1"] = _time_step(step, images, labels, seconds, phases)
+        out["step_rate_1"], out["step_cpu_1"] = _time_step(step, args, seconds, phases)
     finally:
         torch.set_num_threads(threads)
     phases.end(f"{out['step_rate_1']:,.0f} samples/s")
@@ -358,7 +383,8 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
     """Measures where ``step``'s time goes on the data ``spec`` describes, and models what-ifs.
 
     spec: a loader spec (dict, JSON text, path to a JSON file, or a Loader).
-    step: called as ``step(images, labels)`` for one training step on a batch.
+    step: called as ``step(images, labels)`` for one training step on a batch
+        (``step(batch)``, the dict, for a spec with ``fields``: docs/records.md).
     items: how many items to sample from the dataset (default: all of it, up
         to 4096, and at least 20 batches' worth when the dataset has them).
     warmup_batches: batches of each epoch run before the timing starts (the
@@ -413,8 +439,12 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
         resolved = plain.spec
         shape = (batch,) + tuple(plain.sample_shape)
         reads = int(resolved["reads_in_flight"])
-        step_profile = _step_alone(step, shape, resolved["dtype"], batch, step_seconds,
-                                   phases, torch)
+        real = None
+        if resolved.get("fields"):  # the step takes the records' dict: time it on a real one
+            real = next(iter(plain))
+            real = {k: (v.clone() if hasattr(v, "clone") else v) for k, v in real.items()}
+        memory = _InMemory(shape, resolved["dtype"], batch, torch, real)
+        step_profile = _step_alone(step, memory, step_seconds, phases, torch)
         # Storage, directly: cold reads one at a time, then `reads` at a time
         # (adaptive reads, 0, on remote storage: as many as the probe's reads
         # can use, so a shared pipe shows).
@@ -447,7 +477,7 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
             epoch += 1
         cold_storage = loader.stats().get("storage")  # remote storage: requests, latency
     phases.end(f"{cold.rate:,.0f} samples/s")
-    _step_again(step, shape, resolved["dtype"], batch, max(0.25, step_seconds / 2), phases, torch,
+    _step_again(step, memory, max(0.25, step_seconds / 2), phases,
                 step_profile)
     try:
         try:
@@ -473,10 +503,9 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
                     break
             phases.end(f"{cached.rate:,.0f} samples/s")
             stats = loader.stats()
-        _step_again(step, shape, resolved["dtype"], batch, max(0.25, step_seconds / 2), phases,
-                    torch, step_profile)
-        _step_on_one_thread(step, shape, resolved["dtype"], batch, max(0.5, step_seconds / 2),
-                            phases, torch, step_profile)
+        _step_again(step, memory, max(0.25, step_seconds / 2), phases, step_profile)
+        _step_on_one_thread(step, memory, max(0.5, step_seconds / 2), phases, torch,
+                            step_profile)
     finally:
         try:
             _nostall.remove_cache(cache_name)

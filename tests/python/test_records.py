@@ -289,3 +289,16 @@ def test_inspect_shows_the_members_samples_hold(shards):
     assert out.returncode == 0, out.stderr
     line = next(l for l in out.stdout.splitlines() if l.startswith("fields:"))
     assert f".jpg in {N}" in line and f".json in {N - 1}" in line and f".txt in {N}" in line
+
+
+def test_analyze_runs_a_step_that_takes_the_records_dict(shards):
+    seen = []
+
+    def step(batch):  # a records loader's step takes the dict
+        assert set(batch) >= {"image", "label", "meta", "caption"}
+        seen.append(len(batch["caption"]))
+
+    spec = make(shards, return_indices=False).spec
+    result = nostall.analyze(spec, step, step_seconds=0.2, progress=False)
+    assert seen and max(seen) == 8
+    assert result.profile["step_rate"] > 0 and result.bottleneck in ("compute", "prep", "fetch")
