@@ -9,7 +9,9 @@
 //          written in place in the ring slot (exactly one image field);
 //   label  the `.cls` integer (image folders: the class folder): (B,) int64;
 //   bytes, json, text  the member's bytes, one per sample: a list of B
-//          values (Python: bytes, a parsed object, a str).
+//          values (Python: bytes, a parsed object, a str); or, for bytes
+//          with batch "padded", one (B, longest) uint8 tensor padded with
+//          zeros and a (B,) int64 tensor of lengths.
 // The bytes of the fields a spec asks for are read as one span of the shard
 // (the members of a sample lie together), cached as one item, and sliced by
 // the record's table; an absent member of a field that is not optional is
@@ -32,6 +34,9 @@ struct FieldSpec {
   std::vector<std::string> extensions;  // lower case, without the dot, preferred first
   FieldKind kind = FieldKind::kBytes;
   bool optional = false;  // an absent member is None rather than an error
+  // How a bytes field batches: "list" (one value per sample) or "padded"
+  // (a zero-padded tensor and the lengths).
+  std::string batch = "list";
 };
 
 // A sample's fields beyond the image and the label go in the ring slot

@@ -476,7 +476,8 @@ class Loader(Closeable):
             else:
                 self._tuple = False
             self._records = Records(fields, hooks, batch_transform, hook_threads,
-                                    spec.get("on_error", "raise"), self.key, return_indices)
+                                    spec.get("on_error", "raise"), self.key, return_indices,
+                                    torch=output == "torch")
         self.sampler = _EpochHook(self)
         # The epoch, the position in it and a loaded state are the core's
         # epoch cursor (nostall/epoch_cursor.h), as for the CLI and serve.

@@ -61,10 +61,10 @@ def field_specs(fields) -> list:
         if not isinstance(name, str) or not name:
             raise TypeError(f"a field's name is a non-empty string, not {name!r}")
         if isinstance(value, dict):
-            unknown = set(value) - {"ext", "kind", "optional"}
+            unknown = set(value) - {"ext", "kind", "optional", "batch"}
             if unknown:
                 raise ValueError(f"fields[{name!r}]: unknown keys {sorted(unknown)} "
-                                 "(ext, kind, optional)")
+                                 "(ext, kind, optional, batch)")
             if "ext" not in value:
                 raise ValueError(f"fields[{name!r}] needs \"ext\": the member extensions")
             exts = _extensions(value["ext"], name)
@@ -78,7 +78,10 @@ def field_specs(fields) -> list:
                              f"not {kind!r}")
         if not isinstance(optional, bool):
             raise TypeError(f"fields[{name!r}]: optional must be True or False, not {optional!r}")
-        out.append({"name": name, "ext": exts, "kind": kind, "optional": optional})
+        entry = {"name": name, "ext": exts, "kind": kind, "optional": optional}
+        if isinstance(value, dict) and "batch" in value:
+            entry["batch"] = value["batch"]  # C++ checks it
+        out.append(entry)
     return out
 
 
@@ -96,8 +99,9 @@ class Records:
     """Turns the core's batches into dicts of fields, and runs the hooks."""
 
     def __init__(self, fields, hooks, batch_transform, hook_threads, on_error, key_of,
-                 return_indices):
+                 return_indices, torch=True):
         self.fields = fields
+        self.torch = torch
         self.image = next(f["name"] for f in fields if f["kind"] == "image")
         self.label = next((f["name"] for f in fields if f["kind"] == "label"), None)
         self.extra = [f for f in fields if f["kind"] not in ("image", "label")]
@@ -135,6 +139,9 @@ class Records:
         t0 = time.perf_counter_ns()
         values, drop = {}, set()
         for f, raw in zip(self.extra, raw_fields or [[] for _ in self.extra]):
+            if f.get("batch") == "padded":
+                values[f["name"]] = self._padded(raw)
+                continue
             out = []
             for pos, r in enumerate(raw):
                 try:
@@ -170,6 +177,21 @@ class Records:
             self.hook_batches += 1
         self.hook_ns += time.perf_counter_ns() - t1
         return batch
+
+    def _padded(self, raw):
+        """A padded field: (B, longest) uint8 and (B,) int64 lengths (-1: absent)."""
+        import numpy as np
+
+        lengths = np.array([-1 if r is None else len(r) for r in raw], dtype=np.int64)
+        out = np.zeros((len(raw), max(0, int(lengths.max(initial=0)))), dtype=np.uint8)
+        for pos, r in enumerate(raw):
+            if r:
+                out[pos, :len(r)] = np.frombuffer(r, dtype=np.uint8)
+        if self.torch:
+            import torch
+
+            return torch.from_numpy(out), torch.from_numpy(lengths)
+        return out, lengths
 
     def _apply(self, fn, samples, name, indices, drop):
         def one(pos_value):
@@ -215,6 +237,8 @@ def _without(batch, indices, drop):
     for name, v in batch.items():
         if isinstance(v, list):
             out[name] = [v[p] for p in keep]
+        elif isinstance(v, tuple):  # a padded field: (values, lengths)
+            out[name] = tuple(x[keep] for x in v)
         else:
             out[name] = v[keep]  # torch and NumPy both index by a list
     return out, indices[keep]

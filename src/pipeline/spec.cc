@@ -196,9 +196,9 @@ Result<FieldSpec> FieldFromJson(const json& v, const std::string& name_given) {
     f.extensions = SplitExtensions(v.get<std::string>());
   } else if (v.is_object()) {
     for (const auto& [key, _] : v.items()) {
-      if (key != "name" && key != "ext" && key != "kind" && key != "optional") {
+      if (key != "name" && key != "ext" && key != "kind" && key != "optional" && key != "batch") {
         return InvalidArgument(where + "unknown key '" + key.substr(0, 40) +
-                               "' in a field (name, ext, kind, optional)");
+                               "' in a field (name, ext, kind, optional, batch)");
       }
     }
     if (name_given.empty()) NOSTALL_RETURN_IF_ERROR(GetString(v, where, "name", &f.name));
@@ -212,6 +212,7 @@ Result<FieldSpec> FieldFromJson(const json& v, const std::string& name_given) {
       }
     }
     NOSTALL_RETURN_IF_ERROR(GetBool(v, where, "optional", &f.optional));
+    NOSTALL_RETURN_IF_ERROR(GetString(v, where, "batch", &f.batch));
     f.kind = InferFieldKind(f.extensions);
     if (v.contains("kind")) {
       std::string kind;
@@ -368,8 +369,10 @@ std::string LoaderSpec::ToJson() const {
   if (!source_options.fields.empty()) {
     json fs = json::array();
     for (const FieldSpec& f : source_options.fields) {
-      fs.push_back({{"name", f.name}, {"ext", f.extensions}, {"kind", FieldKindName(f.kind)},
-                    {"optional", f.optional}});
+      json entry = {{"name", f.name}, {"ext", f.extensions}, {"kind", FieldKindName(f.kind)},
+                    {"optional", f.optional}};
+      if (f.batch != "list") entry["batch"] = f.batch;  // the default is not written
+      fs.push_back(entry);
     }
     j["fields"] = fs;
   }

@@ -77,6 +77,14 @@ Status ValidateFields(const std::vector<FieldSpec>& fields) {
         return InvalidArgument(shown + ": bad extension '" + e.substr(0, 64) + "'");
       }
     }
+    if (f.batch != "list" && f.batch != "padded") {
+      return InvalidArgument(shown + ": batch must be \"list\" or \"padded\", not '" +
+                             f.batch.substr(0, 40) + "'");
+    }
+    if (f.batch == "padded" && f.kind != FieldKind::kBytes) {
+      return InvalidArgument(shown + ": batch=\"padded\" is for bytes fields (kind " +
+                             FieldKindName(f.kind) + " batches its own way)");
+    }
     if (f.kind == FieldKind::kImage) {
       ++images;
       if (f.optional) return InvalidArgument(shown + ": the image field cannot be optional");

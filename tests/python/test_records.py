@@ -302,3 +302,31 @@ def test_analyze_runs_a_step_that_takes_the_records_dict(shards):
     result = nostall.analyze(spec, step, step_seconds=0.2, progress=False)
     assert seen and max(seen) == 8
     assert result.profile["step_rate"] > 0 and result.bottleneck in ("compute", "prep", "fetch")
+
+
+def test_a_bytes_field_can_batch_as_a_padded_tensor_and_lengths(shards):
+    fields = dict(FIELDS, caption={"ext": "txt", "kind": "bytes", "batch": "padded"})
+    with make(shards, fields=fields) as loader:
+        total = 0
+        for b in loader:
+            values, lengths = b["caption"]
+            assert values.dtype == torch_uint8() and values.shape[0] == len(b["label"])
+            assert values.shape[1] == int(lengths.max())
+            for pos in range(len(lengths)):
+                key = sample_key(loader, int(b["__index__"][pos]))
+                s, i = key.split("/")
+                text = caption(int(s[1:]) * (N // 2) + int(i)).encode()
+                n = int(lengths[pos])
+                assert bytes(values[pos, :n].numpy()) == text
+                assert not values[pos, n:].any()  # zeros after it
+            total += len(lengths)
+        assert total == N
+        assert loader.spec["fields"][3]["batch"] == "padded"
+    with pytest.raises(ValueError, match='batch="padded" is for bytes fields'):
+        nostall.Loader(shards, fields=dict(FIELDS, meta={"ext": "json", "batch": "padded"}))
+
+
+def torch_uint8():
+    import torch
+
+    return torch.uint8
