@@ -21,8 +21,8 @@ class RandomResizedCrop(_Op):
         ratio (tuple[float, float]; default (0.75, 1.3333333333333333), in [1e-09,
             1000000000.0]): the crop's aspect ratio
         interpolation (str; default 'bilinear', one of 'bilinear'): bilinear only: nostall
-            resamples as PIL's bilinear filter, antialiased (torchvision's default on PIL
-            images)
+            resamples bilinear, antialiased, as torchvision on PIL images
+            (InterpolationMode.BILINEAR, the default)
         antialias (bool; default True): True only: nostall always antialiases, as torchvision
             does on PIL images
     """
@@ -51,8 +51,8 @@ class Resize(_Op):
     Args:
         size (int | tuple[int, int]; required): the smaller edge, or (height, width)
         interpolation (str; default 'bilinear', one of 'bilinear'): bilinear only: nostall
-            resamples as PIL's bilinear filter, antialiased (torchvision's default on PIL
-            images)
+            resamples bilinear, antialiased, as torchvision on PIL images
+            (InterpolationMode.BILINEAR, the default)
         max_size (int | None; default None): a cap on the longer edge (with an int size only),
             as torchvision's
         antialias (bool; default True): True only: nostall always antialiases, as torchvision

@@ -31,7 +31,7 @@ class Transform:
 
 
 # PIL's resampling filters, which torchvision's interpolation also takes.
-_PIL_FILTERS = {0: "nearest", 2: "bilinear"}
+_PIL_FILTERS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 
 
 def _plain(key, v):

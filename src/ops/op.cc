@@ -193,7 +193,12 @@ Status OpArgs::CheckNoOthers() const {
     // Accepted for torchvision's signature: only the value that changes
     // nothing (the default) is.
     if (a->accepted_only && !value.is_null() && value != a->def) {
-      return Error(key + "=" + Shown(value) + " is not supported (" + a->doc + ")");
+      // As the user wrote it in Python or JSON: antialias=False,
+      // interpolation 'bicubic'.
+      const std::string given = value.is_boolean()  ? key + "=" + (value.get<bool>() ? "True" : "False")
+                                : value.is_string() ? key + " '" + value.get<std::string>() + "'"
+                                                    : key + "=" + Shown(value);
+      return Error(given + " is not supported (" + a->doc + ")");
     }
     if (a->ignored && !value.is_null() && a->type == ArgType::kBool && !value.is_boolean()) {
       return Error(key + " must be true or false, not " + Shown(value));

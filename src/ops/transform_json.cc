@@ -40,8 +40,9 @@ ArgSchema SizeArg(const char* doc) {
 
 ArgSchema Bilinear() {
   return AcceptedOnly(ChoiceArg("interpolation", "bilinear", {"bilinear"},
-                                "bilinear only: nostall resamples as PIL's bilinear filter, "
-                                "antialiased (torchvision's default on PIL images)"));
+                                "bilinear only: nostall resamples bilinear, antialiased, as "
+                                "torchvision on PIL images (InterpolationMode.BILINEAR, the "
+                                "default)"));
 }
 
 ArgSchema Antialias() {

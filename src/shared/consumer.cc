@@ -123,6 +123,13 @@ Status Consumer::Next(int64_t timeout_ms, NextStatus* status, std::shared_ptr<Ba
   consumer_.Waited(label_epoch_, NowNs() - t0);
   ++batch_;
   consumer_.Delivered(label_epoch_, hi - lo, NowNs());
+  // Bytes of each extra field handed out (stats()["fields"]).
+  field_bytes_.resize(seg_->g.field_count, 0);
+  for (uint32_t f = 0; f < seg_->g.field_count; ++f) {
+    for (int64_t p = 0; p < batch->size(); ++p) {
+      field_bytes_[f] += std::max<int64_t>(0, batch->field(static_cast<int>(f), p).size);
+    }
+  }
   CrashPoint("consumer.batch_made");
   *out = std::move(batch);
   *status = NextStatus::kBatch;
@@ -218,6 +225,10 @@ LoaderStats Consumer::Stats() const {
   st.has_shared = true;
   st.shared_name = seg_->label;
   st.copied_batches = copied_batches_;
+  const std::vector<FieldSpec> extra = ExtraFields(spec_);
+  for (size_t f = 0; f < extra.size(); ++f) {
+    st.field_bytes.push_back({extra[f].name, f < field_bytes_.size() ? field_bytes_[f] : 0});
+  }
   st.elapsed_ns = NowNs() - created_ns_;
   return st;
 }

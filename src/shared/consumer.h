@@ -147,6 +147,7 @@ class Consumer final : public Loader {
   int64_t partial_pos_ GUARDED_BY(mu_) = 0;
   ChunkFeed feed_ GUARDED_BY(mu_);  // where the chunks come from
   int64_t copied_batches_ GUARDED_BY(mu_) = 0;
+  std::vector<int64_t> field_bytes_ GUARDED_BY(mu_);  // per extra field, handed out
   ConsumerRecorder consumer_;
   const int64_t created_ns_ = NowNs();
 };

@@ -161,8 +161,10 @@ def test_spec_mistakes_name_the_field(fresh_folder, field, value, words):
 
 
 @pytest.mark.parametrize("transform,words", [
-    ({"type": "RandomResizedCrop", "size": 224, "antialias": True},
-     "unknown field 'antialias' in transforms[0] (RandomResizedCrop)"),
+    ({"type": "RandomResizedCrop", "size": 224, "sizes": 3},
+     "transforms[0] (RandomResizedCrop): unknown argument 'sizes'"),
+    ({"type": "RandomResizedCrop", "size": 224, "antialias": False},
+     "transforms[0] (RandomResizedCrop): antialias=False is not supported"),
     ({"type": "Resize", "size": "big"}, "transforms[0] (Resize): size must be"),
     ({"type": "Normalize", "mean": [0.5], "std": "x"}, "std must be a list of numbers"),
     ("CenterCrop", "transforms[0] must be an object"),

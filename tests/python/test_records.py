@@ -194,14 +194,17 @@ def test_a_served_pipeline_gives_consumers_every_field(shards):
     name = f"test-records-{os.getpid()}"
     with nostall.serve(spec, name):
         with nostall.Loader.attach(name, batch_size=4, output="numpy", return_indices=True) as c:
-            seen = 0
+            seen = handed = 0
             for b in c:
                 assert set(b) == {"image", "label", "meta", "caption", "__index__"}
                 check_fields(c, b)
                 seen += len(b["label"])
+                handed += sum(len(text.encode()) for text in b["caption"])
                 if seen >= N:
                     break
             assert seen >= N
+            # bytes per field, as this consumer was handed them
+            assert c.stats()["fields"]["caption"]["bytes"] == handed
 
 
 def test_a_real_tokenizer_runs_on_the_text_field(shards):

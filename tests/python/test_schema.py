@@ -45,7 +45,7 @@ def test_each_class_has_its_schemas_signature_and_doc(schema):
 
 @pytest.mark.parametrize("make, message", [
     (lambda: T.RandomResizedCrop(224, scale=(0, 1)), "RandomResizedCrop: scale must satisfy"),
-    (lambda: T.RandomResizedCrop(224, antialias=False), "antialias=false is not supported"),
+    (lambda: T.RandomResizedCrop(224, antialias=False), "antialias=False is not supported"),
     (lambda: T.Resize(224, interpolation="nearest"), "bilinear only"),
     (lambda: T.Resize((224, 224), max_size=300), "max_size needs size to be one number"),
     (lambda: T.RandomHorizontalFlip(p=1.5), "RandomHorizontalFlip: p must be in [0, 1]"),
