@@ -73,6 +73,39 @@ TEST(RingTest, SlotRegionsAreAlignedAndDoNotOverlap) {
             static_cast<uint8_t*>(ring->mapping.data()) + ring->mapping.size());
 }
 
+TEST(RingTest, ExtraFieldsHaveTheirLengthsAndRoomInsideTheirSlot) {
+  RingLayout l = Layout(3, 5, 27, /*consumers=*/2);
+  l.field_count = 2;
+  l.field_room[0] = 100;
+  l.field_room[1] = 3;
+  const std::string name = "ring-fields-" + std::to_string(::getpid());
+  auto ring = CreateRing(name, l).value();
+  ::shm_unlink(SegmentName(name).c_str());  // the mapping stays
+  EXPECT_EQ(ring->g.field_count, 2u);
+  for (uint32_t s = 0; s < 3; ++s) {
+    // After the indices, each field's lengths then its bytes, in order, and
+    // the last field's last byte before the next slot.
+    uint8_t* after_indices = reinterpret_cast<uint8_t*>(ring->indices(s) + 5);
+    EXPECT_GE(reinterpret_cast<uint8_t*>(ring->field_lengths(s, 0)), after_indices);
+    EXPECT_GE(reinterpret_cast<uint8_t*>(ring->field_lengths(s, 1)), ring->field_data(s, 0) + 5 * 100);
+    uint8_t* end = ring->field_data(s, 1) + 5 * 3;
+    if (s + 1 < 3) {
+      EXPECT_LE(end, ring->images(s + 1));
+    }
+    EXPECT_LE(end, static_cast<uint8_t*>(ring->mapping.data()) + ring->mapping.size());
+    std::memset(ring->field_data(s, 1), 7, 15);  // writable, inside the mapping
+  }
+  // A header claiming more fields than a ring holds, or fields larger than
+  // the slots, is refused by whoever checks it.
+  Geometry g = ring->g;
+  g.field_count = kMaxFields + 1;
+  EXPECT_FALSE(CheckGeometry(g, ring->mapping.size(), "t").ok());
+  g = ring->g;
+  g.field_room[1] = 1 << 20;  // the slot stride no longer holds it
+  EXPECT_FALSE(CheckGeometry(g, ring->mapping.size(), "t").ok());
+  EXPECT_TRUE(CheckGeometry(ring->g, ring->mapping.size(), "t").ok());
+}
+
 TEST(RingTest, APrivateRingLeavesNoNameBehind) {
   const std::string prefix = "nostall-ring-" + std::to_string(::getpid()) + "-";
   auto ring = CreateRing("", Layout(2, 4, 8));
