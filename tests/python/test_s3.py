@@ -471,3 +471,27 @@ def test_nostall_serve_on_s3_feeds_attached_jobs(s3, tmp_path):
         _, err = server.communicate(timeout=30)
     assert server.returncode == 0, err
     assert SECRET not in err
+
+
+def test_records_on_s3_are_the_records_of_the_local_shards(s3, tmp_path):
+    """A record is one ranged GET of the span holding its fields; every field
+    is the local shards' (test_records.py's shards: a .json missing once)."""
+    from test_records import FIELDS, N, snapshot, write_record_shards
+
+    client, _ = s3
+    pattern = write_record_shards(tmp_path / "rec")
+    for s in range(2):
+        client.upload_file(str(tmp_path / "rec" / f"rec-{s}.tar"), "train-data", f"rec/rec-{s}.tar")
+    kw = dict(fields=FIELDS, batch_size=8, shuffle=True, seed=2, return_indices=True,
+              transforms={"image": [nostall.RandomResizedCrop(32)]})
+    with nostall.Loader("s3://train-data/rec/rec-{0..1}.tar", **kw) as remote, \
+            nostall.Loader(pattern, **kw) as here:
+        assert remote.num_items == here.num_items == N
+        got, want = snapshot(list(remote)), snapshot(list(here))
+        assert got == want
+        st = remote.stats()
+        # One ranged GET per record (after the listing and the shards' index reads).
+        assert st["storage"]["requests"] >= N
+        # (bytes per field count what was prepared: every caption at least once)
+        assert st["fields"]["caption"]["bytes"] >= sum(
+            len(c.encode()) for b in got for c in b["caption"])
