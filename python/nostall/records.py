@@ -169,7 +169,7 @@ class Records:
                 batch[name] = _stack_like(samples, batch[name]) if name == self.image else samples
                 self.hook_items += len(samples)
         if drop:
-            batch, indices = _without(batch, indices, sorted(drop))
+            batch, indices = _without(batch, indices, drop)
         if self.return_indices:
             batch["__index__"] = indices
         if self.batch_transform is not None:
@@ -232,7 +232,8 @@ def _stack_like(samples, original):
 
 
 def _without(batch, indices, drop):
-    keep = [p for p in range(len(indices)) if p not in set(drop)]
+    """`batch` without the samples at the positions in the set `drop`."""
+    keep = [p for p in range(len(indices)) if p not in drop]
     out = {}
     for name, v in batch.items():
         if isinstance(v, list):

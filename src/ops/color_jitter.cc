@@ -2,16 +2,31 @@
 // uniformly, applied in a random order (torchvision's get_params: randperm(4),
 // then one factor per adjustment that is set).
 #include "kernels/functional.h"
+#include "ops/color_factors.h"
 #include "ops/op.h"
 
 namespace nostall {
+
+Status ColorFactors::Read(OpArgs& args) {
+  for (int k = 0; k < 4; ++k) {
+    NOSTALL_RETURN_IF_ERROR(args.Range(kColorFactorNames[k], &lo[k], &hi[k], &on[k]));
+  }
+  return Status::OK();
+}
+
+void ApplyColorFactor(const ImageView& img, int k, double factor) {
+  switch (k) {
+    case 0: AdjustBrightness(img, factor); break;
+    case 1: AdjustContrast(img, factor); break;
+    case 2: AdjustSaturation(img, factor); break;
+    case 3: AdjustHue(img, factor); break;
+  }
+}
+
 namespace {
 
-class ColorJitterOp : public ImageOp {
+class ColorJitterOp : public ImageOp, public ColorFactors {
  public:
-  double lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
-  bool on[4] = {false, false, false, false};
-
   void Apply(const ImageView& img, Philox& rng, OpScratch& scratch,
              nlohmann::json* trace) const override {
     int order[4] = {0, 1, 2, 3};
@@ -21,24 +36,17 @@ class ColorJitterOp : public ImageOp {
       if (on[k]) factor[k] = rng.Uniform(lo[k], hi[k]);
     }
     if (trace) {
-      static const char* kNames[4] = {"brightness", "contrast", "saturation", "hue"};
       nlohmann::json t = {{"op", "ColorJitter"}, {"order", nlohmann::json::array()}};
       for (int k : order) {
         if (!on[k]) continue;
-        t["order"].push_back(kNames[k]);
-        t[kNames[k]] = factor[k];
+        t["order"].push_back(kColorFactorNames[k]);
+        t[kColorFactorNames[k]] = factor[k];
       }
       trace->push_back(t);
     }
     if (img.data == nullptr) return;
     for (int k : order) {
-      if (!on[k]) continue;
-      switch (k) {
-        case 0: AdjustBrightness(img, factor[k]); break;
-        case 1: AdjustContrast(img, factor[k]); break;
-        case 2: AdjustSaturation(img, factor[k]); break;
-        case 3: AdjustHue(img, factor[k]); break;
-      }
+      if (on[k]) ApplyColorFactor(img, k, factor[k]);
     }
   }
 };
@@ -59,10 +67,7 @@ const OpSchema& ColorJitterSchema() {
 
 Result<std::shared_ptr<const ImageOp>> MakeColorJitter(OpArgs& args) {
   auto op = std::make_shared<ColorJitterOp>();
-  const char* keys[] = {"brightness", "contrast", "saturation", "hue"};
-  for (int k = 0; k < 4; ++k) {
-    NOSTALL_RETURN_IF_ERROR(args.Range(keys[k], &op->lo[k], &op->hi[k], &op->on[k]));
-  }
+  NOSTALL_RETURN_IF_ERROR(op->Read(args));
   return std::shared_ptr<const ImageOp>(op);
 }
 

@@ -150,6 +150,9 @@ NOSTALL_IMAGE_OPS(NOSTALL_DECLARE_IMAGE_OP)
 // Normalize (transform_json.cc).
 std::vector<OpSchema> GeometrySchemas();
 
+// A spec value as an error shows it: its JSON, cut at 60 characters.
+std::string Shown(const nlohmann::json& v);
+
 // A spec's transform entry (at `position` of the list) read through its
 // schema, and written back with every default spelled out.
 Result<Transform> TransformFromJson(const nlohmann::json& j, size_t position);

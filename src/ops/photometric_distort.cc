@@ -3,16 +3,14 @@
 // applied with probability p at a factor drawn in its range, contrast before
 // or after the colour changes (a coin), then, with probability p, the
 // channels permuted. On PIL images, as ColorJitter's kernels.
-#include "kernels/functional.h"
+#include "ops/color_factors.h"
 #include "ops/op.h"
 
 namespace nostall {
 namespace {
 
-class RandomPhotometricDistortOp : public ImageOp {
+class RandomPhotometricDistortOp : public ImageOp, public ColorFactors {
  public:
-  double lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
-  bool on[4] = {false, false, false, false};
   double p = 0.5;
 
   void Apply(const ImageView& img, Philox& rng, OpScratch& scratch,
@@ -32,18 +30,19 @@ class RandomPhotometricDistortOp : public ImageOp {
       for (int i = img.c - 1; i > 0; --i) std::swap(perm[i], perm[rng.Below(i + 1)]);
     }
     if (trace) {
-      static const char* kNames[4] = {"brightness", "contrast", "saturation", "hue"};
       nlohmann::json t = {{"op", "RandomPhotometricDistort"}, {"contrast_before", contrast_before}};
-      for (int k = 0; k < 4; ++k) t[kNames[k]] = use[k] ? nlohmann::json(factor[k]) : nlohmann::json();
+      for (int k = 0; k < 4; ++k) {
+        t[kColorFactorNames[k]] = use[k] ? nlohmann::json(factor[k]) : nlohmann::json();
+      }
       t["permutation"] = permute ? nlohmann::json(std::vector<int>(perm, perm + img.c)) : nlohmann::json();
       trace->push_back(t);
     }
     if (img.data == nullptr) return;
-    if (use[0]) AdjustBrightness(img, factor[0]);
-    if (use[1] && contrast_before) AdjustContrast(img, factor[1]);
-    if (use[2]) AdjustSaturation(img, factor[2]);
-    if (use[3]) AdjustHue(img, factor[3]);
-    if (use[1] && !contrast_before) AdjustContrast(img, factor[1]);
+    if (use[0]) ApplyColorFactor(img, 0, factor[0]);
+    if (use[1] && contrast_before) ApplyColorFactor(img, 1, factor[1]);
+    if (use[2]) ApplyColorFactor(img, 2, factor[2]);
+    if (use[3]) ApplyColorFactor(img, 3, factor[3]);
+    if (use[1] && !contrast_before) ApplyColorFactor(img, 1, factor[1]);
     if (permute && img.c == 3) {
       for (size_t i = 0; i < img.bytes(); i += 3) {
         const uint8_t px[3] = {img.data[i], img.data[i + 1], img.data[i + 2]};
@@ -78,10 +77,7 @@ const OpSchema& RandomPhotometricDistortSchema() {
 
 Result<std::shared_ptr<const ImageOp>> MakeRandomPhotometricDistort(OpArgs& args) {
   auto op = std::make_shared<RandomPhotometricDistortOp>();
-  const char* keys[] = {"brightness", "contrast", "saturation", "hue"};
-  for (int k = 0; k < 4; ++k) {
-    NOSTALL_RETURN_IF_ERROR(args.Range(keys[k], &op->lo[k], &op->hi[k], &op->on[k]));
-  }
+  NOSTALL_RETURN_IF_ERROR(op->Read(args));
   NOSTALL_RETURN_IF_ERROR(args.Double("p", &op->p));
   return std::shared_ptr<const ImageOp>(op);
 }

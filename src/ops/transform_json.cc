@@ -25,11 +25,6 @@ const char* KindName(TransformKind k) {
   return "?";
 }
 
-std::string Shown(const json& v) {
-  std::string d = v.dump();
-  return d.size() > 40 ? d.substr(0, 40) + "..." : d;
-}
-
 bool Side(const json& v) {
   return v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMaxSide;
 }

@@ -14,11 +14,8 @@ using nlohmann::json;
 
 // Typed reads of one field that name it in every error: a spec is written
 // by hand, and "batch_size must be an integer, not \"abc\"" is what its
-// author needs, not the JSON library's type names.
-std::string Shown(const json& v) {
-  std::string d = v.dump();
-  return d.size() > 40 ? d.substr(0, 40) + "..." : d;
-}
+// author needs, not the JSON library's type names (values shown as the
+// transforms' errors show them: Shown, ops/op.h).
 
 Status GetInt(const json& j, const std::string& where, const char* key, int64_t lo, int64_t hi,
               int64_t* out) {

@@ -199,14 +199,18 @@ Result<RecordTable> SelectFields(const SourceOptions& options, Index* index) {
   std::vector<std::vector<int64_t>> extra_ids;
   for (const FieldSpec* f : extra) extra_ids.push_back(ids(*f));
   const bool has_members = !index->member_begin.empty();
+  // The member of item i with extension `id` (-1: none has it).
+  auto member = [&](size_t i, int64_t id) -> const IndexMember* {
+    if (!has_members || id < 0) return nullptr;
+    for (uint32_t k = index->member_begin[i]; k < index->member_begin[i + 1]; ++k) {
+      if (index->members[k].ext == static_cast<uint32_t>(id)) return &index->members[k];
+    }
+    return nullptr;
+  };
   // The member of item i with one of `want`'s extensions, first preferred.
   auto find = [&](size_t i, const std::vector<int64_t>& want) -> const IndexMember* {
-    if (!has_members) return nullptr;
     for (int64_t id : want) {
-      if (id < 0) continue;
-      for (uint32_t k = index->member_begin[i]; k < index->member_begin[i + 1]; ++k) {
-        if (index->members[k].ext == static_cast<uint32_t>(id)) return &index->members[k];
-      }
+      if (const IndexMember* m = member(i, id)) return m;
     }
     return nullptr;
   };
@@ -225,7 +229,7 @@ Result<RecordTable> SelectFields(const SourceOptions& options, Index* index) {
     for (size_t k = 0; k < image->extensions.size() && at[0].second < 0; ++k) {
       if (image->extensions[k] == main_ext) {
         at[0] = {e.offset, e.size};
-      } else if (const IndexMember* m = find(i, {image_ids[k]})) {
+      } else if (const IndexMember* m = member(i, image_ids[k])) {
         at[0] = {m->offset, m->size};
       }
     }

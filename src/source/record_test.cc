@@ -13,13 +13,13 @@ namespace nostall {
 namespace {
 
 using testing::AppendTarMember;
+using testing::Bytes;
 using testing::EncodeJpeg;
 using testing::FinishTar;
 using testing::MakePixels;
 using testing::TempDir;
 using testing::WriteFile;
 
-std::vector<uint8_t> Bytes(const std::string& s) { return {s.begin(), s.end()}; }
 
 FieldSpec Field(const std::string& name, const std::string& exts, bool optional = false) {
   FieldSpec f;

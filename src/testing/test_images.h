@@ -50,5 +50,7 @@ namespace nostall::testing {
 void AppendTarMember(std::vector<uint8_t>* tar, const std::string& name,
                      const std::vector<uint8_t>& data);
 void FinishTar(std::vector<uint8_t>* tar);
+// A text's bytes (a tar member's contents).
+inline std::vector<uint8_t> Bytes(const std::string& s) { return {s.begin(), s.end()}; }
 
 }  // namespace nostall::testing
