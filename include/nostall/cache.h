@@ -69,8 +69,10 @@ struct CacheConfig {
   uint64_t budget_bytes = 0;
   uint64_t dataset_fingerprint = 0;
   int64_t num_items = 0;
-  // A cluster tier's servers ("host:port"); empty: NOSTALL_CACHE_SERVERS.
-  std::vector<std::string> servers = {};
+  // The driver's own options, a JSON object that the driver alone reads
+  // (src/cache/driver.h): memcached's "servers" ("host:port"; none:
+  // NOSTALL_CACHE_SERVERS). "{}": every option at its default.
+  std::string options = "{}";
   // A cluster tier's shares pooled across the job: every client adds while
   // the job's inserts are below budget_bytes x pool_parts (the world size).
   int64_t pool_parts = 1;

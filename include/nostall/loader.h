@@ -35,6 +35,16 @@ inline constexpr int kMaxThreads = 256;
 inline constexpr int kMaxReadsInFlight = 1024;
 
 // Everything that defines a pipeline; serialisable to JSON (docs/spec.md).
+// One tier of a loader's cache: `{"driver": "minio", "name": "imagenet",
+// "bytes": 40000000000}` in a spec; `options` holds the driver's own keys
+// (memcached: "servers"), which the driver alone reads (src/cache/driver.h).
+struct CacheTierSpec {
+  std::string driver = "minio";  // "minio", "memcached" or "lru"
+  std::string name;              // the node cache's shared memory; a label for the others
+  uint64_t bytes = 0;            // a cluster tier: this rank's share (pooled by the world size)
+  std::string options = "{}";
+};
+
 struct LoaderSpec {
   std::string source;
   SourceOptions source_options;
@@ -55,21 +65,21 @@ struct LoaderSpec {
   // the values given; "off" tunes none (unset knobs take the defaults).
   std::string autotune = "auto";
   ErrorPolicy on_error = ErrorPolicy::kRaise;
-  // A MinIO cache of encoded bytes shared by every loader on the node that
-  // names it (empty: no cache). See nostall/cache.h.
-  std::string cache_name;
-  uint64_t cache_bytes = 0;
-  // "minio" (default) or "lru": an in-process LRU cache of the same size,
-  // the page cache's policy, for benchmarks (cache_name is then only a label).
-  std::string cache_policy = "minio";
-  // "memcached": the servers of the cluster tier ("host:port"; empty:
-  // NOSTALL_CACHE_SERVERS). See src/cache/memcached_cache.cc.
-  std::vector<std::string> cache_servers;
-  // "memcached" only: a node-local MinIO tier of this size in front of the
-  // cluster tier (shared memory, named cache_name; 0: none).
-  uint64_t cache_local_bytes = 0;
+  // The caches of encoded bytes, front first (empty: none; docs/spec.md):
+  // a MinIO cache shared by every loader on the node that names it, a
+  // cluster tier on memcached servers, or both, the node's in front.
+  std::vector<CacheTierSpec> cache;
+  // What FromJson said of the spec it read, for the user to see: the old
+  // flat storage fields it read in the new form, one line each. Not part
+  // of the spec (ToJson writes the new form).
+  std::vector<std::string> notes;
 
   static Result<LoaderSpec> FromJson(const std::string& json);
+  // A spec's JSON text with the old flat storage fields written in the new
+  // form (the rest as it was, unchecked), and a note for each rewrite (as
+  // FromJson gives in `notes`): for front ends that edit a spec before
+  // building from it.
+  static Result<std::string> UpgradeJson(const std::string& json, std::vector<std::string>* notes);
   // Every field FromJson reads, and ToJson writes (ToJson(FromJson(x)) keeps all).
   static const std::vector<std::string>& FieldNames();
   std::string ToJson() const;

@@ -40,22 +40,16 @@ struct SourceOptions {
   // A member of an extra field over this many bytes is an error naming it
   // (each field's room per sample in a batch is its largest member).
   uint64_t max_field_bytes = 16ull << 20;
-  // Storage emulation, for benchmarks and tests of slow storage on a fast
-  // local disk (sources over local files only): reads share a pipe of this many bytes per second (0 = no limit),
-  // and each read first waits this long (concurrent reads wait concurrently,
-  // as requests to remote storage do).
-  double throttle_bytes_per_second = 0;
-  double throttle_latency_ms = 0;
-  // After reading an item, tell the kernel its pages will not be needed
-  // (posix_fadvise DONTNEED), so the page cache does not keep a second copy
-  // of bytes nostall caches itself, and "cold" storage stays cold between
-  // epochs without root (no drop_caches). Off by default.
-  bool drop_page_cache = false;
-  // Object storage (s3://): empty values come from the environment and
-  // ~/.aws as the AWS tools take them (docs/s3.md). Never the keys.
-  std::string s3_endpoint, s3_region, s3_profile;
-  std::string s3_addressing = "auto";  // "auto", "path" or "virtual"
-  bool s3_unsigned = false;            // never sign (public buckets)
+  // The driver that reads the dataset: "" = the first registered one that
+  // claims the path (an s3:// prefix, a .tar suffix, a folder), else one of
+  // "image-folder", "tar-shards", "s3-image-folder", "s3-tar-shards".
+  std::string driver;
+  // That driver's own options, a JSON object that the driver alone reads
+  // and checks (docs/spec.md lists each driver's): the local drivers'
+  // storage emulation (throttle_bandwidth, throttle_latency_ms) and page
+  // cache use (drop_page_cache); the S3 drivers' endpoint, region, profile,
+  // addressing and unsigned. "{}": every option at its default.
+  std::string driver_options = "{}";
 };
 
 class Source {

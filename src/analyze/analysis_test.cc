@@ -474,7 +474,7 @@ TEST(StorageProbeTest, ReadsColdAndTimesEveryRead) {
   }
   SourceOptions o;
   o.use_index_cache = false;
-  o.throttle_latency_ms = 20;
+  o.driver_options = R"({"throttle_latency_ms": 20})";
   auto src = OpenSource(dir.path(), o).value();
   std::vector<int64_t> items = {0, 1, 2, 3, 4, 5, 6, 7};
   StorageProbe seq = ProbeStorage(*src, items, 1).value();

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <map>
@@ -83,7 +84,7 @@ struct MemcachedFactory {
     if (!server) server = std::make_unique<testing::MemcachedServer>();
     if (!server->started()) return Internal("memcached did not start");
     CacheConfig config{name, budget, 42, kItems};
-    config.servers = {server->address()};
+    config.options = nlohmann::json{{"servers", {server->address()}}}.dump();
     return OpenCache("memcached", config);
   }
   static void Remove(const std::string& name) { Servers().erase(name); }

@@ -1,6 +1,6 @@
 // An in-process LRU cache of encoded bytes: the page cache's policy, for
 // benchmarks that compare it with MinIO at the same memory (spec field
-// cache_policy = "lru"). Not shared between processes.
+// a cache tier of driver "lru"). Not shared between processes.
 #include <list>
 #include <unordered_map>
 
@@ -65,7 +65,8 @@ std::unique_ptr<Cache> MakeLruCache(uint64_t budget_bytes) {
 CacheDriver LruDriver() {
   return {"lru", [](const CacheConfig& c) -> Result<std::unique_ptr<Cache>> {
             return MakeLruCache(c.budget_bytes);
-          }};
+          },
+          [](const nlohmann::json& given) { return NoCacheOptions("lru", given); }};
 }
 
 }  // namespace nostall

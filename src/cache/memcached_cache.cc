@@ -45,6 +45,7 @@
 
 #include "cache/driver.h"
 #include "cache/memcached_value.h"
+#include "common/json_fields.h"
 #include "common/fd.h"
 #include "common/mutex.h"
 
@@ -442,8 +443,24 @@ class MemcachedCache final : public Cache {
   std::deque<int64_t> stage_order_ GUARDED_BY(stage_mu_);  // oldest first (and ids since looked up)
 };
 
+// A memcached tier's own keys: "servers", ["host:port", ...] (none or
+// empty: NOSTALL_CACHE_SERVERS when the cache opens).
+Result<std::vector<std::string>> ReadServers(const nlohmann::json& given) {
+  NOSTALL_RETURN_IF_ERROR(CheckKeys(given, "a memcached cache tier", {"servers"}));
+  std::vector<std::string> servers;
+  NOSTALL_RETURN_IF_ERROR(GetStrings(given, "cache: memcached ", "servers", &servers));
+  for (const std::string& s : servers) NOSTALL_RETURN_IF_ERROR(ParseServer(s).status());
+  return servers;
+}
+
+Result<nlohmann::json> Options(const nlohmann::json& given) {
+  NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> servers, ReadServers(given));
+  return nlohmann::json{{"servers", servers}};
+}
+
 Result<std::unique_ptr<Cache>> Open(const CacheConfig& config) {
-  std::vector<std::string> servers = config.servers;
+  NOSTALL_ASSIGN_OR_RETURN(nlohmann::json options, CacheOptionsJson(config, "memcached"));
+  NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> servers, ReadServers(options));
   if (servers.empty()) {
     if (const char* env = std::getenv("NOSTALL_CACHE_SERVERS"); env != nullptr) {
       std::string list = env;
@@ -455,7 +472,7 @@ Result<std::unique_ptr<Cache>> Open(const CacheConfig& config) {
     }
   }
   if (servers.empty()) {
-    return InvalidArgument("a memcached cache needs its servers (cache_servers, or "
+    return InvalidArgument("a memcached cache needs its servers (\"servers\" in its tier, or "
                            "NOSTALL_CACHE_SERVERS=host:port,host:port)");
   }
   memcached_st* master = memcached_create(nullptr);
@@ -503,7 +520,7 @@ Result<std::unique_ptr<Cache>> Open(const CacheConfig& config) {
 
 }  // namespace
 
-CacheDriver MemcachedDriver() { return {"memcached", Open}; }
+CacheDriver MemcachedDriver() { return {"memcached", Open, Options}; }
 
 namespace {
 

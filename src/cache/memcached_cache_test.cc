@@ -4,6 +4,7 @@
 #include <libmemcached/memcached.h>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sys/stat.h>
 
 #include <atomic>
@@ -33,7 +34,7 @@ std::vector<uint8_t> Bytes(int64_t item, size_t n) {
 std::unique_ptr<Cache> Open(const std::vector<std::string>& servers, uint64_t fingerprint = 7,
                             uint64_t budget = 256 << 20) {
   CacheConfig config{"cluster", budget, fingerprint, 1000};
-  config.servers = servers;
+  config.options = nlohmann::json{{"servers", servers}}.dump();
   auto c = OpenCache("memcached", config);
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   return c.ok() ? std::move(c).value() : nullptr;
@@ -60,7 +61,7 @@ TEST(MemcachedCacheTest, ServersComeFromTheConfigOrTheEnvironmentOrItSaysSo) {
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("NOSTALL_CACHE_SERVERS"), std::string::npos);
   CacheConfig bad{"x", 1 << 20, 1, 10};
-  bad.servers = {"node1:http"};
+  bad.options = R"({"servers": ["node1:http"]})";
   auto wrong = OpenCache("memcached", bad);
   ASSERT_FALSE(wrong.ok());
   EXPECT_NE(wrong.status().message().find("node1:http"), std::string::npos);
@@ -145,7 +146,7 @@ TEST(MemcachedCacheTest, ValuesWrittenWithoutTheSecretAreMisses) {
   chmod(path.c_str(), 0644);
   setenv("NOSTALL_CACHE_SECRET_FILE", path.c_str(), 1);
   CacheConfig config{"cluster", 1 << 20, 7, 1000};
-  config.servers = {server.address()};
+  config.options = nlohmann::json{{"servers", {server.address()}}}.dump();
   auto refused = OpenCache("memcached", config);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("0644"), std::string::npos) << refused.status().ToString();

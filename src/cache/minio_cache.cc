@@ -359,7 +359,8 @@ CacheDriver MinioDriver() {
                 std::unique_ptr<MinioCache> cache,
                 MinioCache::Open(c.name, c.budget_bytes, c.dataset_fingerprint, c.num_items));
             return std::unique_ptr<Cache>(std::move(cache));
-          }};
+          },
+          [](const nlohmann::json& given) { return NoCacheOptions("minio", given); }};
 }
 
 }  // namespace nostall

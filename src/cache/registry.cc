@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cache/driver.h"
+#include "common/json_fields.h"
 
 namespace nostall {
 
@@ -50,14 +51,44 @@ Result<uint64_t> ParseByteSize(const std::string& text) {
   return static_cast<uint64_t>(bytes);
 }
 
-Result<std::unique_ptr<Cache>> OpenCache(const std::string& policy, const CacheConfig& config) {
-  if (config.budget_bytes == 0) return InvalidArgument("a cache needs a size (cache_bytes > 0)");
+namespace {
+
+Result<const CacheDriver*> FindCacheDriver(const std::string& policy) {
   std::string policies;
   for (const CacheDriver& driver : CacheDrivers()) {
-    if (policy == driver.policy) return driver.open(config);
+    if (policy == driver.policy) return &driver;
     policies += std::string(policies.empty() ? "\"" : ", \"") + driver.policy + "\"";
   }
-  return InvalidArgument("cache_policy must be one of " + policies + ", not \"" + policy + "\"");
+  return InvalidArgument("a cache tier's driver must be one of " + policies + ", not \"" +
+                         policy.substr(0, 60) + "\"");
+}
+
+}  // namespace
+
+Result<nlohmann::json> ResolveCacheOptions(const std::string& driver, const nlohmann::json& given) {
+  NOSTALL_ASSIGN_OR_RETURN(const CacheDriver* d, FindCacheDriver(driver));
+  return d->options(given);
+}
+
+Result<nlohmann::json> CacheOptionsJson(const CacheConfig& config, const char* driver) {
+  const std::string& text = config.options;
+  nlohmann::json j = nlohmann::json::parse(text.empty() ? "{}" : text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    return InvalidArgument(std::string("the ") + driver +
+                           " cache's options must be a JSON object, not '" + text.substr(0, 60) + "'");
+  }
+  return j;
+}
+
+Result<nlohmann::json> NoCacheOptions(const char* driver, const nlohmann::json& given) {
+  NOSTALL_RETURN_IF_ERROR(CheckKeys(given, std::string("a ") + driver + " cache tier", {}));
+  return nlohmann::json::object();
+}
+
+Result<std::unique_ptr<Cache>> OpenCache(const std::string& policy, const CacheConfig& config) {
+  if (config.budget_bytes == 0) return InvalidArgument("a cache needs a size (bytes > 0)");
+  NOSTALL_ASSIGN_OR_RETURN(const CacheDriver* driver, FindCacheDriver(policy));
+  return driver->open(config);
 }
 
 }  // namespace nostall

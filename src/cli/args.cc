@@ -105,7 +105,13 @@ nostall::Result<nostall::LoaderSpec> ReadSpecFile(const std::string& path) {
   if (!in) return nostall::NotFound("cannot read spec file " + path + ": " + std::strerror(errno));
   std::stringstream ss;
   ss << in.rdbuf();
-  return nostall::LoaderSpec::FromJson(ss.str());
+  nostall::Result<nostall::LoaderSpec> spec = nostall::LoaderSpec::FromJson(ss.str());
+  if (spec.ok()) {
+    for (const std::string& note : spec.value().notes) {
+      std::fprintf(stderr, "nostall: %s: %s\n", path.c_str(), note.c_str());
+    }
+  }
+  return spec;
 }
 
 uint64_t ParseSize(const std::string& text) {

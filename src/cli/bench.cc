@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/cli.h"
 #include "nostall/bench.h"
 #include "nostall/cache.h"
@@ -90,7 +92,6 @@ int Bench(const Args& args) {
     if (!IntOption(args, "--size", 1, &size)) return 2;
     spec = DefaultBenchSpec(static_cast<int>(size));
   }
-  if (!args.positional.empty()) spec.source = args.positional[0];
   long long batch = spec.batch_size, threads = spec.num_threads, reads = spec.reads_in_flight,
             prefetch = spec.prefetch, epochs = 1, max_batches = 0;
   if (!IntOption(args, "--batch-size", 1, &batch) || !IntOption(args, "--threads", 0, &threads) ||
@@ -104,8 +105,21 @@ int Bench(const Args& args) {
       !IntOption(args, "--throttle-latency-ms", 0, &latency, 60000)) {
     return 2;
   }
-  if (bandwidth > 0) spec.source_options.throttle_bytes_per_second = static_cast<double>(bandwidth);
-  if (latency > 0) spec.source_options.throttle_latency_ms = static_cast<double>(latency);
+  if (!args.positional.empty() || bandwidth > 0 || latency > 0) {
+    // A path given replaces the spec's (its driver found again; the
+    // options kept, checked by that driver), and the throttle is the local
+    // drivers' option: the spec is read again with them.
+    nlohmann::json j = nlohmann::json::parse(spec.ToJson());
+    if (!args.positional.empty()) {
+      j["source"]["uri"] = args.positional[0];
+      j["source"].erase("driver");
+    }
+    if (bandwidth > 0) j["source"]["options"]["throttle_bandwidth"] = static_cast<double>(bandwidth);
+    if (latency > 0) j["source"]["options"]["throttle_latency_ms"] = static_cast<double>(latency);
+    auto again = nostall::LoaderSpec::FromJson(j.dump());
+    if (!again.ok()) return Fail(again.status());
+    spec = again.value();
+  }
   spec.batch_size = batch;
   spec.num_threads = static_cast<int>(threads);
   spec.reads_in_flight = static_cast<int>(reads);

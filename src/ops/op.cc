@@ -10,11 +10,6 @@ namespace nostall {
 
 using json = nlohmann::json;
 
-std::string Shown(const json& v) {
-  std::string s = v.dump();
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-}
-
 namespace {
 bool IsNumber(const json& v) { return v.is_number() && std::isfinite(v.get<double>()); }
 // A bound as a person writes it: 1, not 1.0; inf for no bound.

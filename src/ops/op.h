@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_fields.h"  // Shown
 #include "common/philox.h"
 #include "geometry/affine.h"
 #include "kernels/image.h"
@@ -149,9 +150,6 @@ NOSTALL_IMAGE_OPS(NOSTALL_DECLARE_IMAGE_OP)
 // (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip) and
 // Normalize (transform_json.cc).
 std::vector<OpSchema> GeometrySchemas();
-
-// A spec value as an error shows it: its JSON, cut at 60 characters.
-std::string Shown(const nlohmann::json& v);
 
 // A spec's transform entry (at `position` of the list) read through its
 // schema, and written back with every default spelled out.

@@ -90,28 +90,19 @@ Status OutputSize(const LoaderSpec& spec, const Source& source, int* out_h, int*
   return Status::OK();
 }
 
-// The cache tiers, front first: the node-local MinIO cache, then the
-// cluster tier. One tier alone is stacked too, for its lookup timing
+// The cache tiers, front first (a node-local MinIO cache in front of a
+// cluster tier, say). One tier alone is stacked too, for its lookup timing
 // (TierStats). Null: no cache.
 Result<std::unique_ptr<Cache>> CacheFor(const LoaderSpec& spec, const Source& source) {
-  if (spec.cache_name.empty()) return std::unique_ptr<Cache>();
-  CacheConfig config{spec.cache_name, spec.cache_bytes, source.fingerprint(), source.size()};
-  config.servers = spec.cache_servers;
-  config.pool_parts = spec.world_size;  // every rank's share, pooled in the cluster tier
+  if (spec.cache.empty()) return std::unique_ptr<Cache>();
   std::vector<std::unique_ptr<Cache>> tiers;
-  if (spec.cache_local_bytes > 0 && spec.cache_policy != "memcached") {
-    return InvalidArgument("cache_local_bytes is the node-local tier in front of a cluster "
-                           "cache: it goes with cache_policy \"memcached\", not \"" +
-                           spec.cache_policy + "\"");
+  for (const CacheTierSpec& tier : spec.cache) {
+    CacheConfig config{tier.name, tier.bytes, source.fingerprint(), source.size()};
+    config.options = tier.options;
+    config.pool_parts = spec.world_size;  // every rank's share, pooled in a cluster tier
+    NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Cache> cache, OpenCache(tier.driver, config));
+    tiers.push_back(std::move(cache));
   }
-  if (spec.cache_local_bytes > 0) {
-    CacheConfig local = config;
-    local.budget_bytes = spec.cache_local_bytes;
-    NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Cache> front, OpenCache("minio", local));
-    tiers.push_back(std::move(front));
-  }
-  NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Cache> tier, OpenCache(spec.cache_policy, config));
-  tiers.push_back(std::move(tier));
   return StackCaches(std::move(tiers));
 }
 

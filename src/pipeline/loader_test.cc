@@ -133,7 +133,7 @@ TEST_F(LoaderTest, EveryReadInFlightRunsEvenWhenPrepHasFewThreads) {
   // bound of max(8, 2 x prep threads).)
   LoaderSpec spec = Spec(dir_->path(), /*threads=*/1, /*batch=*/16);
   spec.reads_in_flight = 16;
-  spec.source_options.throttle_latency_ms = 300;
+  spec.source_options.driver_options = R"({"throttle_latency_ms": 300})";
   auto loader = Loader::Create(spec).value();
   Epoch e = RunEpoch(loader.get(), 0);
   ASSERT_EQ(e.indices.size(), 30u);

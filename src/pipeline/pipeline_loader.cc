@@ -279,7 +279,7 @@ LoaderStats PipelineLoader::Stats() const {
     // The I/O thread's CPU is the fetch stage's (requests, bodies).
     st.fetch.busy_cpu_ns += fetcher_.IoCpuNs(&st.storage);
   }
-  fetcher_.FillCacheStats(spec_.cache_name, c.consumer_epoch, &st);
+  fetcher_.FillCacheStats(spec_.cache.empty() ? "" : spec_.cache.front().name, c.consumer_epoch, &st);
   return st;
 }
 

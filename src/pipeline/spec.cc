@@ -4,36 +4,19 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cache/driver.h"
+#include "common/json_fields.h"
 #include "nostall/loader.h"
 #include "ops/op.h"
+#include "pipeline/spec_legacy.h"
+#include "source/driver.h"
 
 namespace nostall {
 namespace {
 
 using nlohmann::json;
 
-// Typed reads of one field that name it in every error: a spec is written
-// by hand, and "batch_size must be an integer, not \"abc\"" is what its
-// author needs, not the JSON library's type names (values shown as the
-// transforms' errors show them: Shown, ops/op.h).
-
-Status GetInt(const json& j, const std::string& where, const char* key, int64_t lo, int64_t hi,
-              int64_t* out) {
-  if (!j.contains(key)) return Status::OK();
-  const json& v = j[key];
-  if (!v.is_number_integer()) {
-    return InvalidArgument(where + key + " must be an integer, not " + Shown(v));
-  }
-  // (An unsigned value above INT64_MAX would wrap as int64: out of range.)
-  const bool huge = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi);
-  const int64_t x = huge ? hi : v.get<int64_t>();
-  if (huge || x < lo || x > hi) {
-    return InvalidArgument(where + key + " must be in [" + std::to_string(lo) + ", " +
-                           std::to_string(hi) + "], not " + Shown(v));
-  }
-  *out = x;
-  return Status::OK();
-}
+// Typed reads of one field, each naming it in its errors: common/json_fields.h.
 
 template <typename T>
 Status GetIntAs(const json& j, const std::string& where, const char* key, int64_t lo, int64_t hi,
@@ -41,54 +24,6 @@ Status GetIntAs(const json& j, const std::string& where, const char* key, int64_
   int64_t v = static_cast<int64_t>(*out);
   NOSTALL_RETURN_IF_ERROR(GetInt(j, where, key, lo, hi, &v));
   *out = static_cast<T>(v);
-  return Status::OK();
-}
-
-Status GetU64(const json& j, const std::string& where, const char* key, uint64_t* out) {
-  if (!j.contains(key)) return Status::OK();
-  const json& v = j[key];
-  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0)) {
-    return InvalidArgument(where + key + " must be a non-negative integer, not " + Shown(v));
-  }
-  *out = v.get<uint64_t>();
-  return Status::OK();
-}
-
-Status GetDouble(const json& j, const std::string& where, const char* key, double* out) {
-  if (!j.contains(key)) return Status::OK();
-  const json& v = j[key];
-  if (!v.is_number()) return InvalidArgument(where + key + " must be a number, not " + Shown(v));
-  *out = v.get<double>();
-  if (!std::isfinite(*out)) return InvalidArgument(where + key + " must be finite");
-  return Status::OK();
-}
-
-Status GetBool(const json& j, const std::string& where, const char* key, bool* out) {
-  if (!j.contains(key)) return Status::OK();
-  const json& v = j[key];
-  if (!v.is_boolean()) {
-    return InvalidArgument(where + key + " must be true or false, not " + Shown(v));
-  }
-  *out = v.get<bool>();
-  return Status::OK();
-}
-
-Status GetString(const json& j, const std::string& where, const char* key, std::string* out) {
-  if (!j.contains(key)) return Status::OK();
-  const json& v = j[key];
-  if (!v.is_string()) return InvalidArgument(where + key + " must be a string, not " + Shown(v));
-  *out = v.get<std::string>();
-  return Status::OK();
-}
-
-Status GetStrings(const json& j, const std::string& where, const char* key,
-                  std::vector<std::string>* out) {
-  if (!j.contains(key)) return Status::OK();
-  const json& v = j[key];
-  bool ok = v.is_array();
-  for (size_t i = 0; ok && i < v.size(); ++i) ok = v[i].is_string();
-  if (!ok) return InvalidArgument(where + key + " must be a list of strings, not " + Shown(v));
-  *out = v.get<std::vector<std::string>>();
   return Status::OK();
 }
 
@@ -118,9 +53,7 @@ const std::vector<std::string>& LoaderSpec::FieldNames() {
       "source", "batch_size", "shuffle", "seed", "rank", "world_size", "drop_last", "subset",
       "shuffle_block", "transforms", "dtype", "layout", "mode", "max_pixels", "num_threads",
       "reads_in_flight", "prefetch", "autotune", "on_error", "index_cache_dir", "use_index_cache",
-      "dct_scaling", "throttle_bandwidth", "throttle_latency_ms", "drop_page_cache", "cache_name",
-      "cache_bytes", "cache_policy", "cache_servers", "cache_local_bytes", "s3_endpoint", "s3_region", "s3_profile", "s3_addressing",
-      "s3_unsigned", "fields", "max_field_bytes"};
+      "dct_scaling", "cache", "fields", "max_field_bytes"};
   return kFields;
 }
 
@@ -148,37 +81,81 @@ Status LoaderSpec::CheckJsonDepth(const std::string& text, int max_depth, const 
 
 namespace {
 
-// The spec's storage fields: the index cache, throttling, the caches, S3.
-Status StorageFromJson(const json& j, LoaderSpec* s) {
-  const std::string w;  // top-level fields are named as they are
-  NOSTALL_RETURN_IF_ERROR(GetString(j, w, "index_cache_dir", &s->source_options.index_cache_dir));
-  NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "use_index_cache", &s->source_options.use_index_cache));
-  NOSTALL_RETURN_IF_ERROR(GetDouble(j, w, "throttle_bandwidth", &s->source_options.throttle_bytes_per_second));
-  NOSTALL_RETURN_IF_ERROR(GetDouble(j, w, "throttle_latency_ms", &s->source_options.throttle_latency_ms));
-  // A simulated store: a latency past a minute per read, or a bandwidth
-  // under a byte a second, is a typo, not a store (1e300 ms slept forever).
-  if (s->source_options.throttle_latency_ms < 0 || s->source_options.throttle_latency_ms > 60000) {
-    return InvalidArgument(w + "throttle_latency_ms must be in [0, 60000], not " +
-                           std::to_string(s->source_options.throttle_latency_ms));
+// "source": the dataset's path, or {"uri", "driver", "options"} with the
+// options its driver reads (source/driver.h). `cached`: the spec has a
+// cache (a driver's default may follow it).
+Status SourceFromJson(const json& v, bool cached, LoaderSpec* s) {
+  json given = json::object();
+  if (v.is_string()) {
+    s->source = v.get<std::string>();
+  } else if (v.is_object()) {
+    NOSTALL_RETURN_IF_ERROR(CheckKeys(v, "source", {"uri", "driver", "options"}));
+    if (!v.contains("uri")) return InvalidArgument("source needs \"uri\" (the dataset path)");
+    NOSTALL_RETURN_IF_ERROR(GetString(v, "source.", "uri", &s->source));
+    NOSTALL_RETURN_IF_ERROR(GetString(v, "source.", "driver", &s->source_options.driver));
+    if (v.contains("options") && !v["options"].is_null()) {
+      given = v["options"];
+      if (!given.is_object()) {
+        return InvalidArgument("source.options must be an object of the driver's options, not " +
+                               Shown(given));
+      }
+    }
+  } else {
+    return InvalidArgument("source must be the dataset path or {\"uri\": ..., \"driver\": ..., "
+                           "\"options\": {...}}, not " + Shown(v));
   }
-  if (s->source_options.throttle_bytes_per_second != 0 &&
-      (s->source_options.throttle_bytes_per_second < 1 || s->source_options.throttle_bytes_per_second > 1e15)) {
-    return InvalidArgument(w + "throttle_bandwidth must be 0 (none) or in [1, 1e15] bytes/s");
+  NOSTALL_ASSIGN_OR_RETURN(json options,
+                           ResolveSourceOptions(s->source, &s->source_options.driver, given, cached));
+  s->source_options.driver_options = options.dump();
+  return Status::OK();
+}
+
+// A tier's size: bytes, or a size as people write it ("40GiB").
+Status TierBytes(const json& tier, const std::string& where, uint64_t* out) {
+  if (tier.contains("bytes") && tier["bytes"].is_string()) {
+    Result<uint64_t> b = ParseByteSize(tier["bytes"].get<std::string>());
+    if (!b.ok()) return InvalidArgument(where + "bytes: " + b.status().message());
+    *out = b.value();
+    return Status::OK();
   }
-  NOSTALL_RETURN_IF_ERROR(GetString(j, w, "cache_name", &s->cache_name));
-  NOSTALL_RETURN_IF_ERROR(GetU64(j, w, "cache_bytes", &s->cache_bytes));
-  NOSTALL_RETURN_IF_ERROR(GetString(j, w, "cache_policy", &s->cache_policy));
-  NOSTALL_RETURN_IF_ERROR(GetStrings(j, w, "cache_servers", &s->cache_servers));
-  NOSTALL_RETURN_IF_ERROR(GetU64(j, w, "cache_local_bytes", &s->cache_local_bytes));
-  NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_endpoint", &s->source_options.s3_endpoint));
-  NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_region", &s->source_options.s3_region));
-  NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_profile", &s->source_options.s3_profile));
-  NOSTALL_RETURN_IF_ERROR(GetString(j, w, "s3_addressing", &s->source_options.s3_addressing));
-  NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "s3_unsigned", &s->source_options.s3_unsigned));
-  // With a cache, the page cache would hold the same bytes twice: bypass
-  // it unless asked otherwise.
-  s->source_options.drop_page_cache = !s->cache_name.empty();
-  NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "drop_page_cache", &s->source_options.drop_page_cache));
+  return GetU64(tier, where, "bytes", out);
+}
+
+// "cache": a list of tiers, front first (an object is one tier), each
+// {"driver", "name", "bytes", ...the driver's own keys (cache/driver.h)}.
+Status CacheFromJson(const json& j, LoaderSpec* s) {
+  if (!j.contains("cache") || j["cache"].is_null()) return Status::OK();
+  json tiers = j["cache"];
+  if (tiers.is_object()) tiers = json::array({tiers});
+  if (!tiers.is_array()) {
+    return InvalidArgument("cache must be a list of tiers, front first ({\"driver\": \"minio\", "
+                           "\"name\": ..., \"bytes\": ...}), not " + Shown(j["cache"]));
+  }
+  constexpr size_t kMaxTiers = 4;
+  if (tiers.size() > kMaxTiers) {
+    return InvalidArgument("cache has " + std::to_string(tiers.size()) + " tiers; at most " +
+                           std::to_string(kMaxTiers));
+  }
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    const std::string where = "cache[" + std::to_string(i) + "]: ";
+    const json& tier = tiers[i];
+    if (!tier.is_object()) {
+      return InvalidArgument(where + "a tier is {\"driver\", \"name\", \"bytes\", ...}, not " +
+                             Shown(tier));
+    }
+    CacheTierSpec t;
+    NOSTALL_RETURN_IF_ERROR(GetString(tier, where, "driver", &t.driver));
+    NOSTALL_RETURN_IF_ERROR(GetString(tier, where, "name", &t.name));
+    NOSTALL_RETURN_IF_ERROR(TierBytes(tier, where, &t.bytes));
+    if (t.name.empty()) return InvalidArgument(where + "a tier needs a \"name\"");
+    if (t.bytes == 0) return InvalidArgument(where + "a tier needs its size, \"bytes\" > 0");
+    json own = tier;
+    for (const char* key : {"driver", "name", "bytes"}) own.erase(key);
+    Result<json> options = ResolveCacheOptions(t.driver, own);
+    if (!options.ok()) return InvalidArgument(where + options.status().message());
+    t.options = options.value().dump();
+    s->cache.push_back(std::move(t));
+  }
   return Status::OK();
 }
 
@@ -287,15 +264,19 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
   try {
     json j = json::parse(text);
     if (!j.is_object()) return InvalidArgument("a loader spec is a JSON object");
+    LoaderSpec s;
+    NOSTALL_RETURN_IF_ERROR(UpgradeFlatFields(&j, &s.notes));
     for (const auto& [key, _] : j.items()) {
       if (std::find(kKnown.begin(), kKnown.end(), key) == kKnown.end()) {
         return InvalidArgument("unknown loader spec field '" + key + "'");
       }
     }
-    LoaderSpec s;
     const std::string w;  // top-level fields are named as they are
     if (!j.contains("source")) return InvalidArgument("a loader spec needs \"source\" (the dataset path)");
-    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "source", &s.source));
+    NOSTALL_RETURN_IF_ERROR(CacheFromJson(j, &s));
+    NOSTALL_RETURN_IF_ERROR(SourceFromJson(j["source"], !s.cache.empty(), &s));
+    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "index_cache_dir", &s.source_options.index_cache_dir));
+    NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "use_index_cache", &s.source_options.use_index_cache));
     constexpr int64_t kMaxCount = int64_t{1} << 40;
     NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "batch_size", 1, 1 << 20, &s.batch_size));
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "shuffle", &s.shuffle));
@@ -315,7 +296,6 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     }
     NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "max_pixels", 1, kMaxCount, &s.prep.max_pixels));
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "dct_scaling", &s.prep.dct_scaling));
-    NOSTALL_RETURN_IF_ERROR(StorageFromJson(j, &s));
     NOSTALL_RETURN_IF_ERROR(OutputFromJson(j, &s));
     NOSTALL_RETURN_IF_ERROR(FieldsFromJson(j, &s));
     return s;
@@ -324,10 +304,45 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
   }
 }
 
+namespace {
+
+json SourceToJson(const LoaderSpec& s) {
+  json options = json::parse(s.source_options.driver_options.empty() ? "{}" : s.source_options.driver_options,
+                             nullptr, /*allow_exceptions=*/false);
+  json out = {{"uri", s.source}};
+  if (!s.source_options.driver.empty()) out["driver"] = s.source_options.driver;
+  out["options"] = options.is_object() ? options : json::object();
+  return out;
+}
+
+json CacheToJson(const LoaderSpec& s) {
+  json tiers = json::array();
+  for (const CacheTierSpec& t : s.cache) {
+    json tier = {{"driver", t.driver}, {"name", t.name}, {"bytes", t.bytes}};
+    json options = json::parse(t.options.empty() ? "{}" : t.options, nullptr, false);
+    if (options.is_object()) {
+      for (const auto& [key, value] : options.items()) tier[key] = value;
+    }
+    tiers.push_back(tier);
+  }
+  return tiers;
+}
+
+}  // namespace
+
+Result<std::string> LoaderSpec::UpgradeJson(const std::string& text, std::vector<std::string>* notes) {
+  NOSTALL_RETURN_IF_ERROR(CheckJsonDepth(text, 32, "the loader spec"));
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return InvalidArgument("bad loader spec: not JSON");
+  if (!j.is_object()) return InvalidArgument("a loader spec is a JSON object");
+  NOSTALL_RETURN_IF_ERROR(UpgradeFlatFields(&j, notes));
+  return j.dump();
+}
+
 std::string LoaderSpec::ToJson() const {
   json t = json::array();
   for (const auto& tr : prep.transforms) t.push_back(TransformToJson(tr));
-  json j = {{"source", source},
+  json j = {{"source", SourceToJson(*this)},
             {"batch_size", batch_size},
             {"shuffle", shuffle},
             {"seed", seed},
@@ -349,19 +364,7 @@ std::string LoaderSpec::ToJson() const {
             {"on_error", on_error == ErrorPolicy::kRaise ? "raise" : "skip"},
             {"index_cache_dir", source_options.index_cache_dir},
             {"use_index_cache", source_options.use_index_cache},
-            {"throttle_bandwidth", source_options.throttle_bytes_per_second},
-            {"throttle_latency_ms", source_options.throttle_latency_ms},
-            {"drop_page_cache", source_options.drop_page_cache},
-            {"cache_name", cache_name},
-            {"cache_bytes", cache_bytes},
-            {"cache_policy", cache_policy},
-            {"cache_servers", cache_servers},
-            {"cache_local_bytes", cache_local_bytes},
-            {"s3_endpoint", source_options.s3_endpoint},
-            {"s3_region", source_options.s3_region},
-            {"s3_profile", source_options.s3_profile},
-            {"s3_addressing", source_options.s3_addressing},
-            {"s3_unsigned", source_options.s3_unsigned}};
+            {"cache", CacheToJson(*this)}};
   // Written only when set, so a spec of images and labels stays as it was.
   if (!source_options.fields.empty()) {
     json fs = json::array();
@@ -395,10 +398,13 @@ std::string LoaderSpec::BatchJson() const {
   j.erase("autotune");
   j.erase("index_cache_dir");  // where the index is kept changes no batch
   j.erase("use_index_cache");
-  j.erase("cache_servers");  // where the cached copies are kept changes no batch
-  j.erase("cache_local_bytes");
-  for (const char* where : {"s3_endpoint", "s3_region", "s3_profile", "s3_addressing", "s3_unsigned"}) {
-    j.erase(where);  // where the same objects are fetched from changes no batch
+  // The dataset is its path: which driver reads it and how (an endpoint,
+  // a throttle, the page cache) changes no batch.
+  j["source"] = source;
+  // A cache tier is its driver, name and size: where its copies are kept
+  // (a cluster tier's servers) changes no batch.
+  for (json& tier : j["cache"]) {
+    tier = json{{"driver", tier["driver"]}, {"name", tier["name"]}, {"bytes", tier["bytes"]}};
   }
   return j.dump();
 }

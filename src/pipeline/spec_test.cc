@@ -30,7 +30,10 @@ TEST(SpecTest, JsonRoundTripKeepsEverything) {
 // not here fails the test, so none can be forgotten by ToJson.
 TEST(SpecTest, EveryFieldRoundTrips) {
   const std::map<std::string, nlohmann::json> changed = {
-      {"source", "elsewhere/train"},
+      {"source", {{"uri", "elsewhere/train"},
+                  {"options", {{"throttle_bandwidth", 1.5e8},
+                               {"throttle_latency_ms", 12.5},
+                               {"drop_page_cache", true}}}}},
       {"batch_size", 48},
       {"shuffle", true},
       {"seed", 77},
@@ -52,19 +55,10 @@ TEST(SpecTest, EveryFieldRoundTrips) {
       {"index_cache_dir", "/tmp/idx"},
       {"use_index_cache", false},
       {"dct_scaling", false},
-      {"throttle_bandwidth", 1.5e8},
-      {"throttle_latency_ms", 12.5},
-      {"drop_page_cache", true},
-      {"cache_name", "imagenet"},
-      {"cache_bytes", 1 << 30},
-      {"cache_policy", "lru"},
-      {"cache_servers", {"node1:11211", "node2:11211"}},
-      {"cache_local_bytes", 1 << 28},
-      {"s3_endpoint", "http://127.0.0.1:8333"},
-      {"s3_region", "eu-west-1"},
-      {"s3_profile", "train"},
-      {"s3_addressing", "path"},
-      {"s3_unsigned", true},
+      {"cache", nlohmann::json::array(
+                    {{{"driver", "minio"}, {"name", "node"}, {"bytes", 1 << 28}},
+                     {{"driver", "memcached"}, {"name", "imagenet"}, {"bytes", 1 << 30},
+                      {"servers", {"node1:11211", "node2:11211"}}}})},
       {"fields", nlohmann::json::array(
                      {{{"name", "img"}, {"ext", {"png", "jpg"}}, {"kind", "image"}, {"optional", false}},
                       {{"name", "meta"}, {"ext", {"json"}}, {"kind", "json"}, {"optional", true}}})},
@@ -144,6 +138,148 @@ TEST(SpecTest, MistakesAreNamed) {
   EXPECT_NE(unknown.status().message().find("Blur"), std::string::npos);
   EXPECT_FALSE(LoaderSpec::FromJson("{not json").ok());
   EXPECT_FALSE(LoaderSpec::FromJson(R"({"batch_size": 3})").ok());  // no source
+}
+
+// Each driver owns its part: the S3 drivers' options inside "source", the
+// cache's tiers in "cache"; written back with every option spelled out.
+TEST(SpecTest, DriversReadAndWriteTheirOwnOptions) {
+  auto s3 = LoaderSpec::FromJson(R"({"source": {"uri": "s3://bucket/train-{0..3}.tar",
+      "options": {"endpoint": "http://127.0.0.1:8333", "addressing": "path"}}})");
+  ASSERT_TRUE(s3.ok()) << s3.status().ToString();
+  EXPECT_EQ(s3->source, "s3://bucket/train-{0..3}.tar");
+  EXPECT_EQ(s3->source_options.driver, "s3-tar-shards");
+  const nlohmann::json out = nlohmann::json::parse(s3->ToJson());
+  EXPECT_EQ(out["source"], nlohmann::json::parse(R"({"uri": "s3://bucket/train-{0..3}.tar",
+      "driver": "s3-tar-shards", "options": {"endpoint": "http://127.0.0.1:8333", "region": "",
+      "profile": "", "addressing": "path", "unsigned": false}})"));
+  EXPECT_TRUE(s3->notes.empty());
+  // A plain path is the short form: its driver found, default options.
+  auto folder = LoaderSpec::FromJson(R"({"source": "s3://bucket/images/"})").value();
+  EXPECT_EQ(folder.source_options.driver, "s3-image-folder");
+
+  auto message = [](const char* text) { return LoaderSpec::FromJson(text).status().message(); };
+  // Another driver's option is named with the driver that refuses it.
+  EXPECT_NE(message(R"({"source": {"uri": "s3://b/x/", "options": {"throttle_bandwidth": 5}}})")
+                .find("unknown key 'throttle_bandwidth' in the S3 driver's options (it takes: "
+                      "endpoint, region, profile, addressing, unsigned)"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": {"uri": "d", "options": {"endpoint": "http://x"}}})")
+                .find("unknown key 'endpoint' in the image-folder driver's options"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": {"uri": "s3://b/x/", "options": {"addressing": "sideways"}}})")
+                .find("source.options.addressing must be one of auto, path, virtual"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": {"uri": "d", "driver": "hdfs"}})")
+                .find("source.driver must be one of s3-image-folder, s3-tar-shards, image-folder, "
+                      "tar-shards, not 'hdfs'"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": {"path": "d"}})").find("unknown key 'path' in source"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": {"uri": "d", "options": [1]}})").find("source.options must be an object"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": 7})").find("source must be the dataset path"), std::string::npos);
+  EXPECT_NE(message(R"({"source": "d", "cache": [{"driver": "minio", "name": "c", "bytes": 9, "servers": []}]})")
+                .find("cache[0]: unknown key 'servers' in a minio cache tier (it takes none)"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": "d", "cache": [{"driver": "redis", "name": "c", "bytes": 9}]})")
+                .find("cache[0]: a cache tier's driver must be one of"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": "d", "cache": [{"driver": "memcached", "name": "c", "bytes": 9, "servers": ["node1:http"]}]})")
+                .find("node1:http"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": "d", "cache": [{"name": "c"}]})").find("cache[0]: a tier needs its size"),
+            std::string::npos);
+  // A tier's size as people write it; one object is one tier.
+  auto sized = LoaderSpec::FromJson(R"({"source": "d", "cache": {"name": "c", "bytes": "2GiB"}})");
+  ASSERT_TRUE(sized.ok()) << sized.status().ToString();
+  ASSERT_EQ(sized->cache.size(), 1u);
+  EXPECT_EQ(sized->cache[0].driver, "minio");
+  EXPECT_EQ(sized->cache[0].bytes, 2ull << 30);
+}
+
+// With a cache, the local drivers keep read files out of the page cache
+// unless told otherwise (the cache holds them).
+TEST(SpecTest, DropPageCacheFollowsTheCacheUnlessGiven) {
+  auto options = [](const char* text) {
+    auto spec = LoaderSpec::FromJson(text);
+    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+    return nlohmann::json::parse(spec->source_options.driver_options);
+  };
+  EXPECT_EQ(options(R"({"source": "d"})")["drop_page_cache"], false);
+  EXPECT_EQ(options(R"({"source": "d", "cache": [{"name": "c", "bytes": 99}]})")["drop_page_cache"], true);
+  EXPECT_EQ(options(R"({"source": {"uri": "d", "options": {"drop_page_cache": false}},
+                        "cache": [{"name": "c", "bytes": 99}]})")["drop_page_cache"], false);
+}
+
+// Specs of the flat form (every spec written before drivers owned their
+// options, and ToJson wrote every field) are read, said so in a note, and
+// written in the new form: the same pipeline, the same fingerprint.
+TEST(SpecTest, OldFlatSpecsAreReadNotedAndWrittenInTheNewForm) {
+  const char* old_s3 = R"({"source": "s3://bucket/train-{0..3}.tar", "batch_size": 8,
+      "throttle_bandwidth": 0.0, "throttle_latency_ms": 0.0, "drop_page_cache": true,
+      "cache_name": "imagenet", "cache_bytes": 1073741824, "cache_policy": "memcached",
+      "cache_servers": ["node1:11211"], "cache_local_bytes": 268435456,
+      "s3_endpoint": "http://127.0.0.1:8333", "s3_region": "", "s3_profile": "",
+      "s3_addressing": "path", "s3_unsigned": false})";
+  auto spec = LoaderSpec::FromJson(old_s3);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_EQ(spec->notes.size(), 1u);
+  EXPECT_NE(spec->notes[0].find("the flat fields throttle_bandwidth, throttle_latency_ms, "
+                                "drop_page_cache, s3_endpoint"),
+            std::string::npos)
+      << spec->notes[0];
+  const nlohmann::json out = nlohmann::json::parse(spec->ToJson());
+  EXPECT_EQ(out["source"]["options"]["endpoint"], "http://127.0.0.1:8333");
+  EXPECT_EQ(out["source"]["options"]["addressing"], "path");
+  EXPECT_EQ(out["cache"], nlohmann::json::parse(R"([
+      {"driver": "minio", "name": "imagenet", "bytes": 268435456},
+      {"driver": "memcached", "name": "imagenet", "bytes": 1073741824, "servers": ["node1:11211"]}])"));
+  for (const char* flat : {"s3_endpoint", "cache_name", "throttle_bandwidth", "drop_page_cache"}) {
+    EXPECT_FALSE(out.contains(flat)) << flat;
+  }
+  auto again = LoaderSpec::FromJson(out.dump());
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->notes.empty());
+  EXPECT_EQ(again->ToJson(), spec->ToJson());
+  EXPECT_EQ(again->Fingerprint(), spec->Fingerprint());
+
+  // A local dataset's flat throttle becomes its driver's options.
+  auto local = LoaderSpec::FromJson(R"({"source": "d", "throttle_latency_ms": 20, "s3_endpoint": "",
+      "cache_name": ""})").value();
+  EXPECT_EQ(nlohmann::json::parse(local.source_options.driver_options)["throttle_latency_ms"], 20.0);
+  EXPECT_TRUE(local.cache.empty());
+  EXPECT_EQ(local.notes.size(), 1u);
+
+  auto message = [](const char* text) { return LoaderSpec::FromJson(text).status().message(); };
+  // A flat field set for the other kind of storage is an error, as it was.
+  EXPECT_NE(message(R"({"source": "s3://b/x/", "throttle_bandwidth": 1e6})")
+                .find("throttle_bandwidth emulates slow storage over local files"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": "d", "s3_region": "eu-west-1"})")
+                .find("s3_region is an option of the S3 drivers"),
+            std::string::npos);
+  // Given both ways: which one was meant is not guessed.
+  EXPECT_NE(message(R"({"source": {"uri": "d", "options": {"throttle_latency_ms": 1}},
+                       "throttle_latency_ms": 2})")
+                .find("throttle_latency_ms is given twice"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": "d", "cache": [], "cache_name": "x"})").find("cache is given twice"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": "d", "cache_name": "x", "cache_bytes": 9, "cache_local_bytes": 4})")
+                .find("cache_local_bytes is the node-local tier"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"source": "d", "cache_name": 5})").find("cache_name must be a string"),
+            std::string::npos);
+}
+
+// Where and how the same bytes are read changes no batch.
+TEST(SpecTest, FingerprintLeavesOutWhereTheBytesComeFrom) {
+  auto fp = [](const char* text) { return LoaderSpec::FromJson(text).value().Fingerprint(); };
+  EXPECT_EQ(fp(R"({"source": "s3://b/x/"})"),
+            fp(R"({"source": {"uri": "s3://b/x/", "options": {"endpoint": "http://h:1", "region": "r"}}})"));
+  EXPECT_EQ(fp(R"({"source": "d", "cache": [{"driver": "memcached", "name": "c", "bytes": 9, "servers": ["a:1"]}]})"),
+            fp(R"({"source": "d", "cache": [{"driver": "memcached", "name": "c", "bytes": 9, "servers": ["b:2"]}]})"));
+  EXPECT_NE(fp(R"({"source": "d"})"), fp(R"({"source": "e"})"));
 }
 
 }  // namespace

@@ -399,6 +399,13 @@ NB_MODULE(_nostall, m) {
         nostall::ValueOrRaise(nostall::LoaderSpec::FromJson(spec_json)));
   });
   m.def("available_cores", &nostall::AvailableCores);
+  // A spec's JSON with the old flat storage fields in the new form, and
+  // what was rewritten (Python warns it).
+  m.def("upgrade_spec", [](const std::string& spec_json) {
+    std::vector<std::string> notes;
+    std::string upgraded = nostall::ValueOrRaise(nostall::LoaderSpec::UpgradeJson(spec_json, &notes));
+    return std::make_tuple(upgraded, notes);
+  });
   m.def("parse_size", [](const std::string& text) -> uint64_t {
     return nostall::ValueOrRaise(nostall::ParseByteSize(text));
   });

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_fields.h"
+
 namespace nostall {
 namespace {
 
@@ -15,11 +17,6 @@ std::string Hex16(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
   return buf;
-}
-
-std::string Shown(const json& j) {
-  std::string d = j.dump();  // shallow: the state's depth is checked before it is parsed
-  return d.size() > 60 ? d.substr(0, 60) + "..." : d;
 }
 
 // An integer field in [0, hi]: not 3.7 taken as 3, not 1e19 converted.

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "source/driver.h"
+#include "source/local_options.h"
 #include "source/indexed_source.h"
 
 namespace nostall {
@@ -125,6 +126,6 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
 
 }  // namespace
 
-SourceDriver ImageFolderDriver() { return {"image-folder", Claims, Open, /*local_files=*/true}; }
+SourceDriver ImageFolderDriver() { return {"image-folder", Claims, Open, ResolveImageFolderOptions}; }
 
 }  // namespace nostall

@@ -11,9 +11,13 @@
 #include <cstring>
 
 #include "common/fd.h"
+#include "source/driver.h"
+#include "source/local_options.h"
 
 namespace nostall {
 namespace {
+
+using json = nlohmann::json;
 
 class IndexedSource final : public IndexSource {
  public:
@@ -85,6 +89,8 @@ bool IsImageFileName(const std::string& name) { return IsImageExtension(FileExte
 Result<std::unique_ptr<Source>> OpenIndexed(const char* kind, const std::string& canonical,
                                             const std::function<Result<Index>()>& build,
                                             const SourceOptions& options) {
+  NOSTALL_ASSIGN_OR_RETURN(json given, DriverOptionsJson(options, kind));
+  NOSTALL_ASSIGN_OR_RETURN(LocalOptions local, ReadLocalOptions(given, /*cached=*/false, kind));
   const std::string key = std::string(kind) + "\n" + canonical + IndexVariant(options);
   std::string cache_path;
   Index index;
@@ -103,8 +109,9 @@ Result<std::unique_ptr<Source>> OpenIndexed(const char* kind, const std::string&
     if (!cache_path.empty()) (void)SaveIndex(cache_path, index);
   }
   NOSTALL_ASSIGN_OR_RETURN(RecordTable records, SelectFields(options, &index));
-  return std::unique_ptr<Source>(std::make_unique<IndexedSource>(
-      std::move(index), std::move(records), kind, options.max_item_bytes, options.drop_page_cache));
+  return Throttled(std::make_unique<IndexedSource>(std::move(index), std::move(records), kind,
+                                                   options.max_item_bytes, local.drop_page_cache),
+                   local);
 }
 
 TarIndexOptions TarOptionsOf(const SourceOptions& options) {

@@ -1,10 +1,12 @@
-// OpenSource: the first registered driver that claims the path opens it;
-// the storage throttle wraps sources over local files when asked.
+// OpenSource: the driver the options name, else the first registered one
+// that claims the path, opens it; a spec's source options are checked by
+// their driver (ResolveSourceOptions).
 #include <sys/stat.h>
 
 #include <algorithm>
 
 #include "source/driver.h"
+#include "source/local_options.h"
 
 namespace nostall {
 
@@ -33,31 +35,49 @@ std::string DescribeLeftOut(const Source& source) {
   return out;
 }
 
+Result<const SourceDriver*> FindSourceDriver(const std::string& uri, const std::string& driver) {
+  std::string names;
+  for (const SourceDriver& d : SourceDrivers()) {
+    if (driver.empty() ? d.claims(uri) : driver == d.kind) return &d;
+    names += std::string(names.empty() ? "" : ", ") + d.kind;
+  }
+  if (driver.empty()) return static_cast<const SourceDriver*>(nullptr);
+  return InvalidArgument("source.driver must be one of " + names + ", not '" +
+                         driver.substr(0, 60) + "'");
+}
+
+Result<nlohmann::json> ResolveSourceOptions(const std::string& uri, std::string* driver,
+                                            const nlohmann::json& given, bool cached) {
+  NOSTALL_ASSIGN_OR_RETURN(const SourceDriver* d, FindSourceDriver(uri, *driver));
+  if (d == nullptr) {
+    // No folder there yet (or a file of no kind): opening it will say so;
+    // its options are checked as a local dataset's meanwhile.
+    return ResolveImageFolderOptions(given, cached);
+  }
+  *driver = d->kind;
+  return d->options(given, cached);
+}
+
+Result<nlohmann::json> DriverOptionsJson(const SourceOptions& options, const char* driver) {
+  const std::string& text = options.driver_options;
+  nlohmann::json j = nlohmann::json::parse(text.empty() ? "{}" : text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    return InvalidArgument(std::string("the ") + driver +
+                           " driver's options must be a JSON object, not '" +
+                           text.substr(0, 60) + "'");
+  }
+  return j;
+}
+
 Result<std::unique_ptr<Source>> OpenSource(const std::string& uri, const SourceOptions& options) {
   if (uri.empty()) return InvalidArgument("empty dataset path");
-  if (options.throttle_bytes_per_second < 0 || options.throttle_latency_ms < 0) {
-    return InvalidArgument("storage throttle values must be >= 0");
-  }
-  for (const SourceDriver& driver : SourceDrivers()) {
-    if (!driver.claims(uri)) continue;
-    const bool throttled = options.throttle_bytes_per_second > 0 || options.throttle_latency_ms > 0;
-    if (throttled && !driver.local_files) {
-      return InvalidArgument(std::string("the storage throttle emulates slow storage over local "
-                                         "files; a ") +
-                             driver.kind + " source reads real remote storage: " + uri);
-    }
-    NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Source> source, driver.open(uri, options));
-    if (throttled) {
-      source = ThrottleSource(std::move(source), options.throttle_bytes_per_second,
-                              options.throttle_latency_ms);
-    }
-    return source;
-  }
+  NOSTALL_ASSIGN_OR_RETURN(const SourceDriver* driver, FindSourceDriver(uri, options.driver));
+  if (driver != nullptr) return driver->open(uri, options);
   struct stat st;
   if (::stat(uri.c_str(), &st) != 0) return NotFound("dataset path does not exist: " + uri);
   std::string kinds;
-  for (const SourceDriver& driver : SourceDrivers()) {
-    kinds += std::string(kinds.empty() ? "" : ", ") + driver.kind;
+  for (const SourceDriver& d : SourceDrivers()) {
+    kinds += std::string(kinds.empty() ? "" : ", ") + d.kind;
   }
   return InvalidArgument("unsupported dataset " + uri + ": expected one of " + kinds +
                          " (an image folder, .tar shards, or either under s3://bucket/prefix)");

@@ -1,7 +1,9 @@
 // Resolving an S3 endpoint, region and credentials (s3_config.h).
 #include "source/s3_config.h"
 
+#include "common/json_fields.h"
 #include "nostall/source.h"
+#include "source/driver.h"
 
 #include <cctype>
 #include <cstdio>
@@ -118,7 +120,7 @@ static Result<double> PositiveNumber(const char* name, const std::string& text, 
 Result<S3Config> ResolveS3Config(const S3Options& options, const EnvLookup& getenv) {
   if (options.addressing != "auto" && options.addressing != "path" &&
       options.addressing != "virtual") {
-    return InvalidArgument("s3_addressing must be one of auto, path, virtual, not '" +
+    return InvalidArgument("addressing must be one of auto, path, virtual, not '" +
                            options.addressing + "'");
   }
   const std::string home = Env(getenv, "HOME");
@@ -196,13 +198,39 @@ Result<S3Config> ResolveS3Config(const S3Options& options, const EnvLookup& gete
   return c;
 }
 
-Result<S3Config> ResolveS3Config(const SourceOptions& options) {
-  S3Options s3;
-  s3.endpoint = options.s3_endpoint;
-  s3.region = options.s3_region;
-  s3.profile = options.s3_profile;
-  s3.addressing = options.s3_addressing;
-  s3.unsigned_requests = options.s3_unsigned;
+Result<S3Options> ReadS3Options(const nlohmann::json& given, const char* driver) {
+  NOSTALL_RETURN_IF_ERROR(CheckKeys(given, std::string("the ") + driver + " driver's options",
+                                    {"endpoint", "region", "profile", "addressing", "unsigned"}));
+  const std::string w = "source.options.";
+  S3Options o;
+  NOSTALL_RETURN_IF_ERROR(GetString(given, w, "endpoint", &o.endpoint));
+  NOSTALL_RETURN_IF_ERROR(GetString(given, w, "region", &o.region));
+  NOSTALL_RETURN_IF_ERROR(GetString(given, w, "profile", &o.profile));
+  NOSTALL_RETURN_IF_ERROR(GetString(given, w, "addressing", &o.addressing));
+  NOSTALL_RETURN_IF_ERROR(GetBool(given, w, "unsigned", &o.unsigned_requests));
+  if (o.addressing != "auto" && o.addressing != "path" && o.addressing != "virtual") {
+    return InvalidArgument(w + "addressing must be one of auto, path, virtual, not " +
+                           Shown(given["addressing"]));
+  }
+  return o;
+}
+
+nlohmann::json S3OptionsJson(const S3Options& o) {
+  return {{"endpoint", o.endpoint},
+          {"region", o.region},
+          {"profile", o.profile},
+          {"addressing", o.addressing},
+          {"unsigned", o.unsigned_requests}};
+}
+
+Result<nlohmann::json> ResolveS3Options(const nlohmann::json& given, bool /*cached*/) {
+  NOSTALL_ASSIGN_OR_RETURN(S3Options o, ReadS3Options(given, "S3"));
+  return S3OptionsJson(o);
+}
+
+Result<S3Config> ResolveS3Config(const SourceOptions& options, const char* driver) {
+  NOSTALL_ASSIGN_OR_RETURN(nlohmann::json given, DriverOptionsJson(options, driver));
+  NOSTALL_ASSIGN_OR_RETURN(S3Options s3, ReadS3Options(given, driver));
   return ResolveS3Config(s3, [](const char* name) { return static_cast<const char*>(std::getenv(name)); });
 }
 

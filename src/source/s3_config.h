@@ -6,10 +6,10 @@
 //                (AWS_SHARED_CREDENTIALS_FILE), else in ~/.aws/config
 //                (AWS_CONFIG_FILE); none found: unsigned requests (public
 //                buckets), said so in every access error
-//   profile      the spec's s3_profile, else AWS_PROFILE, else "default"
-//   region       the spec's s3_region, else AWS_REGION, AWS_DEFAULT_REGION,
+//   profile      the driver's option profile, else AWS_PROFILE, else "default"
+//   region       the driver's option region, else AWS_REGION, AWS_DEFAULT_REGION,
 //                the profile's region, else us-east-1
-//   endpoint     the spec's s3_endpoint, else AWS_ENDPOINT_URL_S3,
+//   endpoint     the driver's option endpoint, else AWS_ENDPOINT_URL_S3,
 //                AWS_ENDPOINT_URL, the profile's endpoint_url, else
 //                https://s3.REGION.amazonaws.com
 //   attempts     AWS_MAX_ATTEMPTS (the profile's max_attempts), else 6: tries
@@ -18,7 +18,7 @@
 //                connection, NOSTALL_S3_READ_TIMEOUT (default 10) for a body
 //                that stops arriving, NOSTALL_S3_REQUEST_TIMEOUT (default
 //                120) for a whole request, retries and their waits included
-//   addressing   the spec's s3_addressing: "virtual" (bucket.host/key),
+//   addressing   the driver's option addressing: "virtual" (bucket.host/key),
 //                "path" (host/bucket/key), or "auto": virtual on AWS, path
 //                on any other endpoint (MinIO, SeaweedFS, Ceph...)
 //
@@ -29,6 +29,8 @@
 
 #include <functional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "nostall/status.h"
 
@@ -42,7 +44,9 @@ struct S3Location {
 // Bucket names as S3 allows them (3-63 of a-z, 0-9, '.', '-'); keys as given.
 Result<S3Location> ParseS3Uri(const std::string& uri);
 
-// What the spec says (empty: from the environment).
+// The S3 drivers' part of the spec (s3-image-folder, s3-tar-shards):
+// `"source": {"uri": "s3://...", "options": {"endpoint", "region",
+// "profile", "addressing", "unsigned"}}`. Empty: from the environment.
 struct S3Options {
   std::string endpoint;
   std::string region;
@@ -76,10 +80,17 @@ struct S3Config {
 using EnvLookup = std::function<const char*(const char*)>;
 Result<S3Config> ResolveS3Config(const S3Options& options, const EnvLookup& getenv);
 
-// The configuration of a source's s3:// dataset: the spec's s3_* fields
-// over the process environment.
+// The options as a spec gives them (a JSON object) checked (`driver`
+// names the driver in errors), and written back with every one spelled out.
+Result<S3Options> ReadS3Options(const nlohmann::json& given, const char* driver);
+nlohmann::json S3OptionsJson(const S3Options& o);
+// The SourceDriver::options of both S3 drivers.
+Result<nlohmann::json> ResolveS3Options(const nlohmann::json& given, bool cached);
+
+// The configuration of a source's s3:// dataset: the driver's options over
+// the process environment.
 struct SourceOptions;
-Result<S3Config> ResolveS3Config(const SourceOptions& options);
+Result<S3Config> ResolveS3Config(const SourceOptions& options, const char* driver);
 
 // Percent-encodes `s` for a URL path or query value (RFC 3986 unreserved
 // bytes kept; '/' kept when `keep_slash`).

@@ -122,7 +122,7 @@ TEST(S3ConfigTest, MistakesAreNamed) {
   FakeEnv env(FakeEnv::Vars{});
   S3Options bad;
   bad.addressing = "dns";
-  EXPECT_NE(ResolveS3Config(bad, env.Lookup()).status().message().find("s3_addressing"),
+  EXPECT_NE(ResolveS3Config(bad, env.Lookup()).status().message().find("addressing must be one of"),
             std::string::npos);
   S3Options no_scheme;
   no_scheme.endpoint = "127.0.0.1:8333";

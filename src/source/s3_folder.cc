@@ -93,7 +93,7 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
   NOSTALL_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(uri));
   std::string prefix = loc.key;
   if (!prefix.empty() && prefix.back() != '/') prefix += '/';
-  NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(options));
+  NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(options, "s3-image-folder"));
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<S3Client> client, S3Client::Create(config));
   Result<std::vector<S3Object>> listed = ListClasses(client.get(), loc.bucket, prefix);
   if (!listed.ok()) {
@@ -142,6 +142,6 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
 
 }  // namespace
 
-SourceDriver S3FolderDriver() { return {"s3-image-folder", Claims, Open, /*local_files=*/false}; }
+SourceDriver S3FolderDriver() { return {"s3-image-folder", Claims, Open, ResolveS3Options}; }
 
 }  // namespace nostall

@@ -76,7 +76,7 @@ bool Claims(const std::string& uri) {
 Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions& options) {
   NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> uris, ExpandBraces(uri));
   NOSTALL_ASSIGN_OR_RETURN(S3Location first, ParseS3Uri(uris.front()));
-  NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(options));
+  NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(options, "s3-tar-shards"));
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<S3Client> client, S3Client::Create(config));
   // One listing of the shards' common prefix gives every size and ETag.
   std::vector<std::string> keys;
@@ -161,6 +161,6 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
 
 }  // namespace
 
-SourceDriver S3TarDriver() { return {"s3-tar-shards", Claims, Open, /*local_files=*/false}; }
+SourceDriver S3TarDriver() { return {"s3-tar-shards", Claims, Open, ResolveS3Options}; }
 
 }  // namespace nostall

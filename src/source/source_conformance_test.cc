@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <cctype>
@@ -105,9 +106,9 @@ struct TarShardsMaker : LocalMaker {
 struct S3Maker {
   static constexpr bool kSavesIndex = false;  // a folder's listing is its index
   static void Configure(SourceOptions* o) {
-    o->s3_endpoint = testing::S3Server::Shared().endpoint();
-    o->s3_region = "us-east-1";
-    o->s3_addressing = "path";
+    o->driver_options = nlohmann::json{{"endpoint", testing::S3Server::Shared().endpoint()},
+                                       {"region", "us-east-1"},
+                                       {"addressing", "path"}}.dump();
   }
   static std::string Bucket(const std::string& dir) {
     std::string b = "conformance-" + std::filesystem::path(dir).filename().string();

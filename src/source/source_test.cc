@@ -389,7 +389,7 @@ TEST(ThrottleTest, BandwidthIsSharedByAllReads) {
                        std::vector<uint8_t>(50000, 1));
   }
   SourceOptions o = NoCache();
-  o.throttle_bytes_per_second = 2e6;  // 20 x 50 KB = 1 MB -> 0.5 s, however many readers
+  o.driver_options = R"({"throttle_bandwidth": 2e6})";  // 20 x 50 KB = 1 MB -> 0.5 s, however many readers
   auto src = OpenSource(dir.path(), o).value();
   for (int threads : {1, 4}) {
     double secs = ReadAll(*src, threads);
@@ -404,15 +404,18 @@ TEST(ThrottleTest, LatencyOverlapsAcrossConcurrentReads) {
     testing::WriteFile(dir.path() + "/a/" + std::to_string(i) + ".jpg", std::vector<uint8_t>(10, 1));
   }
   SourceOptions o = NoCache();
-  o.throttle_latency_ms = 100;
+  o.driver_options = R"({"throttle_latency_ms": 100})";
   auto src = OpenSource(dir.path(), o).value();
   double serial = ReadAll(*src, 1);    // 8 x 100 ms
   double parallel = ReadAll(*src, 8);  // all at once: about 100 ms
   EXPECT_GT(serial, 0.75);
   EXPECT_LT(parallel, 0.4);
   EXPECT_GT(parallel, 0.09);
-  o.throttle_latency_ms = -1;
-  EXPECT_EQ(OpenSource(dir.path(), o).status().code(), StatusCode::kInvalidArgument);
+  o.driver_options = R"({"throttle_latency_ms": -1})";
+  Status negative = OpenSource(dir.path(), o).status();
+  EXPECT_EQ(negative.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(negative.message().find("throttle_latency_ms must be in [0, 60000]"), std::string::npos)
+      << negative.ToString();
 }
 
 }  // namespace
@@ -453,7 +456,7 @@ TEST(DropPageCacheTest, ReadItemsLeaveNoPagesBehind) {
   std::string root = DiskFolderWithOneFile("nostall-fadvise-test");
   for (bool drop : {false, true}) {
     SourceOptions o = NoCache();
-    o.drop_page_cache = drop;
+    o.driver_options = drop ? R"({"drop_page_cache": true})" : "{}";
     auto src = OpenSource(root, o).value();
     std::vector<uint8_t> buf;
     ASSERT_TRUE(src->Read(0, &buf).ok());

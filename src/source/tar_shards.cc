@@ -11,6 +11,7 @@
 
 #include "common/fd.h"
 #include "source/driver.h"
+#include "source/local_options.h"
 #include "source/indexed_source.h"
 #include "source/tar_index.h"
 
@@ -139,6 +140,6 @@ Result<std::vector<std::string>> ExpandBraces(const std::string& pattern) {
   return out;
 }
 
-SourceDriver TarShardsDriver() { return {"tar-shards", Claims, Open, /*local_files=*/true}; }
+SourceDriver TarShardsDriver() { return {"tar-shards", Claims, Open, ResolveTarShardsOptions}; }
 
 }  // namespace nostall
