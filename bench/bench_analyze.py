@@ -149,6 +149,20 @@ def make_shards(folder, out, shards=8):
     return pattern
 
 
+def storage(spec):
+    """`spec` with the situations' storage settings (throttle_bandwidth,
+    throttle_latency_ms, drop_page_cache, written flat in the table above)
+    moved into the local driver's options; s3:// has no page cache to drop."""
+    spec = dict(spec)
+    options = {k: spec.pop(k) for k in ("throttle_bandwidth", "throttle_latency_ms",
+                                        "drop_page_cache") if k in spec}
+    if str(spec["source"]).startswith("s3://"):
+        options.pop("drop_page_cache", None)
+    if options:
+        spec["source"] = {"uri": spec["source"], "options": options}
+    return spec
+
+
 def base_spec(data, items, batch):
     return {"source": data, "batch_size": batch, "shuffle": True, "seed": 1, "subset": items,
             "drop_page_cache": True,
@@ -225,8 +239,8 @@ def child_measure(job):
     first_timed = 0
     if fraction:
         name = f"bench-analyze-{os.getpid()}"
-        spec["cache_name"] = name
-        spec["cache_bytes"] = int(fraction * job["sample_bytes"])
+        spec["cache"] = [{"driver": "minio", "name": name,
+                          "bytes": int(fraction * job["sample_bytes"])}]
         first_timed = 1  # epoch 0 fills the cache
         epochs += 1
     step = make_step(job["step"])
@@ -452,7 +466,7 @@ def one_round(args, data, shards):
         if opts.get("needs") == "s3" and args.no_s3:
             continue
         items, batch = opts.get("items", args.items), opts.get("batch", args.batch)
-        spec = {**base_spec(data, items, batch), **over}
+        spec = storage({**base_spec(data, items, batch), **over})
         # Enough timed batches in every measured run, however short the epoch.
         epochs = max(args.epochs, -(-16 * batch // items))
         print(f"== {name}", flush=True)
@@ -481,7 +495,7 @@ def one_round(args, data, shards):
             if jobs:
                 meas = measure_jobs(spec, step, epochs, jobs, real.pop("shared"))
             else:
-                meas = measure({**spec, **real}, step, epochs, cores=cores, cache=cache,
+                meas = measure(storage({**base_spec(data, items, batch), **over, **real}), step, epochs, cores=cores, cache=cache,
                                sample_bytes=sample_bytes)
             rows.append({"situation": name, "config": label, "profiled": False,
                          "expected": w_expect, "named": p["bottleneck"],

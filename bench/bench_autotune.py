@@ -55,7 +55,7 @@ def spec_for(data, situation, setting):
                            {"type": "Normalize", "mean": [0.485, 0.456, 0.406],
                             "std": [0.229, 0.224, 0.225]}]}
     if situation == "latency":
-        spec["throttle_latency_ms"] = LATENCY_MS
+        spec["source"] = {"uri": str(data), "options": {"throttle_latency_ms": LATENCY_MS}}
     kind = setting["kind"]
     if kind == "static":
         spec.update(autotune="off", num_threads=setting["threads"],

@@ -133,11 +133,11 @@ def main():
     epoch_times = {"none": [], "minio": [], "lru": []}
     for r in range(args.rounds):
         epoch_times["none"] += plain_times(data, args.epochs, 0,
-                                           throttle_bandwidth=args.bandwidth)[1:]
+                                           source_options={"throttle_bandwidth": args.bandwidth})[1:]
         epoch_times["minio"] += measured(data, half, "minio", args.epochs, 0,
-                                         throttle_bandwidth=args.bandwidth)[1][1:]
+                                         source_options={"throttle_bandwidth": args.bandwidth})[1][1:]
         epoch_times["lru"] += measured(data, half, "lru", args.epochs, 0,
-                                       throttle_bandwidth=args.bandwidth)[1][1:]
+                                       source_options={"throttle_bandwidth": args.bandwidth})[1][1:]
         print(f"round {r + 1}: " + ", ".join(f"{k} {statistics.median(v):.2f}s"
                                             for k, v in epoch_times.items()), flush=True)
     med = {k: statistics.median(v) for k, v in epoch_times.items()}

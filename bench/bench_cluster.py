@@ -82,8 +82,8 @@ def node(args):
                                                           nostall.IMAGENET_STD)],
                             output="numpy",
                             return_indices=True, cache=cache, num_threads=1,
-                            throttle_bandwidth=args.bandwidth,
-                            throttle_latency_ms=args.latency_ms)
+                            source_options={"throttle_bandwidth": args.bandwidth,
+                                            "throttle_latency_ms": args.latency_ms})
     out = {"rank": rank, "world": world, "mode": args.mode, "epochs": []}
     try:
         for epoch in range(args.epochs):

@@ -88,6 +88,13 @@ specs = [
      {"type": "CenterCrop", "size": [224, 200]}], "layout": "NHWC", "mode": "L", "dtype": "uint8", "on_error": "skip"},
     {"source": "d", "cache_name": "c", "cache_bytes": 1048576, "num_threads": 2, "reads_in_flight": 16,
      "prefetch": 3, "subset": 100, "shuffle_block": 10, "drop_last": True, "rank": 1, "world_size": 2},
+    {"source": {"uri": "s3://bucket/train-{0000..0003}.tar", "driver": "s3-tar-shards",
+                "options": {"endpoint": "http://127.0.0.1:8333", "addressing": "path", "unsigned": True}},
+     "cache": [{"driver": "minio", "name": "node", "bytes": "64MiB"},
+               {"driver": "memcached", "name": "job", "bytes": 1 << 30, "servers": ["node1:11211"]}]},
+    {"source": {"uri": "d", "options": {"throttle_bandwidth": 5e7, "throttle_latency_ms": 2,
+                                        "drop_page_cache": False}},
+     "cache": {"driver": "lru", "name": "x", "bytes": 4096}},
 ]
 for i, s in enumerate(specs):
     out("spec_fuzz", f"spec{i}.json", json.dumps(s).encode())

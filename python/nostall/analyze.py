@@ -400,25 +400,40 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
 
     import torch
 
-    from .loader import read_spec
+    from .cache import parse_size
+    from .loader import read_spec, spec_uri
 
     base = read_spec(spec)
     batch = int(base.get("batch_size", 1))
-    user_cache_bytes = int(base.get("cache_bytes", 0) or 0) if base.get("cache_name") else 0
+    tiers = base.get("cache") or []
+    if isinstance(tiers, dict):
+        tiers = [tiers]
+    # The user's cache as the model sees it: its back tier (the cluster tier
+    # behind a node's, or the one tier), and the nodes that pool it.
+    back = tiers[-1] if tiers and isinstance(tiers[-1], dict) else {}
+    user_cache_bytes = parse_size(back["bytes"]) if back.get("bytes") else 0
     if items is not None and items <= 0:
         raise ValueError("items must be positive")
     # The configuration is analysed as it stands: unset knobs at their
     # defaults, not moved by the autotuner while the runs are measured (the
     # table names where the autotuner would start instead).
     run = {**base, "autotune": "off"}
-    for key in ("cache_name", "cache_bytes", "cache_policy", "cache_servers", "cache_local_bytes"):
-        run.pop(key, None)
+    run.pop("cache", None)
     # A cluster cache pools every rank's share (cache.h, CacheConfig.pool_parts).
     cache_nodes = (int(base.get("world_size", 1) or 1)
-                   if base.get("cache_name") and base.get("cache_policy") == "memcached" else 1)
+                   if back.get("driver") == "memcached" else 1)
     with Loader.from_spec({**run, "batch_size": 1, "prefetch": 0, "num_threads": 1,
                            "reads_in_flight": 1, "subset": 1}) as probe:
         num_items = probe.num_items
+        source = probe.spec["source"]  # its driver and every option, resolved
+
+    def page_cache(spec, drop):
+        """`spec` reading local files past the page cache (`drop`) or
+        through it; remote storage has no page cache to drop."""
+        if "drop_page_cache" not in source.get("options", {}):
+            return spec
+        return {**spec, "source": {**source, "options": {**source["options"],
+                                                         "drop_page_cache": drop}}}
     if items is None:
         items = min(num_items, max(4096, 20 * batch))
     items = min(items, num_items)
@@ -462,13 +477,13 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
     # item size, with room to spare), filled after the cold run: the cold run
     # is the user's configuration, and copying into a cache as it reads would
     # cost it CPU (about 3% of a prep-bound run) the user's run does not pay.
-    cached_spec = {**run, "cache_name": cache_name,
-                   "cache_bytes": int(mean_bytes * items * 1.3) + (8 << 20),
-                   "drop_page_cache": True}
+    cached_spec = page_cache({**run, "cache": [{"driver": "minio", "name": cache_name,
+                                                "bytes": int(mean_bytes * items * 1.3) + (8 << 20)}]},
+                             True)
     warm = min(warmup_batches, max(0, n_batches // 4))
     cold, cached = _Window(), _Window()
     phases.begin("real data, cold storage")
-    with Loader.from_spec({**run, "drop_page_cache": True}) as loader:
+    with Loader.from_spec(page_cache(run, True)) as loader:
         epoch, started = 0, time.perf_counter()
         while epoch == 0 or (cold.too_short() and time.perf_counter() - started < 60):
             # A short epoch is timed again (cold again: the pages are dropped).
@@ -485,7 +500,7 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
         except ResourceError as e:  # /dev/shm too small for the sample: the page cache stands in
             notes.append(f"no shared-memory cache for the sample ({e}); "
                          "the cached run read through the page cache")
-            loader = Loader.from_spec({**run, "drop_page_cache": False})
+            loader = Loader.from_spec(page_cache(run, False))
         with loader:
             phases.begin("filling the cache (not timed)")
             loader.set_epoch(0)
@@ -587,7 +602,7 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
     }
     result = json.loads(_nostall.analysis_json(json.dumps(profile)))
     result["autotune_start"] = autotune_start(result, cores)
-    result["run"] = {"source": base.get("source"), "batch_size": batch, "items": items,
+    result["run"] = {"source": spec_uri(base), "batch_size": batch, "items": items,
                      "dataset_items": num_items, "storage_probe": storage, "notes": notes,
                      "spec": base,
                      "windows": {name: {"batches": w.gaps, "samples": w.samples,

@@ -76,6 +76,17 @@ class Cache:
             raise ValueError("local_size is a node-local tier in front of a cluster cache: "
                              "give servers (or policy=\"memcached\") with it")
 
+    def tiers(self) -> list:
+        """The loader spec's ``"cache"``: the tiers, front first (docs/spec.md)."""
+        tiers = []
+        if self.local_size:
+            tiers.append({"driver": "minio", "name": self.name, "bytes": self.local_size})
+        tier = {"driver": self.policy, "name": self.name, "bytes": self.size}
+        if self.policy == "memcached":
+            tier["servers"] = list(self.servers)
+        tiers.append(tier)
+        return tiers
+
     def remove(self) -> None:
         """Removes the cache's shared memory; loaders attached keep theirs until they close."""
         from . import _nostall

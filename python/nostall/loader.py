@@ -85,13 +85,31 @@ def _integer(name, value):
         raise TypeError(f"{name} must be an integer, not {value!r}") from None
 
 
-def read_spec(spec) -> dict:
+# The Loader's keyword arguments that became a source driver's options
+# (the old flat spec fields of the same names; docs/spec.md).
+_OLD_SOURCE_KWARGS = {
+    "throttle_bandwidth": "throttle_bandwidth", "throttle_latency_ms": "throttle_latency_ms",
+    "drop_page_cache": "drop_page_cache", "s3_endpoint": "endpoint", "s3_region": "region",
+    "s3_profile": "profile", "s3_addressing": "addressing", "s3_unsigned": "unsigned",
+}
+
+
+def spec_uri(spec: dict) -> str:
+    """The dataset path of a spec, whether ``source`` is the path or
+    ``{"uri": ..., "driver": ..., "options": ...}``."""
+    source = spec.get("source")
+    return source.get("uri", "") if isinstance(source, dict) else source
+
+
+def read_spec(spec, stacklevel: int = 3) -> dict:
     """A loader spec as a dict, from a dict, its JSON text, a path to a JSON
-    file or a Loader: what from_spec, serve and analyze take."""
+    file or a Loader: what from_spec, serve and analyze take. A spec of the
+    old flat form (``s3_endpoint``, ``throttle_bandwidth``, ``cache_name``...
+    at the top level) comes back in the new one, with a FutureWarning."""
     if isinstance(spec, Loader):
         return spec.spec
     if isinstance(spec, dict):
-        return dict(spec)
+        return _upgraded(dict(spec), stacklevel + 1)
     if isinstance(spec, os.PathLike) or (isinstance(spec, str)
                                          and not spec.lstrip().startswith("{")):
         with open(spec) as f:  # a path; FileNotFoundError names it
@@ -107,7 +125,68 @@ def read_spec(spec) -> dict:
         raise ValueError(f"{where}: not a JSON loader spec: {e}") from None
     if not isinstance(spec, dict):
         raise ValueError(f"{where}: a loader spec is a JSON object, not {type(spec).__name__}")
-    return spec
+    return _upgraded(spec, stacklevel + 1)
+
+
+def _upgraded(spec: dict, stacklevel: int) -> dict:
+    """`spec` with the old flat storage fields in the new form (C++ rewrites
+    them: LoaderSpec::UpgradeJson), each rewrite warned."""
+    if not any(k in spec for k in (*_OLD_SOURCE_KWARGS, "cache_name", "cache_bytes",
+                                   "cache_policy", "cache_servers", "cache_local_bytes")):
+        return spec
+    try:
+        text = json.dumps(spec)
+    except (TypeError, ValueError):
+        return spec  # not JSON: C++ says what is wrong with it
+    upgraded, notes = _nostall.upgrade_spec(text)
+    for note in notes:
+        warnings.warn(note, FutureWarning, stacklevel=stacklevel)
+    return json.loads(upgraded)
+
+
+def _source_spec(source, options, old):
+    """The spec's "source": the path alone, or {"uri", "driver", "options"}
+    with `options` (source_options=) and the deprecated keyword arguments in
+    `old` merged into the driver's options (C++ checks them)."""
+    if isinstance(source, dict):
+        source = dict(source)
+    else:
+        source = {"uri": os.fspath(source)}
+    merged = dict(source.get("options") or {})
+    if options is not None:
+        if not isinstance(options, dict):
+            raise TypeError(f"source_options must be a dict of the driver's options, not {options!r}")
+        for key, value in options.items():
+            if key in merged and merged[key] != value:
+                raise ValueError(f"source option {key!r} is given twice: in source and in "
+                                 "source_options")
+            merged[key] = value
+    if old:
+        warnings.warn("Loader(" + ", ".join(f"{k}=" for k in old) + ") is deprecated: these are "
+                      "the source driver's options now, source_options={" +
+                      ", ".join(f"{_OLD_SOURCE_KWARGS[k]!r}: ..." for k in old) + "} (docs/spec.md)",
+                      FutureWarning, stacklevel=3)
+        for key, value in old.items():
+            name = _OLD_SOURCE_KWARGS[key]
+            if name in merged:
+                raise ValueError(f"{key}= and source_options {name!r} both given: give one")
+            merged[name] = value
+    if merged:
+        source["options"] = merged
+    return source if len(source) > 1 else source["uri"]
+
+
+def _cache_tiers(cache) -> list:
+    """The spec's "cache" from a nostall.Cache, or tiers as a spec writes them."""
+    if cache is None:
+        return []
+    if isinstance(cache, Cache):
+        return cache.tiers()
+    if isinstance(cache, dict):
+        return [cache]
+    if isinstance(cache, (list, tuple)):
+        return list(cache)
+    raise TypeError(f"cache must be a nostall.Cache or a list of cache tiers, not {cache!r}")
 
 
 class Loader(Closeable):
@@ -122,7 +201,19 @@ class Loader(Closeable):
     Args:
         source: an image folder (one subfolder per class, as torchvision's
             ImageFolder) or WebDataset tar shards, e.g.
-            ``"shards/train-{0000..0099}.tar"``.
+            ``"shards/train-{0000..0099}.tar"``, or either under
+            ``s3://bucket/prefix``; or the spec's form, ``{"uri": ...,
+            "driver": ..., "options": {...}}``.
+        source_options: the options of the driver that reads ``source``
+            (docs/spec.md): for local files ``throttle_bandwidth`` and
+            ``throttle_latency_ms`` (emulate slow storage: bytes/s shared by
+            all reads, a wait per read; for benchmarks and tests) and
+            ``drop_page_cache`` (drop each file's pages from the OS page
+            cache after reading it, so storage stays cold between epochs; no
+            root needed; default: on with a cache); for ``s3://``
+            ``endpoint``, ``region``, ``profile``, ``addressing`` and
+            ``unsigned``, over what the environment and ``~/.aws`` say
+            (docs/s3.md; the keys themselves only ever come from there).
         batch_size: samples per batch.
         shuffle: a new random order each epoch, fixed by ``(seed, epoch)``.
         seed: seeds the order and every sample's augmentation.
@@ -171,27 +262,24 @@ class Loader(Closeable):
             smaller than its source region (default; much faster). False
             decodes at full resolution, for pixels closest to PIL's.
         index_cache: keep the dataset's index on disk between runs.
-        throttle_bandwidth, throttle_latency_ms: emulate slow storage (bytes
-            per second shared by all reads; wait per read), for benchmarks
-            and tests. Default: no throttle.
-        drop_page_cache: drop each file's pages from the OS page cache after
-            reading it, so storage stays cold between epochs (no root needed).
-            Default: on when a cache is given, else off.
+        throttle_bandwidth, throttle_latency_ms, drop_page_cache, s3_endpoint,
+            s3_region, s3_profile, s3_addressing, s3_unsigned: deprecated
+            (a FutureWarning): the same as ``source_options`` of the
+            driver's names (``s3_endpoint`` is ``"endpoint"``).
         cache: a :class:`nostall.Cache` of the encoded items: in shared
             memory, shared by every loader on the node that names it (the
             default, MinIO: cached on first read, never evicted); or
             partitioned across the nodes' memcached servers (``servers=``),
             optionally behind a node-local tier (``local_size=``); what its
             ``size`` means is in :class:`nostall.Cache`. ``stats()["cache"]``
-            reports fill and per-epoch hit rates, per tier.
+            reports fill and per-epoch hit rates, per tier. Or the spec's
+            form: a list of tiers, ``[{"driver": "minio", "name": ...,
+            "bytes": ...}, ...]``, front first.
         subset: use only this many items, the same random sample every epoch
             (fixed by ``seed``); default: all.
         progress: ``True`` shows a live bar on stderr (images/s and the
             share of time the training loop waited on data) and a one-line
             summary at each epoch end; ``"epoch"`` prints only the summaries.
-        s3_endpoint, s3_region, s3_profile, s3_addressing, s3_unsigned: for an
-            ``s3://`` source, override what the environment and ``~/.aws`` say
-            (docs/s3.md); the keys themselves only ever come from there.
         fields: a dict naming what each batch carries from a sample's tar
             members (docs/records.md): ``{"image": "jpg;png", "label": "cls",
             "meta": "json"}``; a value is the member extensions (preferred
@@ -215,7 +303,7 @@ class Loader(Closeable):
 
     def __init__(
         self,
-        source: str,
+        source,
         batch_size: int = 1,
         shuffle: bool = False,
         seed: int = 0,
@@ -247,14 +335,20 @@ class Loader(Closeable):
         s3_endpoint: Optional[str] = None,
         s3_region: Optional[str] = None,
         s3_profile: Optional[str] = None,
-        s3_addressing: str = "auto",
-        s3_unsigned: bool = False,
+        s3_addressing: Optional[str] = None,
+        s3_unsigned: Optional[bool] = None,
         fields: Optional[dict] = None,
         max_field_bytes: Optional[int] = None,
         batch_transform=None,
         hook_threads: int = 2,
+        source_options: Optional[dict] = None,
     ):
-        source = os.fspath(source)
+        old = {name: value for name, value in (
+            ("throttle_bandwidth", throttle_bandwidth), ("throttle_latency_ms", throttle_latency_ms),
+            ("drop_page_cache", drop_page_cache), ("s3_endpoint", s3_endpoint),
+            ("s3_region", s3_region), ("s3_profile", s3_profile),
+            ("s3_addressing", s3_addressing), ("s3_unsigned", s3_unsigned)) if value is not None}
+        source = _source_spec(source, source_options, old)
         # The spec's fields go to C++ as given (numbers and flags as plain
         # Python values): LoaderSpec checks and defaults them, and its error
         # is the one raised. Only what C++ never sees is checked here.
@@ -316,21 +410,8 @@ class Loader(Closeable):
             "on_error": on_error,
             "use_index_cache": _plain(index_cache),
             "dct_scaling": _plain(dct_scaling),
-            "throttle_bandwidth": float(throttle_bandwidth or 0),
-            "throttle_latency_ms": float(throttle_latency_ms or 0),
-            "drop_page_cache": bool(cache is not None if drop_page_cache is None
-                                    else drop_page_cache),
-            "cache_name": cache.name if cache is not None else "",
-            "cache_bytes": cache.size if cache is not None else 0,
-            "cache_policy": cache.policy if cache is not None else "minio",
-            "cache_servers": cache.servers if cache is not None else [],
-            "cache_local_bytes": cache.local_size if cache is not None else 0,
+            "cache": _cache_tiers(cache),
             "subset": _integer("subset", subset),
-            "s3_endpoint": s3_endpoint or "",
-            "s3_region": s3_region or "",
-            "s3_profile": s3_profile or "",
-            "s3_addressing": s3_addressing,
-            "s3_unsigned": _plain(s3_unsigned),
         }
         if dtype is not None:  # else C++'s default: float32 after Normalize, uint8 otherwise
             spec["dtype"] = dtype
@@ -360,7 +441,7 @@ class Loader(Closeable):
         ``progress`` are the constructor's (they are not part of a spec).
         """
         self = cls.__new__(cls)
-        spec = read_spec(spec)
+        spec = read_spec(spec, stacklevel=3)
         rank, world_size = _sharding(spec.get("rank"), spec.get("world_size"))
         spec["rank"], spec["world_size"] = rank, world_size
         self._init(spec, copy=copy, return_indices=return_indices, output=output,
@@ -461,7 +542,7 @@ class Loader(Closeable):
         self._seed = spec.get("seed", 0)
         left_out = self._core.left_out if core is None else ""
         if left_out:  # said once, when the loader is built
-            warnings.warn(f"{spec.get('source', 'the dataset')}: {left_out}", UserWarning,
+            warnings.warn(f"{spec_uri(spec) or 'the dataset'}: {left_out}", UserWarning,
                           stacklevel=3)
             if self._progress is not None:
                 self._progress.left_out(left_out)
@@ -667,7 +748,7 @@ class Loader(Closeable):
         spec = json.loads(core.spec_json())
         ts = ", ".join(t["type"] for t in spec.get("transforms", [])) or "no transforms"
         where = f" rank {spec['rank']} of {spec['world_size']}," if spec.get("world_size", 1) > 1 else ""
-        return (f"<nostall.Loader {spec['source']!r}: {self.num_items:,} items,{where} "
+        return (f"<nostall.Loader {spec_uri(spec)!r}: {self.num_items:,} items,{where} "
                 f"{len(self)} batches of {spec['batch_size']} per epoch, epoch {self._epoch}; "
                 f"{ts} -> {spec['dtype']} {spec['layout']}>")
 

@@ -93,8 +93,8 @@ def test_prep_bound_with_one_decode_thread(big_jpegs):
 
 
 def test_fetch_bound_on_slow_storage(small_pngs):
-    spec = {"source": str(small_pngs), "batch_size": 16, "mode": "L", "reads_in_flight": 1,
-            "throttle_latency_ms": 10}
+    spec = {"source": {"uri": str(small_pngs), "options": {"throttle_latency_ms": 10}},
+            "batch_size": 16, "mode": "L", "reads_in_flight": 1}
     a = run(spec, sleeper(0.002), items=256)  # G = 16 per 2 ms = 8,000/s
     assert a.bottleneck == "fetch", a.table()
     assert a.result["predicted"]["limit"] == "latency"
@@ -119,8 +119,8 @@ def test_fetch_bound_on_slow_storage(small_pngs):
 def test_a_job_on_several_nodes_is_told_to_pool_their_caches(small_pngs):
     """Storage bandwidth binds; the job has 4 ranks: a cache across the 4
     nodes gives the hit rate of one 4 times the size on each."""
-    spec = {"source": str(small_pngs), "batch_size": 16, "mode": "L", "reads_in_flight": 8,
-            "throttle_bandwidth": 100e3, "world_size": 4, "rank": 1}
+    spec = {"source": {"uri": str(small_pngs), "options": {"throttle_bandwidth": 100e3}},
+            "batch_size": 16, "mode": "L", "reads_in_flight": 8, "world_size": 4, "rank": 1}
     a = run(spec, sleeper(0.002), items=128)
     assert a.bottleneck == "fetch", a.table()
     alone = a.predict(cache_fraction=0.25)["rate"]
@@ -225,7 +225,7 @@ def test_every_batch_wait_is_recorded(small_pngs):
     # A slow pipeline (10 ms per read, one at a time) and an instant consumer:
     # nearly all of the consumer's time is waiting, batch by batch.
     loader = nostall.Loader(small_pngs, batch_size=8, mode="L", reads_in_flight=1,
-                            throttle_latency_ms=10, subset=80)
+                            source_options={"throttle_latency_ms": 10}, subset=80)
     for _ in loader:
         pass
     c = loader.stats()["consumer"]
@@ -326,8 +326,8 @@ def test_short_epochs_are_timed_within_what_storage_allows(small_pngs):
     # 60 items in batches of 8 (7.5 batches) from a store with 20 ms per read
     # and 2 reads in flight: at most 100 samples/s. Counting the samples made
     # before the window, the cold rate came out about 1.2x too high.
-    spec = {"source": str(small_pngs), "batch_size": 8, "mode": "L",
-            "throttle_latency_ms": 20, "reads_in_flight": 2}
+    spec = {"source": {"uri": str(small_pngs), "options": {"throttle_latency_ms": 20}},
+            "batch_size": 8, "mode": "L", "reads_in_flight": 2}
     a = run(spec, instant, items=60)
     assert a.profile["cold_rate"] <= 100 * 1.04, a.table()
     assert a.result["run"]["windows"]["cold"]["batches"] >= 8  # widened to enough batches

@@ -112,3 +112,24 @@ def test_lru_at_the_same_memory_hits_far_less(small_items, cache_name):
         loader.close()
     assert abs(rates["minio"] - 0.5) <= 0.01
     assert rates["lru"] < 0.35, rates  # random order each epoch: LRU evicts what comes next
+
+
+def test_the_cache_is_a_list_of_tiers_in_the_spec(small_items, cache_name):
+    kw = dict(batch_size=100, mode="L")
+    loader = nostall.Loader(small_items, cache=nostall.Cache(cache_name, "4MB"), **kw)
+    assert loader.spec["cache"] == [{"driver": "minio", "name": cache_name, "bytes": 4_000_000}]
+    # With a cache, the local driver keeps read files out of the page cache.
+    assert loader.spec["source"]["options"]["drop_page_cache"] is True
+    run_epochs(loader, 1)
+    # The spec's own form, a size as people write it, builds the same loader.
+    same = nostall.Loader(small_items, cache=[{"driver": "minio", "name": cache_name,
+                                               "bytes": "4MB"}], **kw)
+    assert same.spec == loader.spec
+    assert same.stats()["cache"]["name"] == cache_name
+    with pytest.raises(ValueError, match=r"cache\[0\]: unknown key 'servers' in a minio cache tier"):
+        nostall.Loader(small_items, cache=[{"name": cache_name, "bytes": 9, "servers": ["a:1"]}])
+    # A saved spec of the flat form gives the same tiers.
+    with pytest.warns(FutureWarning, match="cache_name, cache_bytes, cache_policy"):
+        old = nostall.Loader.from_spec({"source": str(small_items), **kw, "cache_name": cache_name,
+                                        "cache_bytes": 4_000_000, "cache_policy": "minio"})
+    assert old.spec["cache"] == loader.spec["cache"]

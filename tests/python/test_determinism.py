@@ -28,7 +28,8 @@ def test_identical_batches_while_the_autotuner_changes_settings(jpeg_folder):
     # From 1 thread and 1 read of 20 ms, the autotuner adds reads and threads
     # mid-epoch; every epoch's batches stay those of a fixed configuration.
     fixed = make(jpeg_folder, 2, reads_in_flight=7, autotune=False)
-    tuned = make(jpeg_folder, 1, reads_in_flight=1, autotune=True, throttle_latency_ms=20)
+    tuned = make(jpeg_folder, 1, reads_in_flight=1, autotune=True,
+                 source_options={"throttle_latency_ms": 20})
     epoch = 0
     while epoch < 40:
         assert same(epoch_batches(tuned, epoch), epoch_batches(fixed, epoch)), f"epoch {epoch}"

@@ -54,7 +54,9 @@ def test_brace_patterns_that_explode_are_errors(tmp_path, pattern, message):
 
 def test_a_throttle_of_1e300_ms_is_refused(jpeg_folder):
     with pytest.raises(ValueError, match="throttle_latency_ms"):
-        nostall.Loader.from_spec({"source": str(jpeg_folder), "batch_size": 4, "throttle_latency_ms": 1e300})
+        nostall.Loader.from_spec({"source": {"uri": str(jpeg_folder),
+                                             "options": {"throttle_latency_ms": 1e300}},
+                                  "batch_size": 4})
 
 
 @pytest.mark.parametrize("option, value", [("--size", "4294967520"), ("--threads", "4294967297"),

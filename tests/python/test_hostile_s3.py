@@ -56,7 +56,8 @@ def serve(folder, tmp_path, monkeypatch):
 
 
 def load(endpoint, **kw):
-    return nostall.Loader("s3://bkt/train/", batch_size=3, s3_endpoint=endpoint, s3_unsigned=True,
+    return nostall.Loader("s3://bkt/train/", batch_size=3,
+                          source_options={"endpoint": endpoint, "unsigned": True},
                           transforms=[nostall.Resize((16, 16))], **kw)
 
 
@@ -94,8 +95,8 @@ def test_a_server_ignoring_range_is_read_only_as_far_as_needed(serve, tmp_path, 
     s = Server("ignore-range-endless", shards, tmp_path / "log")
     try:
         out = tmp_path / "x.npy"
-        p, peak = run_child(f"l = nostall.Loader('s3://bkt/train/s/train-0.tar', batch_size=3, s3_endpoint="
-                            f"'{s.endpoint}', s3_unsigned=True, transforms=[nostall.Resize((16, 16))])\n"
+        p, peak = run_child(f"l = nostall.Loader('s3://bkt/train/s/train-0.tar', batch_size=3, source_options="
+                            f"{{'endpoint': '{s.endpoint}', 'unsigned': True}}, transforms=[nostall.Resize((16, 16))])\n"
                             "np.save(sys.argv[1], np.concatenate([b.numpy() for b, _ in l]))", str(out))
     finally:
         s.stop()
@@ -108,8 +109,8 @@ def test_a_server_ignoring_range_is_read_only_as_far_as_needed(serve, tmp_path, 
 def test_an_object_sent_without_end_is_stopped_at_its_listed_size(serve):
     s = serve("ignore-range-endless")
     t0 = time.monotonic()
-    p, peak = run_child(f"l = nostall.Loader('s3://bkt/train/', batch_size=3, s3_endpoint='{s.endpoint}', "
-                        "s3_unsigned=True, transforms=[nostall.Resize((16, 16))])\n"
+    p, peak = run_child(f"l = nostall.Loader('s3://bkt/train/', batch_size=3, "
+                        f"source_options={{'endpoint': '{s.endpoint}', 'unsigned': True}}, transforms=[nostall.Resize((16, 16))])\n"
                         "try:\n    [b for b in l]\nexcept nostall.DataError as e:\n    print(e)\n")
     assert p.returncode == 0, p.stderr
     assert "more than the" in p.stdout and "bytes listed for it" in p.stdout, p.stdout
@@ -167,7 +168,8 @@ def test_ctrl_c_interrupts_a_constructor_waiting_on_a_server(serve):
     s = serve("hang")
     code = ("import nostall\n"
             "try:\n"
-            f"    nostall.Loader('s3://bkt/train/', batch_size=3, s3_endpoint='{s.endpoint}', s3_unsigned=True)\n"
+            f"    nostall.Loader('s3://bkt/train/', batch_size=3, "
+            f"source_options={{'endpoint': '{s.endpoint}', 'unsigned': True}})\n"
             "except KeyboardInterrupt:\n"
             "    print('interrupted', flush=True)\n")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=os.environ)

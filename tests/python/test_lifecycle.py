@@ -19,7 +19,7 @@ def test_del_loader_joins_every_thread_the_autotuner_started(jpeg_folder, tmp_pa
     # An autotuned loader starts threads as it runs; all are joined by del.
     before = native_threads()
     loader = nostall.Loader(jpeg_folder, batch_size=4, autotune=True, num_threads=1,
-                            reads_in_flight=1, throttle_latency_ms=20,
+                            reads_in_flight=1, source_options={"throttle_latency_ms": 20},
                             transforms=[nostall.RandomResizedCrop(64)])
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and loader.stats()["autotune"]["changes"] == 0:

@@ -247,10 +247,21 @@ def test_spec_fields_override_the_environment(s3):
     try:
         with pytest.raises(nostall.NostallError):
             nostall.Loader("s3://train-data/imagenet/train/", batch_size=4)
-        loader = nostall.Loader("s3://train-data/imagenet/train/", batch_size=4, s3_endpoint=saved,
+        loader = nostall.Loader("s3://train-data/imagenet/train/", batch_size=4,
+                                source_options={"endpoint": saved},
                                 transforms=[nostall.Resize((8, 8))])
         assert sum(int(l.shape[0]) for _, l in loader) == 21
-        assert json.loads(json.dumps(loader.spec))["s3_endpoint"] == saved
+        source = json.loads(json.dumps(loader.spec))["source"]
+        assert source["driver"] == "s3-image-folder"
+        assert source["options"]["endpoint"] == saved
+        # The spec builds the same loader again, endpoint and all.
+        again = nostall.Loader.from_spec(loader.spec)
+        assert sum(int(l.shape[0]) for _, l in again) == 21
+        # The old keyword still works, said to be deprecated, into the same spec.
+        with pytest.warns(FutureWarning, match=r"s3_endpoint=.*source_options=\{'endpoint'"):
+            old = nostall.Loader("s3://train-data/imagenet/train/", batch_size=4, s3_endpoint=saved,
+                                 transforms=[nostall.Resize((8, 8))])
+        assert old.spec == loader.spec
         assert SECRET not in json.dumps(loader.spec) and SECRET not in json.dumps(loader.stats())
         assert loader.stats()["storage"]["requests"] >= 22
     finally:
