@@ -28,6 +28,15 @@ std::string Shown(const nlohmann::json& v);
 
 Status GetInt(const nlohmann::json& j, const std::string& where, const char* key, int64_t lo,
               int64_t hi, int64_t* out);
+// GetInt into a narrower integer (an int, an enum's underlying type).
+template <typename T>
+Status GetIntAs(const nlohmann::json& j, const std::string& where, const char* key, int64_t lo,
+                int64_t hi, T* out) {
+  int64_t v = static_cast<int64_t>(*out);
+  NOSTALL_RETURN_IF_ERROR(GetInt(j, where, key, lo, hi, &v));
+  *out = static_cast<T>(v);
+  return Status::OK();
+}
 Status GetU64(const nlohmann::json& j, const std::string& where, const char* key, uint64_t* out);
 Status GetDouble(const nlohmann::json& j, const std::string& where, const char* key, double* out);
 Status GetBool(const nlohmann::json& j, const std::string& where, const char* key, bool* out);

@@ -18,15 +18,6 @@ using nlohmann::json;
 
 // Typed reads of one field, each naming it in its errors: common/json_fields.h.
 
-template <typename T>
-Status GetIntAs(const json& j, const std::string& where, const char* key, int64_t lo, int64_t hi,
-                T* out) {
-  int64_t v = static_cast<int64_t>(*out);
-  NOSTALL_RETURN_IF_ERROR(GetInt(j, where, key, lo, hi, &v));
-  *out = static_cast<T>(v);
-  return Status::OK();
-}
-
 template <typename E>
 Status Enum(const json& j, const char* key, std::initializer_list<std::pair<const char*, E>> names,
             E* out) {

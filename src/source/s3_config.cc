@@ -183,7 +183,9 @@ Result<S3Config> ResolveS3Config(const S3Options& options, const EnvLookup& gete
   c.sign = !options.unsigned_requests && !c.access_key.empty();
   const std::string attempts =
       !Env(getenv, "AWS_MAX_ATTEMPTS").empty() ? Env(getenv, "AWS_MAX_ATTEMPTS") : Get(conf_section, "max_attempts");
-  if (!attempts.empty()) {
+  if (options.max_attempts > 0) {
+    c.max_attempts = options.max_attempts;
+  } else if (!attempts.empty()) {
     NOSTALL_ASSIGN_OR_RETURN(double n, PositiveNumber("AWS_MAX_ATTEMPTS", attempts, 1, 100));
     c.max_attempts = static_cast<int>(n);
   }
@@ -200,7 +202,8 @@ Result<S3Config> ResolveS3Config(const S3Options& options, const EnvLookup& gete
 
 Result<S3Options> ReadS3Options(const nlohmann::json& given, const char* driver) {
   NOSTALL_RETURN_IF_ERROR(CheckKeys(given, std::string("the ") + driver + " driver's options",
-                                    {"endpoint", "region", "profile", "addressing", "unsigned"}));
+                                    {"endpoint", "region", "profile", "addressing", "unsigned",
+                                     "max_attempts"}));
   const std::string w = "source.options.";
   S3Options o;
   NOSTALL_RETURN_IF_ERROR(GetString(given, w, "endpoint", &o.endpoint));
@@ -208,6 +211,7 @@ Result<S3Options> ReadS3Options(const nlohmann::json& given, const char* driver)
   NOSTALL_RETURN_IF_ERROR(GetString(given, w, "profile", &o.profile));
   NOSTALL_RETURN_IF_ERROR(GetString(given, w, "addressing", &o.addressing));
   NOSTALL_RETURN_IF_ERROR(GetBool(given, w, "unsigned", &o.unsigned_requests));
+  NOSTALL_RETURN_IF_ERROR(GetIntAs(given, w, "max_attempts", 0, 100, &o.max_attempts));
   if (o.addressing != "auto" && o.addressing != "path" && o.addressing != "virtual") {
     return InvalidArgument(w + "addressing must be one of auto, path, virtual, not " +
                            Shown(given["addressing"]));
@@ -220,7 +224,8 @@ nlohmann::json S3OptionsJson(const S3Options& o) {
           {"region", o.region},
           {"profile", o.profile},
           {"addressing", o.addressing},
-          {"unsigned", o.unsigned_requests}};
+          {"unsigned", o.unsigned_requests},
+          {"max_attempts", o.max_attempts}};
 }
 
 Result<nlohmann::json> ResolveS3Options(const nlohmann::json& given, bool /*cached*/) {

@@ -12,8 +12,9 @@
 //   endpoint     the driver's option endpoint, else AWS_ENDPOINT_URL_S3,
 //                AWS_ENDPOINT_URL, the profile's endpoint_url, else
 //                https://s3.REGION.amazonaws.com
-//   attempts     AWS_MAX_ATTEMPTS (the profile's max_attempts), else 6: tries
-//                of a request before its failure is final
+//   attempts     the driver's option max_attempts, else AWS_MAX_ATTEMPTS (the
+//                profile's max_attempts), else 6: tries of a request before
+//                its failure is final
 //   timeouts     NOSTALL_S3_CONNECT_TIMEOUT (seconds, default 3) for a
 //                connection, NOSTALL_S3_READ_TIMEOUT (default 10) for a body
 //                that stops arriving, NOSTALL_S3_REQUEST_TIMEOUT (default
@@ -53,6 +54,7 @@ struct S3Options {
   std::string profile;
   std::string addressing = "auto";  // "auto", "path" or "virtual"
   bool unsigned_requests = false;   // never sign, even with credentials at hand
+  int max_attempts = 0;             // tries of a request; 0: AWS_MAX_ATTEMPTS, the profile's, else 6
 };
 
 struct S3Config {

@@ -111,11 +111,36 @@ TEST(S3ConfigTest, ProfilesComeFromTheSharedFiles) {
   EXPECT_EQ(s->region, "sa-east-1");
   EXPECT_EQ(s->endpoint, "http://10.0.0.5:8333");
   EXPECT_FALSE(s->sign);
+  EXPECT_EQ(s->max_attempts, 6);
+  spec.max_attempts = 2;  // over AWS_MAX_ATTEMPTS too
+  FakeEnv retries(FakeEnv::Vars{{"HOME", home.path()}, {"AWS_MAX_ATTEMPTS", "9"}});
+  EXPECT_EQ(ResolveS3Config({}, retries.Lookup())->max_attempts, 9);
+  EXPECT_EQ(ResolveS3Config(spec, retries.Lookup())->max_attempts, 2);
   // A profile asked for by name that exists nowhere is an error naming it.
   FakeEnv missing(FakeEnv::Vars{{"HOME", home.path()}, {"AWS_PROFILE", "nope"}});
   auto m = ResolveS3Config({}, missing.Lookup());
   EXPECT_EQ(m.status().code(), StatusCode::kNotFound);
   EXPECT_NE(m.status().message().find("'nope'"), std::string::npos);
+}
+
+// The drivers' part of the spec: read, checked, written back whole.
+TEST(S3ConfigTest, OptionsAreReadCheckedAndWrittenBack) {
+  auto o = ReadS3Options(nlohmann::json::parse(R"({"endpoint": "http://h:1", "max_attempts": 3})"),
+                         "s3-tar-shards");
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->endpoint, "http://h:1");
+  EXPECT_EQ(o->max_attempts, 3);
+  EXPECT_EQ(ReadS3Options(S3OptionsJson(*o), "s3-tar-shards")->max_attempts, 3);
+  EXPECT_EQ(S3OptionsJson(S3Options{})["max_attempts"], 0);
+  auto message = [](const char* text) {
+    return ReadS3Options(nlohmann::json::parse(text), "s3-tar-shards").status().message();
+  };
+  EXPECT_NE(message(R"({"max_attempts": 500})").find("source.options.max_attempts must be in [0, 100]"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"unsigned": "yes"})").find("source.options.unsigned must be true or false"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"bucket": "x"})").find("unknown key 'bucket' in the s3-tar-shards driver's options"),
+            std::string::npos);
 }
 
 TEST(S3ConfigTest, MistakesAreNamed) {

@@ -163,10 +163,11 @@ def test_a_body_that_stalls_times_out_and_is_retried(s3, env):
 
 def test_storage_gone_mid_epoch_is_a_clear_error_within_the_timeout(s3, env):
     env["NOSTALL_S3_CONNECT_TIMEOUT"] = "1"
-    env["AWS_MAX_ATTEMPTS"] = "3"
+    env["AWS_MAX_ATTEMPTS"] = "5"  # the driver's option max_attempts wins over it
     proxy = FaultProxy()
     try:
         loader = nostall.Loader("s3://train-data/imagenet/train/", batch_size=4, prefetch=1,
+                                source_options={"max_attempts": 3},
                                 transforms=[nostall.Resize((8, 8))])
         it = iter(loader)
         next(it)
