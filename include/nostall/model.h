@@ -86,6 +86,10 @@ struct Profile {
   // prep threads keep busy), measured in the cached run: the loop around the
   // step runs at 1 / (1 / G + loop_overhead) at most.
   double loop_overhead = 0;
+  // Of loop_overhead, the seconds per sample spent in the Python hooks
+  // (per-sample callables and batch_transform, run as each batch is taken:
+  // docs/records.md). The analysis reports them as a stage of their own.
+  double hooks = 0;
   double prep_cpu = 0;        // decode + augment
   double fetch_cpu_miss = 0;  // reading one item from storage
   double fetch_cpu_hit = 0;   // copying one item from the cache

@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import math
 
-_COLORS = {"compute": "#2f7d32", "prep": "#e0892b", "fetch": "#c0392b"}
+_COLORS = {"compute": "#2f7d32", "hooks": "#7b4fa0", "prep": "#e0892b", "fetch": "#c0392b"}
 _LIMIT_WORDS = {
     "compute": "the step's own rate",
     "cpu": "CPU cores",
@@ -163,6 +163,14 @@ def disagreement_notes(r):
     return out
 
 
+def _parts(b):
+    """The breakdown's parts in order: the Python hooks only when there are any."""
+    parts = [("compute", "compute (your step)")]
+    if b.get("hooks", 0) > 0:
+        parts.append(("hooks", "Python hooks"))
+    return parts + [("prep_stall", "prep stall"), ("fetch_stall", "fetch stall")]
+
+
 def render_table(r) -> str:
     prof = r["profile"]
     m = prof["measured"]
@@ -176,8 +184,7 @@ def render_table(r) -> str:
                f"batch {run.get('batch_size', '?')}; {m['cores']:.0f} cores)")
     out.append("")
     out.append("where the time goes (per sample, storage cold)")
-    for key, name in (("compute", "compute (your step)"), ("prep_stall", "prep stall"),
-                      ("fetch_stall", "fetch stall")):
+    for key, name in _parts(b):
         out.append(f"  {name:<22} {b[key] * total_ms:8.3f} ms  {b[key]:6.1%}")
     pred = r["predicted"]
     out.append(f"bottleneck: {_bottleneck_line(r)}")
@@ -321,9 +328,9 @@ def _breakdown_bar(b):
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
              f'viewBox="0 0 {w} {h}" role="img" aria-label="stall breakdown">']
     x = 0.0
-    for key, name, color in (("compute", "compute", _COLORS["compute"]),
-                             ("prep_stall", "prep stall", _COLORS["prep"]),
-                             ("fetch_stall", "fetch stall", _COLORS["fetch"])):
+    for key, name in _parts(b):
+        color = _COLORS[key.replace("_stall", "")]
+        name = name.replace(" (your step)", "")
         width = b[key] * w
         if width > 0:
             parts.append(f'<rect x="{x:.1f}" y="0" width="{width:.1f}" height="30" '
@@ -332,8 +339,7 @@ def _breakdown_bar(b):
                 parts.append(f'<text x="{x + width / 2:.1f}" y="20" text-anchor="middle" '
                              f'class="in">{name} {b[key]:.0%}</text>')
         x += width
-    legend = " · ".join(f"{name} {b[key]:.1%}" for key, name in (
-        ("compute", "compute"), ("prep_stall", "prep stall"), ("fetch_stall", "fetch stall")))
+    legend = " · ".join(f"{name.replace(' (your step)', '')} {b[key]:.1%}" for key, name in _parts(b))
     parts.append(f'<text x="0" y="46" class="l">{legend}</text>')
     parts.append("</svg>")
     return "".join(parts)

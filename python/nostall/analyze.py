@@ -204,6 +204,12 @@ class _Window:
     def delta(self, stage, key):
         return sum(a["stages"][stage][key] - b["stages"][stage][key] for b, a in self.stats)
 
+    def hooks_per_sample(self):
+        """Seconds per sample the loop spent in the Python hooks (0: none)."""
+        if self.samples == 0 or not all("hooks" in a["stages"] for _, a in self.stats):
+            return 0.0
+        return self.delta("hooks", "work_s") / self.samples
+
     def per_item(self, stage):
         items = self.delta(stage, "items")
         return self.delta(stage, "busy_cpu_s") / items if items > 0 else 0.0
@@ -403,6 +409,13 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
     from .cache import parse_size
     from .loader import read_spec, spec_uri
 
+    # A Loader's Python hooks (docs/records.md) run in every loader made here:
+    # they are part of taking each batch, and their time is reported apart.
+    hooks = getattr(spec, "_hooks", None) if isinstance(spec, Loader) else None
+
+    def loader_of(spec):
+        return Loader.from_spec(spec, _hooks=hooks)
+
     base = read_spec(spec)
     batch = int(base.get("batch_size", 1))
     tiers = base.get("cache") or []
@@ -422,7 +435,7 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
     # A cluster cache pools every rank's share (cache.h, CacheConfig.pool_parts).
     cache_nodes = (int(base.get("world_size", 1) or 1)
                    if back.get("driver") == "memcached" else 1)
-    with Loader.from_spec({**run, "batch_size": 1, "prefetch": 0, "num_threads": 1,
+    with loader_of({**run, "batch_size": 1, "prefetch": 0, "num_threads": 1,
                            "reads_in_flight": 1, "subset": 1}) as probe:
         num_items = probe.num_items
         source = probe.spec["source"]  # its driver and every option, resolved
@@ -434,6 +447,7 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
             return spec
         return {**spec, "source": {**source, "options": {**source["options"],
                                                          "drop_page_cache": drop}}}
+
     if items is None:
         items = min(num_items, max(4096, 20 * batch))
     items = min(items, num_items)
@@ -450,7 +464,7 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
     notes = []
     phases = Phase(progress, total=7)
 
-    with Loader.from_spec(run) as plain:
+    with loader_of(run) as plain:
         resolved = plain.spec
         shape = (batch,) + tuple(plain.sample_shape)
         reads = int(resolved["reads_in_flight"])
@@ -483,7 +497,7 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
     warm = min(warmup_batches, max(0, n_batches // 4))
     cold, cached = _Window(), _Window()
     phases.begin("real data, cold storage")
-    with Loader.from_spec(page_cache(run, True)) as loader:
+    with loader_of(page_cache(run, True)) as loader:
         epoch, started = 0, time.perf_counter()
         while epoch == 0 or (cold.too_short() and time.perf_counter() - started < 60):
             # A short epoch is timed again (cold again: the pages are dropped).
@@ -496,11 +510,11 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
                 step_profile)
     try:
         try:
-            loader = Loader.from_spec(cached_spec)
+            loader = loader_of(cached_spec)
         except ResourceError as e:  # /dev/shm too small for the sample: the page cache stands in
             notes.append(f"no shared-memory cache for the sample ({e}); "
                          "the cached run read through the page cache")
-            loader = Loader.from_spec(page_cache(run, False))
+            loader = loader_of(page_cache(run, False))
         with loader:
             phases.begin("filling the cache (not timed)")
             loader.set_epoch(0)
@@ -571,11 +585,21 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
         notes.append(f"a real-data run ({max(cold.rate, cached.rate):,.0f} samples/s) was "
                      f"{faster:.0%} faster than the step alone: the machine's speed moved "
                      "during the analysis; differences under that are noise")
+    hooks_s = cached.hooks_per_sample()
+    if hooks_s > 1 / step_profile["step_rate"]:
+        threads = hooks[2] if hooks else 1
+        notes.append(f"the Python hooks take {hooks_s * 1e3:.3f} ms per sample as each batch is "
+                     f"taken, more than the step ({1e3 / step_profile['step_rate']:.3f} ms): "
+                     f"they run on {threads} Python thread(s) (hook_threads), in parallel only "
+                     "where they release the GIL; a native transform, or the work moved off "
+                     "the batch path, would give that time back")
     step_profile.pop("step_cpu_timings", None)
     profile = {
         **step_profile,
         # The loop around the step, as the cached run (no stall from storage) shows it.
         "loop_overhead": cached.loop_overhead(),
+        # Of that, the Python hooks' part (run as each batch is taken).
+        "hooks": min(cached.loop_overhead(), hooks_s),
         "prep_cpu": prep_cpu,
         "fetch_cpu_miss": fetch_miss,
         "fetch_cpu_hit": fetch_hit,

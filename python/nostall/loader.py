@@ -429,7 +429,7 @@ class Loader(Closeable):
 
     @classmethod
     def from_spec(cls, spec, *, copy=False, pin_memory=False, return_indices=False,
-                  output="torch", progress=False):
+                  output="torch", progress=False, _hooks=None):
         """Builds a loader from a spec: a dict, its JSON text, a path to a JSON
         file (as ``nostall bench --spec``), or another Loader (its ``spec``).
 
@@ -441,6 +441,8 @@ class Loader(Closeable):
         ``progress`` are the constructor's (they are not part of a spec).
         """
         self = cls.__new__(cls)
+        if _hooks is not None:  # another loader's Python hooks (analyze carries them)
+            self._hooks = _hooks
         spec = read_spec(spec, stacklevel=3)
         rank, world_size = _sharding(spec.get("rank"), spec.get("world_size"))
         spec["rank"], spec["world_size"] = rank, world_size

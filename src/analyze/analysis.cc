@@ -307,14 +307,16 @@ std::string AnalysisJson(const Profile& p) {
                        {"storage", eff.storage}};
 
   // The differential measurement, as time per sample.
-  // The step and the loop around it (taking each batch): "compute".
+  // The step and the loop around it (taking each batch): "compute", less
+  // the Python hooks run as each batch is taken: "hooks".
   const double t_step = 1 / p.step_rate + p.loop_overhead;
   const double t_cached = p.cached_rate > 0 ? 1 / p.cached_rate : t_step;
   const double t_cold = p.cold_rate > 0 ? 1 / p.cold_rate : t_cached;
   const double prep_stall = std::max(0.0, t_cached - t_step);
   const double fetch_stall = std::max(0.0, t_cold - std::max(t_cached, t_step));
   const double total = t_step + prep_stall + fetch_stall;
-  out["breakdown"] = {{"compute", t_step / total},
+  out["breakdown"] = {{"compute", (t_step - p.hooks) / total},
+                      {"hooks", p.hooks / total},
                       {"prep_stall", prep_stall / total},
                       {"fetch_stall", fetch_stall / total}};
 

@@ -424,6 +424,26 @@ TEST(ModelTest, ProfileJsonRoundTripsAndRejectsNonsense) {
   EXPECT_FALSE(Profile::FromJson(p.ToJson()).ok());
 }
 
+// The Python hooks are part of taking each batch (the loop overhead), and
+// the breakdown shows them apart from the step.
+TEST(ModelTest, HooksAreTheirOwnPartOfTheLoop) {
+  Profile p = Example();  // 1 ms step per sample
+  p.loop_overhead = 0.003;
+  p.hooks = 0.002;
+  p.cached_rate = p.cold_rate = 250;  // the loop: 1 + 3 ms, no stall
+  Profile q = Profile::FromJson(p.ToJson()).value();
+  EXPECT_DOUBLE_EQ(q.hooks, 0.002);
+  auto j = nlohmann::json::parse(AnalysisJson(p));
+  EXPECT_NEAR(j["breakdown"]["compute"].get<double>(), 0.5, 1e-9);  // step 1 ms + 1 ms taking batches
+  EXPECT_NEAR(j["breakdown"]["hooks"].get<double>(), 0.5, 1e-9);
+  EXPECT_NEAR(j["breakdown"]["prep_stall"].get<double>(), 0, 1e-9);
+  // The model's loop limit counts them: 1 / 4 ms.
+  EXPECT_NEAR(Predict(p, p.measured).limits[static_cast<int>(Limit::kCompute)], 250, 1e-6);
+  // Hooks beyond the loop overhead they are part of are nonsense.
+  p.hooks = 0.004;
+  EXPECT_FALSE(Profile::FromJson(p.ToJson()).ok());
+}
+
 TEST(ModelTest, PredictJsonOverridesTheMeasuredConfiguration) {
   Profile p = Example();
   auto j = nlohmann::json::parse(PredictJson(p, R"({"cache_fraction": 1, "cores": 8,

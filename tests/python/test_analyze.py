@@ -374,3 +374,31 @@ def test_a_multithreaded_torch_step_is_profiled_with_its_threads(small_pngs):
     # cores, one prep thread cannot do better than with the cores to itself.
     alone = 1 / p["prep_cpu"]
     assert a.predict(prep_threads=1)["rate"] <= alone * 1.001
+
+
+def test_python_hooks_are_a_stage_of_their_own(small_pngs):
+    """A per-sample Python hook of 1 ms on one hook thread, a 2 ms step per
+    batch of 16: taking a batch costs 16 ms of hooks, 8x the step. The
+    analysis runs the loader's hooks in every run it makes and says where
+    that time went, not "compute"."""
+    def slow_hook(image):
+        time.sleep(0.001)
+        return image
+
+    loader = nostall.Loader(small_pngs, batch_size=16, mode="L", hook_threads=1,
+                            transforms=[nostall.Resize((8, 8)), slow_hook])
+    a = run(loader, sleeper(0.002), items=128)
+    assert a.profile["hooks"] == pytest.approx(0.001, rel=0.4), a.table()
+    assert a.profile["hooks"] <= a.profile["loop_overhead"]
+    b = a.breakdown
+    assert b["hooks"] > 3 * b["compute"], b
+    assert sum(b.values()) == pytest.approx(1.0)
+    assert "Python hooks" in a.table()
+    notes = a.result["run"]["notes"]
+    assert any("the Python hooks take" in n and "hook_threads" in n for n in notes), notes
+    # The loop is what binds: no stall to blame on storage or prep.
+    assert a.bottleneck == "compute", a.table()
+    # Without hooks the same spec has no such stage.
+    plain = run(loader.spec, sleeper(0.002), items=128)
+    assert plain.profile["hooks"] == 0 and plain.breakdown["hooks"] == 0
+    assert "Python hooks" not in plain.table()
