@@ -57,7 +57,9 @@ std::vector<std::string> SplitExtensions(const std::string& text);
 Status ValidateFields(const std::vector<FieldSpec>& fields);
 
 // Where one field of an item lies in the item's bytes (the span the source
-// reads): `size` < 0 when the sample has no such member (an optional field).
+// reads): `size` < 0 when the sample has no such member (an optional field),
+// or, for the image (element 0), when it runs to the end of the bytes (an
+// image folder's record: the files beside the image, then the image).
 struct FieldSpan {
   uint64_t offset = 0;
   int64_t size = -1;

@@ -414,7 +414,8 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
     hooks = getattr(spec, "_hooks", None) if isinstance(spec, Loader) else None
 
     def loader_of(spec):
-        return Loader.from_spec(spec, _hooks=hooks)
+        return Loader._built(read_spec(spec), hooks, copy=False, return_indices=False,
+                             output="torch")
 
     base = read_spec(spec)
     batch = int(base.get("batch_size", 1))

@@ -429,7 +429,7 @@ class Loader(Closeable):
 
     @classmethod
     def from_spec(cls, spec, *, copy=False, pin_memory=False, return_indices=False,
-                  output="torch", progress=False, _hooks=None):
+                  output="torch", progress=False):
         """Builds a loader from a spec: a dict, its JSON text, a path to a JSON
         file (as ``nostall bench --spec``), or another Loader (its ``spec``).
 
@@ -440,14 +440,19 @@ class Loader(Closeable):
         ``copy``, ``pin_memory``, ``return_indices``, ``output`` and
         ``progress`` are the constructor's (they are not part of a spec).
         """
+        return cls._built(read_spec(spec, stacklevel=3), None, copy=copy, pin_memory=pin_memory,
+                          return_indices=return_indices, output=output, progress=progress)
+
+    @classmethod
+    def _built(cls, spec: dict, hooks, **kw):
+        """from_spec's loader, with another loader's Python hooks when `hooks`
+        is its ``_hooks`` (analyze runs them in every loader it makes)."""
         self = cls.__new__(cls)
-        if _hooks is not None:  # another loader's Python hooks (analyze carries them)
-            self._hooks = _hooks
-        spec = read_spec(spec, stacklevel=3)
+        if hooks is not None:
+            self._hooks = hooks
         rank, world_size = _sharding(spec.get("rank"), spec.get("world_size"))
         spec["rank"], spec["world_size"] = rank, world_size
-        self._init(spec, copy=copy, return_indices=return_indices, output=output,
-                   progress=progress, pin_memory=pin_memory)
+        self._init(spec, **kw)
         return self
 
     @classmethod

@@ -58,8 +58,17 @@ Status Preparer::Prepare(const FetchedItem& fi, PrepScratch* scratch) {
   Status st = fi.status;
   uint8_t* dst = seg_.images(s) + static_cast<size_t>(fi.pos) * sample_bytes_;
   const FieldSpan* record = source_.record(fi.item);
+  // The image: all the bytes, or its span of the record (to the end when
+  // its size is -1: an image folder's, read after the files beside it).
+  FieldSpan image{0, static_cast<int64_t>(fi.bytes.size())};
+  if (record != nullptr) {
+    image = record[0];
+    if (image.size < 0 && image.offset <= fi.bytes.size()) {
+      image.size = static_cast<int64_t>(fi.bytes.size() - image.offset);
+    }
+  }
   if (st.ok() && record != nullptr) {
-    if (!Inside(record[0], fi.bytes.size())) {
+    if (!Inside(image, fi.bytes.size())) {
       st = DataError("the record's bytes do not hold its image");
     } else {
       st = CopyFields(fi, record);
@@ -69,9 +78,7 @@ Status Preparer::Prepare(const FetchedItem& fi, PrepScratch* scratch) {
     for (uint32_t f = 0; f < extra_.size(); ++f) seg_.field_lengths(static_cast<uint32_t>(s), f)[fi.pos] = -1;
   }
   if (st.ok()) {
-    const uint8_t* data = fi.bytes.data() + (record ? record[0].offset : 0);
-    const size_t size = record ? static_cast<size_t>(record[0].size) : fi.bytes.size();
-    st = PrepareSample(spec_.prep, data, size, {spec_.seed, fi.epoch, fi.item}, out_h_, out_w_,
+    st = PrepareSample(spec_.prep, fi.bytes.data() + image.offset, static_cast<size_t>(image.size), {spec_.seed, fi.epoch, fi.item}, out_h_, out_w_,
                        dst, scratch);
     if (!st.ok()) st = st.WithItem(source_.key(fi.item), "decode");
   }

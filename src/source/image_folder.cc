@@ -25,6 +25,9 @@ struct WalkState {
   std::set<std::pair<dev_t, ino_t>> seen;
   std::vector<IndexStamp>* stamps;
   std::map<std::string, int64_t> left_out;  // files that are not images, by extension
+  // The files that are not images, by directory: what a sample's fields
+  // may take from beside its image (STEM.EXT).
+  std::map<std::string, std::vector<std::string>> others;
 };
 
 // Collects (dir, file) pairs under `dir`, following symlinks like os.walk
@@ -54,11 +57,43 @@ Status Walk(const std::string& dir, bool top, WalkState* ws,
       files->emplace_back(dir, name);
     } else {
       ++ws->left_out[FileExtension(name)];
+      ws->others[dir].push_back(name);
     }
   }
   ::closedir(d);
   for (const std::string& sub : subdirs) NOSTALL_RETURN_IF_ERROR(Walk(sub, false, ws, files));
   return Status::OK();
+}
+
+// Each image's files beside it, named STEM.EXT where STEM is the image's
+// name less its extension (img1.jpg: img1.json, img1.cap.txt), as members
+// of its sample: EXT as the file name has it, offset 0, size -1 (their
+// sizes are taken when a spec's fields ask for them: SelectFields).
+void KeepFilesBeside(std::map<std::string, std::vector<std::string>>* others, Index* index) {
+  for (auto& [dir, names] : *others) std::sort(names.begin(), names.end());
+  std::map<std::string, uint32_t> ext_ids;
+  std::vector<IndexMember> members;
+  std::vector<uint32_t> begin = {0};
+  for (const IndexEntry& e : index->items) {
+    const size_t slash = e.key.rfind('/');
+    const std::string name = e.key.substr(slash + 1);
+    auto it = others->find(e.key.substr(0, slash));
+    if (it != others->end()) {
+      const std::string prefix = name.substr(0, name.rfind('.')) + ".";
+      const std::vector<std::string>& names = it->second;
+      for (auto n = std::lower_bound(names.begin(), names.end(), prefix);
+           n != names.end() && n->compare(0, prefix.size(), prefix) == 0; ++n) {
+        const std::string ext = n->substr(prefix.size());
+        auto [id, added] = ext_ids.emplace(ext, static_cast<uint32_t>(index->member_exts.size()));
+        if (added) index->member_exts.push_back(ext);
+        members.push_back({id->second, 0, -1});
+      }
+    }
+    begin.push_back(static_cast<uint32_t>(members.size()));
+  }
+  if (members.empty()) return;
+  index->members = std::move(members);
+  index->member_begin = std::move(begin);
 }
 
 Result<Index> BuildFolderIndex(const std::string& root) {
@@ -103,6 +138,7 @@ Result<Index> BuildFolderIndex(const std::string& root) {
     }
   }
   index.left_out.assign(ws.left_out.begin(), ws.left_out.end());
+  KeepFilesBeside(&ws.others, &index);
   return index;
 }
 
@@ -121,7 +157,10 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
   std::string root =
       std::filesystem::absolute(WithoutTrailingSlashes(uri)).lexically_normal().string();
   while (root.size() > 1 && root.back() == '/') root.pop_back();
-  return OpenIndexed("image-folder", root, [&] { return BuildFolderIndex(root); }, options);
+  // (The index cache's key names what the index holds: since "beside", the
+  // files beside each image too.)
+  return OpenIndexed("image-folder", root + "\nbeside", [&] { return BuildFolderIndex(root); },
+                     options);
 }
 
 }  // namespace

@@ -229,11 +229,26 @@ Status CheckIndex(const Index& idx, const std::string& path) {
     }
   }
   if (idx.members.empty()) return Status::OK();
-  if (idx.shards.empty() || idx.member_begin.size() != idx.items.size() + 1) {
-    return bad("members without their samples");
+  if (idx.member_begin.size() != idx.items.size() + 1) return bad("members without their samples");
+  for (const std::string& ext : idx.member_exts) {
+    // A folder's member is the file STEM.EXT beside its image: EXT names no
+    // other directory.
+    if (idx.shards.empty() && (ext.empty() || ext.find('/') != std::string::npos)) {
+      return bad("a bad member extension");
+    }
   }
   for (size_t i = 0; i < idx.items.size(); ++i) {
     const IndexEntry& e = idx.items[i];
+    if (idx.shards.empty()) {
+      // A folder's members are files beside the image, their sizes not kept.
+      for (uint32_t k = idx.member_begin[i]; k < idx.member_begin[i + 1]; ++k) {
+        const IndexMember& m = idx.members[k];
+        if (m.offset != 0 || m.size != -1 || m.ext >= idx.member_exts.size()) {
+          return bad("a bad member");
+        }
+      }
+      continue;
+    }
     auto it = stamped.find(idx.shards[static_cast<size_t>(e.shard)]);
     for (uint32_t k = idx.member_begin[i]; k < idx.member_begin[i + 1]; ++k) {
       const IndexMember& m = idx.members[k];

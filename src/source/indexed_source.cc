@@ -31,6 +31,10 @@ class IndexedSource final : public IndexSource {
 
   Status Evict(int64_t i) const override {
     const IndexEntry& e = index_.items[i];
+    for (int f = 0; f < records_.extra && !records_.beside.empty(); ++f) {
+      const int32_t ext = records_.beside[static_cast<size_t>(i) * records_.extra + f];
+      if (ext >= 0) (void)DropFromPageCache(BesideImage(e.key, index_.member_exts[ext]));
+    }
     if (e.shard < 0) return DropFromPageCache(e.key);
     return DropFromPageCache(index_.shards[e.shard], static_cast<uint64_t>(e.offset),
                              static_cast<uint64_t>(e.size));
@@ -38,6 +42,7 @@ class IndexedSource final : public IndexSource {
 
   Status Read(int64_t i, std::vector<uint8_t>* out) const override {
     const IndexEntry& e = index_.items[i];
+    if (!records_.beside.empty()) return ReadBeside(i, out);
     if (e.shard < 0) return ReadWholeFile(e.key, max_item_bytes_, out, drop_page_cache_);
     if (static_cast<uint64_t>(e.size) > max_item_bytes_) {
       return DataError("member is over the item size limit");
@@ -52,6 +57,32 @@ class IndexedSource final : public IndexSource {
   }
 
  private:
+  // An image folder's record: the files beside the image its fields take,
+  // then the image (RecordTable::beside), each checked against the size it
+  // had when the loader was made.
+  Status ReadBeside(int64_t i, std::vector<uint8_t>* out) const {
+    const IndexEntry& e = index_.items[i];
+    const FieldSpan* spans = record(i);
+    out->clear();
+    std::vector<uint8_t> bytes;
+    for (int f = 0; f < records_.extra; ++f) {
+      const int32_t ext = records_.beside[static_cast<size_t>(i) * records_.extra + f];
+      if (ext < 0) continue;
+      const std::string path = BesideImage(e.key, index_.member_exts[ext]);
+      NOSTALL_RETURN_IF_ERROR(ReadWholeFile(path, max_item_bytes_, &bytes, drop_page_cache_));
+      if (static_cast<int64_t>(bytes.size()) != spans[1 + f].size) {
+        return DataError(path + " changed while the loader ran: " +
+                         std::to_string(spans[1 + f].size) + " bytes when the loader was made, " +
+                         std::to_string(bytes.size()) + " now");
+      }
+      out->insert(out->end(), bytes.begin(), bytes.end());
+    }
+    if (out->size() >= max_item_bytes_) return DataError("the record is over the item size limit");
+    NOSTALL_RETURN_IF_ERROR(ReadWholeFile(e.key, max_item_bytes_ - out->size(), &bytes, drop_page_cache_));
+    out->insert(out->end(), bytes.begin(), bytes.end());
+    return Status::OK();
+  }
+
   const char* kind_;
   uint64_t max_item_bytes_;
   bool drop_page_cache_;
@@ -136,6 +167,11 @@ std::string MemberName(const Index& index, const IndexEntry& e) {
   return e.key.size() > shard.size() ? e.key.substr(shard.size() + 1) : e.key;
 }
 
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 std::string Joined(const std::vector<std::string>& exts) {
   std::string out;
   for (const std::string& e : exts) out += (out.empty() ? "." : ", .") + e;
@@ -145,7 +181,7 @@ std::string Joined(const std::vector<std::string>& exts) {
 }  // namespace
 
 std::vector<std::pair<std::string, int64_t>> IndexSource::members_found() const {
-  if (index_.shards.empty()) return {};
+  if (index_.shards.empty() && index_.member_begin.empty()) return {};
   std::vector<std::pair<std::string, int64_t>> counts;
   auto add = [&](const std::string& ext) {
     for (auto& [e, n] : counts) {
@@ -158,19 +194,143 @@ std::vector<std::pair<std::string, int64_t>> IndexSource::members_found() const 
   };
   for (size_t i = 0; i < index_.items.size(); ++i) {
     const IndexEntry& e = index_.items[i];
-    std::string key, ext;
-    SplitMemberName(MemberName(index_, e), &key, &ext);
-    add(ext);
-    if (e.label >= 0) add("cls");
+    if (e.shard < 0) {  // a folder's image file, and the files beside it
+      add(FileExtension(e.key));
+    } else {
+      std::string key, ext;
+      SplitMemberName(MemberName(index_, e), &key, &ext);
+      add(ext);
+      if (e.label >= 0) add("cls");
+    }
     if (index_.member_begin.empty()) continue;
     for (uint32_t k = index_.member_begin[i]; k < index_.member_begin[i + 1]; ++k) {
-      add(index_.member_exts[index_.members[k].ext]);
+      add(e.shard < 0 ? Lower(index_.member_exts[index_.members[k].ext])
+                      : index_.member_exts[index_.members[k].ext]);
     }
   }
   std::stable_sort(counts.begin(), counts.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
   return counts;
 }
+
+uint64_t RecordsFingerprint(const Index& index, const RecordTable& records) {
+  uint64_t h = index.Fingerprint();
+  if (records.beside.empty()) return h;  // a tar record's span already tells it apart
+  auto mix = [&h](const void* p, size_t n) {
+    for (size_t k = 0; k < n; ++k) h = (h ^ static_cast<const uint8_t*>(p)[k]) * 0x100000001b3ull;
+  };
+  for (const FieldSpan& s : records.spans) {
+    mix(&s.offset, sizeof s.offset);
+    mix(&s.size, sizeof s.size);
+  }
+  for (int32_t ext : records.beside) {
+    const std::string name = ext < 0 ? "" : index.member_exts[static_cast<size_t>(ext)];
+    mix(name.data(), name.size());
+    mix("/", 1);
+  }
+  return h;
+}
+
+std::string BesideImage(const std::string& image_path, const std::string& ext) {
+  return image_path.substr(0, image_path.rfind('.')) + "." + ext;
+}
+
+namespace {
+
+// An image folder's fields besides the image and its class: the files
+// beside each image (STEM.EXT), whose sizes are taken here, as they are
+// when the loader is made (a file edited in place changes no directory's
+// stamp, so the index cannot keep them).
+Result<RecordTable> SelectFilesBeside(const SourceOptions& options,
+                                      const std::vector<const FieldSpec*>& extra, Index* index) {
+  RecordTable t;
+  t.extra = static_cast<int>(extra.size());
+  t.room.assign(extra.size(), 0);
+  std::vector<std::string> lower;  // member_exts as the fields name them
+  for (const std::string& e : index->member_exts) lower.push_back(Lower(e));
+  const bool has_members = !index->member_begin.empty();
+  Index out;
+  out.items.reserve(index->items.size());
+  t.spans.reserve(index->items.size() * (1 + extra.size()));
+  t.beside.reserve(index->items.size() * extra.size());
+  if (has_members) out.member_begin.push_back(0);
+  std::vector<FieldSpan> spans(1 + extra.size());
+  std::vector<int32_t> picks(extra.size());
+  for (size_t i = 0; i < index->items.size(); ++i) {
+    const IndexEntry& e = index->items[i];
+    std::string why;
+    uint64_t offset = 0;
+    for (size_t f = 0; f < extra.size() && why.empty(); ++f) {
+      spans[1 + f] = FieldSpan{};
+      picks[f] = -1;
+      // The first of the field's extensions (preferred first) with a file.
+      for (size_t x = 0; x < extra[f]->extensions.size() && picks[f] < 0 && has_members; ++x) {
+        for (uint32_t k = index->member_begin[i]; k < index->member_begin[i + 1]; ++k) {
+          const uint32_t ext = index->members[k].ext;
+          struct stat st;
+          if (lower[ext] == extra[f]->extensions[x] &&
+              ::stat(BesideImage(e.key, index->member_exts[ext]).c_str(), &st) == 0 &&
+              S_ISREG(st.st_mode)) {
+            picks[f] = static_cast<int32_t>(ext);
+            spans[1 + f] = {offset, static_cast<int64_t>(st.st_size)};
+            break;
+          }
+        }
+      }
+      if (picks[f] < 0) {
+        if (!extra[f]->optional) {
+          why = "field '" + extra[f]->name + "': no " + Joined(extra[f]->extensions) +
+                " file beside the image (optional=true gives None instead)";
+        }
+      } else if (static_cast<uint64_t>(spans[1 + f].size) > options.max_field_bytes) {
+        why = "field '" + extra[f]->name + "': " + BesideImage(e.key, index->member_exts[picks[f]]) +
+              " is " + std::to_string(spans[1 + f].size) + " bytes, over max_field_bytes=" +
+              std::to_string(options.max_field_bytes);
+      } else {
+        offset += static_cast<uint64_t>(spans[1 + f].size);
+      }
+    }
+    if (!why.empty()) {
+      if (!options.skip_bad_samples) return DataError(why).WithItem(e.key, "index");
+      ++out.skipped;
+      continue;
+    }
+    spans[0] = {offset, -1};  // the image, read last, to the end
+    for (size_t f = 0; f < spans.size(); ++f) {
+      t.spans.push_back(spans[f]);
+      if (f > 0) t.room[f - 1] = std::max(t.room[f - 1], spans[f].size);
+    }
+    t.beside.insert(t.beside.end(), picks.begin(), picks.end());
+    out.items.push_back(e);
+    if (has_members) {
+      for (uint32_t k = index->member_begin[i]; k < index->member_begin[i + 1]; ++k) {
+        out.members.push_back(index->members[k]);
+      }
+      out.member_begin.push_back(static_cast<uint32_t>(out.members.size()));
+    }
+  }
+  if (out.items.empty()) {
+    return NotFound("no image of the folder has every field asked for beside it (" +
+                    std::to_string(out.skipped) + " skipped)");
+  }
+  // The files the fields read are no longer left out.
+  for (const FieldSpec* f : extra) {
+    for (const std::string& x : f->extensions) {
+      const std::string last = FileExtension("f." + x);
+      auto& left = index->left_out;
+      left.erase(std::remove_if(left.begin(), left.end(),
+                                [&](const auto& l) { return l.first == last; }),
+                 left.end());
+    }
+  }
+  index->items = std::move(out.items);
+  index->members = std::move(out.members);
+  index->member_begin = std::move(out.member_begin);
+  index->skipped += out.skipped;
+  return t;
+}
+
+}  // namespace
 
 Result<RecordTable> SelectFields(const SourceOptions& options, Index* index) {
   RecordTable t;
@@ -183,13 +343,8 @@ Result<RecordTable> SelectFields(const SourceOptions& options, Index* index) {
     if (f.kind != FieldKind::kImage && f.kind != FieldKind::kLabel) extra.push_back(&f);
   }
   if (index->shards.empty()) {
-    if (!extra.empty()) {
-      return InvalidArgument(
-          "field '" + extra.front()->name + "' (" + Joined(extra.front()->extensions) +
-          "): the samples of an image folder are single image files labelled by their class "
-          "folder; fields of several members need WebDataset tar shards");
-    }
-    return t;  // the image and its label, as always
+    if (extra.empty()) return t;  // the image and its label, as always
+    return SelectFilesBeside(options, extra, index);
   }
   t.extra = static_cast<int>(extra.size());
   t.room.assign(extra.size(), 0);

@@ -21,13 +21,29 @@ struct RecordTable {
   int extra = 0;                 // fields besides the image and the label
   std::vector<FieldSpan> spans;  // items x (1 + extra); empty: no table
   std::vector<int64_t> room;     // per extra field: its largest member
+  // An image folder's records: items x extra, the member extension
+  // (Index::member_exts) of the file beside the image each field is read
+  // from (-1: none). The record is those files' bytes in the fields'
+  // order, then the image's, to the end (its span's size is -1).
+  std::vector<int32_t> beside;
 };
+
+// What identifies a source's items (Source::fingerprint): the index's
+// fingerprint, and for an image folder's records their layout too (an item
+// is then the files beside the image and the image, not the image alone: a
+// cache of one is not the other's).
+uint64_t RecordsFingerprint(const Index& index, const RecordTable& records);
+
+// The file beside `image_path` with extension `ext`: img/a.jpg, json ->
+// img/a.json.
+std::string BesideImage(const std::string& image_path, const std::string& ext);
 
 // Applies `options.fields` to `index`: a sample without a member for a
 // field that is not optional (or with one over max_field_bytes) is an error
 // naming the sample and the field, or, with skip_bad_samples, dropped and
 // counted in index->skipped. No fields, or only an image folder's image and
-// label: an empty table, the index as it was.
+// label: an empty table, the index as it was. An image folder's other
+// fields are the files beside each image (their sizes taken now).
 Result<RecordTable> SelectFields(const SourceOptions& options, Index* index);
 // How tar shards are indexed for `options` (bad samples, labels needed).
 TarIndexOptions TarOptionsOf(const SourceOptions& options);
@@ -58,7 +74,9 @@ class IndexSource : public Source {
 
  protected:
   IndexSource(Index index, RecordTable records)
-      : index_(std::move(index)), records_(std::move(records)), fingerprint_(index_.Fingerprint()) {}
+      : index_(std::move(index)),
+        records_(std::move(records)),
+        fingerprint_(RecordsFingerprint(index_, records_)) {}
   const Index index_;
   const RecordTable records_;
 

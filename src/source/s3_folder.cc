@@ -93,6 +93,14 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
   NOSTALL_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(uri));
   std::string prefix = loc.key;
   if (!prefix.empty() && prefix.back() != '/') prefix += '/';
+  for (const FieldSpec& f : options.fields) {
+    if (f.kind != FieldKind::kImage && f.kind != FieldKind::kLabel) {
+      return InvalidArgument("field '" + f.name + "': an s3:// image folder gives each image and "
+                             "its class folder's label; the files beside the images are read "
+                             "from local image folders, and every member of a sample from tar "
+                             "shards (local or s3://)");
+    }
+  }
   NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(options, "s3-image-folder"));
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<S3Client> client, S3Client::Create(config));
   Result<std::vector<S3Object>> listed = ListClasses(client.get(), loc.bucket, prefix);

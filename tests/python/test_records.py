@@ -280,7 +280,7 @@ def test_bad_fields_arguments_are_clear_errors(shards, jpeg_folder):
         nostall.Loader(shards, fields={"image": "jpg"}, transforms={"caption": str.upper})
     with pytest.raises(ValueError, match="name the fields"):
         nostall.Loader(shards, transforms={"image": [nostall.Resize(8)]})
-    with pytest.raises(ValueError, match="tar shards"):
+    with pytest.raises(nostall.DataError, match=r"field 'meta': no \.json file beside the image"):
         nostall.Loader(str(jpeg_folder), fields={"image": "jpg", "meta": "json"})
     with pytest.raises(nostall.DataError, match="max_field_bytes=4"):
         nostall.Loader(shards, fields=FIELDS, max_field_bytes=4)
@@ -333,3 +333,58 @@ def torch_uint8():
     import torch
 
     return torch.uint8
+
+
+def test_an_image_folders_fields_are_the_files_beside_each_image(tmp_path, jpeg_folder):
+    """img.jpg + img.json + img.txt in class folders: the same dict as from
+    shards; the pixels those of the plain loader; whole records cached."""
+    import shutil
+
+    root = tmp_path / "folder"
+    shutil.copytree(jpeg_folder, root)
+    images = sorted(root.rglob("*.jpg"))
+    for k, path in enumerate(images):
+        if k != 3:  # one image without its .json
+            path.with_suffix(".json").write_text(json.dumps({"key": path.stem, "k": k}))
+        path.with_suffix(".txt").write_text(caption(k))
+    fields = {"image": "jpg", "label": "cls", "meta": {"ext": "json", "optional": True},
+              "caption": "txt"}
+    kw = dict(batch_size=8, transforms=[nostall.Resize((32, 32))], return_indices=True)
+    loader = nostall.Loader(str(root), fields=fields, **kw)
+    plain = nostall.Loader(str(jpeg_folder), **kw)
+    seen = 0
+    for batch, (images_plain, labels_plain, indices_plain) in zip(loader, plain):
+        assert torch_equal(batch["image"], images_plain)
+        assert torch_equal(batch["label"], labels_plain)
+        for p, i in enumerate(batch["__index__"]):
+            key = loader.key(int(i))
+            k = images.index(Path(key))
+            assert batch["caption"][p] == caption(k)
+            assert batch["meta"][p] == (None if k == 3 else {"key": Path(key).stem, "k": k})
+            seen += 1
+    assert seen == len(images)
+    # The .json and .txt files are read, not "left out"; inspect counts them.
+    out = subprocess.run([str(NOSTALL), "inspect", str(root)], capture_output=True, text=True,
+                         timeout=60)
+    line = next(l for l in out.stdout.splitlines() if l.startswith("fields:"))
+    assert f".jpg in {len(images)}" in line and f".json in {len(images) - 1}" in line, line
+    # Cached as whole records: the second epoch all hits, the same fields.
+    name = f"test-folder-records-{os.getpid()}"
+    try:
+        with nostall.Loader(str(root), fields=fields, cache=nostall.Cache(name, "16MB"),
+                            **kw) as cached:
+            first = snapshot(list(cached))
+            second = snapshot(list(cached))
+            assert cached.stats()["cache"]["epochs"][-1]["misses"] == 0
+        assert first == second
+        # The plain folder's loader cannot take those records for images.
+        with pytest.raises(nostall.NostallError, match="holds another dataset"):
+            nostall.Loader(str(root), batch_size=8, cache=nostall.Cache(name, "16MB"))
+    finally:
+        nostall.Cache(name, 1).remove()
+
+
+def torch_equal(a, b):
+    import torch
+
+    return torch.equal(a, b)
