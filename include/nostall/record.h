@@ -65,6 +65,11 @@ struct FieldSpan {
   int64_t size = -1;
 };
 
+// Where the image lies in an item's `size` bytes: all of them without a
+// record (`record` null), else its span, to the end when its size is -1.
+// (Not checked against `size`: the caller checks the span lies inside.)
+FieldSpan ImageSpan(const FieldSpan* record, size_t size);
+
 // One sample's bytes of one extra field, as a batch hands it out: `size` <
 // 0 when the sample has none.
 struct FieldView {

@@ -77,7 +77,12 @@ Status OutputSize(const LoaderSpec& spec, const Source& source, int* out_h, int*
   std::vector<uint8_t> bytes;
   Status st = source.Read(0, &bytes);
   int w = 0, h = 0;
-  if (st.ok()) st = ProbeImageSize(bytes.data(), bytes.size(), &w, &h);
+  // (A record's image is its span of the bytes, not always at their start.)
+  const FieldSpan image = ImageSpan(source.record(0), bytes.size());
+  if (st.ok() && (image.size < 0 || image.offset + static_cast<uint64_t>(image.size) > bytes.size())) {
+    st = DataError("the record's bytes do not hold its image");
+  }
+  if (st.ok()) st = ProbeImageSize(bytes.data() + image.offset, static_cast<size_t>(image.size), &w, &h);
   SamplePlan plan;
   if (st.ok()) st = PlanSample(spec.prep, w, h, spec.seed, 0, 0, &plan);
   if (!st.ok()) {

@@ -58,15 +58,7 @@ Status Preparer::Prepare(const FetchedItem& fi, PrepScratch* scratch) {
   Status st = fi.status;
   uint8_t* dst = seg_.images(s) + static_cast<size_t>(fi.pos) * sample_bytes_;
   const FieldSpan* record = source_.record(fi.item);
-  // The image: all the bytes, or its span of the record (to the end when
-  // its size is -1: an image folder's, read after the files beside it).
-  FieldSpan image{0, static_cast<int64_t>(fi.bytes.size())};
-  if (record != nullptr) {
-    image = record[0];
-    if (image.size < 0 && image.offset <= fi.bytes.size()) {
-      image.size = static_cast<int64_t>(fi.bytes.size() - image.offset);
-    }
-  }
+  const FieldSpan image = ImageSpan(record, fi.bytes.size());
   if (st.ok() && record != nullptr) {
     if (!Inside(image, fi.bytes.size())) {
       st = DataError("the record's bytes do not hold its image");

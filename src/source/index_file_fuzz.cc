@@ -2,7 +2,8 @@
 // damaged cache directory could hold it. Invariants: no crash, and an
 // index that is accepted has every shard number in range, every member
 // inside its shard as stamped, and every sample's other members (format 4)
-// matched to an item and an extension that exist.
+// matched to an item and an extension that exist (an image folder's: the
+// files beside each image, never a path elsewhere).
 #include <cstdlib>
 #include <string>
 
@@ -29,9 +30,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   for (const IndexMember& m : index.members) {
-    if (m.ext >= index.member_exts.size() || m.size < 0) std::abort();
+    if (m.ext >= index.member_exts.size()) std::abort();
   }
   if (!CheckIndex(index, "fuzz.idx").ok()) std::abort();
+  // What CheckIndex passed: a shard's members lie in it (sizes known); a
+  // folder's are files beside their image (offset 0, size -1), named by an
+  // extension that leads to no other directory.
+  for (const IndexMember& m : index.members) {
+    if (index.shards.empty() ? (m.offset != 0 || m.size != -1) : m.size < 0) std::abort();
+    const std::string& ext = index.member_exts[m.ext];
+    if (index.shards.empty() && (ext.empty() || ext.find('/') != std::string::npos)) std::abort();
+  }
   (void)index.Fingerprint();
   return 0;
 }

@@ -128,4 +128,11 @@ FieldView FieldCopies::Get(int field, int64_t pos) const {
   return {reinterpret_cast<const uint8_t*>(s.data()), static_cast<int64_t>(s.size())};
 }
 
+FieldSpan ImageSpan(const FieldSpan* record, size_t size) {
+  if (record == nullptr) return {0, static_cast<int64_t>(size)};
+  FieldSpan image = record[0];
+  if (image.size < 0 && image.offset <= size) image.size = static_cast<int64_t>(size - image.offset);
+  return image;
+}
+
 }  // namespace nostall

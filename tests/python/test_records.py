@@ -388,3 +388,32 @@ def torch_equal(a, b):
     import torch
 
     return torch.equal(a, b)
+
+
+def test_the_output_size_is_probed_on_the_records_image(tmp_path):
+    """Without a transform that fixes the size, the first item's image sets
+    it: found inside the record, wherever the image lies in it (after the
+    files beside it in a folder, after a .json member in a shard)."""
+    pixels = [np.full((12, 20, 3), 40 * k, np.uint8) for k in range(4)]
+    folder = tmp_path / "folder" / "c"
+    folder.mkdir(parents=True)
+    tar_path = tmp_path / "json-first.tar"
+    with tarfile.open(tar_path, "w") as tar:
+        for k, px in enumerate(pixels):
+            buf = io.BytesIO()
+            Image.fromarray(px).save(buf, format="PNG")
+            (folder / f"{k}.png").write_bytes(buf.getvalue())
+            (folder / f"{k}.json").write_text(json.dumps({"k": k}))
+            for name, data in ((f"s/{k}.json", json.dumps({"k": k}).encode()),
+                               (f"s/{k}.png", buf.getvalue()), (f"s/{k}.cls", b"0")):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    for source in (str(folder.parent), str(tar_path)):
+        loader = nostall.Loader(source, fields={"image": "png", "meta": "json"}, batch_size=4,
+                                layout="NHWC")
+        batch = next(iter(loader))
+        assert tuple(batch["image"].shape) == (4, 12, 20, 3), source
+        for p in range(4):
+            k = batch["meta"][p]["k"]
+            assert np.array_equal(batch["image"][p].numpy(), pixels[k]), (source, k)
