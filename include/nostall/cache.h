@@ -78,6 +78,16 @@ struct CacheConfig {
   int64_t pool_parts = 1;
 };
 
+// One tier of a loader's cache: `{"driver": "minio", "name": "imagenet",
+// "bytes": 40000000000}` in a spec; `options` holds the driver's own keys
+// (memcached: "servers"), which the driver alone reads (src/cache/driver.h).
+struct CacheTierSpec {
+  std::string driver = "minio";  // "minio", "memcached" or "lru"
+  std::string name;              // the node cache's shared memory; a label for the others
+  uint64_t bytes = 0;            // a cluster tier: this rank's share (pooled by the world size)
+  std::string options = "{}";
+};
+
 // Opens a cache of `policy` ("minio", "lru", "memcached"; see src/cache/driver.h for the
 // registry), or an InvalidArgument error naming the policies there are.
 Result<std::unique_ptr<Cache>> OpenCache(const std::string& policy, const CacheConfig& config);

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "nostall/cache.h"
 #include "nostall/sampler.h"
 #include "nostall/source.h"
 #include "nostall/stats.h"
@@ -35,16 +36,6 @@ inline constexpr int kMaxThreads = 256;
 inline constexpr int kMaxReadsInFlight = 1024;
 
 // Everything that defines a pipeline; serialisable to JSON (docs/spec.md).
-// One tier of a loader's cache: `{"driver": "minio", "name": "imagenet",
-// "bytes": 40000000000}` in a spec; `options` holds the driver's own keys
-// (memcached: "servers"), which the driver alone reads (src/cache/driver.h).
-struct CacheTierSpec {
-  std::string driver = "minio";  // "minio", "memcached" or "lru"
-  std::string name;              // the node cache's shared memory; a label for the others
-  uint64_t bytes = 0;            // a cluster tier: this rank's share (pooled by the world size)
-  std::string options = "{}";
-};
-
 struct LoaderSpec {
   std::string source;
   SourceOptions source_options;

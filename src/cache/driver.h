@@ -42,6 +42,14 @@ Result<nlohmann::json> ResolveCacheOptions(const std::string& driver, const nloh
 // it is not a JSON object).
 Result<nlohmann::json> CacheOptionsJson(const CacheConfig& config, const char* driver);
 
+// A spec's "cache": a list of tiers, front first (an object is one tier),
+// each {"driver" (default "minio"), "name", "bytes" (a number or a size as
+// people write it, "40GiB"), ...the driver's own keys}, read by their
+// drivers; errors name the tier ("cache[1]: ..."). Written back with every
+// key spelled out.
+Result<std::vector<CacheTierSpec>> CacheTiersFromJson(const nlohmann::json& tiers);
+nlohmann::json CacheTiersToJson(const std::vector<CacheTierSpec>& tiers);
+
 // The options of a driver that has none: `given` must be empty.
 Result<nlohmann::json> NoCacheOptions(const char* driver, const nlohmann::json& given);
 

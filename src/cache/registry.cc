@@ -80,6 +80,71 @@ Result<nlohmann::json> CacheOptionsJson(const CacheConfig& config, const char* d
   return j;
 }
 
+namespace {
+
+using json = nlohmann::json;
+
+// A tier's size: bytes, or a size as people write it ("40GiB").
+Status TierBytes(const json& tier, const std::string& where, uint64_t* out) {
+  if (tier.contains("bytes") && tier["bytes"].is_string()) {
+    Result<uint64_t> b = ParseByteSize(tier["bytes"].get<std::string>());
+    if (!b.ok()) return InvalidArgument(where + "bytes: " + b.status().message());
+    *out = b.value();
+    return Status::OK();
+  }
+  return GetU64(tier, where, "bytes", out);
+}
+
+}  // namespace
+
+Result<std::vector<CacheTierSpec>> CacheTiersFromJson(const json& given) {
+  json tiers = given.is_object() ? json::array({given}) : given;
+  if (!tiers.is_array()) {
+    return InvalidArgument("cache must be a list of tiers, front first ({\"driver\": \"minio\", "
+                           "\"name\": ..., \"bytes\": ...}), not " + Shown(given));
+  }
+  constexpr size_t kMaxTiers = 4;
+  if (tiers.size() > kMaxTiers) {
+    return InvalidArgument("cache has " + std::to_string(tiers.size()) + " tiers; at most " +
+                           std::to_string(kMaxTiers));
+  }
+  std::vector<CacheTierSpec> out;
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    const std::string where = "cache[" + std::to_string(i) + "]: ";
+    const json& tier = tiers[i];
+    if (!tier.is_object()) {
+      return InvalidArgument(where + "a tier is {\"driver\", \"name\", \"bytes\", ...}, not " +
+                             Shown(tier));
+    }
+    CacheTierSpec t;
+    NOSTALL_RETURN_IF_ERROR(GetString(tier, where, "driver", &t.driver));
+    NOSTALL_RETURN_IF_ERROR(GetString(tier, where, "name", &t.name));
+    NOSTALL_RETURN_IF_ERROR(TierBytes(tier, where, &t.bytes));
+    if (t.name.empty()) return InvalidArgument(where + "a tier needs a \"name\"");
+    if (t.bytes == 0) return InvalidArgument(where + "a tier needs its size, \"bytes\" > 0");
+    json own = tier;
+    for (const char* key : {"driver", "name", "bytes"}) own.erase(key);
+    Result<json> options = ResolveCacheOptions(t.driver, own);
+    if (!options.ok()) return InvalidArgument(where + options.status().message());
+    t.options = options.value().dump();
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+json CacheTiersToJson(const std::vector<CacheTierSpec>& tiers) {
+  json out = json::array();
+  for (const CacheTierSpec& t : tiers) {
+    json tier = {{"driver", t.driver}, {"name", t.name}, {"bytes", t.bytes}};
+    json options = json::parse(t.options.empty() ? "{}" : t.options, nullptr, false);
+    if (options.is_object()) {
+      for (const auto& [key, value] : options.items()) tier[key] = value;
+    }
+    out.push_back(tier);
+  }
+  return out;
+}
+
 Result<nlohmann::json> NoCacheOptions(const char* driver, const nlohmann::json& given) {
   NOSTALL_RETURN_IF_ERROR(CheckKeys(given, std::string("a ") + driver + " cache tier", {}));
   return nlohmann::json::object();

@@ -10,6 +10,7 @@
 #include "ops/op.h"
 #include "pipeline/spec_legacy.h"
 #include "source/driver.h"
+#include "source/record_json.h"
 
 namespace nostall {
 namespace {
@@ -101,118 +102,19 @@ Status SourceFromJson(const json& v, bool cached, LoaderSpec* s) {
   return Status::OK();
 }
 
-// A tier's size: bytes, or a size as people write it ("40GiB").
-Status TierBytes(const json& tier, const std::string& where, uint64_t* out) {
-  if (tier.contains("bytes") && tier["bytes"].is_string()) {
-    Result<uint64_t> b = ParseByteSize(tier["bytes"].get<std::string>());
-    if (!b.ok()) return InvalidArgument(where + "bytes: " + b.status().message());
-    *out = b.value();
-    return Status::OK();
-  }
-  return GetU64(tier, where, "bytes", out);
-}
-
-// "cache": a list of tiers, front first (an object is one tier), each
-// {"driver", "name", "bytes", ...the driver's own keys (cache/driver.h)}.
+// "cache": its tiers, each read by its driver (cache/driver.h).
 Status CacheFromJson(const json& j, LoaderSpec* s) {
   if (!j.contains("cache") || j["cache"].is_null()) return Status::OK();
-  json tiers = j["cache"];
-  if (tiers.is_object()) tiers = json::array({tiers});
-  if (!tiers.is_array()) {
-    return InvalidArgument("cache must be a list of tiers, front first ({\"driver\": \"minio\", "
-                           "\"name\": ..., \"bytes\": ...}), not " + Shown(j["cache"]));
-  }
-  constexpr size_t kMaxTiers = 4;
-  if (tiers.size() > kMaxTiers) {
-    return InvalidArgument("cache has " + std::to_string(tiers.size()) + " tiers; at most " +
-                           std::to_string(kMaxTiers));
-  }
-  for (size_t i = 0; i < tiers.size(); ++i) {
-    const std::string where = "cache[" + std::to_string(i) + "]: ";
-    const json& tier = tiers[i];
-    if (!tier.is_object()) {
-      return InvalidArgument(where + "a tier is {\"driver\", \"name\", \"bytes\", ...}, not " +
-                             Shown(tier));
-    }
-    CacheTierSpec t;
-    NOSTALL_RETURN_IF_ERROR(GetString(tier, where, "driver", &t.driver));
-    NOSTALL_RETURN_IF_ERROR(GetString(tier, where, "name", &t.name));
-    NOSTALL_RETURN_IF_ERROR(TierBytes(tier, where, &t.bytes));
-    if (t.name.empty()) return InvalidArgument(where + "a tier needs a \"name\"");
-    if (t.bytes == 0) return InvalidArgument(where + "a tier needs its size, \"bytes\" > 0");
-    json own = tier;
-    for (const char* key : {"driver", "name", "bytes"}) own.erase(key);
-    Result<json> options = ResolveCacheOptions(t.driver, own);
-    if (!options.ok()) return InvalidArgument(where + options.status().message());
-    t.options = options.value().dump();
-    s->cache.push_back(std::move(t));
-  }
+  NOSTALL_ASSIGN_OR_RETURN(s->cache, CacheTiersFromJson(j["cache"]));
   return Status::OK();
 }
 
-// One field of "fields": {"name", "ext" (a list, or "jpg;png"), "kind"
-// (default: from the extensions), "optional"}, or, in the object form
-// {"NAME": "jpg;png" | {...}}, the value under its name.
-Result<FieldSpec> FieldFromJson(const json& v, const std::string& name_given) {
-  FieldSpec f;
-  f.name = name_given;
-  const std::string where = "fields: ";
-  if (v.is_string()) {
-    f.extensions = SplitExtensions(v.get<std::string>());
-  } else if (v.is_object()) {
-    for (const auto& [key, _] : v.items()) {
-      if (key != "name" && key != "ext" && key != "kind" && key != "optional" && key != "batch") {
-        return InvalidArgument(where + "unknown key '" + key.substr(0, 40) +
-                               "' in a field (name, ext, kind, optional, batch)");
-      }
-    }
-    if (name_given.empty()) NOSTALL_RETURN_IF_ERROR(GetString(v, where, "name", &f.name));
-    if (v.contains("ext") && v["ext"].is_string()) {
-      f.extensions = SplitExtensions(v["ext"].get<std::string>());
-    } else {
-      std::vector<std::string> exts;
-      NOSTALL_RETURN_IF_ERROR(GetStrings(v, where, "ext", &exts));
-      for (const std::string& e : exts) {
-        for (std::string& x : SplitExtensions(e)) f.extensions.push_back(std::move(x));
-      }
-    }
-    NOSTALL_RETURN_IF_ERROR(GetBool(v, where, "optional", &f.optional));
-    NOSTALL_RETURN_IF_ERROR(GetString(v, where, "batch", &f.batch));
-    f.kind = InferFieldKind(f.extensions);
-    if (v.contains("kind")) {
-      std::string kind;
-      NOSTALL_RETURN_IF_ERROR(GetString(v, where, "kind", &kind));
-      NOSTALL_ASSIGN_OR_RETURN(f.kind, FieldKindFromName(kind));
-    }
-    return f;
-  } else {
-    return InvalidArgument(where + "a field is \"jpg;png\" or {\"ext\": ..., \"kind\": ..., "
-                           "\"optional\": ...}, not " + Shown(v));
-  }
-  f.kind = InferFieldKind(f.extensions);
-  return f;
-}
-
+// "fields" (read by the record model: source/record_json.h) and
+// "max_field_bytes".
 Status FieldsFromJson(const json& j, LoaderSpec* s) {
-  std::vector<FieldSpec>& fields = s->source_options.fields;
   if (j.contains("fields")) {
-    const json& fs = j["fields"];
-    if (fs.is_array()) {
-      for (const json& v : fs) {
-        if (!v.is_object()) return InvalidArgument("fields: each field of the list is an object");
-        NOSTALL_ASSIGN_OR_RETURN(FieldSpec f, FieldFromJson(v, ""));
-        fields.push_back(std::move(f));
-      }
-    } else if (fs.is_object()) {
-      for (const auto& [name, v] : fs.items()) {
-        NOSTALL_ASSIGN_OR_RETURN(FieldSpec f, FieldFromJson(v, name));
-        fields.push_back(std::move(f));
-      }
-    } else if (!fs.is_null()) {
-      return InvalidArgument("fields must be a list of fields or an object of them, not " + Shown(fs));
-    }
+    NOSTALL_ASSIGN_OR_RETURN(s->source_options.fields, ReadFields(j["fields"]));
   }
-  NOSTALL_RETURN_IF_ERROR(ValidateFields(fields));
   NOSTALL_RETURN_IF_ERROR(GetU64(j, "", "max_field_bytes", &s->source_options.max_field_bytes));
   if (s->source_options.max_field_bytes < 1 || s->source_options.max_field_bytes > (1ull << 30)) {
     return InvalidArgument("max_field_bytes must be in [1, 2^30]");
@@ -306,19 +208,6 @@ json SourceToJson(const LoaderSpec& s) {
   return out;
 }
 
-json CacheToJson(const LoaderSpec& s) {
-  json tiers = json::array();
-  for (const CacheTierSpec& t : s.cache) {
-    json tier = {{"driver", t.driver}, {"name", t.name}, {"bytes", t.bytes}};
-    json options = json::parse(t.options.empty() ? "{}" : t.options, nullptr, false);
-    if (options.is_object()) {
-      for (const auto& [key, value] : options.items()) tier[key] = value;
-    }
-    tiers.push_back(tier);
-  }
-  return tiers;
-}
-
 }  // namespace
 
 Result<std::string> LoaderSpec::UpgradeJson(const std::string& text, std::vector<std::string>* notes) {
@@ -355,18 +244,9 @@ std::string LoaderSpec::ToJson() const {
             {"on_error", on_error == ErrorPolicy::kRaise ? "raise" : "skip"},
             {"index_cache_dir", source_options.index_cache_dir},
             {"use_index_cache", source_options.use_index_cache},
-            {"cache", CacheToJson(*this)}};
+            {"cache", CacheTiersToJson(cache)}};
   // Written only when set, so a spec of images and labels stays as it was.
-  if (!source_options.fields.empty()) {
-    json fs = json::array();
-    for (const FieldSpec& f : source_options.fields) {
-      json entry = {{"name", f.name}, {"ext", f.extensions}, {"kind", FieldKindName(f.kind)},
-                    {"optional", f.optional}};
-      if (f.batch != "list") entry["batch"] = f.batch;  // the default is not written
-      fs.push_back(entry);
-    }
-    j["fields"] = fs;
-  }
+  if (!source_options.fields.empty()) j["fields"] = FieldsJson(source_options.fields);
   if (!source_options.fields.empty() || source_options.max_field_bytes != SourceOptions().max_field_bytes) {
     j["max_field_bytes"] = source_options.max_field_bytes;
   }

@@ -1,11 +1,14 @@
-// Field kinds, the fields' checks and copies (nostall/record.h).
+// Field kinds, the fields' checks and copies (nostall/record.h), and a
+// spec's "fields" read and written (record_json.h).
 #include "nostall/record.h"
 
 #include <algorithm>
 #include <cctype>
 #include <set>
 
+#include "common/json_fields.h"
 #include "source/indexed_source.h"
+#include "source/record_json.h"
 
 namespace nostall {
 
@@ -133,6 +136,86 @@ FieldSpan ImageSpan(const FieldSpan* record, size_t size) {
   FieldSpan image = record[0];
   if (image.size < 0 && image.offset <= size) image.size = static_cast<int64_t>(size - image.offset);
   return image;
+}
+
+namespace {
+
+using json = nlohmann::json;
+
+// One field of "fields": {"name", "ext" (a list, or "jpg;png"), "kind"
+// (default: from the extensions), "optional"}, or, in the object form
+// {"NAME": "jpg;png" | {...}}, the value under its name.
+Result<FieldSpec> ReadField(const json& v, const std::string& name_given) {
+  FieldSpec f;
+  f.name = name_given;
+  const std::string where = "fields: ";
+  if (v.is_string()) {
+    f.extensions = SplitExtensions(v.get<std::string>());
+  } else if (v.is_object()) {
+    for (const auto& [key, _] : v.items()) {
+      if (key != "name" && key != "ext" && key != "kind" && key != "optional" && key != "batch") {
+        return InvalidArgument(where + "unknown key '" + key.substr(0, 40) +
+                               "' in a field (name, ext, kind, optional, batch)");
+      }
+    }
+    if (name_given.empty()) NOSTALL_RETURN_IF_ERROR(GetString(v, where, "name", &f.name));
+    if (v.contains("ext") && v["ext"].is_string()) {
+      f.extensions = SplitExtensions(v["ext"].get<std::string>());
+    } else {
+      std::vector<std::string> exts;
+      NOSTALL_RETURN_IF_ERROR(GetStrings(v, where, "ext", &exts));
+      for (const std::string& e : exts) {
+        for (std::string& x : SplitExtensions(e)) f.extensions.push_back(std::move(x));
+      }
+    }
+    NOSTALL_RETURN_IF_ERROR(GetBool(v, where, "optional", &f.optional));
+    NOSTALL_RETURN_IF_ERROR(GetString(v, where, "batch", &f.batch));
+    f.kind = InferFieldKind(f.extensions);
+    if (v.contains("kind")) {
+      std::string kind;
+      NOSTALL_RETURN_IF_ERROR(GetString(v, where, "kind", &kind));
+      NOSTALL_ASSIGN_OR_RETURN(f.kind, FieldKindFromName(kind));
+    }
+    return f;
+  } else {
+    return InvalidArgument(where + "a field is \"jpg;png\" or {\"ext\": ..., \"kind\": ..., "
+                           "\"optional\": ...}, not " + Shown(v));
+  }
+  f.kind = InferFieldKind(f.extensions);
+  return f;
+}
+
+}  // namespace
+
+Result<std::vector<FieldSpec>> ReadFields(const json& fs) {
+  std::vector<FieldSpec> fields;
+  if (fs.is_array()) {
+    for (const json& v : fs) {
+      if (!v.is_object()) return InvalidArgument("fields: each field of the list is an object");
+      NOSTALL_ASSIGN_OR_RETURN(FieldSpec f, ReadField(v, ""));
+      fields.push_back(std::move(f));
+    }
+  } else if (fs.is_object()) {
+    for (const auto& [name, v] : fs.items()) {
+      NOSTALL_ASSIGN_OR_RETURN(FieldSpec f, ReadField(v, name));
+      fields.push_back(std::move(f));
+    }
+  } else if (!fs.is_null()) {
+    return InvalidArgument("fields must be a list of fields or an object of them, not " + Shown(fs));
+  }
+  NOSTALL_RETURN_IF_ERROR(ValidateFields(fields));
+  return fields;
+}
+
+json FieldsJson(const std::vector<FieldSpec>& fields) {
+  json fs = json::array();
+  for (const FieldSpec& f : fields) {
+    json entry = {{"name", f.name}, {"ext", f.extensions}, {"kind", FieldKindName(f.kind)},
+                  {"optional", f.optional}};
+    if (f.batch != "list") entry["batch"] = f.batch;  // the default is not written
+    fs.push_back(entry);
+  }
+  return fs;
 }
 
 }  // namespace nostall
