@@ -211,9 +211,10 @@ class Loader(Closeable):
             ``drop_page_cache`` (drop each file's pages from the OS page
             cache after reading it, so storage stays cold between epochs; no
             root needed; default: on with a cache); for ``s3://``
-            ``endpoint``, ``region``, ``profile``, ``addressing`` and
-            ``unsigned``, over what the environment and ``~/.aws`` say
-            (docs/s3.md; the keys themselves only ever come from there).
+            ``endpoint``, ``region``, ``profile``, ``addressing``,
+            ``unsigned`` and ``max_attempts``, over what the environment and
+            ``~/.aws`` say (docs/s3.md; the keys themselves only ever come
+            from there).
         batch_size: samples per batch.
         shuffle: a new random order each epoch, fixed by ``(seed, epoch)``.
         seed: seeds the order and every sample's augmentation.
