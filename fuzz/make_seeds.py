@@ -112,14 +112,15 @@ with tempfile.TemporaryDirectory() as d:
     for _ in loader:
         pass
     del loader
-    with open(f"/dev/shm/nostall-cache-{name}", "rb") as f:
+    # (Segments are named with their owner's uid: docs/security.md.)
+    with open(f"/dev/shm/nostall-cache-{os.getuid()}-{name}", "rb") as f:
         out("minio_cache_fuzz", "three-items.bin", f.read())
-    nostall.Cache(name, size=4096).remove() if hasattr(nostall.Cache, "remove") else os.unlink(f"/dev/shm/nostall-cache-{name}")
+    nostall.Cache(name, size=4096).remove()
 
 # A real shared-loader segment, written by the fuzz target itself.
 path = os.path.join(HERE, "corpus", "shared_fuzz", "serving.bin")
 os.makedirs(os.path.dirname(path), exist_ok=True)
-subprocess.run([os.path.join(ROOT, "build", "fuzz", "shared_fuzz")],
+subprocess.run([os.path.join(ROOT, "build", "asan", "shared_fuzz")],
                env=dict(os.environ, NOSTALL_FUZZ_WRITE_SEED=path), check=True,
                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 print("seeds written to", os.path.join(HERE, "corpus"))
