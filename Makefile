@@ -19,7 +19,7 @@ PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmak
 	tokenizers
 BUILD := build/py
 
-.PHONY: all deps venv install generate demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune clean
+.PHONY: all deps venv install generate demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale clean
 
 all: install
 
@@ -134,6 +134,12 @@ bench-autotune: install
 
 bench-cluster: install
 	$(PY) bench/bench_cluster.py
+
+# Start time and private memory per process at 1.28M items (folders, tar
+# shards), 1 and 8 processes on the node; ITEMS=10000000 for 10M.
+ITEMS ?= 1281000
+bench-scale: install
+	$(PY) bench/bench_scale.py --items $(ITEMS) --procs 1,8
 
 clean:
 	rm -rf build .make

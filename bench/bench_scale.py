@@ -1,0 +1,171 @@
+"""Start time and private memory per process at the sizes real datasets have.
+
+    python bench/bench_scale.py [--items 1281000] [--procs 1,8] [--kinds folder,shards]
+                                [--data DIR]
+
+Datasets, made once under --data and reused:
+- an image folder of N items in 1,000 class folders, every file a hard link
+  to one of 16 small JPEGs (so 10M items cost inodes, not bytes);
+- WebDataset tar shards of N tiny samples (a 16x16 JPEG + .cls), 10,000 per
+  shard.
+
+For each kind: one process builds the index (cold: no index anywhere, its
+time is the walk or the shards read), then P processes at once start from
+the saved index. Each process times `Loader(...)` to its first batch and
+reads its private memory (Private_Clean + Private_Dirty of
+/proc/self/smaps_rollup) after it; the same measured on a 1,000-item
+dataset of the kind, with as many processes at once, gives the per-item
+cost: (private - private at 1,000) / (N - 1,000). Batch 64, Resize(16, 16), 1 prep thread per process.
+"""
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+CLASSES = 1000
+
+
+def small_jpegs(count=16):
+    import numpy as np
+    from PIL import Image
+
+    out = []
+    for k in range(count):
+        px = np.full((16, 16, 3), (k * 16) % 256, np.uint8)
+        buf = io.BytesIO()
+        Image.fromarray(px).save(buf, format="JPEG", quality=80)
+        out.append(buf.getvalue())
+    return out
+
+
+def make_folder(root, n):
+    done = root / f".done-{n}"
+    if done.exists():
+        return str(root)
+    root.mkdir(parents=True, exist_ok=True)
+    bases = []
+    for k, data in enumerate(small_jpegs()):
+        p = root / f".base{k}.jpg"
+        p.write_bytes(data)
+        bases.append(p)
+    per = -(-n // CLASSES)
+    made = 0
+    for c in range(CLASSES):
+        d = root / f"n{c:08d}"
+        d.mkdir(exist_ok=True)
+        for i in range(min(per, n - made)):
+            target = d / f"img_{c:04d}_{i:06d}.jpg"
+            if not target.exists():
+                os.link(bases[(c + i) % len(bases)], target)
+        made += min(per, n - made)
+        if c % 100 == 99:
+            print(f"  folder: {made:,} of {n:,} files", file=sys.stderr, flush=True)
+    done.write_text("ok")
+    return str(root)
+
+
+def make_shards(root, n, per_shard=10000):
+    shards = -(-n // per_shard)
+    pattern = str(root / ("train-{0000..%04d}.tar" % (shards - 1)))
+    done = root / f".done-{n}"
+    if done.exists():
+        return pattern
+    root.mkdir(parents=True, exist_ok=True)
+    jpegs = small_jpegs()
+    for s in range(shards):
+        with tarfile.open(root / f"train-{s:04d}.tar", "w") as tar:
+            for i in range(min(per_shard, n - s * per_shard)):
+                k = s * per_shard + i
+                for ext, data in (("jpg", jpegs[k % len(jpegs)]), ("cls", str(k % CLASSES).encode())):
+                    info = tarfile.TarInfo(f"s{s:04d}/{i:06d}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+        if s % 20 == 19:
+            print(f"  shards: {min(n, (s + 1) * per_shard):,} of {n:,} samples", file=sys.stderr,
+                  flush=True)
+    done.write_text("ok")
+    return pattern
+
+
+def private_bytes():
+    out = 0
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                out += int(line.split()[1]) * 1024
+    return out
+
+
+def child(path):
+    import nostall
+
+    t0 = time.perf_counter()
+    loader = nostall.Loader(path, batch_size=64, transforms=[nostall.Resize((16, 16))],
+                            num_threads=1, output="numpy")
+    next(iter(loader))
+    seconds = time.perf_counter() - t0
+    print(json.dumps({"seconds": seconds, "private": private_bytes(), "items": loader.num_items}))
+
+
+def run(path, procs, cache_dir):
+    env = dict(os.environ, NOSTALL_CACHE_DIR=str(cache_dir))
+    ps = [subprocess.Popen([sys.executable, __file__, "--child", path], stdout=subprocess.PIPE,
+                           text=True, env=env) for _ in range(procs)]
+    out = []
+    for p in ps:
+        text, _ = p.communicate()
+        if p.returncode != 0:
+            raise SystemExit(f"a child failed on {path}")
+        out.append(json.loads(text))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--items", type=int, default=1_281_000)
+    ap.add_argument("--procs", default="1,8")
+    ap.add_argument("--kinds", default="folder,shards")
+    ap.add_argument("--data", default="/tmp/nostall-scale")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child)
+        return
+    data = Path(args.data)
+    rows = []
+    for kind in args.kinds.split(","):
+        make = make_folder if kind == "folder" else make_shards
+        print(f"{kind}: making {args.items:,} items (once)", file=sys.stderr, flush=True)
+        big = make(data / f"{kind}-{args.items}", args.items)
+        small = make(data / f"{kind}-1000", 1000)
+        with tempfile.TemporaryDirectory() as cache:
+            # Pages of the libraries that only one process maps count as its
+            # private memory: the baseline runs as many processes at once.
+            def base(procs):
+                run(small, 1, cache)  # its index saved
+                return statistics.median(r["private"] for r in run(small, procs, cache))
+
+            cold = run(big, 1, cache)[0]  # builds and saves the index
+            rows.append((kind, "cold (no index)", 1, cold["seconds"], cold["private"], base(1)))
+            for procs in (int(p) for p in args.procs.split(",")):
+                warm = run(big, procs, cache)
+                rows.append((kind, "index saved", procs, statistics.median(r["seconds"] for r in warm),
+                             statistics.median(r["private"] for r in warm), base(procs)))
+    print(f"\n{args.items:,} items; medians over the processes started at once\n")
+    print("| dataset | start | processes | first batch, s | private MiB / process | bytes / item |")
+    print("|---|---|---:|---:|---:|---:|")
+    for kind, start, procs, seconds, private, base in rows:
+        per_item = (private - base) / max(1, args.items - 1000)
+        print(f"| {kind} | {start} | {procs} | {seconds:.2f} | {private / 2**20:.0f} | "
+              f"{per_item:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
