@@ -5,7 +5,7 @@
 
 Datasets, made once under --data and reused:
 - an image folder of N items in 1,000 class folders, every file a hard link
-  to one of 16 small JPEGs (so 10M items cost inodes, not bytes);
+  to one of a few hundred small JPEGs (so 10M items cost inodes, not bytes);
 - WebDataset tar shards of N tiny samples (a 16x16 JPEG + .cls), 10,000 per
   shard.
 
@@ -51,7 +51,8 @@ def make_folder(root, n):
         return str(root)
     root.mkdir(parents=True, exist_ok=True)
     bases = []
-    for k, data in enumerate(small_jpegs()):
+    # (A file takes at most 65,000 links on ext4: enough files to link to.)
+    for k, data in enumerate(small_jpegs(max(16, n // 50_000 + 1))):
         p = root / f".base{k}.jpg"
         p.write_bytes(data)
         bases.append(p)
