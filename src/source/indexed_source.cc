@@ -237,6 +237,41 @@ std::string BesideImage(const std::string& image_path, const std::string& ext) {
 
 namespace {
 
+// The items of an index that a spec's fields keep, with their members,
+// built item by item and then put in the index's place.
+class KeptItems {
+ public:
+  explicit KeptItems(const Index& from) : from_(from), has_members_(!from.member_begin.empty()) {
+    out_.items.reserve(from.items.size());
+    if (has_members_) out_.member_begin.push_back(0);
+  }
+  bool has_members() const { return has_members_; }
+  // Item `i` of the index kept, as `entry` (its span as the record needs it).
+  void Keep(size_t i, IndexEntry entry) {
+    out_.items.push_back(std::move(entry));
+    if (!has_members_) return;
+    for (uint32_t k = from_.member_begin[i]; k < from_.member_begin[i + 1]; ++k) {
+      out_.members.push_back(from_.members[k]);
+    }
+    out_.member_begin.push_back(static_cast<uint32_t>(out_.members.size()));
+  }
+  void Skip() { ++out_.skipped; }
+  bool empty() const { return out_.items.empty(); }
+  int64_t skipped() const { return out_.skipped; }
+  // Puts the kept items in the place of the index they were read from.
+  void Commit(Index* index) {
+    index->items = std::move(out_.items);
+    index->members = std::move(out_.members);
+    index->member_begin = std::move(out_.member_begin);
+    index->skipped += out_.skipped;
+  }
+
+ private:
+  const Index& from_;
+  const bool has_members_;
+  Index out_;
+};
+
 // An image folder's fields besides the image and its class: the files
 // beside each image (STEM.EXT), whose sizes are taken here, as they are
 // when the loader is made (a file edited in place changes no directory's
@@ -248,12 +283,10 @@ Result<RecordTable> SelectFilesBeside(const SourceOptions& options,
   t.room.assign(extra.size(), 0);
   std::vector<std::string> lower;  // member_exts as the fields name them
   for (const std::string& e : index->member_exts) lower.push_back(Lower(e));
-  const bool has_members = !index->member_begin.empty();
-  Index out;
-  out.items.reserve(index->items.size());
+  KeptItems kept(*index);
+  const bool has_members = kept.has_members();
   t.spans.reserve(index->items.size() * (1 + extra.size()));
   t.beside.reserve(index->items.size() * extra.size());
-  if (has_members) out.member_begin.push_back(0);
   std::vector<FieldSpan> spans(1 + extra.size());
   std::vector<int32_t> picks(extra.size());
   for (size_t i = 0; i < index->items.size(); ++i) {
@@ -292,7 +325,7 @@ Result<RecordTable> SelectFilesBeside(const SourceOptions& options,
     }
     if (!why.empty()) {
       if (!options.skip_bad_samples) return DataError(why).WithItem(e.key, "index");
-      ++out.skipped;
+      kept.Skip();
       continue;
     }
     spans[0] = {offset, -1};  // the image, read last, to the end
@@ -301,17 +334,11 @@ Result<RecordTable> SelectFilesBeside(const SourceOptions& options,
       if (f > 0) t.room[f - 1] = std::max(t.room[f - 1], spans[f].size);
     }
     t.beside.insert(t.beside.end(), picks.begin(), picks.end());
-    out.items.push_back(e);
-    if (has_members) {
-      for (uint32_t k = index->member_begin[i]; k < index->member_begin[i + 1]; ++k) {
-        out.members.push_back(index->members[k]);
-      }
-      out.member_begin.push_back(static_cast<uint32_t>(out.members.size()));
-    }
+    kept.Keep(i, e);
   }
-  if (out.items.empty()) {
+  if (kept.empty()) {
     return NotFound("no image of the folder has every field asked for beside it (" +
-                    std::to_string(out.skipped) + " skipped)");
+                    std::to_string(kept.skipped()) + " skipped)");
   }
   // The files the fields read are no longer left out.
   for (const FieldSpec* f : extra) {
@@ -323,10 +350,7 @@ Result<RecordTable> SelectFilesBeside(const SourceOptions& options,
                  left.end());
     }
   }
-  index->items = std::move(out.items);
-  index->members = std::move(out.members);
-  index->member_begin = std::move(out.member_begin);
-  index->skipped += out.skipped;
+  kept.Commit(index);
   return t;
 }
 
@@ -376,10 +400,8 @@ Result<RecordTable> SelectFields(const SourceOptions& options, Index* index) {
     }
     return nullptr;
   };
-  Index out;
-  out.items.reserve(index->items.size());
+  KeptItems kept(*index);
   t.spans.reserve(index->items.size() * (1 + extra.size()));
-  if (has_members) out.member_begin.push_back(0);
   std::vector<std::pair<uint64_t, int64_t>> at(1 + extra.size());  // absolute spans
   for (size_t i = 0; i < index->items.size(); ++i) {
     const IndexEntry& e = index->items[i];
@@ -414,7 +436,7 @@ Result<RecordTable> SelectFields(const SourceOptions& options, Index* index) {
         return DataError(why).WithItem(index->shards[static_cast<size_t>(e.shard)] + ":" + sample,
                                        "index");
       }
-      ++out.skipped;
+      kept.Skip();
       continue;
     }
     uint64_t lo = at[0].first, hi = at[0].first + static_cast<uint64_t>(at[0].second);
@@ -427,22 +449,13 @@ Result<RecordTable> SelectFields(const SourceOptions& options, Index* index) {
       t.spans.push_back(at[f].second < 0 ? FieldSpan{} : FieldSpan{at[f].first - lo, at[f].second});
       if (f > 0) t.room[f - 1] = std::max(t.room[f - 1], at[f].second);
     }
-    out.items.push_back({e.key, e.label, e.shard, lo, static_cast<int64_t>(hi - lo)});
-    if (has_members) {
-      for (uint32_t k = index->member_begin[i]; k < index->member_begin[i + 1]; ++k) {
-        out.members.push_back(index->members[k]);
-      }
-      out.member_begin.push_back(static_cast<uint32_t>(out.members.size()));
-    }
+    kept.Keep(i, {e.key, e.label, e.shard, lo, static_cast<int64_t>(hi - lo)});
   }
-  if (out.items.empty()) {
+  if (kept.empty()) {
     return NotFound("no sample of the dataset has every field asked for (" +
-                    std::to_string(out.skipped) + " skipped)");
+                    std::to_string(kept.skipped()) + " skipped)");
   }
-  index->items = std::move(out.items);
-  index->members = std::move(out.members);
-  index->member_begin = std::move(out.member_begin);
-  index->skipped += out.skipped;
+  kept.Commit(index);
   return t;
 }
 
