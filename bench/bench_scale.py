@@ -13,7 +13,7 @@ For each kind: one process builds the index (cold: no index anywhere, its
 time is the walk or the shards read), then P processes at once start from
 the saved index. Each process times `Loader(...)` to its first batch and
 reads its private memory (Private_Clean + Private_Dirty of
-/proc/self/smaps_rollup) after it; the same measured on a 1,000-item
+/proc/self/smaps_rollup) and its anonymous memory (Anonymous:) after it; the same measured on a 1,000-item
 dataset of the kind, with as many processes at once, gives the per-item
 cost: (private - private at 1,000) / (N - 1,000). Batch 64, Resize(16, 16), 1 prep thread per process.
 """
@@ -95,13 +95,18 @@ def make_shards(root, n, per_shard=10000):
     return pattern
 
 
-def private_bytes():
-    out = 0
+def memory():
+    """(private, anonymous) bytes of this process: private = Private_Clean +
+    Private_Dirty (what it alone maps, file pages included), anonymous = its
+    own memory that no file backs."""
+    private = anon = 0
     with open("/proc/self/smaps_rollup") as f:
         for line in f:
             if line.startswith(("Private_Clean:", "Private_Dirty:")):
-                out += int(line.split()[1]) * 1024
-    return out
+                private += int(line.split()[1]) * 1024
+            elif line.startswith("Anonymous:"):
+                anon += int(line.split()[1]) * 1024
+    return private, anon
 
 
 def child(path):
@@ -112,19 +117,37 @@ def child(path):
                             num_threads=1, output="numpy")
     next(iter(loader))
     seconds = time.perf_counter() - t0
-    print(json.dumps({"seconds": seconds, "private": private_bytes(), "items": loader.num_items}))
+    # Every process measures while all of them hold the dataset open (a
+    # page mapped by one process alone counts as its private memory).
+    print("ready", flush=True)
+    sys.stdin.readline()
+    private, anon = memory()
+    print(json.dumps({"seconds": seconds, "private": private, "anon": anon, "items": loader.num_items}),
+          flush=True)
+    sys.stdin.readline()
 
 
 def run(path, procs, cache_dir):
     env = dict(os.environ, NOSTALL_CACHE_DIR=str(cache_dir))
-    ps = [subprocess.Popen([sys.executable, __file__, "--child", path], stdout=subprocess.PIPE,
-                           text=True, env=env) for _ in range(procs)]
-    out = []
-    for p in ps:
-        text, _ = p.communicate()
-        if p.returncode != 0:
+    ps = [subprocess.Popen([sys.executable, __file__, "--child", path], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True, env=env) for _ in range(procs)]
+
+    def line(p):
+        text = p.stdout.readline()
+        if not text:
+            p.wait()
             raise SystemExit(f"a child failed on {path}")
-        out.append(json.loads(text))
+        return text
+
+    for p in ps:
+        assert line(p).strip() == "ready"
+    for p in ps:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    out = [json.loads(line(p)) for p in ps]
+    for p in ps:
+        p.stdin.close()
+        p.wait()
     return out
 
 
@@ -151,21 +174,27 @@ def main():
             # private memory: the baseline runs as many processes at once.
             def base(procs):
                 run(small, 1, cache)  # its index saved
-                return statistics.median(r["private"] for r in run(small, procs, cache))
+                small_runs = run(small, procs, cache)
+                return {m: statistics.median(r[m] for r in small_runs) for m in ("private", "anon")}
 
-            cold = run(big, 1, cache)[0]  # builds and saves the index
-            rows.append((kind, "cold (no index)", 1, cold["seconds"], cold["private"], base(1)))
+            def row(start, procs, runs):
+                mem = {m: statistics.median(r[m] for r in runs) for m in ("private", "anon")}
+                rows.append((kind, start, procs, statistics.median(r["seconds"] for r in runs), mem,
+                             base(procs)))
+
+            row("cold (no index)", 1, run(big, 1, cache))  # builds and saves the index
             for procs in (int(p) for p in args.procs.split(",")):
-                warm = run(big, procs, cache)
-                rows.append((kind, "index saved", procs, statistics.median(r["seconds"] for r in warm),
-                             statistics.median(r["private"] for r in warm), base(procs)))
-    print(f"\n{args.items:,} items; medians over the processes started at once\n")
-    print("| dataset | start | processes | first batch, s | private MiB / process | bytes / item |")
-    print("|---|---|---:|---:|---:|---:|")
-    for kind, start, procs, seconds, private, base in rows:
-        per_item = (private - base) / max(1, args.items - 1000)
-        print(f"| {kind} | {start} | {procs} | {seconds:.2f} | {private / 2**20:.0f} | "
-              f"{per_item:.0f} |")
+                row("index saved", procs, run(big, procs, cache))
+    print(f"\n{args.items:,} items; medians over the processes started at once. private: what "
+          "the process alone maps (a file mapped by one process only counts here); anonymous: "
+          "its own memory, no file behind it\n")
+    print("| dataset | start | processes | first batch, s | private MiB | private B/item "
+          "| anonymous MiB | anonymous B/item |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for kind, start, procs, seconds, mem, base in rows:
+        per = {m: (mem[m] - base[m]) / max(1, args.items - 1000) for m in mem}
+        print(f"| {kind} | {start} | {procs} | {seconds:.2f} | {mem['private'] / 2**20:.0f} | "
+              f"{per['private']:.0f} | {mem['anon'] / 2**20:.0f} | {per['anon']:.0f} |")
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ class Source {
   // Number of items.
   virtual int64_t size() const = 0;
   // Human-readable name of item `i`, used in every error about it.
-  virtual const std::string& key(int64_t i) const = 0;
+  virtual std::string key(int64_t i) const = 0;
   virtual int64_t label(int64_t i) const = 0;
   // Encoded size in bytes as indexed (-1 if the index does not know).
   virtual int64_t byte_size(int64_t i) const = 0;

@@ -159,8 +159,8 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   // (The index cache's key names what the index holds: since "beside", the
   // files beside each image too.)
-  return OpenIndexed("image-folder", root + "\nbeside", [&] { return BuildFolderIndex(root); },
-                     options);
+  return OpenIndexed("image-folder", root + "\nbeside", root,
+                     [&] { return BuildFolderIndex(root); }, options);
 }
 
 }  // namespace

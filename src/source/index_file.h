@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -61,26 +63,120 @@ struct Index {
   std::vector<std::string> member_exts;  // WebDataset extensions, lower case
   std::vector<IndexMember> members;
   std::vector<uint32_t> member_begin;
-
-  uint64_t Fingerprint() const;  // FNV-1a over keys, labels and spans
 };
+
+// The index as every process reads it (format version 5,
+// docs/index_format.md): one read-only mapping of the index file, shared
+// through the page cache by every process that opens the same dataset, its
+// hash and structure checked when opened. Items are fixed 32-byte records;
+// names are in one pool; paths (stamps, shards, folders) are relative to
+// the dataset's root, which the opener gives, so the same file serves the
+// dataset wherever it is mounted. Nothing per item is copied into the
+// process.
+class IndexView {
+ public:
+  struct Item {
+    uint64_t offset;    // within the shard (0 for whole files)
+    int64_t size;       // bytes; -1 when not known (a local folder's files)
+    uint64_t name_at;   // into the name pool; the name ends where the next begins
+    int32_t label;      // -1: none
+    int32_t container;  // the shard (tar shards) or the directory (folders)
+  };
+  struct Member {
+    uint64_t offset;  // within the item's shard (a folder's file beside: 0)
+    int64_t size;     // a folder's file beside: -1
+    uint32_t ext;     // into member_exts()
+    uint32_t reserved;
+  };
+  static_assert(sizeof(Item) == 32 && sizeof(Member) == 24);
+
+  IndexView(const IndexView&) = delete;
+  IndexView& operator=(const IndexView&) = delete;
+  ~IndexView();
+
+  int64_t size() const { return static_cast<int64_t>(n_items_); }
+  const Item& item(int64_t i) const { return items_[i]; }
+  // The item's file name (folders) or member name (shards), as stored.
+  std::string_view name(int64_t i) const;
+  // What names the item to a person: DIR/NAME (folders), SHARD:MEMBER.
+  std::string key(int64_t i) const;
+  bool folder() const { return shards_.empty(); }
+  bool has_members() const { return n_members_ > 0; }
+  const Member* members_begin(int64_t i) const { return members_ + member_begin_[i]; }
+  const Member* members_end(int64_t i) const { return members_ + member_begin_[i + 1]; }
+
+  const std::string& root() const { return root_; }
+  // Paths resolved against the root.
+  const std::vector<IndexStamp>& stamps() const { return stamps_; }
+  const std::vector<std::string>& shards() const { return shards_; }
+  const std::vector<std::string>& dirs() const { return dirs_; }
+  const std::vector<std::string>& classes() const { return classes_; }
+  const std::vector<std::string>& member_exts() const { return member_exts_; }
+  const std::vector<std::pair<std::string, int64_t>>& left_out() const { return left_out_; }
+  int64_t skipped() const { return skipped_; }
+  // Identifies the items (names, labels, spans, their shards and folders as
+  // resolved): equal fingerprints mean equal indexes.
+  uint64_t fingerprint() const { return fingerprint_; }
+  // Whether the items lie in a shared file mapping (false: in this
+  // process's memory, for an index that could not be saved).
+  bool mapped() const { return map_ != nullptr; }
+  size_t bytes() const { return len_; }
+
+ private:
+  friend struct IndexViewAccess;
+  IndexView() = default;
+  std::string owned_;
+  void* map_ = nullptr;
+  const uint8_t* base_ = nullptr;
+  size_t len_ = 0;
+  uint64_t n_items_ = 0, n_members_ = 0, pool_bytes_ = 0;
+  const Item* items_ = nullptr;
+  const uint32_t* member_begin_ = nullptr;
+  const Member* members_ = nullptr;
+  const char* pool_ = nullptr;
+  std::string root_;
+  std::vector<IndexStamp> stamps_;
+  std::vector<std::string> classes_, shards_, dirs_, member_exts_;
+  std::vector<std::pair<std::string, int64_t>> left_out_;
+  int64_t skipped_ = 0;
+  uint64_t fingerprint_ = 0;
+};
+
+using IndexViewPtr = std::shared_ptr<const IndexView>;
+
+// `index` in the index file format, its paths made relative to `root` (a
+// path under the root is stored relative to it; any other as it is).
+std::string SerializeIndex(const Index& index, const std::string& root);
+// A view over bytes in this process's memory: an index just built (trusted:
+// `checked` false skips the hash and structure checks), or bytes read from
+// elsewhere (the fuzz target, an index object fetched from S3).
+Result<IndexViewPtr> ViewIndexBytes(std::string bytes, const std::string& path,
+                                    const std::string& root, bool checked = true);
 
 // The file that caches the index of the dataset described by `canonical`.
 std::string IndexCachePath(const std::string& dir, const std::string& canonical);
-// The index saved at `path`, if it is this user's (owned by the caller,
+// Maps the index file at `path`, if it is this user's (owned by the caller,
 // writable by no one else: a shared cache directory's files planted by
-// another user are ignored), parses, and is consistent: shard numbers in
-// range, members inside their shard, whole files inside the folders walked.
-Result<Index> LoadIndex(const std::string& path);
-// The same checks on an index in memory (the fuzz target's entry).
-Status CheckIndex(const Index& index, const std::string& path);
-// Written to a fresh private temporary file (O_EXCL|O_NOFOLLOW, 0600) and
-// renamed, so readers never see half a file and no symlink is followed; the
-// cache directory is made 0700.
-Status SaveIndex(const std::string& path, const Index& index);
-// Reads the bytes of an index file (the parser LoadIndex runs, for fuzzing).
-Result<Index> ParseIndex(const std::string& data, const std::string& path);
-bool StampsStillHold(const Index& index);
+// another user are ignored) or, with `owner_ok`, owned by that uid too (the
+// data's owner, for an index beside the data), has the right hash and is
+// consistent: shard and folder numbers in range, members inside their shard,
+// whole files right inside the folders walked, no relative path leading out
+// of the root.
+Result<IndexViewPtr> MapIndexFile(const std::string& path, const std::string& root,
+                                  int64_t owner_ok = -1);
+// Written to a fresh private temporary file (O_EXCL|O_NOFOLLOW, `mode`)
+// and renamed, so readers never see half a file and no symlink is followed;
+// a missing cache directory is made 0700.
+Status WriteIndexFile(const std::string& path, const std::string& bytes, unsigned mode = 0600);
+// SerializeIndex + WriteIndexFile, and MapIndexFile (tests, tools).
+Status SaveIndex(const std::string& path, const Index& index, const std::string& root = "");
+Result<IndexViewPtr> LoadIndex(const std::string& path, const std::string& root = "");
+bool StampsStillHold(const IndexView& index);
+// The hash an index file's header carries, over `bytes` as they are (the
+// fuzz target sets it so that it reaches the checks behind it).
+uint64_t IndexFileHash(const std::string& bytes);
+inline constexpr size_t kIndexHeaderBytes = 64;
+inline constexpr size_t kIndexHashAt = 56;
 // A file's mtime in nanoseconds, as stamps record it.
 int64_t MtimeNs(const struct stat& st);
 

@@ -10,6 +10,9 @@
 #include <cctype>
 #include <cstring>
 
+#include <malloc.h>
+#include <xxhash.h>
+
 #include "common/fd.h"
 #include "source/driver.h"
 #include "source/local_options.h"
@@ -21,7 +24,7 @@ using json = nlohmann::json;
 
 class IndexedSource final : public IndexSource {
  public:
-  IndexedSource(Index index, RecordTable records, const char* kind, uint64_t max_item_bytes,
+  IndexedSource(IndexViewPtr index, RecordTable records, const char* kind, uint64_t max_item_bytes,
                 bool drop_page_cache)
       : IndexSource(std::move(index), std::move(records)),
         kind_(kind),
@@ -30,28 +33,30 @@ class IndexedSource final : public IndexSource {
   const char* kind() const override { return kind_; }
 
   Status Evict(int64_t i) const override {
-    const IndexEntry& e = index_.items[i];
-    for (int f = 0; f < records_.extra && !records_.beside.empty(); ++f) {
-      const int32_t ext = records_.beside[static_cast<size_t>(i) * records_.extra + f];
-      if (ext >= 0) (void)DropFromPageCache(BesideImage(e.key, index_.member_exts[ext]));
+    if (index_->folder()) {
+      const std::string path = key(i);
+      for (int f = 0; f < records_.extra && !records_.beside.empty(); ++f) {
+        const int32_t ext = records_.beside[static_cast<size_t>(i) * records_.extra + f];
+        if (ext >= 0) (void)DropFromPageCache(BesideImage(path, index_->member_exts()[ext]));
+      }
+      return DropFromPageCache(path);
     }
-    if (e.shard < 0) return DropFromPageCache(e.key);
-    return DropFromPageCache(index_.shards[e.shard], static_cast<uint64_t>(e.offset),
-                             static_cast<uint64_t>(e.size));
+    const ItemWhere w = Where(i);
+    return DropFromPageCache(index_->shards()[w.container], w.offset, static_cast<uint64_t>(w.size));
   }
 
   Status Read(int64_t i, std::vector<uint8_t>* out) const override {
-    const IndexEntry& e = index_.items[i];
     if (!records_.beside.empty()) return ReadBeside(i, out);
-    if (e.shard < 0) return ReadWholeFile(e.key, max_item_bytes_, out, drop_page_cache_);
-    if (static_cast<uint64_t>(e.size) > max_item_bytes_) {
+    if (index_->folder()) return ReadWholeFile(key(i), max_item_bytes_, out, drop_page_cache_);
+    const ItemWhere w = Where(i);
+    if (static_cast<uint64_t>(w.size) > max_item_bytes_) {
       return DataError("member is over the item size limit");
     }
-    NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(index_.shards[e.shard]));
-    out->resize(static_cast<size_t>(e.size));
-    Status st = PreadExact(fd.get(), e.offset, out->size(), out->data());
+    NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(index_->shards()[w.container]));
+    out->resize(static_cast<size_t>(w.size));
+    Status st = PreadExact(fd.get(), w.offset, out->size(), out->data());
     if (drop_page_cache_) {
-      ::posix_fadvise(fd.get(), static_cast<off_t>(e.offset), e.size, POSIX_FADV_DONTNEED);
+      ::posix_fadvise(fd.get(), static_cast<off_t>(w.offset), w.size, POSIX_FADV_DONTNEED);
     }
     return st;
   }
@@ -61,14 +66,14 @@ class IndexedSource final : public IndexSource {
   // then the image (RecordTable::beside), each checked against the size it
   // had when the loader was made.
   Status ReadBeside(int64_t i, std::vector<uint8_t>* out) const {
-    const IndexEntry& e = index_.items[i];
+    const std::string image = key(i);
     const FieldSpan* spans = record(i);
     out->clear();
     std::vector<uint8_t> bytes;
     for (int f = 0; f < records_.extra; ++f) {
       const int32_t ext = records_.beside[static_cast<size_t>(i) * records_.extra + f];
       if (ext < 0) continue;
-      const std::string path = BesideImage(e.key, index_.member_exts[ext]);
+      const std::string path = BesideImage(image, index_->member_exts()[ext]);
       NOSTALL_RETURN_IF_ERROR(ReadWholeFile(path, max_item_bytes_, &bytes, drop_page_cache_));
       if (static_cast<int64_t>(bytes.size()) != spans[1 + f].size) {
         return DataError(path + " changed while the loader ran: " +
@@ -78,7 +83,7 @@ class IndexedSource final : public IndexSource {
       out->insert(out->end(), bytes.begin(), bytes.end());
     }
     if (out->size() >= max_item_bytes_) return DataError("the record is over the item size limit");
-    NOSTALL_RETURN_IF_ERROR(ReadWholeFile(e.key, max_item_bytes_ - out->size(), &bytes, drop_page_cache_));
+    NOSTALL_RETURN_IF_ERROR(ReadWholeFile(image, max_item_bytes_ - out->size(), &bytes, drop_page_cache_));
     out->insert(out->end(), bytes.begin(), bytes.end());
     return Status::OK();
   }
@@ -118,28 +123,39 @@ bool IsImageExtension(const std::string& ext) {
 bool IsImageFileName(const std::string& name) { return IsImageExtension(FileExtension(name)); }
 
 Result<std::unique_ptr<Source>> OpenIndexed(const char* kind, const std::string& canonical,
+                                            const std::string& root,
                                             const std::function<Result<Index>()>& build,
                                             const SourceOptions& options) {
   NOSTALL_ASSIGN_OR_RETURN(json given, DriverOptionsJson(options, kind));
   NOSTALL_ASSIGN_OR_RETURN(LocalOptions local, ReadLocalOptions(given, /*cached=*/false, kind));
   const std::string key = std::string(kind) + "\n" + canonical + IndexVariant(options);
   std::string cache_path;
-  Index index;
-  bool have = false;
+  IndexViewPtr index;
   if (options.use_index_cache) {
     cache_path = IndexCachePath(options.index_cache_dir, key);
-    Result<Index> cached = LoadIndex(cache_path);
-    if (cached.ok() && StampsStillHold(cached.value())) {
-      index = std::move(cached).value();
-      have = true;
+    Result<IndexViewPtr> cached = MapIndexFile(cache_path, root);
+    if (cached.ok() && StampsStillHold(*cached.value())) index = std::move(cached).value();
+  }
+  if (index == nullptr) {
+    std::string bytes;
+    {
+      NOSTALL_ASSIGN_OR_RETURN(Index built, build());
+      bytes = SerializeIndex(built, root);
+    }
+    // The builder's many small strings are gone: give their pages back.
+    ::malloc_trim(0);
+    // Saved, the index is mapped from the file, shared with every process
+    // that opens the dataset; a cache that cannot be written only costs the
+    // next run a rebuild, and this one the index in its own memory.
+    if (!cache_path.empty() && WriteIndexFile(cache_path, bytes).ok()) {
+      Result<IndexViewPtr> mapped = MapIndexFile(cache_path, root);
+      if (mapped.ok()) index = std::move(mapped).value();
+    }
+    if (index == nullptr) {
+      NOSTALL_ASSIGN_OR_RETURN(index, ViewIndexBytes(std::move(bytes), "(in memory)", root, /*checked=*/false));
     }
   }
-  if (!have) {
-    NOSTALL_ASSIGN_OR_RETURN(index, build());
-    // A cache that cannot be written only costs the next run a rebuild.
-    if (!cache_path.empty()) (void)SaveIndex(cache_path, index);
-  }
-  NOSTALL_ASSIGN_OR_RETURN(RecordTable records, SelectFields(options, &index));
+  NOSTALL_ASSIGN_OR_RETURN(RecordTable records, SelectFields(options, *index));
   return Throttled(std::make_unique<IndexedSource>(std::move(index), std::move(records), kind,
                                                    options.max_item_bytes, local.drop_page_cache),
                    local);
@@ -161,12 +177,6 @@ std::string IndexVariant(const SourceOptions& options) {
 
 namespace {
 
-// The member name of a shard's item (its key less "SHARD:").
-std::string MemberName(const Index& index, const IndexEntry& e) {
-  const std::string& shard = index.shards[static_cast<size_t>(e.shard)];
-  return e.key.size() > shard.size() ? e.key.substr(shard.size() + 1) : e.key;
-}
-
 std::string Lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -181,7 +191,7 @@ std::string Joined(const std::vector<std::string>& exts) {
 }  // namespace
 
 std::vector<std::pair<std::string, int64_t>> IndexSource::members_found() const {
-  if (index_.shards.empty() && index_.member_begin.empty()) return {};
+  if (index_->folder() && !index_->has_members()) return {};
   std::vector<std::pair<std::string, int64_t>> counts;
   auto add = [&](const std::string& ext) {
     for (auto& [e, n] : counts) {
@@ -192,20 +202,20 @@ std::vector<std::pair<std::string, int64_t>> IndexSource::members_found() const 
     }
     counts.push_back({ext, 1});
   };
-  for (size_t i = 0; i < index_.items.size(); ++i) {
-    const IndexEntry& e = index_.items[i];
-    if (e.shard < 0) {  // a folder's image file, and the files beside it
-      add(FileExtension(e.key));
+  for (int64_t i = 0; i < size(); ++i) {
+    const int64_t raw = Raw(i);
+    const std::string name(index_->name(raw));
+    if (index_->folder()) {  // a folder's image file, and the files beside it
+      add(FileExtension(name));
     } else {
-      std::string key, ext;
-      SplitMemberName(MemberName(index_, e), &key, &ext);
+      std::string sample, ext;
+      SplitMemberName(name, &sample, &ext);
       add(ext);
-      if (e.label >= 0) add("cls");
+      if (index_->item(raw).label >= 0) add("cls");
     }
-    if (index_.member_begin.empty()) continue;
-    for (uint32_t k = index_.member_begin[i]; k < index_.member_begin[i + 1]; ++k) {
-      add(e.shard < 0 ? Lower(index_.member_exts[index_.members[k].ext])
-                      : index_.member_exts[index_.members[k].ext]);
+    if (!index_->has_members()) continue;
+    for (const IndexView::Member* m = index_->members_begin(raw); m != index_->members_end(raw); ++m) {
+      add(index_->folder() ? Lower(index_->member_exts()[m->ext]) : index_->member_exts()[m->ext]);
     }
   }
   std::stable_sort(counts.begin(), counts.end(),
@@ -213,18 +223,17 @@ std::vector<std::pair<std::string, int64_t>> IndexSource::members_found() const 
   return counts;
 }
 
-uint64_t RecordsFingerprint(const Index& index, const RecordTable& records) {
-  uint64_t h = index.Fingerprint();
+uint64_t RecordsFingerprint(const IndexView& index, const RecordTable& records) {
+  uint64_t h = index.fingerprint();
+  auto mix = [&h](const void* p, size_t n) { h = XXH3_64bits_withSeed(p, n, h); };
+  // The items kept and their records' spans: a cache of records is not one
+  // of images.
+  mix(records.kept.data(), records.kept.size() * sizeof(int64_t));
+  mix(records.item_span.data(), records.item_span.size() * sizeof(RecordTable::Span));
   if (records.beside.empty()) return h;  // a tar record's span already tells it apart
-  auto mix = [&h](const void* p, size_t n) {
-    for (size_t k = 0; k < n; ++k) h = (h ^ static_cast<const uint8_t*>(p)[k]) * 0x100000001b3ull;
-  };
-  for (const FieldSpan& s : records.spans) {
-    mix(&s.offset, sizeof s.offset);
-    mix(&s.size, sizeof s.size);
-  }
+  mix(records.spans.data(), records.spans.size() * sizeof(FieldSpan));
   for (int32_t ext : records.beside) {
-    const std::string name = ext < 0 ? "" : index.member_exts[static_cast<size_t>(ext)];
+    const std::string name = ext < 0 ? "" : index.member_exts()[static_cast<size_t>(ext)];
     mix(name.data(), name.size());
     mix("/", 1);
   }
@@ -237,60 +246,25 @@ std::string BesideImage(const std::string& image_path, const std::string& ext) {
 
 namespace {
 
-// The items of an index that a spec's fields keep, with their members,
-// built item by item and then put in the index's place.
-class KeptItems {
- public:
-  explicit KeptItems(const Index& from) : from_(from), has_members_(!from.member_begin.empty()) {
-    out_.items.reserve(from.items.size());
-    if (has_members_) out_.member_begin.push_back(0);
-  }
-  bool has_members() const { return has_members_; }
-  // Item `i` of the index kept, as `entry` (its span as the record needs it).
-  void Keep(size_t i, IndexEntry entry) {
-    out_.items.push_back(std::move(entry));
-    if (!has_members_) return;
-    for (uint32_t k = from_.member_begin[i]; k < from_.member_begin[i + 1]; ++k) {
-      out_.members.push_back(from_.members[k]);
-    }
-    out_.member_begin.push_back(static_cast<uint32_t>(out_.members.size()));
-  }
-  void Skip() { ++out_.skipped; }
-  bool empty() const { return out_.items.empty(); }
-  int64_t skipped() const { return out_.skipped; }
-  // Puts the kept items in the place of the index they were read from.
-  void Commit(Index* index) {
-    index->items = std::move(out_.items);
-    index->members = std::move(out_.members);
-    index->member_begin = std::move(out_.member_begin);
-    index->skipped += out_.skipped;
-  }
-
- private:
-  const Index& from_;
-  const bool has_members_;
-  Index out_;
-};
-
 // An image folder's fields besides the image and its class: the files
 // beside each image (STEM.EXT), whose sizes are taken here, as they are
 // when the loader is made (a file edited in place changes no directory's
 // stamp, so the index cannot keep them).
 Result<RecordTable> SelectFilesBeside(const SourceOptions& options,
-                                      const std::vector<const FieldSpec*>& extra, Index* index) {
+                                      const std::vector<const FieldSpec*>& extra,
+                                      const IndexView& index) {
   RecordTable t;
   t.extra = static_cast<int>(extra.size());
   t.room.assign(extra.size(), 0);
   std::vector<std::string> lower;  // member_exts as the fields name them
-  for (const std::string& e : index->member_exts) lower.push_back(Lower(e));
-  KeptItems kept(*index);
-  const bool has_members = kept.has_members();
-  t.spans.reserve(index->items.size() * (1 + extra.size()));
-  t.beside.reserve(index->items.size() * extra.size());
+  for (const std::string& e : index.member_exts()) lower.push_back(Lower(e));
+  const bool has_members = index.has_members();
+  t.spans.reserve(static_cast<size_t>(index.size()) * (1 + extra.size()));
+  t.beside.reserve(static_cast<size_t>(index.size()) * extra.size());
   std::vector<FieldSpan> spans(1 + extra.size());
   std::vector<int32_t> picks(extra.size());
-  for (size_t i = 0; i < index->items.size(); ++i) {
-    const IndexEntry& e = index->items[i];
+  for (int64_t i = 0; i < index.size(); ++i) {
+    const std::string image = index.key(i);
     std::string why;
     uint64_t offset = 0;
     for (size_t f = 0; f < extra.size() && why.empty(); ++f) {
@@ -298,13 +272,12 @@ Result<RecordTable> SelectFilesBeside(const SourceOptions& options,
       picks[f] = -1;
       // The first of the field's extensions (preferred first) with a file.
       for (size_t x = 0; x < extra[f]->extensions.size() && picks[f] < 0 && has_members; ++x) {
-        for (uint32_t k = index->member_begin[i]; k < index->member_begin[i + 1]; ++k) {
-          const uint32_t ext = index->members[k].ext;
+        for (const IndexView::Member* m = index.members_begin(i); m != index.members_end(i); ++m) {
           struct stat st;
-          if (lower[ext] == extra[f]->extensions[x] &&
-              ::stat(BesideImage(e.key, index->member_exts[ext]).c_str(), &st) == 0 &&
+          if (lower[m->ext] == extra[f]->extensions[x] &&
+              ::stat(BesideImage(image, index.member_exts()[m->ext]).c_str(), &st) == 0 &&
               S_ISREG(st.st_mode)) {
-            picks[f] = static_cast<int32_t>(ext);
+            picks[f] = static_cast<int32_t>(m->ext);
             spans[1 + f] = {offset, static_cast<int64_t>(st.st_size)};
             break;
           }
@@ -316,7 +289,7 @@ Result<RecordTable> SelectFilesBeside(const SourceOptions& options,
                 " file beside the image (optional=true gives None instead)";
         }
       } else if (static_cast<uint64_t>(spans[1 + f].size) > options.max_field_bytes) {
-        why = "field '" + extra[f]->name + "': " + BesideImage(e.key, index->member_exts[picks[f]]) +
+        why = "field '" + extra[f]->name + "': " + BesideImage(image, index.member_exts()[picks[f]]) +
               " is " + std::to_string(spans[1 + f].size) + " bytes, over max_field_bytes=" +
               std::to_string(options.max_field_bytes);
       } else {
@@ -324,8 +297,8 @@ Result<RecordTable> SelectFilesBeside(const SourceOptions& options,
       }
     }
     if (!why.empty()) {
-      if (!options.skip_bad_samples) return DataError(why).WithItem(e.key, "index");
-      kept.Skip();
+      if (!options.skip_bad_samples) return DataError(why).WithItem(image, "index");
+      ++t.skipped;
       continue;
     }
     spans[0] = {offset, -1};  // the image, read last, to the end
@@ -334,29 +307,31 @@ Result<RecordTable> SelectFilesBeside(const SourceOptions& options,
       if (f > 0) t.room[f - 1] = std::max(t.room[f - 1], spans[f].size);
     }
     t.beside.insert(t.beside.end(), picks.begin(), picks.end());
-    kept.Keep(i, e);
+    t.kept.push_back(i);
   }
-  if (kept.empty()) {
+  if (t.kept.empty()) {
     return NotFound("no image of the folder has every field asked for beside it (" +
-                    std::to_string(kept.skipped()) + " skipped)");
+                    std::to_string(t.skipped) + " skipped)");
   }
+  if (t.skipped == 0) t.kept = {};  // every item, as the index numbers them
   // The files the fields read are no longer left out.
+  t.left_out_changed = true;
+  t.left_out = index.left_out();
   for (const FieldSpec* f : extra) {
     for (const std::string& x : f->extensions) {
       const std::string last = FileExtension("f." + x);
-      auto& left = index->left_out;
+      auto& left = t.left_out;
       left.erase(std::remove_if(left.begin(), left.end(),
                                 [&](const auto& l) { return l.first == last; }),
                  left.end());
     }
   }
-  kept.Commit(index);
   return t;
 }
 
 }  // namespace
 
-Result<RecordTable> SelectFields(const SourceOptions& options, Index* index) {
+Result<RecordTable> SelectFields(const SourceOptions& options, const IndexView& index) {
   RecordTable t;
   if (options.fields.empty()) return t;
   NOSTALL_RETURN_IF_ERROR(ValidateFields(options.fields));
@@ -366,54 +341,55 @@ Result<RecordTable> SelectFields(const SourceOptions& options, Index* index) {
     if (f.kind == FieldKind::kImage) image = &f;
     if (f.kind != FieldKind::kImage && f.kind != FieldKind::kLabel) extra.push_back(&f);
   }
-  if (index->shards.empty()) {
+  if (index.folder()) {
     if (extra.empty()) return t;  // the image and its label, as always
     return SelectFilesBeside(options, extra, index);
   }
   t.extra = static_cast<int>(extra.size());
   t.room.assign(extra.size(), 0);
+  const std::vector<std::string>& exts = index.member_exts();
   // Each field's extensions as member_exts ids (-1: no sample has one).
   auto ids = [&](const FieldSpec& f) {
     std::vector<int64_t> out;
     for (const std::string& e : f.extensions) {
-      auto it = std::find(index->member_exts.begin(), index->member_exts.end(), e);
-      out.push_back(it == index->member_exts.end() ? -1 : it - index->member_exts.begin());
+      auto it = std::find(exts.begin(), exts.end(), e);
+      out.push_back(it == exts.end() ? -1 : it - exts.begin());
     }
     return out;
   };
   const std::vector<int64_t> image_ids = ids(*image);
   std::vector<std::vector<int64_t>> extra_ids;
   for (const FieldSpec* f : extra) extra_ids.push_back(ids(*f));
-  const bool has_members = !index->member_begin.empty();
+  const bool has_members = index.has_members();
   // The member of item i with extension `id` (-1: none has it).
-  auto member = [&](size_t i, int64_t id) -> const IndexMember* {
+  auto member = [&](int64_t i, int64_t id) -> const IndexView::Member* {
     if (!has_members || id < 0) return nullptr;
-    for (uint32_t k = index->member_begin[i]; k < index->member_begin[i + 1]; ++k) {
-      if (index->members[k].ext == static_cast<uint32_t>(id)) return &index->members[k];
+    for (const IndexView::Member* m = index.members_begin(i); m != index.members_end(i); ++m) {
+      if (m->ext == static_cast<uint32_t>(id)) return m;
     }
     return nullptr;
   };
   // The member of item i with one of `want`'s extensions, first preferred.
-  auto find = [&](size_t i, const std::vector<int64_t>& want) -> const IndexMember* {
+  auto find = [&](int64_t i, const std::vector<int64_t>& want) -> const IndexView::Member* {
     for (int64_t id : want) {
-      if (const IndexMember* m = member(i, id)) return m;
+      if (const IndexView::Member* m = member(i, id)) return m;
     }
     return nullptr;
   };
-  KeptItems kept(*index);
-  t.spans.reserve(index->items.size() * (1 + extra.size()));
+  t.spans.reserve(static_cast<size_t>(index.size()) * (1 + extra.size()));
+  t.item_span.reserve(static_cast<size_t>(index.size()));
   std::vector<std::pair<uint64_t, int64_t>> at(1 + extra.size());  // absolute spans
-  for (size_t i = 0; i < index->items.size(); ++i) {
-    const IndexEntry& e = index->items[i];
+  for (int64_t i = 0; i < index.size(); ++i) {
+    const IndexView::Item& e = index.item(i);
     std::string sample, main_ext, why;
-    SplitMemberName(MemberName(*index, e), &sample, &main_ext);
+    SplitMemberName(std::string(index.name(i)), &sample, &main_ext);
     // The image: the sample's first image member if the field takes its
     // extension (preferred order), else another member the field names.
     at[0] = {0, -1};
     for (size_t k = 0; k < image->extensions.size() && at[0].second < 0; ++k) {
       if (image->extensions[k] == main_ext) {
         at[0] = {e.offset, e.size};
-      } else if (const IndexMember* m = member(i, image_ids[k])) {
+      } else if (const IndexView::Member* m = member(i, image_ids[k])) {
         at[0] = {m->offset, m->size};
       }
     }
@@ -421,7 +397,7 @@ Result<RecordTable> SelectFields(const SourceOptions& options, Index* index) {
       why = "field '" + image->name + "': the sample has no " + Joined(image->extensions) + " member";
     }
     for (size_t f = 0; f < extra.size() && why.empty(); ++f) {
-      const IndexMember* m = find(i, extra_ids[f]);
+      const IndexView::Member* m = find(i, extra_ids[f]);
       at[1 + f] = m ? std::make_pair(m->offset, m->size) : std::make_pair(uint64_t{0}, int64_t{-1});
       if (!m && !extra[f]->optional) {
         why = "field '" + extra[f]->name + "': the sample has no " +
@@ -433,10 +409,10 @@ Result<RecordTable> SelectFields(const SourceOptions& options, Index* index) {
     }
     if (!why.empty()) {
       if (!options.skip_bad_samples) {
-        return DataError(why).WithItem(index->shards[static_cast<size_t>(e.shard)] + ":" + sample,
+        return DataError(why).WithItem(index.shards()[static_cast<size_t>(e.container)] + ":" + sample,
                                        "index");
       }
-      kept.Skip();
+      ++t.skipped;
       continue;
     }
     uint64_t lo = at[0].first, hi = at[0].first + static_cast<uint64_t>(at[0].second);
@@ -449,13 +425,14 @@ Result<RecordTable> SelectFields(const SourceOptions& options, Index* index) {
       t.spans.push_back(at[f].second < 0 ? FieldSpan{} : FieldSpan{at[f].first - lo, at[f].second});
       if (f > 0) t.room[f - 1] = std::max(t.room[f - 1], at[f].second);
     }
-    kept.Keep(i, {e.key, e.label, e.shard, lo, static_cast<int64_t>(hi - lo)});
+    t.kept.push_back(i);
+    t.item_span.push_back({lo, static_cast<int64_t>(hi - lo)});
   }
-  if (kept.empty()) {
+  if (t.kept.empty()) {
     return NotFound("no sample of the dataset has every field asked for (" +
-                    std::to_string(kept.skipped()) + " skipped)");
+                    std::to_string(t.skipped) + " skipped)");
   }
-  kept.Commit(index);
+  if (t.skipped == 0) t.kept = {};  // every item, as the index numbers them
   return t;
 }
 

@@ -26,13 +26,28 @@ struct RecordTable {
   // from (-1: none). The record is those files' bytes in the fields'
   // order, then the image's, to the end (its span's size is -1).
   std::vector<int32_t> beside;
+  // The index's items the fields keep (empty: every one; a sample missing a
+  // field is dropped with skip_bad_samples), and for tar records each kept
+  // item's span in its shard, grown to hold every member asked for (empty:
+  // the item's own).
+  std::vector<int64_t> kept;
+  struct Span {
+    uint64_t offset;
+    int64_t size;
+  };
+  std::vector<Span> item_span;
+  int64_t skipped = 0;  // samples dropped for a field
+  // An image folder's files left out once the fields take some (unset: the
+  // index's own list).
+  bool left_out_changed = false;
+  std::vector<std::pair<std::string, int64_t>> left_out;
 };
 
 // What identifies a source's items (Source::fingerprint): the index's
 // fingerprint, and for an image folder's records their layout too (an item
 // is then the files beside the image and the image, not the image alone: a
 // cache of one is not the other's).
-uint64_t RecordsFingerprint(const Index& index, const RecordTable& records);
+uint64_t RecordsFingerprint(const IndexView& index, const RecordTable& records);
 
 // The file beside `image_path` with extension `ext`: img/a.jpg, json ->
 // img/a.json.
@@ -41,28 +56,32 @@ std::string BesideImage(const std::string& image_path, const std::string& ext);
 // Applies `options.fields` to `index`: a sample without a member for a
 // field that is not optional (or with one over max_field_bytes) is an error
 // naming the sample and the field, or, with skip_bad_samples, dropped and
-// counted in index->skipped. No fields, or only an image folder's image and
-// label: an empty table, the index as it was. An image folder's other
-// fields are the files beside each image (their sizes taken now).
-Result<RecordTable> SelectFields(const SourceOptions& options, Index* index);
+// counted in the table's `skipped`. No fields, or only an image folder's
+// image and label: an empty table, every item as the index has it. An image
+// folder's other fields are the files beside each image (their sizes taken
+// now).
+Result<RecordTable> SelectFields(const SourceOptions& options, const IndexView& index);
 // How tar shards are indexed for `options` (bad samples, labels needed).
 TarIndexOptions TarOptionsOf(const SourceOptions& options);
 // The part of an index cache's name that `options` change.
 std::string IndexVariant(const SourceOptions& options);
 
-// A Source whose items are an Index: the accessors every indexed driver
+// A Source whose items are an IndexView: the accessors every indexed driver
 // (local files, S3) shares; a driver adds Read, kind and what else it has.
+// Nothing per item is held in the process but what a spec's fields add.
 class IndexSource : public Source {
  public:
-  int64_t size() const override { return static_cast<int64_t>(index_.items.size()); }
-  const std::string& key(int64_t i) const override { return index_.items[i].key; }
-  int64_t label(int64_t i) const override { return index_.items[i].label; }
-  int64_t byte_size(int64_t i) const override { return index_.items[i].size; }
-  const std::vector<std::string>& classes() const override { return index_.classes; }
+  int64_t size() const override {
+    return records_.kept.empty() ? index_->size() : static_cast<int64_t>(records_.kept.size());
+  }
+  std::string key(int64_t i) const override { return index_->key(Raw(i)); }
+  int64_t label(int64_t i) const override { return index_->item(Raw(i)).label; }
+  int64_t byte_size(int64_t i) const override { return Where(i).size; }
+  const std::vector<std::string>& classes() const override { return index_->classes(); }
   uint64_t fingerprint() const override { return fingerprint_; }
-  int64_t skipped_at_index() const override { return index_.skipped; }
+  int64_t skipped_at_index() const override { return index_->skipped() + records_.skipped; }
   std::vector<std::pair<std::string, int64_t>> left_out() const override {
-    return index_.left_out;
+    return records_.left_out_changed ? records_.left_out : index_->left_out();
   }
   const FieldSpan* record(int64_t i) const override {
     return records_.spans.empty() ? nullptr
@@ -73,11 +92,26 @@ class IndexSource : public Source {
   std::vector<std::pair<std::string, int64_t>> members_found() const override;
 
  protected:
-  IndexSource(Index index, RecordTable records)
+  IndexSource(IndexViewPtr index, RecordTable records)
       : index_(std::move(index)),
         records_(std::move(records)),
-        fingerprint_(RecordsFingerprint(index_, records_)) {}
-  const Index index_;
+        fingerprint_(RecordsFingerprint(*index_, records_)) {}
+  // Item `i` as the index numbers it.
+  int64_t Raw(int64_t i) const { return records_.kept.empty() ? i : records_.kept[static_cast<size_t>(i)]; }
+  // Where item `i`'s bytes lie: its shard or folder, offset and size (-1:
+  // a whole file of unknown size).
+  struct ItemWhere {
+    int32_t container;
+    uint64_t offset;
+    int64_t size;
+  };
+  ItemWhere Where(int64_t i) const {
+    const IndexView::Item& e = index_->item(Raw(i));
+    if (records_.item_span.empty()) return {e.container, e.offset, e.size};
+    const RecordTable::Span& s = records_.item_span[static_cast<size_t>(i)];
+    return {e.container, s.offset, s.size};
+  }
+  const IndexViewPtr index_;
   const RecordTable records_;
 
  private:
@@ -94,9 +128,11 @@ std::string FileExtension(const std::string& name);
 bool IsImageExtension(const std::string& ext);  // any case
 
 // Opens the dataset that `canonical` names (a string equal for equal
-// datasets): from the index cache if its stamps still hold, else by
-// `build`, saving what it built.
+// datasets), whose paths lie under `root`: from the index cache if its
+// stamps still hold, else by `build`, saving what it built and mapping the
+// saved file (an index that cannot be saved is held in the process).
 Result<std::unique_ptr<Source>> OpenIndexed(const char* kind, const std::string& canonical,
+                                            const std::string& root,
                                             const std::function<Result<Index>()>& build,
                                             const SourceOptions& options);
 

@@ -22,24 +22,25 @@ namespace {
 
 class S3FolderSource final : public S3Source {
  public:
-  S3FolderSource(std::unique_ptr<S3Client> client, std::string bucket, Index index,
-                 RecordTable records, std::vector<std::string> keys, uint64_t max_item_bytes)
+  S3FolderSource(std::unique_ptr<S3Client> client, std::string bucket, IndexViewPtr index,
+                 RecordTable records, uint64_t max_item_bytes)
       : S3Source(std::move(client), std::move(bucket), std::move(index), std::move(records), max_item_bytes),
-        keys_(std::move(keys)) {}
+        uri_prefix_("s3://" + bucket_ + "/") {}
 
   const char* kind() const override { return "s3-image-folder"; }
 
  private:
   Result<Span> Where(int64_t i) const override {
-    if (static_cast<uint64_t>(index_.items[i].size) > max_item_bytes_) {
+    const int64_t size = byte_size(i);
+    if (static_cast<uint64_t>(size) > max_item_bytes_) {
       return DataError("object is over the item size limit");
     }
     // The listed size bounds what is taken in (an empty object: one byte,
     // so that a body where none was listed is still caught).
-    return Span{&keys_[static_cast<size_t>(i)], 0, -1,
-                std::max<uint64_t>(1, static_cast<uint64_t>(index_.items[i].size))};
+    return Span{key(i).substr(uri_prefix_.size()), 0, -1,
+                std::max<uint64_t>(1, static_cast<uint64_t>(size))};
   }
-  const std::vector<std::string> keys_;  // per item: the object key
+  const std::string uri_prefix_;  // an item's key less this is its object's
 };
 
 bool Claims(const std::string& uri) {
@@ -131,7 +132,6 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
   }
   Index index;
   index.left_out.assign(left_out.begin(), left_out.end());
-  std::vector<std::string> keys;
   for (auto& [cls, objects] : by_class) {  // std::map: byte order, as sorted() orders str
     std::sort(objects.begin(), objects.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -139,13 +139,21 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     index.classes.push_back(cls);
     for (auto& [where, o] : objects) {
       index.items.push_back({"s3://" + loc.bucket + "/" + o.key, label, -1, 0, o.size});
-      keys.push_back(o.key);
     }
   }
-  NOSTALL_ASSIGN_OR_RETURN(RecordTable records, SelectFields(options, &index));
+  listed = std::vector<S3Object>{};
+  by_class.clear();
+  // The listing is this index: held in the process, names relative to the
+  // prefix.
+  std::string root = "s3://" + loc.bucket + "/" + prefix;
+  while (root.size() > 5 && root.back() == '/') root.pop_back();
+  NOSTALL_ASSIGN_OR_RETURN(IndexViewPtr view,
+                           ViewIndexBytes(SerializeIndex(index, root), "(listing of " + uri + ")", root,
+                                          /*checked=*/false));
+  index = Index{};
+  NOSTALL_ASSIGN_OR_RETURN(RecordTable records, SelectFields(options, *view));
   return std::unique_ptr<Source>(std::make_unique<S3FolderSource>(
-      std::move(client), loc.bucket, std::move(index), std::move(records), std::move(keys),
-      options.max_item_bytes));
+      std::move(client), loc.bucket, std::move(view), std::move(records), options.max_item_bytes));
 }
 
 }  // namespace

@@ -21,17 +21,17 @@ class S3Source : public IndexSource {
 
   Status Read(int64_t i, std::vector<uint8_t>* out) const override {
     NOSTALL_ASSIGN_OR_RETURN(Span s, Where(i));
-    return client_->Get(bucket_, *s.key, s.offset, s.length, out, s.most);
+    return client_->Get(bucket_, s.key, s.offset, s.length, out, s.most);
   }
   void ReadAsync(int64_t i, std::vector<uint8_t> buffer, ReadDone done) const override {
     Result<Span> s = Where(i);
     if (!s.ok()) return done(s.status(), std::move(buffer));
-    client_->GetAsync(bucket_, *s.value().key, s.value().offset, s.value().length,
+    client_->GetAsync(bucket_, s.value().key, s.value().offset, s.value().length,
                       std::move(buffer), std::move(done), s.value().most);
   }
 
  protected:
-  S3Source(std::unique_ptr<S3Client> client, std::string bucket, Index index,
+  S3Source(std::unique_ptr<S3Client> client, std::string bucket, IndexViewPtr index,
            RecordTable records, uint64_t max_item_bytes)
       : IndexSource(std::move(index), std::move(records)),
         client_(std::move(client)),
@@ -41,7 +41,7 @@ class S3Source : public IndexSource {
   // Where item `i`'s bytes are: an object, and a range of it (length -1:
   // the whole object, of at most `most` bytes: its listed size).
   struct Span {
-    const std::string* key;
+    std::string key;
     uint64_t offset;
     int64_t length;
     uint64_t most = 0;

@@ -21,7 +21,7 @@ constexpr uint64_t kWindow = 4 << 20;
 class S3TarSource final : public S3Source {
  public:
   S3TarSource(std::unique_ptr<S3Client> client, std::string bucket, std::vector<std::string> keys,
-              Index index, RecordTable records, uint64_t max_item_bytes)
+              IndexViewPtr index, RecordTable records, uint64_t max_item_bytes)
       : S3Source(std::move(client), std::move(bucket), std::move(index), std::move(records), max_item_bytes),
         keys_(std::move(keys)) {}
 
@@ -29,11 +29,11 @@ class S3TarSource final : public S3Source {
 
  private:
   Result<Span> Where(int64_t i) const override {
-    const IndexEntry& e = index_.items[i];
-    if (static_cast<uint64_t>(e.size) > max_item_bytes_) {
+    const ItemWhere w = IndexSource::Where(i);
+    if (static_cast<uint64_t>(w.size) > max_item_bytes_) {
       return DataError("member is over the item size limit");
     }
-    return Span{&keys_[static_cast<size_t>(e.shard)], e.offset, e.size};
+    return Span{keys_[static_cast<size_t>(w.container)], w.offset, w.size};
   }
   const std::vector<std::string> keys_;  // per shard
 };
@@ -115,30 +115,31 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
   // while every shard is the object it was built from.
   const std::string cache_path =
       options.use_index_cache ? IndexCachePath(options.index_cache_dir, canonical) : "";
-  Result<Index> cached = cache_path.empty() ? Result<Index>(NotFound("")) : LoadIndex(cache_path);
+  // Paths in the index are kept relative to the first shard's "folder".
+  std::string root = "s3://" + first.bucket + "/" + keys.front();
+  root.resize(root.rfind('/'));
   // A saved index must be of these shards, its members inside them (a file
   // damaged or planted is rebuilt, never followed out of bounds).
-  auto fits = [&](const Index& idx) {
-    if (idx.shards.size() != keys.size()) return false;
-    for (const IndexEntry& e : idx.items) {
-      if (e.shard < 0 || static_cast<size_t>(e.shard) >= keys.size() || e.size < 0 ||
-          e.offset > sizes[e.shard] || static_cast<uint64_t>(e.size) > sizes[e.shard] - e.offset) {
-        return false;
-      }
-    }
-    for (size_t i = 0; i + 1 < idx.member_begin.size() && i < idx.items.size(); ++i) {
-      const uint64_t shard = sizes[static_cast<size_t>(idx.items[i].shard)];
-      for (uint32_t k = idx.member_begin[i]; k < idx.member_begin[i + 1]; ++k) {
-        const IndexMember& m = idx.members[k];
-        if (m.offset > shard || static_cast<uint64_t>(m.size) > shard - m.offset) return false;
+  auto fits = [&](const IndexView& idx) {
+    if (idx.shards().size() != keys.size()) return false;
+    for (int64_t i = 0; i < idx.size(); ++i) {
+      const IndexView::Item& e = idx.item(i);
+      const uint64_t shard = sizes[static_cast<size_t>(e.container)];
+      if (e.offset > shard || static_cast<uint64_t>(e.size) > shard - e.offset) return false;
+      if (!idx.has_members()) continue;
+      for (const IndexView::Member* m = idx.members_begin(i); m != idx.members_end(i); ++m) {
+        if (m->offset > shard || static_cast<uint64_t>(m->size) > shard - m->offset) return false;
       }
     }
     return true;
   };
-  Index index;
-  if (cached.ok() && fits(cached.value())) {
-    index = std::move(cached).value();
-  } else {
+  IndexViewPtr view;
+  if (!cache_path.empty()) {
+    Result<IndexViewPtr> cached = MapIndexFile(cache_path, root);
+    if (cached.ok() && fits(*cached.value())) view = std::move(cached).value();
+  }
+  if (view == nullptr) {
+    Index index;
     for (size_t s = 0; s < keys.size(); ++s) {
       const std::string shard_uri = "s3://" + first.bucket + "/" + keys[s];
       index.shards.push_back(shard_uri);
@@ -151,11 +152,19 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
           TarOptionsOf(options), &index));
     }
     if (index.items.empty()) return NotFound("no samples in the tar shards " + uri);
-    if (!cache_path.empty()) (void)SaveIndex(cache_path, index);
+    std::string bytes = SerializeIndex(index, root);
+    index = Index{};
+    if (!cache_path.empty() && WriteIndexFile(cache_path, bytes).ok()) {
+      Result<IndexViewPtr> mapped = MapIndexFile(cache_path, root);
+      if (mapped.ok()) view = std::move(mapped).value();
+    }
+    if (view == nullptr) {
+      NOSTALL_ASSIGN_OR_RETURN(view, ViewIndexBytes(std::move(bytes), "(in memory)", root, false));
+    }
   }
-  NOSTALL_ASSIGN_OR_RETURN(RecordTable records, SelectFields(options, &index));
+  NOSTALL_ASSIGN_OR_RETURN(RecordTable records, SelectFields(options, *view));
   return std::unique_ptr<Source>(std::make_unique<S3TarSource>(
-      std::move(client), first.bucket, std::move(keys), std::move(index), std::move(records),
+      std::move(client), first.bucket, std::move(keys), std::move(view), std::move(records),
       options.max_item_bytes));
 }
 

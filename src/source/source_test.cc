@@ -519,8 +519,7 @@ TEST(IndexFileTest, InconsistentOrForeignIndexFilesAreRefused) {
     Index bad = tar;
     damage(&bad);
     ASSERT_TRUE(SaveIndex(path, bad).ok());
-    Result<Index> loaded = LoadIndex(path);
-    EXPECT_FALSE(loaded.ok());
+    EXPECT_FALSE(LoadIndex(path).ok());
   }
   // A folder's index naming a file outside the folders walked: refused.
   Index folder;
@@ -548,6 +547,46 @@ TEST(IndexFileTest, InconsistentOrForeignIndexFilesAreRefused) {
   kept >> text;
   EXPECT_EQ(text, "keep");
   std::filesystem::remove_all(dir);
+}
+
+// The index keeps paths relative to the dataset's root, so the same file
+// serves the dataset wherever it is mounted; a byte changed anywhere fails
+// the hash, and a relative path leading out of the root is refused even
+// under a good hash.
+TEST(IndexFileTest, PathsAreRelativeToTheRootAndEveryByteIsChecked) {
+  Index folder;
+  IndexStamp root_stamp, cat_stamp;
+  root_stamp.path = "/data/set";
+  cat_stamp.path = "/data/set/cat";
+  folder.stamps = {root_stamp, cat_stamp};
+  folder.classes = {"cat"};
+  folder.items = {{"/data/set/cat/a.jpg", 0, -1, 0, -1}, {"/data/set/cat/b.jpg", 0, -1, 0, -1}};
+  const std::string bytes = SerializeIndex(folder, "/data/set");
+  Result<IndexViewPtr> here = ViewIndexBytes(bytes, "x.idx", "/mnt/other");
+  ASSERT_TRUE(here.ok()) << here.status().Describe();
+  const IndexView& v = *here.value();
+  EXPECT_EQ(v.size(), 2);
+  EXPECT_EQ(v.key(1), "/mnt/other/cat/b.jpg");
+  EXPECT_EQ(v.stamps()[0].path, "/mnt/other");
+  EXPECT_EQ(v.stamps()[1].path, "/mnt/other/cat");
+  EXPECT_FALSE(v.mapped());
+  // The same items elsewhere are another dataset to the caches.
+  EXPECT_NE(v.fingerprint(), ViewIndexBytes(bytes, "x.idx", "/data/set").value()->fingerprint());
+  for (size_t at : {size_t{8}, size_t{70}, bytes.size() - 1}) {
+    std::string damaged = bytes;
+    damaged[at] ^= 1;
+    Result<IndexViewPtr> r = ViewIndexBytes(damaged, "x.idx", "/mnt/other");
+    ASSERT_FALSE(r.ok()) << at;
+    EXPECT_NE(r.status().message().find("x.idx"), std::string::npos);
+  }
+  // A relative path with "..": refused though its hash is right.
+  Index out = folder;
+  out.stamps[1].path = "/data/set/../../etc";
+  out.items = {{"/data/set/../../etc/passwd", 0, -1, 0, -1}};
+  Result<IndexViewPtr> r = ViewIndexBytes(SerializeIndex(out, "/data/set"), "x.idx", "/mnt/other");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("leading out of the dataset's root"), std::string::npos)
+      << r.status().message();
 }
 
 }  // namespace

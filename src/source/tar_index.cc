@@ -112,22 +112,22 @@ Status FlushSample(const std::string& shard_path, int32_t shard, PendingSample* 
   return Status::OK();
 }
 
-// A `.cls` member's text: a non-negative decimal integer that fits int64,
-// with surrounding white space.
+// A `.cls` member's text: a non-negative decimal integer below 2^31 (the
+// index keeps labels as int32), with surrounding white space.
 void ParseLabel(const char* text, PendingSample* s) {
   const char* p = text;
   while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') ++p;
   char* end = nullptr;
   errno = 0;
   long long v = std::strtoll(p, &end, 10);
-  const bool range = errno == ERANGE;
+  const bool range = errno == ERANGE || v > INT32_MAX;
   while (end && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t')) ++end;
   if (end == p || *end != '\0' || v < 0 || *p == '-' || *p == '+') {
     s->label_error = "bad .cls label member '" + Printable(text) +
                      "' (expected a non-negative integer)";
   } else if (range) {
     s->label_error = "bad .cls label member '" + Printable(text) +
-                     "' (out of range: a label must be below 2^63)";
+                     "' (out of range: a label must be below 2^31)";
   } else {
     s->label = v;
     s->has_label = true;

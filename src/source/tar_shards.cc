@@ -59,7 +59,9 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     s = std::filesystem::absolute(s).lexically_normal().string();
     canonical += s + "\n";
   }
-  return OpenIndexed("tar-shards", canonical,
+  // Paths in the index are kept relative to the first shard's folder.
+  const std::string root = std::filesystem::path(shards.front()).parent_path().string();
+  return OpenIndexed("tar-shards", canonical, root,
                      [&] { return BuildTarIndex(shards, TarOptionsOf(options)); }, options);
 }
 

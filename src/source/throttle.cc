@@ -25,7 +25,7 @@ class ThrottledSource final : public Source {
         latency_ns_(static_cast<int64_t>(latency_ms * 1e6)) {}
 
   int64_t size() const override { return inner_->size(); }
-  const std::string& key(int64_t i) const override { return inner_->key(i); }
+  std::string key(int64_t i) const override { return inner_->key(i); }
   int64_t label(int64_t i) const override { return inner_->label(i); }
   int64_t byte_size(int64_t i) const override { return inner_->byte_size(i); }
   const std::vector<std::string>& classes() const override { return inner_->classes(); }
