@@ -28,6 +28,13 @@ struct SourceOptions {
   // `use_index_cache` false to always rebuild.
   std::string index_cache_dir;
   bool use_index_cache = true;
+  // The index kept beside the dataset, where every node and job finds it
+  // (an image folder's PATH/.nostall-index; tar shards' PATTERN.nostall-index
+  // in the first shard's folder; docs/index_format.md): "read" uses it when
+  // it is there, trusted and still matches the data (the default); "write"
+  // also writes it whenever the index had to be built; "rebuild" builds and
+  // writes it whatever is there (`nostall index PATH`); "off" never looks.
+  std::string index_beside = "read";
   // Items larger than this are a DataError rather than a huge allocation.
   uint64_t max_item_bytes = 256ull << 20;
   // Tar shards: a sample with no image member or a bad .cls label is an
@@ -88,6 +95,13 @@ class Source {
   // What the samples hold: (member extension, samples that have one), most
   // common first; empty for sources whose items are single files.
   virtual std::vector<std::pair<std::string, int64_t>> members_found() const { return {}; }
+  // Where the index came from, for a person: "beside the data: PATH",
+  // "the index cache: PATH", "built in 1.2 s; saved to PATH" ... ("" for
+  // sources without one); and what a person should know about an index
+  // beside the data that was there and not used (stale, damaged, another
+  // user's), "" when nothing.
+  virtual std::string index_origin() const { return ""; }
+  virtual std::string index_note() const { return ""; }
   // Remote sources: their requests so far; local files: none.
   virtual std::optional<StorageStats> storage_stats() const { return std::nullopt; }
   // The driver's name: "image-folder", "tar-shards", "s3-image-folder",

@@ -262,7 +262,15 @@ class Loader(Closeable):
         dct_scaling: shrink JPEGs inside the decoder when the output is much
             smaller than its source region (default; much faster). False
             decodes at full resolution, for pixels closest to PIL's.
-        index_cache: keep the dataset's index on disk between runs.
+        index_cache: keep the dataset's index on disk between runs (in
+            ``$NOSTALL_CACHE_DIR``, else ``~/.cache/nostall``).
+        index_beside: the index kept beside the dataset, which every node
+            and job finds (an image folder's ``PATH/.nostall-index``; tar
+            shards' ``PATTERN.nostall-index``; written by ``nostall index
+            PATH``): ``"read"`` uses it when it is there and still matches
+            the data (default); ``"write"`` also writes it whenever the index
+            had to be built; ``"off"`` never looks. ``loader.index_origin``
+            says where this loader's index came from.
         throttle_bandwidth, throttle_latency_ms, drop_page_cache, s3_endpoint,
             s3_region, s3_profile, s3_addressing, s3_unsigned: deprecated
             (a FutureWarning): the same as ``source_options`` of the
@@ -326,6 +334,7 @@ class Loader(Closeable):
         return_indices: bool = False,
         output: str = "torch",
         index_cache: bool = True,
+        index_beside: str = "read",
         dct_scaling: bool = True,
         throttle_bandwidth: Optional[float] = None,
         throttle_latency_ms: Optional[float] = None,
@@ -410,6 +419,7 @@ class Loader(Closeable):
             "autotune": "auto" if autotune is None else _plain(autotune),
             "on_error": on_error,
             "use_index_cache": _plain(index_cache),
+            "index_beside": _plain(index_beside),
             "dct_scaling": _plain(dct_scaling),
             "cache": _cache_tiers(cache),
             "subset": _integer("subset", subset),
@@ -554,6 +564,10 @@ class Loader(Closeable):
                           stacklevel=3)
             if self._progress is not None:
                 self._progress.left_out(left_out)
+        index_note = self._core.index_note if core is None else ""
+        if index_note:  # an index beside the data there and not used
+            warnings.warn(f"{spec_uri(spec) or 'the dataset'}: {index_note}", UserWarning,
+                          stacklevel=3)
         self._copies_warned = False
         self._records = None
         hooks, batch_transform, hook_threads = getattr(self, "_hooks", ({}, None, 2))
@@ -745,6 +759,13 @@ class Loader(Closeable):
     def key(self, index: int) -> str:
         """The name (path, or shard:member) of dataset item ``index``."""
         return self._require_core().key(index)
+
+    @property
+    def index_origin(self) -> str:
+        """Where the dataset's index came from: ``"beside the data: PATH"``,
+        ``"the index cache: PATH"``, or ``"built in 1.2 s; saved to ..."``
+        ("" for a loader attached to a shared one)."""
+        return self._require_core().index_origin
 
     def __repr__(self):
         core = getattr(self, "_core", None)

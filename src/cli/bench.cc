@@ -202,6 +202,29 @@ int Inspect(const Args& args) {
     }
     std::printf("%s samples\n", members.size() > 16 ? ", ..." : "");
   }
+  if (!s.index_origin().empty()) std::printf("index:       %s\n", nostall::TerminalSafe(s.index_origin()).c_str());
+  if (!s.index_note().empty()) std::printf("note:        %s\n", nostall::TerminalSafe(s.index_note()).c_str());
+  std::printf("fingerprint: %016llx\n", static_cast<unsigned long long>(s.fingerprint()));
+  return 0;
+}
+
+// `nostall index PATH`: builds the dataset's index and writes it beside the
+// data, where every node and job that opens the dataset finds it.
+int Index(const Args& args) {
+  nostall::SourceOptions o;
+  o.index_beside = "rebuild";
+  o.skip_bad_samples = Has(args, "--skip-bad-samples");
+  const std::string& path = args.positional[0];
+  std::fprintf(stderr, "nostall index: indexing %s ...\n", nostall::TerminalSafe(path).c_str());
+  auto src = nostall::OpenSource(path, o);
+  if (!src.ok()) return Fail(src.status());
+  const nostall::Source& s = *src.value();
+  std::printf("dataset:     %s\nkind:        %s\nitems:       %lld\n",
+              nostall::TerminalSafe(path).c_str(), s.kind(), static_cast<long long>(s.size()));
+  if (s.skipped_at_index() > 0) {
+    std::printf("skipped:     %lld bad samples\n", static_cast<long long>(s.skipped_at_index()));
+  }
+  std::printf("index:       %s\n", nostall::TerminalSafe(s.index_origin()).c_str());
   std::printf("fingerprint: %016llx\n", static_cast<unsigned long long>(s.fingerprint()));
   return 0;
 }
@@ -220,5 +243,20 @@ const Command kInspect = {
     "what a loader's fields= may name) and fingerprint, building (and caching) its index if needed. PATH is an image\n"
     "folder, tar shards (\"shards/train-{0000..0099}.tar\") or s3://bucket/prefix/.\n",
     {}, {}, {"PATH (an image folder, tar shards or s3://...)"}, 1, Inspect};
+
+const Command kIndex = {
+    "index",
+    "usage: nostall index PATH [--skip-bad-samples]\n\n"
+    "Builds the dataset's index and writes it beside the data, where every node, container and\n"
+    "job that opens the dataset finds it (an image folder's PATH/.nostall-index; tar shards'\n"
+    "PATTERN.nostall-index in the shards' folder: PATH \"shards/train-{0000..0099}.tar\" gives\n"
+    "shards/train-{0000..0099}.tar.nostall-index). A loader then starts without listing the\n"
+    "folder or reading the shards, and shuffles exactly from its first epoch. The file is\n"
+    "checked when it is opened (its hash, every item, the data's stamps): a stale or damaged\n"
+    "one is not used (the loader says so and indexes as if it were not there).\n\n"
+    "  --skip-bad-samples   drop tar samples without an image or a good .cls (counted),\n"
+    "                       instead of failing; such an index serves only loaders with\n"
+    "                       on_error=\"skip\"\n",
+    {}, {"--skip-bad-samples"}, {"PATH (an image folder or tar shards)"}, 1, Index};
 
 }  // namespace nostall::cli

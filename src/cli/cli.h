@@ -53,6 +53,7 @@ std::vector<std::string> SplitCommas(const std::string& list);
 // The commands, one table each (bench.cc, serve.cc, cache.cc).
 extern const Command kBench;
 extern const Command kInspect;
+extern const Command kIndex;
 extern const Command kServe;
 extern const Command kSharedCommands[3];  // shared ls | inspect | rm
 extern const Command kCacheCommands[4];   // cache ls | inspect | rm | serve

@@ -29,6 +29,8 @@ commands:
                   run one pipeline for every training job on this node;
                   each attaches with nostall.Loader.attach(NAME, batch_size)
   inspect PATH    show what nostall sees in a dataset: kind, items, classes
+  index PATH      write the dataset's index beside the data, where every node
+                  and job finds it: starts in a second, exact shuffle at once
   cache ls        list the MinIO caches on this node
   cache inspect NAME   size, fill, items, hit statistics, owning dataset
   cache rm NAME   remove a cache (loaders attached keep theirs until they close)
@@ -151,7 +153,7 @@ int main(int argc, char** argv) {
   if (cmd == "analyze") return Analyze(argv);
   if (cmd == "cache") return RunGroup("cache", kCacheCommands, std::size(kCacheCommands), argc, argv);
   if (cmd == "shared") return RunGroup("shared", kSharedCommands, std::size(kSharedCommands), argc, argv);
-  for (const Command* c : {&kBench, &kInspect, &kServe}) {
+  for (const Command* c : {&kBench, &kInspect, &kIndex, &kServe}) {
     if (cmd != c->name) continue;
     Args args;
     if (std::string err = Parse(*c, argc, argv, 2, &args); !err.empty()) return UsageError(*c, err);

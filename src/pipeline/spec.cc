@@ -45,7 +45,7 @@ const std::vector<std::string>& LoaderSpec::FieldNames() {
       "source", "batch_size", "shuffle", "seed", "rank", "world_size", "drop_last", "subset",
       "shuffle_block", "transforms", "dtype", "layout", "mode", "max_pixels", "num_threads",
       "reads_in_flight", "prefetch", "autotune", "on_error", "index_cache_dir", "use_index_cache",
-      "dct_scaling", "cache", "fields", "max_field_bytes"};
+      "index_beside", "dct_scaling", "cache", "fields", "max_field_bytes"};
   return kFields;
 }
 
@@ -170,6 +170,11 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     NOSTALL_RETURN_IF_ERROR(SourceFromJson(j["source"], !s.cache.empty(), &s));
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "index_cache_dir", &s.source_options.index_cache_dir));
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "use_index_cache", &s.source_options.use_index_cache));
+    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "index_beside", &s.source_options.index_beside));
+    if (const std::string& m = s.source_options.index_beside;
+        m != "read" && m != "write" && m != "rebuild" && m != "off") {
+      return InvalidArgument("\"index_beside\" must be \"read\", \"write\", \"rebuild\" or \"off\", not \"" + m + "\"");
+    }
     constexpr int64_t kMaxCount = int64_t{1} << 40;
     NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "batch_size", 1, 1 << 20, &s.batch_size));
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "shuffle", &s.shuffle));
@@ -245,6 +250,10 @@ std::string LoaderSpec::ToJson() const {
             {"index_cache_dir", source_options.index_cache_dir},
             {"use_index_cache", source_options.use_index_cache},
             {"cache", CacheTiersToJson(cache)}};
+  // Written only when set, so a spec without it stays as it was.
+  if (source_options.index_beside != SourceOptions().index_beside) {
+    j["index_beside"] = source_options.index_beside;
+  }
   // Written only when set, so a spec of images and labels stays as it was.
   if (!source_options.fields.empty()) j["fields"] = FieldsJson(source_options.fields);
   if (!source_options.fields.empty() || source_options.max_field_bytes != SourceOptions().max_field_bytes) {
@@ -269,6 +278,7 @@ std::string LoaderSpec::BatchJson() const {
   j.erase("autotune");
   j.erase("index_cache_dir");  // where the index is kept changes no batch
   j.erase("use_index_cache");
+  j.erase("index_beside");
   // The dataset is its path: which driver reads it and how (an endpoint,
   // a throttle, the page cache) changes no batch.
   j["source"] = source;

@@ -236,6 +236,8 @@ class PyLoader {
   }
   uint64_t Fingerprint() const { return Loader().source().fingerprint(); }
   std::string LeftOut() const { return DescribeLeftOut(Loader().source()); }
+  std::string IndexOrigin() const { return Loader().source().index_origin(); }
+  std::string IndexNote() const { return Loader().source().index_note(); }
   void EvictPageCache() const {
     Status st;
     {
@@ -365,6 +367,8 @@ void BindLoader(nb::module_& m) {
       .def_prop_ro("batches_per_epoch", &PyLoader::BatchesPerEpoch)
       .def_prop_ro("num_classes", &PyLoader::NumClasses)
       .def_prop_ro("left_out", &PyLoader::LeftOut)
+      .def_prop_ro("index_origin", &PyLoader::IndexOrigin)
+      .def_prop_ro("index_note", &PyLoader::IndexNote)
       .def_prop_ro("samples_per_epoch", &PyLoader::SamplesPerEpoch)
       .def_prop_ro("num_items", &PyLoader::NumItems)
       .def_prop_ro("classes", &PyLoader::Classes)

@@ -159,8 +159,11 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   // (The index cache's key names what the index holds: since "beside", the
   // files beside each image too.)
-  return OpenIndexed("image-folder", root + "\nbeside", root,
-                     [&] { return BuildFolderIndex(root); }, options);
+  // The folder's index is the same whatever the error policy: built
+  // strictest.
+  return OpenIndexed({"image-folder", root + "\nbeside", root, root + "/" + kIndexBesideName, "raise",
+                      [&] { return BuildFolderIndex(root); }},
+                     options);
 }
 
 }  // namespace

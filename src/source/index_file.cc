@@ -240,6 +240,7 @@ std::string SerializeIndex(const Index& index, const std::string& root) {
   }
   meta.U64(index.member_exts.size());
   for (const auto& e : index.member_exts) meta.Str(e);
+  meta.Str(index.variant);
 
   Header h{};
   std::memcpy(h.magic, kMagic, 8);
@@ -381,6 +382,7 @@ struct IndexViewAccess {
       v->left_out_.push_back(std::move(e));
     }
     strings(&v->member_exts_, false);
+    ok = ok && r.Str(&v->variant_);
     if (!ok || !r.AtEnd()) return corrupt("its tables do not parse");
     // What identifies the dataset: the items, and where their shards and
     // folders are now.
@@ -546,6 +548,26 @@ Status WriteIndexFile(const std::string& path, const std::string& buf, unsigned 
   return Status::OK();
 }
 
+Status WriteIndexInPlace(const std::string& path, const std::function<Result<std::string>()>& bytes) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return ErrnoError("cannot write the index " + path, errno);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return InvalidArgument("cannot write the index " + path + ": not a regular file");
+  }
+  NOSTALL_ASSIGN_OR_RETURN(std::string buf, bytes());
+  if (::ftruncate(fd.get(), 0) != 0) return ErrnoError("cannot write the index " + path, errno);
+  for (size_t done = 0; done < buf.size();) {
+    const ssize_t n = ::pwrite(fd.get(), buf.data() + done, buf.size() - done, static_cast<off_t>(done));
+    if (n <= 0) return ErrnoError("cannot write the index " + path, errno);
+    done += static_cast<size_t>(n);
+  }
+  if (::fchmod(fd.get(), 0644) != 0 || ::fsync(fd.get()) != 0) {
+    return ErrnoError("cannot write the index " + path, errno);
+  }
+  return Status::OK();
+}
+
 Status SaveIndex(const std::string& path, const Index& index, const std::string& root) {
   return WriteIndexFile(path, SerializeIndex(index, root));
 }
@@ -555,16 +577,16 @@ Result<IndexViewPtr> LoadIndex(const std::string& path, const std::string& root)
 }
 
 
-bool StampsStillHold(const IndexView& index) {
+bool StampsStillHold(const IndexView& index, bool portable) {
   for (const auto& s : index.stamps()) {
     UniqueFd fd(::open(s.path.c_str(), O_RDONLY | O_CLOEXEC));
     struct stat st;
     if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0) return false;
     const IndexStamp now = StampOf(s.path, st, s.content != 0 ? fd.get() : -1);
-    if (now.mtime_ns != s.mtime_ns || now.ctime_ns != s.ctime_ns || now.inode != s.inode ||
-        now.content != s.content || (s.size != 0 && now.size != s.size)) {
+    if (now.mtime_ns != s.mtime_ns || now.content != s.content || (s.size != 0 && now.size != s.size)) {
       return false;
     }
+    if (!portable && (now.ctime_ns != s.ctime_ns || now.inode != s.inode)) return false;
   }
   return !index.stamps().empty();
 }

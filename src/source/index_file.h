@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -63,6 +64,8 @@ struct Index {
   std::vector<std::string> member_exts;  // WebDataset extensions, lower case
   std::vector<IndexMember> members;
   std::vector<uint32_t> member_begin;
+  // How it was built (IndexVariant: the error policy, labels needed).
+  std::string variant;
 };
 
 // The index as every process reads it (format version 5,
@@ -114,6 +117,7 @@ class IndexView {
   const std::vector<std::string>& member_exts() const { return member_exts_; }
   const std::vector<std::pair<std::string, int64_t>>& left_out() const { return left_out_; }
   int64_t skipped() const { return skipped_; }
+  const std::string& variant() const { return variant_; }
   // Identifies the items (names, labels, spans, their shards and folders as
   // resolved): equal fingerprints mean equal indexes.
   uint64_t fingerprint() const { return fingerprint_; }
@@ -139,6 +143,7 @@ class IndexView {
   std::vector<std::string> classes_, shards_, dirs_, member_exts_;
   std::vector<std::pair<std::string, int64_t>> left_out_;
   int64_t skipped_ = 0;
+  std::string variant_;
   uint64_t fingerprint_ = 0;
 };
 
@@ -153,6 +158,10 @@ std::string SerializeIndex(const Index& index, const std::string& root);
 Result<IndexViewPtr> ViewIndexBytes(std::string bytes, const std::string& path,
                                     const std::string& root, bool checked = true);
 
+// The index beside the data: an image folder's ROOT/.nostall-index, tar
+// shards' PATTERN.nostall-index in the first shard's folder.
+inline constexpr const char* kIndexBesideName = ".nostall-index";
+inline constexpr const char* kIndexBesideSuffix = ".nostall-index";
 // The file that caches the index of the dataset described by `canonical`.
 std::string IndexCachePath(const std::string& dir, const std::string& canonical);
 // Maps the index file at `path`, if it is this user's (owned by the caller,
@@ -168,10 +177,21 @@ Result<IndexViewPtr> MapIndexFile(const std::string& path, const std::string& ro
 // and renamed, so readers never see half a file and no symlink is followed;
 // a missing cache directory is made 0700.
 Status WriteIndexFile(const std::string& path, const std::string& bytes, unsigned mode = 0600);
+// Writes an index in place at `path` (created 0644 if missing: readable by
+// every user of the data, writable by its owner): the file is opened first,
+// then `bytes()` is asked for what to write (so that a stamp of the folder
+// the file was just created in can be taken after), then it is truncated
+// and written. A reader meeting it half written fails its hash and does
+// without it. No symlink is followed.
+Status WriteIndexInPlace(const std::string& path, const std::function<Result<std::string>()>& bytes);
 // SerializeIndex + WriteIndexFile, and MapIndexFile (tests, tools).
 Status SaveIndex(const std::string& path, const Index& index, const std::string& root = "");
 Result<IndexViewPtr> LoadIndex(const std::string& path, const std::string& root = "");
-bool StampsStillHold(const IndexView& index);
+// Whether the data is still as the index's stamps say. `portable`: by what
+// a copy keeps (mtime, size, a file's head and tail; `cp -a`, rsync -a, tar,
+// a move, another node's mount), not by ctime and inode, which are this
+// file system's own: how an index beside the data is checked.
+bool StampsStillHold(const IndexView& index, bool portable = false);
 // The hash an index file's header carries, over `bytes` as they are (the
 // fuzz target sets it so that it reaches the checks behind it).
 uint64_t IndexFileHash(const std::string& bytes);

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include <malloc.h>
@@ -122,25 +124,112 @@ bool IsImageExtension(const std::string& ext) {
 
 bool IsImageFileName(const std::string& name) { return IsImageExtension(FileExtension(name)); }
 
-Result<std::unique_ptr<Source>> OpenIndexed(const char* kind, const std::string& canonical,
-                                            const std::string& root,
-                                            const std::function<Result<Index>()>& build,
-                                            const SourceOptions& options) {
-  NOSTALL_ASSIGN_OR_RETURN(json given, DriverOptionsJson(options, kind));
-  NOSTALL_ASSIGN_OR_RETURN(LocalOptions local, ReadLocalOptions(given, /*cached=*/false, kind));
-  const std::string key = std::string(kind) + "\n" + canonical + IndexVariant(options);
-  std::string cache_path;
+bool VariantServes(const std::string& built, const std::string& wanted) {
+  return built == wanted || built == "raise";
+}
+
+namespace {
+
+// The index beside the data, if it is there and may be used: its origin, or
+// why not (`note`; "" when there is none).
+IndexViewPtr ReadBeside(const IndexedDataset& d, std::string* note) {
+  struct stat st;
+  if (::lstat(d.beside.c_str(), &st) != 0) return nullptr;
+  // Trusted as the data is: this user's, or the data's owner's.
+  struct stat rst;
+  const int64_t owner = ::stat(d.root.c_str(), &rst) == 0 ? static_cast<int64_t>(rst.st_uid) : -1;
+  Result<IndexViewPtr> r = MapIndexFile(d.beside, d.root, owner);
+  const std::string fix = "; run `nostall index` on the dataset to write it again";
+  if (!r.ok()) {
+    *note = "the index beside the data is not used: " + r.status().message() + fix;
+    return nullptr;
+  }
+  if (!VariantServes(r.value()->variant(), d.variant)) {
+    *note = "the index beside the data (" + d.beside + ") was built with skip_bad_samples: it is "
+            "not used by a loader that raises on bad samples";
+    return nullptr;
+  }
+  if (!StampsStillHold(*r.value(), /*portable=*/true)) {
+    *note = "the index beside the data (" + d.beside + ") is stale: the data changed after it was "
+            "written, so it is not used" + fix;
+    return nullptr;
+  }
+  return std::move(r).value();
+}
+
+// Writes the index beside the data. A folder's own stamp is taken again
+// once the file is in it (creating the file changes the folder), if it
+// still held just before (nothing else changed it since the walk).
+Status WriteBeside(const IndexedDataset& d, Index index) {
+  return WriteIndexInPlace(d.beside, [&]() -> Result<std::string> {
+    for (IndexStamp& s : index.stamps) {
+      if (s.path != d.root) continue;
+      struct stat st;
+      if (::stat(d.root.c_str(), &st) != 0) return ErrnoError("cannot stat " + d.root, errno);
+      const IndexStamp now = StampOf(d.root, st, -1);
+      if (now.inode != s.inode) return IoError(d.root + " changed while it was indexed");
+      s = now;
+    }
+    return SerializeIndex(index, d.root);
+  });
+}
+
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", s);
+  return buf;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Source>> OpenIndexed(const IndexedDataset& d, const SourceOptions& options) {
+  NOSTALL_ASSIGN_OR_RETURN(json given, DriverOptionsJson(options, d.kind));
+  NOSTALL_ASSIGN_OR_RETURN(LocalOptions local, ReadLocalOptions(given, /*cached=*/false, d.kind));
+  const std::string& mode = options.index_beside;
+  if (mode != "read" && mode != "write" && mode != "rebuild" && mode != "off") {
+    return InvalidArgument("index_beside must be \"read\", \"write\", \"rebuild\" or \"off\", not \"" +
+                           mode + "\"");
+  }
+  const bool beside = !d.beside.empty() && mode != "off";
+  if (mode == "rebuild" && d.beside.empty()) {
+    return InvalidArgument("this dataset's layout has no place for an index beside it (tar shards "
+                           "in more than one folder)");
+  }
+  const std::string key = std::string(d.kind) + "\n" + d.canonical + IndexVariant(options);
+  std::string cache_path, origin, note;
   IndexViewPtr index;
-  if (options.use_index_cache) {
+  if (beside && mode != "rebuild") {
+    index = ReadBeside(d, &note);
+    if (index != nullptr) origin = "beside the data: " + d.beside;
+  }
+  if (index == nullptr && options.use_index_cache && mode != "rebuild") {
     cache_path = IndexCachePath(options.index_cache_dir, key);
-    Result<IndexViewPtr> cached = MapIndexFile(cache_path, root);
-    if (cached.ok() && StampsStillHold(*cached.value())) index = std::move(cached).value();
+    Result<IndexViewPtr> cached = MapIndexFile(cache_path, d.root);
+    if (cached.ok() && StampsStillHold(*cached.value())) {
+      index = std::move(cached).value();
+      origin = "the index cache: " + cache_path;
+    }
+  } else if (options.use_index_cache) {
+    cache_path = IndexCachePath(options.index_cache_dir, key);
   }
   if (index == nullptr) {
+    const auto t0 = std::chrono::steady_clock::now();
     std::string bytes;
     {
-      NOSTALL_ASSIGN_OR_RETURN(Index built, build());
-      bytes = SerializeIndex(built, root);
+      NOSTALL_ASSIGN_OR_RETURN(Index built, d.build());
+      built.variant = d.variant;
+      bytes = SerializeIndex(built, d.root);
+      origin = "built in " + Seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      if (beside && mode != "read") {
+        Status st = WriteBeside(d, std::move(built));
+        if (!st.ok() && mode == "rebuild") return st;
+        if (st.ok()) {
+          origin += "; written beside the data: " + d.beside;
+          note.clear();
+        } else {
+          note = "the index could not be written beside the data: " + st.message();
+        }
+      }
     }
     // The builder's many small strings are gone: give their pages back.
     ::malloc_trim(0);
@@ -148,17 +237,22 @@ Result<std::unique_ptr<Source>> OpenIndexed(const char* kind, const std::string&
     // that opens the dataset; a cache that cannot be written only costs the
     // next run a rebuild, and this one the index in its own memory.
     if (!cache_path.empty() && WriteIndexFile(cache_path, bytes).ok()) {
-      Result<IndexViewPtr> mapped = MapIndexFile(cache_path, root);
-      if (mapped.ok()) index = std::move(mapped).value();
+      Result<IndexViewPtr> mapped = MapIndexFile(cache_path, d.root);
+      if (mapped.ok()) {
+        index = std::move(mapped).value();
+        origin += "; saved to the index cache: " + cache_path;
+      }
     }
     if (index == nullptr) {
-      NOSTALL_ASSIGN_OR_RETURN(index, ViewIndexBytes(std::move(bytes), "(in memory)", root, /*checked=*/false));
+      NOSTALL_ASSIGN_OR_RETURN(index, ViewIndexBytes(std::move(bytes), "(in memory)", d.root, /*checked=*/false));
+      origin += "; held in memory";
     }
   }
   NOSTALL_ASSIGN_OR_RETURN(RecordTable records, SelectFields(options, *index));
-  return Throttled(std::make_unique<IndexedSource>(std::move(index), std::move(records), kind,
-                                                   options.max_item_bytes, local.drop_page_cache),
-                   local);
+  auto source = std::make_unique<IndexedSource>(std::move(index), std::move(records), d.kind,
+                                                options.max_item_bytes, local.drop_page_cache);
+  source->SetIndexOrigin(std::move(origin), std::move(note));
+  return Throttled(std::move(source), local);
 }
 
 TarIndexOptions TarOptionsOf(const SourceOptions& options) {

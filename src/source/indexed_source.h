@@ -90,6 +90,12 @@ class IndexSource : public Source {
   int extra_fields() const override { return records_.extra; }
   int64_t field_room(int f) const override { return records_.room[static_cast<size_t>(f)]; }
   std::vector<std::pair<std::string, int64_t>> members_found() const override;
+  std::string index_origin() const override { return origin_; }
+  std::string index_note() const override { return note_; }
+  void SetIndexOrigin(std::string origin, std::string note) {
+    origin_ = std::move(origin);
+    note_ = std::move(note);
+  }
 
  protected:
   IndexSource(IndexViewPtr index, RecordTable records)
@@ -116,6 +122,7 @@ class IndexSource : public Source {
 
  private:
   const uint64_t fingerprint_;
+  std::string origin_, note_;
 };
 
 // A file or object name ending in .jpg, .jpeg or .png, in any case: an
@@ -127,14 +134,26 @@ const std::vector<std::string>& ImageExtensions();
 std::string FileExtension(const std::string& name);
 bool IsImageExtension(const std::string& ext);  // any case
 
-// Opens the dataset that `canonical` names (a string equal for equal
-// datasets), whose paths lie under `root`: from the index cache if its
-// stamps still hold, else by `build`, saving what it built and mapping the
-// saved file (an index that cannot be saved is held in the process).
-Result<std::unique_ptr<Source>> OpenIndexed(const char* kind, const std::string& canonical,
-                                            const std::string& root,
-                                            const std::function<Result<Index>()>& build,
-                                            const SourceOptions& options);
+// A local dataset as OpenIndexed opens it.
+struct IndexedDataset {
+  const char* kind;
+  std::string canonical;  // a string equal for equal datasets: the index cache's name
+  std::string root;       // the index's paths are kept relative to it
+  std::string beside;     // the index file beside the data ("": none for this layout)
+  std::string variant;    // what the index depends on of the options (IndexVariant)
+  std::function<Result<Index>()> build;
+};
+// Opens `d`: from the index beside the data if it is there, trusted (this
+// user's or the data's owner's, writable by no one else, no path out of
+// the root) and its stamps still hold; else from the index cache if its
+// stamps still hold; else by building it, saving it to the cache (and
+// beside the data as options.index_beside asks) and mapping the saved file
+// (an index that cannot be saved anywhere is held in the process).
+Result<std::unique_ptr<Source>> OpenIndexed(const IndexedDataset& d, const SourceOptions& options);
+// Whether an index built as `built` (IndexVariant) serves a loader that
+// wants `wanted`: the same, or built strictest (every sample good, every
+// label there), which serves every loader.
+bool VariantServes(const std::string& built, const std::string& wanted);
 
 }  // namespace nostall
 

@@ -102,6 +102,10 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
                              "shards (local or s3://)");
     }
   }
+  if (options.index_beside == "rebuild") {
+    return InvalidArgument("an index beside s3:// data is not written by nostall yet: the S3 "
+                           "drivers keep theirs in the index cache (" + uri + ")");
+  }
   NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(options, "s3-image-folder"));
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<S3Client> client, S3Client::Create(config));
   Result<std::vector<S3Object>> listed = ListClasses(client.get(), loc.bucket, prefix);

@@ -76,6 +76,10 @@ bool Claims(const std::string& uri) {
 Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions& options) {
   NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> uris, ExpandBraces(uri));
   NOSTALL_ASSIGN_OR_RETURN(S3Location first, ParseS3Uri(uris.front()));
+  if (options.index_beside == "rebuild") {
+    return InvalidArgument("an index beside s3:// data is not written by nostall yet: the S3 "
+                           "drivers keep theirs in the index cache (" + uri + ")");
+  }
   NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(options, "s3-tar-shards"));
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<S3Client> client, S3Client::Create(config));
   // One listing of the shards' common prefix gives every size and ETag.

@@ -59,10 +59,19 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     s = std::filesystem::absolute(s).lexically_normal().string();
     canonical += s + "\n";
   }
-  // Paths in the index are kept relative to the first shard's folder.
+  // Paths in the index are kept relative to the first shard's folder, and
+  // the index beside them is there, named for the pattern (when every shard
+  // is in that folder).
   const std::string root = std::filesystem::path(shards.front()).parent_path().string();
-  return OpenIndexed("tar-shards", canonical, root,
-                     [&] { return BuildTarIndex(shards, TarOptionsOf(options)); }, options);
+  std::string beside;
+  bool one_folder = true;
+  for (const std::string& s : shards) {
+    one_folder = one_folder && std::filesystem::path(s).parent_path().string() == root;
+  }
+  if (one_folder) beside = root + "/" + std::filesystem::path(uri).filename().string() + kIndexBesideSuffix;
+  return OpenIndexed({"tar-shards", canonical, root, beside, IndexVariant(options),
+                      [&] { return BuildTarIndex(shards, TarOptionsOf(options)); }},
+                     options);
 }
 
 }  // namespace

@@ -41,6 +41,8 @@ class ThrottledSource final : public Source {
   std::vector<std::pair<std::string, int64_t>> members_found() const override {
     return inner_->members_found();
   }
+  std::string index_origin() const override { return inner_->index_origin(); }
+  std::string index_note() const override { return inner_->index_note(); }
 
   Status Evict(int64_t i) const override { return inner_->Evict(i); }
   Status Read(int64_t i, std::vector<uint8_t>* out) const override {
