@@ -225,3 +225,41 @@ def test_sharing_with_a_group_is_explicit_and_needs_the_consumers_own_spec(other
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_an_index_beside_the_data_is_trusted_as_the_data_is(other, data, tmp_path):
+    """The data's owner writes the index beside it and another user's job
+    starts from it; an index another user leaves in a folder anyone may
+    write to is never used."""
+    subprocess.run([str(NOSTALL), "index", str(data)], check=True, capture_output=True, timeout=60)
+    code = ("import sys, nostall\n"
+            "l = nostall.Loader(sys.argv[1], batch_size=4, transforms=[nostall.Resize((16, 16))])\n"
+            "print(l.index_origin, l.num_items)")
+    out = as_other(other, code, str(data))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"beside the data: {data}/.nostall-index 16"
+    # A copy in a folder open to all (sticky, as /tmp): the other user's
+    # loader writes its index there; this user's never uses it.
+    open_root = Path(tempfile.mkdtemp(prefix="nostall-open-"))
+    try:
+        copy = open_root / "train"
+        shutil.copytree(data, copy)
+        (copy / ".nostall-index").unlink()
+        for p in [open_root, *open_root.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        copy.chmod(0o1777)
+        code = ("import sys, nostall\n"
+                "l = nostall.Loader(sys.argv[1], batch_size=4, index_beside='write',"
+                " transforms=[nostall.Resize((16, 16))])\n"
+                "print(l.index_origin)")
+        out = as_other(other, code, str(copy))
+        assert out.returncode == 0, out.stderr
+        assert "written beside the data" in out.stdout
+        assert (copy / ".nostall-index").stat().st_uid == other[0]
+        with pytest.warns(UserWarning, match=r"not used: index file .* is owned by uid"):
+            ld = nostall.Loader(str(copy), batch_size=4, transforms=[nostall.Resize((16, 16))],
+                                index_cache=False)
+        assert ld.index_origin.startswith("built in") and ld.num_items == 16
+        ld.close()
+    finally:
+        shutil.rmtree(open_root, ignore_errors=True)
