@@ -477,10 +477,10 @@ struct IndexViewAccess {
 };
 
 Result<IndexViewPtr> ViewIndexBytes(std::string bytes, const std::string& path, const std::string& root,
-                                    bool checked) {
+                                    bool checked, bool relative_only) {
   std::shared_ptr<IndexView> v(IndexViewAccess::New());
   IndexViewAccess::Own(v.get(), std::move(bytes));
-  NOSTALL_RETURN_IF_ERROR(IndexViewAccess::Attach(v.get(), path, root, {checked, false}));
+  NOSTALL_RETURN_IF_ERROR(IndexViewAccess::Attach(v.get(), path, root, {checked, relative_only}));
   return IndexViewPtr(std::move(v));
 }
 

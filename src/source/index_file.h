@@ -125,6 +125,8 @@ class IndexView {
   // process's memory, for an index that could not be saved).
   bool mapped() const { return map_ != nullptr; }
   size_t bytes() const { return len_; }
+  // The index file's bytes, as mapped or held.
+  std::string_view raw() const { return {reinterpret_cast<const char*>(base_), len_}; }
 
  private:
   friend struct IndexViewAccess;
@@ -155,8 +157,11 @@ std::string SerializeIndex(const Index& index, const std::string& root);
 // A view over bytes in this process's memory: an index just built (trusted:
 // `checked` false skips the hash and structure checks), or bytes read from
 // elsewhere (the fuzz target, an index object fetched from S3).
+// `relative_only`: every path must lie under the root (an index that came
+// with the data, as an object beside S3 shards).
 Result<IndexViewPtr> ViewIndexBytes(std::string bytes, const std::string& path,
-                                    const std::string& root, bool checked = true);
+                                    const std::string& root, bool checked = true,
+                                    bool relative_only = false);
 
 // The index beside the data: an image folder's ROOT/.nostall-index, tar
 // shards' PATTERN.nostall-index in the first shard's folder.

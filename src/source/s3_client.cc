@@ -323,6 +323,33 @@ Status S3Client::Get(const std::string& bucket, const std::string& key, uint64_t
   return w.Wait(out);
 }
 
+Status S3Client::GetIfThere(const std::string& bucket, const std::string& key, uint64_t most,
+                            std::vector<uint8_t>* out) {
+  auto* r = new Request;
+  r->url = impl_->config.ObjectUrl(bucket, key);
+  r->what = "s3://" + bucket + "/" + key;
+  r->absent_ok = true;
+  r->max_body = most;
+  Waiter w;
+  r->done = w.Callback();
+  impl_->Submit(r);
+  return w.Wait(out);
+}
+
+Status S3Client::Put(const std::string& bucket, const std::string& key, std::string bytes) {
+  auto* r = new Request;
+  r->url = impl_->config.ObjectUrl(bucket, key);
+  r->what = "s3://" + bucket + "/" + key;
+  r->put = true;
+  r->put_body = std::move(bytes);
+  r->max_body = kMaxPageBytes;  // the answer: empty, or an error's XML
+  Waiter w;
+  r->done = w.Callback();
+  impl_->Submit(r);
+  std::vector<uint8_t> answer;
+  return w.Wait(&answer);
+}
+
 Status S3Client::ListPages(const std::string& bucket, const std::string& prefix, bool folders,
                            const std::function<void(ListPage)>& page) {
   std::string token;

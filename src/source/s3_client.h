@@ -43,6 +43,12 @@ class S3Client {
   using Done = std::function<void(Status, std::vector<uint8_t>)>;
   void GetAsync(const std::string& bucket, const std::string& key, uint64_t offset, int64_t length,
                 std::vector<uint8_t> buffer, Done done, uint64_t most = 0);
+  // The whole object `key` (at most `most` bytes), or NotFound when there is
+  // no such object (a file that may be there, as an index beside the data).
+  Status GetIfThere(const std::string& bucket, const std::string& key, uint64_t most,
+                    std::vector<uint8_t>* out);
+  // Writes `bytes` as object `key` (one PUT, signed with its SHA-256).
+  Status Put(const std::string& bucket, const std::string& key, std::string bytes);
   // Answers every request not yet done with Cancelled, promptly (a Loader
   // shutting down does not wait out retries and timeouts).
   void CancelAll();

@@ -104,6 +104,15 @@ CURL* StartAttempt(Request* r, const S3Config& config) {
   curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME,
                    std::max(1L, static_cast<long>(std::lround(config.read_timeout_s))));
   if (!r->range.empty()) curl_easy_setopt(e, CURLOPT_RANGE, r->range.c_str());
+  if (r->put) {
+    // The body is given whole, so SigV4 signs its SHA-256; no "Expect:
+    // 100-continue" round trip before it.
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "PUT");
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->put_body.data());
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r->put_body.size()));
+    r->headers = curl_slist_append(r->headers, "Expect:");
+    r->headers = curl_slist_append(r->headers, "Content-Type: application/octet-stream");
+  }
   if (config.sign) {
     const std::string sigv4 = "aws:amz:" + config.region + ":s3";
     curl_easy_setopt(e, CURLOPT_AWS_SIGV4, sigv4.c_str());
@@ -146,11 +155,12 @@ std::optional<Status> StoppedEarly(const Request* r) {
 
 Status FinalStatus(const Request* r, CURLcode code, const S3Config& config) {
   if (code != CURLE_OK) {
-    return IoError("cannot read " + r->what + ": " + curl_easy_strerror(code) + " (after " +
+    return IoError(std::string(r->put ? "cannot write " : "cannot read ") + r->what + ": " + curl_easy_strerror(code) + " (after " +
                    std::to_string(r->attempt) + " attempts: " + r->history + "; " +
                    config.Describe() + ")");
   }
   if (r->http == 200 || r->http == 206) return Status::OK();
+  if (r->http == 404 && r->absent_ok) return NotFound(r->what + ": no such object");
   const std::string_view xml(reinterpret_cast<const char*>(r->body.data()), r->body.size());
   const std::string s3code = XmlTag(xml, "Code").substr(0, 100);
   const std::string message = XmlTag(xml, "Message").substr(0, 300);

@@ -30,6 +30,11 @@ struct Request {
   uint64_t offset = 0;
   int64_t length = -1;  // asked for; -1: to the end
   std::vector<uint8_t> body;
+  // A PUT of these bytes (an index written beside the data), not a GET.
+  bool put = false;
+  std::string put_body;
+  // A 404 is NotFound (an object that may not be there), not a data error.
+  bool absent_ok = false;
   uint64_t max_body = 0;  // the most bytes taken in (MaxBodyBytes)
   Stopped stopped = Stopped::kNo;
   int64_t deadline_ns = 0;  // the request fails for good past this, retries included

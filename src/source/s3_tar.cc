@@ -6,6 +6,8 @@
 // size, so it is reused exactly while the objects are unchanged. Each item
 // is one ranged GET of its member's bytes.
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 
@@ -69,6 +71,13 @@ class WindowReader {
   std::vector<uint8_t> window_;
 };
 
+// A shard's stamp in an index of S3 shards: its ETag, hashed (never 0).
+uint64_t EtagStamp(const std::string& etag) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : etag) h = (h ^ c) * 0x100000001b3ull;
+  return h | 1;
+}
+
 bool Claims(const std::string& uri) {
   return uri.rfind("s3://", 0) == 0 && uri.size() >= 4 && uri.compare(uri.size() - 4, 4, ".tar") == 0;
 }
@@ -76,10 +85,6 @@ bool Claims(const std::string& uri) {
 Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions& options) {
   NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> uris, ExpandBraces(uri));
   NOSTALL_ASSIGN_OR_RETURN(S3Location first, ParseS3Uri(uris.front()));
-  if (options.index_beside == "rebuild") {
-    return InvalidArgument("an index beside s3:// data is not written by nostall yet: the S3 "
-                           "drivers keep theirs in the index cache (" + uri + ")");
-  }
   NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(options, "s3-tar-shards"));
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<S3Client> client, S3Client::Create(config));
   // One listing of the shards' common prefix gives every size and ETag.
@@ -104,6 +109,7 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
   for (S3Object& o : listed.value()) objects[o.key] = std::move(o);
   std::string canonical = "s3-tar-shards\n";
   std::vector<uint64_t> sizes;
+  std::vector<std::string> etags;
   for (const std::string& k : keys) {
     auto it = objects.find(k);
     if (it == objects.end()) {
@@ -111,6 +117,7 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
                       client->config().Describe() + "]");
     }
     sizes.push_back(static_cast<uint64_t>(it->second.size));
+    etags.push_back(it->second.etag);
     canonical += "s3://" + first.bucket + "/" + k + " " + it->second.etag + " " +
                  std::to_string(it->second.size) + "\n";
   }
@@ -137,16 +144,85 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     }
     return true;
   };
+  // The index object beside the shards: PATTERN.nostall-index in the
+  // first shard's "folder" (when every shard is in it), its stamps each
+  // shard's size and ETag as this listing gives them.
+  const std::string& mode = options.index_beside;
+  if (mode != "read" && mode != "write" && mode != "rebuild" && mode != "off") {
+    return InvalidArgument("index_beside must be \"read\", \"write\", \"rebuild\" or \"off\", not \"" +
+                           mode + "\"");
+  }
+  std::string beside_key;
+  {
+    const size_t slash = keys.front().rfind('/');
+    const std::string dir = slash == std::string::npos ? "" : keys.front().substr(0, slash + 1);
+    bool one_folder = true;
+    for (const std::string& k : keys) {
+      one_folder = one_folder && k.compare(0, dir.size(), dir) == 0 &&
+                   k.find('/', dir.size()) == std::string::npos;
+    }
+    if (one_folder && mode != "off") beside_key = dir + uri.substr(uri.rfind('/') + 1) + kIndexBesideSuffix;
+  }
+  if (mode == "rebuild" && beside_key.empty()) {
+    return InvalidArgument("tar shards in more than one folder have no place for an index beside them: " + uri);
+  }
+  const std::string beside_uri = "s3://" + first.bucket + "/" + beside_key;
+  auto stamps_hold = [&](const IndexView& idx) {
+    if (idx.stamps().size() != keys.size()) return false;
+    for (size_t s = 0; s < keys.size(); ++s) {
+      const IndexStamp& st = idx.stamps()[s];
+      if (idx.shards()[s] != "s3://" + first.bucket + "/" + keys[s] || st.path != idx.shards()[s] || st.size != static_cast<int64_t>(sizes[s]) ||
+          st.content != EtagStamp(etags[s])) {
+        return false;
+      }
+    }
+    return true;
+  };
   IndexViewPtr view;
-  if (!cache_path.empty()) {
+  std::string origin, note;
+  if (!cache_path.empty() && mode != "rebuild") {
     Result<IndexViewPtr> cached = MapIndexFile(cache_path, root);
-    if (cached.ok() && fits(*cached.value())) view = std::move(cached).value();
+    if (cached.ok() && fits(*cached.value())) {
+      view = std::move(cached).value();
+      origin = "the index cache: " + cache_path;
+    }
+  }
+  if (view == nullptr && !beside_key.empty() && mode != "rebuild") {
+    std::vector<uint8_t> got;
+    Status st = client->GetIfThere(first.bucket, beside_key, uint64_t{1} << 36, &got);
+    if (st.ok()) {
+      Result<IndexViewPtr> r = ViewIndexBytes(std::string(got.begin(), got.end()), beside_uri, root,
+                                              /*checked=*/true, /*relative_only=*/true);
+      got = {};
+      const std::string fix = "; run `nostall index " + uri + "` to write it again";
+      if (!r.ok()) {
+        note = "the index beside the data is not used: " + r.status().message() + fix;
+      } else if (!VariantServes(r.value()->variant(), IndexVariant(options))) {
+        note = "the index beside the data (" + beside_uri + ") was built with skip_bad_samples: it is "
+               "not used by a loader that raises on bad samples";
+      } else if (!stamps_hold(*r.value()) || !fits(*r.value())) {
+        note = "the index beside the data (" + beside_uri + ") is stale: a shard changed (size or "
+               "ETag) after it was written, so it is not used" + fix;
+      } else {
+        view = std::move(r).value();
+        origin = "beside the data: " + beside_uri;
+      }
+    } else if (st.code() != StatusCode::kNotFound) {
+      note = "the index beside the data could not be read: " + st.message();
+    }
   }
   if (view == nullptr) {
+    const auto t0 = std::chrono::steady_clock::now();
     Index index;
+    index.variant = IndexVariant(options);
     for (size_t s = 0; s < keys.size(); ++s) {
       const std::string shard_uri = "s3://" + first.bucket + "/" + keys[s];
       index.shards.push_back(shard_uri);
+      IndexStamp stamp;
+      stamp.path = shard_uri;
+      stamp.size = static_cast<int64_t>(sizes[s]);
+      stamp.content = EtagStamp(etags[s]);
+      index.stamps.push_back(stamp);
       WindowReader reader(client.get(), first.bucket, keys[s], sizes[s]);
       NOSTALL_RETURN_IF_ERROR(IndexTarShard(
           shard_uri, static_cast<int32_t>(s), sizes[s],
@@ -158,18 +234,45 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     if (index.items.empty()) return NotFound("no samples in the tar shards " + uri);
     std::string bytes = SerializeIndex(index, root);
     index = Index{};
+    char took[32];
+    std::snprintf(took, sizeof took, "%.1f s",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    origin = std::string("built in ") + took;
+    if (!beside_key.empty() && mode != "read") {
+      Status st = client->Put(first.bucket, beside_key, bytes);
+      if (!st.ok() && mode == "rebuild") return st;
+      if (st.ok()) {
+        origin += "; written beside the data: " + beside_uri;
+        note.clear();
+      } else {
+        note = "the index could not be written beside the data: " + st.message();
+      }
+    }
     if (!cache_path.empty() && WriteIndexFile(cache_path, bytes).ok()) {
       Result<IndexViewPtr> mapped = MapIndexFile(cache_path, root);
-      if (mapped.ok()) view = std::move(mapped).value();
+      if (mapped.ok()) {
+        view = std::move(mapped).value();
+        origin += "; saved to the index cache: " + cache_path;
+      }
     }
     if (view == nullptr) {
       NOSTALL_ASSIGN_OR_RETURN(view, ViewIndexBytes(std::move(bytes), "(in memory)", root, false));
+      origin += "; held in memory";
+    }
+  } else if (origin.rfind("beside", 0) == 0 && !cache_path.empty()) {
+    // Fetched from beside the data: saved to this node's cache and mapped
+    // from there, so every process on the node shares one copy.
+    const std::string bytes(view->raw());
+    if (WriteIndexFile(cache_path, bytes).ok()) {
+      Result<IndexViewPtr> mapped = MapIndexFile(cache_path, root);
+      if (mapped.ok() && fits(*mapped.value())) view = std::move(mapped).value();
     }
   }
   NOSTALL_ASSIGN_OR_RETURN(RecordTable records, SelectFields(options, *view));
-  return std::unique_ptr<Source>(std::make_unique<S3TarSource>(
-      std::move(client), first.bucket, std::move(keys), std::move(view), std::move(records),
-      options.max_item_bytes));
+  auto source = std::make_unique<S3TarSource>(std::move(client), first.bucket, std::move(keys),
+                                              std::move(view), std::move(records), options.max_item_bytes);
+  source->SetIndexOrigin(std::move(origin), std::move(note));
+  return std::unique_ptr<Source>(std::move(source));
 }
 
 }  // namespace

@@ -2,15 +2,20 @@
 loopback, the data put there with boto3, read back by nostall over HTTP."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
 import nostall
 from conftest import augment, epoch_batches, free_port, wait_for_port, write_jpeg_folder, write_shards
+
+NOSTALL = shutil.which("nostall", path=str(Path(sys.executable).parent)) or shutil.which("nostall")
 
 boto3 = pytest.importorskip("boto3")  # installed by the test command (make test)
 
@@ -294,6 +299,56 @@ def test_tar_shards_on_s3_give_the_batches_of_the_local_shards(s3, tmp_path):
     with pytest.raises(FileNotFoundError) as e:
         nostall.Loader("s3://train-data/shards/train-{0..2}.tar", **kw)
     assert "train-2.tar" in str(e.value)
+
+
+def test_an_index_object_beside_s3_shards_starts_a_fresh_node_without_reading_them(s3, tmp_path, env):
+    """`nostall index s3://...` PUTs PATTERN.nostall-index beside the shards;
+    a node with an empty index cache starts from it (the listing and one GET,
+    no shard read), saves it to its own cache for its other processes; a
+    shard replaced afterwards makes it stale (said, and not used)."""
+    client, local = s3
+    pattern = write_shards(local, tmp_path / "shards", shards=3)
+    for s in range(3):
+        client.upload_file(str(tmp_path / "shards" / f"train-{s}.tar"), "train-data", f"beside/train-{s}.tar")
+    uri = "s3://train-data/beside/train-{0..2}.tar"
+    env["NOSTALL_CACHE_DIR"] = str(tmp_path / "builder")
+    out = subprocess.run([NOSTALL, "index", uri], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "written beside the data: s3://train-data/beside/train-{0..2}.tar.nostall-index" in out.stdout
+    head = client.head_object(Bucket="train-data", Key="beside/train-{0..2}.tar.nostall-index")
+    assert head["ContentLength"] > 64
+    kw = dict(batch_size=5, shuffle=True, seed=8, transforms=[nostall.Resize((16, 16))],
+              return_indices=True)
+    env["NOSTALL_CACHE_DIR"] = str(tmp_path / "fresh-node")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        remote = nostall.Loader(uri, **kw)
+    assert remote.index_origin == "beside the data: s3://train-data/beside/train-{0..2}.tar.nostall-index"
+    assert remote.stats()["storage"]["requests"] == 2  # the listing and the index object
+    here = nostall.Loader(pattern, index_beside="off", **kw)
+    for epoch in (0, 1):
+        a, b = epoch_batches(remote, epoch), epoch_batches(here, epoch)
+        for (ia, la, xa), (ib, lb, xb) in zip(a, b):
+            assert torch.equal(ia, ib) and torch.equal(la, lb) and torch.equal(xa, xb)
+    # The node's next process maps its own cached copy: the listing alone.
+    again = nostall.Loader(uri, **kw)
+    assert again.index_origin.startswith("the index cache: ")
+    assert again.stats()["storage"]["requests"] == 1
+    # A shard replaced (another ETag): the object is stale, said, not used.
+    client.upload_file(str(tmp_path / "shards" / "train-0.tar"), "train-data", "beside/train-1.tar")
+    env["NOSTALL_CACHE_DIR"] = str(tmp_path / "third-node")
+    with pytest.warns(UserWarning, match="is stale: a shard changed"):
+        changed = nostall.Loader(uri, **kw)
+    assert changed.index_origin.startswith("built in")
+    now = tmp_path / "now"  # the shards as they are now, locally
+    now.mkdir()
+    for s, src in enumerate((0, 0, 2)):
+        shutil.copy(tmp_path / "shards" / f"train-{src}.tar", now / f"train-{s}.tar")
+    ref = nostall.Loader(str(now / "train-{0..2}.tar"), index_beside="off", **kw)
+    assert changed.num_items == ref.num_items
+    a, b = epoch_batches(changed, 0), epoch_batches(ref, 0)
+    for (ia, la, xa), (ib, lb, xb) in zip(a, b):
+        assert torch.equal(ia, ib) and torch.equal(la, lb) and torch.equal(xa, xb)
 
 
 def test_reads_in_flight_follow_latency_unless_fixed(s3):
