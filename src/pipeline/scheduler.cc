@@ -125,7 +125,10 @@ int64_t Scheduler::WaitReady(std::unique_lock<std::mutex>& native, int64_t timeo
     // Every slot leased to the caller: no batch can be made until it lets
     // one go, so waiting would be forever. Its own ring has a spare slot
     // for that: the next batch is made there and leaves as a copy.
-    starved_by_caller = found < 0 && slots().AllLeased();
+    // (Not while the batch waited for is being made in a slot already: it
+    // comes without any other slot.)
+    starved_by_caller = found < 0 && slots().AllLeased() &&
+                        slots().Find(SlotState::kFilling, consume_batch_, epoch_) < 0;
     if (starved_by_caller && slots().OpenSpare()) {
       starved_by_caller = false;
       work_cv_.notify_all();

@@ -351,6 +351,21 @@ def test_an_index_object_beside_s3_shards_starts_a_fresh_node_without_reading_th
         assert torch.equal(ia, ib) and torch.equal(la, lb) and torch.equal(xa, xb)
 
 
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_keeping_every_batch_of_an_s3_epoch_works_whatever_the_ring(s3, prefetch):
+    """list(loader) over more batches than the ring has slots, with many
+    reads in flight: the batch waited for is being made when every other slot
+    is held, which is waiting, not a caller holding every slot."""
+    _, local = s3
+    kw = dict(batch_size=4, shuffle=True, seed=6, transforms=[nostall.Resize((16, 16))],
+              return_indices=True, prefetch=prefetch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # private copies, said
+        for _ in range(3):
+            kept = list(nostall.Loader("s3://train-data/imagenet/train/", **kw))
+            assert sorted(int(i) for _, _, idx in kept for i in idx) == list(range(21))
+
+
 def test_reads_in_flight_follow_latency_unless_fixed(s3):
     """100 ms per request: left to adapt, nostall keeps many reads in flight
     (more than the 4 a local source reads at once); a fixed reads_in_flight
