@@ -117,6 +117,44 @@ with tempfile.TemporaryDirectory() as d:
         out("minio_cache_fuzz", "three-items.bin", f.read())
     nostall.Cache(name, size=4096).remove()
 
+# Real index files (format 5), as `nostall index` writes them beside the
+# data: an image folder, one with files beside its images, tar shards, and
+# tar samples with other members. The fuzz target supplies the first 12
+# bytes (magic and version) and sets the header's hash itself.
+def index_seeds():
+    cli = os.path.join(os.path.dirname(__import__("sys").executable), "nostall")
+    with tempfile.TemporaryDirectory() as d:
+        def seed(name, path, index_file):
+            subprocess.run([cli, "index", path], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            with open(index_file, "rb") as f:
+                out("index_file_fuzz", name, f.read()[12:])
+        for kind in ("folder", "folder-members"):
+            root = os.path.join(d, kind)
+            for c in ("a", "b"):
+                os.makedirs(os.path.join(root, c))
+                for i in range(2):
+                    image("RGB", (6, 5), i).save(os.path.join(root, c, f"{i}.jpg"), quality=40)
+                    if kind == "folder-members":
+                        with open(os.path.join(root, c, f"{i}.json"), "w") as f:
+                            f.write("{}")
+            seed(kind, root, os.path.join(root, ".nostall-index"))
+        jpg = encoded(image("RGB", (6, 5)), "JPEG", quality=40)
+        for kind, extra in (("tar", []), ("tar-members", [("json", b"{}"), ("txt", b"hi")])):
+            root = os.path.join(d, kind)
+            os.makedirs(root)
+            for s in range(2):
+                with tarfile.open(os.path.join(root, f"t-{s}.tar"), "w") as tar:
+                    for i in range(2):
+                        for ext, data in [("jpg", jpg), ("cls", str(i).encode())] + extra:
+                            info = tarfile.TarInfo(f"s{s}/{i:03d}.{ext}")
+                            info.size = len(data)
+                            tar.addfile(info, io.BytesIO(data))
+            seed(kind, os.path.join(root, "t-{0..1}.tar"), os.path.join(root, "t-{0..1}.tar.nostall-index"))
+
+
+index_seeds()
+
 # A real shared-loader segment, written by the fuzz target itself.
 path = os.path.join(HERE, "corpus", "shared_fuzz", "serving.bin")
 os.makedirs(os.path.dirname(path), exist_ok=True)
