@@ -13,6 +13,7 @@
 
 #include "source/driver.h"
 #include "source/local_options.h"
+#include "source/index_progress.h"
 #include "source/indexed_source.h"
 
 namespace nostall {
@@ -124,6 +125,7 @@ Result<Index> BuildFolderIndex(const std::string& root) {
     struct stat cst;
     if (::stat((root + "/" + cls).c_str(), &cst) == 0) ws.seen.insert({cst.st_dev, cst.st_ino});
   }
+  IndexProgress progress(root, "class folders", static_cast<int64_t>(index.classes.size()));
   for (size_t c = 0; c < index.classes.size(); ++c) {
     std::vector<std::pair<std::string, std::string>> files;
     NOSTALL_RETURN_IF_ERROR(Walk(root + "/" + index.classes[c], /*top=*/true, &ws, &files));
@@ -136,6 +138,7 @@ Result<Index> BuildFolderIndex(const std::string& root) {
     for (auto& [dir, name] : files) {
       index.items.push_back({dir + "/" + name, static_cast<int64_t>(c), -1, 0, -1});
     }
+    progress.Done(0, static_cast<int64_t>(files.size()));
   }
   index.left_out.assign(ws.left_out.begin(), ws.left_out.end());
   KeepFilesBeside(&ws.others, &index);

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "source/driver.h"
+#include "source/index_progress.h"
 #include "source/s3_source.h"
 
 namespace nostall {
@@ -61,9 +62,12 @@ Result<std::vector<S3Object>> ListClasses(S3Client* client, const std::string& b
                                                   Result<std::vector<S3Object>>(std::vector<S3Object>{}));
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
+  IndexProgress progress("s3://" + bucket + "/" + prefix, "class prefixes listed",
+                         static_cast<int64_t>(classes.size()));
   auto lister = [&] {
     for (size_t k; !failed.load() && (k = next.fetch_add(1)) < classes.size();) {
       each[k] = client->List(bucket, classes[k]);
+      if (each[k].ok()) progress.Done(0, static_cast<int64_t>(each[k].value().size()));
       if (!each[k].ok() && !failed.exchange(true)) client->CancelAll();  // the rest end promptly
     }
   };

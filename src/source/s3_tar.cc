@@ -12,6 +12,7 @@
 #include <map>
 
 #include "source/driver.h"
+#include "source/index_progress.h"
 #include "source/s3_source.h"
 #include "source/tar_index.h"
 
@@ -53,6 +54,7 @@ class WindowReader {
         start_ = offset;
         const uint64_t len = std::min<uint64_t>(std::max<uint64_t>(kWindow, n), size_ - offset);
         NOSTALL_RETURN_IF_ERROR(client_->Get(bucket_, key_, offset, static_cast<int64_t>(len), &window_));
+        fetched_ += window_.size();
       }
       const size_t take = std::min<size_t>(n, start_ + window_.size() - offset);
       std::copy_n(window_.data() + (offset - start_), take, out);
@@ -62,9 +64,11 @@ class WindowReader {
     }
     return Status::OK();
   }
+  uint64_t fetched() const { return fetched_; }
 
  private:
   S3Client* client_;
+  uint64_t fetched_ = 0;
   const std::string bucket_, key_;
   const uint64_t size_;
   uint64_t start_ = 0;
@@ -215,7 +219,9 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     const auto t0 = std::chrono::steady_clock::now();
     Index index;
     index.variant = IndexVariant(options);
+    IndexProgress progress(uri, "shards", static_cast<int64_t>(keys.size()));
     for (size_t s = 0; s < keys.size(); ++s) {
+      const size_t before = index.items.size();
       const std::string shard_uri = "s3://" + first.bucket + "/" + keys[s];
       index.shards.push_back(shard_uri);
       IndexStamp stamp;
@@ -230,6 +236,7 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
             return reader.Read(offset, size, out);
           },
           TarOptionsOf(options), &index));
+      progress.Done(reader.fetched(), static_cast<int64_t>(index.items.size() - before));
     }
     if (index.items.empty()) return NotFound("no samples in the tar shards " + uri);
     std::string bytes = SerializeIndex(index, root);

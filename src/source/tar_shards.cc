@@ -12,6 +12,7 @@
 #include "common/fd.h"
 #include "source/driver.h"
 #include "source/local_options.h"
+#include "source/index_progress.h"
 #include "source/indexed_source.h"
 #include "source/tar_index.h"
 
@@ -36,11 +37,16 @@ Status IndexShard(const std::string& path, int32_t shard, const TarIndexOptions&
                        options, index);
 }
 
-Result<Index> BuildTarIndex(const std::vector<std::string>& shards, const TarIndexOptions& options) {
+Result<Index> BuildTarIndex(const std::string& uri, const std::vector<std::string>& shards,
+                            const TarIndexOptions& options) {
   Index index;
   index.shards = shards;
+  IndexProgress progress(uri, "shards", static_cast<int64_t>(shards.size()));
   for (size_t s = 0; s < shards.size(); ++s) {
+    const size_t before = index.items.size();
     NOSTALL_RETURN_IF_ERROR(IndexShard(shards[s], static_cast<int32_t>(s), options, &index));
+    const uint64_t bytes = index.stamps.empty() ? 0 : static_cast<uint64_t>(index.stamps.back().size);
+    progress.Done(bytes, static_cast<int64_t>(index.items.size() - before));
   }
   if (index.items.empty()) return NotFound("no samples in the tar shards");
   return index;
@@ -70,7 +76,7 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
   }
   if (one_folder) beside = root + "/" + std::filesystem::path(uri).filename().string() + kIndexBesideSuffix;
   return OpenIndexed({"tar-shards", canonical, root, beside, IndexVariant(options),
-                      [&] { return BuildTarIndex(shards, TarOptionsOf(options)); }},
+                      [&] { return BuildTarIndex(uri, shards, TarOptionsOf(options)); }},
                      options);
 }
 

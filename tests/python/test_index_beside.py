@@ -167,3 +167,19 @@ def test_index_cli_refuses_what_it_cannot_do(tmp_path):
     assert out.returncode == 0 and ".nostall-index" in out.stdout
     with pytest.raises(ValueError, match="index_beside"):
         nostall.Loader(str(tmp_path), batch_size=2, index_beside="sometimes")
+
+
+def test_a_long_start_shows_how_far_indexing_has_come(folder, tmp_path):
+    env = dict(os.environ, NOSTALL_CACHE_DIR=str(tmp_path / "cache"), NOSTALL_PROGRESS_AFTER="0")
+    out = subprocess.run([NOSTALL, "inspect", str(folder)], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = [l for l in out.stderr.splitlines() if l.startswith("nostall: indexing")]
+    assert lines[-1] == (f"nostall: indexing {folder}: 3 of 3 class folders, 18 items, "
+                         f"{lines[-1].rsplit(', ', 1)[1].split(' (')[0]} (done)")
+    assert "1 of 3 class folders" in lines[0]
+    env["NOSTALL_QUIET"] = "1"
+    env["NOSTALL_CACHE_DIR"] = str(tmp_path / "cache2")
+    out = subprocess.run([NOSTALL, "inspect", str(folder)], capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert out.returncode == 0 and "nostall: indexing" not in out.stderr
