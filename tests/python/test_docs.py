@@ -117,7 +117,7 @@ def test_no_doc_calls_a_module_attribute_that_is_not_there():
 
 @pytest.mark.parametrize("command", [
     ["bench"], ["bench", "--spec", "x.json", "a", "b"], ["bench", "data/train", "--bogus"],
-    ["inspect"], ["serve", "--spec", "train.json"], ["cache"], ["cache", "ls", "extra"],
+    ["inspect"], ["index"], ["index", "a", "b"], ["serve", "--spec", "train.json"], ["cache"], ["cache", "ls", "extra"],
     ["cache", "inspect"], ["cache", "rm"], ["cache", "serve"], ["shared"], ["shared", "rm"],
     ["shared", "frob"], ["frob"], [], ["analyze"], ["analyze", "--spec", "train.json"],
     ["analyze", "--spec", "train.json", "--step", "train:step", "--bogus"],
@@ -135,7 +135,7 @@ def test_every_cli_mistake_is_one_line_before_any_usage(command, workspace):
 
 
 @pytest.mark.parametrize("command", [
-    ["bench"], ["inspect"], ["serve"], ["analyze"], ["cache", "ls"], ["cache", "inspect"],
+    ["bench"], ["inspect"], ["index"], ["serve"], ["analyze"], ["cache", "ls"], ["cache", "inspect"],
     ["cache", "rm"], ["cache", "serve"], ["shared", "ls"], ["shared", "inspect"], ["shared", "rm"],
 ])
 def test_every_subcommand_has_its_own_help(command):
