@@ -19,7 +19,7 @@ PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmak
 	tokenizers
 BUILD := build/py
 
-.PHONY: all deps venv install generate demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale clean
+.PHONY: all deps venv install generate demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start clean
 
 all: install
 
@@ -140,6 +140,11 @@ bench-cluster: install
 ITEMS ?= 1281000
 bench-scale: install
 	$(PY) bench/bench_scale.py --items $(ITEMS) --procs 1,8
+
+# Time to the first batch and bytes read before it, tar shards on S3 at
+# 20 ms: cold, the index beside the shards, the index in the home cache only.
+bench-s3-start: install
+	$(PY) bench/bench_s3_start.py --sizes 1,8
 
 clean:
 	rm -rf build .make

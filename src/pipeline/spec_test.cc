@@ -54,6 +54,7 @@ TEST(SpecTest, EveryFieldRoundTrips) {
       {"on_error", "skip"},
       {"index_cache_dir", "/tmp/idx"},
       {"use_index_cache", false},
+      {"index_beside", "write"},
       {"dct_scaling", false},
       {"cache", nlohmann::json::array(
                     {{{"driver", "minio"}, {"name", "node"}, {"bytes", 1 << 28}},

@@ -20,6 +20,7 @@ namespace nostall {
 namespace {
 
 constexpr uint64_t kWindow = 4 << 20;
+constexpr int kShardsAtOnce = 16;
 
 class S3TarSource final : public S3Source {
  public:
@@ -221,7 +222,6 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     index.variant = IndexVariant(options);
     IndexProgress progress(uri, "shards", static_cast<int64_t>(keys.size()));
     for (size_t s = 0; s < keys.size(); ++s) {
-      const size_t before = index.items.size();
       const std::string shard_uri = "s3://" + first.bucket + "/" + keys[s];
       index.shards.push_back(shard_uri);
       IndexStamp stamp;
@@ -229,15 +229,27 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
       stamp.size = static_cast<int64_t>(sizes[s]);
       stamp.content = EtagStamp(etags[s]);
       index.stamps.push_back(stamp);
-      WindowReader reader(client.get(), first.bucket, keys[s], sizes[s]);
-      NOSTALL_RETURN_IF_ERROR(IndexTarShard(
-          shard_uri, static_cast<int32_t>(s), sizes[s],
-          [&reader](uint64_t offset, size_t size, uint8_t* out) {
-            return reader.Read(offset, size, out);
-          },
-          TarOptionsOf(options), &index));
-      progress.Done(reader.fetched(), static_cast<int64_t>(index.items.size() - before));
     }
+    // Shards indexed at once, each a sequence of ranged GETs: at 20 ms a
+    // request, one at a time would take 1,024 round trips per 4 GB.
+    std::vector<uint64_t> fetched(keys.size());
+    NOSTALL_RETURN_IF_ERROR(IndexShardsInParallel(
+        keys.size(), kShardsAtOnce,
+        [&](size_t s, Index* part) {
+          WindowReader reader(client.get(), first.bucket, keys[s], sizes[s]);
+          Status st = IndexTarShard(
+              index.shards[s], static_cast<int32_t>(s), sizes[s],
+              [&reader](uint64_t offset, size_t size, uint8_t* out) {
+                return reader.Read(offset, size, out);
+              },
+              TarOptionsOf(options), part);
+          fetched[s] = reader.fetched();
+          return st;
+        },
+        [&](size_t s, const Index& part) {
+          progress.Done(fetched[s], static_cast<int64_t>(part.items.size()));
+        },
+        &index));
     if (index.items.empty()) return NotFound("no samples in the tar shards " + uri);
     std::string bytes = SerializeIndex(index, root);
     index = Index{};

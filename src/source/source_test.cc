@@ -19,6 +19,7 @@
 
 #include "common/fd.h"
 #include "source/index_file.h"
+#include "source/tar_index.h"
 #include "testing/test_images.h"
 
 namespace nostall {
@@ -587,6 +588,49 @@ TEST(IndexFileTest, PathsAreRelativeToTheRootAndEveryByteIsChecked) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("leading out of the dataset's root"), std::string::npos)
       << r.status().message();
+}
+
+}  // namespace
+}  // namespace nostall
+
+namespace nostall {
+namespace {
+
+// Shards indexed at once are appended in shard order, their members'
+// extensions mapped into one table: the index a loop over them makes.
+TEST(IndexFileTest, ShardsIndexedAtOnceMakeTheIndexOfALoop) {
+  auto part = [](int32_t shard, std::vector<std::string> exts, bool members) {
+    Index p;
+    p.items = {{"s" + std::to_string(shard) + ":a", shard, shard, 512, 10},
+               {"s" + std::to_string(shard) + ":b", shard, shard, 1536, 10}};
+    p.member_exts = std::move(exts);
+    if (members) {
+      p.members = {{0, 600, 5}, {static_cast<uint32_t>(p.member_exts.size() - 1), 1600, 5}};
+      p.member_begin = {0, 1, 2};
+    }
+    p.skipped = shard;
+    return p;
+  };
+  std::vector<Index> parts = {part(0, {}, false), part(1, {"json"}, true), part(2, {"txt", "json"}, true)};
+  Index merged;
+  ASSERT_TRUE(IndexShardsInParallel(
+                  3, 3, [&](size_t s, Index* out) { *out = parts[s]; return Status::OK(); },
+                  [](size_t, const Index&) {}, &merged)
+                  .ok());
+  ASSERT_EQ(merged.items.size(), 6u);
+  EXPECT_EQ(merged.items[2].key, "s1:a");
+  EXPECT_EQ(merged.skipped, 3);
+  EXPECT_EQ(merged.member_exts, (std::vector<std::string>{"json", "txt"}));
+  EXPECT_EQ(merged.member_begin, (std::vector<uint32_t>{0, 0, 0, 1, 2, 3, 4}));
+  // Shard 2's "txt" (its 0) is the merged 1, its "json" (its 1) the merged 0.
+  EXPECT_EQ(merged.members[2].ext, 1u);
+  EXPECT_EQ(merged.members[3].ext, 0u);
+  // An error stops it, and is the one returned.
+  Index failed;
+  Status st = IndexShardsInParallel(
+      3, 2, [](size_t s, Index*) { return s == 1 ? DataError("bad shard 1") : Status::OK(); },
+      [](size_t, const Index&) {}, &failed);
+  EXPECT_EQ(st.message(), "bad shard 1");
 }
 
 }  // namespace

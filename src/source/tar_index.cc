@@ -2,10 +2,13 @@
 #include "source/indexed_source.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 namespace nostall {
@@ -277,6 +280,64 @@ Status IndexTarShard(const std::string& path, int32_t shard, uint64_t file_size,
     }
   }
   return FlushSample(path, shard, &pending, options, index);
+}
+
+void AppendIndex(Index part, Index* into) {
+  std::vector<uint32_t> ext(part.member_exts.size());
+  for (size_t k = 0; k < part.member_exts.size(); ++k) {
+    auto& all = into->member_exts;
+    auto it = std::find(all.begin(), all.end(), part.member_exts[k]);
+    ext[k] = static_cast<uint32_t>(it - all.begin());
+    if (it == all.end()) all.push_back(part.member_exts[k]);
+  }
+  if (!part.members.empty() && into->member_begin.empty()) {
+    into->member_begin.assign(into->items.size() + 1, 0);  // no member before these
+  }
+  for (size_t i = 0; i < part.items.size(); ++i) {
+    into->items.push_back(std::move(part.items[i]));
+    if (into->member_begin.empty()) continue;
+    if (!part.members.empty()) {
+      for (uint32_t k = part.member_begin[i]; k < part.member_begin[i + 1]; ++k) {
+        IndexMember m = part.members[k];
+        m.ext = ext[m.ext];
+        into->members.push_back(m);
+      }
+    }
+    into->member_begin.push_back(static_cast<uint32_t>(into->members.size()));
+  }
+  into->skipped += part.skipped;
+  for (IndexStamp& s : part.stamps) into->stamps.push_back(std::move(s));
+}
+
+Status IndexShardsInParallel(size_t n, int threads,
+                             const std::function<Status(size_t, Index*)>& index_one,
+                             const std::function<void(size_t, const Index&)>& done, Index* into) {
+  std::vector<Index> parts(n);
+  std::vector<Status> errors(n);
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto worker = [&] {
+    for (size_t s; !failed.load() && (s = next.fetch_add(1)) < n;) {
+      errors[s] = index_one(s, &parts[s]);
+      if (!errors[s].ok()) {
+        failed.store(true);
+      } else {
+        done(s, parts[s]);
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  // Fewer threads than asked (a process at its thread limit) is slower, not
+  // an error: this thread indexes too.
+  try {
+    for (int t = 1; t < threads && static_cast<size_t>(t) < n; ++t) pool.emplace_back(worker);
+  } catch (const std::system_error&) {
+  }
+  worker();
+  for (auto& t : pool) t.join();
+  for (const Status& st : errors) NOSTALL_RETURN_IF_ERROR(st);
+  for (Index& part : parts) AppendIndex(std::move(part), into);
+  return Status::OK();
 }
 
 }  // namespace nostall

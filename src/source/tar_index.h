@@ -37,6 +37,20 @@ struct TarIndexOptions {
 Status IndexTarShard(const std::string& shard_path, int32_t shard, uint64_t file_size,
                      const ReadAt& read, const TarIndexOptions& options, Index* index);
 
+// Appends `part` (the index of one or more shards, their numbers already
+// set) to `into`: its items, stamps and skipped count, and its members with
+// their extensions mapped into `into`'s.
+void AppendIndex(Index part, Index* into);
+
+// Indexes shards 0..n-1 with `index_one(s, &part)` (appending shard s to an
+// empty `part`), up to `threads` at once, and appends them to `into` in
+// shard order: the same index a loop over the shards makes. `done(s,
+// part)` is called as each shard is done (from its thread). The first error
+// (by shard) is returned, and no shard is started after one.
+Status IndexShardsInParallel(size_t n, int threads,
+                             const std::function<Status(size_t, Index*)>& index_one,
+                             const std::function<void(size_t, const Index&)>& done, Index* into);
+
 // WebDataset's rule: a member's key is its path up to the first dot of the
 // file name, its extension the rest, lower case ("a/x.seg.png": "a/x",
 // "seg.png").
