@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <new>
 
+#include <openssl/evp.h>
+
 #include "common/clock.h"
 #include "source/s3_response.h"
 
@@ -45,6 +47,19 @@ size_t WriteBody(char* data, size_t size, size_t n, void* user) {
     return 0;
   }
   return bytes;
+}
+
+std::string Sha256Hex(const std::string& bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(bytes.data(), bytes.size(), digest, &n, EVP_sha256(), nullptr);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < n; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 15];
+  }
+  return out;
 }
 
 size_t ReadHeader(char* data, size_t size, size_t n, void* user) {
@@ -105,13 +120,16 @@ CURL* StartAttempt(Request* r, const S3Config& config) {
                    std::max(1L, static_cast<long>(std::lround(config.read_timeout_s))));
   if (!r->range.empty()) curl_easy_setopt(e, CURLOPT_RANGE, r->range.c_str());
   if (r->put) {
-    // The body is given whole, so SigV4 signs its SHA-256; no "Expect:
-    // 100-continue" round trip before it.
+    // The body is given whole, so SigV4 signs its SHA-256. (Every header
+    // set here is signed as set: an "Expect:" that removes a header would
+    // be signed and not sent.)
     curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, "PUT");
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->put_body.data());
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r->put_body.size()));
-    r->headers = curl_slist_append(r->headers, "Expect:");
     r->headers = curl_slist_append(r->headers, "Content-Type: application/octet-stream");
+    // The payload's hash, which S3 checks the body against and libcurl
+    // (before 8.x) does not send: signed with the other x-amz- headers.
+    r->headers = curl_slist_append(r->headers, ("x-amz-content-sha256: " + Sha256Hex(r->put_body)).c_str());
   }
   if (config.sign) {
     const std::string sigv4 = "aws:amz:" + config.region + ":s3";
