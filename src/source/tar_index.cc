@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -312,17 +313,36 @@ void AppendIndex(Index part, Index* into) {
 Status IndexShardsInParallel(size_t n, int threads,
                              const std::function<Status(size_t, Index*)>& index_one,
                              const std::function<void(size_t, const Index&)>& done, Index* into) {
+  // Each shard's part is appended as soon as every shard before it is: the
+  // parts waiting are the few indexed ahead, not all of them.
   std::vector<Index> parts(n);
-  std::vector<Status> errors(n);
+  std::vector<char> ready(n, 0);
+  std::mutex mu;
+  size_t appended = 0;  // guarded by mu
+  Status error;         // the first error by shard, guarded by mu
+  size_t error_at = n;
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   auto worker = [&] {
     for (size_t s; !failed.load() && (s = next.fetch_add(1)) < n;) {
-      errors[s] = index_one(s, &parts[s]);
-      if (!errors[s].ok()) {
+      Index part;
+      Status st = index_one(s, &part);
+      if (st.ok()) done(s, part);
+      std::lock_guard<std::mutex> lock(mu);
+      if (!st.ok()) {
         failed.store(true);
-      } else {
-        done(s, parts[s]);
+        if (s < error_at) {
+          error_at = s;
+          error = std::move(st);
+        }
+        continue;
+      }
+      parts[s] = std::move(part);
+      ready[s] = 1;
+      while (appended < n && ready[appended] && appended < error_at) {
+        AppendIndex(std::move(parts[appended]), into);
+        parts[appended] = Index{};
+        ++appended;
       }
     }
   };
@@ -335,9 +355,7 @@ Status IndexShardsInParallel(size_t n, int threads,
   }
   worker();
   for (auto& t : pool) t.join();
-  for (const Status& st : errors) NOSTALL_RETURN_IF_ERROR(st);
-  for (Index& part : parts) AppendIndex(std::move(part), into);
-  return Status::OK();
+  return error;
 }
 
 }  // namespace nostall

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
+#include <algorithm>
 
 #include "common/fd.h"
 #include "source/driver.h"
@@ -38,8 +40,11 @@ Status IndexShard(const std::string& path, int32_t shard, const TarIndexOptions&
 }
 
 // Shards indexed at once: their headers are read with many small reads,
-// which a network file system or an SSD serves better several at a time.
-constexpr int kShardsAtOnce = 8;
+// which a network file system or an SSD serves better several at a time,
+// and parsed on as many cores (more threads than cores only contend).
+int ShardsAtOnce() {
+  return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 2u, 8u));
+}
 
 Result<Index> BuildTarIndex(const std::string& uri, const std::vector<std::string>& shards,
                             const TarIndexOptions& options) {
@@ -47,7 +52,7 @@ Result<Index> BuildTarIndex(const std::string& uri, const std::vector<std::strin
   index.shards = shards;
   IndexProgress progress(uri, "shards", static_cast<int64_t>(shards.size()));
   NOSTALL_RETURN_IF_ERROR(IndexShardsInParallel(
-      shards.size(), kShardsAtOnce,
+      shards.size(), ShardsAtOnce(),
       [&](size_t s, Index* part) {
         return IndexShard(shards[s], static_cast<int32_t>(s), options, part);
       },
