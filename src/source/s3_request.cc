@@ -127,9 +127,14 @@ CURL* StartAttempt(Request* r, const S3Config& config) {
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->put_body.data());
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(r->put_body.size()));
     r->headers = curl_slist_append(r->headers, "Content-Type: application/octet-stream");
-    // The payload's hash, which S3 checks the body against and libcurl
-    // (before 8.x) does not send: signed with the other x-amz- headers.
-    r->headers = curl_slist_append(r->headers, ("x-amz-content-sha256: " + Sha256Hex(r->put_body)).c_str());
+  }
+  if (config.sign) {
+    // The payload's hash (a GET's: of nothing), which S3 requires on every
+    // request signed with SigV4 and checks the body against; libcurl before
+    // 8.x does not send it. Signed with the other x-amz- headers.
+    static const std::string kEmpty = Sha256Hex("");
+    r->headers = curl_slist_append(
+        r->headers, ("x-amz-content-sha256: " + (r->put ? Sha256Hex(r->put_body) : kEmpty)).c_str());
   }
   if (config.sign) {
     const std::string sigv4 = "aws:amz:" + config.region + ":s3";

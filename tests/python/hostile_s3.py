@@ -23,7 +23,10 @@ MODES = {
     "trickle": "listings trickle 2 bytes a second, forever",
     "retry-after": "listings are 503 with Retry-After: 3600",
     "hang": "never answers a listing",
+    "aws-headers": "as AWS S3: a signed request without x-amz-content-sha256 (a GET's: the "
+                   "SHA-256 of nothing) is refused, 400 InvalidRequest",
 }
+EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 MODE, ROOT, LOG = sys.argv[1], sys.argv[2], sys.argv[3]
 OBJECTS = {}
@@ -78,6 +81,12 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         with open(LOG, "a") as log:
             log.write(self.path + "\n")
+        if MODE == "aws-headers" and self.headers.get("Authorization"):
+            sha = self.headers.get("x-amz-content-sha256")
+            signed = self.headers["Authorization"].split("SignedHeaders=")[-1].split(",")[0]
+            if sha != EMPTY_SHA256 or "x-amz-content-sha256" not in signed.split(";"):
+                return self.send(400, b"<Error><Code>InvalidRequest</Code><Message>Missing required "
+                                      b"header for this request: x-amz-content-sha256</Message></Error>")
         url = urllib.parse.urlsplit(self.path)
         query = urllib.parse.parse_qs(url.query)
         if url.path in ("/bkt", "/bkt/") and "list-type" in query:

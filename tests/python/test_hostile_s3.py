@@ -72,6 +72,16 @@ def test_a_plain_server_loads_and_so_does_the_local_copy(serve, folder):
     assert np.array_equal(got, want)
 
 
+def test_signed_requests_carry_the_payload_hash_that_aws_requires(serve, folder, monkeypatch):
+    s = serve("aws-headers")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDSIGNED")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-signed")
+    got = pixels(nostall.Loader("s3://bkt/train/", batch_size=3, source_options={"endpoint": s.endpoint},
+                                transforms=[nostall.Resize((16, 16))]))
+    want = pixels(nostall.Loader(str(folder), batch_size=3, transforms=[nostall.Resize((16, 16))]))
+    assert np.array_equal(got, want)
+
+
 def run_child(code, *args):
     """Runs `code` in a fresh Python; returns (stdout, peak resident MB).
 
