@@ -435,7 +435,12 @@ struct IndexViewAccess {
     uint64_t prev_name = 0;
     for (uint64_t i = 0; i < v.n_items_; ++i) {
       const IndexView::Item& e = v.items_[i];
-      if (e.name_at < prev_name || e.name_at > v.pool_bytes_) return bad("names out of order");
+      // The name runs to where the next one begins: both checked before
+      // any of it is read.
+      const uint64_t name_end = i + 1 < v.n_items_ ? v.items_[i + 1].name_at : v.pool_bytes_;
+      if (e.name_at < prev_name || e.name_at > name_end || name_end > v.pool_bytes_) {
+        return bad("names out of order");
+      }
       prev_name = e.name_at;
       if (e.label < -1 || (classes > 0 && e.label >= classes)) return bad("a label out of range");
       if (e.container < 0 || e.container >= ncont) return bad(folder ? "a folder number out of range" : "a shard number out of range");
