@@ -34,6 +34,8 @@ void Fetcher::Fetch(FetchedItem fi, const Done& done) {
     CountCache(fi.epoch, /*hit=*/true, false, fi.bytes.size());
     fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
     HandOn(std::move(fi), wall0, done);
+  } else if (cache_ != nullptr && !lookup_failed && JoinRead(&fi, wall0, done)) {
+    fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
   } else if (async_) {
     const int64_t item = fi.item;
     std::vector<uint8_t> buffer = std::move(fi.bytes);
@@ -43,6 +45,7 @@ void Fetcher::Fetch(FetchedItem fi, const Done& done) {
                         fi.status = std::move(st);
                         fi.bytes = std::move(b);
                         Stored(&fi, lookup_failed);
+                        EndRead(fi);
                         HandOn(std::move(fi), wall0, done);
                       });
     // The I/O thread's CPU is counted as the source reports it (IoCpuNs).
@@ -50,8 +53,40 @@ void Fetcher::Fetch(FetchedItem fi, const Done& done) {
   } else {
     fi.status = source_.Read(fi.item, &fi.bytes);
     Stored(&fi, lookup_failed);
+    EndRead(fi);
     fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
     HandOn(std::move(fi), wall0, done);
+  }
+}
+
+bool Fetcher::JoinRead(FetchedItem* fi, int64_t wall0, const Done& done) {
+  MutexLock lock(&reads_mu_);
+  auto it = reads_.find(fi->item);
+  if (it == reads_.end()) {
+    reads_.emplace(fi->item, std::vector<Joined>{});
+    return false;
+  }
+  it->second.push_back(Joined{std::move(*fi), wall0, done});
+  return true;
+}
+
+void Fetcher::EndRead(const FetchedItem& fi) {
+  if (cache_ == nullptr) return;
+  std::vector<Joined> joined;
+  {
+    MutexLock lock(&reads_mu_);
+    auto it = reads_.find(fi.item);
+    if (it == reads_.end()) return;  // a read after a failed lookup: nothing joined it
+    joined = std::move(it->second);
+    reads_.erase(it);
+  }
+  for (Joined& j : joined) {
+    j.fi.status = fi.status;
+    if (fi.status.ok()) {
+      j.fi.bytes = fi.bytes;
+      CountCache(j.fi.epoch, /*hit=*/true, false, j.fi.bytes.size());
+    }
+    HandOn(std::move(j.fi), j.wall0, j.done);
   }
 }
 

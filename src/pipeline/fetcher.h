@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "common/mutex.h"
 #include "nostall/cache.h"
@@ -44,6 +45,16 @@ class Fetcher {
   void Stored(FetchedItem* fi, bool lookup_failed);
   void HandOn(FetchedItem fi, int64_t wall0, const Done& done);
   void CountCache(int64_t epoch, bool hit, bool error, size_t bytes) EXCLUDES(cache_mu_);
+  // With a cache: an item already being read from storage (for another
+  // epoch's batch: the fetchers run on into the next epoch while the last
+  // one's reads finish) is not read again; this fetch waits for that read
+  // and takes its bytes, as the cache would have given them. True: `fi`
+  // joined a read (it is handed on when the read ends); false: it is the
+  // item's read.
+  bool JoinRead(FetchedItem* fi, int64_t wall0, const Done& done) EXCLUDES(reads_mu_);
+  // The read of `fi` ended: the fetches that joined it get its bytes (or
+  // its error) and are handed on.
+  void EndRead(const FetchedItem& fi) EXCLUDES(reads_mu_);
 
   const Source& source_;
   Cache* const cache_;  // may be null
@@ -53,6 +64,13 @@ class Fetcher {
   mutable Mutex cache_mu_;
   std::map<int64_t, LoaderStats::CacheEpoch> cache_epochs_ GUARDED_BY(cache_mu_);
   std::atomic<int64_t> cache_inserted_bytes_{0};
+  struct Joined {
+    FetchedItem fi;
+    int64_t wall0;
+    Done done;
+  };
+  Mutex reads_mu_;
+  std::map<int64_t, std::vector<Joined>> reads_ GUARDED_BY(reads_mu_);  // item -> joined
 };
 
 }  // namespace nostall
