@@ -82,10 +82,10 @@ void Fetcher::EndRead(const FetchedItem& fi) {
   }
   for (Joined& j : joined) {
     j.fi.status = fi.status;
-    if (fi.status.ok()) {
-      j.fi.bytes = fi.bytes;
-      CountCache(j.fi.epoch, /*hit=*/true, false, j.fi.bytes.size());
-    }
+    if (fi.status.ok()) j.fi.bytes = fi.bytes;
+    // Its bytes came as the cache's would; a failed read fails it as its
+    // own read would have.
+    CountCache(j.fi.epoch, /*hit=*/fi.status.ok(), false, j.fi.bytes.size());
     HandOn(std::move(j.fi), j.wall0, j.done);
   }
 }
