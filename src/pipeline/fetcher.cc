@@ -30,11 +30,18 @@ void Fetcher::Fetch(FetchedItem fi, const Done& done) {
   // A tier that cannot answer costs a hit, never the item: it is read from storage.
   Result<bool> hit = cache_ ? cache_->Lookup(fi.item, &fi.bytes) : Result<bool>(false);
   const bool lookup_failed = !hit.ok();
-  if (hit.ok() && hit.value()) {
+  bool cached = hit.ok() && hit.value();
+  if (!cached && cache_ != nullptr && !lookup_failed && !async_ && WaitedForRead(fi.item)) {
+    // Another fetch thread was reading it into the cache: there now,
+    // unless that read failed or found no room (then it is read here).
+    Result<bool> again = cache_->Lookup(fi.item, &fi.bytes);
+    cached = again.ok() && again.value();
+  }
+  if (cached) {
     CountCache(fi.epoch, /*hit=*/true, false, fi.bytes.size());
     fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
     HandOn(std::move(fi), wall0, done);
-  } else if (cache_ != nullptr && !lookup_failed && JoinRead(&fi, wall0, done)) {
+  } else if (cache_ != nullptr && !lookup_failed && async_ && JoinRead(&fi, wall0, done)) {
     fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
   } else if (async_) {
     const int64_t item = fi.item;
@@ -59,6 +66,16 @@ void Fetcher::Fetch(FetchedItem fi, const Done& done) {
   }
 }
 
+bool Fetcher::WaitedForRead(int64_t item) {
+  MutexLock lock(&reads_mu_);
+  if (reads_.find(item) == reads_.end()) {
+    reads_.emplace(item, std::vector<Joined>{});
+    return false;
+  }
+  while (reads_.find(item) != reads_.end()) reads_ended_.wait(lock.native());
+  return true;
+}
+
 bool Fetcher::JoinRead(FetchedItem* fi, int64_t wall0, const Done& done) {
   MutexLock lock(&reads_mu_);
   auto it = reads_.find(fi->item);
@@ -80,6 +97,7 @@ void Fetcher::EndRead(const FetchedItem& fi) {
     joined = std::move(it->second);
     reads_.erase(it);
   }
+  reads_ended_.notify_all();
   for (Joined& j : joined) {
     j.fi.status = fi.status;
     if (fi.status.ok()) j.fi.bytes = fi.bytes;

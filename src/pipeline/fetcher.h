@@ -7,6 +7,7 @@
 #ifndef NOSTALL_PIPELINE_FETCHER_H_
 #define NOSTALL_PIPELINE_FETCHER_H_
 
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <string>
@@ -51,7 +52,12 @@ class Fetcher {
   // and takes its bytes, as the cache would have given them. True: `fi`
   // joined a read (it is handed on when the read ends); false: it is the
   // item's read.
+  // A remote source's fetch joins the read (its `done` is called later, on
+  // the I/O thread, as a read's is); a local one's fetch thread waits for
+  // the read to end (WaitedForRead: true) and then looks in the cache again,
+  // so that `done` is called before Fetch returns, as always.
   bool JoinRead(FetchedItem* fi, int64_t wall0, const Done& done) EXCLUDES(reads_mu_);
+  bool WaitedForRead(int64_t item) EXCLUDES(reads_mu_);
   // The read of `fi` ended: the fetches that joined it get its bytes (or
   // its error) and are handed on.
   void EndRead(const FetchedItem& fi) EXCLUDES(reads_mu_);
@@ -70,6 +76,7 @@ class Fetcher {
     Done done;
   };
   Mutex reads_mu_;
+  std::condition_variable reads_ended_;
   std::map<int64_t, std::vector<Joined>> reads_ GUARDED_BY(reads_mu_);  // item -> joined
 };
 
