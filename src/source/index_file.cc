@@ -573,6 +573,19 @@ Status WriteIndexInPlace(const std::string& path, const std::function<Result<std
   return Status::OK();
 }
 
+Result<IndexViewPtr> SaveAndMapIndex(const std::string& cache_path, std::string bytes,
+                                     const std::string& root, std::string* origin) {
+  if (!cache_path.empty() && WriteIndexFile(cache_path, bytes).ok()) {
+    Result<IndexViewPtr> mapped = MapIndexFile(cache_path, root);
+    if (mapped.ok()) {
+      *origin += "; saved to the index cache: " + cache_path;
+      return mapped;
+    }
+  }
+  *origin += "; held in memory";
+  return ViewIndexBytes(std::move(bytes), "(in memory)", root, /*checked=*/false);
+}
+
 Status SaveIndex(const std::string& path, const Index& index, const std::string& root) {
   return WriteIndexFile(path, SerializeIndex(index, root));
 }

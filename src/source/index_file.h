@@ -189,6 +189,12 @@ Status WriteIndexFile(const std::string& path, const std::string& bytes, unsigne
 // and written. A reader meeting it half written fails its hash and does
 // without it. No symlink is followed.
 Status WriteIndexInPlace(const std::string& path, const std::function<Result<std::string>()>& bytes);
+// An index just built (`bytes`): saved to `cache_path` and mapped from
+// there, so the node's other processes share it; when it cannot be saved
+// ("" or an error), held in this process's memory. Appends to `origin`
+// which it is.
+Result<IndexViewPtr> SaveAndMapIndex(const std::string& cache_path, std::string bytes,
+                                     const std::string& root, std::string* origin);
 // SerializeIndex + WriteIndexFile, and MapIndexFile (tests, tools).
 Status SaveIndex(const std::string& path, const Index& index, const std::string& root = "");
 Result<IndexViewPtr> LoadIndex(const std::string& path, const std::string& root = "");

@@ -236,17 +236,7 @@ Result<std::unique_ptr<Source>> OpenIndexed(const IndexedDataset& d, const Sourc
     // Saved, the index is mapped from the file, shared with every process
     // that opens the dataset; a cache that cannot be written only costs the
     // next run a rebuild, and this one the index in its own memory.
-    if (!cache_path.empty() && WriteIndexFile(cache_path, bytes).ok()) {
-      Result<IndexViewPtr> mapped = MapIndexFile(cache_path, d.root);
-      if (mapped.ok()) {
-        index = std::move(mapped).value();
-        origin += "; saved to the index cache: " + cache_path;
-      }
-    }
-    if (index == nullptr) {
-      NOSTALL_ASSIGN_OR_RETURN(index, ViewIndexBytes(std::move(bytes), "(in memory)", d.root, /*checked=*/false));
-      origin += "; held in memory";
-    }
+    NOSTALL_ASSIGN_OR_RETURN(index, SaveAndMapIndex(cache_path, std::move(bytes), d.root, &origin));
   }
   NOSTALL_ASSIGN_OR_RETURN(RecordTable records, SelectFields(options, *index));
   auto source = std::make_unique<IndexedSource>(std::move(index), std::move(records), d.kind,

@@ -267,17 +267,7 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
         note = "the index could not be written beside the data: " + st.message();
       }
     }
-    if (!cache_path.empty() && WriteIndexFile(cache_path, bytes).ok()) {
-      Result<IndexViewPtr> mapped = MapIndexFile(cache_path, root);
-      if (mapped.ok()) {
-        view = std::move(mapped).value();
-        origin += "; saved to the index cache: " + cache_path;
-      }
-    }
-    if (view == nullptr) {
-      NOSTALL_ASSIGN_OR_RETURN(view, ViewIndexBytes(std::move(bytes), "(in memory)", root, false));
-      origin += "; held in memory";
-    }
+    NOSTALL_ASSIGN_OR_RETURN(view, SaveAndMapIndex(cache_path, std::move(bytes), root, &origin));
   } else if (origin.rfind("beside", 0) == 0 && !cache_path.empty()) {
     // Fetched from beside the data: saved to this node's cache and mapped
     // from there, so every process on the node shares one copy.
