@@ -5,16 +5,60 @@
 // starting at its rank, after padding the permutation (by repeating its
 // start) to a multiple of world_size, so every rank has the same number of
 // samples (torch's DistributedSampler does the same). With a subset, the
-// permutation is of the subset's items instead. No I/O here.
+// permutation is of the subset's items instead.
+//
+// The buffered epoch (docs/sampling.md): tar shards whose index is still being
+// built are read as WebDataset reads them. The shards are permuted by (seed,
+// epoch); their samples, in shard order, pass through a shuffle buffer whose
+// draws come from (seed, epoch) too; every rank runs the same stream and takes
+// every world_size-th sample, padded as above. The order is known a shard at a
+// time, as the shards are indexed; it is deterministic, the same on every rank
+// and holds every sample once. The first epoch a loader starts before its index
+// is complete is buffered; every other epoch is exact. No I/O here: the counts
+// come from a ShardedItems.
 #ifndef NOSTALL_SAMPLER_H_
 #define NOSTALL_SAMPLER_H_
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "nostall/status.h"
 
 namespace nostall {
+
+// Items that lie in shards, whose sample counts may become known a shard at a
+// time (tar shards being indexed as they are read). Thread-safe.
+class ShardedItems {
+ public:
+  virtual ~ShardedItems() = default;
+  virtual int64_t shard_count() const = 0;
+  // Whether every shard is indexed (the item count is known).
+  virtual bool complete() const = 0;
+  // Asks for the shards to be indexed in `order` (the buffered epoch's); only
+  // the first call counts.
+  virtual void Begin(const std::vector<int64_t>& order) = 0;
+  // Shard `s`'s sample count: waits until it is indexed (or indexing failed).
+  virtual Result<int64_t> Count(int64_t s) = 0;
+  // Every shard's: waits for all; the item count.
+  virtual Result<int64_t> Total() = 0;
+  // The item id of sample `member` of shard `s` (known once Count(s) is).
+  virtual int64_t Id(int64_t s, int64_t member) const = 0;
+};
+
+// An epoch's order as it becomes known (a buffered epoch's, a shard at a
+// time; any other's, all at once).
+class EpochStream {
+ public:
+  virtual ~EpochStream() = default;
+  // Appends the next positions' items to `out`; `*final` once none follow.
+  // Waits for the shards it needs.
+  virtual Status More(std::vector<int64_t>* out, bool* final) = 0;
+  // Once final: the epoch's positions, which may be fewer than were
+  // appended (drop_last drops the last, incomplete batch's).
+  virtual int64_t total() const = 0;
+};
 
 struct SamplerOptions {
   int64_t num_items = 0;
@@ -35,24 +79,53 @@ struct SamplerOptions {
   // block i of epoch e + 1) still holds every item exactly once: a consumer
   // of a shared loader may start at any block boundary.
   int64_t shuffle_block = 0;
+  // Tar shards (null: none, or not in shards): with them the buffered epoch
+  // is possible, and while they are not complete num_items is not known
+  // (set 0; it is read from them).
+  std::shared_ptr<ShardedItems> shards;
+  // The buffered epoch's shuffle buffer (samples; 0: the default, 8192).
+  int64_t shuffle_buffer = 0;
 };
 
 class Sampler {
  public:
   static Result<Sampler> Create(const SamplerOptions& options);
 
-  // This rank's item indices for `epoch`, in order.
+  // This rank's item indices for `epoch`, in order (a buffered epoch's
+  // waits for every shard).
   std::vector<int64_t> EpochOrder(int64_t epoch) const;
+  // The same as it becomes known: what the pipeline walks. The first epoch
+  // opened while the shards are not complete becomes the buffered one.
+  std::unique_ptr<EpochStream> OpenEpoch(int64_t epoch) const;
+  // Counts per epoch (the same for buffered and exact epochs); while the
+  // shards are being indexed these wait for them.
   int64_t SamplesPerEpoch() const;  // after drop_last
   int64_t BatchesPerEpoch() const;
+  int64_t num_items() const;
   // The items an epoch draws from (all, or the subset), in increasing order.
   std::vector<int64_t> Items() const;
   const SamplerOptions& options() const { return options_; }
+  // The epoch that is (or was) buffered, -1: none. A resumed loader sets
+  // the one its state recorded, before opening it.
+  int64_t buffered_epoch() const { return lazy_->buffered_epoch.load(); }
+  Status SetBufferedEpoch(int64_t epoch) const;
+  // Whether the item count is known now (without waiting).
+  bool counts_known() const;
 
  private:
-  explicit Sampler(const SamplerOptions& o) : options_(o) {}
+  struct Lazy {
+    std::atomic<int64_t> buffered_epoch{-1};
+    std::atomic<int64_t> num_items{0};
+  };
+  explicit Sampler(const SamplerOptions& o) : options_(o), lazy_(std::make_shared<Lazy>()) {}
+  int64_t Items64() const;
   SamplerOptions options_;
+  std::shared_ptr<Lazy> lazy_;  // shared by copies
 };
+
+// The buffered epoch's order for one rank (docs/sampling.md), a shard at a
+// time. Exposed for tests; Sampler::OpenEpoch makes it.
+std::unique_ptr<EpochStream> BufferedEpochStream(const SamplerOptions& options, int64_t epoch);
 
 }  // namespace nostall
 

@@ -38,22 +38,25 @@ bool Scheduler::RoomToFetch() const {
 
 Status Scheduler::StartEpoch(int64_t epoch, int64_t first_batch) {
   if (epoch < 0) return InvalidArgument("epoch must be >= 0");
-  const int64_t nb = sampler_.BatchesPerEpoch();
-  if (first_batch < 0 || first_batch > nb) {
-    return InvalidArgument("batch " + std::to_string(first_batch) + " is outside the epoch's " +
-                           std::to_string(nb) + " batches");
+  if (first_batch < 0) return InvalidArgument("batch " + std::to_string(first_batch) + " is negative");
+  if (first_batch > 0) {  // (a buffered epoch's count waits for its shards)
+    const int64_t nb = sampler_.BatchesPerEpoch();
+    if (first_batch > nb) {
+      return InvalidArgument("batch " + std::to_string(first_batch) + " is outside the epoch's " +
+                             std::to_string(nb) + " batches");
+    }
   }
   MutexLock lock(&ring_->mu);
-  if (first_batch == 0 && RunOnInto(lock.native(), epoch, nb)) {
+  if (first_batch == 0 && RunOnInto(lock.native(), epoch)) {
     consumer_->EpochStarted();
     lock.Unlock();
     ring_->slot_freed.notify_all();
     return Status::OK();
   }
   lock.Unlock();
-  std::vector<int64_t> order = sampler_.EpochOrder(epoch);  // outside the lock
+  std::unique_ptr<EpochStream> order = sampler_.OpenEpoch(epoch);  // outside the lock
   lock.Lock();
-  Restart(lock.native(), epoch, first_batch, nb, std::move(order));
+  Restart(lock.native(), epoch, first_batch, std::move(order));
   consumer_->EpochStarted();
   lock.Unlock();
   work_cv_.notify_all();
@@ -64,13 +67,13 @@ Status Scheduler::StartEpoch(int64_t epoch, int64_t first_batch) {
 // The fetchers ran on into `epoch` when the last one ran out: keep that
 // work. Batches of other epochs still being made finish first, then every
 // slot not holding this epoch (or leased) is freed. False: they did not.
-bool Scheduler::RunOnInto(std::unique_lock<std::mutex>& native, int64_t epoch, int64_t batches) {
+bool Scheduler::RunOnInto(std::unique_lock<std::mutex>& native, int64_t epoch) {
   if (!started_ || order_.epoch() != epoch || epoch_ == epoch) return false;
   while (!cancelled_ && slots().FillingOtherThan(epoch)) ready_cv_.wait(native);
   slots().FreeAll(SlotState::kReady, /*but_epoch=*/epoch);
   epoch_ = epoch;
   consume_batch_ = 0;
-  num_batches_ = batches;
+  NoteOrderEnd();
   return true;
 }
 
@@ -80,7 +83,7 @@ bool Scheduler::RunOnInto(std::unique_lock<std::mutex>& native, int64_t epoch, i
 // would carry the new generation with the old epoch's position, and its
 // samples would land in a slot of the new epoch.
 void Scheduler::Restart(std::unique_lock<std::mutex>& native, int64_t epoch, int64_t first_batch,
-                        int64_t batches, std::vector<int64_t> order) {
+                        std::unique_ptr<EpochStream> order) {
   ++generation_;
   restarting_ = true;
   while (active_preps_ != 0) idle_cv_.wait(native);
@@ -88,10 +91,38 @@ void Scheduler::Restart(std::unique_lock<std::mutex>& native, int64_t epoch, int
   slots().FreeAllButLeased();
   epoch_ = epoch;
   order_.Reset(epoch, std::move(order), first_batch);
+  extending_ = false;  // a read of the old stream still running is dropped when it returns
   consume_batch_ = first_batch;
-  num_batches_ = batches;
+  NoteOrderEnd();
   started_ = true;
   restarting_ = false;
+}
+
+void Scheduler::NoteOrderEnd() {
+  const bool mine = order_.epoch() == epoch_;
+  num_batches_ = mine && order_.final() ? order_.batches() : -1;
+  order_error_ = mine ? order_.error() : Status::OK();
+}
+
+// The order's stream is read without the lock (a buffered epoch's next
+// shard may take a while to be indexed); the other fetchers wait meanwhile.
+void Scheduler::ExtendOrder(std::unique_lock<std::mutex>& native) {
+  std::unique_ptr<EpochStream> stream = order_.TakeStream();
+  const uint64_t generation = generation_;
+  extending_ = true;
+  native.unlock();
+  std::vector<int64_t> more;
+  bool final = false;
+  Status st = stream->More(&more, &final);
+  native.lock();
+  if (generation_ != generation || cancelled_) return;  // a new epoch began meanwhile
+  extending_ = false;
+  order_.Extend(std::move(stream), std::move(more), final, std::move(st));
+  if (order_.final() && order_.epoch() == epoch_) {
+    NoteOrderEnd();
+    ready_cv_.notify_all();  // the caller may be at the epoch's end
+  }
+  work_cv_.notify_all();
 }
 
 Status Scheduler::Next(int64_t timeout_ms, NextStatus* status, std::shared_ptr<Batch>* out) {
@@ -114,10 +145,16 @@ Status Scheduler::Next(int64_t timeout_ms, NextStatus* status, std::shared_ptr<B
 // *status (end of epoch, timeout) or *error set.
 int64_t Scheduler::WaitReady(std::unique_lock<std::mutex>& native, int64_t timeout_ms, int64_t t0,
                              NextStatus* status, Status* error) {
-  if (consume_batch_ >= num_batches_) {
-    *status = NextStatus::kEndOfEpoch;
-    return -1;
-  }
+  auto over = [&]() REQUIRES(ring_->mu) {
+    if (!EpochOver()) return false;
+    if (order_error_.ok()) {
+      *status = NextStatus::kEndOfEpoch;
+    } else {
+      *error = order_error_;  // where the order broke (a shard that cannot be indexed)
+    }
+    return true;
+  };
+  if (over()) return -1;
   int64_t found = -1;
   bool starved_by_caller = false;
   auto ready = [&]() REQUIRES(ring_->mu) {
@@ -134,7 +171,7 @@ int64_t Scheduler::WaitReady(std::unique_lock<std::mutex>& native, int64_t timeo
       work_cv_.notify_all();
       ring_->slot_freed.notify_all();
     }
-    return cancelled_ || found >= 0 || starved_by_caller;
+    return cancelled_ || found >= 0 || starved_by_caller || EpochOver();
   };
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0));
@@ -157,6 +194,7 @@ int64_t Scheduler::WaitReady(std::unique_lock<std::mutex>& native, int64_t timeo
     *error = Cancelled("loader shut down");
     return -1;
   }
+  if (found < 0 && over()) return -1;
   if (starved_by_caller) {
     // A loader's own ring opens its spare slot instead (above); a shared
     // producer's ring, which has none, gets here.
@@ -232,6 +270,12 @@ Scheduler::Position Scheduler::WaitForPosition(std::unique_lock<std::mutex>& nat
       *current = epoch_;
       result = Position::kNextEpoch;
       break;
+    } else if (!order_.Ready()) {
+      blocked = false;  // the order must grow: one thread reads it, the others wait
+      if (!extending_) {
+        result = Position::kExtend;
+        break;
+      }
     } else {
       // A new batch needs a free slot; any will do, so a batch the
       // caller still holds never blocks the ones after it.
@@ -255,7 +299,7 @@ Scheduler::Position Scheduler::WaitForPosition(std::unique_lock<std::mutex>& nat
 // made without the lock), so its first batches are ready when the caller
 // asks (no bubble between epochs). StartEpoch keeps this work if it asks for
 // that epoch; if it started another meanwhile, `next` is dropped.
-void Scheduler::RunOn(int64_t current, std::vector<int64_t> next) {
+void Scheduler::RunOn(int64_t current, std::unique_ptr<EpochStream> next) {
   if (epoch_ == current && order_.epoch() == current && order_.done() && !cancelled_) {
     order_.Reset(current + 1, std::move(next), 0);
   }
@@ -298,8 +342,12 @@ bool Scheduler::NextFetch(int index, bool prefetch, FetchedItem* done, FetchedIt
     const Position p = WaitForPosition(lock.native(), &current, fetch);
     if (p == Position::kCancelled) return false;
     if (p == Position::kReady) break;
+    if (p == Position::kExtend) {
+      ExtendOrder(lock.native());
+      continue;
+    }
     lock.Unlock();
-    std::vector<int64_t> next = sampler_.EpochOrder(current + 1);
+    std::unique_ptr<EpochStream> next = sampler_.OpenEpoch(current + 1);
     lock.Lock();
     RunOn(current, std::move(next));
   }

@@ -39,23 +39,57 @@
 
 namespace nostall {
 
-// The order the fetch threads walk: one epoch's sample order, the next
-// position in it, and the slot of the batch that position is in. A value
-// the scheduler keeps under its lock.
+// The order the fetch threads walk: one epoch's sample order as it is known
+// (a buffered epoch's grows a shard at a time: sampler.h), the next position
+// in it, and the slot of the batch that position is in. A value the
+// scheduler keeps under its lock; the stream it grows from is taken out to
+// be read without the lock (TakeStream, Extend).
 class FetchOrder {
  public:
   explicit FetchOrder(int64_t batch_size) : bs_(batch_size) {}
-  // Walks `order` of `epoch` from the first position of `first_batch`.
-  void Reset(int64_t epoch, std::vector<int64_t> order, int64_t first_batch) {
+  // Walks `stream` of `epoch` from the first position of `first_batch`.
+  void Reset(int64_t epoch, std::unique_ptr<EpochStream> stream, int64_t first_batch) {
     epoch_ = epoch;
-    order_ = std::move(order);
+    stream_ = std::move(stream);
+    order_.clear();
+    final_ = false;
+    error_ = Status::OK();
     next_ = first_batch * bs_;
     slot_ = -1;
   }
   int64_t epoch() const { return epoch_; }
-  int64_t samples() const { return static_cast<int64_t>(order_.size()); }
+  int64_t samples() const { return static_cast<int64_t>(order_.size()); }  // known so far
+  // Every position is known (the epoch's end too).
+  bool final() const { return final_; }
+  int64_t batches() const { return (samples() + bs_ - 1) / bs_; }  // once final
+  const Status& error() const { return error_; }
   // Every position is dispatched.
-  bool done() const { return next_ >= samples(); }
+  bool done() const { return final_ && next_ >= samples(); }
+  // The next position may be dispatched: it is known, and so is its batch's
+  // size when it starts one. Else (not done) the order must grow first.
+  bool Ready() const {
+    if (next_ >= samples()) return false;
+    return !NeedsSlot() || final_ || samples() >= (next_batch() + 1) * bs_;
+  }
+  // The stream, to read more from without the lock (null: another thread
+  // has it); Extend gives it back with what it read.
+  std::unique_ptr<EpochStream> TakeStream() { return std::move(stream_); }
+  void Extend(std::unique_ptr<EpochStream> stream, std::vector<int64_t> more, bool final,
+              Status error) {
+    if (order_.empty()) {
+      order_ = std::move(more);
+    } else {
+      order_.insert(order_.end(), more.begin(), more.end());
+    }
+    if (!error.ok()) {  // the order ends where it broke; the caller meets the error there
+      error_ = std::move(error);
+      final = true;
+    } else if (final) {
+      order_.resize(static_cast<size_t>(std::min<int64_t>(samples(), stream->total())));
+    }
+    final_ = final;
+    stream_ = std::move(stream);
+  }
   // The next position's batch, and its place in it.
   int64_t next_batch() const { return next_ / bs_; }
   int64_t next_in_batch() const { return next_ % bs_; }
@@ -63,11 +97,11 @@ class FetchOrder {
   bool NeedsSlot() const { return next_in_batch() == 0 || slot_ < 0; }
   int64_t slot() const { return slot_; }
   void set_slot(int64_t s) { slot_ = s; }
-  // Samples in batch `b` (the last may be short).
+  // Samples in batch `b` (the last may be short), as far as known.
   int64_t BatchCount(int64_t b) const { return std::min<int64_t>(bs_, samples() - b * bs_); }
   // The next position's item; moves on.
   int64_t Take() { return order_[static_cast<size_t>(next_++)]; }
-  // Appends batch `b`'s items (none past the epoch's end).
+  // Appends batch `b`'s items (none past what is known).
   void AppendBatch(int64_t b, std::vector<int64_t>* out) const {
     for (int64_t p = b * bs_; p < std::min(samples(), (b + 1) * bs_); ++p) {
       out->push_back(order_[static_cast<size_t>(p)]);
@@ -77,7 +111,10 @@ class FetchOrder {
  private:
   int64_t bs_;
   int64_t epoch_ = 0;
+  std::unique_ptr<EpochStream> stream_;
   std::vector<int64_t> order_;
+  bool final_ = false;
+  Status error_;
   int64_t next_ = 0;
   int64_t slot_ = -1;
 };
@@ -198,7 +235,7 @@ class Scheduler {
   Counts counts() const EXCLUDES(ring_->mu);
 
  private:
-  enum class Position { kReady, kNextEpoch, kCancelled };
+  enum class Position { kReady, kNextEpoch, kExtend, kCancelled };
   SlotTable& slots() REQUIRES(ring_->mu) { return *slots_; }
   const SlotTable& slots() const REQUIRES(ring_->mu) { return *slots_; }
   int ReadLimitNow() const REQUIRES(ring_->mu) { return opt_.async ? read_limit() : fetch_active_; }
@@ -207,13 +244,19 @@ class Scheduler {
   }
   bool RoomToFetch() const REQUIRES(ring_->mu);
 
-  bool RunOnInto(std::unique_lock<std::mutex>& native, int64_t epoch, int64_t batches)
-      REQUIRES(ring_->mu);
+  bool RunOnInto(std::unique_lock<std::mutex>& native, int64_t epoch) REQUIRES(ring_->mu);
   void Restart(std::unique_lock<std::mutex>& native, int64_t epoch, int64_t first_batch,
-               int64_t batches, std::vector<int64_t> order) REQUIRES(ring_->mu);
+               std::unique_ptr<EpochStream> order) REQUIRES(ring_->mu);
+  // The order grows (a buffered epoch's next shard), read without the lock.
+  void ExtendOrder(std::unique_lock<std::mutex>& native) REQUIRES(ring_->mu);
+  // The caller's epoch's batches, once its order is final (-1 before).
+  void NoteOrderEnd() REQUIRES(ring_->mu);
+  bool EpochOver() const REQUIRES(ring_->mu) {
+    return num_batches_ >= 0 && consume_batch_ >= num_batches_;
+  }
   Position WaitForPosition(std::unique_lock<std::mutex>& native, int64_t* current,
                            StageCounters* fetch) REQUIRES(ring_->mu);
-  void RunOn(int64_t current, std::vector<int64_t> next) REQUIRES(ring_->mu);
+  void RunOn(int64_t current, std::unique_ptr<EpochStream> next) REQUIRES(ring_->mu);
   FetchedItem ClaimPosition(bool prefetch) REQUIRES(ring_->mu);
   void Queue(FetchedItem fi) REQUIRES(ring_->mu);
   bool TakeForPrep(std::unique_lock<std::mutex>& native, int index, FetchedItem* fi,
@@ -244,7 +287,9 @@ class Scheduler {
   int64_t epoch_ GUARDED_BY(ring_->mu) = 0;          // the epoch Next() hands out
   FetchOrder order_ GUARDED_BY(ring_->mu);         // where the fetchers are
   int64_t consume_batch_ GUARDED_BY(ring_->mu) = 0;  // next batch Next() hands out
-  int64_t num_batches_ GUARDED_BY(ring_->mu) = 0;
+  int64_t num_batches_ GUARDED_BY(ring_->mu) = 0;  // -1: not known yet (a buffered epoch)
+  Status order_error_ GUARDED_BY(ring_->mu);       // why the caller's epoch's order broke
+  bool extending_ GUARDED_BY(ring_->mu) = false;   // a thread reads the order's stream
   std::optional<SlotTable> slots_ GUARDED_BY(ring_->mu);  // over ring_->slots
   PrepQueue prep_queue_ GUARDED_BY(ring_->mu);
   int fetching_ GUARDED_BY(ring_->mu) = 0;

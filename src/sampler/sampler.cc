@@ -12,6 +12,9 @@ namespace {
 constexpr uint64_t kShuffleStream = 0x5348554646ull;  // "SHUFF"
 constexpr uint64_t kSubsetStream = 0x5355425345ull;   // "SUBSE"
 constexpr uint64_t kBlockStream = 0x424c4f434b000000ull;  // "BLOCK", + block number
+constexpr uint64_t kShardStream = 0x5348415244ull;   // "SHARD": the buffered epoch's shards
+constexpr uint64_t kBufferStream = 0x4255464645ull;  // "BUFFE": its shuffle buffer
+constexpr int64_t kDefaultShuffleBuffer = 8192;
 
 // Fisher-Yates with Philox: the same permutation on every machine.
 void Shuffle(std::vector<int64_t>* v, uint64_t seed, uint64_t stream, uint64_t counter) {
@@ -22,13 +25,134 @@ void Shuffle(std::vector<int64_t>* v, uint64_t seed, uint64_t stream, uint64_t c
   }
 }
 
-int64_t EffectiveItems(const SamplerOptions& o) {
-  return o.subset > 0 && o.subset < o.num_items ? o.subset : o.num_items;
+int64_t EffectiveItems(const SamplerOptions& o, int64_t num_items) {
+  return o.subset > 0 && o.subset < num_items ? o.subset : num_items;
 }
+
+// This rank's samples of an epoch of `n` items (after drop_last).
+int64_t PerRank(const SamplerOptions& o, int64_t n) {
+  int64_t per_rank = (n + o.world_size - 1) / o.world_size;
+  if (o.drop_last) per_rank -= per_rank % o.batch_size;
+  return per_rank;
+}
+
+class FixedStream final : public EpochStream {
+ public:
+  explicit FixedStream(std::vector<int64_t> order)
+      : order_(std::move(order)), total_(static_cast<int64_t>(order_.size())) {}
+  Status More(std::vector<int64_t>* out, bool* final) override {
+    if (out->empty()) {
+      out->swap(order_);
+    } else {
+      out->insert(out->end(), order_.begin(), order_.end());
+    }
+    order_.clear();
+    *final = true;
+    return Status::OK();
+  }
+  int64_t total() const override { return total_; }
+
+ private:
+  std::vector<int64_t> order_;
+  const int64_t total_;
+};
+
+// The buffered epoch (sampler.h): shards in a permutation of (seed, epoch),
+// their samples through a shuffle buffer, every world_size-th kept. The
+// buffer fills to a start of B/8 before it gives a sample, then grows to B
+// giving one sample for every second it takes, then one for each; at the end
+// it gives the rest in random order. Every choice is a function of the
+// stream's position, never of timing.
+class BufferedStream final : public EpochStream {
+ public:
+  BufferedStream(const SamplerOptions& o, int64_t epoch)
+      : o_(o),
+        capacity_(o.shuffle ? (o.shuffle_buffer > 0 ? o.shuffle_buffer : kDefaultShuffleBuffer) : 0),
+        start_(std::max<int64_t>(1, capacity_ / 8)),
+        rng_(o.seed, kBufferStream, static_cast<uint64_t>(epoch)) {
+    order_.resize(static_cast<size_t>(o.shards->shard_count()));
+    std::iota(order_.begin(), order_.end(), 0);
+    if (o.shuffle) Shuffle(&order_, o.seed, kShardStream, static_cast<uint64_t>(epoch));
+    o.shards->Begin(order_);
+  }
+
+  Status More(std::vector<int64_t>* out, bool* final) override {
+    *final = false;
+    if (next_shard_ < order_.size()) {
+      const int64_t s = order_[next_shard_++];
+      NOSTALL_ASSIGN_OR_RETURN(int64_t count, o_.shards->Count(s));
+      for (int64_t m = 0; m < count; ++m) Take(o_.shards->Id(s, m), out);
+      if (next_shard_ < order_.size()) return Status::OK();
+    }
+    // Every shard is in: the buffer's rest, then the padding every rank
+    // shares (the stream's first samples again, as the exact order pads).
+    while (!buffer_.empty()) Give(Draw(), out);
+    const int64_t n = given_;
+    if (n == 0) return NotFound("the tar shards hold no samples");
+    const int64_t w = o_.world_size;
+    for (int64_t p = n; p < (n + w - 1) / w * w; ++p) {
+      if (p % w == o_.rank) Mine(first_[static_cast<size_t>(p % n)], out);
+    }
+    // drop_last: the rank's samples past a whole number of batches go (no
+    // batch holding one was complete before now, so none was handed out).
+    total_ = PerRank(o_, n);
+    *final = true;
+    return Status::OK();
+  }
+  int64_t total() const override { return total_; }
+
+ private:
+  void Take(int64_t item, std::vector<int64_t>* out) {
+    const int64_t t = taken_++;
+    if (capacity_ == 0) {
+      Give(item, out);
+      return;
+    }
+    buffer_.push_back(item);
+    const int64_t held = static_cast<int64_t>(buffer_.size());
+    if (held < start_) return;
+    if (held < capacity_ && t % 2 == 0) return;
+    Give(Draw(), out);
+  }
+  int64_t Draw() {
+    const size_t j = static_cast<size_t>(rng_.Below(buffer_.size()));
+    const int64_t item = buffer_[j];
+    buffer_[j] = buffer_.back();
+    buffer_.pop_back();
+    return item;
+  }
+  void Give(int64_t item, std::vector<int64_t>* out) {
+    const int64_t p = given_++;
+    if (p < o_.world_size) first_.push_back(item);
+    if (p % o_.world_size == o_.rank) Mine(item, out);
+  }
+  void Mine(int64_t item, std::vector<int64_t>* out) {
+    out->push_back(item);
+    ++mine_;
+  }
+
+  const SamplerOptions o_;
+  const int64_t capacity_, start_;
+  Philox rng_;
+  std::vector<int64_t> order_;  // the shards, in the epoch's order
+  size_t next_shard_ = 0;
+  std::vector<int64_t> buffer_;
+  std::vector<int64_t> first_;  // the stream's first world_size samples
+  int64_t taken_ = 0, given_ = 0, mine_ = 0, total_ = 0;
+};
 }  // namespace
 
+std::unique_ptr<EpochStream> BufferedEpochStream(const SamplerOptions& options, int64_t epoch) {
+  return std::make_unique<BufferedStream>(options, epoch);
+}
+
 Result<Sampler> Sampler::Create(const SamplerOptions& o) {
-  if (o.num_items <= 0) return InvalidArgument("the dataset has no items");
+  const bool lazy = o.shards != nullptr && !o.shards->complete();
+  if (lazy && (o.subset > 0 || o.shuffle_block > 0)) {
+    return InvalidArgument("a subset or shuffle_block needs the whole index: the buffered first "
+                           "epoch gives neither");
+  }
+  if (o.num_items <= 0 && !lazy) return InvalidArgument("the dataset has no items");
   if (o.batch_size <= 0) return InvalidArgument("batch_size must be positive");
   if (o.subset < 0) return InvalidArgument("subset must be 0 (all items) or positive");
   if (o.shuffle_block < 0) return InvalidArgument("shuffle_block must be 0 or positive");
@@ -37,31 +161,67 @@ Result<Sampler> Sampler::Create(const SamplerOptions& o) {
     return InvalidArgument("rank " + std::to_string(o.rank) + " is outside [0, " +
                            std::to_string(o.world_size) + ")");
   }
+  if (o.shuffle_buffer < 0) return InvalidArgument("shuffle_buffer must be 0 (the default) or positive");
   Sampler s(o);
+  if (lazy) return s;  // counts known when the shards are
   if (s.BatchesPerEpoch() == 0) {
     return InvalidArgument("drop_last with batch_size " + std::to_string(o.batch_size) +
                            " leaves no batch: this rank has only " +
-                           std::to_string((EffectiveItems(o) + o.world_size - 1) / o.world_size) +
+                           std::to_string((s.Items64() + o.world_size - 1) / o.world_size) +
                            " samples");
   }
   return s;
 }
 
-int64_t Sampler::SamplesPerEpoch() const {
-  int64_t per_rank = (EffectiveItems(options_) + options_.world_size - 1) / options_.world_size;
-  if (options_.drop_last) per_rank -= per_rank % options_.batch_size;
-  return per_rank;
+int64_t Sampler::num_items() const {
+  if (options_.shards == nullptr || options_.num_items > 0) return options_.num_items;
+  int64_t n = lazy_->num_items.load();
+  if (n > 0) return n;
+  Result<int64_t> total = options_.shards->Total();  // waits
+  n = total.ok() ? total.value() : 0;  // a failed index: its error comes with the batches
+  lazy_->num_items.store(n);
+  return n;
 }
+
+bool Sampler::counts_known() const {
+  return options_.shards == nullptr || options_.num_items > 0 || options_.shards->complete();
+}
+
+int64_t Sampler::Items64() const { return EffectiveItems(options_, num_items()); }
+
+Status Sampler::SetBufferedEpoch(int64_t epoch) const {
+  if (options_.shards == nullptr) {
+    return InvalidArgument("a buffered epoch needs tar shards; this dataset is not in shards");
+  }
+  if (options_.subset > 0 || options_.shuffle_block > 0) {
+    return InvalidArgument("a buffered epoch has no subset or shuffle_block");
+  }
+  lazy_->buffered_epoch.store(epoch);
+  return Status::OK();
+}
+
+std::unique_ptr<EpochStream> Sampler::OpenEpoch(int64_t epoch) const {
+  if (options_.shards != nullptr) {
+    int64_t none = -1;
+    // The first epoch opened before the index is whole is the buffered one.
+    if (!options_.shards->complete()) lazy_->buffered_epoch.compare_exchange_strong(none, epoch);
+    if (lazy_->buffered_epoch.load() == epoch) return BufferedEpochStream(options_, epoch);
+  }
+  return std::make_unique<FixedStream>(EpochOrder(epoch));
+}
+
+int64_t Sampler::SamplesPerEpoch() const { return PerRank(options_, Items64()); }
 
 int64_t Sampler::BatchesPerEpoch() const {
   return (SamplesPerEpoch() + options_.batch_size - 1) / options_.batch_size;
 }
 
 std::vector<int64_t> Sampler::Items() const {
-  std::vector<int64_t> all(static_cast<size_t>(options_.num_items));
+  const int64_t n = num_items();
+  std::vector<int64_t> all(static_cast<size_t>(n));
   std::iota(all.begin(), all.end(), 0);
-  const int64_t m = EffectiveItems(options_);
-  if (m == options_.num_items) return all;
+  const int64_t m = EffectiveItems(options_, n);
+  if (m == n) return all;
   Shuffle(&all, options_.seed, kSubsetStream, 0);
   all.resize(static_cast<size_t>(m));
   std::sort(all.begin(), all.end());
@@ -69,8 +229,18 @@ std::vector<int64_t> Sampler::Items() const {
 }
 
 std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
+  if (options_.shards != nullptr && lazy_->buffered_epoch.load() == epoch) {
+    std::vector<int64_t> out;
+    std::unique_ptr<EpochStream> stream = BufferedEpochStream(options_, epoch);
+    for (bool final = false; !final;) {
+      if (!stream->More(&out, &final).ok()) return {};
+    }
+    out.resize(static_cast<size_t>(stream->total()));
+    return out;
+  }
   std::vector<int64_t> perm = Items();
   const int64_t n = static_cast<int64_t>(perm.size());
+  if (n == 0) return {};  // a failed index (its error comes with the batches)
   if (options_.shuffle && options_.shuffle_block > 0) {
     // Fixed blocks (dealt once by seed), each shuffled within per epoch.
     Shuffle(&perm, options_.seed, kBlockStream, 0);
