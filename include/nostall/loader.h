@@ -47,6 +47,13 @@ struct LoaderSpec {
   bool drop_last = false;
   int64_t subset = 0;  // > 0: use this many items, a fixed random sample (see SamplerOptions)
   int64_t shuffle_block = 0;  // > 0: shuffle within fixed blocks (see SamplerOptions)
+  // Tar shards with no index yet (docs/sampling.md): "buffered" starts at
+  // once and indexes each shard as the first epoch reads it, that epoch in
+  // WebDataset's order (shards shuffled, samples through a shuffle buffer);
+  // "exact" builds the whole index first; "auto": buffered for shards on
+  // S3, exact for local ones. Every later epoch is exact either way.
+  std::string first_epoch = "auto";
+  int64_t shuffle_buffer = 0;  // the buffered epoch's buffer, samples (0: 8192)
   PrepSpec prep;
   int num_threads = 0;      // prep threads; 0 = tuned (autotune), else the cores this process may use
   int reads_in_flight = 0;  // reads at once; 0 = tuned, else 4 fetch threads (remote: adaptive)

@@ -32,6 +32,7 @@ struct ResumePoint {
   int64_t epoch = 0;
   int64_t batch = 0;
   std::optional<SharedPosition> stream_position;  // a consumer resuming mid-epoch
+  int64_t buffered_epoch = -1;  // the epoch that ran buffered (-1: none)
 };
 
 // Checks `state_json` against `loader` (same seed, batch size, shuffle,

@@ -19,6 +19,7 @@
 #ifndef NOSTALL_SAMPLER_H_
 #define NOSTALL_SAMPLER_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -43,9 +44,28 @@ class ShardedItems {
   virtual Result<int64_t> Count(int64_t s) = 0;
   // Every shard's: waits for all; the item count.
   virtual Result<int64_t> Total() = 0;
-  // The item id of sample `member` of shard `s` (known once Count(s) is).
+  // The item id of sample `member` of shard `s` (known once Count(s) is):
+  // its number in the whole index once that is complete, else its
+  // ShardMemberKey.
   virtual int64_t Id(int64_t s, int64_t member) const = 0;
+  // Any id of a sample (either form) as its ShardMemberKey: what the
+  // buffered epoch's random draws are keyed by, the same whether the index
+  // was complete or not when the sample was read.
+  virtual int64_t StableKey(int64_t id) const = 0;
+  // The id a user sees: its number in the whole index once that is known,
+  // else its ShardMemberKey.
+  virtual int64_t Published(int64_t id) const = 0;
 };
+
+// A sample named by its shard and its place in it, beyond any index's item
+// count (bit 62 set; the shard in bits 32..61, the member below).
+inline constexpr int64_t kShardMemberBit = int64_t{1} << 62;
+inline int64_t ShardMemberKey(int64_t shard, int64_t member) {
+  return kShardMemberBit | (shard << 32) | member;
+}
+inline bool IsShardMemberKey(int64_t id) { return id >= 0 && (id & kShardMemberBit) != 0; }
+inline int64_t ShardOfKey(int64_t id) { return (id & ~kShardMemberBit) >> 32; }
+inline int64_t MemberOfKey(int64_t id) { return id & 0xffffffff; }
 
 // An epoch's order as it becomes known (a buffered epoch's, a shard at a
 // time; any other's, all at once).
@@ -106,8 +126,8 @@ class Sampler {
   std::vector<int64_t> Items() const;
   const SamplerOptions& options() const { return options_; }
   // The epoch that is (or was) buffered, -1: none. A resumed loader sets
-  // the one its state recorded, before opening it.
-  int64_t buffered_epoch() const { return lazy_->buffered_epoch.load(); }
+  // the one its state recorded (-1: none, for good), before opening it.
+  int64_t buffered_epoch() const { return std::max<int64_t>(-1, lazy_->buffered_epoch.load()); }
   Status SetBufferedEpoch(int64_t epoch) const;
   // Whether the item count is known now (without waiting).
   bool counts_known() const;

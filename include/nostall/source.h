@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "nostall/record.h"
+#include "nostall/sampler.h"
 #include "nostall/stats.h"
 #include "nostall/status.h"
 
@@ -35,6 +36,11 @@ struct SourceOptions {
   // also writes it whenever the index had to be built; "rebuild" builds and
   // writes it whatever is there (`nostall index PATH`); "off" never looks.
   std::string index_beside = "read";
+  // Tar shards with no index yet: open at once and index each shard as the
+  // first epoch first reads it (Source::sharded; the loader sets this when
+  // its first epoch may be buffered: docs/sampling.md). Else the whole
+  // index is built before the source opens.
+  bool lazy_index = false;
   // Items larger than this are a DataError rather than a huge allocation.
   uint64_t max_item_bytes = 256ull << 20;
   // Tar shards: a sample with no image member or a bad .cls label is an
@@ -102,6 +108,11 @@ class Source {
   // user's), "" when nothing.
   virtual std::string index_origin() const { return ""; }
   virtual std::string index_note() const { return ""; }
+  // Tar shards: their samples by shard, for the buffered epoch (sampler.h),
+  // which is also how a source whose index is still being built (shards
+  // indexed as they are read) says so. Null: not in shards, or records that
+  // keep only some samples.
+  virtual std::shared_ptr<ShardedItems> sharded() const { return nullptr; }
   // Remote sources: their requests so far; local files: none.
   virtual std::optional<StorageStats> storage_stats() const { return std::nullopt; }
   // The driver's name: "image-folder", "tar-shards", "s3-image-folder",

@@ -92,7 +92,9 @@ class EpochProgress:
         e = _epoch_stats(stats, epoch)
         if e is None:
             return
-        self.line.draw(f"epoch {epoch} {_bar(batches, total)} {batches}/{total} batches, "
+        where = (f"{_bar(batches, total)} {batches}/{total}" if total is not None
+                 else f"{batches} (count known when the shards are indexed)")
+        self.line.draw(f"epoch {epoch} {where} batches, "
                        f"{e['images_per_s']:,.0f} images/s, stalled {e['stall_fraction']:.1%}"
                        f"{_cache_text(stats, epoch)}{_autotune_text(stats)}")
 

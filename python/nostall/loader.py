@@ -271,6 +271,18 @@ class Loader(Closeable):
             the data (default); ``"write"`` also writes it whenever the index
             had to be built; ``"off"`` never looks. ``loader.index_origin``
             says where this loader's index came from.
+        first_epoch: tar shards with no index yet (docs/sampling.md):
+            ``"buffered"`` starts at once and indexes each shard as the first
+            epoch first reads it, that epoch in WebDataset's order (shards
+            shuffled by ``seed`` and the epoch, samples through a shuffle
+            buffer); ``"exact"`` builds the whole index first; ``"auto"``
+            (default): buffered for shards on S3, exact for local ones. Every
+            later epoch is the exact shuffle either way, and every epoch
+            holds each sample once. ``len(loader)`` waits for the index;
+            ``nostall index PATH`` writes it beside the data so that every
+            job starts exact.
+        shuffle_buffer: the buffered epoch's shuffle buffer, in samples
+            (default 8192; the first batch waits for an eighth of it).
         throttle_bandwidth, throttle_latency_ms, drop_page_cache, s3_endpoint,
             s3_region, s3_profile, s3_addressing, s3_unsigned: deprecated
             (a FutureWarning): the same as ``source_options`` of the
@@ -335,6 +347,8 @@ class Loader(Closeable):
         output: str = "torch",
         index_cache: bool = True,
         index_beside: str = "read",
+        first_epoch: str = "auto",
+        shuffle_buffer: Optional[int] = None,
         dct_scaling: bool = True,
         throttle_bandwidth: Optional[float] = None,
         throttle_latency_ms: Optional[float] = None,
@@ -420,6 +434,8 @@ class Loader(Closeable):
             "on_error": on_error,
             "use_index_cache": _plain(index_cache),
             "index_beside": _plain(index_beside),
+            "first_epoch": _plain(first_epoch),
+            "shuffle_buffer": 0 if shuffle_buffer is None else _integer("shuffle_buffer", shuffle_buffer),
             "dct_scaling": _plain(dct_scaling),
             "cache": _cache_tiers(cache),
             "subset": _integer("subset", subset),
@@ -641,8 +657,9 @@ class Loader(Closeable):
                 "kept batches): batches are handed out as private copies until some are "
                 "released; stats()['private_copies'] counts them. copy=True, or a larger "
                 "prefetch, keeps this quiet", ResourceWarning, stacklevel=3)
-        if self._progress is not None:
-            self._progress.update(self, core.epoch, core.position, core.batches_per_epoch)
+        if self._progress is not None:  # (a buffered epoch's count is known at its end)
+            self._progress.update(self, core.epoch, core.position,
+                                  core.batches_per_epoch if core.counts_known else None)
             self._show_epoch_end(core)
         if self._shared is not None and not copied:
             # The producer's read-only memory: say so to NumPy.
@@ -680,7 +697,9 @@ class Loader(Closeable):
             self._progress.finish(self, core.epoch)
 
     def __len__(self):
-        """Batches per epoch for this rank (the last one partial unless ``drop_last``)."""
+        """Batches per epoch for this rank (the last one partial unless ``drop_last``).
+        While tar shards are being indexed as the first epoch reads them
+        (``first_epoch``), this waits for the index."""
         return self._require_core().batches_per_epoch
 
     # ------------------------------------------------------------ resume

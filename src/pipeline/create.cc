@@ -58,7 +58,10 @@ Result<AutotuneLimits> CheckCounts(LoaderSpec* spec) {
 
 Result<Sampler> SamplerFor(const LoaderSpec& spec, const Source& source) {
   SamplerOptions so;
-  so.num_items = source.size();
+  so.shards = source.sharded();
+  so.shuffle_buffer = spec.shuffle_buffer;
+  // (Shards still being indexed: the count comes from them when known.)
+  so.num_items = so.shards != nullptr && !so.shards->complete() ? 0 : source.size();
   so.batch_size = spec.batch_size;
   so.shuffle = spec.shuffle;
   so.seed = spec.seed;
@@ -111,13 +114,37 @@ Result<std::unique_ptr<Cache>> CacheFor(const LoaderSpec& spec, const Source& so
   return StackCaches(std::move(tiers));
 }
 
+
 }  // namespace
 
-Result<PipelineParts> PreparePipeline(const LoaderSpec& in) {
+namespace {
+// Whether the first epoch may be buffered (tar shards indexed as they are
+// read, loader.h): asked for, or left to "auto" on S3; and nothing needs
+// the whole index from the start: no cache (sized per item), subset or
+// shuffle blocks (drawn from every item), extra fields (each one's room is
+// its largest member), output size read off the first item, or shared
+// producer (its consumers count the epoch's chunks).
+bool MayBuffer(const LoaderSpec& spec, bool shared) {
+  const bool asked =
+      spec.first_epoch == "buffered" || (spec.first_epoch == "auto" && spec.source.rfind("s3://", 0) == 0);
+  int h = 0, w = 0;
+  return asked && !shared && spec.cache.empty() && spec.subset == 0 && spec.shuffle_block == 0 &&
+         ExtraFields(spec).empty() && spec.prep.FixedOutputSize(&h, &w);
+}
+
+}  // namespace
+
+Result<PipelineParts> PreparePipeline(const LoaderSpec& in, bool shared) {
   LoaderSpec spec = in;
   NOSTALL_ASSIGN_OR_RETURN(AutotuneLimits tune, CheckCounts(&spec));
   NOSTALL_RETURN_IF_ERROR(spec.prep.Validate());
+  if (spec.first_epoch != "auto" && spec.first_epoch != "exact" && spec.first_epoch != "buffered") {
+    return InvalidArgument("first_epoch must be \"auto\", \"exact\" or \"buffered\", not \"" +
+                           spec.first_epoch + "\"");
+  }
+  if (spec.shuffle_buffer < 0) return InvalidArgument("shuffle_buffer must be 0 (the default) or positive");
   spec.source_options.skip_bad_samples = spec.on_error == ErrorPolicy::kSkip;
+  spec.source_options.lazy_index = MayBuffer(spec, shared);
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Source> source,
                            OpenSource(spec.source, spec.source_options));
   // Local files: 4 fetch threads. Remote sources: 0 stays "adapt to the

@@ -31,7 +31,8 @@ struct PipelineParts {
   // wait on the producer, not on its calls.
   std::function<int64_t()> consumer_waited_ns;
 };
-Result<PipelineParts> PreparePipeline(const LoaderSpec& spec);
+// `shared`: for a shared producer (its first epoch is never buffered).
+Result<PipelineParts> PreparePipeline(const LoaderSpec& spec, bool shared = false);
 
 // One sample's shape: (C, H, W) for NCHW, (H, W, C) for NHWC.
 std::vector<int64_t> SampleShapeOf(const PrepSpec& prep, int64_t out_h, int64_t out_w);

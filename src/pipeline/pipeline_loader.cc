@@ -50,10 +50,13 @@ Result<std::shared_ptr<ring::Segment>> PipelineLoader::MakeRing() const {
   const std::vector<int64_t> shape = SampleShape();
   for (size_t i = 0; i < 3 && i < shape.size(); ++i) l.shape[i] = shape[i];
   l.dtype = spec_.prep.dtype == DType::kFloat32 ? 1 : 0;
-  l.samples_per_epoch = sampler_.SamplesPerEpoch();
-  l.chunks_per_epoch = sampler_.BatchesPerEpoch();
+  // (A private ring; while its shards are being indexed these are not
+  // known, and no consumer reads them.)
+  const bool known = sampler_.counts_known();
+  l.samples_per_epoch = known ? sampler_.SamplesPerEpoch() : 0;
+  l.chunks_per_epoch = known ? sampler_.BatchesPerEpoch() : 0;
   l.spec_fingerprint = spec_.Fingerprint();
-  l.dataset_fingerprint = source_->fingerprint();
+  l.dataset_fingerprint = known ? source_->fingerprint() : 0;
   l.spec_json = spec_.ToJson();
   SetFieldLayout(*source_, &l);
   return ring::CreateRing("", l);

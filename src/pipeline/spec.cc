@@ -45,7 +45,8 @@ const std::vector<std::string>& LoaderSpec::FieldNames() {
       "source", "batch_size", "shuffle", "seed", "rank", "world_size", "drop_last", "subset",
       "shuffle_block", "transforms", "dtype", "layout", "mode", "max_pixels", "num_threads",
       "reads_in_flight", "prefetch", "autotune", "on_error", "index_cache_dir", "use_index_cache",
-      "index_beside", "dct_scaling", "cache", "fields", "max_field_bytes"};
+      "index_beside", "dct_scaling", "cache", "fields", "max_field_bytes", "first_epoch",
+      "shuffle_buffer"};
   return kFields;
 }
 
@@ -184,6 +185,12 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "drop_last", &s.drop_last));
     NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "subset", 0, kMaxCount, &s.subset));
     NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "shuffle_block", 0, kMaxCount, &s.shuffle_block));
+    NOSTALL_RETURN_IF_ERROR(GetString(j, w, "first_epoch", &s.first_epoch));
+    if (s.first_epoch != "auto" && s.first_epoch != "exact" && s.first_epoch != "buffered") {
+      return InvalidArgument("\"first_epoch\" must be \"auto\", \"exact\" or \"buffered\", not \"" +
+                             s.first_epoch + "\"");
+    }
+    NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "shuffle_buffer", 0, kMaxCount, &s.shuffle_buffer));
     NOSTALL_RETURN_IF_ERROR(GetIntAs(j, w, "num_threads", 0, kMaxThreads, &s.num_threads));
     NOSTALL_RETURN_IF_ERROR(GetIntAs(j, w, "reads_in_flight", 0, kMaxReadsInFlight, &s.reads_in_flight));
     NOSTALL_RETURN_IF_ERROR(GetIntAs(j, w, "prefetch", -1, 64, &s.prefetch));
@@ -254,6 +261,9 @@ std::string LoaderSpec::ToJson() const {
   if (source_options.index_beside != SourceOptions().index_beside) {
     j["index_beside"] = source_options.index_beside;
   }
+  // Written only when set, so a spec without them stays as it was.
+  if (first_epoch != LoaderSpec().first_epoch) j["first_epoch"] = first_epoch;
+  if (shuffle_buffer != 0) j["shuffle_buffer"] = shuffle_buffer;
   // Written only when set, so a spec of images and labels stays as it was.
   if (!source_options.fields.empty()) j["fields"] = FieldsJson(source_options.fields);
   if (!source_options.fields.empty() || source_options.max_field_bytes != SourceOptions().max_field_bytes) {

@@ -42,6 +42,7 @@ struct FetchedItem {
   uint64_t slot;
   int64_t pos;   // within the batch
   int64_t item;  // dataset index
+  bool buffered = false;  // of the buffered epoch (its random draws key on shard and member)
   std::vector<uint8_t> bytes;
   Status status;  // a failed read travels on so the batch can complete
   // Set on a batch's first position: the items the cache is asked for in

@@ -139,8 +139,21 @@ class PyLoader {
     }
     RaiseIfError(st);
   }
-  std::string StateJson() const { return ValueOrRaise(Cursor().StateJson()); }
-  void LoadStateJson(const std::string& state) { RaiseIfError(Cursor().LoadStateJson(state)); }
+  std::string StateJson() const {
+    Result<std::string> r = [&] {
+      nb::gil_scoped_release release;  // (a buffered epoch's state waits for the index)
+      return Cursor().StateJson();
+    }();
+    return ValueOrRaise(std::move(r));
+  }
+  void LoadStateJson(const std::string& state) {
+    Status st;
+    {
+      nb::gil_scoped_release release;
+      st = Cursor().LoadStateJson(state);
+    }
+    RaiseIfError(st);
+  }
   int64_t Epoch() const { return Cursor().epoch(); }
   int64_t Position() const { return Cursor().position(); }
   bool Active() const { return Cursor().active(); }
@@ -212,29 +225,64 @@ class PyLoader {
   std::string StatsJson() const { return Loader().Stats().ToJson(); }
   std::string StatsTable() const { return Loader().Stats().ToTable(); }
   std::string SpecJson() const { return Loader().spec().ToJson(); }
-  int64_t BatchesPerEpoch() const { return Loader().sampler().BatchesPerEpoch(); }
-  int64_t SamplesPerEpoch() const { return Loader().sampler().SamplesPerEpoch(); }
-  int64_t NumItems() const { return Loader().source().size(); }
+  // Tar shards still being indexed as they are read (the buffered first
+  // epoch): what needs every item waits for the index, without the GIL,
+  // and raises what stopped it.
+  void WaitForIndex() const {
+    if (Loader().sampler().counts_known()) return;
+    Result<int64_t> total = [&] {
+      nb::gil_scoped_release release;
+      return Loader().source().sharded()->Total();
+    }();
+    if (!total.ok()) RaiseStatus(total.status());
+  }
+  bool CountsKnown() const { return Loader().sampler().counts_known(); }
+  int64_t BatchesPerEpoch() const {
+    WaitForIndex();
+    return Loader().sampler().BatchesPerEpoch();
+  }
+  int64_t SamplesPerEpoch() const {
+    WaitForIndex();
+    return Loader().sampler().SamplesPerEpoch();
+  }
+  int64_t NumItems() const {
+    WaitForIndex();
+    return Loader().source().size();
+  }
   std::vector<int64_t> SampleShape() const { return Loader().SampleShape(); }
   nb::object Key(int64_t i) const {
+    WaitForIndex();
+    // (A buffered epoch's early batches name samples by shard and member.)
+    const std::shared_ptr<ShardedItems> shards = Loader().source().sharded();
+    if (shards != nullptr && IsShardMemberKey(i)) {
+      const int64_t s = ShardOfKey(i);
+      Result<int64_t> n = s < shards->shard_count() ? shards->Count(s) : Result<int64_t>(int64_t{0});
+      if (!n.ok() || MemberOfKey(i) >= n.value()) throw nb::index_error("item index out of range");
+      i = shards->Published(i);
+    }
     if (i < 0 || i >= Loader().source().size()) throw nb::index_error("item index out of range");
     return PathText(Loader().source().key(i));
   }
   // Class names are folder names: not always UTF-8.
   nb::list Classes() const {
+    WaitForIndex();
     nb::list out;
     for (const std::string& c : Loader().source().classes()) out.append(PathText(c));
     return out;
   }
   // The class folders, else the largest label plus one (tar shards' .cls).
   int64_t NumClasses() const {
+    WaitForIndex();
     const Source& src = Loader().source();
     if (!src.classes().empty()) return static_cast<int64_t>(src.classes().size());
     int64_t top = -1;
     for (int64_t i = 0; i < src.size(); ++i) top = std::max(top, src.label(i));
     return top + 1;
   }
-  uint64_t Fingerprint() const { return Loader().source().fingerprint(); }
+  uint64_t Fingerprint() const {
+    WaitForIndex();
+    return Loader().source().fingerprint();
+  }
   std::string LeftOut() const { return DescribeLeftOut(Loader().source()); }
   std::string IndexOrigin() const { return Loader().source().index_origin(); }
   std::string IndexNote() const { return Loader().source().index_note(); }
@@ -365,6 +413,7 @@ void BindLoader(nb::module_& m) {
       .def("probe_storage", &PyLoader::ProbeStorage, "sequential"_a, "concurrent"_a,
            "concurrency"_a)
       .def_prop_ro("batches_per_epoch", &PyLoader::BatchesPerEpoch)
+      .def_prop_ro("counts_known", &PyLoader::CountsKnown)
       .def_prop_ro("num_classes", &PyLoader::NumClasses)
       .def_prop_ro("left_out", &PyLoader::LeftOut)
       .def_prop_ro("index_origin", &PyLoader::IndexOrigin)

@@ -15,6 +15,7 @@ constexpr uint64_t kBlockStream = 0x424c4f434b000000ull;  // "BLOCK", + block nu
 constexpr uint64_t kShardStream = 0x5348415244ull;   // "SHARD": the buffered epoch's shards
 constexpr uint64_t kBufferStream = 0x4255464645ull;  // "BUFFE": its shuffle buffer
 constexpr int64_t kDefaultShuffleBuffer = 8192;
+constexpr int64_t kNoBufferedEpoch = -2;  // decided: no epoch is buffered
 
 // Fisher-Yates with Philox: the same permutation on every machine.
 void Shuffle(std::vector<int64_t>* v, uint64_t seed, uint64_t stream, uint64_t counter) {
@@ -190,6 +191,10 @@ bool Sampler::counts_known() const {
 int64_t Sampler::Items64() const { return EffectiveItems(options_, num_items()); }
 
 Status Sampler::SetBufferedEpoch(int64_t epoch) const {
+  if (epoch < 0) {
+    lazy_->buffered_epoch.store(kNoBufferedEpoch);  // none, for good
+    return Status::OK();
+  }
   if (options_.shards == nullptr) {
     return InvalidArgument("a buffered epoch needs tar shards; this dataset is not in shards");
   }

@@ -193,6 +193,7 @@ Status ChunkFeed::FromPrivate(int64_t seq, int64_t deadline, std::shared_ptr<Chu
     // the chunk it holds and one being made.
     LoaderSpec spec = producer_spec_;
     spec.prefetch = std::max(spec.prefetch, kMaxLiveViews);
+    spec.first_epoch = "exact";  // the producer's order, chunk for chunk
     NOSTALL_ASSIGN_OR_RETURN(private_, Loader::Create(spec));
     private_next_ = -1;
   }

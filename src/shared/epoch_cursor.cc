@@ -77,6 +77,10 @@ Result<std::string> EpochCursor::StateJson() const {
 
 Status EpochCursor::LoadStateJson(const std::string& state) {
   NOSTALL_ASSIGN_OR_RETURN(ResumePoint p, CheckResumeState(*loader_, !shared_.empty(), state));
+  // The epochs run as they ran before (a buffered one buffered again).
+  if (shared_.empty() && loader_->source().sharded() != nullptr) {
+    NOSTALL_RETURN_IF_ERROR(loader_->sampler().SetBufferedEpoch(p.buffered_epoch));
+  }
   epoch_ = p.epoch;
   epoch_set_ = true;
   resume_ = p;

@@ -271,7 +271,7 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   if (spec.shuffle) spec.shuffle_block = block_chunks * spec.batch_size;
   // The pipeline is prepared (spec resolved, output shape known) to size
   // the segment, and started on the segment's slots once it exists.
-  NOSTALL_ASSIGN_OR_RETURN(PipelineParts parts, PreparePipeline(spec));
+  NOSTALL_ASSIGN_OR_RETURN(PipelineParts parts, PreparePipeline(spec, /*shared=*/true));
   const LoaderSpec resolved = parts.spec;
   const std::vector<int64_t> shape = SampleShapeOf(resolved.prep, parts.out_h, parts.out_w);
   const uint64_t dataset_fingerprint = parts.source->fingerprint();

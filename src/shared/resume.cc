@@ -48,6 +48,12 @@ Result<std::string> ResumeStateJson(const Loader& loader, int64_t epoch, int64_t
                 {"drop_last", spec.drop_last},
                 {"shuffle_block", spec.shuffle_block},
                 {"dataset_fingerprint", Hex16(loader.source().fingerprint())}};
+  // Which epoch ran in the buffered order (tar shards indexed as read):
+  // resumed, it runs in that order again.
+  if (loader.sampler().buffered_epoch() >= 0) {
+    state["buffered_epoch"] = loader.sampler().buffered_epoch();
+    state["shuffle_buffer"] = spec.shuffle_buffer;
+  }
   if (!shared_name.empty()) {
     // A consumer's epoch is a stretch of the producer's stream: where it began.
     state["shared"] = shared_name;
@@ -120,6 +126,17 @@ Result<ResumePoint> CheckResumeState(const Loader& loader, bool is_consumer,
     // Epochs up to 2^40: far beyond any run, and every later count fits.
     NOSTALL_ASSIGN_OR_RETURN(point.epoch, Whole(state, "epoch", int64_t{1} << 40));
     NOSTALL_ASSIGN_OR_RETURN(point.batch, Whole(state, "batch", int64_t{1} << 40));
+    if (state.contains("buffered_epoch")) {
+      NOSTALL_ASSIGN_OR_RETURN(point.buffered_epoch, Whole(state, "buffered_epoch", int64_t{1} << 40));
+      if (state.value("shuffle_buffer", json(0)) != json(spec.shuffle_buffer)) {
+        return InvalidArgument("state was taken with shuffle_buffer=" + Shown(state.value("shuffle_buffer", json(0))) +
+                               ", this loader has shuffle_buffer=" + std::to_string(spec.shuffle_buffer) +
+                               ": the buffered epoch's batches would differ");
+      }
+      if (loader.source().sharded() == nullptr) {
+        return InvalidArgument("state has a buffered epoch, which only tar shards have; this dataset is not in shards");
+      }
+    }
     const int64_t batches = loader.sampler().BatchesPerEpoch();
     if (point.batch < 0 || point.batch > batches) {
       return InvalidArgument("state batch " + std::to_string(point.batch) +

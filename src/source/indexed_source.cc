@@ -32,10 +32,16 @@ class IndexedSource final : public IndexSource {
         kind_(kind),
         max_item_bytes_(max_item_bytes),
         drop_page_cache_(drop_page_cache) {}
+  IndexedSource(std::shared_ptr<LazyShards> lazy, const char* kind, uint64_t max_item_bytes,
+                bool drop_page_cache)
+      : IndexSource(std::move(lazy)),
+        kind_(kind),
+        max_item_bytes_(max_item_bytes),
+        drop_page_cache_(drop_page_cache) {}
   const char* kind() const override { return kind_; }
 
   Status Evict(int64_t i) const override {
-    if (index_->folder()) {
+    if (folder()) {
       const std::string path = key(i);
       for (int f = 0; f < records_.extra && !records_.beside.empty(); ++f) {
         const int32_t ext = records_.beside[static_cast<size_t>(i) * records_.extra + f];
@@ -44,17 +50,17 @@ class IndexedSource final : public IndexSource {
       return DropFromPageCache(path);
     }
     const ItemWhere w = Where(i);
-    return DropFromPageCache(index_->shards()[w.container], w.offset, static_cast<uint64_t>(w.size));
+    return DropFromPageCache(ShardName(w.container), w.offset, static_cast<uint64_t>(w.size));
   }
 
   Status Read(int64_t i, std::vector<uint8_t>* out) const override {
     if (!records_.beside.empty()) return ReadBeside(i, out);
-    if (index_->folder()) return ReadWholeFile(key(i), max_item_bytes_, out, drop_page_cache_);
+    if (folder()) return ReadWholeFile(key(i), max_item_bytes_, out, drop_page_cache_);
     const ItemWhere w = Where(i);
     if (static_cast<uint64_t>(w.size) > max_item_bytes_) {
       return DataError("member is over the item size limit");
     }
-    NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(index_->shards()[w.container]));
+    NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(ShardName(w.container)));
     out->resize(static_cast<size_t>(w.size));
     Status st = PreadExact(fd.get(), w.offset, out->size(), out->data());
     if (drop_page_cache_) {
@@ -174,6 +180,9 @@ Status WriteBeside(const IndexedDataset& d, Index index) {
   });
 }
 
+// Local shards indexed as read: a few ahead of the first epoch.
+constexpr int kLazyShardsAtOnce = 4;
+
 std::string Seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f s", s);
@@ -212,31 +221,47 @@ Result<std::unique_ptr<Source>> OpenIndexed(const IndexedDataset& d, const Sourc
   } else if (options.use_index_cache) {
     cache_path = IndexCachePath(options.index_cache_dir, key);
   }
-  if (index == nullptr) {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::string bytes;
-    {
-      NOSTALL_ASSIGN_OR_RETURN(Index built, d.build());
-      built.variant = d.variant;
-      bytes = SerializeIndex(built, d.root);
-      origin = "built in " + Seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      if (beside && mode != "read") {
-        Status st = WriteBeside(d, std::move(built));
-        if (!st.ok() && mode == "rebuild") return st;
-        if (st.ok()) {
-          origin += "; written beside the data: " + d.beside;
-          note.clear();
-        } else {
-          note = "the index could not be written beside the data: " + st.message();
-        }
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool write_beside = beside && mode != "read";
+  // The built index: written beside the data as asked, then saved and
+  // mapped (nothing per item stays in the process).
+  auto finish = [d, write_beside, mode, cache_path, t0](Index built, std::string* origin,
+                                                       std::string* note) -> Result<IndexViewPtr> {
+    built.variant = d.variant;
+    std::string bytes = SerializeIndex(built, d.root);
+    *origin = "built in " + Seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (write_beside) {
+      Status st = WriteBeside(d, std::move(built));
+      if (!st.ok() && mode == "rebuild") return st;
+      if (st.ok()) {
+        *origin += "; written beside the data: " + d.beside;
+        note->clear();
+      } else {
+        *note = "the index could not be written beside the data: " + st.message();
       }
     }
+    built = Index{};
     // The builder's many small strings are gone: give their pages back.
     ::malloc_trim(0);
     // Saved, the index is mapped from the file, shared with every process
     // that opens the dataset; a cache that cannot be written only costs the
     // next run a rebuild, and this one the index in its own memory.
-    NOSTALL_ASSIGN_OR_RETURN(index, SaveAndMapIndex(cache_path, std::move(bytes), d.root, &origin));
+    return SaveAndMapIndex(cache_path, std::move(bytes), d.root, origin);
+  };
+  if (index == nullptr && options.lazy_index && d.index_one && options.fields.empty()) {
+    auto lazy = std::make_shared<LazyShards>(
+        d.header.shards, d.header, kLazyShardsAtOnce, d.index_one,
+        [finish, note](Index whole, std::string* origin) mutable {
+          return finish(std::move(whole), origin, &note);
+        });
+    auto source = std::make_unique<IndexedSource>(std::move(lazy), d.kind, options.max_item_bytes,
+                                                  local.drop_page_cache);
+    source->SetIndexOrigin("", std::move(note));
+    return Throttled(std::move(source), local);
+  }
+  if (index == nullptr) {
+    NOSTALL_ASSIGN_OR_RETURN(Index built, d.build());
+    NOSTALL_ASSIGN_OR_RETURN(index, finish(std::move(built), &origin, &note));
   }
   NOSTALL_ASSIGN_OR_RETURN(RecordTable records, SelectFields(options, *index));
   auto source = std::make_unique<IndexedSource>(std::move(index), std::move(records), d.kind,
@@ -274,8 +299,70 @@ std::string Joined(const std::vector<std::string>& exts) {
 
 }  // namespace
 
+const IndexView* IndexSource::Whole() const {
+  if (!lazy_) return index_.get();
+  Status error;
+  return lazy_->Whole(&error);
+}
+
+const std::vector<std::string>& IndexSource::classes() const {
+  static const std::vector<std::string> kNone;
+  const IndexView* w = Whole();
+  return w ? w->classes() : kNone;
+}
+
+uint64_t IndexSource::fingerprint() const {
+  if (!lazy_) return fingerprint_;
+  const IndexView* w = Whole();
+  return w ? RecordsFingerprint(*w, records_) : 0;
+}
+
+std::string IndexSource::index_origin() const {
+  if (!lazy_) return origin_;
+  if (!lazy_->complete()) return "being indexed as the shards are first read (the first epoch is buffered)";
+  return "indexed as the shards were first read; " + lazy_->origin();
+}
+
+namespace {
+// A whole index's shards as the buffered epoch counts them: the items are
+// in shard order, so a shard's samples are a run of ids.
+class IndexShards final : public ShardedItems {
+ public:
+  explicit IndexShards(const IndexView& index) : index_(index), base_(index.shards().size() + 1, 0) {
+    for (int64_t i = 0; i < index.size(); ++i) ++base_[static_cast<size_t>(index.item(i).container) + 1];
+    for (size_t s = 1; s < base_.size(); ++s) base_[s] += base_[s - 1];
+  }
+  int64_t shard_count() const override { return static_cast<int64_t>(base_.size()) - 1; }
+  bool complete() const override { return true; }
+  void Begin(const std::vector<int64_t>&) override {}
+  Result<int64_t> Count(int64_t s) override {
+    return base_[static_cast<size_t>(s) + 1] - base_[static_cast<size_t>(s)];
+  }
+  Result<int64_t> Total() override { return index_.size(); }
+  int64_t Id(int64_t s, int64_t member) const override { return base_[static_cast<size_t>(s)] + member; }
+  int64_t StableKey(int64_t id) const override {
+    const size_t s = static_cast<size_t>(std::upper_bound(base_.begin(), base_.end() - 1, id) - base_.begin()) - 1;
+    return ShardMemberKey(static_cast<int64_t>(s), id - base_[s]);
+  }
+  int64_t Published(int64_t id) const override { return id; }
+
+ private:
+  const IndexView& index_;
+  std::vector<int64_t> base_;
+};
+}  // namespace
+
+std::shared_ptr<ShardedItems> IndexSource::sharded() const {
+  if (lazy_) return lazy_;
+  if (index_->folder() || !records_.kept.empty()) return nullptr;
+  std::call_once(sharded_once_, [&] { sharded_ = std::make_shared<IndexShards>(*index_); });
+  return sharded_;
+}
+
 std::vector<std::pair<std::string, int64_t>> IndexSource::members_found() const {
-  if (index_->folder() && !index_->has_members()) return {};
+  const IndexView* index = Whole();
+  if (index == nullptr) return {};
+  if (index->folder() && !index->has_members()) return {};
   std::vector<std::pair<std::string, int64_t>> counts;
   auto add = [&](const std::string& ext) {
     for (auto& [e, n] : counts) {
@@ -288,18 +375,18 @@ std::vector<std::pair<std::string, int64_t>> IndexSource::members_found() const 
   };
   for (int64_t i = 0; i < size(); ++i) {
     const int64_t raw = Raw(i);
-    const std::string name(index_->name(raw));
-    if (index_->folder()) {  // a folder's image file, and the files beside it
+    const std::string name(index->name(raw));
+    if (index->folder()) {  // a folder's image file, and the files beside it
       add(FileExtension(name));
     } else {
       std::string sample, ext;
       SplitMemberName(name, &sample, &ext);
       add(ext);
-      if (index_->item(raw).label >= 0) add("cls");
+      if (index->item(raw).label >= 0) add("cls");
     }
-    if (!index_->has_members()) continue;
-    for (const IndexView::Member* m = index_->members_begin(raw); m != index_->members_end(raw); ++m) {
-      add(index_->folder() ? Lower(index_->member_exts()[m->ext]) : index_->member_exts()[m->ext]);
+    if (!index->has_members()) continue;
+    for (const IndexView::Member* m = index->members_begin(raw); m != index->members_end(raw); ++m) {
+      add(index->folder() ? Lower(index->member_exts()[m->ext]) : index->member_exts()[m->ext]);
     }
   }
   std::stable_sort(counts.begin(), counts.end(),

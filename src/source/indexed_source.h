@@ -7,10 +7,12 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "nostall/source.h"
 #include "source/index_file.h"
+#include "source/lazy_shards.h"
 #include "source/tar_index.h"
 
 namespace nostall {
@@ -69,19 +71,33 @@ std::string IndexVariant(const SourceOptions& options);
 // A Source whose items are an IndexView: the accessors every indexed driver
 // (local files, S3) shares; a driver adds Read, kind and what else it has.
 // Nothing per item is held in the process but what a spec's fields add.
+//
+// Or tar shards being indexed as they are read (LazyShards): items are then
+// named by packed ids until the index is whole; what needs the whole index
+// (size, classes, the fingerprint) waits for it.
 class IndexSource : public Source {
  public:
   int64_t size() const override {
-    return records_.kept.empty() ? index_->size() : static_cast<int64_t>(records_.kept.size());
+    const IndexView* w = Whole();
+    if (w == nullptr) return 0;
+    return records_.kept.empty() ? w->size() : static_cast<int64_t>(records_.kept.size());
   }
-  std::string key(int64_t i) const override { return index_->key(Raw(i)); }
-  int64_t label(int64_t i) const override { return index_->item(Raw(i)).label; }
+  std::string key(int64_t i) const override { return lazy_ ? lazy_->Key(i) : index_->key(Raw(i)); }
+  int64_t label(int64_t i) const override {
+    return lazy_ ? lazy_->Label(i) : index_->item(Raw(i)).label;
+  }
   int64_t byte_size(int64_t i) const override { return Where(i).size; }
-  const std::vector<std::string>& classes() const override { return index_->classes(); }
-  uint64_t fingerprint() const override { return fingerprint_; }
-  int64_t skipped_at_index() const override { return index_->skipped() + records_.skipped; }
+  const std::vector<std::string>& classes() const override;
+  uint64_t fingerprint() const override;
+  // (These two do not wait: while the shards are being indexed, none yet.)
+  int64_t skipped_at_index() const override {
+    const IndexView* w = lazy_ ? lazy_->view() : index_.get();
+    return (w ? w->skipped() : 0) + records_.skipped;
+  }
   std::vector<std::pair<std::string, int64_t>> left_out() const override {
-    return records_.left_out_changed ? records_.left_out : index_->left_out();
+    const IndexView* w = lazy_ ? lazy_->view() : index_.get();
+    return records_.left_out_changed ? records_.left_out
+                                     : (w ? w->left_out() : std::vector<std::pair<std::string, int64_t>>{});
   }
   const FieldSpan* record(int64_t i) const override {
     return records_.spans.empty() ? nullptr
@@ -90,8 +106,9 @@ class IndexSource : public Source {
   int extra_fields() const override { return records_.extra; }
   int64_t field_room(int f) const override { return records_.room[static_cast<size_t>(f)]; }
   std::vector<std::pair<std::string, int64_t>> members_found() const override;
-  std::string index_origin() const override { return origin_; }
+  std::string index_origin() const override;
   std::string index_note() const override { return note_; }
+  std::shared_ptr<ShardedItems> sharded() const override;
   void SetIndexOrigin(std::string origin, std::string note) {
     origin_ = std::move(origin);
     note_ = std::move(note);
@@ -102,6 +119,13 @@ class IndexSource : public Source {
       : index_(std::move(index)),
         records_(std::move(records)),
         fingerprint_(RecordsFingerprint(*index_, records_)) {}
+  explicit IndexSource(std::shared_ptr<LazyShards> lazy) : lazy_(std::move(lazy)) {}
+  // The whole index (a lazy one's: waits for it; null if it failed).
+  const IndexView* Whole() const;
+  bool folder() const { return !lazy_ && index_->folder(); }
+  const std::string& ShardName(int32_t s) const {
+    return lazy_ ? lazy_->shard_name(s) : index_->shards()[static_cast<size_t>(s)];
+  }
   // Item `i` as the index numbers it.
   int64_t Raw(int64_t i) const { return records_.kept.empty() ? i : records_.kept[static_cast<size_t>(i)]; }
   // Where item `i`'s bytes lie: its shard or folder, offset and size (-1:
@@ -112,17 +136,24 @@ class IndexSource : public Source {
     int64_t size;
   };
   ItemWhere Where(int64_t i) const {
+    if (lazy_) {
+      const LazyShards::Where w = lazy_->WhereIs(i);
+      return {w.shard, w.offset, w.size};
+    }
     const IndexView::Item& e = index_->item(Raw(i));
     if (records_.item_span.empty()) return {e.container, e.offset, e.size};
     const RecordTable::Span& s = records_.item_span[static_cast<size_t>(i)];
     return {e.container, s.offset, s.size};
   }
-  const IndexViewPtr index_;
+  const IndexViewPtr index_;  // null while lazy_
   const RecordTable records_;
+  const std::shared_ptr<LazyShards> lazy_;
 
  private:
-  const uint64_t fingerprint_;
+  const uint64_t fingerprint_ = 0;
   std::string origin_, note_;
+  mutable std::once_flag sharded_once_;
+  mutable std::shared_ptr<ShardedItems> sharded_;
 };
 
 // A file or object name ending in .jpg, .jpeg or .png, in any case: an
@@ -142,6 +173,11 @@ struct IndexedDataset {
   std::string beside;     // the index file beside the data ("": none for this layout)
   std::string variant;    // what the index depends on of the options (IndexVariant)
   std::function<Result<Index>()> build;
+  // Tar shards: each shard indexed alone (into an empty part), for a source
+  // that indexes them as they are read (SourceOptions::lazy_index); with
+  // `header`, the index's tables before any shard (its shard names).
+  std::function<Status(size_t, Index*)> index_one;
+  Index header;
 };
 // Opens `d`: from the index beside the data if it is there, trusted (this
 // user's or the data's owner's, writable by no one else, no path out of

@@ -37,6 +37,16 @@ class S3Source : public IndexSource {
         client_(std::move(client)),
         bucket_(std::move(bucket)),
         max_item_bytes_(max_item_bytes) {}
+  // Shards indexed as they are read, through `client`.
+  S3Source(std::unique_ptr<S3Client> client, std::string bucket, std::shared_ptr<LazyShards> lazy,
+           uint64_t max_item_bytes)
+      : IndexSource(std::move(lazy)),
+        client_(std::move(client)),
+        bucket_(std::move(bucket)),
+        max_item_bytes_(max_item_bytes) {}
+  ~S3Source() override {
+    if (lazy_) lazy_->Stop();  // its reads go through client_
+  }
 
   // Where item `i`'s bytes are: an object, and a range of it (length -1:
   // the whole object, of at most `most` bytes: its listed size).

@@ -21,12 +21,19 @@ namespace {
 
 constexpr uint64_t kWindow = 4 << 20;
 constexpr int kShardsAtOnce = 16;
+// Indexed as read: a few shards ahead of the first epoch, leaving the
+// connection to the epoch's own reads.
+constexpr int kLazyShardsAtOnce = 4;
 
 class S3TarSource final : public S3Source {
  public:
   S3TarSource(std::unique_ptr<S3Client> client, std::string bucket, std::vector<std::string> keys,
               IndexViewPtr index, RecordTable records, uint64_t max_item_bytes)
       : S3Source(std::move(client), std::move(bucket), std::move(index), std::move(records), max_item_bytes),
+        keys_(std::move(keys)) {}
+  S3TarSource(std::unique_ptr<S3Client> client, std::string bucket, std::vector<std::string> keys,
+              std::shared_ptr<LazyShards> lazy, uint64_t max_item_bytes)
+      : S3Source(std::move(client), std::move(bucket), std::move(lazy), max_item_bytes),
         keys_(std::move(keys)) {}
 
   const char* kind() const override { return "s3-tar-shards"; }
@@ -220,7 +227,6 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     const auto t0 = std::chrono::steady_clock::now();
     Index index;
     index.variant = IndexVariant(options);
-    IndexProgress progress(uri, "shards", static_cast<int64_t>(keys.size()));
     for (size_t s = 0; s < keys.size(); ++s) {
       const std::string shard_uri = "s3://" + first.bucket + "/" + keys[s];
       index.shards.push_back(shard_uri);
@@ -230,44 +236,72 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
       stamp.content = EtagStamp(etags[s]);
       index.stamps.push_back(stamp);
     }
+    S3Client* const c = client.get();
+    const std::string bucket = first.bucket;
+    const TarIndexOptions tar_options = TarOptionsOf(options);
+    const std::vector<std::string> shard_uris = index.shards;
+    // One shard, a sequence of ranged GETs; `fetched`: its bytes read.
+    auto index_one = [c, bucket, keys, sizes, shard_uris, tar_options](size_t s, Index* part,
+                                                                        uint64_t* fetched) {
+      WindowReader reader(c, bucket, keys[s], sizes[s]);
+      Status st = IndexTarShard(
+          shard_uris[s], static_cast<int32_t>(s), sizes[s],
+          [&reader](uint64_t offset, size_t size, uint8_t* out) { return reader.Read(offset, size, out); },
+          tar_options, part);
+      *fetched = reader.fetched();
+      return st;
+    };
+    // The whole index: beside the shards as asked, saved to the cache and
+    // mapped from there.
+    const bool write_beside = !beside_key.empty() && mode != "read";
+    auto finish = [c, bucket, beside_key, beside_uri, write_beside, mode, cache_path, root, t0](
+                      Index whole, std::string* origin, std::string* note) -> Result<IndexViewPtr> {
+      std::string bytes = SerializeIndex(whole, root);
+      whole = Index{};
+      char took[32];
+      std::snprintf(took, sizeof took, "%.1f s",
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      *origin = std::string("built in ") + took;
+      if (write_beside) {
+        Status st = c->Put(bucket, beside_key, bytes);
+        if (!st.ok() && mode == "rebuild") return st;
+        if (st.ok()) {
+          *origin += "; written beside the data: " + beside_uri;
+          note->clear();
+        } else {
+          *note = "the index could not be written beside the data: " + st.message();
+        }
+      }
+      return SaveAndMapIndex(cache_path, std::move(bytes), root, origin);
+    };
+    if (options.lazy_index) {
+      auto lazy = std::make_shared<LazyShards>(
+          shard_uris, std::move(index), kLazyShardsAtOnce,
+          [index_one](size_t s, Index* part) {
+            uint64_t fetched = 0;
+            return index_one(s, part, &fetched);
+          },
+          [finish, note](Index whole, std::string* origin) mutable {
+            return finish(std::move(whole), origin, &note);
+          });
+      auto source = std::make_unique<S3TarSource>(std::move(client), first.bucket, std::move(keys),
+                                                  std::move(lazy), options.max_item_bytes);
+      source->SetIndexOrigin("", std::move(note));
+      return std::unique_ptr<Source>(std::move(source));
+    }
+    IndexProgress progress(uri, "shards", static_cast<int64_t>(keys.size()));
     // Shards indexed at once, each a sequence of ranged GETs: at 20 ms a
     // request, one at a time would take 1,024 round trips per 4 GB.
     std::vector<uint64_t> fetched(keys.size());
     NOSTALL_RETURN_IF_ERROR(IndexShardsInParallel(
         keys.size(), kShardsAtOnce,
-        [&](size_t s, Index* part) {
-          WindowReader reader(client.get(), first.bucket, keys[s], sizes[s]);
-          Status st = IndexTarShard(
-              index.shards[s], static_cast<int32_t>(s), sizes[s],
-              [&reader](uint64_t offset, size_t size, uint8_t* out) {
-                return reader.Read(offset, size, out);
-              },
-              TarOptionsOf(options), part);
-          fetched[s] = reader.fetched();
-          return st;
-        },
+        [&](size_t s, Index* part) { return index_one(s, part, &fetched[s]); },
         [&](size_t s, const Index& part) {
           progress.Done(fetched[s], static_cast<int64_t>(part.items.size()));
         },
         &index));
     if (index.items.empty()) return NotFound("no samples in the tar shards " + uri);
-    std::string bytes = SerializeIndex(index, root);
-    index = Index{};
-    char took[32];
-    std::snprintf(took, sizeof took, "%.1f s",
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    origin = std::string("built in ") + took;
-    if (!beside_key.empty() && mode != "read") {
-      Status st = client->Put(first.bucket, beside_key, bytes);
-      if (!st.ok() && mode == "rebuild") return st;
-      if (st.ok()) {
-        origin += "; written beside the data: " + beside_uri;
-        note.clear();
-      } else {
-        note = "the index could not be written beside the data: " + st.message();
-      }
-    }
-    NOSTALL_ASSIGN_OR_RETURN(view, SaveAndMapIndex(cache_path, std::move(bytes), root, &origin));
+    NOSTALL_ASSIGN_OR_RETURN(view, finish(std::move(index), &origin, &note));
   } else if (origin.rfind("beside", 0) == 0 && !cache_path.empty()) {
     // Fetched from beside the data: saved to this node's cache and mapped
     // from there, so every process on the node shares one copy.

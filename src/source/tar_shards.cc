@@ -88,9 +88,13 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     one_folder = one_folder && std::filesystem::path(s).parent_path().string() == root;
   }
   if (one_folder) beside = root + "/" + std::filesystem::path(uri).filename().string() + kIndexBesideSuffix;
-  return OpenIndexed({"tar-shards", canonical, root, beside, IndexVariant(options),
-                      [&] { return BuildTarIndex(uri, shards, TarOptionsOf(options)); }},
-                     options);
+  IndexedDataset d{"tar-shards", canonical, root, beside, IndexVariant(options),
+                   [&] { return BuildTarIndex(uri, shards, TarOptionsOf(options)); }};
+  d.index_one = [shards, options = TarOptionsOf(options)](size_t s, Index* part) {
+    return IndexShard(shards[s], static_cast<int32_t>(s), options, part);
+  };
+  d.header.shards = shards;
+  return OpenIndexed(d, options);
 }
 
 }  // namespace

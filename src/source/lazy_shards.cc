@@ -1,0 +1,216 @@
+// LazyShards (lazy_shards.h): a few shards indexed at a time in the order
+// the buffered epoch asks for, then the whole index put together once.
+#include "source/lazy_shards.h"
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <numeric>
+#include <system_error>
+
+#include "source/tar_index.h"
+
+namespace nostall {
+
+LazyShards::LazyShards(std::vector<std::string> shards, Index header, int at_once,
+                       IndexOne index_one, Finish finish)
+    : shards_(std::move(shards)),
+      at_once_(std::max(1, at_once)),
+      index_one_(std::move(index_one)),
+      finish_(std::move(finish)),
+      parts_(shards_.size()),
+      header_(std::move(header)),
+      counts_(shards_.size(), -1) {}
+
+LazyShards::~LazyShards() { Stop(); }
+
+void LazyShards::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+void LazyShards::Begin(const std::vector<int64_t>& order) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!order_.empty() || stopping_) return;
+  order_ = order;
+  const int n = static_cast<int>(std::min<size_t>(static_cast<size_t>(at_once_), order_.size()));
+  try {
+    for (int t = 0; t < n; ++t) threads_.emplace_back([this] { Work(); });
+  } catch (const std::system_error& e) {
+    if (threads_.empty()) error_ = ResourceExhausted(std::string("cannot start an indexing thread: ") + e.what());
+  }
+}
+
+void LazyShards::Work() {
+  while (true) {
+    int64_t s = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_ || !error_.ok() || next_ >= order_.size()) return;
+      s = order_[next_++];
+    }
+    Index part;
+    Status st = index_one_(static_cast<size_t>(s), &part);
+    const int64_t count = static_cast<int64_t>(part.items.size());
+    if (st.ok()) {
+      std::unique_lock<std::shared_mutex> parts(parts_mu_);
+      parts_[static_cast<size_t>(s)] = std::move(part);
+    }
+    bool last = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!st.ok()) {
+        if (error_.ok()) error_ = std::move(st);
+      } else {
+        counts_[static_cast<size_t>(s)] = count;
+        last = ++indexed_ == shards_.size();
+      }
+    }
+    cv_.notify_all();
+    if (last) {
+      Assemble();
+      return;
+    }
+  }
+}
+
+// Every shard is indexed: the parts appended in shard order (the index a
+// cold build makes), saved and mapped. Reads of samples by packed id wait
+// meanwhile (the parts are moved into the whole), then go to the mapping.
+void LazyShards::Assemble() {
+  Status st;
+  std::string origin;
+  {
+    std::unique_lock<std::shared_mutex> parts(parts_mu_);
+    Index whole;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      whole = std::move(header_);
+    }
+    std::vector<int64_t> base(shards_.size());
+    int64_t n = 0;
+    for (size_t s = 0; s < parts_.size(); ++s) {
+      base[s] = n;
+      n += static_cast<int64_t>(parts_[s].items.size());
+      AppendIndex(std::move(parts_[s]), &whole);
+      parts_[s] = Index{};
+    }
+    if (whole.items.empty()) {
+      st = NotFound("no samples in the tar shards");
+    } else {
+      Result<IndexViewPtr> mapped = finish_(std::move(whole), &origin);
+      if (mapped.ok()) {
+        base_ = std::move(base);
+        whole_ = std::move(mapped).value();
+        view_.store(whole_.get(), std::memory_order_release);
+      } else {
+        st = mapped.status();
+      }
+    }
+    parts_ = {};
+  }
+  ::malloc_trim(0);  // the parts' many small strings are gone
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!st.ok() && error_.ok()) error_ = std::move(st);
+    origin_ = std::move(origin);
+  }
+  cv_.notify_all();
+}
+
+Result<int64_t> LazyShards::Count(int64_t s) {
+  if (s < 0 || s >= shard_count()) return InvalidArgument("no shard " + std::to_string(s));
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return counts_[static_cast<size_t>(s)] >= 0 || !error_.ok() || stopping_; });
+  if (counts_[static_cast<size_t>(s)] >= 0) return counts_[static_cast<size_t>(s)];
+  if (!error_.ok()) return error_;
+  return Cancelled("the loader shut down while its shards were indexed");
+}
+
+const IndexView* LazyShards::Whole(Status* error) {
+  std::vector<int64_t> order(shards_.size());
+  std::iota(order.begin(), order.end(), 0);
+  Begin(order);  // (nothing asked for them yet: in shard order)
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return view() != nullptr || !error_.ok() || stopping_; });
+  if (view() != nullptr) return view();
+  *error = error_.ok() ? Cancelled("the loader shut down while its shards were indexed") : error_;
+  return nullptr;
+}
+
+Result<int64_t> LazyShards::Total() {
+  Status error;
+  const IndexView* v = Whole(&error);
+  if (v == nullptr) return error;
+  return v->size();
+}
+
+std::string LazyShards::origin() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return origin_;
+}
+
+int64_t LazyShards::Id(int64_t s, int64_t member) const {
+  if (complete()) return base_[static_cast<size_t>(s)] + member;
+  return Packed(s, member);
+}
+
+int64_t LazyShards::Unpacked(int64_t id) const {
+  return base_[static_cast<size_t>(ShardOfKey(id))] + MemberOfKey(id);
+}
+
+int64_t LazyShards::StableKey(int64_t id) const {
+  if (IsPacked(id)) return id;
+  // (A number of the whole index: complete.) Its shard is the last whose
+  // first item is not after it.
+  const size_t s = static_cast<size_t>(std::upper_bound(base_.begin(), base_.end(), id) - base_.begin()) - 1;
+  return Packed(static_cast<int64_t>(s), id - base_[s]);
+}
+
+// Each of these reads a packed id from its shard's part while the index is
+// incomplete, else from the mapping; an id of the whole index only exists
+// once it is (LazyShards::Id gives none before).
+LazyShards::Where LazyShards::WhereIs(int64_t id) const {
+  if (!complete() && IsPacked(id)) {
+    std::shared_lock<std::shared_mutex> parts(parts_mu_);
+    if (!complete()) {
+      const IndexEntry& e = parts_[static_cast<size_t>(ShardOfKey(id))]
+                                .items[static_cast<size_t>(MemberOfKey(id))];
+      return {e.shard, e.offset, e.size};
+    }
+  }
+  const IndexView::Item& e = view()->item(IsPacked(id) ? Unpacked(id) : id);
+  return {e.container, e.offset, e.size};
+}
+
+std::string LazyShards::Key(int64_t id) const {
+  if (!complete() && IsPacked(id)) {
+    std::shared_lock<std::shared_mutex> parts(parts_mu_);
+    if (!complete()) {
+      return parts_[static_cast<size_t>(ShardOfKey(id))]
+          .items[static_cast<size_t>(MemberOfKey(id))]
+          .key;
+    }
+  }
+  return view()->key(IsPacked(id) ? Unpacked(id) : id);
+}
+
+int64_t LazyShards::Label(int64_t id) const {
+  if (!complete() && IsPacked(id)) {
+    std::shared_lock<std::shared_mutex> parts(parts_mu_);
+    if (!complete()) {
+      return parts_[static_cast<size_t>(ShardOfKey(id))]
+          .items[static_cast<size_t>(MemberOfKey(id))]
+          .label;
+    }
+  }
+  return view()->item(IsPacked(id) ? Unpacked(id) : id).label;
+}
+
+}  // namespace nostall
