@@ -113,5 +113,165 @@ TEST(SamplerTest, BadArgumentsAreErrors) {
   EXPECT_FALSE(Sampler::Create({3, 4, false, 0, 0, 1, /*drop_last=*/true}).ok());
 }
 
+
+// Shards of known sizes, counted as a whole index counts them (ids in shard
+// order), or "indexed as read": packed ids, the counts given out only in the
+// order Begin asked for (a shard asked out of order would hang: a test
+// failure, not a silent pass, under ctest's timeout).
+class FakeShards final : public ShardedItems {
+ public:
+  FakeShards(std::vector<int64_t> sizes, bool complete) : sizes_(std::move(sizes)), complete_(complete) {
+    base_.push_back(0);
+    for (int64_t n : sizes_) base_.push_back(base_.back() + n);
+  }
+  int64_t shard_count() const override { return static_cast<int64_t>(sizes_.size()); }
+  bool complete() const override { return complete_; }
+  void Begin(const std::vector<int64_t>& order) override {
+    if (begun_.empty()) begun_ = order;
+  }
+  Result<int64_t> Count(int64_t s) override {
+    asked_.push_back(s);
+    return sizes_[static_cast<size_t>(s)];
+  }
+  Result<int64_t> Total() override { return base_.back(); }
+  int64_t Id(int64_t s, int64_t m) const override {
+    return complete_ ? base_[static_cast<size_t>(s)] + m : ShardMemberKey(s, m);
+  }
+  int64_t StableKey(int64_t id) const override { return id; }
+  int64_t Published(int64_t id) const override { return id; }
+  // A sample's (shard, member) from either form of id.
+  std::pair<int64_t, int64_t> Of(int64_t id) const {
+    if (IsShardMemberKey(id)) return {ShardOfKey(id), MemberOfKey(id)};
+    const size_t s = static_cast<size_t>(std::upper_bound(base_.begin(), base_.end() - 1, id) - base_.begin()) - 1;
+    return {static_cast<int64_t>(s), id - base_[s]};
+  }
+  std::vector<int64_t> begun_, asked_;
+
+ private:
+  std::vector<int64_t> sizes_, base_;
+  bool complete_;
+};
+
+SamplerOptions Sharded(std::shared_ptr<FakeShards> shards, int64_t batch, int64_t rank, int64_t world,
+                       bool drop_last = false, bool shuffle = true, int64_t buffer = 64) {
+  SamplerOptions o{0, batch, shuffle, /*seed=*/7, rank, world, drop_last};
+  o.shards = std::move(shards);
+  o.shuffle_buffer = buffer;
+  return o;
+}
+
+// Reads a buffered stream to its end, a shard at a time.
+std::vector<int64_t> Drain(EpochStream* stream, int* pieces = nullptr) {
+  std::vector<int64_t> out;
+  int n = 0;
+  for (bool final = false; !final; ++n) EXPECT_TRUE(stream->More(&out, &final).ok());
+  out.resize(static_cast<size_t>(stream->total()));
+  if (pieces) *pieces = n;
+  return out;
+}
+
+TEST(BufferedEpochTest, EverySampleOnceAcrossRanksWithPaddingAsTheExactOrder) {
+  const std::vector<int64_t> sizes = {13, 0, 40, 7, 25, 1, 30};  // 116 samples, one shard empty
+  for (int64_t world : {1, 3, 4}) {
+    std::multiset<std::pair<int64_t, int64_t>> seen;
+    size_t per_rank = 0;
+    for (int64_t r = 0; r < world; ++r) {
+      auto shards = std::make_shared<FakeShards>(sizes, false);
+      auto stream = BufferedEpochStream(Sharded(shards, 8, r, world), 2);
+      int pieces = 0;
+      const std::vector<int64_t> mine = Drain(stream.get(), &pieces);
+      EXPECT_EQ(pieces, 7) << "one piece per shard: the order grows as shards are indexed";
+      EXPECT_EQ(static_cast<int64_t>(mine.size()), (116 + world - 1) / world);
+      if (r > 0) EXPECT_EQ(mine.size(), per_rank) << "every rank the same count";
+      per_rank = mine.size();
+      for (int64_t id : mine) seen.insert(shards->Of(id));
+      EXPECT_EQ(shards->asked_, shards->begun_) << "shards read in the order asked to be indexed";
+    }
+    // Each of the 116 samples at least once; the padding (as DistributedSampler's) repeats
+    // the stream's first few, so the total is a multiple of the world size.
+    std::set<std::pair<int64_t, int64_t>> distinct(seen.begin(), seen.end());
+    EXPECT_EQ(distinct.size(), 116u) << "world " << world;
+    EXPECT_EQ(seen.size(), static_cast<size_t>((116 + world - 1) / world * world));
+    for (const auto& [s, m] : distinct) EXPECT_LT(m, sizes[static_cast<size_t>(s)]);
+  }
+}
+
+TEST(BufferedEpochTest, DeterministicFromSeedAndEpochWhetherOrNotTheIndexIsComplete) {
+  const std::vector<int64_t> sizes = {20, 35, 5, 50, 12};
+  auto lazy = std::make_shared<FakeShards>(sizes, false);
+  auto whole = std::make_shared<FakeShards>(sizes, true);
+  const std::vector<int64_t> a = Drain(BufferedEpochStream(Sharded(lazy, 4, 1, 2), 3).get());
+  const std::vector<int64_t> b = Drain(BufferedEpochStream(Sharded(whole, 4, 1, 2), 3).get());
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(lazy->Of(a[i]), whole->Of(b[i])) << "position " << i << ": the same sample, named either way";
+  }
+  auto again = std::make_shared<FakeShards>(sizes, false);
+  EXPECT_EQ(Drain(BufferedEpochStream(Sharded(again, 4, 1, 2), 3).get()), a);
+  EXPECT_NE(Drain(BufferedEpochStream(Sharded(again, 4, 1, 2), 4).get()), a) << "another epoch, another order";
+  auto other = std::make_shared<FakeShards>(sizes, false);
+  (void)BufferedEpochStream(Sharded(other, 4, 1, 2), 4);
+  EXPECT_NE(other->begun_, again->begun_) << "the shards in another order each epoch";
+}
+
+TEST(BufferedEpochTest, ShuffleMixesAcrossShardsWithinTheBuffer) {
+  // 10 shards of 100: with a buffer of 400 the stream's first 100 samples
+  // come from several shards, and no sample is given more than the
+  // buffer's size before the place its shard put it in.
+  auto shards = std::make_shared<FakeShards>(std::vector<int64_t>(10, 100), false);
+  const std::vector<int64_t> order = Drain(BufferedEpochStream(Sharded(shards, 10, 0, 1, false, true, 400), 0).get());
+  std::set<int64_t> first_shards;
+  for (size_t p = 0; p < 100; ++p) first_shards.insert(shards->Of(order[p]).first);
+  EXPECT_GE(first_shards.size(), 2u);
+  std::vector<int64_t> arrival(10);  // a shard's place in the shard order
+  for (size_t k = 0; k < shards->begun_.size(); ++k) arrival[static_cast<size_t>(shards->begun_[k])] = static_cast<int64_t>(k);
+  for (size_t p = 0; p < order.size(); ++p) {
+    const auto [s, m] = shards->Of(order[p]);
+    const int64_t arrived = arrival[static_cast<size_t>(s)] * 100 + m;  // its place in the unshuffled stream
+    EXPECT_GE(static_cast<int64_t>(p) + 400, arrived) << "a sample given before the buffer could hold it";
+  }
+}
+
+TEST(BufferedEpochTest, UnshuffledIsTheExactOrderAndDropLastDropsTheSameTail) {
+  const std::vector<int64_t> sizes = {9, 14, 3, 21};  // 47
+  for (bool drop_last : {false, true}) {
+    for (int64_t r = 0; r < 3; ++r) {
+      auto whole = std::make_shared<FakeShards>(sizes, true);
+      SamplerOptions o = Sharded(whole, 5, r, 3, drop_last, /*shuffle=*/false);
+      o.num_items = 47;
+      SamplerOptions exact = o;
+      exact.shards = nullptr;
+      EXPECT_EQ(Drain(BufferedEpochStream(o, 0).get()), Sampler::Create(exact).value().EpochOrder(0));
+      // Shuffled, the same counts as the exact order's.
+      SamplerOptions shuffled = o;
+      shuffled.shuffle = true;
+      EXPECT_EQ(static_cast<int64_t>(Drain(BufferedEpochStream(shuffled, 0).get()).size()),
+                Sampler::Create(exact).value().SamplesPerEpoch());
+    }
+  }
+}
+
+TEST(BufferedEpochTest, TheFirstEpochOpenedBeforeTheIndexIsWholeIsBufferedTheRestExact) {
+  auto lazy = std::make_shared<FakeShards>(std::vector<int64_t>{10, 10, 10}, false);
+  Sampler s = Sampler::Create(Sharded(lazy, 4, 0, 1)).value();
+  EXPECT_FALSE(s.counts_known());
+  EXPECT_EQ(s.buffered_epoch(), -1);
+  (void)s.OpenEpoch(2);
+  EXPECT_EQ(s.buffered_epoch(), 2);
+  (void)s.OpenEpoch(3);
+  EXPECT_EQ(s.buffered_epoch(), 2);
+  EXPECT_EQ(s.SamplesPerEpoch(), 30);
+  EXPECT_EQ(s.BatchesPerEpoch(), 8);
+  // A resumed loader sets it: none, for good, even while the index is incomplete.
+  Sampler t = Sampler::Create(Sharded(std::make_shared<FakeShards>(std::vector<int64_t>{10, 10, 10}, false), 4, 0, 1)).value();
+  ASSERT_TRUE(t.SetBufferedEpoch(-1).ok());
+  (void)t.OpenEpoch(0);
+  EXPECT_EQ(t.buffered_epoch(), -1);
+  // A subset or shuffle blocks need every item: refused while the index is incomplete.
+  SamplerOptions o = Sharded(lazy, 4, 0, 1);
+  o.subset = 5;
+  EXPECT_FALSE(Sampler::Create(o).ok());
+}
+
 }  // namespace
 }  // namespace nostall

@@ -20,7 +20,9 @@ LazyShards::LazyShards(std::vector<std::string> shards, Index header, int at_onc
       finish_(std::move(finish)),
       parts_(shards_.size()),
       header_(std::move(header)),
-      counts_(shards_.size(), -1) {}
+      counts_(shards_.size(), -1),
+      running_(shards_.size(), 0),
+      failed_(shards_.size()) {}
 
 LazyShards::~LazyShards() { Stop(); }
 
@@ -54,6 +56,7 @@ void LazyShards::Work() {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_ || !error_.ok() || next_ >= order_.size()) return;
       s = order_[next_++];
+      running_[static_cast<size_t>(s)] = 1;
     }
     Index part;
     Status st = index_one_(static_cast<size_t>(s), &part);
@@ -65,7 +68,9 @@ void LazyShards::Work() {
     bool last = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      running_[static_cast<size_t>(s)] = 0;
       if (!st.ok()) {
+        failed_[static_cast<size_t>(s)] = st;
         if (error_.ok()) error_ = std::move(st);
       } else {
         counts_[static_cast<size_t>(s)] = count;
@@ -126,9 +131,15 @@ void LazyShards::Assemble() {
 
 Result<int64_t> LazyShards::Count(int64_t s) {
   if (s < 0 || s >= shard_count()) return InvalidArgument("no shard " + std::to_string(s));
+  // A shard being indexed is waited for even after another failed: the
+  // epoch breaks at the first shard in its order that cannot be read.
+  const size_t k = static_cast<size_t>(s);
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return counts_[static_cast<size_t>(s)] >= 0 || !error_.ok() || stopping_; });
-  if (counts_[static_cast<size_t>(s)] >= 0) return counts_[static_cast<size_t>(s)];
+  cv_.wait(lock, [&] {
+    return counts_[k] >= 0 || !failed_[k].ok() || (!running_[k] && (!error_.ok() || stopping_));
+  });
+  if (counts_[k] >= 0) return counts_[k];
+  if (!failed_[k].ok()) return failed_[k];
   if (!error_.ok()) return error_;
   return Cancelled("the loader shut down while its shards were indexed");
 }

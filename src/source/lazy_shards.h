@@ -96,6 +96,8 @@ class LazyShards final : public ShardedItems {
   std::vector<int64_t> order_;      // guarded by mu_: the shards, in the order asked
   size_t next_ = 0;                 // guarded by mu_: the next of order_ to index
   std::vector<int64_t> counts_;     // guarded by mu_: per shard, -1 until indexed
+  std::vector<char> running_;       // guarded by mu_: per shard, being indexed now
+  std::vector<Status> failed_;      // guarded by mu_: per shard, why it could not be
   size_t indexed_ = 0;              // guarded by mu_
   Status error_;                    // guarded by mu_: the first shard's that failed
   bool stopping_ = false;           // guarded by mu_

@@ -118,6 +118,91 @@ TEST(TarSourceTest, GroupsMembersByKeyAndReadsLabels) {
   EXPECT_EQ(std::string(s.kind()), "tar-shards");
 }
 
+// Shards of `per` samples each, sample k of shard s holding the bytes
+// "s/k" as its image and label 10 * s + k.
+std::string WriteNumberedShards(const std::string& dir, int shards, int per) {
+  for (int s = 0; s < shards; ++s) {
+    std::vector<uint8_t> tar;
+    for (int k = 0; k < per; ++k) {
+      const std::string key = "x/" + std::to_string(s) + "-" + std::to_string(k);
+      AppendTarMember(&tar, key + ".jpg", Bytes(std::to_string(s) + "/" + std::to_string(k)));
+      AppendTarMember(&tar, key + ".cls", Bytes(std::to_string(10 * s + k)));
+    }
+    FinishTar(&tar);
+    WriteFile(dir + "/train-" + std::to_string(s) + ".tar", tar);
+  }
+  return dir + "/train-{0.." + std::to_string(shards - 1) + "}.tar";
+}
+
+TEST(TarSourceTest, IndexedAsReadServesEachShardOnceItIsInThenTheWholeIndex) {
+  TempDir dir, cache;
+  const std::string uri = WriteNumberedShards(dir.path(), 5, 7);
+  SourceOptions o;
+  o.index_cache_dir = cache.path();
+  o.lazy_index = true;
+  auto src = OpenSource(uri, o);
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  const Source& s = *src.value();
+  std::shared_ptr<ShardedItems> shards = s.sharded();
+  ASSERT_NE(shards, nullptr);
+  EXPECT_EQ(shards->shard_count(), 5);
+  shards->Begin({3, 0, 4, 1, 2});
+  ASSERT_TRUE(shards->Count(3).ok());
+  EXPECT_EQ(shards->Count(3).value(), 7);
+  // A sample of an indexed shard reads, labels and names right, by either id.
+  const int64_t id = shards->Id(3, 5);
+  std::vector<uint8_t> out;
+  ASSERT_TRUE(s.Read(id, &out).ok());
+  EXPECT_EQ(out, Bytes("3/5"));
+  EXPECT_EQ(s.label(id), 35);
+  EXPECT_EQ(s.key(id), dir.path() + "/train-3.tar:x/3-5.jpg");
+  ASSERT_TRUE(shards->Total().ok());
+  EXPECT_EQ(shards->Total().value(), 35);
+  EXPECT_TRUE(shards->complete());
+  EXPECT_EQ(s.size(), 35);
+  // Once whole: the index a cold build makes (shard order), and an id
+  // handed out before still reads its sample.
+  const int64_t whole = shards->Published(id);
+  EXPECT_EQ(whole, 3 * 7 + 5);
+  EXPECT_EQ(shards->Id(3, 5), whole);
+  EXPECT_EQ(shards->StableKey(whole), shards->StableKey(id));
+  ASSERT_TRUE(s.Read(id, &out).ok());
+  EXPECT_EQ(out, Bytes("3/5"));
+  ASSERT_TRUE(s.Read(whole, &out).ok());
+  EXPECT_EQ(out, Bytes("3/5"));
+  EXPECT_EQ(s.key(0), dir.path() + "/train-0.tar:x/0-0.jpg");
+  EXPECT_NE(s.index_origin().find("indexed as the shards were first read"), std::string::npos) << s.index_origin();
+  // Saved to the cache: the next loader opens it, exact, with the same items.
+  o.lazy_index = false;
+  auto next = OpenSource(uri, o);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next.value()->fingerprint(), s.fingerprint());
+  EXPECT_NE(next.value()->index_origin().find("the index cache"), std::string::npos);
+  // With the index there, even a loader that allows it does not index as it reads.
+  o.lazy_index = true;
+  auto again = OpenSource(uri, o);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again.value()->sharded()->complete());
+}
+
+TEST(TarSourceTest, IndexedAsReadNamesAShardThatCannotBeIndexed) {
+  TempDir dir;
+  const std::string uri = WriteNumberedShards(dir.path(), 3, 4);
+  std::vector<uint8_t> bad(1024, 'z');  // not a tar header
+  WriteFile(dir.path() + "/train-1.tar", bad);
+  SourceOptions o = NoCache();
+  o.lazy_index = true;
+  auto src = OpenSource(uri, o);
+  ASSERT_TRUE(src.ok()) << "opens at once: no shard is read yet";
+  std::shared_ptr<ShardedItems> shards = src.value()->sharded();
+  shards->Begin({0, 1, 2});
+  EXPECT_TRUE(shards->Count(0).ok());
+  Result<int64_t> total = shards->Total();
+  ASSERT_FALSE(total.ok());
+  EXPECT_NE(total.status().Describe().find("train-1.tar"), std::string::npos) << total.status().Describe();
+  EXPECT_EQ(src.value()->size(), 0);
+}
+
 TEST(TarSourceTest, BadSamplesFailOrAreSkipped) {
   TempDir dir;
   std::vector<uint8_t> tar;
