@@ -338,7 +338,7 @@ def test_an_index_object_beside_s3_shards_starts_a_fresh_node_without_reading_th
     client.upload_file(str(tmp_path / "shards" / "train-0.tar"), "train-data", "beside/train-1.tar")
     env["NOSTALL_CACHE_DIR"] = str(tmp_path / "third-node")
     with pytest.warns(UserWarning, match="is stale: a shard changed"):
-        changed = nostall.Loader(uri, **kw)
+        changed = nostall.Loader(uri, first_epoch="exact", **kw)
     assert changed.index_origin.startswith("built in")
     now = tmp_path / "now"  # the shards as they are now, locally
     now.mkdir()
@@ -349,6 +349,36 @@ def test_an_index_object_beside_s3_shards_starts_a_fresh_node_without_reading_th
     a, b = epoch_batches(changed, 0), epoch_batches(ref, 0)
     for (ia, la, xa), (ib, lb, xb) in zip(a, b):
         assert torch.equal(ia, ib) and torch.equal(la, lb) and torch.equal(xa, xb)
+
+
+def test_cold_s3_shards_start_buffered_and_give_the_local_buffered_epoch(s3, tmp_path, env):
+    """With no index anywhere, S3 shards open at once (first_epoch="auto" is
+    buffered on S3): the first epoch is WebDataset's order, the very batches
+    local shards give in their buffered epoch; the index is saved when every
+    shard is in, and the next loader on the node starts exact from it."""
+    client, local = s3
+    pattern = write_shards(local, tmp_path / "shards", shards=3)
+    for s in range(3):
+        client.upload_file(str(tmp_path / "shards" / f"train-{s}.tar"), "train-data", f"cold/train-{s}.tar")
+    uri = "s3://train-data/cold/train-{0..2}.tar"
+    kw = dict(batch_size=4, shuffle=True, seed=2, transforms=augment(), return_indices=True, shuffle_buffer=16)
+    env["NOSTALL_CACHE_DIR"] = str(tmp_path / "s3-node")
+    remote = nostall.Loader(uri, **kw)
+    assert remote.index_origin.startswith("being indexed as the shards are first read")
+    # The listing and a look for an index beside the shards: no shard read yet.
+    assert remote.stats()["storage"]["requests"] == 2
+    a = epoch_batches(remote, 0)
+    env["NOSTALL_CACHE_DIR"] = str(tmp_path / "local-node")
+    here = nostall.Loader(pattern, first_epoch="buffered", **kw)
+    b = epoch_batches(here, 0)
+    assert len(a) == len(b) == len(remote)
+    for (ia, la, xa), (ib, lb, xb) in zip(a, b):
+        assert torch.equal(ia, ib) and torch.equal(la, lb) and torch.equal(xa, xb)
+    assert sorted(int(i) for _, _, x in a for i in x) == list(range(21))
+    env["NOSTALL_CACHE_DIR"] = str(tmp_path / "s3-node")
+    again = nostall.Loader(uri, **kw)
+    assert again.index_origin.startswith("the index cache: ")
+    assert again.stats()["storage"]["requests"] == 1
 
 
 @pytest.mark.parametrize("prefetch", [0, 2])
