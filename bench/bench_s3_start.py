@@ -9,7 +9,11 @@ tests/tools/latency_proxy.py adding 20 ms to every request. For each size,
 alternating in rounds, a fresh process times `nostall.Loader(...)` to its
 first batch (batch 256, RandomResizedCrop(224)) and reads the client's
 bytes and requests so far, starting
-  - cold: no index anywhere (an empty index cache, no index object);
+  - cold: no index anywhere (an empty index cache, no index object), as a
+    loader starts by default (first_epoch="auto": buffered on S3, each shard
+    indexed as the first epoch reads it);
+  - cold, exact: the same with first_epoch="exact" (every shard indexed
+    before the first batch, as before the buffered epoch existed);
   - beside: the index object beside the shards (`nostall index s3://...`),
     an empty index cache (a new node or container);
   - home cache: the node's own index cache holds the index, no object
@@ -74,11 +78,11 @@ def make_shards(folder, gigabytes, images):
     return shards
 
 
-def child(uri):
+def child(uri, first_epoch):
     import nostall
 
     t0 = time.perf_counter()
-    loader = nostall.Loader(uri, batch_size=256, num_threads=1,
+    loader = nostall.Loader(uri, batch_size=256, num_threads=1, shuffle=True, first_epoch=first_epoch,
                             transforms=[nostall.RandomResizedCrop(224)])
     opened = loader.stats()["storage"]["bytes"]
     next(iter(loader))
@@ -88,11 +92,12 @@ def child(uri):
                       "origin": loader.index_origin.split(":")[0].split(";")[0]}))
 
 
-def run(uri, endpoint, cache_dir):
+def run(uri, endpoint, cache_dir, first_epoch="auto"):
     env = dict(os.environ, AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID=KEY,
                AWS_SECRET_ACCESS_KEY=SECRET, AWS_REGION="us-east-1", NOSTALL_CACHE_DIR=str(cache_dir),
                NOSTALL_QUIET="1")
-    out = subprocess.run([sys.executable, __file__, "--child", uri], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, __file__, "--child", uri, "--first-epoch", first_epoch],
+                         env=env, capture_output=True,
                          text=True, timeout=1800)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-3000:])
@@ -106,9 +111,10 @@ def main():
     ap.add_argument("--latency-ms", type=float, default=20)
     ap.add_argument("--data", default="/tmp/nostall-s3-start")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--first-epoch", default="auto", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child)
+        child(args.child, args.first_epoch)
         return
     import boto3
 
@@ -141,7 +147,8 @@ def main():
                     beside = uri.split(f"s3://{BUCKET}/", 1)[1] + ".nostall-index"
                     client.delete_object(Bucket=BUCKET, Key=beside)
                     home = Path(work) / f"home-{gb:g}-{r}"
-                    cold = run(uri, endpoint, home)  # also fills `home`
+                    cold = run(uri, endpoint, Path(work) / f"cold-{gb:g}-{r}")
+                    exact = run(uri, endpoint, home, "exact")  # also fills `home`
                     env = dict(os.environ, AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID=KEY,
                                AWS_SECRET_ACCESS_KEY=SECRET, AWS_REGION="us-east-1",
                                NOSTALL_CACHE_DIR=str(Path(work) / f"indexer-{gb:g}-{r}"), NOSTALL_QUIET="1")
@@ -150,10 +157,13 @@ def main():
                     beside_run = run(uri, endpoint, Path(work) / f"fresh-{gb:g}-{r}")
                     client.delete_object(Bucket=BUCKET, Key=beside)
                     cached = run(uri, endpoint, home)
-                    for name, res in (("cold", cold), ("index beside the shards", beside_run),
+                    for name, res in (("cold (buffered first epoch, the default)", cold),
+                                      ("cold, first_epoch=\"exact\"", exact),
+                                      ("index beside the shards", beside_run),
                                       ("index in the home cache only", cached)):
                         rows.setdefault((gb, name), []).append(res)
-                    print(f"round {r + 1}: {gb:g} GB: cold {cold['seconds']:.2f} s, beside "
+                    print(f"round {r + 1}: {gb:g} GB: cold {cold['seconds']:.2f} s, exact "
+                          f"{exact['seconds']:.2f} s, beside "
                           f"{beside_run['seconds']:.2f} s, home cache {cached['seconds']:.2f} s",
                           file=sys.stderr, flush=True)
         finally:

@@ -796,6 +796,10 @@ class Loader(Closeable):
         spec = json.loads(core.spec_json())
         ts = ", ".join(t["type"] for t in spec.get("transforms", [])) or "no transforms"
         where = f" rank {spec['rank']} of {spec['world_size']}," if spec.get("world_size", 1) > 1 else ""
+        if not core.counts_known:  # shards being indexed as read: say so, not wait
+            return (f"<nostall.Loader {spec_uri(spec)!r}: items being indexed (buffered first "
+                    f"epoch),{where} batches of {spec['batch_size']}, epoch {self._epoch}; "
+                    f"{ts} -> {spec['dtype']} {spec['layout']}>")
         return (f"<nostall.Loader {spec_uri(spec)!r}: {self.num_items:,} items,{where} "
                 f"{len(self)} batches of {spec['batch_size']} per epoch, epoch {self._epoch}; "
                 f"{ts} -> {spec['dtype']} {spec['layout']}>")

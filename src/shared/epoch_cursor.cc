@@ -55,6 +55,10 @@ bool EpochCursor::Ended() {
 // After the epoch's last batch the epoch is over, whether or not the caller
 // asks for the end.
 bool EpochCursor::NoteEnd() {
+  // (While shards are being indexed as read, the count is not known, and
+  // the epoch's last batch is not yet made: its order ends only once every
+  // shard is in.)
+  if (!loader_->sampler().counts_known()) return false;
   if (position_ < batches_per_epoch() || finished_ == epoch_) return false;
   finished_ = epoch_;
   return true;

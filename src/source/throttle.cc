@@ -43,6 +43,7 @@ class ThrottledSource final : public Source {
   }
   std::string index_origin() const override { return inner_->index_origin(); }
   std::string index_note() const override { return inner_->index_note(); }
+  std::shared_ptr<ShardedItems> sharded() const override { return inner_->sharded(); }
 
   Status Evict(int64_t i) const override { return inner_->Evict(i); }
   Status Read(int64_t i, std::vector<uint8_t>* out) const override {
