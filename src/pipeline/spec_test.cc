@@ -64,6 +64,8 @@ TEST(SpecTest, EveryFieldRoundTrips) {
                      {{{"name", "img"}, {"ext", {"png", "jpg"}}, {"kind", "image"}, {"optional", false}},
                       {{"name", "meta"}, {"ext", {"json"}}, {"kind", "json"}, {"optional", true}}})},
       {"max_field_bytes", 4096},
+      {"first_epoch", "buffered"},
+      {"shuffle_buffer", 1000},
   };
   for (const std::string& field : LoaderSpec::FieldNames()) {
     SCOPED_TRACE(field);
