@@ -282,7 +282,8 @@ class Loader(Closeable):
             ``nostall index PATH`` writes it beside the data so that every
             job starts exact.
         shuffle_buffer: the buffered epoch's shuffle buffer, in samples
-            (default 8192; the first batch waits for an eighth of it).
+            (default 8192; it gives its first sample once it holds an
+            eighth of that, at most 256).
         throttle_bandwidth, throttle_latency_ms, drop_page_cache, s3_endpoint,
             s3_region, s3_profile, s3_addressing, s3_unsigned: deprecated
             (a FutureWarning): the same as ``source_options`` of the

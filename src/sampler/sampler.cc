@@ -15,6 +15,9 @@ constexpr uint64_t kBlockStream = 0x424c4f434b000000ull;  // "BLOCK", + block nu
 constexpr uint64_t kShardStream = 0x5348415244ull;   // "SHARD": the buffered epoch's shards
 constexpr uint64_t kBufferStream = 0x4255464645ull;  // "BUFFE": its shuffle buffer
 constexpr int64_t kDefaultShuffleBuffer = 8192;
+// The buffer gives its first sample once it holds this many (or an eighth
+// of its size, if less): the first batch needs no more than a shard or so.
+constexpr int64_t kBufferStart = 256;
 constexpr int64_t kNoBufferedEpoch = -2;  // decided: no epoch is buffered
 
 // Fisher-Yates with Philox: the same permutation on every machine.
@@ -60,7 +63,7 @@ class FixedStream final : public EpochStream {
 
 // The buffered epoch (sampler.h): shards in a permutation of (seed, epoch),
 // their samples through a shuffle buffer, every world_size-th kept. The
-// buffer fills to a start of B/8 before it gives a sample, then grows to B
+// buffer fills to a start of B/8 (at most 256) before it gives a sample, then grows to B
 // giving one sample for every second it takes, then one for each; at the end
 // it gives the rest in random order. Every choice is a function of the
 // stream's position, never of timing.
@@ -69,7 +72,7 @@ class BufferedStream final : public EpochStream {
   BufferedStream(const SamplerOptions& o, int64_t epoch)
       : o_(o),
         capacity_(o.shuffle ? (o.shuffle_buffer > 0 ? o.shuffle_buffer : kDefaultShuffleBuffer) : 0),
-        start_(std::max<int64_t>(1, capacity_ / 8)),
+        start_(std::max<int64_t>(1, std::min<int64_t>(capacity_ / 8, kBufferStart))),
         rng_(o.seed, kBufferStream, static_cast<uint64_t>(epoch)) {
     order_.resize(static_cast<size_t>(o.shards->shard_count()));
     std::iota(order_.begin(), order_.end(), 0);

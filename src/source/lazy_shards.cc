@@ -27,12 +27,14 @@ LazyShards::LazyShards(std::vector<std::string> shards, Index header, int at_onc
 LazyShards::~LazyShards() { Stop(); }
 
 void LazyShards::Stop() {
+  std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
+    threads = std::move(threads_);  // (no thread is started once stopping)
   }
   cv_.notify_all();
-  for (std::thread& t : threads_) {
+  for (std::thread& t : threads) {
     if (t.joinable()) t.join();
   }
 }
@@ -41,11 +43,21 @@ void LazyShards::Begin(const std::vector<int64_t>& order) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!order_.empty() || stopping_) return;
   order_ = order;
-  const int n = static_cast<int>(std::min<size_t>(static_cast<size_t>(at_once_), order_.size()));
+  // The first shard alone (the first batch waits for it: it gets the whole
+  // connection), then the rest, at_once_ at a time (Work).
   try {
-    for (int t = 0; t < n; ++t) threads_.emplace_back([this] { Work(); });
+    threads_.emplace_back([this] { Work(); });
   } catch (const std::system_error& e) {
-    if (threads_.empty()) error_ = ResourceExhausted(std::string("cannot start an indexing thread: ") + e.what());
+    error_ = ResourceExhausted(std::string("cannot start an indexing thread: ") + e.what());
+  }
+}
+
+void LazyShards::RampUp() {
+  const size_t n = std::min<size_t>(static_cast<size_t>(at_once_), order_.size());
+  try {
+    while (threads_.size() < n) threads_.emplace_back([this] { Work(); });
+  } catch (const std::system_error&) {
+    // Fewer threads index the shards more slowly; at least one is at work.
   }
 }
 
@@ -75,6 +87,7 @@ void LazyShards::Work() {
       } else {
         counts_[static_cast<size_t>(s)] = count;
         last = ++indexed_ == shards_.size();
+        if (indexed_ == 1 && !stopping_) RampUp();
       }
     }
     cv_.notify_all();

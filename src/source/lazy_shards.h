@@ -80,6 +80,7 @@ class LazyShards final : public ShardedItems {
   // A packed id as the whole index numbers it.
   int64_t Unpacked(int64_t id) const;
   void Work();
+  void RampUp();  // with mu_ held: the other indexing threads, once the first shard is in
   void Assemble();  // every shard indexed: the whole index, saved and mapped
 
   const std::vector<std::string> shards_;
@@ -102,7 +103,7 @@ class LazyShards final : public ShardedItems {
   Status error_;                    // guarded by mu_: the first shard's that failed
   bool stopping_ = false;           // guarded by mu_
   std::string origin_;              // guarded by mu_
-  std::vector<std::thread> threads_;
+  std::vector<std::thread> threads_;  // guarded by mu_
   std::vector<int64_t> base_;       // per shard: its first item in the whole index (set once)
   IndexViewPtr whole_;              // owns view_ (set once, under mu_)
   std::atomic<const IndexView*> view_{nullptr};
