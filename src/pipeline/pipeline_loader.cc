@@ -27,6 +27,10 @@ PipelineLoader::~PipelineLoader() {
   tuner_.reset();  // first: it starts workers
   if (scheduler_ == nullptr) return;
   scheduler_->Cancel();
+  // A fetch thread may be waiting for a shard being indexed as it is read
+  // (the buffered first epoch): the index's requests are cancelled too, so
+  // it does not wait out that shard.
+  if (fetcher_.async() && !sampler_.counts_known()) source_->CancelReads();
   for (auto& t : threads_) t.join();
   if (fetcher_.async()) {
     // Reads still in flight call back into this object: cancel them (the

@@ -43,8 +43,9 @@ void LazyShards::Begin(const std::vector<int64_t>& order) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!order_.empty() || stopping_) return;
   order_ = order;
-  // The first shard alone (the first batch waits for it: it gets the whole
-  // connection), then the rest, at_once_ at a time (Work).
+  // One thread: the first shard alone (the first batch waits for it, and
+  // for nothing else), then the next; the others start when the epoch asks
+  // for a shard past the first, or for the whole index (RampUp).
   try {
     threads_.emplace_back([this] { Work(); });
   } catch (const std::system_error& e) {
@@ -53,6 +54,7 @@ void LazyShards::Begin(const std::vector<int64_t>& order) {
 }
 
 void LazyShards::RampUp() {
+  if (stopping_ || order_.empty()) return;
   const size_t n = std::min<size_t>(static_cast<size_t>(at_once_), order_.size());
   try {
     while (threads_.size() < n) threads_.emplace_back([this] { Work(); });
@@ -87,7 +89,6 @@ void LazyShards::Work() {
       } else {
         counts_[static_cast<size_t>(s)] = count;
         last = ++indexed_ == shards_.size();
-        if (indexed_ == 1 && !stopping_) RampUp();
       }
     }
     cv_.notify_all();
@@ -148,6 +149,7 @@ Result<int64_t> LazyShards::Count(int64_t s) {
   // epoch breaks at the first shard in its order that cannot be read.
   const size_t k = static_cast<size_t>(s);
   std::unique_lock<std::mutex> lock(mu_);
+  if (!order_.empty() && s != order_.front()) RampUp();  // the first batches are under way
   cv_.wait(lock, [&] {
     return counts_[k] >= 0 || !failed_[k].ok() || (!running_[k] && (!error_.ok() || stopping_));
   });
@@ -162,6 +164,7 @@ const IndexView* LazyShards::Whole(Status* error) {
   std::iota(order.begin(), order.end(), 0);
   Begin(order);  // (nothing asked for them yet: in shard order)
   std::unique_lock<std::mutex> lock(mu_);
+  RampUp();
   cv_.wait(lock, [&] { return view() != nullptr || !error_.ok() || stopping_; });
   if (view() != nullptr) return view();
   *error = error_.ok() ? Cancelled("the loader shut down while its shards were indexed") : error_;

@@ -1,7 +1,8 @@
 // Tar shards indexed as they are first read (docs/sampling.md, "The
 // buffered first epoch"): a loader that finds no index starts at once; its
-// first epoch asks for the shards in its own order (Begin), a few are
-// indexed at a time in that order, and each sample is known, and read, as
+// first epoch asks for the shards in its own order (Begin); the first is
+// indexed alone (the first batch waits for it and nothing else), then, once
+// the epoch asks for another, a few at a time in that order, and each sample is known, and read, as
 // soon as its shard is. When every shard is, the whole index is put
 // together in shard order, exactly as a cold build makes it, saved (the
 // index cache, and beside the data when asked) and mapped; from then on the
@@ -80,7 +81,9 @@ class LazyShards final : public ShardedItems {
   // A packed id as the whole index numbers it.
   int64_t Unpacked(int64_t id) const;
   void Work();
-  void RampUp();  // with mu_ held: the other indexing threads, once the first shard is in
+  // With mu_ held: the other indexing threads, once more than the first
+  // shard is needed.
+  void RampUp();
   void Assemble();  // every shard indexed: the whole index, saved and mapped
 
   const std::vector<std::string> shards_;
