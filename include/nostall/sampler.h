@@ -52,9 +52,6 @@ class ShardedItems {
   // buffered epoch's random draws are keyed by, the same whether the index
   // was complete or not when the sample was read.
   virtual int64_t StableKey(int64_t id) const = 0;
-  // The id a user sees: its number in the whole index once that is known,
-  // else its ShardMemberKey.
-  virtual int64_t Published(int64_t id) const = 0;
 };
 
 // A sample named by its shard and its place in it, beyond any index's item

@@ -258,7 +258,8 @@ class Loader(Closeable):
             for the copy as ``.cuda()`` does. Without a CUDA device it warns
             and changes nothing, as torch's DataLoader does.
         return_indices: yield ``(images, labels, indices)``, the dataset
-            item of each sample (for ``loader.key(i)``).
+            item of each sample (for ``loader.key(i)``; in a buffered first
+            epoch, its shard and place: docs/sampling.md).
         dct_scaling: shrink JPEGs inside the decoder when the output is much
             smaller than its source region (default; much faster). False
             decodes at full resolution, for pixels closest to PIL's.

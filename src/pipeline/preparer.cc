@@ -69,15 +69,12 @@ Status Preparer::Prepare(const FetchedItem& fi, PrepScratch* scratch) {
   } else if (!extra_.empty()) {
     for (uint32_t f = 0; f < extra_.size(); ++f) seg_.field_lengths(static_cast<uint32_t>(s), f)[fi.pos] = -1;
   }
-  // The sample's random draws key on its item, or in the buffered epoch on
-  // its shard and member (what names it before the index is whole); the
-  // caller sees its number in the index once that is known.
-  int64_t key = fi.item, shown = fi.item;
-  if (fi.buffered || IsShardMemberKey(fi.item)) {
-    if (const std::shared_ptr<ShardedItems> shards = source_.sharded()) {
-      if (fi.buffered) key = shards->StableKey(fi.item);
-      shown = shards->Published(fi.item);
-    }
+  // The sample's random draws, and the index the caller sees, are its item;
+  // in the buffered epoch its shard and member (ShardMemberKey): what names
+  // it whether or not the index was whole when it was read.
+  int64_t key = fi.item;
+  if (fi.buffered) {
+    if (const std::shared_ptr<ShardedItems> shards = source_.sharded()) key = shards->StableKey(fi.item);
   }
   if (st.ok()) {
     st = PrepareSample(spec_.prep, fi.bytes.data() + image.offset, static_cast<size_t>(image.size),
@@ -85,7 +82,7 @@ Status Preparer::Prepare(const FetchedItem& fi, PrepScratch* scratch) {
     if (!st.ok()) st = st.WithItem(source_.key(fi.item), "decode");
   }
   seg_.labels(s)[fi.pos] = source_.label(fi.item);
-  seg_.indices(s)[fi.pos] = shown;
+  seg_.indices(s)[fi.pos] = key;
   prep_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
   prep_.work_ns.fetch_add(NowNs() - wall0);
   prep_.items.fetch_add(1);

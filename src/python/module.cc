@@ -258,7 +258,7 @@ class PyLoader {
       const int64_t s = ShardOfKey(i);
       Result<int64_t> n = s < shards->shard_count() ? shards->Count(s) : Result<int64_t>(int64_t{0});
       if (!n.ok() || MemberOfKey(i) >= n.value()) throw nb::index_error("item index out of range");
-      i = shards->Published(i);
+      i = shards->Id(s, MemberOfKey(i));  // its number, once the index is whole
     }
     if (i < 0 || i >= Loader().source().size()) throw nb::index_error("item index out of range");
     return PathText(Loader().source().key(i));

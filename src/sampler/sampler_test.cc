@@ -138,7 +138,6 @@ class FakeShards final : public ShardedItems {
     return complete_ ? base_[static_cast<size_t>(s)] + m : ShardMemberKey(s, m);
   }
   int64_t StableKey(int64_t id) const override { return id; }
-  int64_t Published(int64_t id) const override { return id; }
   // A sample's (shard, member) from either form of id.
   std::pair<int64_t, int64_t> Of(int64_t id) const {
     if (IsShardMemberKey(id)) return {ShardOfKey(id), MemberOfKey(id)};

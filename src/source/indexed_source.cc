@@ -344,7 +344,6 @@ class IndexShards final : public ShardedItems {
     const size_t s = static_cast<size_t>(std::upper_bound(base_.begin(), base_.end() - 1, id) - base_.begin()) - 1;
     return ShardMemberKey(static_cast<int64_t>(s), id - base_[s]);
   }
-  int64_t Published(int64_t id) const override { return id; }
 
  private:
   const IndexView& index_;

@@ -53,9 +53,6 @@ class LazyShards final : public ShardedItems {
   Result<int64_t> Total() override;
   int64_t Id(int64_t s, int64_t member) const override;
   int64_t StableKey(int64_t id) const override;
-  int64_t Published(int64_t id) const override {
-    return complete() && IsPacked(id) ? Unpacked(id) : id;
-  }
 
   // The whole index, waiting for it; null (with the error in `*error`)
   // when a shard could not be indexed.

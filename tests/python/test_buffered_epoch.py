@@ -56,6 +56,9 @@ def test_every_sample_once_per_epoch_across_ranks_buffered_then_exact(shards, tm
         second = epoch_batches(l, 1)
         assert len(first) == len(second) == len(l)
         counts.add(sum(len(b[0]) for b in first))
+        # The buffered epoch names samples by shard and place, the exact one by number.
+        assert all(int(i) >= 2**62 for _, _, x in first for i in x)
+        assert all(0 <= int(i) < 60 for _, _, x in second for i in x)
         per_epoch[0].update(keys_of(l, first))
         per_epoch[1].update(keys_of(l, second))
         # Epoch 1 is the exact shuffle: the order of a loader that had the whole index.

@@ -374,7 +374,9 @@ def test_cold_s3_shards_start_buffered_and_give_the_local_buffered_epoch(s3, tmp
     assert len(a) == len(b) == len(remote)
     for (ia, la, xa), (ib, lb, xb) in zip(a, b):
         assert torch.equal(ia, ib) and torch.equal(la, lb) and torch.equal(xa, xb)
-    assert sorted(int(i) for _, _, x in a for i in x) == list(range(21))
+    # Every sample once, named by shard and place (docs/sampling.md).
+    named = sorted(remote.key(int(i)) for _, _, x in a for i in x)
+    assert len(set(named)) == 21 and all(int(i) >= 2**62 for _, _, x in a for i in x)
     env["NOSTALL_CACHE_DIR"] = str(tmp_path / "s3-node")
     again = nostall.Loader(uri, **kw)
     assert again.index_origin.startswith("the index cache: ")
