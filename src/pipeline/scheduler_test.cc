@@ -11,11 +11,38 @@
 namespace nostall {
 namespace {
 
+// Shards indexed as read, every one at once (the order grows a shard at a
+// time all the same): ids are ShardMemberKeys until the index is whole.
+class GrowingShards final : public ShardedItems {
+ public:
+  explicit GrowingShards(std::vector<int64_t> sizes) : sizes_(std::move(sizes)) {}
+  int64_t shard_count() const override { return static_cast<int64_t>(sizes_.size()); }
+  bool complete() const override { return false; }
+  void Begin(const std::vector<int64_t>&) override {}
+  Result<int64_t> Count(int64_t s) override {
+    ++counted;
+    return sizes_[static_cast<size_t>(s)];
+  }
+  Result<int64_t> Total() override {
+    int64_t n = 0;
+    for (int64_t v : sizes_) n += v;
+    return n;
+  }
+  int64_t Id(int64_t s, int64_t m) const override { return ShardMemberKey(s, m); }
+  int64_t StableKey(int64_t id) const override { return id; }
+  int counted = 0;
+
+ private:
+  std::vector<int64_t> sizes_;
+};
+
 struct Board {
-  explicit Board(int64_t items, int64_t batch, int64_t slots, bool skip = false) {
+  explicit Board(int64_t items, int64_t batch, int64_t slots, bool skip = false,
+                 std::shared_ptr<ShardedItems> shards = nullptr) {
     SamplerOptions so;
-    so.num_items = items;
+    so.num_items = shards ? 0 : items;
     so.batch_size = batch;
+    so.shards = shards;
     sampler.emplace(Sampler::Create(so).value());
     ring::RingLayout l;
     l.slot_count = static_cast<uint32_t>(slots) + 1;
@@ -91,6 +118,37 @@ TEST(SchedulerTest, HandsOutEveryBatchOfTheEpochInOrder) {
   EXPECT_EQ(ns, NextStatus::kEndOfEpoch);
   EXPECT_EQ(b.scheduler->counts().batches, 3);
   EXPECT_EQ(b.scheduler->counts().samples, 10);
+}
+
+TEST(SchedulerTest, ABufferedEpochsOrderGrowsAShardAtATimeAndEndsWhenItDoes) {
+  // Shards of 3, 5, 0 and 2 samples, unshuffled: batches of 4 are 4, 4, 2,
+  // in shard order, each claimed once its samples (or the order's end) are known.
+  auto shards = std::make_shared<GrowingShards>(std::vector<int64_t>{3, 5, 0, 2});
+  Board b(10, 4, 3, false, shards);
+  ASSERT_TRUE(b.scheduler->StartEpoch(0, 0).ok());
+  EXPECT_EQ(shards->counted, 0) << "no shard read before a fetcher asks";
+  std::vector<int64_t> seen;
+  for (int batch = 0; batch < 3; ++batch) {
+    const int n = batch < 2 ? 4 : 2;
+    b.MakeBatch(n);
+    if (batch == 0) EXPECT_EQ(shards->counted, 2) << "the first batch needs the first two shards only";
+    NextStatus ns;
+    std::shared_ptr<Batch> out;
+    ASSERT_TRUE(b.scheduler->Next(0, &ns, &out).ok());
+    ASSERT_EQ(ns, NextStatus::kBatch);
+    EXPECT_EQ(out->size(), n);
+    seen.insert(seen.end(), out->indices(), out->indices() + out->size());
+  }
+  std::vector<int64_t> expect;
+  for (auto [s, n] : {std::pair{0, 3}, {1, 5}, {3, 2}}) {
+    for (int m = 0; m < n; ++m) expect.push_back(ShardMemberKey(s, m));
+  }
+  EXPECT_EQ(seen, expect);
+  NextStatus ns;
+  std::shared_ptr<Batch> out;
+  ASSERT_TRUE(b.scheduler->Next(0, &ns, &out).ok());
+  EXPECT_EQ(ns, NextStatus::kEndOfEpoch);
+  EXPECT_EQ(b.sampler->buffered_epoch(), 0);
 }
 
 TEST(SchedulerTest, ABatchNotYetMadeTimesOutAndNoSlotIsTakenBeyondTheLimit) {
