@@ -149,8 +149,9 @@ TEST(TarSourceTest, IndexedAsReadServesEachShardOnceItIsInThenTheWholeIndex) {
   shards->Begin({3, 0, 4, 1, 2});
   ASSERT_TRUE(shards->Count(3).ok());
   EXPECT_EQ(shards->Count(3).value(), 7);
-  // A sample of an indexed shard reads, labels and names right, by either id.
-  const int64_t id = shards->Id(3, 5);
+  // A sample of an indexed shard reads, labels and names right by its key
+  // (shard and place), whether or not the others are indexed yet.
+  const int64_t id = ShardMemberKey(3, 5);
   std::vector<uint8_t> out;
   ASSERT_TRUE(s.Read(id, &out).ok());
   EXPECT_EQ(out, Bytes("3/5"));
