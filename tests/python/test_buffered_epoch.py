@@ -101,6 +101,7 @@ def test_resuming_mid_buffered_epoch_gives_the_batches_it_would_have(shards, tmp
     assert state["buffered_epoch"] == 0
     rest = [(i.clone(), y.clone(), x.clone()) for i, y, x in it]
     assert rest
+    assert len(l) == 8  # waits for the whole index, saved to the node's cache
     # A new process: the index is whole now (in the cache), the order is still the buffered one.
     again = loader(shards, tmp_path / "node")
     assert again.index_origin.startswith("the index cache")
