@@ -9,7 +9,7 @@
 // items are the mapped index's.
 //
 // Item ids: while the index is incomplete a sample is named by its shard
-// and its place in it (PackedId, beyond every index's item count); once it
+// and its place in it (ShardMemberKey, beyond every index's item count); once it
 // is complete, by its number in the index. Both name it for good: a packed
 // id handed out early still reads the right sample later.
 #ifndef NOSTALL_SOURCE_LAZY_SHARDS_H_
