@@ -29,7 +29,7 @@ LazyShards::~LazyShards() { Stop(); }
 void LazyShards::Stop() {
   std::vector<std::thread> threads;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
     threads = std::move(threads_);  // (no thread is started once stopping)
   }
@@ -40,7 +40,7 @@ void LazyShards::Stop() {
 }
 
 void LazyShards::Begin(const std::vector<int64_t>& order) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!order_.empty() || stopping_) return;
   order_ = order;
   // One thread: the first shard alone (the first batch waits for it, and
@@ -67,7 +67,7 @@ void LazyShards::Work() {
   while (true) {
     int64_t s = 0;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stopping_ || !error_.ok() || next_ >= order_.size()) return;
       s = order_[next_++];
       running_[static_cast<size_t>(s)] = 1;
@@ -81,7 +81,7 @@ void LazyShards::Work() {
     }
     bool last = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       running_[static_cast<size_t>(s)] = 0;
       if (!st.ok()) {
         failed_[static_cast<size_t>(s)] = st;
@@ -109,7 +109,7 @@ void LazyShards::Assemble() {
     std::unique_lock<std::shared_mutex> parts(parts_mu_);
     Index whole;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       whole = std::move(header_);
     }
     std::vector<int64_t> base(shards_.size());
@@ -136,7 +136,7 @@ void LazyShards::Assemble() {
   }
   ::malloc_trim(0);  // the parts' many small strings are gone
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!st.ok() && error_.ok()) error_ = std::move(st);
     origin_ = std::move(origin);
   }
@@ -148,11 +148,11 @@ Result<int64_t> LazyShards::Count(int64_t s) {
   // A shard being indexed is waited for even after another failed: the
   // epoch breaks at the first shard in its order that cannot be read.
   const size_t k = static_cast<size_t>(s);
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!order_.empty() && s != order_.front()) RampUp();  // the first batches are under way
-  cv_.wait(lock, [&] {
-    return counts_[k] >= 0 || !failed_[k].ok() || (!running_[k] && (!error_.ok() || stopping_));
-  });
+  while (!(counts_[k] >= 0 || !failed_[k].ok() || (!running_[k] && (!error_.ok() || stopping_)))) {
+    cv_.wait(lock.native());
+  }
   if (counts_[k] >= 0) return counts_[k];
   if (!failed_[k].ok()) return failed_[k];
   if (!error_.ok()) return error_;
@@ -163,9 +163,9 @@ const IndexView* LazyShards::Whole(Status* error) {
   std::vector<int64_t> order(shards_.size());
   std::iota(order.begin(), order.end(), 0);
   Begin(order);  // (nothing asked for them yet: in shard order)
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   RampUp();
-  cv_.wait(lock, [&] { return view() != nullptr || !error_.ok() || stopping_; });
+  while (view() == nullptr && error_.ok() && !stopping_) cv_.wait(lock.native());
   if (view() != nullptr) return view();
   *error = error_.ok() ? Cancelled("the loader shut down while its shards were indexed") : error_;
   return nullptr;
@@ -179,7 +179,7 @@ Result<int64_t> LazyShards::Total() {
 }
 
 std::string LazyShards::origin() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return origin_;
 }
 

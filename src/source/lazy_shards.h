@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/mutex.h"
 #include "nostall/sampler.h"
 #include "source/index_file.h"
 
@@ -48,8 +49,8 @@ class LazyShards final : public ShardedItems {
 
   int64_t shard_count() const override { return static_cast<int64_t>(shards_.size()); }
   bool complete() const override { return view_.load(std::memory_order_acquire) != nullptr; }
-  void Begin(const std::vector<int64_t>& order) override;
-  Result<int64_t> Count(int64_t s) override;
+  void Begin(const std::vector<int64_t>& order) override EXCLUDES(mu_);
+  Result<int64_t> Count(int64_t s) override EXCLUDES(mu_);
   Result<int64_t> Total() override;
   int64_t Id(int64_t s, int64_t member) const override;
   int64_t StableKey(int64_t id) const override;
@@ -78,9 +79,8 @@ class LazyShards final : public ShardedItems {
   // A packed id as the whole index numbers it.
   int64_t Unpacked(int64_t id) const;
   void Work();
-  // With mu_ held: the other indexing threads, once more than the first
-  // shard is needed.
-  void RampUp();
+  // The other indexing threads, once more than the first shard is needed.
+  void RampUp() REQUIRES(mu_);
   void Assemble();  // every shard indexed: the whole index, saved and mapped
 
   const std::vector<std::string> shards_;
@@ -91,21 +91,21 @@ class LazyShards final : public ShardedItems {
   mutable std::shared_mutex parts_mu_;  // the parts, read per item; replaced once whole
   std::vector<Index> parts_;            // per shard
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable cv_;
-  Index header_;                    // guarded by mu_ (moved into the whole index)
-  std::vector<int64_t> order_;      // guarded by mu_: the shards, in the order asked
-  size_t next_ = 0;                 // guarded by mu_: the next of order_ to index
-  std::vector<int64_t> counts_;     // guarded by mu_: per shard, -1 until indexed
-  std::vector<char> running_;       // guarded by mu_: per shard, being indexed now
-  std::vector<Status> failed_;      // guarded by mu_: per shard, why it could not be
-  size_t indexed_ = 0;              // guarded by mu_
-  Status error_;                    // guarded by mu_: the first shard's that failed
-  bool stopping_ = false;           // guarded by mu_
-  std::string origin_;              // guarded by mu_
-  std::vector<std::thread> threads_;  // guarded by mu_
+  Index header_ GUARDED_BY(mu_);                // moved into the whole index
+  std::vector<int64_t> order_ GUARDED_BY(mu_);  // the shards, in the order asked
+  size_t next_ GUARDED_BY(mu_) = 0;             // the next of order_ to index
+  std::vector<int64_t> counts_ GUARDED_BY(mu_);  // per shard, -1 until indexed
+  std::vector<char> running_ GUARDED_BY(mu_);    // per shard, being indexed now
+  std::vector<Status> failed_ GUARDED_BY(mu_);   // per shard, why it could not be
+  size_t indexed_ GUARDED_BY(mu_) = 0;
+  Status error_ GUARDED_BY(mu_);                 // the first shard's that failed
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::string origin_ GUARDED_BY(mu_);
+  std::vector<std::thread> threads_ GUARDED_BY(mu_);
   std::vector<int64_t> base_;       // per shard: its first item in the whole index (set once)
-  IndexViewPtr whole_;              // owns view_ (set once, under mu_)
+  IndexViewPtr whole_;              // owns view_ (set once, under parts_mu_)
   std::atomic<const IndexView*> view_{nullptr};
 };
 
