@@ -200,44 +200,37 @@ int64_t LazyShards::StableKey(int64_t id) const {
   return Packed(static_cast<int64_t>(s), id - base_[s]);
 }
 
-// Each of these reads a packed id from its shard's part while the index is
-// incomplete, else from the mapping; an id of the whole index only exists
-// once it is (LazyShards::Id gives none before).
-LazyShards::Where LazyShards::WhereIs(int64_t id) const {
+// A packed id is read from its shard's part while the index is incomplete,
+// else (as every id of the whole index, which only exists once it is) from
+// the mapping.
+template <typename FromPart, typename FromView>
+auto LazyShards::Lookup(int64_t id, FromPart from_part, FromView from_view) const {
   if (!complete() && IsPacked(id)) {
     std::shared_lock<std::shared_mutex> parts(parts_mu_);
     if (!complete()) {
-      const IndexEntry& e = parts_[static_cast<size_t>(ShardOfKey(id))]
-                                .items[static_cast<size_t>(MemberOfKey(id))];
-      return {e.shard, e.offset, e.size};
+      return from_part(parts_[static_cast<size_t>(ShardOfKey(id))].items[static_cast<size_t>(MemberOfKey(id))]);
     }
   }
-  const IndexView::Item& e = view()->item(IsPacked(id) ? Unpacked(id) : id);
-  return {e.container, e.offset, e.size};
+  return from_view(IsPacked(id) ? Unpacked(id) : id);
+}
+
+LazyShards::Where LazyShards::WhereIs(int64_t id) const {
+  return Lookup(
+      id, [](const IndexEntry& e) { return Where{e.shard, e.offset, e.size}; },
+      [this](int64_t i) {
+        const IndexView::Item& e = view()->item(i);
+        return Where{e.container, e.offset, e.size};
+      });
 }
 
 std::string LazyShards::Key(int64_t id) const {
-  if (!complete() && IsPacked(id)) {
-    std::shared_lock<std::shared_mutex> parts(parts_mu_);
-    if (!complete()) {
-      return parts_[static_cast<size_t>(ShardOfKey(id))]
-          .items[static_cast<size_t>(MemberOfKey(id))]
-          .key;
-    }
-  }
-  return view()->key(IsPacked(id) ? Unpacked(id) : id);
+  return Lookup(id, [](const IndexEntry& e) { return e.key; }, [this](int64_t i) { return view()->key(i); });
 }
 
 int64_t LazyShards::Label(int64_t id) const {
-  if (!complete() && IsPacked(id)) {
-    std::shared_lock<std::shared_mutex> parts(parts_mu_);
-    if (!complete()) {
-      return parts_[static_cast<size_t>(ShardOfKey(id))]
-          .items[static_cast<size_t>(MemberOfKey(id))]
-          .label;
-    }
-  }
-  return view()->item(IsPacked(id) ? Unpacked(id) : id).label;
+  return Lookup(
+      id, [](const IndexEntry& e) { return e.label; },
+      [this](int64_t i) { return static_cast<int64_t>(view()->item(i).label); });
 }
 
 }  // namespace nostall

@@ -78,6 +78,10 @@ class LazyShards final : public ShardedItems {
   static int64_t Packed(int64_t s, int64_t m) { return ShardMemberKey(s, m); }
   // A packed id as the whole index numbers it.
   int64_t Unpacked(int64_t id) const;
+  // An item's `from_part(entry)` (a packed id, the index incomplete), else
+  // its `from_view(number in the whole index)`.
+  template <typename FromPart, typename FromView>
+  auto Lookup(int64_t id, FromPart from_part, FromView from_view) const;
   void Work();
   // The other indexing threads, once more than the first shard is needed.
   void RampUp() REQUIRES(mu_);
