@@ -114,10 +114,6 @@ Result<std::unique_ptr<Cache>> CacheFor(const LoaderSpec& spec, const Source& so
   return StackCaches(std::move(tiers));
 }
 
-
-}  // namespace
-
-namespace {
 // Whether the first epoch may be buffered (tar shards indexed as they are
 // read, loader.h): asked for, or left to "auto" on S3; and nothing needs
 // the whole index from the start: no cache (sized per item), subset or
