@@ -7,6 +7,8 @@
 // kind that says how it is decoded and batched:
 //   image  decoded, transformed and batched as today: one tensor (B, ...)
 //          written in place in the ring slot (exactly one image field);
+//   audio  decoded and transformed by the spec's "audio" list into the
+//          batch's tensor instead of an image (docs/audio.md);
 //   label  the `.cls` integer (image folders: the class folder): (B,) int64;
 //   bytes, json, text  the member's bytes, one per sample: a list of B
 //          values (Python: bytes, a parsed object, a str); or, for bytes
@@ -27,7 +29,11 @@
 
 namespace nostall {
 
-enum class FieldKind { kImage, kLabel, kBytes, kJson, kText };
+enum class FieldKind { kImage, kLabel, kBytes, kJson, kText, kAudio };
+
+// The field a batch's tensor is made from: an image, or an audio file
+// decoded and transformed by the spec's "audio" list (docs/audio.md).
+inline bool IsMediaKind(FieldKind k) { return k == FieldKind::kImage || k == FieldKind::kAudio; }
 
 struct FieldSpec {
   std::string name;                     // the key of the batch's dict
@@ -46,13 +52,14 @@ inline constexpr int kMaxExtraFields = 16;
 const char* FieldKindName(FieldKind kind);
 Result<FieldKind> FieldKindFromName(const std::string& name);
 // The kind a field of these extensions has when the spec does not say:
-// image extensions give image, "cls" label, "json" json, "txt" text, else
+// image extensions give image, audio ones (wav, flac, mp3, ogg, opus)
+// audio, "cls" label, "json" json, "txt" text, else
 // bytes.
 FieldKind InferFieldKind(const std::vector<std::string>& extensions);
 // "jpg;png" (or "jpg,png", ".jpg") as extensions, lower case.
 std::vector<std::string> SplitExtensions(const std::string& text);
 // Checks a spec's fields: names unique and non-empty, extensions given,
-// exactly one image field, at most one label field, at most kMaxExtraFields
+// exactly one image or audio field, at most one label field, at most kMaxExtraFields
 // others.
 Status ValidateFields(const std::vector<FieldSpec>& fields);
 

@@ -18,6 +18,9 @@
 namespace nostall {
 
 class ImageOp;  // src/ops/op.h
+namespace audio {
+struct Spec;  // src/audio/pipeline.h
+}
 
 enum class TransformKind {
   kRandomResizedCrop,
@@ -68,10 +71,15 @@ struct PrepSpec {
   // differ a little from resampling the full-resolution image (see
   // docs/transforms.md). Off: every JPEG is decoded at full resolution.
   bool dct_scaling = true;
+  // An audio field's transforms (the spec's "audio" list, docs/audio.md):
+  // set when the batch's tensor is audio rather than an image; then the
+  // image fields above are unused and the output is float32.
+  std::shared_ptr<const audio::Spec> audio;
 
-  int channels() const { return mode == ColorMode::kRGB ? 3 : 1; }
+  int channels() const;
   Status Validate() const;
-  // The (height, width) every output has, if the transforms fix it.
+  // The (height, width) every output has, if the transforms fix it. Audio:
+  // (bins, frames), bins 0 for a waveform.
   bool FixedOutputSize(int* height, int* width) const;
 };
 

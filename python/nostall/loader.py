@@ -14,7 +14,8 @@ from ._lifetime import Closeable
 from ._progress import EpochProgress
 from .cache import Cache
 from .errors import DataError
-from .records import Records, field_specs, split_transforms
+from .audio import AudioTransform
+from .records import Records, field_specs, media_field, split_transforms
 from .transforms import Normalize, Transform, _flatten
 
 
@@ -397,10 +398,22 @@ class Loader(Closeable):
             raise TypeError(f"transforms must be a list of nostall transforms, not {transforms!r}"
                             ) from None
         # Python callables after nostall's transforms: hooks on each image.
-        while transforms and callable(transforms[-1]) and not isinstance(transforms[-1], Transform):
-            hooks.setdefault("image" if field_list is None else
-                             next(f["name"] for f in field_list if f["kind"] == "image"),
+        while (transforms and callable(transforms[-1]) and not isinstance(transforms[-1], Transform)
+               and not isinstance(transforms[-1], AudioTransform)):
+            hooks.setdefault("image" if field_list is None else media_field(field_list)["name"],
                              []).insert(0, transforms.pop())
+        # An audio field's transforms: the spec's "audio" list.
+        audio_list = None
+        if field_list is not None and media_field(field_list)["kind"] == "audio":
+            bad = [t for t in transforms if not isinstance(t, AudioTransform)]
+            if bad:
+                raise TypeError(f"the audio field takes nostall.audio transforms, not {bad[0]!r}")
+            audio_list, transforms = [t.to_dict() for t in transforms], []
+            if dtype not in (None, "float32"):
+                raise ValueError(f"audio batches are float32, not dtype={dtype!r}")
+        elif any(isinstance(t, AudioTransform) for t in transforms):
+            raise TypeError("nostall.audio transforms need an audio field: fields={\"audio\": "
+                            "\"flac;wav;mp3;ogg;opus\", \"label\": \"cls\"}")
         for t in transforms:
             if not isinstance(t, Transform):
                 raise TypeError(f"transforms must be nostall.transforms objects, got {t!r}"
@@ -446,6 +459,8 @@ class Loader(Closeable):
             spec["dtype"] = dtype
         if field_list is not None:
             spec["fields"] = field_list
+        if audio_list is not None:
+            spec["audio"] = audio_list
         if max_field_bytes is not None:
             spec["max_field_bytes"] = _integer("max_field_bytes", max_field_bytes)
         if batch_transform is not None and not callable(batch_transform):
@@ -774,7 +789,8 @@ class Loader(Closeable):
 
     @property
     def sample_shape(self):
-        """One sample's shape in a batch: ``(C, H, W)`` for NCHW, ``(H, W, C)`` for NHWC."""
+        """One sample's shape in a batch: ``(C, H, W)`` for NCHW, ``(H, W, C)`` for NHWC;
+        audio: ``(C, frames)`` for a waveform, ``(C, bins, frames)`` for a spectrogram."""
         return tuple(self._require_core().sample_shape)
 
     def key(self, index: int) -> str:
@@ -796,7 +812,9 @@ class Loader(Closeable):
             return (f"<nostall.Loader attached to {self._shared!r}: {len(self)} batches per "
                     f"epoch, epoch {self._epoch}>")
         spec = json.loads(core.spec_json())
-        ts = ", ".join(t["type"] for t in spec.get("transforms", [])) or "no transforms"
+        ts = ", ".join(t["type"] for t in spec.get("audio") or spec.get("transforms", [])) or "no transforms"
+        if spec.get("audio"):
+            spec["layout"] = "audio " + "x".join(str(d) for d in self.sample_shape)
         where = f" rank {spec['rank']} of {spec['world_size']}," if spec.get("world_size", 1) > 1 else ""
         if not core.counts_known:  # shards being indexed as read: say so, not wait
             return (f"<nostall.Loader {spec_uri(spec)!r}: items being indexed (buffered first "

@@ -24,8 +24,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .errors import DataError
 
-_KINDS = ("image", "label", "bytes", "json", "text")
+_KINDS = ("image", "audio", "label", "bytes", "json", "text")
 _IMAGE_EXTS = {"jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", "tiff", "webp"}
+_AUDIO_EXTS = {"wav", "flac", "mp3", "ogg", "opus"}
+MEDIA_KINDS = ("image", "audio")
+
+
+def media_field(fields) -> dict:
+    """The field the batch's tensor is made from (an image or audio field)."""
+    return next(f for f in fields if f["kind"] in MEDIA_KINDS)
 
 
 def _extensions(value, name):
@@ -45,6 +52,8 @@ def _extensions(value, name):
 def _kind_of(exts):
     if all(e in _IMAGE_EXTS for e in exts):
         return "image"
+    if all(e in _AUDIO_EXTS for e in exts):
+        return "audio"
     return {"cls": "label", "json": "json", "txt": "text", "text": "text"}.get(exts[0], "bytes")
 
 
@@ -102,9 +111,9 @@ class Records:
                  return_indices, torch=True):
         self.fields = fields
         self.torch = torch
-        self.image = next(f["name"] for f in fields if f["kind"] == "image")
+        self.image = media_field(fields)["name"]
         self.label = next((f["name"] for f in fields if f["kind"] == "label"), None)
-        self.extra = [f for f in fields if f["kind"] not in ("image", "label")]
+        self.extra = [f for f in fields if f["kind"] not in MEDIA_KINDS + ("label",)]
         self.hooks = hooks  # field name -> list of callables
         self.batch_transform = batch_transform
         self.on_error = on_error
@@ -248,7 +257,7 @@ def _without(batch, indices, drop):
 def split_transforms(transforms, fields):
     """``transforms`` given as a dict per field: the image field's list (for
     nostall's C++ threads) and every callable hook, by field."""
-    image = next(f["name"] for f in fields if f["kind"] == "image")
+    image = media_field(fields)["name"]
     names = {f["name"] for f in fields}
     native, hooks = [], {}
     for name, value in transforms.items():
@@ -273,6 +282,7 @@ def split_transforms(transforms, fields):
 
 
 def _is_native(t):
+    from .audio import AudioTransform
     from .transforms import Transform
 
-    return isinstance(t, Transform)
+    return isinstance(t, (Transform, AudioTransform))

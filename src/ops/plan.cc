@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "audio/pipeline.h"
 #include "common/philox.h"
 #include "nostall/transforms.h"
 #include "ops/op.h"
@@ -76,6 +77,15 @@ Status CheckOp(const Transform& t, const std::string& where, DType dtype, int ch
 }  // namespace
 
 Status PrepSpec::Validate() const {
+  if (audio) {
+    if (!transforms.empty()) {
+      return InvalidArgument("an audio batch takes its transforms from \"audio\"; \"transforms\" (image "
+                             "transforms) must be empty");
+    }
+    if (dtype != DType::kFloat32) return InvalidArgument("audio batches are float32 (dtype \"float32\")");
+    if (audio->out_frames > (int64_t{1} << 30)) return InvalidArgument("audio samples over 2^30 frames");
+    return Status::OK();
+  }
   // Order: geometry (crops, resizes, flips), then pixel ops, then Normalize,
   // then ops on the tensor (RandomErasing).
   int first_pixel_op = -1, first_output_op = -1, normalize_at = -1;
@@ -138,7 +148,17 @@ Status PrepSpec::Validate() const {
   return Status::OK();
 }
 
+int PrepSpec::channels() const {
+  if (audio) return audio->out_channels;
+  return mode == ColorMode::kRGB ? 3 : 1;
+}
+
 bool PrepSpec::FixedOutputSize(int* height, int* width) const {
+  if (audio) {
+    *height = audio->out_bins;
+    *width = static_cast<int>(audio->out_frames);
+    return true;
+  }
   bool fixed = false;
   for (const Transform& t : transforms) {
     if (t.kind == TransformKind::kRandomResizedCrop || t.kind == TransformKind::kCenterCrop ||

@@ -156,6 +156,7 @@ Status TraceSample(const PrepSpec& spec, int src_w, int src_h, const PrepKey& ke
 }
 
 size_t SampleBytes(const PrepSpec& spec, int out_h, int out_w) {
+  if (spec.audio) return spec.audio->SampleBytes();
   return static_cast<size_t>(out_h) * out_w * spec.channels() *
          (spec.dtype == DType::kFloat32 ? 4 : 1);
 }
@@ -170,6 +171,10 @@ Status ProbeImageSize(const uint8_t* data, size_t size, int* width, int* height)
 
 Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, const PrepKey& key,
                      int out_h, int out_w, void* dst, PrepScratch* scratch) {
+  if (spec.audio) {
+    return audio::Prepare(*spec.audio, data, size, {key.seed, key.epoch, key.sample_index},
+                          static_cast<float*>(dst), &scratch->audio, nullptr);
+  }
   int src_w = 0, src_h = 0;
   NOSTALL_RETURN_IF_ERROR(ProbeImageSize(data, size, &src_w, &src_h));
   if (src_w <= 0 || src_h <= 0) return DataError("image has zero width or height");

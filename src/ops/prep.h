@@ -10,6 +10,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "nostall/transforms.h"
+#include "audio/pipeline.h"
 #include "ops/op.h"
 #include "kernels/resample.h"
 
@@ -22,6 +23,7 @@ struct PrepScratch {
   std::vector<uint8_t> resized;
   ResampleScratch resample;
   OpScratch ops;
+  audio::Scratch audio;
 };
 
 struct PrepKey {

@@ -8,6 +8,7 @@
 
 #include "nostall/cache.h"
 #include "nostall/loader.h"
+#include "audio/pipeline.h"
 #include "ops/prep.h"
 #include "pipeline/pipeline.h"
 #include "nostall/model.h"
@@ -134,6 +135,17 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in, bool shared) {
   LoaderSpec spec = in;
   NOSTALL_ASSIGN_OR_RETURN(AutotuneLimits tune, CheckCounts(&spec));
   NOSTALL_RETURN_IF_ERROR(spec.prep.Validate());
+  const auto& fields = spec.source_options.fields;
+  const bool audio_field = std::any_of(fields.begin(), fields.end(),
+                                       [](const FieldSpec& f) { return f.kind == FieldKind::kAudio; });
+  if (audio_field && !spec.prep.audio) {
+    return InvalidArgument("an audio field needs the spec's \"audio\" transforms, with a crop that gives "
+                           "every sample one length (e.g. RandomCrop(seconds=1.0)); docs/audio.md");
+  }
+  if (!audio_field && spec.prep.audio) {
+    return InvalidArgument("\"audio\" transforms need an audio field in fields (e.g. \"audio\": "
+                           "\"flac;wav;mp3;ogg;opus\")");
+  }
   if (spec.first_epoch != "auto" && spec.first_epoch != "exact" && spec.first_epoch != "buffered") {
     return InvalidArgument("first_epoch must be \"auto\", \"exact\" or \"buffered\", not \"" +
                            spec.first_epoch + "\"");
@@ -173,6 +185,7 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in, bool shared) {
 }
 
 std::vector<int64_t> SampleShapeOf(const PrepSpec& prep, int64_t out_h, int64_t out_w) {
+  if (prep.audio) return prep.audio->Shape();
   const int64_t c = prep.channels();
   if (prep.layout == Layout::kNCHW) return {c, out_h, out_w};
   return {out_h, out_w, c};
@@ -190,7 +203,7 @@ namespace nostall {
 std::vector<FieldSpec> ExtraFields(const LoaderSpec& spec) {
   std::vector<FieldSpec> out;
   for (const FieldSpec& f : spec.source_options.fields) {
-    if (f.kind != FieldKind::kImage && f.kind != FieldKind::kLabel) out.push_back(f);
+    if (!IsMediaKind(f.kind) && f.kind != FieldKind::kLabel) out.push_back(f);
   }
   return out;
 }

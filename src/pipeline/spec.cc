@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "audio/pipeline.h"
 #include "cache/driver.h"
 #include "common/json_fields.h"
 #include "nostall/loader.h"
@@ -46,7 +47,7 @@ const std::vector<std::string>& LoaderSpec::FieldNames() {
       "shuffle_block", "transforms", "dtype", "layout", "mode", "max_pixels", "num_threads",
       "reads_in_flight", "prefetch", "autotune", "on_error", "index_cache_dir", "use_index_cache",
       "index_beside", "dct_scaling", "cache", "fields", "max_field_bytes", "first_epoch",
-      "shuffle_buffer"};
+      "shuffle_buffer", "audio"};
   return kFields;
 }
 
@@ -138,6 +139,10 @@ Status OutputFromJson(const json& j, LoaderSpec* s) {
   bool normalizes = false;
   for (const auto& t : s->prep.transforms) normalizes |= t.kind == TransformKind::kNormalize;
   s->prep.dtype = normalizes ? DType::kFloat32 : DType::kUint8;
+  if (j.contains("audio") && !j["audio"].is_null()) {
+    NOSTALL_ASSIGN_OR_RETURN(s->prep.audio, audio::SpecFromJson(j["audio"]));
+    s->prep.dtype = DType::kFloat32;
+  }
   NOSTALL_RETURN_IF_ERROR(Enum<DType>(j, "dtype", {{"uint8", DType::kUint8},
                                                    {"float32", DType::kFloat32}},
                                       &s->prep.dtype));
@@ -264,6 +269,7 @@ std::string LoaderSpec::ToJson() const {
   // Written only when set, so a spec without them stays as it was.
   if (first_epoch != LoaderSpec().first_epoch) j["first_epoch"] = first_epoch;
   if (shuffle_buffer != 0) j["shuffle_buffer"] = shuffle_buffer;
+  if (prep.audio) j["audio"] = prep.audio->ToJson();
   // Written only when set, so a spec of images and labels stays as it was.
   if (!source_options.fields.empty()) j["fields"] = FieldsJson(source_options.fields);
   if (!source_options.fields.empty() || source_options.max_field_bytes != SourceOptions().max_field_bytes) {

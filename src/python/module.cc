@@ -22,6 +22,7 @@
 #include "nostall/loader.h"
 #include "nostall/shared.h"
 #include "nostall/transforms.h"
+#include "audio/pipeline.h"
 #include "common/interrupt.h"
 
 namespace nb = nanobind;
@@ -94,6 +95,20 @@ nb::object View(const std::shared_ptr<Batch>& batch, const void* data, std::vect
   nb::capsule owner(lease, [](void* p) noexcept { delete static_cast<std::shared_ptr<Batch>*>(p); });
   return nb::cast(nb::ndarray<nb::numpy>(const_cast<void*>(data), shape.size(), shape.data(),
                                          owner, nullptr, dtype));
+}
+
+// An array owning `v` (moved in).
+template <typename T>
+nb::object Owned(std::vector<T> v, std::vector<size_t> shape) {
+  auto* held = new std::vector<T>(std::move(v));
+  nb::capsule owner(held, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::cast(nb::ndarray<nb::numpy, T>(held->data(), shape.size(), shape.data(), owner));
+}
+
+std::shared_ptr<const nostall::audio::Spec> AudioSpecOf(const std::string& list_json, bool fixed) {
+  const nlohmann::json j = nlohmann::json::parse(list_json, nullptr, false);
+  if (j.is_discarded()) RaiseStatus(nostall::InvalidArgument("audio transforms: not JSON"));
+  return ValueOrRaise(nostall::audio::SpecFromJson(j, fixed));
 }
 
 class PyLoader {
@@ -436,6 +451,75 @@ void BindServer(nb::module_& m) {
       .def("close", &PyServer::Close);
 }
 
+// nostall.audio's functions: a file's header, its frames, one sample's
+// transforms (docs/audio.md).
+void BindAudio(nb::module_& m) {
+  m.def("audio_info", [](nb::bytes data) {
+    audio::AudioInfo info;
+    RaiseIfError(audio::ProbeAudio(reinterpret_cast<const uint8_t*>(data.c_str()), data.size(), &info));
+    return std::make_tuple(info.frames, info.sample_rate, info.channels, info.format);
+  });
+  m.def("audio_decode", [](nb::bytes data, int64_t start, int64_t count, bool mono, bool int16) {
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(data.c_str());
+    const size_t size = data.size();
+    audio::AudioInfo info;
+    RaiseIfError(audio::ProbeAudio(p, size, &info));
+    if (count < 0) count = std::max<int64_t>(0, info.frames - start);
+    if (start < 0) RaiseStatus(InvalidArgument("start must be >= 0"));
+    Status st;
+    if (int16) {
+      std::vector<int16_t> v;
+      {
+        nb::gil_scoped_release release;
+        st = audio::DecodeFramesInt16(p, size, start, count, &v, &info);
+      }
+      RaiseIfError(st);
+      return Owned(std::move(v), {static_cast<size_t>(count), static_cast<size_t>(info.channels)});
+    }
+    std::vector<float> v;
+    {
+      nb::gil_scoped_release release;
+      st = audio::DecodeFrames(p, size, start, count, mono, &v, &info);
+    }
+    RaiseIfError(st);
+    return Owned(std::move(v), {static_cast<size_t>(mono ? 1 : info.channels), static_cast<size_t>(count)});
+  });
+  m.def("audio_check", [](const std::string& list_json, bool fixed) {
+    auto spec = AudioSpecOf(list_json, fixed);
+    return std::make_tuple(spec->ToJson().dump(), spec->Shape());
+  });
+  m.def("audio_apply", [](const std::string& list_json, nb::bytes data, uint64_t seed, int64_t epoch,
+                          int64_t index) {
+    auto spec = AudioSpecOf(list_json, false);
+    std::vector<float> out;
+    std::vector<int64_t> shape;
+    nlohmann::json trace;
+    Status st;
+    {
+      nb::gil_scoped_release release;
+      st = audio::Apply(*spec, reinterpret_cast<const uint8_t*>(data.c_str()), data.size(),
+                                 {seed, epoch, index}, &out, &shape, &trace);
+    }
+    RaiseIfError(st);
+    std::vector<size_t> dims(shape.begin(), shape.end());
+    return std::make_tuple(Owned(std::move(out), dims), trace.dump());
+  });
+  m.def("audio_trace", [](const std::string& list_json, int64_t frames, int sample_rate, int channels,
+                          uint64_t seed, int64_t epoch, int64_t index) {
+    auto spec = AudioSpecOf(list_json, false);
+    audio::AudioInfo info;
+    info.frames = frames;
+    info.sample_rate = sample_rate;
+    info.channels = channels;
+    if (frames < 0 || sample_rate < 1 || channels < 1) {
+      RaiseStatus(InvalidArgument("frames >= 0, sample_rate >= 1 and channels >= 1"));
+    }
+    nlohmann::json out;
+    RaiseIfError(audio::Trace(*spec, info, {seed, epoch, index}, &out));
+    return out.dump();
+  });
+}
+
 }  // namespace
 }  // namespace nostall
 
@@ -480,6 +564,7 @@ NB_MODULE(_nostall, m) {
     return nostall::ValueOrRaise(
         nostall::TraceSampleJson(spec.prep, width, height, spec.seed, epoch, index));
   });
+  nostall::BindAudio(m);
   m.def("predict_json", [](const std::string& profile_json, const std::string& config_json) {
     return nostall::ValueOrRaise(nostall::PredictJson(
         nostall::ValueOrRaise(nostall::Profile::FromJson(profile_json)), config_json));

@@ -29,6 +29,7 @@ struct WalkState {
   // The files that are not images, by directory: what a sample's fields
   // may take from beside its image (STEM.EXT).
   std::map<std::string, std::vector<std::string>> others;
+  bool audio = false;  // items are audio files, not images
 };
 
 // Collects (dir, file) pairs under `dir`, following symlinks like os.walk
@@ -54,7 +55,7 @@ Status Walk(const std::string& dir, bool top, WalkState* ws,
     }
     if (is_dir) {
       subdirs.push_back(path);
-    } else if (IsImageFileName(name)) {
+    } else if (IsMediaFileName(name, ws->audio)) {
       files->emplace_back(dir, name);
     } else {
       ++ws->left_out[FileExtension(name)];
@@ -97,7 +98,7 @@ void KeepFilesBeside(std::map<std::string, std::vector<std::string>>* others, In
   index->member_begin = std::move(begin);
 }
 
-Result<Index> BuildFolderIndex(const std::string& root) {
+Result<Index> BuildFolderIndex(const std::string& root, bool audio) {
   Index index;
   DIR* d = ::opendir(root.c_str());
   if (d == nullptr) return ErrnoError("cannot list dataset folder " + root, errno);
@@ -120,6 +121,7 @@ Result<Index> BuildFolderIndex(const std::string& root) {
   ::stat(root.c_str(), &rst);
   index.stamps.push_back(StampOf(root, rst, -1));
   WalkState ws{{}, &index.stamps};
+  ws.audio = audio;
   ws.seen.insert({rst.st_dev, rst.st_ino});
   for (const std::string& cls : index.classes) {
     struct stat cst;
@@ -164,8 +166,11 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
   // files beside each image too.)
   // The folder's index is the same whatever the error policy: built
   // strictest.
-  return OpenIndexed({"image-folder", root + "\nbeside", root, root + "/" + kIndexBesideName, "raise",
-                      [&] { return BuildFolderIndex(root); }},
+  // An audio folder's index (its items the audio files) is its own.
+  const bool audio = AudioMedia(options);
+  return OpenIndexed({"image-folder", root + "\nbeside" + (audio ? "\naudio" : ""), root,
+                      root + "/" + kIndexBesideName, audio ? "raise audio" : "raise",
+                      [&] { return BuildFolderIndex(root, audio); }},
                      options);
 }
 

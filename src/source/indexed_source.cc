@@ -130,8 +130,35 @@ bool IsImageExtension(const std::string& ext) {
 
 bool IsImageFileName(const std::string& name) { return IsImageExtension(FileExtension(name)); }
 
+bool IsAudioExtension(const std::string& ext) {
+  std::string lower = ext;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower == "wav" || lower == "flac" || lower == "mp3" || lower == "ogg" || lower == "opus";
+}
+
+bool IsMediaExtension(const std::string& ext, bool audio) {
+  return audio ? IsAudioExtension(ext) : IsImageExtension(ext);
+}
+
+bool IsMediaFileName(const std::string& name, bool audio) {
+  return IsMediaExtension(FileExtension(name), audio);
+}
+
+bool AudioMedia(const SourceOptions& options) {
+  return std::any_of(options.fields.begin(), options.fields.end(),
+                     [](const FieldSpec& f) { return f.kind == FieldKind::kAudio; });
+}
+
 bool VariantServes(const std::string& built, const std::string& wanted) {
-  return built == wanted || built == "raise";
+  // An index of audio items serves only audio, and one of images only
+  // images; within each, the strictest build ("raise") serves every policy.
+  const std::string kAudio = " audio";
+  auto audio = [&](const std::string& v) {
+    return v.size() >= kAudio.size() && v.compare(v.size() - kAudio.size(), kAudio.size(), kAudio) == 0;
+  };
+  if (audio(built) != audio(wanted)) return false;
+  const std::string b = audio(built) ? built.substr(0, built.size() - kAudio.size()) : built;
+  return built == wanted || b == "raise";
 }
 
 namespace {
@@ -273,6 +300,7 @@ Result<std::unique_ptr<Source>> OpenIndexed(const IndexedDataset& d, const Sourc
 TarIndexOptions TarOptionsOf(const SourceOptions& options) {
   TarIndexOptions t;
   t.skip_bad = options.skip_bad_samples;
+  t.audio = AudioMedia(options);
   t.need_label = options.fields.empty() ||
                  std::any_of(options.fields.begin(), options.fields.end(),
                              [](const FieldSpec& f) { return f.kind == FieldKind::kLabel; });
@@ -281,7 +309,7 @@ TarIndexOptions TarOptionsOf(const SourceOptions& options) {
 
 std::string IndexVariant(const SourceOptions& options) {
   return std::string(options.skip_bad_samples ? "skip" : "raise") +
-         (TarOptionsOf(options).need_label ? "" : " nolabel");
+         (TarOptionsOf(options).need_label ? "" : " nolabel") + (AudioMedia(options) ? " audio" : "");
 }
 
 namespace {
@@ -508,8 +536,8 @@ Result<RecordTable> SelectFields(const SourceOptions& options, const IndexView& 
   const FieldSpec* image = nullptr;
   std::vector<const FieldSpec*> extra;
   for (const FieldSpec& f : options.fields) {
-    if (f.kind == FieldKind::kImage) image = &f;
-    if (f.kind != FieldKind::kImage && f.kind != FieldKind::kLabel) extra.push_back(&f);
+    if (IsMediaKind(f.kind)) image = &f;
+    if (!IsMediaKind(f.kind) && f.kind != FieldKind::kLabel) extra.push_back(&f);
   }
   if (index.folder()) {
     if (extra.empty()) return t;  // the image and its label, as always

@@ -164,6 +164,14 @@ bool IsImageFileName(const std::string& name);
 const std::vector<std::string>& ImageExtensions();
 std::string FileExtension(const std::string& name);
 bool IsImageExtension(const std::string& ext);  // any case
+// The audio files nostall reads (wav, flac, mp3, ogg, opus), as above.
+bool IsAudioExtension(const std::string& ext);
+// What makes an item of a folder or a tar sample: an image, or, when the
+// spec's fields hold an audio field (`audio`), an audio file.
+bool IsMediaExtension(const std::string& ext, bool audio);
+bool IsMediaFileName(const std::string& name, bool audio);
+// Whether the options' fields make items of audio files.
+bool AudioMedia(const SourceOptions& options);
 
 // A local dataset as OpenIndexed opens it.
 struct IndexedDataset {

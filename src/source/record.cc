@@ -19,16 +19,17 @@ const char* FieldKindName(FieldKind kind) {
     case FieldKind::kBytes: return "bytes";
     case FieldKind::kJson: return "json";
     case FieldKind::kText: return "text";
+    case FieldKind::kAudio: return "audio";
   }
   return "?";
 }
 
 Result<FieldKind> FieldKindFromName(const std::string& name) {
   for (FieldKind k : {FieldKind::kImage, FieldKind::kLabel, FieldKind::kBytes, FieldKind::kJson,
-                      FieldKind::kText}) {
+                      FieldKind::kText, FieldKind::kAudio}) {
     if (name == FieldKindName(k)) return k;
   }
-  return InvalidArgument("a field's kind must be one of image, label, bytes, json, text, not '" +
+  return InvalidArgument("a field's kind must be one of image, audio, label, bytes, json, text, not '" +
                          name.substr(0, 40) + "'");
 }
 
@@ -37,6 +38,9 @@ FieldKind InferFieldKind(const std::vector<std::string>& extensions) {
   bool images = true;
   for (const std::string& e : extensions) images &= IsImageExtension(e);
   if (images) return FieldKind::kImage;
+  bool audio = true;
+  for (const std::string& e : extensions) audio &= IsAudioExtension(e);
+  if (audio) return FieldKind::kAudio;
   const std::string& e = extensions.front();
   if (e == "cls") return FieldKind::kLabel;
   if (e == "json") return FieldKind::kJson;
@@ -88,9 +92,9 @@ Status ValidateFields(const std::vector<FieldSpec>& fields) {
       return InvalidArgument(shown + ": batch=\"padded\" is for bytes fields (kind " +
                              FieldKindName(f.kind) + " batches its own way)");
     }
-    if (f.kind == FieldKind::kImage) {
+    if (IsMediaKind(f.kind)) {
       ++images;
-      if (f.optional) return InvalidArgument(shown + ": the image field cannot be optional");
+      if (f.optional) return InvalidArgument(shown + ": the " + FieldKindName(f.kind) + " field cannot be optional");
     } else if (f.kind == FieldKind::kLabel) {
       ++labels;
       if (f.optional) return InvalidArgument(shown + ": the label field cannot be optional");
@@ -99,8 +103,9 @@ Status ValidateFields(const std::vector<FieldSpec>& fields) {
     }
   }
   if (images != 1) {
-    return InvalidArgument("fields must hold exactly one image field (kind image, e.g. "
-                           "\"image\": \"jpg;png\"), not " + std::to_string(images));
+    return InvalidArgument("fields must hold exactly one image or audio field (kind image, e.g. "
+                           "\"image\": \"jpg;png\", or audio, e.g. \"audio\": \"flac;wav\"), not " +
+                           std::to_string(images));
   }
   if (labels > 1) return InvalidArgument("fields may hold one label field, not " + std::to_string(labels));
   if (extra > kMaxExtraFields) {

@@ -99,7 +99,7 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
   std::string prefix = loc.key;
   if (!prefix.empty() && prefix.back() != '/') prefix += '/';
   for (const FieldSpec& f : options.fields) {
-    if (f.kind != FieldKind::kImage && f.kind != FieldKind::kLabel) {
+    if (!IsMediaKind(f.kind) && f.kind != FieldKind::kLabel) {
       return InvalidArgument("field '" + f.name + "': an s3:// image folder gives each image and "
                              "its class folder's label; the files beside the images are read "
                              "from local image folders, and every member of a sample from tar "
@@ -127,7 +127,7 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     const std::string cls = rel.substr(0, slash);
     const size_t last = o.key.rfind('/');
     const std::string name = o.key.substr(last + 1);
-    if (!IsImageFileName(name)) {
+    if (!IsMediaFileName(name, AudioMedia(options))) {
       ++left_out[FileExtension(name)];
       continue;
     }

@@ -64,7 +64,6 @@ std::string CString(const uint8_t* p, size_t n) {
   return std::string(c, strnlen(c, n));
 }
 
-bool HasImageExtension(const std::string& ext) { return IsImageExtension(ext); }
 
 struct PendingSample {
   std::string key;
@@ -90,7 +89,10 @@ Status FlushSample(const std::string& shard_path, int32_t shard, PendingSample* 
                    const TarIndexOptions& options, Index* index) {
   if (s->key.empty()) return Status::OK();
   std::string why;
-  if (!s->has_image) why = "sample has no image member (.jpg, .png, .webp, .tif, .bmp, .ppm, ...)";
+  if (!s->has_image) {
+    why = options.audio ? "sample has no audio member (.wav, .flac, .mp3, .ogg, .opus)"
+                        : "sample has no image member (.jpg, .png, .webp, .tif, .bmp, .ppm, ...)";
+  }
   else if (options.need_label && !s->label_error.empty()) why = s->label_error;
   else if (options.need_label && !s->has_label) why = "sample has no .cls label member";
   if (!why.empty()) {
@@ -259,7 +261,7 @@ Status IndexTarShard(const std::string& path, int32_t shard, uint64_t file_size,
             ParseLabel(buf, &pending);
           }
         }
-      } else if (HasImageExtension(ext) && !pending.has_image) {
+      } else if (IsMediaExtension(ext, options.audio) && !pending.has_image) {
         pending.has_image = true;
         pending.offset = data;
         pending.size = static_cast<int64_t>(size);

@@ -27,6 +27,9 @@ struct TarIndexOptions {
   // A sample needs a valid `.cls` label (false: a fields spec without a
   // label field; a missing or bad one gives label -1).
   bool need_label = true;
+  // A sample's item is its first audio member (wav, flac, mp3, ogg, opus)
+  // rather than its first image member.
+  bool audio = false;
 };
 
 // Appends the samples of one shard (`file_size` bytes, read through `read`)

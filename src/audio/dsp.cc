@@ -1,0 +1,298 @@
+// Audio DSP (dsp.h).
+#include "audio/dsp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <complex>
+#include <numeric>
+
+#include <kissfft/kiss_fft.h>
+#include <kissfft/kiss_fftr.h>
+
+namespace nostall::audio {
+
+Result<ResampleKernel> MakeResampleKernel(int64_t orig_freq, int64_t new_freq, int lowpass_filter_width,
+                                          double rolloff, ResampleWindow window, double beta) {
+  if (orig_freq <= 0 || new_freq <= 0) return InvalidArgument("resample rates must be positive");
+  if (lowpass_filter_width <= 0) return InvalidArgument("lowpass_filter_width must be positive");
+  if (!(rolloff > 0 && rolloff <= 1)) return InvalidArgument("rolloff must be in (0, 1]");
+  const int64_t g = std::gcd(orig_freq, new_freq);
+  ResampleKernel r;
+  r.orig = orig_freq / g;
+  r.phases = new_freq / g;
+  if (r.orig > 100000 || r.phases > 100000) {
+    return InvalidArgument("resampling " + std::to_string(orig_freq) + " -> " + std::to_string(new_freq) +
+                           " Hz needs a kernel of over 10^5 phases; choose rates with a larger "
+                           "common divisor");
+  }
+  double base = std::min(r.orig, r.phases) * rolloff;
+  r.width = static_cast<int64_t>(std::ceil(lowpass_filter_width * static_cast<double>(r.orig) / base));
+  r.taps = 2 * r.width + r.orig;
+  r.k.resize(static_cast<size_t>(r.phases * r.taps));
+  const double lw = lowpass_filter_width;
+  const double i0beta = window == ResampleWindow::kKaiser ? std::cyl_bessel_i(0.0, beta) : 1.0;
+  const double scale = base / static_cast<double>(r.orig);
+  for (int64_t p = 0; p < r.phases; ++p) {
+    for (int64_t j = 0; j < r.taps; ++j) {
+      // torchaudio: t = (-p / new + idx / orig) * base_freq, idx in [-width, width + orig).
+      double t = (-static_cast<double>(p) / static_cast<double>(r.phases) +
+                  static_cast<double>(j - r.width) / static_cast<double>(r.orig)) * base;
+      t = std::clamp(t, -lw, lw);
+      double w;
+      if (window == ResampleWindow::kHann) {
+        const double c = std::cos(t * M_PI / lw / 2);
+        w = c * c;
+      } else {
+        w = std::cyl_bessel_i(0.0, beta * std::sqrt(std::max(0.0, 1 - (t / lw) * (t / lw)))) / i0beta;
+      }
+      t *= M_PI;
+      const double s = t == 0 ? 1.0 : std::sin(t) / t;
+      r.k[static_cast<size_t>(p * r.taps + j)] = static_cast<float>(s * w * scale);
+    }
+  }
+  return r;
+}
+
+void ResampleKernel::InputRange(int64_t k0, int64_t k1, int64_t* lo, int64_t* hi) const {
+  if (k1 <= k0) {
+    *lo = *hi = 0;
+    return;
+  }
+  // Output k = i * phases + p reads input [i * orig - width, i * orig - width + taps).
+  *lo = (k0 / phases) * orig - width;
+  *hi = ((k1 - 1) / phases) * orig - width + taps;
+}
+
+namespace {
+
+// Eight partial sums, so the compiler keeps them in vector registers.
+float Dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    for (int u = 0; u < 8; ++u) acc[u] += a[j + u] * b[j + u];
+  }
+  float s = 0;
+  for (; j < n; ++j) s += a[j] * b[j];
+  return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+}  // namespace
+
+void ResampleRange(const ResampleKernel& r, const float* in, int64_t lo, int64_t k0, int64_t k1,
+                   float* out) {
+  for (int64_t k = k0; k < k1; ++k) {
+    const int64_t i = k / r.phases, p = k % r.phases;
+    const float* x = in + (i * r.orig - r.width - lo);
+    out[k - k0] = Dot(x, r.k.data() + p * r.taps, r.taps);
+  }
+}
+
+int64_t StftParams::Frames(int64_t n) const {
+  int64_t len = n + 2 * static_cast<int64_t>(pad);
+  if (center) len += 2 * (n_fft / 2);
+  if (len < n_fft) return 0;
+  return 1 + (len - n_fft) / hop();
+}
+
+struct Stft::Plan {
+  int n_fft = 0;
+  bool real = false;
+  kiss_fftr_cfg rcfg = nullptr;
+  kiss_fft_cfg ccfg = nullptr;
+  std::vector<float> frame;
+  std::vector<kiss_fft_cpx> cin, cout;
+  std::vector<float> window;  // n_fft long, the Hann window of win centred
+  int win = 0;
+  std::vector<float> padded;
+  ~Plan() {
+    if (rcfg != nullptr) kiss_fftr_free(rcfg);
+    if (ccfg != nullptr) kiss_fft_free(ccfg);
+  }
+};
+
+Stft::Stft() = default;
+Stft::~Stft() = default;
+
+Status Stft::Run(const StftParams& p, const float* x, int64_t n, float* out) {
+  const int nfft = p.n_fft, win = p.win(), hop = p.hop();
+  if (!plan_ || plan_->n_fft != nfft || plan_->win != win) {
+    plan_ = std::make_unique<Plan>();
+    plan_->n_fft = nfft;
+    plan_->win = win;
+    plan_->real = nfft % 2 == 0;
+    if (plan_->real) {
+      plan_->rcfg = kiss_fftr_alloc(nfft, 0, nullptr, nullptr);
+    } else {
+      plan_->ccfg = kiss_fft_alloc(nfft, 0, nullptr, nullptr);
+      plan_->cin.resize(static_cast<size_t>(nfft));
+    }
+    if (plan_->rcfg == nullptr && plan_->ccfg == nullptr) return Internal("KissFFT could not plan n_fft");
+    plan_->frame.resize(static_cast<size_t>(nfft));
+    plan_->cout.resize(static_cast<size_t>(nfft));
+    plan_->window.assign(static_cast<size_t>(nfft), 0.0f);
+    const int left = (nfft - win) / 2;
+    for (int m = 0; m < win; ++m) {
+      // torch.hann_window(win, periodic=True), computed in float64.
+      plan_->window[static_cast<size_t>(left + m)] =
+          static_cast<float>(0.5 - 0.5 * std::cos(2 * M_PI * m / win));
+    }
+  }
+  Plan& pl = *plan_;
+  // The padded signal: `pad` zeros, then the centre padding (reflect or zeros).
+  const int64_t c = p.center ? nfft / 2 : 0;
+  const int64_t inner = n + 2 * static_cast<int64_t>(p.pad);
+  if (p.center && p.reflect && inner <= c) {
+    return DataError("the signal (" + std::to_string(inner) + " samples) is too short for a centred STFT of "
+                     "n_fft " + std::to_string(nfft) + " with reflect padding (needs over " +
+                     std::to_string(c) + ")");
+  }
+  const int64_t frames = p.Frames(n);
+  if (frames < 1) return DataError("the signal is shorter than n_fft " + std::to_string(nfft));
+  pl.padded.assign(static_cast<size_t>(inner + 2 * c), 0.0f);
+  float* s = pl.padded.data() + c;
+  std::copy(x, x + n, s + p.pad);
+  if (p.center && p.reflect) {
+    for (int64_t j = 1; j <= c; ++j) {
+      s[-j] = s[j];
+      s[inner - 1 + j] = s[inner - 1 - j];
+    }
+  }
+  double norm = 1.0;
+  if (p.normalized) {
+    double e = 0;
+    for (float w : pl.window) e += static_cast<double>(w) * w;
+    norm = 1.0 / std::sqrt(e);
+  }
+  const int bins = p.bins();
+  for (int64_t t = 0; t < frames; ++t) {
+    const float* f = pl.padded.data() + t * hop;
+    if (pl.real) {
+      for (int m = 0; m < nfft; ++m) pl.frame[static_cast<size_t>(m)] = f[m] * pl.window[static_cast<size_t>(m)];
+      kiss_fftr(pl.rcfg, pl.frame.data(), pl.cout.data());
+      if (!p.onesided) {  // the other half: conjugate symmetry
+        for (int k = nfft / 2 + 1; k < nfft; ++k) {
+          pl.cout[static_cast<size_t>(k)] = {pl.cout[static_cast<size_t>(nfft - k)].r,
+                                             -pl.cout[static_cast<size_t>(nfft - k)].i};
+        }
+      }
+    } else {
+      for (int m = 0; m < nfft; ++m) pl.cin[static_cast<size_t>(m)] = {f[m] * pl.window[static_cast<size_t>(m)], 0.0f};
+      kiss_fft(pl.ccfg, pl.cin.data(), pl.cout.data());
+    }
+    for (int k = 0; k < bins; ++k) {
+      const double re = pl.cout[static_cast<size_t>(k)].r * norm, im = pl.cout[static_cast<size_t>(k)].i * norm;
+      const double e = re * re + im * im;
+      double v;
+      if (p.power == 2.0) {
+        v = e;
+      } else if (p.power == 1.0) {
+        v = std::sqrt(e);
+      } else {
+        v = std::pow(std::sqrt(e), p.power);
+      }
+      out[static_cast<int64_t>(k) * frames + t] = static_cast<float>(v);
+    }
+  }
+  return Status::OK();
+}
+
+namespace {
+
+double HzToMel(double f, bool htk) {
+  if (htk) return 2595.0 * std::log10(1.0 + f / 700.0);
+  const double f_sp = 200.0 / 3, min_log_hz = 1000.0, min_log_mel = min_log_hz / f_sp;
+  const double logstep = std::log(6.4) / 27.0;
+  if (f >= min_log_hz) return min_log_mel + std::log(f / min_log_hz) / logstep;
+  return f / f_sp;
+}
+
+double MelToHz(double m, bool htk) {
+  if (htk) return 700.0 * (std::pow(10.0, m / 2595.0) - 1.0);
+  const double f_sp = 200.0 / 3, min_log_hz = 1000.0, min_log_mel = min_log_hz / f_sp;
+  const double logstep = std::log(6.4) / 27.0;
+  if (m >= min_log_mel) return min_log_hz * std::exp(logstep * (m - min_log_mel));
+  return f_sp * m;
+}
+
+}  // namespace
+
+Result<std::vector<float>> MelFilterbank(int n_freqs, double f_min, double f_max, int n_mels,
+                                         int sample_rate, const std::string& norm,
+                                         const std::string& mel_scale) {
+  if (mel_scale != "htk" && mel_scale != "slaney") {
+    return InvalidArgument("mel_scale must be \"htk\" or \"slaney\", not '" + mel_scale + "'");
+  }
+  if (!norm.empty() && norm != "slaney") return InvalidArgument("norm must be None or \"slaney\"");
+  if (n_mels < 1 || n_freqs < 2) return InvalidArgument("n_mels and n_freqs must be positive");
+  if (!(f_min >= 0 && f_min < f_max)) return InvalidArgument("f_min must be >= 0 and below f_max");
+  const bool htk = mel_scale == "htk";
+  // torchaudio computes the bank in float32 (linspace, then the triangles).
+  std::vector<double> all(static_cast<size_t>(n_freqs));
+  for (int i = 0; i < n_freqs; ++i) {
+    all[static_cast<size_t>(i)] = static_cast<float>((sample_rate / 2) * static_cast<double>(i) / (n_freqs - 1));
+  }
+  const double m_min = HzToMel(f_min, htk), m_max = HzToMel(f_max, htk);
+  std::vector<double> f_pts(static_cast<size_t>(n_mels + 2));
+  for (int i = 0; i < n_mels + 2; ++i) {
+    f_pts[static_cast<size_t>(i)] = MelToHz(m_min + (m_max - m_min) * i / (n_mels + 1), htk);
+  }
+  std::vector<float> fb(static_cast<size_t>(n_freqs) * n_mels);
+  for (int i = 0; i < n_freqs; ++i) {
+    for (int m = 0; m < n_mels; ++m) {
+      const size_t mi = static_cast<size_t>(m);
+      const double down = (all[static_cast<size_t>(i)] - f_pts[mi]) / (f_pts[mi + 1] - f_pts[mi]);
+      const double up = (f_pts[mi + 2] - all[static_cast<size_t>(i)]) / (f_pts[mi + 2] - f_pts[mi + 1]);
+      double v = std::max(0.0, std::min(down, up));
+      if (norm == "slaney") v *= 2.0 / (f_pts[mi + 2] - f_pts[mi]);
+      fb[static_cast<size_t>(i) * n_mels + mi] = static_cast<float>(v);
+    }
+  }
+  return fb;
+}
+
+void ApplyFilterbank(const std::vector<float>& fb, int n_freqs, int n_mels, const float* spec,
+                     int64_t frames, float* out) {
+  std::fill(out, out + static_cast<int64_t>(n_mels) * frames, 0.0f);
+  // Row by row (rows of spec are contiguous), skipping the bank's zeros.
+  for (int f = 0; f < n_freqs; ++f) {
+    const float* row = spec + static_cast<int64_t>(f) * frames;
+    for (int m = 0; m < n_mels; ++m) {
+      const float w = fb[static_cast<size_t>(f) * n_mels + m];
+      if (w == 0.0f) continue;
+      float* o = out + static_cast<int64_t>(m) * frames;
+      for (int64_t t = 0; t < frames; ++t) o[t] += w * row[t];
+    }
+  }
+}
+
+std::vector<float> DctMatrix(int n_mfcc, int n_mels, const std::string& norm) {
+  std::vector<float> d(static_cast<size_t>(n_mels) * n_mfcc);
+  for (int k = 0; k < n_mfcc; ++k) {
+    for (int n = 0; n < n_mels; ++n) {
+      double v = std::cos(M_PI / n_mels * (n + 0.5) * k);
+      if (norm == "ortho") {
+        if (k == 0) v *= 1.0 / std::sqrt(2.0);
+        v *= std::sqrt(2.0 / n_mels);
+      } else {
+        v *= 2.0;
+      }
+      d[static_cast<size_t>(n) * n_mfcc + k] = static_cast<float>(v);
+    }
+  }
+  return d;
+}
+
+void AmplitudeToDb(float* x, int64_t n, double multiplier, double top_db) {
+  float top = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(multiplier * std::log10(std::max(static_cast<double>(x[i]), 1e-10)));
+    top = std::max(top, x[i]);
+  }
+  if (top_db > 0) {
+    const float floor = static_cast<float>(top - top_db);
+    for (int64_t i = 0; i < n; ++i) x[i] = std::max(x[i], floor);
+  }
+}
+
+}  // namespace nostall::audio
