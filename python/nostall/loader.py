@@ -459,7 +459,7 @@ class Loader(Closeable):
             spec["dtype"] = dtype
         if field_list is not None:
             spec["fields"] = field_list
-        if audio_list is not None:
+        if audio_list:
             spec["audio"] = audio_list
         if max_field_bytes is not None:
             spec["max_field_bytes"] = _integer("max_field_bytes", max_field_bytes)

@@ -74,7 +74,14 @@ class Args {
   }
   Status Choice(const char* key, const std::string& def, const std::vector<std::string>& allowed,
                 std::string* out) {
+    // null is None, a value of its own where "" is allowed (MFCC's norm).
+    const bool none = j_.contains(key) && j_[key].is_null();
     const json* v = Get(key);
+    if (none && std::find(allowed.begin(), allowed.end(), "") != allowed.end()) {
+      out->clear();
+      resolved_[key] = nullptr;
+      return Status::OK();
+    }
     if (v != nullptr && !v->is_string()) return Error(std::string(key) + " must be a string, not " + Shown(*v));
     *out = v != nullptr ? v->get<std::string>() : def;
     if (std::find(allowed.begin(), allowed.end(), *out) == allowed.end()) {
