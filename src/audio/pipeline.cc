@@ -427,6 +427,7 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& list, bool fixed) {
         }
         frames = Frames(op.seconds, rate);
         if (frames < 1) return a.Error("is shorter than one frame");
+        if (frames > (int64_t{1} << 28) / std::max(1, channels)) return a.Error("is over 2^28 samples long");
         break;
       case OpKind::kGain:
         NOSTALL_RETURN_IF_ERROR(a.Range("gain_db", true, -120, 120, &op.lo, &op.hi));
@@ -576,6 +577,18 @@ void ResampleInto(const ResampleKernel& k, Signal& in, int64_t k0, int64_t k1, i
   }
 }
 
+// A signal of `frames` x `channels` samples may be made (at most 2^28, a
+// GiB of float32: a header that lies about its length, or an upsampling of
+// a long file, is an error naming the size rather than an allocation).
+constexpr int64_t kMaxSamples = int64_t{1} << 28;
+Status CheckSize(int64_t frames, int channels, const char* what) {
+  if (frames < 0 || frames > kMaxSamples / std::max(1, channels)) {
+    return DataError(std::string(what) + " would hold " + std::to_string(frames) + " frames x " +
+                     std::to_string(channels) + " channels, over 2^28 samples: crop it first (RandomCrop)");
+  }
+  return Status::OK();
+}
+
 // Draws the crop's start for audio `len` frames long into `want`.
 int64_t CropStart(const Op& op, int64_t len, int64_t want, Philox& rng) {
   if (op.kind == OpKind::kCenterCrop) return len > want ? (len - want) / 2 : 0;
@@ -696,6 +709,7 @@ Status Run(const Spec& spec, const uint8_t* data, size_t size, const AudioInfo& 
                      " s of audio, over max_seconds (" + std::to_string(static_cast<int64_t>(spec.max_seconds)) +
                      "): crop it (RandomCrop) or raise Decode(max_seconds=...)");
   }
+  NOSTALL_RETURN_IF_ERROR(CheckSize(need[0].second - need[0].first, info.channels, "the decoded audio"));
   if (trace != nullptr) {
     (*trace)["decoded"] = {valid[0].first, valid[0].second};
     (*trace)["source"] = {{"frames", info.frames}, {"sample_rate", info.sample_rate}, {"channels", info.channels}};
@@ -771,6 +785,7 @@ Status Run(const Spec& spec, const uint8_t* data, size_t size, const AudioInfo& 
           const ResampleKernel* k = Kernel(s, from, to, op);
           if (k == nullptr) return DataError("cannot resample " + std::to_string(from) + " -> " + std::to_string(to) + " Hz");
           const int64_t out = k->OutLength(sig.len);
+          NOSTALL_RETURN_IF_ERROR(CheckSize(out + k->taps, sig.channels, "the resampled audio"));
           int64_t lo, hi;
           k->InputRange(0, out, &lo, &hi);
           if (run) {

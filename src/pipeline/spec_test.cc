@@ -66,6 +66,10 @@ TEST(SpecTest, EveryFieldRoundTrips) {
       {"max_field_bytes", 4096},
       {"first_epoch", "buffered"},
       {"shuffle_buffer", 1000},
+      {"audio", nlohmann::json::array(
+                    {{{"type", "Decode"}, {"mono", true}, {"sample_rate", 16000}, {"channels", nullptr},
+                      {"max_seconds", 60.0}},
+                     {{"type", "RandomCrop"}, {"seconds", 1.0}}})},
   };
   for (const std::string& field : LoaderSpec::FieldNames()) {
     SCOPED_TRACE(field);
@@ -107,7 +111,7 @@ TEST(SpecTest, FieldsReadAsAnObjectOrAListAndAreWrittenAsAList) {
 
 TEST(SpecTest, BadFieldsAreNamed) {
   auto message = [](const char* text) { return LoaderSpec::FromJson(text).status().message(); };
-  EXPECT_NE(message(R"({"source": "d", "fields": {"meta": "json"}})").find("exactly one image field"),
+  EXPECT_NE(message(R"({"source": "d", "fields": {"meta": "json"}})").find("exactly one image or audio field"),
             std::string::npos);
   EXPECT_NE(message(R"({"source": "d", "fields": {"a": "jpg", "b": "png"}})").find("exactly one image"),
             std::string::npos);

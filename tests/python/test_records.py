@@ -272,7 +272,7 @@ def test_hooks_on_the_plain_loader_keep_its_tuples(shards):
 
 
 def test_bad_fields_arguments_are_clear_errors(shards, jpeg_folder):
-    with pytest.raises(ValueError, match="exactly one image field"):
+    with pytest.raises(ValueError, match="exactly one image or audio field"):
         nostall.Loader(shards, fields={"meta": "json"})
     with pytest.raises(ValueError, match="optional"):
         nostall.Loader(shards, fields={"image": "jpg", "m": {"ext": "json", "optinal": True}})
