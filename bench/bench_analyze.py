@@ -40,7 +40,14 @@ def sleep(seconds):
 TORCH = {"kind": "torch"}
 
 
-def situations(data, shards, s3="s3://bench/analyze/"):
+AUDIO = [{"type": "Resample", "new_freq": 16000}, {"type": "RandomCrop", "seconds": 1.0},
+         {"type": "Gain", "gain_db": [-6, 6]}, {"type": "MelSpectrogram", "n_mels": 64},
+         {"type": "AmplitudeToDB"}, {"type": "FrequencyMasking", "freq_mask_param": 8},
+         {"type": "TimeMasking", "time_mask_param": 20}]
+AUDIO_FIELDS = {"audio": "flac;wav;mp3;ogg;opus", "label": "cls"}
+
+
+def situations(data, shards, s3="s3://bench/analyze/", words=None):
     """(name, expected bottleneck, base spec overrides, step, what-ifs, options).
 
     A what-if is (label, config for the model, spec overrides for the real
@@ -115,6 +122,15 @@ def situations(data, shards, s3="s3://bench/analyze/"):
             ("16 reads in flight, cache 50%", {"reads_in_flight": 16, "cache_fraction": 0.5},
              {"reads_in_flight": 16, "cache": 0.5}, "compute"),
         ], {"cores": 1, "needs": "s3"}),
+        # Audio: decoding, resampling and mel features are prep like image
+        # decode; nothing in the model knows it is audio.
+        ("audio: spoken words, 1 s mel features, 5 ms step", "prep",
+         {"source": words, "fields": AUDIO_FIELDS, "audio": AUDIO, "transforms": []}, sleep(0.005), [
+            ("pinned to 1 core", {"cores": 1, "prep_threads": 1},
+             {"cores": 1, "num_threads": 1}, "prep"),
+            ("bandwidth 1 MB/s", {"bandwidth": 1 * MB}, {"throttle_bandwidth": 1 * MB}, "fetch"),
+            ("cache 100%", {"cache_fraction": 1.0}, {"cache": 1.0}, "prep"),
+        ], {"items": 400, "needs": "audio"}),
         ("high latency: 15 ms per read, 1 in flight", "fetch",
          {"throttle_latency_ms": 15, "reads_in_flight": 1}, sleep(0.010), [
             ("4 reads in flight", {"reads_in_flight": 4}, {"reads_in_flight": 4}, "fetch"),
@@ -177,7 +193,7 @@ def make_step(desc):
     if desc["kind"] == "sleep":
         seconds = desc["seconds"]
 
-        def step(images, labels):
+        def step(*batch):  # (images, labels), or a records loader's dict
             time.sleep(seconds)
         return step
     import torch_step
@@ -212,7 +228,9 @@ def steady_rate(loader, epochs, step, first_timed, warm, set_epoch=True):
     for epoch in range(epochs):
         if set_epoch:
             loader.set_epoch(epoch)
-        for k, (images, labels) in enumerate(loader):
+        for k, batch in enumerate(loader):
+            # A records loader's dict: its tensor, then its label.
+            images, labels = list(batch.values())[:2] if isinstance(batch, dict) else batch
             now = time.perf_counter()
             if epoch == first_timed and k == warm:
                 t0 = now
@@ -220,7 +238,7 @@ def steady_rate(loader, epochs, step, first_timed, warm, set_epoch=True):
                 samples += images.shape[0]
                 t_last = now
             step(images, labels)
-            del images, labels
+            del images, labels, batch
     if t_last is None:
         raise RuntimeError(f"epoch {first_timed} had no batch after {warm} to time")
     return samples / (t_last - t0)
@@ -435,9 +453,16 @@ def main():
 
     data = str(make_imagenet_like(args.data, num_images=args.images))
     shards = make_shards(data, Path(args.data).parent / "imagenet-like-shards")
+    args.words = None
+    if not args.only or "audio" in args.only:
+        from nostall.datasets import make_spoken_words
+
+        args.words = str(make_spoken_words(Path(args.data).parent / "spoken-words", voices=8,
+                                           speeds=(140, 180), rates=(16000, 22050, 44100),
+                                           formats=("flac", "wav", "mp3")))
     runs = []
     started = time.time()
-    wanted = [n for n, *_, o in situations(data, shards) if o.get("needs") == "s3"
+    wanted = [n for n, *_, o in situations(data, shards, words=args.words) if o.get("needs") == "s3"
               and (not args.only or any(x in n for x in args.only.split(",")))]
     s3 = None if args.no_s3 or not wanted else S3Store(data)
     try:
@@ -460,7 +485,7 @@ def main():
 def one_round(args, data, shards):
     """Every situation once: profile it, then predict and measure each row."""
     rows = []
-    for name, expect, over, step, whatifs, opts in situations(data, shards):
+    for name, expect, over, step, whatifs, opts in situations(data, shards, words=args.words):
         if args.only and not any(o in name for o in args.only.split(",")):
             continue
         if opts.get("needs") == "s3" and args.no_s3:

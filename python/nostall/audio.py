@@ -12,13 +12,15 @@ with :func:`sample_params`, and run a list on one file with :func:`apply`.
 import nostall
 from nostall import audio
 
-loader = nostall.Loader("speech/train-{0000..0063}.tar",
+loader = nostall.Loader("speech/train-{0000..0003}.tar",
     fields={"audio": "flac;wav;mp3;opus;ogg", "label": "cls"},
     transforms={"audio": [audio.Resample(16000), audio.RandomCrop(seconds=1.0),
                           audio.Gain((-6, 6)), audio.MelSpectrogram(n_mels=64),
                           audio.AmplitudeToDB(), audio.FrequencyMasking(8),
                           audio.TimeMasking(20)]},
-    batch_size=256)
+    batch_size=8)
+for batch in loader:
+    spectrograms, labels = batch["audio"], batch["label"]   # (8, 1, 64, 81), (8,)
 ```
 docs/audio.md lists every transform, what it matches in torchaudio, and the
 tolerances the tests hold each to.

@@ -275,7 +275,12 @@ Result<std::unique_ptr<Source>> OpenIndexed(const IndexedDataset& d, const Sourc
     // next run a rebuild, and this one the index in its own memory.
     return SaveAndMapIndex(cache_path, std::move(bytes), d.root, origin);
   };
-  if (index == nullptr && options.lazy_index && d.index_one && options.fields.empty()) {
+  // (Fields beyond the media and its label need the whole index to select
+  // their members, as on S3: the loader asks for lazy indexing only then.)
+  const bool extra_fields = std::any_of(options.fields.begin(), options.fields.end(), [](const FieldSpec& f) {
+    return !IsMediaKind(f.kind) && f.kind != FieldKind::kLabel;
+  });
+  if (index == nullptr && options.lazy_index && d.index_one && !extra_fields) {
     auto lazy = std::make_shared<LazyShards>(
         d.header.shards, d.header, kLazyShardsAtOnce, d.index_one,
         [finish, note](Index whole, std::string* origin) mutable {

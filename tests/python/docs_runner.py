@@ -158,7 +158,8 @@ def docstring_snippets():
 # --------------------------------------------------------------- workspace
 def make_workspace(root: Path):
     """What the documentation's blocks name: data/train (4 classes of 16
-    natural-looking JPEGs), train.json (a spec over it), train.py (a step)."""
+    natural-looking JPEGs), train.json (a spec over it), train.py (a step),
+    speech/ (spoken words as a folder and as shards)."""
     write_jpeg_folder(root / "data" / "train", classes=4, per_class=16, seed=3,
                       min_side=120, max_side=320)
     spec = {"source": "data/train", "batch_size": 16, "shuffle": True, "seed": 0,
@@ -167,6 +168,13 @@ def make_workspace(root: Path):
                            {"type": "Normalize", "mean": [0.485, 0.456, 0.406],
                             "std": [0.229, 0.224, 0.225]}]}
     (root / "train.json").write_text(json.dumps(spec, indent=1))
+    # speech/words (4 spoken words x 2 voices x 2 speeds, espeak-ng) and the
+    # same as speech/train-{0000..0003}.tar.
+    from nostall import datasets
+    datasets.make_spoken_words(root / "speech" / "words", words=datasets.SPOKEN_WORDS[:4],
+                               voices=2, speeds=(150, 200), rates=(16000, 22050),
+                               formats=("flac", "wav", "mp3", "ogg"))
+    datasets.folder_to_shards(root / "speech" / "words", root / "speech", shards=4)
     (root / "train.py").write_text(textwrap.dedent('''\
         import torch
 

@@ -609,3 +609,42 @@ def test_records_on_s3_are_the_records_of_the_local_shards(s3, tmp_path):
         # (bytes per field count what was prepared: every caption at least once)
         assert st["fields"]["caption"]["bytes"] >= sum(
             len(c.encode()) for b in got for c in b["caption"])
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng is installed by `make test` (apt)")
+def test_audio_shards_on_s3_give_the_local_shards_samples_buffered_then_exact(s3, tmp_path, env):
+    """Spoken words as shards on S3: the cold first epoch (buffered) and the
+    next (exact) are the very batches the local shards give."""
+    from nostall import audio, datasets
+
+    client, _ = s3
+    words = datasets.make_spoken_words(tmp_path / "words", words=datasets.SPOKEN_WORDS[:4], voices=2,
+                                       speeds=(150,), rates=(16000, 22050), formats=("flac", "mp3", "wav"))
+    pattern = datasets.folder_to_shards(words, tmp_path / "local", shards=2, name="speech")
+    for s in range(2):
+        client.upload_file(str(tmp_path / "local" / f"speech-{s:04d}.tar"), "train-data",
+                           f"audio/speech-{s:04d}.tar")
+    kw = dict(fields={"audio": "flac;mp3;wav", "label": "cls"}, batch_size=3, shuffle=True, seed=1,
+              transforms={"audio": [audio.Resample(16000), audio.RandomCrop(seconds=0.5),
+                                    audio.MelSpectrogram(n_mels=32)]},
+              return_indices=True, shuffle_buffer=4)
+    env["NOSTALL_CACHE_DIR"] = str(tmp_path / "s3-node")
+    remote = nostall.Loader("s3://train-data/audio/speech-{0000..0001}.tar", **kw)
+    assert remote.index_origin.startswith("being indexed as the shards are first read")
+    env["NOSTALL_CACHE_DIR"] = str(tmp_path / "local-node")
+    here = nostall.Loader(pattern, first_epoch="buffered", **kw)
+    for epoch in (0, 1):
+        remote.set_epoch(epoch)
+        here.set_epoch(epoch)
+        a, b = list(remote), list(here)
+        assert len(a) == len(b) == 3
+        seen = []
+        for x, y in zip(a, b):
+            assert x["__index__"].tolist() == y["__index__"].tolist(), epoch
+            assert torch.equal(x["label"], y["label"])
+            for k in range(len(x["label"])):
+                assert torch.equal(x["audio"][k], y["audio"][k]), (epoch, remote.key(int(x["__index__"][k])))
+            seen += x["__index__"].tolist()
+        assert len(set(seen)) == 8  # every clip once
+    remote.close()
+    here.close()
