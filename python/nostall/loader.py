@@ -400,11 +400,12 @@ class Loader(Closeable):
         # Python callables after nostall's transforms: hooks on each image.
         while (transforms and callable(transforms[-1]) and not isinstance(transforms[-1], Transform)
                and not isinstance(transforms[-1], AudioTransform)):
-            hooks.setdefault("image" if field_list is None else media_field(field_list)["name"],
-                             []).insert(0, transforms.pop())
+            media = media_field(field_list) if field_list is not None else None
+            hooks.setdefault("image" if media is None else media["name"], []).insert(0, transforms.pop())
         # An audio field's transforms: the spec's "audio" list.
         audio_list = None
-        if field_list is not None and media_field(field_list)["kind"] == "audio":
+        media = media_field(field_list) if field_list is not None else None
+        if media is not None and media["kind"] == "audio":
             bad = [t for t in transforms if not isinstance(t, AudioTransform)]
             if bad:
                 raise TypeError(f"the audio field takes nostall.audio transforms, not {bad[0]!r}")

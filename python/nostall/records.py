@@ -31,8 +31,9 @@ MEDIA_KINDS = ("image", "audio")
 
 
 def media_field(fields) -> dict:
-    """The field the batch's tensor is made from (an image or audio field)."""
-    return next(f for f in fields if f["kind"] in MEDIA_KINDS)
+    """The field the batch's tensor is made from (an image or audio field);
+    None when there is none (the core then says what is missing)."""
+    return next((f for f in fields if f["kind"] in MEDIA_KINDS), None)
 
 
 def _extensions(value, name):
@@ -257,7 +258,8 @@ def _without(batch, indices, drop):
 def split_transforms(transforms, fields):
     """``transforms`` given as a dict per field: the image field's list (for
     nostall's C++ threads) and every callable hook, by field."""
-    image = media_field(fields)["name"]
+    media = media_field(fields)
+    image = media["name"] if media is not None else None
     names = {f["name"] for f in fields}
     native, hooks = [], {}
     for name, value in transforms.items():

@@ -208,6 +208,23 @@ def test_lossy_formats_decode_close_to_the_source(speech, fmt, subtype, name):
     assert snr_db(aligned, ref) > 8, f"{name}: the decode does not follow the source"
 
 
+def test_mp3_decodes_as_soundfile_does_and_a_seek_is_quiet_and_exact(speech, capfd):
+    _, x, rate = speech
+    data = encode(x, rate, "MP3", "MPEG_LAYER_III")
+    ref, _ = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    whole = audio.load(data)
+    assert whole.shape == ref.T.shape and audio.info(data)["frames"] == len(ref)
+    np.testing.assert_array_equal(whole, ref.T)
+    capfd.readouterr()
+    for start in (1000, 3456, 20000, len(ref) - 3000):
+        part = audio.load(data, start=start, frames=2000)
+        # A seek decodes the frames before it again (the bit reservoir):
+        # the same samples, to float rounding.
+        np.testing.assert_allclose(part, whole[:, start:start + 2000], rtol=0, atol=1e-6)
+    out, err = capfd.readouterr()
+    assert err == "" and out == ""  # libmpg123 is quiet
+
+
 def test_a_seek_decodes_exactly_the_frames_of_a_whole_decode(speech):
     data, x, rate = speech
     whole = audio.load(data)
