@@ -6,6 +6,7 @@
 #define NOSTALL_AUDIO_DECODE_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,24 @@ Status ProbeAudio(const uint8_t* data, size_t size, AudioInfo* info);
 // it promised is a DataError (truncated).
 Status DecodeFrames(const uint8_t* data, size_t size, int64_t start, int64_t count, bool mono,
                     std::vector<float>* out, AudioInfo* info);
+
+// One file opened once: its header, then any ranges of its frames (each as
+// DecodeFrames gives them). The bytes must outlive it.
+class AudioFile {
+ public:
+  AudioFile();
+  ~AudioFile();
+  AudioFile(const AudioFile&) = delete;
+  AudioFile& operator=(const AudioFile&) = delete;
+  Status Open(const uint8_t* data, size_t size);
+  const AudioInfo& info() const { return info_; }
+  Status Decode(int64_t start, int64_t count, bool mono, std::vector<float>* out);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  AudioInfo info_;
+};
 
 // The same frames as 16-bit integers, interleaved (count x channels), as
 // soundfile's dtype="int16" reads them.

@@ -6,8 +6,7 @@
 #include <complex>
 #include <numeric>
 
-#include <kissfft/kiss_fft.h>
-#include <kissfft/kiss_fftr.h>
+#include "pocketfft_hdronly.h"
 
 namespace nostall::audio {
 
@@ -50,6 +49,16 @@ Result<ResampleKernel> MakeResampleKernel(int64_t orig_freq, int64_t new_freq, i
       r.k[static_cast<size_t>(p * r.taps + j)] = static_cast<float>(s * w * scale);
     }
   }
+  r.first.assign(static_cast<size_t>(r.phases), 0);
+  r.end.assign(static_cast<size_t>(r.phases), 0);
+  for (int64_t p = 0; p < r.phases; ++p) {
+    const float* row = r.k.data() + p * r.taps;
+    int64_t a = 0, b = r.taps;
+    while (a < b && row[a] == 0.0f) ++a;
+    while (b > a && row[b - 1] == 0.0f) --b;
+    r.first[static_cast<size_t>(p)] = static_cast<int32_t>(a);
+    r.end[static_cast<size_t>(p)] = static_cast<int32_t>(b);
+  }
   return r;
 }
 
@@ -83,8 +92,9 @@ void ResampleRange(const ResampleKernel& r, const float* in, int64_t lo, int64_t
                    float* out) {
   for (int64_t k = k0; k < k1; ++k) {
     const int64_t i = k / r.phases, p = k % r.phases;
-    const float* x = in + (i * r.orig - r.width - lo);
-    out[k - k0] = Dot(x, r.k.data() + p * r.taps, r.taps);
+    const int32_t a = r.first[static_cast<size_t>(p)];
+    const float* x = in + (i * r.orig - r.width - lo) + a;
+    out[k - k0] = Dot(x, r.k.data() + p * r.taps + a, r.end[static_cast<size_t>(p)] - a);
   }
 }
 
@@ -96,19 +106,10 @@ int64_t StftParams::Frames(int64_t n) const {
 }
 
 struct Stft::Plan {
-  int n_fft = 0;
-  bool real = false;
-  kiss_fftr_cfg rcfg = nullptr;
-  kiss_fft_cfg ccfg = nullptr;
-  std::vector<float> frame;
-  std::vector<kiss_fft_cpx> cin, cout;
+  int n_fft = 0, win = 0;
   std::vector<float> window;  // n_fft long, the Hann window of win centred
-  int win = 0;
-  std::vector<float> padded;
-  ~Plan() {
-    if (rcfg != nullptr) kiss_fftr_free(rcfg);
-    if (ccfg != nullptr) kiss_fft_free(ccfg);
-  }
+  std::vector<float> padded, frames, power;
+  std::vector<std::complex<float>> spectra;
 };
 
 Stft::Stft() = default;
@@ -120,16 +121,6 @@ Status Stft::Run(const StftParams& p, const float* x, int64_t n, float* out) {
     plan_ = std::make_unique<Plan>();
     plan_->n_fft = nfft;
     plan_->win = win;
-    plan_->real = nfft % 2 == 0;
-    if (plan_->real) {
-      plan_->rcfg = kiss_fftr_alloc(nfft, 0, nullptr, nullptr);
-    } else {
-      plan_->ccfg = kiss_fft_alloc(nfft, 0, nullptr, nullptr);
-      plan_->cin.resize(static_cast<size_t>(nfft));
-    }
-    if (plan_->rcfg == nullptr && plan_->ccfg == nullptr) return Internal("KissFFT could not plan n_fft");
-    plan_->frame.resize(static_cast<size_t>(nfft));
-    plan_->cout.resize(static_cast<size_t>(nfft));
     plan_->window.assign(static_cast<size_t>(nfft), 0.0f);
     const int left = (nfft - win) / 2;
     for (int m = 0; m < win; ++m) {
@@ -158,40 +149,52 @@ Status Stft::Run(const StftParams& p, const float* x, int64_t n, float* out) {
       s[inner - 1 + j] = s[inner - 1 - j];
     }
   }
-  double norm = 1.0;
+  float norm = 1.0f;
   if (p.normalized) {
     double e = 0;
     for (float w : pl.window) e += static_cast<double>(w) * w;
-    norm = 1.0 / std::sqrt(e);
+    norm = static_cast<float>(1.0 / std::sqrt(e));
   }
+  // Every frame windowed, then one batched real FFT (PocketFFT runs
+  // several frames per SIMD vector); |X|^power time-major, then transposed
+  // into bins x frames in blocks.
   const int bins = p.bins();
+  const int half = nfft / 2 + 1;
+  pl.frames.resize(static_cast<size_t>(frames) * nfft);
   for (int64_t t = 0; t < frames; ++t) {
     const float* f = pl.padded.data() + t * hop;
-    if (pl.real) {
-      for (int m = 0; m < nfft; ++m) pl.frame[static_cast<size_t>(m)] = f[m] * pl.window[static_cast<size_t>(m)];
-      kiss_fftr(pl.rcfg, pl.frame.data(), pl.cout.data());
-      if (!p.onesided) {  // the other half: conjugate symmetry
-        for (int k = nfft / 2 + 1; k < nfft; ++k) {
-          pl.cout[static_cast<size_t>(k)] = {pl.cout[static_cast<size_t>(nfft - k)].r,
-                                             -pl.cout[static_cast<size_t>(nfft - k)].i};
-        }
-      }
-    } else {
-      for (int m = 0; m < nfft; ++m) pl.cin[static_cast<size_t>(m)] = {f[m] * pl.window[static_cast<size_t>(m)], 0.0f};
-      kiss_fft(pl.ccfg, pl.cin.data(), pl.cout.data());
+    float* dst = pl.frames.data() + t * nfft;
+    for (int m = 0; m < nfft; ++m) dst[m] = f[m] * pl.window[static_cast<size_t>(m)];
+  }
+  pl.spectra.resize(static_cast<size_t>(frames) * half);
+  const pocketfft::shape_t shape{static_cast<size_t>(frames), static_cast<size_t>(nfft)};
+  const pocketfft::stride_t in_stride{static_cast<ptrdiff_t>(nfft * sizeof(float)), sizeof(float)};
+  const pocketfft::stride_t out_stride{static_cast<ptrdiff_t>(half * sizeof(std::complex<float>)),
+                                       sizeof(std::complex<float>)};
+  pocketfft::r2c(shape, in_stride, out_stride, 1, pocketfft::FORWARD, pl.frames.data(), pl.spectra.data(), 1.0f, 1);
+  pl.power.resize(static_cast<size_t>(frames) * bins);
+  const float scale2 = norm * norm;
+  for (int64_t t = 0; t < frames; ++t) {
+    const std::complex<float>* c = pl.spectra.data() + t * half;
+    float* row = pl.power.data() + t * bins;
+    for (int k = 0; k < half; ++k) row[k] = (c[k].real() * c[k].real() + c[k].imag() * c[k].imag()) * scale2;
+    // Two-sided: the other half mirrors (a real signal's conjugate symmetry).
+    for (int k = half; k < bins; ++k) row[k] = row[nfft - k];
+    if (p.power == 1.0) {
+      for (int k = 0; k < bins; ++k) row[k] = std::sqrt(row[k]);
+    } else if (p.power != 2.0) {
+      const float e = static_cast<float>(p.power / 2);
+      for (int k = 0; k < bins; ++k) row[k] = std::pow(row[k], e);
     }
-    for (int k = 0; k < bins; ++k) {
-      const double re = pl.cout[static_cast<size_t>(k)].r * norm, im = pl.cout[static_cast<size_t>(k)].i * norm;
-      const double e = re * re + im * im;
-      double v;
-      if (p.power == 2.0) {
-        v = e;
-      } else if (p.power == 1.0) {
-        v = std::sqrt(e);
-      } else {
-        v = std::pow(std::sqrt(e), p.power);
+  }
+  constexpr int64_t kBlock = 32;
+  for (int64_t t0 = 0; t0 < frames; t0 += kBlock) {
+    const int64_t t1 = std::min(frames, t0 + kBlock);
+    for (int64_t k0 = 0; k0 < bins; k0 += kBlock) {
+      const int64_t k1 = std::min<int64_t>(bins, k0 + kBlock);
+      for (int64_t k = k0; k < k1; ++k) {
+        for (int64_t t = t0; t < t1; ++t) out[k * frames + t] = pl.power[static_cast<size_t>(t * bins + k)];
       }
-      out[static_cast<int64_t>(k) * frames + t] = static_cast<float>(v);
     }
   }
   return Status::OK();
@@ -284,9 +287,13 @@ std::vector<float> DctMatrix(int n_mfcc, int n_mels, const std::string& norm) {
 }
 
 void AmplitudeToDb(float* x, int64_t n, double multiplier, double top_db) {
+  // In float, as torchaudio computes it on float32 spectrograms.
+  // multiplier * log10(x) as (multiplier / ln 10) * ln(x): glibc's logf is
+  // several times faster than its log10f, and as exact to a float.
+  const float mul = static_cast<float>(multiplier / std::log(10.0));
   float top = -INFINITY;
   for (int64_t i = 0; i < n; ++i) {
-    x[i] = static_cast<float>(multiplier * std::log10(std::max(static_cast<double>(x[i]), 1e-10)));
+    x[i] = mul * std::log(std::max(x[i], 1e-10f));
     top = std::max(top, x[i]);
   }
   if (top_db > 0) {

@@ -25,6 +25,12 @@ struct ResampleKernel {
   int64_t orig = 1, phases = 1;  // the rates divided by their gcd
   int64_t width = 0, taps = 0;
   std::vector<float> k;  // phases x taps
+  // Each phase's non-zero taps, [first, end): the Hann or Kaiser window is
+  // zero past lowpass_filter_width zero crossings, so of torchaudio's
+  // 2 * width + orig taps only about 2 * width are not (the rest is the
+  // kernel's padding to one length for conv1d). Summing those alone gives
+  // the same sums.
+  std::vector<int32_t> first, end;
 
   // Output frames of an input of `n` frames: ceil(n * new / orig).
   int64_t OutLength(int64_t n) const { return (n * phases + orig - 1) / orig; }

@@ -618,8 +618,8 @@ struct Sink {
 };
 
 // The whole run, with or without the samples.
-Status Run(const Spec& spec, const uint8_t* data, size_t size, const AudioInfo& info, const Key& key,
-           const Sink& sink, Scratch* s, json* trace) {
+Status Run(const Spec& spec, AudioFile* file, const AudioInfo& info, const Key& key, const Sink& sink,
+           Scratch* s, json* trace) {
   NOSTALL_RETURN_IF_ERROR(CheckChannels(spec, info));
   Philox rng(key.seed ^ 0x617564696f5f7267ULL, static_cast<uint64_t>(key.epoch), static_cast<uint64_t>(key.index));
   json drawn = json::array();
@@ -720,9 +720,7 @@ Status Run(const Spec& spec, const uint8_t* data, size_t size, const AudioInfo& 
   Signal sig{cur, spec.mono ? 1 : info.channels, info.sample_rate, need[0].first,
              need[0].second - need[0].first, info.frames};
   if (sink.any()) {
-    AudioInfo got;
-    NOSTALL_RETURN_IF_ERROR(DecodeFrames(data, size, valid[0].first, valid[0].second - valid[0].first, spec.mono,
-                                         &s->spec, &got));
+    NOSTALL_RETURN_IF_ERROR(file->Decode(valid[0].first, valid[0].second - valid[0].first, spec.mono, &s->spec));
     cur->assign(static_cast<size_t>(sig.channels) * static_cast<size_t>(sig.n), 0.0f);
     const int64_t vn = valid[0].second - valid[0].first;
     for (int c = 0; c < sig.channels; ++c) {
@@ -990,27 +988,27 @@ Status Run(const Spec& spec, const uint8_t* data, size_t size, const AudioInfo& 
 
 Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const Key& key, float* dst,
                Scratch* scratch, json* trace) {
-  AudioInfo info;
-  NOSTALL_RETURN_IF_ERROR(ProbeAudio(data, size, &info));
+  AudioFile file;
+  NOSTALL_RETURN_IF_ERROR(file.Open(data, size));
   Sink sink;
   sink.dst = dst;
-  return Run(spec, data, size, info, key, sink, scratch, trace);
+  return Run(spec, &file, file.info(), key, sink, scratch, trace);
 }
 
 Status Apply(const Spec& spec, const uint8_t* data, size_t size, const Key& key, std::vector<float>* out,
              std::vector<int64_t>* shape, json* trace) {
-  AudioInfo info;
-  NOSTALL_RETURN_IF_ERROR(ProbeAudio(data, size, &info));
+  AudioFile file;
+  NOSTALL_RETURN_IF_ERROR(file.Open(data, size));
   Scratch scratch;
   Sink sink;
   sink.vec = out;
   sink.shape = shape;
-  return Run(spec, data, size, info, key, sink, &scratch, trace);
+  return Run(spec, &file, file.info(), key, sink, &scratch, trace);
 }
 
 Status Trace(const Spec& spec, const AudioInfo& info, const Key& key, json* out) {
   Scratch scratch;
-  return Run(spec, nullptr, 0, info, key, Sink(), &scratch, out);
+  return Run(spec, nullptr, info, key, Sink(), &scratch, out);
 }
 
 }  // namespace nostall::audio
