@@ -652,14 +652,14 @@ Status Run(const Spec& spec, AudioFile* file, const AudioInfo& info, const Key& 
       st.k = nullptr;
       if (op.kind == OpKind::kGain) {
         draws[i] = rng.Uniform(op.lo, op.hi);
-        drawn.push_back({{"type", "Gain"}, {"gain_db", draws[i]}});
+        if (trace != nullptr) drawn.push_back({{"type", "Gain"}, {"gain_db", draws[i]}});
         continue;
       }
       double factor = 1.0;
       if (op.kind == OpKind::kSpeedPerturbation) {
         factor = op.factors[rng.Below(op.factors.size())];
         draws[i] = factor;
-        drawn.push_back({{"type", "SpeedPerturbation"}, {"factor", factor}});
+        if (trace != nullptr) drawn.push_back({{"type", "SpeedPerturbation"}, {"factor", factor}});
         if (op.orig_freq != st.rate) {
           return DataError("audio reaches SpeedPerturbation at " + std::to_string(st.rate) +
                            " Hz, not its orig_freq " + std::to_string(op.orig_freq));
@@ -679,7 +679,7 @@ Status Run(const Spec& spec, AudioFile* file, const AudioInfo& info, const Key& 
     }
     want = Frames(ops[crop].seconds, stages.back().rate);
     start = CropStart(ops[crop], stages.back().len, want, rng);
-    drawn.push_back({{"type", ops[crop].resolved["type"]}, {"start", start}, {"frames", want},
+    if (trace != nullptr) drawn.push_back({{"type", ops[crop].resolved["type"]}, {"start", start}, {"frames", want},
                      {"rate", stages.back().rate}});
   }
   // The frames each stage must hold, back from the crop: need [lo, hi)
@@ -772,7 +772,7 @@ Status Run(const Spec& spec, AudioFile* file, const AudioInfo& info, const Key& 
         double factor = 1.0;
         if (op.kind == OpKind::kSpeedPerturbation) {
           factor = op.factors[rng.Below(op.factors.size())];
-          drawn.push_back({{"type", "SpeedPerturbation"}, {"factor", factor}});
+          if (trace != nullptr) drawn.push_back({{"type", "SpeedPerturbation"}, {"factor", factor}});
         }
         if (op.orig_freq != 0 && op.orig_freq != sig.rate) {
           return DataError("audio reaches " + op.resolved["type"].get<std::string>() + " at " + std::to_string(sig.rate) +
@@ -807,7 +807,7 @@ Status Run(const Spec& spec, AudioFile* file, const AudioInfo& info, const Key& 
       case OpKind::kCenterCrop: {
         const int64_t w = Frames(op.seconds, sig.rate);
         const int64_t at = CropStart(op, sig.len, w, rng);
-        drawn.push_back({{"type", op.resolved["type"]}, {"start", at}, {"frames", w}, {"rate", sig.rate}});
+        if (trace != nullptr) drawn.push_back({{"type", op.resolved["type"]}, {"start", at}, {"frames", w}, {"rate", sig.rate}});
         if (run) {
           other->assign(static_cast<size_t>(sig.channels) * static_cast<size_t>(w), 0.0f);
           const int64_t n = std::min(w, sig.len - at);
@@ -821,7 +821,7 @@ Status Run(const Spec& spec, AudioFile* file, const AudioInfo& info, const Key& 
       }
       case OpKind::kGain: {
         const double db = rng.Uniform(op.lo, op.hi);
-        drawn.push_back({{"type", "Gain"}, {"gain_db", db}});
+        if (trace != nullptr) drawn.push_back({{"type", "Gain"}, {"gain_db", db}});
         if (run) {
           const float g = static_cast<float>(std::pow(10.0, db / 20.0));
           for (float& x : *cur) x *= g;
@@ -831,7 +831,7 @@ Status Run(const Spec& spec, AudioFile* file, const AudioInfo& info, const Key& 
       case OpKind::kTimeShift: {
         const int64_t most = Frames(op.seconds, sig.rate);
         const int64_t shift = rng.Between(-most, most);
-        drawn.push_back({{"type", "TimeShift"}, {"frames", shift}});
+        if (trace != nullptr) drawn.push_back({{"type", "TimeShift"}, {"frames", shift}});
         if (run) {
           other->assign(cur->size(), 0.0f);
           for (int c = 0; c < sig.channels; ++c) {
@@ -849,7 +849,7 @@ Status Run(const Spec& spec, AudioFile* file, const AudioInfo& info, const Key& 
         const std::vector<float>& noise = set[which];
         const int64_t offset = static_cast<int64_t>(rng.Below(noise.size()));
         const double snr = rng.Uniform(op.lo, op.hi);
-        drawn.push_back({{"type", "AddNoise"}, {"noise", which}, {"offset", offset}, {"snr_db", snr}});
+        if (trace != nullptr) drawn.push_back({{"type", "AddNoise"}, {"noise", which}, {"offset", offset}, {"snr_db", snr}});
         if (run) {
           // torchaudio.functional.add_noise, per channel, the noise tiled
           // from its offset.
@@ -943,7 +943,7 @@ Status Run(const Spec& spec, AudioFile* file, const AudioInfo& info, const Key& 
           const double min_value = rng.Uniform() * (static_cast<double>(size) - value);
           const int64_t from = static_cast<int64_t>(min_value);
           const int64_t to = from + static_cast<int64_t>(value);
-          masks.push_back({from, to});
+          if (trace != nullptr) masks.push_back({from, to});
           if (!run) continue;
           for (int cc = op.iid ? c : 0; cc < (op.iid ? c + 1 : sig.channels); ++cc) {
             float* x = cur->data() + static_cast<size_t>(cc) * sig.bins * sig.frames;
@@ -956,7 +956,7 @@ Status Run(const Spec& spec, AudioFile* file, const AudioInfo& info, const Key& 
             }
           }
         }
-        drawn.push_back({{"type", op.resolved["type"]}, {"masks", masks}});
+        if (trace != nullptr) drawn.push_back({{"type", op.resolved["type"]}, {"masks", masks}});
         break;
       }
     }
