@@ -605,7 +605,9 @@ class Loader(Closeable):
         self._copies_warned = False
         self._records = None
         hooks, batch_transform, hook_threads = getattr(self, "_hooks", ({}, None, 2))
-        fields = spec.get("fields")
+        # The fields as the core resolved them (a spec may give them as an
+        # object, {"image": "jpg", ...}; the core's spec is the list).
+        fields = json.loads(self._core.spec_json()).get("fields") if spec.get("fields") else None
         if fields or hooks or batch_transform is not None:
             if not fields:  # hooks on a loader of (images, labels): the tuple stays
                 fields = [{"name": "image", "kind": "image"}, {"name": "label", "kind": "label"}]

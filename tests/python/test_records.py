@@ -417,3 +417,20 @@ def test_the_output_size_is_probed_on_the_records_image(tmp_path):
         for p in range(4):
             k = batch["meta"][p]["k"]
             assert np.array_equal(batch["image"][p].numpy(), pixels[k]), (source, k)
+
+
+def test_a_spec_giving_fields_as_an_object_batches_them_as_the_list_does(shards):
+    """docs/spec.md: fields may be an object {"NAME": "ext"}; the loader built
+    from such a spec gives the same dict batches as the list form."""
+    base = {"source": shards, "batch_size": 4, "seed": 3,
+            "transforms": [{"type": "Resize", "size": [16, 16]}]}
+    obj = nostall.Loader.from_spec(
+        {**base, "fields": {"image": "jpg", "label": "cls", "meta": {"ext": "json", "optional": True}}})
+    lst = nostall.Loader.from_spec(
+        {**base, "fields": [{"name": "image", "ext": ["jpg"]}, {"name": "label", "ext": ["cls"]},
+                            {"name": "meta", "ext": ["json"], "optional": True}]})
+    a, b = next(iter(obj)), next(iter(lst))
+    assert set(a) == set(b) == {"image", "label", "meta"}
+    assert (a["image"] == b["image"]).all() and a["meta"] == b["meta"]
+    obj.close()
+    lst.close()
