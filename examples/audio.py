@@ -8,7 +8,7 @@ pipeline (decode, resample, crop, gain, mel, dB, masks) in nostall's C++
 threads. Prints the throughput, how long the loop waited on data, the stall
 report and, unless --no-analyze, nostall.analyze's what-ifs.
 
-    .venv/bin/python examples/audio.py [--voices 4] [--epochs 5] [--model m5]
+    .venv/bin/python examples/audio.py [--voices 4] [--epochs 15] [--model m5]
 """
 
 import argparse
@@ -26,17 +26,19 @@ from nostall import audio, datasets
 def cnn(classes):
     """A small CNN on (1, 64, 101) log-mel spectrograms."""
     return nn.Sequential(
+        nn.BatchNorm2d(1),  # the dB values' scale
         nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(64, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-        nn.Flatten(), nn.Linear(64, classes))
+        nn.Conv2d(64, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.AdaptiveAvgPool2d((4, 4)),
+        nn.Flatten(), nn.Dropout(0.3), nn.Linear(64 * 16, classes))
 
 
 def m5(classes):
     """M5 (Dai et al., 2017) on the raw 16 kHz waveform, as in torchaudio's
     speech-command tutorial."""
     def block(i, o, k, s=1):
-        return [nn.Conv1d(i, o, k, stride=s), nn.BatchNorm1d(o), nn.ReLU(), nn.MaxPool1d(4)]
+        return [nn.Conv1d(i, o, k, stride=s, padding=k // 2), nn.BatchNorm1d(o), nn.ReLU(),
+                nn.MaxPool1d(4)]
     return nn.Sequential(*block(1, 32, 80, 16), *block(32, 32, 3), *block(32, 64, 3),
                          *block(64, 64, 3), nn.AdaptiveAvgPool1d(1), nn.Flatten(),
                          nn.Linear(64, classes))
@@ -46,8 +48,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="data/spoken-words", help="where to write the set")
     parser.add_argument("--voices", type=int, default=4, help="espeak-ng voices per word")
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--epochs", type=int, default=15)
+    parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--model", choices=("cnn", "m5"), default="cnn",
                         help="cnn: log-mel spectrograms; m5: raw waveforms")
     parser.add_argument("--no-analyze", action="store_true", help="skip nostall.analyze at the end")
@@ -77,7 +79,7 @@ def main():
     torch.manual_seed(0)
     torch.set_num_threads(max(1, nostall.available_cores()))
     model = cnn(classes) if args.model == "cnn" else m5(classes)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-3)
     loss_fn = nn.CrossEntropyLoss()
 
     def train_step(x, y):
