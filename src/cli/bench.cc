@@ -132,9 +132,11 @@ int Bench(const Args& args) {
   if (Has(args, "--no-autotune")) spec.autotune = "off";
   const bool json = Has(args, "--json");
   const bool show_progress = !Has(args, "--quiet") && !json && isatty(STDERR_FILENO);
+  // An audio pipeline's samples are clips, not images.
+  const char* unit = spec.prep.audio ? "clips" : "images";
   auto progress = [&](int64_t images, double secs) {
-    std::fprintf(stderr, "\r%lld images, %.1f s, %.0f images/s   ", static_cast<long long>(images),
-                 secs, secs > 0 ? images / secs : 0.0);
+    std::fprintf(stderr, "\r%lld %s, %.1f s, %.0f %s/s   ", static_cast<long long>(images), unit, secs,
+                 secs > 0 ? images / secs : 0.0, unit);
   };
   auto r = nostall::MeasureThroughput(spec, static_cast<int>(epochs), max_batches,
                                       show_progress ? std::function<void(int64_t, double)>(progress)
@@ -153,9 +155,9 @@ int Bench(const Args& args) {
       res.stats.has_storage && spec.reads_in_flight == 0
           ? "reads in flight adaptive, " + std::to_string(res.stats.reads_in_flight_target) + " at the end"
           : std::to_string(res.stats.fetch.threads) + " reads in flight";
-  std::printf("%s: %lld images in %.2f s = %.1f images/s (batch %lld, %d prep threads, %s)\n\n%s",
-              spec.source.c_str(), static_cast<long long>(res.images), res.seconds,
-              res.images_per_second(), static_cast<long long>(spec.batch_size),
+  std::printf("%s: %lld %s in %.2f s = %.1f %s/s (batch %lld, %d prep threads, %s)\n\n%s",
+              spec.source.c_str(), static_cast<long long>(res.images), unit, res.seconds,
+              res.images_per_second(), unit, static_cast<long long>(spec.batch_size),
               res.stats.prep.threads, reads_text.c_str(), res.stats.ToTable().c_str());
   if (res.stats.has_autotune && Has(args, "--autotune")) {
     std::printf("\nautotune chose: --threads %d --reads-in-flight %d --prefetch %d (%lld changes)\n",
