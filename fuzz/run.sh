@@ -33,6 +33,8 @@ fi
 "$CMAKE" --build "$TREE" --target $TARGETS
 mkdir -p build/fuzz/artifacts build/fuzz/logs
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
+# Leaks inside libraries on their own error paths, each explained there.
+export LSAN_OPTIONS="suppressions=$PWD/fuzz/lsan.supp"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
 run_one() {

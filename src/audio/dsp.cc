@@ -19,14 +19,21 @@ Result<ResampleKernel> MakeResampleKernel(int64_t orig_freq, int64_t new_freq, i
   ResampleKernel r;
   r.orig = orig_freq / g;
   r.phases = new_freq / g;
-  if (r.orig > 100000 || r.phases > 100000) {
-    return InvalidArgument("resampling " + std::to_string(orig_freq) + " -> " + std::to_string(new_freq) +
-                           " Hz needs a kernel of over 10^5 phases; choose rates with a larger "
-                           "common divisor");
-  }
   double base = std::min(r.orig, r.phases) * rolloff;
   r.width = static_cast<int64_t>(std::ceil(lowpass_filter_width * static_cast<double>(r.orig) / base));
   r.taps = 2 * r.width + r.orig;
+  // torchaudio's kernel has (new / gcd) x (2 width + orig / gcd) taps: rates
+  // with a small common divisor (a file at 44101 Hz) make it huge. Refused
+  // past 2^23 taps (32 MB; 44.1 -> 16 kHz takes 76,000; audio_fuzz found a
+  // file whose rate made one of 10^10).
+  constexpr double kMaxTaps = 1 << 23;
+  if (static_cast<double>(r.phases) * static_cast<double>(r.taps) > kMaxTaps) {
+    return InvalidArgument("resampling " + std::to_string(orig_freq) + " -> " + std::to_string(new_freq) +
+                           " Hz needs a kernel of " +
+                           std::to_string(static_cast<int64_t>(static_cast<double>(r.phases) * r.taps)) +
+                           " taps (the rates' greatest common divisor is " + std::to_string(g) +
+                           "), over 2^23");
+  }
   r.k.resize(static_cast<size_t>(r.phases * r.taps));
   const double lw = lowpass_filter_width;
   const double i0beta = window == ResampleWindow::kKaiser ? std::cyl_bessel_i(0.0, beta) : 1.0;

@@ -546,13 +546,18 @@ struct Signal {
   float* row(int c) { return v->data() + static_cast<size_t>(c) * static_cast<size_t>(n); }
 };
 
-const ResampleKernel* Kernel(Scratch* s, int64_t orig, int64_t neu, const Op& op) {
+// The kernel for orig -> neu Hz, cached per thread; null with *why set
+// when there is none (rates whose kernel would be too large).
+const ResampleKernel* Kernel(Scratch* s, int64_t orig, int64_t neu, const Op& op, Status* why) {
   const auto key = std::make_tuple(orig, neu, op.lowpass_filter_width, op.rolloff,
                                    static_cast<int>(op.window), op.beta);
   auto it = s->kernels.find(key);
   if (it == s->kernels.end()) {
     auto k = MakeResampleKernel(orig, neu, op.lowpass_filter_width, op.rolloff, op.window, op.beta);
-    if (!k.ok()) return nullptr;
+    if (!k.ok()) {
+      *why = DataError("audio at " + std::to_string(orig) + " Hz: " + k.status().message());
+      return nullptr;
+    }
     if (s->kernels.size() > 64) s->kernels.clear();
     it = s->kernels.emplace(key, std::move(k).value()).first;
   }
@@ -670,8 +675,9 @@ Status Run(const Spec& spec, AudioFile* file, const AudioInfo& info, const Key& 
       }
       const auto [from, to] = Rates(op, st.rate, factor);
       if (from != to) {
-        st.k = Kernel(s, from, to, op);
-        if (st.k == nullptr) return DataError("cannot resample " + std::to_string(from) + " -> " + std::to_string(to) + " Hz");
+        Status why;
+        st.k = Kernel(s, from, to, op, &why);
+        if (st.k == nullptr) return why;
         st.len = st.k->OutLength(st.len);
       }
       st.rate = op.kind == OpKind::kResample ? static_cast<int>(op.new_freq) : st.rate;
@@ -780,8 +786,9 @@ Status Run(const Spec& spec, AudioFile* file, const AudioInfo& info, const Key& 
         }
         const auto [from, to] = Rates(op, sig.rate, factor);
         if (from != to) {
-          const ResampleKernel* k = Kernel(s, from, to, op);
-          if (k == nullptr) return DataError("cannot resample " + std::to_string(from) + " -> " + std::to_string(to) + " Hz");
+          Status why;
+          const ResampleKernel* k = Kernel(s, from, to, op, &why);
+          if (k == nullptr) return why;
           const int64_t out = k->OutLength(sig.len);
           NOSTALL_RETURN_IF_ERROR(CheckSize(out + k->taps, sig.channels, "the resampled audio"));
           int64_t lo, hi;

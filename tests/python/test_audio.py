@@ -432,6 +432,10 @@ def test_bad_files_get_clear_errors(speech, tmp_path):
         audio.load(b"RIFF\x10\x00\x00\x00WAVEjunkjunkjunk")
     with pytest.raises(nostall.DataError, match="truncated"):
         audio.load(data[:len(data) // 2])
+    # A rate whose kernel to 16 kHz would be 7 * 10^8 taps (gcd 1).
+    odd = encode(np.zeros((44101, 1), np.float32), 44101, "WAV", "FLOAT")
+    with pytest.raises(nostall.DataError, match="greatest common divisor is 1"):
+        audio.apply([audio.Resample(16000)], odd)
     # Six hours of silence: a crop is cheap, a whole decode is refused.
     silence = encode(np.zeros((6 * 3600 * 8000, 1), np.int16), 8000, "FLAC", "PCM_16")
     got, params = audio.apply([audio.Decode(sample_rate=8000), audio.RandomCrop(seconds=1.0)], silence)
