@@ -3,7 +3,7 @@
 // Fourier transform of torch.stft as torchaudio.transforms.Spectrogram calls
 // it, the mel filter bank and DCT of MelSpectrogram and MFCC, and
 // AmplitudeToDB. Planar float32 signals (one row per channel). The FFT is
-// KissFFT's; the rest is written here because each is a few lines of the
+// PocketFFT's (third_party/pocketfft); the rest is written here because each is a few lines of the
 // formulas torchaudio documents, applied to ranges of a signal (a crop
 // decoded alone must resample exactly as the whole file would).
 #ifndef NOSTALL_AUDIO_DSP_H_
@@ -72,7 +72,7 @@ struct StftParams {
   int64_t Frames(int64_t n) const;
 };
 
-// One thread's STFT: the plan (KissFFT config) and buffers, kept for the
+// One thread's STFT: the window and buffers, kept for the
 // next call with the same n_fft.
 class Stft {
  public:
