@@ -96,8 +96,20 @@ inline __attribute__((always_inline)) float Dot(const float* a, const float* b, 
 }  // namespace
 
 // Built for AVX2 too, chosen at run time: the eight partial sums stay in
-// their lanes and no FMA is used, so every build gives the same bits.
-__attribute__((target_clones("avx2", "default"))) void ResampleRange(const ResampleKernel& r, const float* in,
+// their lanes and no FMA is used, so every build gives the same bits. (Not
+// under ThreadSanitizer: the ifunc that picks the build runs before its
+// runtime is up, and the program crashes at start.)
+#if defined(__SANITIZE_THREAD__)
+#define NOSTALL_AUDIO_CLONES
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define NOSTALL_AUDIO_CLONES
+#endif
+#endif
+#ifndef NOSTALL_AUDIO_CLONES
+#define NOSTALL_AUDIO_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+NOSTALL_AUDIO_CLONES void ResampleRange(const ResampleKernel& r, const float* in,
                                                                     int64_t lo, int64_t k0, int64_t k1,
                                                                     float* out) {
   for (int64_t k = k0; k < k1; ++k) {
