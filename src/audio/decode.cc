@@ -65,7 +65,18 @@ class Reader {
   virtual Status Seek(int64_t frame) = 0;
   // Up to n frames into `out`; 0 at the end or on an error.
   virtual int64_t ReadFloat(float* out, int64_t n) = 0;
-  virtual int64_t ReadShort(int16_t* out, int64_t n) = 0;
+  // As libsndfile gives a float source as shorts: x * 32767, rounded (the
+  // decoders whose output is float; libsndfile's own and FLAC's override).
+  virtual int64_t ReadShort(int16_t* out, int64_t n) {
+    const int c = channels();
+    floats_.resize(static_cast<size_t>(n) * c);
+    const int64_t got = ReadFloat(floats_.data(), n);
+    for (int64_t i = 0; i < got * c; ++i) {
+      out[i] = static_cast<int16_t>(std::lrintf(std::clamp(floats_[static_cast<size_t>(i)], -1.0f, 1.0f) * 32767.0f));
+    }
+    return got;
+  }
+  virtual int channels() const = 0;
   virtual std::string Error() = 0;
   // The next frame a read gives (a seek is skipped when already there).
   int64_t position() const { return position_; }
@@ -73,6 +84,9 @@ class Reader {
 
  protected:
   int64_t position_ = 0;
+
+ private:
+  std::vector<float> floats_;
 };
 
 class SndfileReader : public Reader {
@@ -93,6 +107,7 @@ class SndfileReader : public Reader {
     info->sample_rate = sfi.samplerate;
     info->channels = sfi.channels;
     info->format = FormatName(sfi.format);
+    channels_ = sfi.channels;
     return Status::OK();
   }
   Status Seek(int64_t frame) override {
@@ -103,6 +118,7 @@ class SndfileReader : public Reader {
   }
   int64_t ReadFloat(float* out, int64_t n) override { return sf_readf_float(f_.get(), out, n); }
   int64_t ReadShort(int16_t* out, int64_t n) override { return sf_readf_short(f_.get(), out, n); }
+  int channels() const override { return channels_; }
   std::string Error() override { return sf_error(f_.get()) != 0 ? sf_strerror(f_.get()) : ""; }
 
  private:
@@ -112,6 +128,7 @@ class SndfileReader : public Reader {
   static sf_count_t VioWrite(const void*, sf_count_t, void*) { return 0; }
   static sf_count_t VioTell(void* user) { return static_cast<Memory*>(user)->pos; }
   std::unique_ptr<SNDFILE, Closer> f_;
+  int channels_ = 1;
 };
 
 // MP3 through libmpg123 itself (the library libsndfile decodes MP3 with),
@@ -164,15 +181,7 @@ class Mp3Reader : public Reader {
     if (r != MPG123_OK && r != MPG123_DONE && r != MPG123_NEW_FORMAT) error_ = mpg123_strerror(h_);
     return static_cast<int64_t>(done / (sizeof(float) * channels_));
   }
-  int64_t ReadShort(int16_t* out, int64_t n) override {
-    // As libsndfile gives a float source as shorts: x * 32767, rounded.
-    tmp_.resize(static_cast<size_t>(n) * channels_);
-    const int64_t got = ReadFloat(tmp_.data(), n);
-    for (int64_t i = 0; i < got * channels_; ++i) {
-      out[i] = static_cast<int16_t>(std::lrintf(std::clamp(tmp_[static_cast<size_t>(i)], -1.0f, 1.0f) * 32767.0f));
-    }
-    return got;
-  }
+  int channels() const override { return channels_; }
   std::string Error() override { return error_; }
 
  private:
@@ -185,7 +194,6 @@ class Mp3Reader : public Reader {
   mpg123_handle* h_ = nullptr;
   int channels_ = 1;
   std::string error_;
-  std::vector<float> tmp_;
 };
 
 // FLAC through libFLAC itself: libsndfile's FLAC path converts sample by
@@ -255,6 +263,7 @@ class FlacReader : public Reader {
     }
     return got;
   }
+  int channels() const override { return channels_; }
   std::string Error() override { return error_; }
 
  private:
@@ -378,15 +387,7 @@ class VorbisReader : public Reader {
     }
     return got;
   }
-  int64_t ReadShort(int16_t* out, int64_t n) override {
-    // As libsndfile gives a float source as shorts: x * 32767, rounded.
-    tmp_.resize(static_cast<size_t>(n) * channels_);
-    const int64_t got = ReadFloat(tmp_.data(), n);
-    for (int64_t i = 0; i < got * channels_; ++i) {
-      out[i] = static_cast<int16_t>(std::lrintf(std::clamp(tmp_[static_cast<size_t>(i)], -1.0f, 1.0f) * 32767.0f));
-    }
-    return got;
-  }
+  int channels() const override { return channels_; }
   std::string Error() override { return error_; }
 
  private:
@@ -403,7 +404,6 @@ class VorbisReader : public Reader {
   int channels_ = 1;
   long rate_ = 0;
   std::string error_;
-  std::vector<float> tmp_;
 };
 
 // Ogg Opus through libopusfile: decoded at 48 kHz (as every Opus decoder
@@ -450,21 +450,13 @@ class OpusReader : public Reader {
     }
     return got;
   }
-  int64_t ReadShort(int16_t* out, int64_t n) override {
-    tmp_.resize(static_cast<size_t>(n) * channels_);
-    const int64_t got = ReadFloat(tmp_.data(), n);
-    for (int64_t i = 0; i < got * channels_; ++i) {
-      out[i] = static_cast<int16_t>(std::lrintf(std::clamp(tmp_[static_cast<size_t>(i)], -1.0f, 1.0f) * 32767.0f));
-    }
-    return got;
-  }
+  int channels() const override { return channels_; }
   std::string Error() override { return error_; }
 
  private:
   OggOpusFile* of_ = nullptr;
   int channels_ = 1;
   std::string error_;
-  std::vector<float> tmp_;
 };
 
 // An Ogg stream (its codec said by its first packet: Vorbis, Opus).
