@@ -15,6 +15,7 @@
 #ifndef NOSTALL_AUDIO_PIPELINE_H_
 #define NOSTALL_AUDIO_PIPELINE_H_
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -59,6 +60,9 @@ struct Op {
   // AddNoise: the noise set, decoded (mono, at the rate there).
   std::shared_ptr<const std::vector<std::vector<float>>> noise;
 };
+
+// A duration in frames at `rate`, as crops and shifts count them.
+inline int64_t Frames(double seconds, int rate) { return std::llround(seconds * rate); }
 
 struct Spec {
   std::vector<Op> ops;  // ops[0] is Decode (added when the list has none)
