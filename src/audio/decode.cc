@@ -76,14 +76,17 @@ class Reader {
     }
     return got;
   }
-  virtual int channels() const = 0;
-  virtual std::string Error() = 0;
+  int channels() const { return channels_; }
+  // Why the last read stopped short ("" when it did not fail).
+  virtual std::string Error() { return error_; }
   // The next frame a read gives (a seek is skipped when already there).
   int64_t position() const { return position_; }
   void Advanced(int64_t to) { position_ = to; }
 
  protected:
   int64_t position_ = 0;
+  int channels_ = 1;
+  std::string error_;
 
  private:
   std::vector<float> floats_;
@@ -118,7 +121,6 @@ class SndfileReader : public Reader {
   }
   int64_t ReadFloat(float* out, int64_t n) override { return sf_readf_float(f_.get(), out, n); }
   int64_t ReadShort(int16_t* out, int64_t n) override { return sf_readf_short(f_.get(), out, n); }
-  int channels() const override { return channels_; }
   std::string Error() override { return sf_error(f_.get()) != 0 ? sf_strerror(f_.get()) : ""; }
 
  private:
@@ -128,7 +130,6 @@ class SndfileReader : public Reader {
   static sf_count_t VioWrite(const void*, sf_count_t, void*) { return 0; }
   static sf_count_t VioTell(void* user) { return static_cast<Memory*>(user)->pos; }
   std::unique_ptr<SNDFILE, Closer> f_;
-  int channels_ = 1;
 };
 
 // MP3 through libmpg123 itself (the library libsndfile decodes MP3 with),
@@ -181,8 +182,6 @@ class Mp3Reader : public Reader {
     if (r != MPG123_OK && r != MPG123_DONE && r != MPG123_NEW_FORMAT) error_ = mpg123_strerror(h_);
     return static_cast<int64_t>(done / (sizeof(float) * channels_));
   }
-  int channels() const override { return channels_; }
-  std::string Error() override { return error_; }
 
  private:
   static ssize_t ReadCb(void* user, void* ptr, size_t n) {
@@ -192,12 +191,10 @@ class Mp3Reader : public Reader {
     return static_cast<off_t>(MemorySeek(offset, whence, user));
   }
   mpg123_handle* h_ = nullptr;
-  int channels_ = 1;
-  std::string error_;
 };
 
 // FLAC through libFLAC itself: libsndfile's FLAC path converts sample by
-// sample through its own buffers, at about three times libFLAC's cost.
+// sample through its own buffers (1 s at 44.1 kHz: 0.58 ms there, 0.50 ms here).
 // Integers scale to float as libsndfile's do (x / 2^(bits-1)).
 class FlacReader : public Reader {
  public:
@@ -263,8 +260,6 @@ class FlacReader : public Reader {
     }
     return got;
   }
-  int channels() const override { return channels_; }
-  std::string Error() override { return error_; }
 
  private:
   static FLAC__StreamDecoderReadStatus ReadCb(const FLAC__StreamDecoder*, FLAC__byte buffer[], size_t* bytes, void* c) {
@@ -324,10 +319,9 @@ class FlacReader : public Reader {
   FLAC__StreamDecoder* d_ = nullptr;
   bool have_info_ = false;
   int64_t frames_ = 0;
-  int rate_ = 0, channels_ = 1, bits_ = 16;
+  int rate_ = 0, bits_ = 16;
   std::vector<float> pending_, tmp_;
   size_t at_ = 0;
-  std::string error_;
 };
 
 // Ogg Vorbis through libvorbisfile (see Open for why not libsndfile);
@@ -387,8 +381,6 @@ class VorbisReader : public Reader {
     }
     return got;
   }
-  int channels() const override { return channels_; }
-  std::string Error() override { return error_; }
 
  private:
   static size_t ReadCb(void* ptr, size_t size, size_t count, void* user) {
@@ -401,9 +393,7 @@ class VorbisReader : public Reader {
   static long TellCb(void* user) { return static_cast<long>(static_cast<Memory*>(user)->pos); }
   OggVorbis_File vf_{};
   bool open_ = false;
-  int channels_ = 1;
   long rate_ = 0;
-  std::string error_;
 };
 
 // Ogg Opus through libopusfile: decoded at 48 kHz (as every Opus decoder
@@ -450,13 +440,9 @@ class OpusReader : public Reader {
     }
     return got;
   }
-  int channels() const override { return channels_; }
-  std::string Error() override { return error_; }
 
  private:
   OggOpusFile* of_ = nullptr;
-  int channels_ = 1;
-  std::string error_;
 };
 
 // An Ogg stream (its codec said by its first packet: Vorbis, Opus).
