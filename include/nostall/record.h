@@ -9,6 +9,9 @@
 //          written in place in the ring slot (exactly one image field);
 //   audio  decoded and transformed by the spec's "audio" list into the
 //          batch's tensor instead of an image (docs/audio.md);
+//   targets  a detection sample's annotations (a COCO source's, or a
+//          `.json` member: boxes, labels, masks), transformed with the image
+//          by the spec's "detection" transforms (docs/detection.md);
 //   label  the `.cls` integer (image folders: the class folder): (B,) int64;
 //   bytes, json, text  the member's bytes, one per sample: a list of B
 //          values (Python: bytes, a parsed object, a str); or, for bytes
@@ -29,7 +32,7 @@
 
 namespace nostall {
 
-enum class FieldKind { kImage, kLabel, kBytes, kJson, kText, kAudio };
+enum class FieldKind { kImage, kLabel, kBytes, kJson, kText, kAudio, kTargets };
 
 // The field a batch's tensor is made from: an image, or an audio file
 // decoded and transformed by the spec's "audio" list (docs/audio.md).

@@ -93,6 +93,9 @@ class Source {
     return nullptr;
   }
   virtual int extra_fields() const { return 0; }
+  // The most annotations one item holds, where the source knows (a COCO
+  // dataset's table); -1 otherwise. Sizes a targets field's room.
+  virtual int64_t max_annotations() const { return -1; }
   // The largest member extra field `f` has in any item: its room per sample.
   virtual int64_t field_room(int f) const {
     (void)f;

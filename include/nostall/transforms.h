@@ -21,6 +21,9 @@ class ImageOp;  // src/ops/op.h
 namespace audio {
 struct Spec;  // src/audio/pipeline.h
 }
+namespace detect {
+struct Spec;  // src/detect/detect.h
+}
 
 enum class TransformKind {
   kRandomResizedCrop,
@@ -75,6 +78,12 @@ struct PrepSpec {
   // set when the batch's tensor is audio rather than an image; then the
   // image fields above are unused and the output is float32.
   std::shared_ptr<const audio::Spec> audio;
+  // A detection spec's transforms (the spec's "detection" object,
+  // docs/detection.md): set when a sample is an image and its annotations;
+  // then `transforms` is empty and the output is detection_h x
+  // detection_w.
+  std::shared_ptr<const detect::Spec> detection;
+  int detection_h = 0, detection_w = 0;
 
   int channels() const;
   Status Validate() const;

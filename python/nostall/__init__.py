@@ -19,7 +19,7 @@ README.md and docs/ say more; docs/from_torch.md maps torch's DataLoader
 and torchvision onto it.
 """
 
-from . import audio
+from . import audio, detection
 from ._nostall import available_cores
 from .analyze import Analysis, analyze
 from .cache import Cache
@@ -42,5 +42,5 @@ __version__ = "0.1.0"
 __all__ = [
     "Loader", "Cache", "DataError", "NostallError", "ResourceError", "Transform", "RandomResizedCrop",
     "Resize", "CenterCrop", "RandomHorizontalFlip", "Normalize", "IMAGENET_MEAN", "IMAGENET_STD",
-    "available_cores", "audio", "analyze", "Analysis", "serve", "Server", "list_shared",
+    "available_cores", "audio", "detection", "analyze", "Analysis", "serve", "Server", "list_shared",
 ]

@@ -111,6 +111,96 @@ class Normalize(_Op):
         super().__init__(mean=mean, std=std, inplace=inplace)
 
 
+class RandomZoomOut(_Op):
+    """With probability p, place the image on a canvas side_range times its size (drawn per
+    sample), at a random place, filled with fill (SSD's zoom out); boxes move with it. Masks are
+    padded with 0. Detection specs only.
+
+    Args:
+        fill (float | Sequence[float] | None; default 0): the canvas's colour: a number or one
+            per channel, 0-255
+        side_range (tuple[float, float]; default (1.0, 4.0), in [1.0, 1000000.0]): the canvas's
+            side as a multiple of the image's
+        p (float; default 0.5, in [0.0, 1.0]): the probability of zooming out
+    """
+
+    def __init__(
+            self,
+            fill: float | Sequence[float] | None = 0,
+            side_range: tuple[float, float] = (1.0, 4.0),
+            p: float = 0.5,
+    ):
+        super().__init__(fill=fill, side_range=side_range, p=p)
+
+
+class RandomIoUCrop(_Op):
+    """SSD's random crop: a minimum IoU drawn from sampler_options (1.0 or more: no crop), then up
+    to trials crops of min_scale..max_scale of each side until one holds a box centre and
+    overlaps such a box by that IoU; boxes whose centre it leaves out are zeroed, for
+    SanitizeBoundingBoxes to remove. Detection specs only.
+
+    Args:
+        min_scale (float; default 0.3, in [0.0, 1.0]): the crop's smallest side, as a fraction
+            of the image's
+        max_scale (float; default 1.0, in [0.0, 1.0]): the crop's largest side, as a fraction of
+            the image's
+        min_aspect_ratio (float; default 0.5, in [0.0, 1000000.0]): the crop's smallest width /
+            height
+        max_aspect_ratio (float; default 2.0, in [0.0, 1000000.0]): the crop's largest width /
+            height
+        sampler_options (Sequence[float] | None; default None): the minimum IoUs drawn from
+            (None: [0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0])
+        trials (int; default 40, in [1.0, 100000.0]): crops tried per drawn IoU
+    """
+
+    def __init__(
+            self,
+            min_scale: float = 0.3,
+            max_scale: float = 1.0,
+            min_aspect_ratio: float = 0.5,
+            max_aspect_ratio: float = 2.0,
+            sampler_options: Sequence[float] | None = None,
+            trials: int = 40,
+    ):
+        super().__init__(
+            min_scale=min_scale,
+            max_scale=max_scale,
+            min_aspect_ratio=min_aspect_ratio,
+            max_aspect_ratio=max_aspect_ratio,
+            sampler_options=sampler_options,
+            trials=trials,
+        )
+
+
+class SanitizeBoundingBoxes(_Op):
+    """Remove the boxes (with their labels and masks) narrower or lower than min_size, of less area
+    than min_area, or outside the image, as v2's. Detection specs only.
+
+    Args:
+        min_size (float; default 1.0, in [0.0, 1000000000.0]): the smallest width and height
+            kept
+        min_area (float; default 1.0, in [0.0, 1e+18]): the smallest area kept
+        labels_getter (str; default 'default'): 'default' only: the labels are the annotations'
+            own
+    """
+
+    def __init__(
+            self,
+            min_size: float = 1.0,
+            min_area: float = 1.0,
+            labels_getter: str = 'default',
+    ):
+        super().__init__(min_size=min_size, min_area=min_area, labels_getter=labels_getter)
+
+
+class ClampBoundingBoxes(_Op):
+    """Clamp the boxes to the image. Detection specs only.
+    """
+
+    def __init__(self):
+        super().__init__()
+
+
 class ColorJitter(_Op):
     """Brightness, contrast, saturation and hue factors drawn per sample and applied in a random
     order, as torchvision's ColorJitter on PIL images.
@@ -473,7 +563,8 @@ class RandomPhotometricDistort(_Op):
 
 
 __all__ = ['RandomResizedCrop', 'Resize', 'CenterCrop', 'RandomHorizontalFlip', 'Normalize',
-'ColorJitter', 'Grayscale', 'RandomGrayscale', 'GaussianBlur', 'RandomErasing',
-'TrivialAugmentWide', 'RandAugment', 'AutoAugment', 'RandomRotation', 'RandomAffine',
-'RandomVerticalFlip', 'RandomInvert', 'RandomPosterize', 'RandomSolarize', 'RandomAutocontrast',
-'RandomEqualize', 'RandomAdjustSharpness', 'RandomPhotometricDistort']
+'RandomZoomOut', 'RandomIoUCrop', 'SanitizeBoundingBoxes', 'ClampBoundingBoxes', 'ColorJitter',
+'Grayscale', 'RandomGrayscale', 'GaussianBlur', 'RandomErasing', 'TrivialAugmentWide',
+'RandAugment', 'AutoAugment', 'RandomRotation', 'RandomAffine', 'RandomVerticalFlip',
+'RandomInvert', 'RandomPosterize', 'RandomSolarize', 'RandomAutocontrast', 'RandomEqualize',
+'RandomAdjustSharpness', 'RandomPhotometricDistort']

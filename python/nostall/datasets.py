@@ -6,6 +6,10 @@
 - :func:`make_spoken_words` and :func:`make_long_recordings` write speech
   (espeak-ng) as audio folders; :func:`folder_to_shards` writes any folder as
   WebDataset shards.
+- :func:`make_detection_scenes` writes a COCO-style dataset (an image folder
+  and its instances JSON) of generated scenes whose boxes, polygons and RLE
+  masks are exactly where the shapes are drawn; :class:`Coco` reads such a
+  dataset (or COCO itself).
 - :func:`fashion_mnist_to_folder` converts Debian's ``dataset-fashion-mnist``
   (a real labelled image set) to the image-folder layout.
 """
@@ -19,6 +23,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+from .detection import Coco  # noqa: F401  (nostall.datasets.Coco)
 
 FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 FASHION_MNIST_CLASSES = ["t-shirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt",
@@ -275,3 +281,76 @@ def folder_to_shards(folder, out_dir, shards=4, name="train"):
     for t in tars:
         t.close()
     return str(out_dir / f"{name}-{{0000..{shards - 1:04d}}}.tar")
+
+
+def _rle_counts(mask):
+    """COCO's uncompressed RLE of a 0/1 mask: column-major runs, zeros first."""
+    flat = np.asarray(mask, dtype=np.uint8).flatten(order="F")
+    change = np.flatnonzero(np.diff(flat)) + 1
+    bounds = np.concatenate([[0], change, [flat.size]])
+    runs = np.diff(bounds).tolist()
+    if flat.size and flat[0] == 1:
+        runs = [0] + runs
+    return runs
+
+
+def make_detection_scenes(root, num_images=200, seed=0, min_side=320, max_side=640, quality=90,
+                          max_objects=8, crowd_every=10, empty_every=25):
+    """Writes ``root/images/*.jpg`` and ``root/instances.json`` (COCO's
+    instances layout) and returns the JSON's path.
+
+    Each image is a natural-looking background with 0 to ``max_objects``
+    shapes (rectangles, triangles, ellipses) of flat colours; each shape is an
+    annotation whose ``bbox`` is its exact extent, whose ``segmentation`` is
+    its polygon (an ellipse's as 24 points) and ``category_id`` its kind
+    (1 rectangle, 2 triangle, 3 ellipse). Every ``crowd_every``-th image adds
+    an ``iscrowd`` region given as uncompressed RLE; every ``empty_every``-th
+    has no shapes."""
+    import json as _json
+
+    from PIL import Image, ImageDraw
+
+    rng = np.random.default_rng(seed)
+    root = Path(root)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    images, anns = [], []
+    for i in range(num_images):
+        w, h = (int(v) for v in rng.integers(min_side, max_side + 1, size=2))
+        img = Image.fromarray(natural_image(rng, w, h))
+        draw = ImageDraw.Draw(img)
+        n = 0 if empty_every and i % empty_every == empty_every - 1 else int(rng.integers(1, max_objects + 1))
+        for _ in range(n):
+            kind = int(rng.integers(1, 4))
+            bw, bh = (float(v) for v in rng.uniform(0.08, 0.45, size=2) * (w, h))
+            x0, y0 = float(rng.uniform(0, w - bw)), float(rng.uniform(0, h - bh))
+            colour = tuple(int(c) for c in rng.integers(0, 256, size=3))
+            if kind == 1:
+                poly = [x0, y0, x0 + bw, y0, x0 + bw, y0 + bh, x0, y0 + bh]
+            elif kind == 2:
+                poly = [x0 + bw / 2, y0, x0 + bw, y0 + bh, x0, y0 + bh]
+            else:
+                t = np.linspace(0, 2 * np.pi, 24, endpoint=False)
+                poly = np.stack([x0 + bw / 2 + bw / 2 * np.cos(t),
+                                 y0 + bh / 2 + bh / 2 * np.sin(t)], 1).flatten().tolist()
+            draw.polygon(poly, fill=colour)
+            xs, ys = poly[0::2], poly[1::2]
+            box = [min(xs), min(ys), max(xs) - min(xs), max(ys) - min(ys)]
+            anns.append({"id": len(anns) + 1, "image_id": i + 1, "category_id": kind, "iscrowd": 0,
+                         "bbox": [round(v, 2) for v in box], "area": box[2] * box[3],
+                         "segmentation": [[round(v, 2) for v in poly]]})
+        if crowd_every and i % crowd_every == 0 and n:
+            mask = np.zeros((h, w), np.uint8)
+            cx0, cy0 = int(rng.integers(0, w // 2)), int(rng.integers(0, h // 2))
+            mask[cy0:cy0 + h // 4, cx0:cx0 + w // 4] = 1
+            ys_, xs_ = np.nonzero(mask)
+            anns.append({"id": len(anns) + 1, "image_id": i + 1, "category_id": 1, "iscrowd": 1,
+                         "bbox": [int(xs_.min()), int(ys_.min()), int(xs_.max() - xs_.min() + 1),
+                                  int(ys_.max() - ys_.min() + 1)], "area": int(mask.sum()),
+                         "segmentation": {"size": [h, w], "counts": _rle_counts(mask)}})
+        name = f"{i + 1:012d}.jpg"
+        img.save(root / "images" / name, quality=quality)
+        images.append({"id": i + 1, "file_name": name, "width": w, "height": h})
+    path = root / "instances.json"
+    cats = [{"id": 1, "name": "rectangle"}, {"id": 2, "name": "triangle"}, {"id": 3, "name": "ellipse"}]
+    path.write_text(_json.dumps({"images": images, "annotations": anns, "categories": cats}))
+    return path

@@ -15,7 +15,8 @@ from ._progress import EpochProgress
 from .cache import Cache
 from .errors import DataError
 from .audio import AudioTransform
-from .records import Records, field_specs, media_field, split_transforms
+from .detection import Coco
+from .records import Records, detection_options, field_specs, media_field, split_transforms
 from .transforms import Normalize, Transform, _flatten
 
 
@@ -375,6 +376,14 @@ class Loader(Closeable):
             ("drop_page_cache", drop_page_cache), ("s3_endpoint", s3_endpoint),
             ("s3_region", s3_region), ("s3_profile", s3_profile),
             ("s3_addressing", s3_addressing), ("s3_unsigned", s3_unsigned)) if value is not None}
+        pair = None  # a dataset object's batches: (images, targets)
+        if isinstance(source, Coco):
+            if fields is not None:
+                raise ValueError("a Coco dataset names its fields itself (image and targets); "
+                                 "give masks= and box_format= to nostall.datasets.Coco")
+            fields = source.fields()
+            pair = ("image", "targets")
+            source = source.source()
         source = _source_spec(source, source_options, old)
         # The spec's fields go to C++ as given (numbers and flags as plain
         # Python values): LoaderSpec checks and defaults them, and its error
@@ -402,9 +411,18 @@ class Loader(Closeable):
                and not isinstance(transforms[-1], AudioTransform)):
             media = media_field(field_list) if field_list is not None else None
             hooks.setdefault("image" if media is None else media["name"], []).insert(0, transforms.pop())
-        # An audio field's transforms: the spec's "audio" list.
+        # An audio field's transforms: the spec's "audio" list; a targets
+        # field's: the spec's "detection" object.
         audio_list = None
+        detection = None
         media = media_field(field_list) if field_list is not None else None
+        if field_list is not None and any(f["kind"] == "targets" for f in field_list):
+            bad = [t for t in transforms if not isinstance(t, Transform)]
+            if bad:
+                raise TypeError(f"a detection loader takes nostall.transforms, not {bad[0]!r}")
+            flat, _ = _flatten(transforms)
+            detection = dict(detection_options(fields), transforms=[t.to_dict() for t in flat])
+            transforms = []
         if media is not None and media["kind"] == "audio":
             bad = [t for t in transforms if not isinstance(t, AudioTransform)]
             if bad:
@@ -462,6 +480,8 @@ class Loader(Closeable):
             spec["fields"] = field_list
         if audio_list:
             spec["audio"] = audio_list
+        if detection is not None:
+            spec["detection"] = detection
         if max_field_bytes is not None:
             spec["max_field_bytes"] = _integer("max_field_bytes", max_field_bytes)
         if batch_transform is not None and not callable(batch_transform):
@@ -469,6 +489,7 @@ class Loader(Closeable):
         if isinstance(hook_threads, bool) or not isinstance(hook_threads, int) or hook_threads < 1:
             raise ValueError(f"hook_threads must be an integer >= 1, not {hook_threads!r}")
         self._hooks = (hooks, batch_transform, hook_threads)
+        self._pair = pair
         self._init(spec, copy=copy, return_indices=return_indices, output=output,
                    progress=progress, pin_memory=pin_memory)
 
@@ -702,6 +723,10 @@ class Loader(Closeable):
                 images, labels, indices = images.copy(), labels.copy(), indices.copy()
         if self._records is not None:
             batch = self._records.batch(images, labels, indices, raw_fields)
+            pair = getattr(self, "_pair", None)
+            if pair and isinstance(batch, dict):
+                out = (batch[pair[0]], batch[pair[1]])
+                return out + (batch["__index__"],) if self._return_indices else out
             if self._tuple and isinstance(batch, dict):
                 out = (batch["image"], batch["label"])
                 return out + (batch["__index__"],) if self._return_indices else out

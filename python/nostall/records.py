@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .errors import DataError
 
-_KINDS = ("image", "audio", "label", "bytes", "json", "text")
+_KINDS = ("image", "audio", "label", "bytes", "json", "text", "targets")
 _IMAGE_EXTS = {"jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", "tiff", "webp"}
 _AUDIO_EXTS = {"wav", "flac", "mp3", "ogg", "opus"}
 MEDIA_KINDS = ("image", "audio")
@@ -71,10 +71,13 @@ def field_specs(fields) -> list:
         if not isinstance(name, str) or not name:
             raise TypeError(f"a field's name is a non-empty string, not {name!r}")
         if isinstance(value, dict):
-            unknown = set(value) - {"ext", "kind", "optional", "batch"}
+            unknown = set(value) - {"ext", "kind", "optional", "batch", "masks", "box_format"}
             if unknown:
                 raise ValueError(f"fields[{name!r}]: unknown keys {sorted(unknown)} "
-                                 "(ext, kind, optional, batch)")
+                                 "(ext, kind, optional, batch; masks, box_format for targets)")
+            if ("masks" in value or "box_format" in value) and value.get("kind") != "targets":
+                raise ValueError(f"fields[{name!r}]: masks and box_format are a targets field's "
+                                 "(kind \"targets\")")
             if "ext" not in value:
                 raise ValueError(f"fields[{name!r}] needs \"ext\": the member extensions")
             exts = _extensions(value["ext"], name)
@@ -92,6 +95,73 @@ def field_specs(fields) -> list:
         if isinstance(value, dict) and "batch" in value:
             entry["batch"] = value["batch"]  # C++ checks it
         out.append(entry)
+    return out
+
+
+def detection_options(fields) -> dict:
+    """A targets field's masks and box_format (the spec's "detection"
+    object carries them), from the fields as the user gave them."""
+    for value in (fields or {}).values():
+        if isinstance(value, dict) and value.get("kind") == "targets":
+            return {"masks": value.get("masks", False), "box_format": value.get("box_format", "XYXY")}
+    return {"masks": False, "box_format": "XYXY"}
+
+
+def decode_targets(raw, torch=True) -> dict:
+    """One sample's transformed annotations (the core's output form,
+    docs/detection.md) as torchvision's detection models take them:
+    ``boxes`` (N, 4) float32, ``labels`` (N,) int64, ``iscrowd`` (N,) int64
+    and, when masks were asked, ``masks`` (N, H, W) uint8."""
+    import numpy as np
+
+    head = np.frombuffer(raw, dtype="<u4", count=4)
+    if bytes(raw[:4]) != b"NSTO":
+        raise ValueError("not nostall's transformed annotations")
+    n, mh, mw = int(head[1]), int(head[2]), int(head[3])
+    at = 16
+    boxes = np.frombuffer(raw, dtype="<f4", count=4 * n, offset=at).reshape(n, 4)
+    at += 16 * n
+    labels = np.frombuffer(raw, dtype="<i8", count=n, offset=at)
+    at += 8 * n
+    crowd = np.frombuffer(raw, dtype=np.uint8, count=n, offset=at).astype(np.int64)
+    at += (n + 7) // 8 * 8
+    out = {"boxes": boxes.copy(), "labels": labels.copy(), "iscrowd": crowd}
+    if mh and mw:
+        per = (mh * mw + 63) // 64 * 8
+        bits = np.frombuffer(raw, dtype=np.uint8, count=per * n, offset=at).reshape(n, per)
+        out["masks"] = np.unpackbits(bits, axis=1, count=mh * mw).reshape(n, mh, mw)
+    if torch:
+        import torch as _torch
+
+        out = {k: _torch.from_numpy(v) for k, v in out.items()}
+    return out
+
+
+def pad_targets(samples, torch=True) -> dict:
+    """A batch's targets as padded tensors: ``boxes`` (B, M, 4), ``labels``
+    (B, M) (-1 past a sample's count), ``iscrowd`` (B, M), ``counts`` (B,),
+    and ``masks`` (B, M, H, W) when asked; M is the batch's largest count."""
+    import numpy as np
+
+    b = len(samples)
+    m = max((len(s["labels"]) for s in samples), default=0)
+    out = {"boxes": np.zeros((b, m, 4), np.float32), "labels": np.full((b, m), -1, np.int64),
+           "iscrowd": np.zeros((b, m), np.int64), "counts": np.zeros(b, np.int64)}
+    masks = [s.get("masks") for s in samples]
+    if b and masks[0] is not None:
+        out["masks"] = np.zeros((b, m) + tuple(masks[0].shape[1:]), np.uint8)
+    for i, s in enumerate(samples):
+        n = len(s["labels"])
+        out["counts"][i] = n
+        out["boxes"][i, :n] = np.asarray(s["boxes"])
+        out["labels"][i, :n] = np.asarray(s["labels"])
+        out["iscrowd"][i, :n] = np.asarray(s["iscrowd"])
+        if "masks" in out:
+            out["masks"][i, :n] = np.asarray(s["masks"])
+    if torch:
+        import torch as _torch
+
+        out = {k: _torch.from_numpy(v) for k, v in out.items()}
     return out
 
 
@@ -149,6 +219,17 @@ class Records:
         t0 = time.perf_counter_ns()
         values, drop = {}, set()
         for f, raw in zip(self.extra, raw_fields or [[] for _ in self.extra]):
+            if f["kind"] == "targets":
+                samples = [decode_targets(r, torch=False) for r in raw]
+                if f.get("batch") == "padded":
+                    values[f["name"]] = pad_targets(samples, torch=self.torch)
+                elif self.torch:
+                    import torch
+
+                    values[f["name"]] = [{k: torch.from_numpy(v) for k, v in s.items()} for s in samples]
+                else:
+                    values[f["name"]] = samples
+                continue
             if f.get("batch") == "padded":
                 values[f["name"]] = self._padded(raw)
                 continue
@@ -248,6 +329,8 @@ def _without(batch, indices, drop):
     for name, v in batch.items():
         if isinstance(v, list):
             out[name] = [v[p] for p in keep]
+        elif isinstance(v, dict):  # padded targets: a dict of tensors
+            out[name] = {k: x[keep] for k, x in v.items()}
         elif isinstance(v, tuple):  # a padded field: (values, lengths)
             out[name] = tuple(x[keep] for x in v)
         else:

@@ -150,6 +150,11 @@ NOSTALL_IMAGE_OPS(NOSTALL_DECLARE_IMAGE_OP)
 // (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip) and
 // Normalize (transform_json.cc).
 std::vector<OpSchema> GeometrySchemas();
+// The transforms that need boxes (RandomZoomOut, RandomIoUCrop,
+// SanitizeBoundingBoxes, ClampBoundingBoxes): a detection spec's only
+// (src/detect), their schemas here with the others' (box_schemas.cc).
+std::vector<OpSchema> BoxSchemas();
+bool IsBoxTransform(const std::string& type);
 
 // A spec's transform entry (at `position` of the list) read through its
 // schema, and written back with every default spelled out.

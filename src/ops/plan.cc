@@ -86,6 +86,14 @@ Status PrepSpec::Validate() const {
     if (audio->out_frames > (int64_t{1} << 30)) return InvalidArgument("audio samples over 2^30 frames");
     return Status::OK();
   }
+  if (detection) {
+    if (!transforms.empty()) {
+      return InvalidArgument("a detection batch takes its transforms from \"detection\"; \"transforms\" "
+                             "(image transforms) must be empty");
+    }
+    if (max_pixels <= 0) return InvalidArgument("max_pixels must be positive");
+    return Status::OK();
+  }
   // Order: geometry (crops, resizes, flips), then pixel ops, then Normalize,
   // then ops on the tensor (RandomErasing).
   int first_pixel_op = -1, first_output_op = -1, normalize_at = -1;
@@ -157,6 +165,11 @@ bool PrepSpec::FixedOutputSize(int* height, int* width) const {
   if (audio) {
     *height = audio->out_bins;
     *width = static_cast<int>(audio->out_frames);
+    return true;
+  }
+  if (detection) {
+    *height = detection_h;
+    *width = detection_w;
     return true;
   }
   bool fixed = false;

@@ -21,6 +21,7 @@ namespace nostall {
 struct PrepScratch {
   std::vector<uint8_t> decoded;
   std::vector<uint8_t> resized;
+  std::vector<uint8_t> canvas, mask;  // a detection sample's padded canvas, one instance's mask
   ResampleScratch resample;
   OpScratch ops;
   audio::Scratch audio;

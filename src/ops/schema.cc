@@ -99,6 +99,7 @@ ArgSchema Ignored(ArgSchema arg) {
 const std::vector<OpSchema>& TransformSchemas() {
   static const std::vector<OpSchema> all = [] {
     std::vector<OpSchema> v = GeometrySchemas();
+    for (OpSchema& s : BoxSchemas()) v.push_back(std::move(s));
 #define NOSTALL_IMAGE_OP_SCHEMA(name) v.push_back(name##Schema());
     NOSTALL_IMAGE_OPS(NOSTALL_IMAGE_OP_SCHEMA)
 #undef NOSTALL_IMAGE_OP_SCHEMA

@@ -183,6 +183,11 @@ Result<Transform> TransformFromJson(const json& j, size_t position) {
                            "' (known: RandomResizedCrop, Resize, CenterCrop, "
                            "RandomHorizontalFlip, Normalize, " + ImageOpNames() + ")");
   }
+  if (IsBoxTransform(type)) {
+    return InvalidArgument(at + ": " + type + " works on boxes: it belongs in a detection spec's "
+                           "transforms (a dataset with annotations, e.g. nostall.datasets.Coco; "
+                           "docs/detection.md)");
+  }
   OpArgs args(j, at + " (" + type + "): ", *schema);
   NOSTALL_RETURN_IF_ERROR(args.CheckNoOthers());
   Transform t;
@@ -203,6 +208,33 @@ Result<std::string> CheckTransformJson(const std::string& text) {
     j = json::parse(text);
   } catch (const json::exception& e) {
     return InvalidArgument(std::string("a transform is a JSON object: ") + e.what());
+  }
+  if (j.is_object() && j.contains("type") && j["type"].is_string() &&
+      IsBoxTransform(j["type"].get<std::string>())) {
+    // Checked by its schema alone (the detection spec reads it: src/detect).
+    const std::string type = j["type"].get<std::string>();
+    OpArgs args(j, type + ": ", *FindTransformSchema(type));
+    for (const ArgSchema& a : FindTransformSchema(type)->args) {
+      if (a.accepted_only || a.ignored) continue;
+      double d, lo, hi;
+      int n;
+      std::vector<double> fill;
+      const json* raw;
+      switch (a.type) {
+        case ArgType::kFloat: NOSTALL_RETURN_IF_ERROR(args.Double(a.name.c_str(), &d)); break;
+        case ArgType::kInt: NOSTALL_RETURN_IF_ERROR(args.Int(a.name.c_str(), &n)); break;
+        case ArgType::kPair: NOSTALL_RETURN_IF_ERROR(args.Pair(a.name.c_str(), &lo, &hi)); break;
+        case ArgType::kFill: NOSTALL_RETURN_IF_ERROR(args.Fill(a.name.c_str(), &fill)); break;
+        default:
+          NOSTALL_RETURN_IF_ERROR(args.Raw(a.name.c_str(), &raw));
+          args.Record(a.name.c_str(), raw ? *raw : a.def);
+          break;
+      }
+    }
+    NOSTALL_RETURN_IF_ERROR(args.CheckNoOthers());
+    json out = {{"type", type}};
+    out.update(args.resolved());
+    return out.dump();
   }
   NOSTALL_ASSIGN_OR_RETURN(Transform t, TransformFromJson(j, 0));
   return TransformToJson(t).dump();

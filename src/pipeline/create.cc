@@ -9,6 +9,7 @@
 #include "nostall/cache.h"
 #include "nostall/loader.h"
 #include "audio/pipeline.h"
+#include "detect/detect.h"
 #include "ops/prep.h"
 #include "pipeline/pipeline.h"
 #include "nostall/model.h"
@@ -146,6 +147,26 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in, bool shared) {
     return InvalidArgument("\"audio\" transforms need an audio field in fields (e.g. \"audio\": "
                            "\"flac;wav;mp3;ogg;opus\")");
   }
+  const bool targets_field = std::any_of(fields.begin(), fields.end(),
+                                         [](const FieldSpec& f) { return f.kind == FieldKind::kTargets; });
+  if (targets_field && !spec.prep.detection) {
+    return InvalidArgument("a targets field needs the spec's \"detection\" transforms (at least a "
+                           "Resize((h, w)) that gives every image one size); docs/detection.md");
+  }
+  if (!targets_field && spec.prep.detection) {
+    return InvalidArgument("\"detection\" transforms need a targets field in fields (e.g. \"targets\": "
+                           "{\"ext\": \"json\", \"kind\": \"targets\"}); docs/detection.md");
+  }
+  if (spec.prep.detection && spec.prep.detection->masks && spec.source_options.driver == "coco") {
+    // Masks need the segmentations in the annotation table.
+    nlohmann::json o = nlohmann::json::parse(spec.source_options.driver_options.empty()
+                                                 ? "{}" : spec.source_options.driver_options,
+                                             nullptr, false);
+    if (o.is_object()) {
+      o["segmentation"] = true;
+      spec.source_options.driver_options = o.dump();
+    }
+  }
   if (spec.first_epoch != "auto" && spec.first_epoch != "exact" && spec.first_epoch != "buffered") {
     return InvalidArgument("first_epoch must be \"auto\", \"exact\" or \"buffered\", not \"" +
                            spec.first_epoch + "\"");
@@ -208,12 +229,28 @@ std::vector<FieldSpec> ExtraFields(const LoaderSpec& spec) {
   return out;
 }
 
-void SetFieldLayout(const Source& source, ring::RingLayout* layout) {
+uint64_t FieldRoom(const LoaderSpec& spec, const Source& source, int f, int out_h, int out_w) {
+  const std::vector<FieldSpec> extra = ExtraFields(spec);
+  if (spec.prep.detection && static_cast<size_t>(f) < extra.size() &&
+      extra[static_cast<size_t>(f)].kind == FieldKind::kTargets) {
+    // The transformed annotations: as many as the source's largest item
+    // holds (where it does not know, as many as its largest member could
+    // hold: a box takes at least 9 bytes of JSON).
+    int64_t most = source.max_annotations();
+    if (most < 0) most = source.field_room(f) / 9 + 1;
+    most = std::min<int64_t>(most, annotations::kMaxAnnotations);
+    return detect::TargetsRoom(*spec.prep.detection, static_cast<uint32_t>(most), out_h, out_w);
+  }
+  // At least a byte: a field every sample has empty still has its place.
+  return static_cast<uint64_t>(std::max<int64_t>(1, source.field_room(f)));
+}
+
+void SetFieldLayout(const LoaderSpec& spec, const Source& source, int out_h, int out_w,
+                    ring::RingLayout* layout) {
   static_assert(ring::kMaxFields == kMaxExtraFields, "the ring holds every extra field");
   layout->field_count = static_cast<uint32_t>(source.extra_fields());
   for (int f = 0; f < source.extra_fields(); ++f) {
-    // At least a byte: a field every sample has empty still has its place.
-    layout->field_room[f] = static_cast<uint64_t>(std::max<int64_t>(1, source.field_room(f)));
+    layout->field_room[f] = FieldRoom(spec, source, f, out_h, out_w);
   }
 }
 

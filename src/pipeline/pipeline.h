@@ -39,7 +39,11 @@ std::vector<int64_t> SampleShapeOf(const PrepSpec& prep, int64_t out_h, int64_t 
 
 // The extra fields' geometry in a ring's slots: their count and each one's
 // room per sample (its largest member in `source`).
-void SetFieldLayout(const Source& source, ring::RingLayout* layout);
+void SetFieldLayout(const LoaderSpec& spec, const Source& source, int out_h, int out_w,
+                    ring::RingLayout* layout);
+// Extra field f's room per sample in a batch: the source's largest member,
+// or for a targets field the largest transformed annotations.
+uint64_t FieldRoom(const LoaderSpec& spec, const Source& source, int f, int out_h, int out_w);
 
 // The prefetch a spec that leaves it unset starts from (tuned) or keeps.
 inline constexpr int kDefaultPrefetch = 2;

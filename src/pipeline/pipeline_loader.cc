@@ -62,7 +62,7 @@ Result<std::shared_ptr<ring::Segment>> PipelineLoader::MakeRing() const {
   l.spec_fingerprint = spec_.Fingerprint();
   l.dataset_fingerprint = known ? source_->fingerprint() : 0;
   l.spec_json = spec_.ToJson();
-  SetFieldLayout(*source_, &l);
+  SetFieldLayout(spec_, *source_, out_h_, out_w_, &l);
   return ring::CreateRing("", l);
 }
 
@@ -74,7 +74,7 @@ Status PipelineLoader::Init(std::shared_ptr<ring::Segment> ring) {
   const size_t sample_bytes = SampleBytes(spec_.prep, out_h_, out_w_);
   bool fields_fit = ring->g.field_count == static_cast<uint32_t>(source_->extra_fields());
   for (int f = 0; fields_fit && f < source_->extra_fields(); ++f) {
-    fields_fit = ring->g.field_room[f] >= static_cast<uint64_t>(source_->field_room(f));
+    fields_fit = ring->g.field_room[f] >= FieldRoom(spec_, *source_, f, out_h_, out_w_);
   }
   if (ring->g.chunk != spec_.batch_size || ring->g.sample_bytes != sample_bytes || !fields_fit) {
     return Internal("the ring's slots do not fit the pipeline's batches");

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/clock.h"
+#include "detect/detect.h"
 
 namespace nostall {
 
@@ -34,6 +35,7 @@ Status Preparer::CopyFields(const FetchedItem& fi, const FieldSpan* record) {
     int64_t* length = &seg_.field_lengths(static_cast<uint32_t>(fi.slot), field)[fi.pos];
     *length = -1;
     if (span.size < 0) continue;  // an optional field the sample has not
+    if (extra_[f].kind == FieldKind::kTargets) continue;  // written by the detection pipeline
     if (!Inside(span, fi.bytes.size()) || static_cast<uint64_t>(span.size) > seg_.g.field_room[f]) {
       return DataError("the record's bytes do not hold its field '" + extra_[f].name + "'");
     }
@@ -42,6 +44,43 @@ Status Preparer::CopyFields(const FetchedItem& fi, const FieldSpan* record) {
     if (span.size > 0) std::memcpy(dst, fi.bytes.data() + span.offset, static_cast<size_t>(span.size));
     *length = span.size;
     field_bytes_[f].fetch_add(span.size, std::memory_order_relaxed);
+  }
+  return Status::OK();
+}
+
+Status Preparer::PrepareDetection(const FetchedItem& fi, const FieldSpan* record, const FieldSpan& image,
+                                  int64_t key, void* dst, PrepScratch* scratch) {
+  // The targets field: its annotations in, the transformed ones out, in
+  // its place in the slot.
+  size_t f = 0;
+  while (f < extra_.size() && extra_[f].kind != FieldKind::kTargets) ++f;
+  const uint8_t* ann = nullptr;
+  size_t ann_size = 0;
+  if (record != nullptr && f < extra_.size() && record[1 + f].size >= 0) {
+    ann = fi.bytes.data() + record[1 + f].offset;
+    ann_size = static_cast<size_t>(record[1 + f].size);
+  }
+  const uint32_t slot = static_cast<uint32_t>(fi.slot), field = static_cast<uint32_t>(f);
+  int64_t len = -1;
+  uint8_t* out = nullptr;
+  size_t room = 0;
+  if (f < extra_.size()) {
+    out = seg_.field_data(slot, field) + static_cast<size_t>(fi.pos) * seg_.g.field_room[f];
+    room = seg_.g.field_room[f];
+  }
+  std::vector<uint8_t> unused;
+  if (out == nullptr) {  // (a spec without a targets field is refused when the loader is made)
+    unused.resize(1 << 16);
+    out = unused.data();
+    room = unused.size();
+  }
+  Status st = detect::Prepare(*spec_.prep.detection, spec_.prep, fi.bytes.data() + image.offset,
+                              static_cast<size_t>(image.size), ann, ann_size, {spec_.seed, fi.epoch, key},
+                              out_h_, out_w_, dst, out, room, &len, scratch);
+  if (!st.ok()) return st.WithItem(source_.key(fi.item), "decode");
+  if (f < extra_.size()) {
+    seg_.field_lengths(slot, field)[fi.pos] = len;
+    field_bytes_[f].fetch_add(len, std::memory_order_relaxed);
   }
   return Status::OK();
 }
@@ -76,7 +115,9 @@ Status Preparer::Prepare(const FetchedItem& fi, PrepScratch* scratch) {
   if (fi.buffered) {
     if (const std::shared_ptr<ShardedItems> shards = source_.sharded()) key = shards->StableKey(fi.item);
   }
-  if (st.ok()) {
+  if (st.ok() && spec_.prep.detection) {
+    st = PrepareDetection(fi, record, image, key, dst, scratch);
+  } else if (st.ok()) {
     st = PrepareSample(spec_.prep, fi.bytes.data() + image.offset, static_cast<size_t>(image.size),
                        {spec_.seed, fi.epoch, key}, out_h_, out_w_, dst, scratch);
     if (!st.ok()) st = st.WithItem(source_.key(fi.item), "decode");

@@ -48,6 +48,9 @@ class Preparer {
 
   // The item's extra fields into their places at `pos` of slot `s`.
   Status CopyFields(const FetchedItem& fi, const FieldSpan* record);
+  // A detection sample: the image and its targets field together.
+  Status PrepareDetection(const FetchedItem& fi, const FieldSpan* record, const FieldSpan& image,
+                          int64_t key, void* dst, PrepScratch* scratch);
 };
 
 }  // namespace nostall

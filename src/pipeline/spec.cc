@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "audio/pipeline.h"
+#include "detect/detect.h"
 #include "cache/driver.h"
 #include "common/json_fields.h"
 #include "nostall/loader.h"
@@ -47,7 +48,7 @@ const std::vector<std::string>& LoaderSpec::FieldNames() {
       "shuffle_block", "transforms", "dtype", "layout", "mode", "max_pixels", "num_threads",
       "reads_in_flight", "prefetch", "autotune", "on_error", "index_cache_dir", "use_index_cache",
       "index_beside", "dct_scaling", "cache", "fields", "max_field_bytes", "first_epoch",
-      "shuffle_buffer", "audio"};
+      "shuffle_buffer", "audio", "detection"};
   return kFields;
 }
 
@@ -143,6 +144,13 @@ Status OutputFromJson(const json& j, LoaderSpec* s) {
     NOSTALL_ASSIGN_OR_RETURN(s->prep.audio, audio::SpecFromJson(j["audio"]));
     s->prep.dtype = DType::kFloat32;
   }
+  const bool detection = j.contains("detection") && !j["detection"].is_null();
+  if (detection && j["detection"].is_object() && j["detection"].contains("transforms") &&
+      j["detection"]["transforms"].is_array()) {
+    for (const json& t : j["detection"]["transforms"]) {
+      if (t.is_object() && t.value("type", json()) == "Normalize") s->prep.dtype = DType::kFloat32;
+    }
+  }
   NOSTALL_RETURN_IF_ERROR(Enum<DType>(j, "dtype", {{"uint8", DType::kUint8},
                                                    {"float32", DType::kFloat32}},
                                       &s->prep.dtype));
@@ -152,6 +160,12 @@ Status OutputFromJson(const json& j, LoaderSpec* s) {
       Enum<ColorMode>(j, "mode", {{"RGB", ColorMode::kRGB}, {"L", ColorMode::kGray}}, &s->prep.mode));
   NOSTALL_RETURN_IF_ERROR(Enum<ErrorPolicy>(
       j, "on_error", {{"raise", ErrorPolicy::kRaise}, {"skip", ErrorPolicy::kSkip}}, &s->on_error));
+  if (detection) {
+    if (s->prep.audio) return InvalidArgument("a spec has \"audio\" or \"detection\", not both");
+    NOSTALL_ASSIGN_OR_RETURN(s->prep.detection, detect::SpecFromJson(j["detection"], s->prep));
+    s->prep.detection_h = s->prep.detection->out_h;
+    s->prep.detection_w = s->prep.detection->out_w;
+  }
   return Status::OK();
 }
 
@@ -270,6 +284,7 @@ std::string LoaderSpec::ToJson() const {
   if (first_epoch != LoaderSpec().first_epoch) j["first_epoch"] = first_epoch;
   if (shuffle_buffer != 0) j["shuffle_buffer"] = shuffle_buffer;
   if (prep.audio) j["audio"] = prep.audio->ToJson();
+  if (prep.detection) j["detection"] = prep.detection->resolved;
   // Written only when set, so a spec of images and labels stays as it was.
   if (!source_options.fields.empty()) j["fields"] = FieldsJson(source_options.fields);
   if (!source_options.fields.empty() || source_options.max_field_bytes != SourceOptions().max_field_bytes) {

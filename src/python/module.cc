@@ -22,7 +22,10 @@
 #include "nostall/loader.h"
 #include "nostall/shared.h"
 #include "nostall/transforms.h"
+#include "annotations/coco.h"
+#include "annotations/targets.h"
 #include "audio/pipeline.h"
+#include "detect/detect.h"
 #include "common/interrupt.h"
 
 namespace nb = nanobind;
@@ -451,6 +454,108 @@ void BindServer(nb::module_& m) {
       .def("close", &PyServer::Close);
 }
 
+// A detection spec ({"transforms", "box_format", "masks"}) read for one
+// sample's work outside a loader (uint8 RGB or L, NHWC).
+std::shared_ptr<const detect::Spec> DetectionSpecOf(const std::string& spec_json, const std::string& mode,
+                                                    PrepSpec* prep) {
+  nlohmann::json j = nlohmann::json::parse(spec_json, nullptr, false);
+  if (j.is_discarded()) RaiseStatus(InvalidArgument("detection spec: not JSON"));
+  prep->layout = Layout::kNHWC;
+  prep->mode = mode == "L" ? ColorMode::kGray : ColorMode::kRGB;
+  for (const auto& t : j.value("transforms", nlohmann::json::array())) {
+    if (t.is_object() && t.value("type", nlohmann::json()) == "Normalize") prep->dtype = DType::kFloat32;
+  }
+  auto spec = ValueOrRaise(detect::SpecFromJson(j, *prep));
+  prep->detection = spec;
+  prep->detection_h = spec->out_h;
+  prep->detection_w = spec->out_w;
+  return spec;
+}
+
+// nostall.detection's functions (docs/detection.md).
+void BindDetection(nb::module_& m) {
+  m.def("detection_check", [](const std::string& spec_json) {
+    PrepSpec prep;
+    return DetectionSpecOf(spec_json, "RGB", &prep)->resolved.dump();
+  });
+  m.def("detection_trace", [](const std::string& spec_json, int width, int height, nb::bytes record,
+                              uint64_t seed, int64_t epoch, int64_t index) {
+    PrepSpec prep;
+    auto spec = DetectionSpecOf(spec_json, "RGB", &prep);
+    nlohmann::json out;
+    RaiseIfError(detect::Trace(*spec, width, height, reinterpret_cast<const uint8_t*>(record.c_str()),
+                               record.size(), {seed, epoch, index}, &out));
+    return out.dump();
+  });
+  m.def("detection_apply", [](const std::string& spec_json, nb::bytes image, nb::bytes record, uint64_t seed,
+                              int64_t epoch, int64_t index, const std::string& mode, bool dct_scaling) {
+    PrepSpec prep;
+    prep.dct_scaling = dct_scaling;
+    auto spec = DetectionSpecOf(spec_json, mode, &prep);
+    const int h = spec->out_h, w = spec->out_w, c = prep.channels();
+    const bool f32 = prep.dtype == DType::kFloat32;
+    std::vector<uint8_t> pixels(static_cast<size_t>(h) * w * c * (f32 ? 4 : 1));
+    // Room for every annotation the record holds.
+    annotations::Targets t;
+    const auto* rec = reinterpret_cast<const uint8_t*>(record.c_str());
+    if (record.size() > 0) RaiseIfError(annotations::DecodeTargets(rec, record.size(), false, &t));
+    std::vector<uint8_t> targets(detect::TargetsRoom(*spec, static_cast<uint32_t>(t.instances.size()), h, w));
+    int64_t len = 0;
+    PrepScratch scratch;
+    Status st;
+    {
+      nb::gil_scoped_release release;
+      st = detect::Prepare(*spec, prep, reinterpret_cast<const uint8_t*>(image.c_str()), image.size(), rec,
+                           record.size(), {seed, epoch, index}, h, w, pixels.data(), targets.data(),
+                           targets.size(), &len, &scratch);
+    }
+    RaiseIfError(st);
+    nb::object img;
+    if (f32) {
+      std::vector<float> fl(pixels.size() / 4);
+      std::memcpy(fl.data(), pixels.data(), pixels.size());
+      img = Owned(std::move(fl), {static_cast<size_t>(h), static_cast<size_t>(w), static_cast<size_t>(c)});
+    } else {
+      img = Owned(std::move(pixels), {static_cast<size_t>(h), static_cast<size_t>(w), static_cast<size_t>(c)});
+    }
+    return std::make_tuple(img, nb::bytes(reinterpret_cast<const char*>(targets.data()), static_cast<size_t>(len)));
+  });
+  m.def("targets_record", [](const std::string& json_text) {
+    annotations::Targets t;
+    RaiseIfError(annotations::ParseTargetsJson(reinterpret_cast<const uint8_t*>(json_text.data()),
+                                               json_text.size(), true, &t));
+    const std::string rec = annotations::EncodeTargets(t);
+    return nb::bytes(rec.data(), rec.size());
+  });
+  m.def("targets_masks", [](nb::bytes record, uint32_t height, uint32_t width) {
+    annotations::Targets t;
+    RaiseIfError(annotations::DecodeTargets(reinterpret_cast<const uint8_t*>(record.c_str()), record.size(),
+                                            true, &t));
+    std::vector<uint8_t> all, one;
+    for (const annotations::Instance& inst : t.instances) {
+      RaiseIfError(annotations::RasterizeInstance(inst, height, width, &one));
+      all.insert(all.end(), one.begin(), one.end());
+    }
+    return Owned(std::move(all), {t.instances.size(), static_cast<size_t>(height), static_cast<size_t>(width)});
+  });
+  m.def("coco_table", [](const std::string& path, bool keep_empty, bool keep_crowd, bool segmentation) {
+    annotations::CocoOptions o{keep_empty, keep_crowd, segmentation};
+    Result<annotations::CocoTable> table = [&] {
+      nb::gil_scoped_release release;
+      return annotations::ParseCocoFile(path, o);
+    }();
+    RaiseIfError(table.status());
+    nb::list images;
+    for (const annotations::CocoImage& img : table->images) {
+      images.append(nb::make_tuple(img.id, img.file_name, img.width, img.height,
+                                   nb::bytes(img.record.data(), img.record.size())));
+    }
+    nb::list cats;
+    for (const auto& [id, name] : table->categories) cats.append(nb::make_tuple(id, name));
+    return nb::make_tuple(images, cats, table->dropped_empty);
+  });
+}
+
 // nostall.audio's functions: a file's header, its frames, one sample's
 // transforms (docs/audio.md).
 void BindAudio(nb::module_& m) {
@@ -565,6 +670,7 @@ NB_MODULE(_nostall, m) {
         nostall::TraceSampleJson(spec.prep, width, height, spec.seed, epoch, index));
   });
   nostall::BindAudio(m);
+  nostall::BindDetection(m);
   m.def("predict_json", [](const std::string& profile_json, const std::string& config_json) {
     return nostall::ValueOrRaise(nostall::PredictJson(
         nostall::ValueOrRaise(nostall::Profile::FromJson(profile_json)), config_json));

@@ -294,7 +294,7 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   layout.dataset_fingerprint = dataset_fingerprint;
   layout.spec_json = resolved.ToJson();
   layout.share_gid = options.share_gid;
-  SetFieldLayout(*parts.source, &layout);
+  SetFieldLayout(resolved, *parts.source, parts.out_h, parts.out_w, &layout);
   NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<Segment> seg, CreateRing(name, layout));
   auto waited = std::make_shared<std::atomic<int64_t>>(0);
   parts.consumer_waited_ns = [waited] { return waited->load(); };

@@ -64,7 +64,8 @@ Result<nlohmann::json> DriverOptionsJson(const SourceOptions& options, const cha
   X(S3Folder)                     \
   X(S3Tar)                        \
   X(ImageFolder)                  \
-  X(TarShards)
+  X(TarShards)                    \
+  X(Coco)
 
 #define NOSTALL_DECLARE_SOURCE_DRIVER(name) SourceDriver name##Driver();
 NOSTALL_SOURCE_DRIVERS(NOSTALL_DECLARE_SOURCE_DRIVER)

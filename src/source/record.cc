@@ -20,16 +20,17 @@ const char* FieldKindName(FieldKind kind) {
     case FieldKind::kJson: return "json";
     case FieldKind::kText: return "text";
     case FieldKind::kAudio: return "audio";
+    case FieldKind::kTargets: return "targets";
   }
   return "?";
 }
 
 Result<FieldKind> FieldKindFromName(const std::string& name) {
   for (FieldKind k : {FieldKind::kImage, FieldKind::kLabel, FieldKind::kBytes, FieldKind::kJson,
-                      FieldKind::kText, FieldKind::kAudio}) {
+                      FieldKind::kText, FieldKind::kAudio, FieldKind::kTargets}) {
     if (name == FieldKindName(k)) return k;
   }
-  return InvalidArgument("a field's kind must be one of image, audio, label, bytes, json, text, not '" +
+  return InvalidArgument("a field's kind must be one of image, audio, label, bytes, json, text, targets, not '" +
                          name.substr(0, 40) + "'");
 }
 
@@ -88,8 +89,8 @@ Status ValidateFields(const std::vector<FieldSpec>& fields) {
       return InvalidArgument(shown + ": batch must be \"list\" or \"padded\", not '" +
                              f.batch.substr(0, 40) + "'");
     }
-    if (f.batch == "padded" && f.kind != FieldKind::kBytes) {
-      return InvalidArgument(shown + ": batch=\"padded\" is for bytes fields (kind " +
+    if (f.batch == "padded" && f.kind != FieldKind::kBytes && f.kind != FieldKind::kTargets) {
+      return InvalidArgument(shown + ": batch=\"padded\" is for bytes and targets fields (kind " +
                              FieldKindName(f.kind) + " batches its own way)");
     }
     if (IsMediaKind(f.kind)) {
@@ -108,6 +109,9 @@ Status ValidateFields(const std::vector<FieldSpec>& fields) {
                            std::to_string(images));
   }
   if (labels > 1) return InvalidArgument("fields may hold one label field, not " + std::to_string(labels));
+  if (std::count_if(fields.begin(), fields.end(), [](const FieldSpec& f) { return f.kind == FieldKind::kTargets; }) > 1) {
+    return InvalidArgument("fields may hold one targets field");
+  }
   if (extra > kMaxExtraFields) {
     return InvalidArgument("fields may hold at most " + std::to_string(kMaxExtraFields) +
                            " fields besides the image and the label, not " + std::to_string(extra));

@@ -38,6 +38,7 @@ class ThrottledSource final : public Source {
   const FieldSpan* record(int64_t i) const override { return inner_->record(i); }
   int extra_fields() const override { return inner_->extra_fields(); }
   int64_t field_room(int f) const override { return inner_->field_room(f); }
+  int64_t max_annotations() const override { return inner_->max_annotations(); }
   std::vector<std::pair<std::string, int64_t>> members_found() const override {
     return inner_->members_found();
   }

@@ -1,0 +1,124 @@
+"""Detection and segmentation: images with boxes, labels and masks that follow
+every augmentation (docs/detection.md).
+
+```python
+import nostall
+from nostall.transforms import (RandomIoUCrop, RandomPhotometricDistort, RandomZoomOut,
+                                SanitizeBoundingBoxes)
+
+loader = nostall.Loader(nostall.datasets.Coco("coco/train2017",
+                                              "coco/annotations/instances_train2017.json"),
+                        transforms=[RandomPhotometricDistort(), RandomZoomOut(fill=(123, 117, 104)),
+                                    RandomIoUCrop(), nostall.RandomHorizontalFlip(),
+                                    nostall.Resize((300, 300)), SanitizeBoundingBoxes()],
+                        batch_size=32, shuffle=True)
+for images, targets in loader:      # (32, 3, 300, 300) uint8; 32 dicts of boxes, labels, iscrowd
+    ...
+```
+
+The transforms follow torchvision.transforms.v2's rules for boxes (clamped and
+sanitised as v2 does) and masks (nearest); their random draws come from
+(seed, epoch, index), and :func:`sample_params` shows them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from . import _nostall
+from .records import decode_targets
+from .transforms import Transform, _flatten
+
+__all__ = ["Coco", "sample_params", "apply", "targets_record"]
+
+
+class Coco:
+    """A COCO-style dataset: a folder of images and its instances JSON.
+
+    Args:
+        root: the image folder (``file_name`` in the JSON is relative to it).
+        annotations: the instances JSON (``instances_train2017.json``): parsed
+            once, streamed, into nostall's index cache; later runs and every
+            process map the saved table.
+        masks: give each sample's instance masks, ``(N, H, W)`` uint8, made
+            from the polygons and RLE (as pycocotools does) and transformed
+            with the image (nearest).
+        box_format: ``"XYXY"`` (default, what torchvision's detection models
+            take), ``"XYWH"`` or ``"CXCYWH"``.
+        empty: ``"keep"`` (default) or ``"drop"``: images without annotations.
+        crowd: ``"keep"`` (default) or ``"drop"``: ``iscrowd`` annotations.
+
+    Give it to :class:`nostall.Loader` as the source: batches are then
+    ``(images, targets)``, targets a list of per-sample dicts (``boxes``,
+    ``labels`` (COCO's category ids), ``iscrowd``, and ``masks`` when asked).
+    """
+
+    def __init__(self, root, annotations, *, masks: bool = False, box_format: str = "XYXY",
+                 empty: str = "keep", crowd: str = "keep", batch: str = "list"):
+        self.root = os.fspath(root)
+        self.annotations = os.fspath(annotations)
+        if not isinstance(masks, bool):
+            raise TypeError(f"masks must be True or False, not {masks!r}")
+        if batch not in ("list", "padded"):
+            raise ValueError(f'batch must be "list" (dicts per sample) or "padded" (tensors), not {batch!r}')
+        self.masks, self.box_format, self.empty, self.crowd, self.batch = masks, box_format, empty, crowd, batch
+
+    def __repr__(self):
+        return f"Coco({self.root!r}, {self.annotations!r}, masks={self.masks})"
+
+    def source(self) -> dict:
+        """The loader spec's source."""
+        return {"uri": self.root, "driver": "coco",
+                "options": {"annotations": self.annotations, "empty": self.empty,
+                            "crowd": self.crowd, "segmentation": self.masks}}
+
+    def fields(self) -> dict:
+        """The loader's fields: the image and its targets."""
+        return {"image": "jpg;jpeg;png",
+                "targets": {"ext": "targets", "kind": "targets", "masks": self.masks,
+                            "box_format": self.box_format, "batch": self.batch}}
+
+
+def _spec(transforms, masks=False, box_format="XYXY") -> str:
+    flat, _ = _flatten(list(transforms))
+    for t in flat:
+        if not isinstance(t, Transform):
+            raise TypeError(f"transforms must be nostall.transforms objects, not {t!r}")
+    return json.dumps({"transforms": [t.to_dict() for t in flat], "masks": masks,
+                       "box_format": box_format})
+
+
+def targets_record(annotations) -> bytes:
+    """Annotations as the bytes a sample carries: ``{"boxes": [[x0, y0, x1,
+    y1], ...], "labels": [...], "format": "XYXY"}`` or COCO's per-image
+    ``{"width", "height", "annotations": [{"bbox", "category_id", ...}]}``
+    (a dict, or its JSON text)."""
+    text = annotations if isinstance(annotations, str) else json.dumps(annotations)
+    return _nostall.targets_record(text)
+
+
+def sample_params(transforms, width: int, height: int, annotations=None, *, seed: int = 0,
+                  epoch: int = 0, index: int = 0) -> dict:
+    """What the loader would draw for item ``index`` (a ``width`` x
+    ``height`` image with these annotations) in ``epoch``, without pixels:
+    ``{"ops": [each step's draws], "size": [h, w], "boxes": [...] (XYXY),
+    "labels", "iscrowd", "kept": [input index of each box], "source_box":
+    [x, y, w, h], "flip": [x, y]}``."""
+    record = b"" if annotations is None else targets_record(annotations)
+    return json.loads(_nostall.detection_trace(_spec(transforms), int(width), int(height), record,
+                                               seed, epoch, index))
+
+
+def apply(transforms, image, annotations=None, *, seed: int = 0, epoch: int = 0, index: int = 0,
+          masks: bool = False, box_format: str = "XYXY", mode: str = "RGB", dct_scaling: bool = True):
+    """Runs the transforms on one image (its encoded bytes, or a path) and
+    its annotations, as the loader would for item ``index``: ``(image (H, W,
+    C) array, targets dict of arrays)``."""
+    if isinstance(image, (str, os.PathLike)):
+        with open(image, "rb") as f:
+            image = f.read()
+    record = b"" if annotations is None else targets_record(annotations)
+    pixels, out = _nostall.detection_apply(_spec(transforms, masks, box_format), bytes(image), record,
+                                           seed, epoch, index, mode, dct_scaling)
+    return pixels, decode_targets(out, torch=False)

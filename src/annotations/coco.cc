@@ -1,0 +1,400 @@
+// COCO's instances file, streamed into nostall's table (coco.h).
+#include "annotations/coco.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+#include "annotations/targets.h"
+#include "common/fd.h"
+
+namespace nostall::annotations {
+namespace {
+
+using json = nlohmann::json;
+
+// Hands each element of the top-level arrays "images", "annotations" and
+// "categories" to `on_element` as a small JSON value, one at a time; every
+// other top-level member is read past without being kept.
+class SectionReader : public nlohmann::json_sax<json> {
+ public:
+  std::function<Status(const std::string&, json&)> on_element;
+  Status status;
+  std::string error;
+
+  bool null() override { return Value(json(nullptr)); }
+  bool boolean(bool v) override { return Value(json(v)); }
+  bool number_integer(number_integer_t v) override { return Value(json(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return Value(json(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return Value(json(v)); }
+  bool string(string_t& v) override { return Value(json(std::move(v))); }
+  bool binary(binary_t&) override { return Value(json(nullptr)); }
+  bool key(string_t& k) override {
+    if (depth_ == 1) section_ = k;
+    key_ = std::move(k);
+    return true;
+  }
+  bool start_object(std::size_t) override { return Open(json::object()); }
+  bool start_array(std::size_t) override { return Open(json::array()); }
+  bool end_object() override { return Close(); }
+  bool end_array() override { return Close(); }
+  bool parse_error(std::size_t pos, const std::string&, const nlohmann::detail::exception& e) override {
+    error = "not valid JSON at byte " + std::to_string(pos) + ": " + e.what();
+    return false;
+  }
+
+ private:
+  bool Collecting() const { return depth_ >= 2 && Kept(section_); }
+  static bool Kept(const std::string& s) {
+    return s == "images" || s == "annotations" || s == "categories";
+  }
+  bool Open(json v) {
+    ++depth_;
+    if (depth_ == 1 && !v.is_object()) {
+      error = "the top level is not a JSON object";
+      return false;
+    }
+    if (depth_ == 2 && Kept(section_) && !v.is_array()) {
+      error = "\"" + section_ + "\" is not a list";
+      return false;
+    }
+    if (depth_ >= 3 && Kept(section_)) {
+      if (stack_.empty()) {
+        element_ = std::move(v);
+        stack_.push_back(&element_);
+      } else {
+        stack_.push_back(Add(std::move(v)));
+      }
+    }
+    return true;
+  }
+  bool Close() {
+    if (depth_ >= 3 && Kept(section_)) {
+      stack_.pop_back();
+      if (stack_.empty()) {
+        status = on_element(section_, element_);
+        element_ = json();
+        if (!status.ok()) return false;
+      }
+    }
+    --depth_;
+    return true;
+  }
+  bool Value(json v) {
+    if (depth_ == 2 && Kept(section_)) {  // a bare value in a section's list
+      error = "an element of \"" + section_ + "\" is not an object";
+      return false;
+    }
+    if (!stack_.empty()) Add(std::move(v));
+    return true;
+  }
+  json* Add(json v) {
+    json* top = stack_.back();
+    if (top->is_object()) return &((*top)[key_] = std::move(v));
+    top->push_back(std::move(v));
+    return &top->back();
+  }
+
+  int depth_ = 0;
+  std::string section_, key_;
+  json element_;
+  std::vector<json*> stack_;
+};
+
+template <typename T>
+void Put(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+template <typename T>
+T Get(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+std::string Named(const char* what, const json& obj) {
+  const auto id = obj.find("id");
+  return std::string(what) + (id != obj.end() && id->is_number() ? " id " + id->dump() : " (no id)");
+}
+
+// An annotation's boxes and segments so far, per image id.
+struct Pending {
+  std::string boxes, segs;
+  uint32_t count = 0;
+};
+
+Status AddAnnotation(const json& a, const CocoOptions& options,
+                     std::unordered_map<int64_t, Pending>* pending) {
+  const std::string where = Named("annotation", a);
+  const auto image_id = a.find("image_id");
+  if (image_id == a.end() || !image_id->is_number_integer()) {
+    return DataError(where + ": \"image_id\" must be an integer");
+  }
+  // One annotation, parsed by the per-image JSON reader (the one rule for
+  // bbox, category_id, iscrowd and segmentation).
+  json one = {{"annotations", json::array({a})}};
+  const std::string text = one.dump();
+  Targets t;
+  Status st = ParseTargetsJson(reinterpret_cast<const uint8_t*>(text.data()), text.size(),
+                               options.segmentation, &t);
+  if (!st.ok()) return DataError(where + ": " + st.message().substr(st.message().find(':') + 2));
+  const Instance& inst = t.instances[0];
+  if (inst.crowd && !options.keep_crowd) return Status::OK();
+  Pending& p = (*pending)[image_id->get<int64_t>()];
+  if (p.count >= kMaxAnnotations) {
+    return DataError(where + ": image " + image_id->dump() + " has over " +
+                     std::to_string(kMaxAnnotations) + " annotations");
+  }
+  Targets single;
+  single.instances.push_back(inst);
+  const std::string rec = EncodeTargets(single);  // header, one box, its segment
+  std::string box = rec.substr(kRecordHeaderBytes, kRecordBoxBytes);
+  const uint32_t seg_at = static_cast<uint32_t>(p.segs.size());
+  std::memcpy(box.data() + 32, &seg_at, 4);
+  p.boxes += box;
+  p.segs.append(rec, kRecordHeaderBytes + kRecordBoxBytes);
+  ++p.count;
+  return Status::OK();
+}
+
+Result<CocoTable> Parse(const char* begin, const char* end, const CocoOptions& options,
+                        const std::string& name) {
+  CocoTable table;
+  std::unordered_map<int64_t, Pending> pending;
+  std::unordered_map<int64_t, size_t> image_at;
+  SectionReader reader;
+  reader.on_element = [&](const std::string& section, json& obj) -> Status {
+    if (!obj.is_object()) return DataError("an element of \"" + section + "\" is not an object");
+    if (section == "annotations") {
+      ++table.annotations;
+      return AddAnnotation(obj, options, &pending);
+    }
+    const auto id = obj.find("id");
+    if (id == obj.end() || !id->is_number_integer()) {
+      return DataError(std::string(section == "images" ? "an image" : "a category") +
+                       " has no integer \"id\"");
+    }
+    if (section == "categories") {
+      table.categories.push_back({id->get<int64_t>(), obj.value("name", std::string())});
+      return Status::OK();
+    }
+    CocoImage img;
+    img.id = id->get<int64_t>();
+    const auto file = obj.find("file_name");
+    if (file == obj.end() || !file->is_string() || file->get<std::string>().empty()) {
+      return DataError(Named("image", obj) + ": \"file_name\" must be a non-empty string");
+    }
+    img.file_name = file->get<std::string>();
+    if (img.file_name.find('\0') != std::string::npos || img.file_name[0] == '/' ||
+        img.file_name == ".." || img.file_name.rfind("../", 0) == 0 ||
+        img.file_name.find("/../") != std::string::npos) {
+      return DataError(Named("image", obj) + ": file_name \"" + img.file_name +
+                       "\" leads out of the image folder");
+    }
+    for (const char* k : {"width", "height"}) {
+      const auto v = obj.find(k);
+      if (v != obj.end() && (!v->is_number_unsigned() || v->get<uint64_t>() > (1u << 20))) {
+        return DataError(Named("image", obj) + ": \"" + k + "\" must be a pixel count");
+      }
+      if (v != obj.end()) (k[0] == 'w' ? img.width : img.height) = v->get<uint32_t>();
+    }
+    if (!image_at.emplace(img.id, table.images.size()).second) {
+      return DataError(Named("image", obj) + " is listed twice");
+    }
+    table.images.push_back(std::move(img));
+    return Status::OK();
+  };
+  const bool ok = json::sax_parse(begin, end, &reader);
+  if (!reader.status.ok()) return DataError(name + ": " + reader.status.message());
+  if (!ok) return DataError(name + ": " + (reader.error.empty() ? "not a COCO annotation file" : reader.error));
+  if (table.images.empty() && table.annotations == 0) {
+    return DataError(name + ": no \"images\" and no \"annotations\": not a COCO instances file");
+  }
+  for (const auto& [image_id, p] : pending) {
+    if (image_at.count(image_id) == 0) {
+      return DataError(name + ": annotations of image id " + std::to_string(image_id) +
+                       ", which \"images\" does not list");
+    }
+  }
+  std::sort(table.images.begin(), table.images.end(),
+            [](const CocoImage& a, const CocoImage& b) { return a.id < b.id; });
+  std::sort(table.categories.begin(), table.categories.end());
+  std::vector<CocoImage> kept;
+  kept.reserve(table.images.size());
+  for (CocoImage& img : table.images) {
+    const auto it = pending.find(img.id);
+    Pending empty;
+    const Pending& p = it == pending.end() ? empty : it->second;
+    if (p.count == 0 && !options.keep_empty) {
+      ++table.dropped_empty;
+      continue;
+    }
+    std::string rec(kRecordMagic, 4);
+    Put<uint32_t>(&rec, 1);
+    Put<uint32_t>(&rec, p.count);
+    Put<uint32_t>(&rec, img.width);
+    Put<uint32_t>(&rec, img.height);
+    Put<uint32_t>(&rec, 0);
+    rec += p.boxes;
+    rec += p.segs;
+    img.record = std::move(rec);
+    img.count = p.count;
+    kept.push_back(std::move(img));
+  }
+  table.images = std::move(kept);
+  return table;
+}
+
+constexpr char kTableMagic[8] = {'N', 'S', 'C', 'O', 'C', 'O', '1', '\0'};
+constexpr size_t kTableHeader = 80;  // ... dropped_empty at 64, the hash at 72
+constexpr size_t kTableRow = 32;  // u64 name at, u32 name bytes, u32 count, u64 record at, u64 record bytes
+
+uint64_t KeyHash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+Result<CocoTable> ParseCocoBytes(std::string_view json_text, const CocoOptions& options,
+                                 const std::string& name) {
+  return Parse(json_text.data(), json_text.data() + json_text.size(), options, name);
+}
+
+Result<CocoTable> ParseCocoFile(const std::string& path, const CocoOptions& options,
+                                const std::function<void(uint64_t)>& progress) {
+  uint64_t size = 0;
+  NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(path, &size));
+  if (size == 0) return DataError(path + ": the annotation file is empty");
+  void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  if (addr == MAP_FAILED) return ErrnoError("cannot map " + path, errno);
+  ::madvise(addr, size, MADV_SEQUENTIAL);
+  Mapping map(addr, size);
+  const char* p = static_cast<const char*>(map.data());
+  Result<CocoTable> table = Parse(p, p + size, options, path);
+  if (progress) progress(size);
+  return table;
+}
+
+std::string SerializeCoco(const CocoTable& table, uint64_t source_size, int64_t source_mtime_ns,
+                          const std::string& options_key) {
+  std::string names, records, cats;
+  std::string rows;
+  uint32_t max_count = 0;
+  uint64_t max_record = 0;
+  for (const CocoImage& img : table.images) {
+    Put<uint64_t>(&rows, names.size());
+    Put<uint32_t>(&rows, static_cast<uint32_t>(img.file_name.size()));
+    Put<uint32_t>(&rows, img.count);
+    Put<uint64_t>(&rows, records.size());
+    Put<uint64_t>(&rows, img.record.size());
+    names += img.file_name;
+    records += img.record;
+    max_count = std::max(max_count, img.count);
+    max_record = std::max<uint64_t>(max_record, img.record.size());
+  }
+  for (const auto& [id, name] : table.categories) {
+    Put<int64_t>(&cats, id);
+    Put<uint32_t>(&cats, static_cast<uint32_t>(name.size()));
+    cats += name;
+  }
+  std::string out(kTableMagic, 8);
+  Put<uint64_t>(&out, source_size);
+  Put<int64_t>(&out, source_mtime_ns);
+  Put<uint64_t>(&out, KeyHash(options_key));
+  Put<uint64_t>(&out, table.images.size());
+  Put<uint64_t>(&out, table.categories.size());
+  Put<uint32_t>(&out, max_count);
+  Put<uint32_t>(&out, 0);
+  Put<uint64_t>(&out, max_record);
+  Put<int64_t>(&out, table.dropped_empty);
+  out.resize(kTableHeader - 8, '\0');
+  Put<uint64_t>(&out, 0);  // the hash, set below
+  out += rows;
+  Put<uint64_t>(&out, names.size());
+  out += names;
+  Put<uint64_t>(&out, cats.size());
+  out += cats;
+  out += records;
+  const uint64_t hash = KeyHash(out.substr(kTableHeader));
+  std::memcpy(out.data() + kTableHeader - 8, &hash, 8);
+  return out;
+}
+
+Result<CocoView> CocoView::Open(std::string_view bytes, uint64_t source_size, int64_t source_mtime_ns,
+                                const std::string& options_key) {
+  auto bad = [](const std::string& why) { return DataError("annotation table: " + why); };
+  const auto* b = reinterpret_cast<const uint8_t*>(bytes.data());
+  if (bytes.size() < kTableHeader || std::memcmp(b, kTableMagic, 8) != 0) return bad("not one");
+  if (Get<uint64_t>(b + 8) != source_size || Get<int64_t>(b + 16) != source_mtime_ns ||
+      Get<uint64_t>(b + 24) != KeyHash(options_key)) {
+    return bad("stale");
+  }
+  // Checked as a whole: the file is this user's own, but a torn or
+  // damaged one is rebuilt, never read past.
+  uint64_t hash = 1469598103934665603ull;
+  for (size_t i = kTableHeader; i < bytes.size(); ++i) hash = (hash ^ b[i]) * 1099511628211ull;
+  if (hash != Get<uint64_t>(b + kTableHeader - 8)) return bad("damaged");
+  CocoView v;
+  v.bytes_ = bytes;
+  v.count_ = Get<uint64_t>(b + 32);
+  const uint64_t ncat = Get<uint64_t>(b + 40);
+  v.max_count_ = Get<uint32_t>(b + 48);
+  v.max_record_ = Get<uint64_t>(b + 56);
+  v.dropped_empty_ = Get<int64_t>(b + 64);
+  size_t at = kTableHeader;
+  if (v.count_ > (bytes.size() - at) / kTableRow) return bad("truncated");
+  v.table_ = b + at;
+  at += v.count_ * kTableRow;
+  if (bytes.size() - at < 8) return bad("truncated");
+  const uint64_t names = Get<uint64_t>(b + at);
+  at += 8;
+  if (names > bytes.size() - at) return bad("truncated");
+  const size_t names_at = at;
+  at += names;
+  if (bytes.size() - at < 8) return bad("truncated");
+  const uint64_t cats = Get<uint64_t>(b + at);
+  at += 8;
+  if (cats > bytes.size() - at) return bad("truncated");
+  for (size_t c = at, k = 0; k < ncat; ++k) {
+    if (at + cats - c < 12) return bad("truncated");
+    const int64_t id = Get<int64_t>(b + c);
+    const uint32_t len = Get<uint32_t>(b + c + 8);
+    c += 12;
+    if (len > at + cats - c) return bad("truncated");
+    v.categories_.push_back({id, std::string(bytes.substr(c, len))});
+    c += len;
+  }
+  at += cats;
+  const size_t records_at = at;
+  for (size_t i = 0; i < v.count_; ++i) {
+    const uint8_t* row = v.table_ + i * kTableRow;
+    if (Get<uint64_t>(row) + Get<uint32_t>(row + 8) > names ||
+        Get<uint64_t>(row + 16) + Get<uint64_t>(row + 24) > bytes.size() - records_at) {
+      return bad("an entry lies outside it");
+    }
+  }
+  v.names_at_ = names_at;
+  v.records_at_ = records_at;
+  return v;
+}
+
+std::string_view CocoView::file_name(size_t i) const {
+  const uint8_t* row = table_ + i * kTableRow;
+  return bytes_.substr(names_at_ + Get<uint64_t>(row), Get<uint32_t>(row + 8));
+}
+
+std::string_view CocoView::record(size_t i) const {
+  const uint8_t* row = table_ + i * kTableRow;
+  return bytes_.substr(records_at_ + Get<uint64_t>(row + 16), Get<uint64_t>(row + 24));
+}
+
+uint32_t CocoView::count(size_t i) const { return Get<uint32_t>(table_ + i * kTableRow + 12); }
+
+}  // namespace nostall::annotations

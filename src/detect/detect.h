@@ -1,0 +1,113 @@
+// Detection and segmentation samples: an image and its annotations
+// (annotations/targets.h) transformed together, with
+// torchvision.transforms.v2's rules for boxes, masks and labels
+// (docs/detection.md).
+//
+// A spec's "detection" object names the transforms (the same entries as
+// "transforms", plus the ones that need boxes: RandomZoomOut, RandomIoUCrop,
+// SanitizeBoundingBoxes, ClampBoundingBoxes), the box format of the output
+// and whether masks are made. The geometric transforms (zoom out, crops,
+// resizes, flips) are composed into one map from the source image to the
+// output, so the image is decoded once (only the region the output covers,
+// at the smallest JPEG DCT scale that still covers it) and resampled once;
+// the boxes go through each transform's own rule, step by step, as v2
+// applies them; masks are rasterised at the source size and sampled once
+// through the composed nearest-neighbour index maps, which equals v2's
+// step-by-step pad/crop/flip/resize(nearest) exactly.
+#ifndef NOSTALL_DETECT_DETECT_H_
+#define NOSTALL_DETECT_DETECT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "annotations/targets.h"
+#include "nostall/status.h"
+#include "nostall/transforms.h"
+#include "ops/prep.h"
+
+namespace nostall::detect {
+
+enum class StepKind {
+  kZoomOut,          // RandomZoomOut(fill, side_range, p)
+  kIoUCrop,          // RandomIoUCrop(min_scale, max_scale, min/max_aspect_ratio, sampler_options, trials)
+  kResizedCrop,      // RandomResizedCrop(size, scale, ratio)
+  kResize,           // Resize(size, max_size)
+  kCenterCrop,       // CenterCrop(size)
+  kHFlip,            // RandomHorizontalFlip(p)
+  kVFlip,            // RandomVerticalFlip(p)
+  kSanitize,         // SanitizeBoundingBoxes(min_size, min_area)
+  kClamp,            // ClampBoundingBoxes()
+  kPixelOp,          // an op on pixels (ColorJitter, RandomPhotometricDistort, ...)
+  kNormalize,
+};
+
+struct Step {
+  StepKind kind;
+  std::string name;
+  double p = 0.5;
+  // ZoomOut
+  std::vector<double> fill;
+  double side_min = 1, side_max = 4;
+  // IoUCrop
+  double min_scale = 0.3, max_scale = 1, min_aspect = 0.5, max_aspect = 2;
+  std::vector<double> options;
+  int trials = 40;
+  // Resize / crops
+  int height = 0, width = 0, short_side = 0, max_size = 0;
+  double scale_min = 0.08, scale_max = 1, ratio_min = 3.0 / 4, ratio_max = 4.0 / 3;
+  // Sanitize
+  double min_size = 1, min_area = 1;
+  // pixel ops, Normalize
+  Transform transform;
+};
+
+struct Spec {
+  std::vector<Step> steps;
+  annotations::BoxFormat box_format = annotations::BoxFormat::kXYXY;
+  bool masks = false;
+  // Output size when the steps fix it (a last Resize((h, w)), a crop after
+  // every resize); else 0 (the first sample's sets the batch's).
+  int out_h = 0, out_w = 0;
+  // The largest number of annotations one sample has (the source's): sizes
+  // the targets field's room in a batch.
+  uint32_t max_count = 0;
+  nlohmann::json resolved;  // the object as given, every default spelled out
+};
+
+// Reads a spec's "detection" object ({"transforms": [...], "box_format":
+// "XYXY", "masks": false}), every error naming the transform and argument.
+// `prep` carries dtype, layout and mode.
+Result<std::shared_ptr<const Spec>> SpecFromJson(const nlohmann::json& j, const PrepSpec& prep);
+
+// Bytes the output targets of one sample take at most (its field room).
+size_t TargetsRoom(const Spec& spec, uint32_t max_count, int out_h, int out_w);
+
+struct Key {
+  uint64_t seed;
+  int64_t epoch;
+  int64_t index;
+};
+
+// One sample: the image (`image`) and its annotations in record form
+// (`record`; empty: none) to the out_h x out_w image at `dst` (as `prep`
+// lays it out) and the output targets at `targets` (at most `room` bytes;
+// their length in *targets_len). A sample whose output size is not
+// (out_h, out_w) is a DataError.
+Status Prepare(const Spec& spec, const PrepSpec& prep, const uint8_t* image, size_t image_size,
+               const uint8_t* record, size_t record_size, const Key& key, int out_h, int out_w,
+               void* dst, uint8_t* targets, size_t room, int64_t* targets_len, PrepScratch* scratch);
+
+// What sample `key` of a width x height image with these annotations is
+// given, without pixels: each step's draws ({"op": ..., ...}), the output
+// size, the boxes, labels and crowd flags after every step (and which
+// annotations were kept, by their index in the input).
+Status Trace(const Spec& spec, int width, int height, const uint8_t* record, size_t record_size,
+             const Key& key, nlohmann::json* out);
+
+}  // namespace nostall::detect
+
+#endif  // NOSTALL_DETECT_DETECT_H_
