@@ -32,13 +32,13 @@ std::string Nth(size_t i) { return "annotation #" + std::to_string(i); }
 Status PolygonsFromJson(const nlohmann::json& seg, const std::string& where, Instance* inst) {
   for (const nlohmann::json& poly : seg) {
     if (!poly.is_array()) return DataError(where + ": a polygon must be a list of numbers");
-    std::vector<float> xy;
+    std::vector<double> xy;
     xy.reserve(poly.size());
     for (const nlohmann::json& v : poly) {
       if (!v.is_number()) return DataError(where + ": a polygon must be a list of numbers");
       const double d = v.get<double>();
       if (!std::isfinite(d)) return DataError(where + ": a polygon coordinate is not finite");
-      xy.push_back(static_cast<float>(d));
+      xy.push_back(d);
     }
     if (xy.size() % 2 != 0) return DataError(where + ": a polygon has an odd number of values");
     inst->polygons.push_back(std::move(xy));
@@ -124,9 +124,9 @@ std::string EncodeTargets(const Targets& t) {
     const size_t begin = segs.size();
     if (inst.seg == SegKind::kPolygons) {
       Put<uint32_t>(&segs, static_cast<uint32_t>(inst.polygons.size()));
-      for (const std::vector<float>& p : inst.polygons) {
+      for (const std::vector<double>& p : inst.polygons) {
         Put<uint32_t>(&segs, static_cast<uint32_t>(p.size()));
-        segs.append(reinterpret_cast<const char*>(p.data()), p.size() * sizeof(float));
+        segs.append(reinterpret_cast<const char*>(p.data()), p.size() * sizeof(double));
       }
     } else if (inst.seg == SegKind::kRuns) {
       Put<uint32_t>(&segs, inst.runs_h);
@@ -184,11 +184,11 @@ Status DecodeTargets(const uint8_t* data, size_t size, bool with_segments, Targe
         if (!take(4)) return DataError(Nth(i) + ": truncated polygons");
         const uint32_t values = Get<uint32_t>(p);
         p += 4;
-        if (!take(size_t{values} * 4)) return DataError(Nth(i) + ": truncated polygons");
-        std::vector<float> xy(values);
-        std::memcpy(xy.data(), p, size_t{values} * 4);
-        p += size_t{values} * 4;
-        for (float v : xy) {
+        if (!take(size_t{values} * 8)) return DataError(Nth(i) + ": truncated polygons");
+        std::vector<double> xy(values);
+        std::memcpy(xy.data(), p, size_t{values} * 8);
+        p += size_t{values} * 8;
+        for (double v : xy) {
           if (!std::isfinite(v)) return DataError(Nth(i) + ": a polygon coordinate is not finite");
         }
         inst.polygons.push_back(std::move(xy));
@@ -351,16 +351,26 @@ namespace {
 // 5x resolution, its crossings of pixel columns kept, the cells between
 // crossings filled. This is pycocotools' rasteriser (rleFrPoly), so masks
 // equal those its frPyObjects gives the same polygon.
-std::vector<uint32_t> PolygonRuns(const std::vector<float>& xy, uint32_t h, uint32_t w) {
+Status PolygonRuns(const std::vector<double>& xy, uint32_t h, uint32_t w, std::vector<uint32_t>* out) {
   const double scale = 5;
   const size_t k = xy.size() / 2;
   std::vector<int> x(k + 1), y(k + 1);
+  // The boundary is walked point by point at 5x: a vertex far outside the
+  // image would make that walk (and its memory) huge.
+  const double lim_x = 4.0 * w + 16, lim_y = 4.0 * h + 16;
   for (size_t j = 0; j < k; ++j) {
-    x[j] = static_cast<int>(scale * static_cast<double>(xy[2 * j]) + .5);
-    y[j] = static_cast<int>(scale * static_cast<double>(xy[2 * j + 1]) + .5);
+    if (std::abs(xy[2 * j]) > lim_x || std::abs(xy[2 * j + 1]) > lim_y) {
+      return DataError("a polygon point (" + std::to_string(xy[2 * j]) + ", " + std::to_string(xy[2 * j + 1]) +
+                       ") lies far outside the " + std::to_string(w) + "x" + std::to_string(h) + " image");
+    }
+    x[j] = static_cast<int>(scale * xy[2 * j] + .5);
+    y[j] = static_cast<int>(scale * xy[2 * j + 1] + .5);
   }
   x[k] = x[0];
   y[k] = y[0];
+  uint64_t walk = 0;
+  for (size_t j = 0; j < k; ++j) walk += std::max(std::abs(x[j] - x[j + 1]), std::abs(y[j] - y[j + 1])) + 1;
+  if (walk > (uint64_t{1} << 25)) return DataError("a polygon's boundary is over 2^25 points long");
   std::vector<int> u, v;  // the boundary's points at 5x
   for (size_t j = 0; j < k; ++j) {
     int xs = x[j], xe = x[j + 1], ys = y[j], ye = y[j + 1];
@@ -407,7 +417,8 @@ std::vector<uint32_t> PolygonRuns(const std::vector<float>& xy, uint32_t h, uint
     prev = t;
   }
   // Zero-length runs merge their neighbours.
-  std::vector<uint32_t> runs;
+  std::vector<uint32_t>& runs = *out;
+  runs.clear();
   size_t j = 0;
   runs.push_back(a[j++]);
   while (j < a.size()) {
@@ -418,7 +429,7 @@ std::vector<uint32_t> PolygonRuns(const std::vector<float>& xy, uint32_t h, uint
       if (j < a.size()) runs.back() += a[j++];
     }
   }
-  return runs;
+  return Status::OK();
 }
 
 // ORs column-major runs into a row-major h x w mask.
@@ -451,9 +462,11 @@ Status RasterizeInstance(const Instance& inst, uint32_t h, uint32_t w, std::vect
     if (total != uint64_t{h} * w) return DataError("RLE counts do not add up to the image's pixels");
     PaintRuns(inst.runs, h, w, mask->data());
   } else if (inst.seg == SegKind::kPolygons) {
-    for (const std::vector<float>& p : inst.polygons) {
+    std::vector<uint32_t> runs;
+    for (const std::vector<double>& p : inst.polygons) {
       if (p.size() < 6) continue;  // under 3 points: no area
-      PaintRuns(PolygonRuns(p, h, w), h, w, mask->data());
+      NOSTALL_RETURN_IF_ERROR(PolygonRuns(p, h, w, &runs));
+      PaintRuns(runs, h, w, mask->data());
     }
   }
   return Status::OK();

@@ -9,7 +9,7 @@
 //     count x { f32 x0, y0, x1, y1 (XYXY, source pixels), i64 label,
 //               u32 crowd, u32 seg kind (0 none, 1 polygons, 2 runs),
 //               u32 seg offset, u32 seg bytes }   (40 bytes each)
-//     segments  polygons: u32 n, then n x (u32 values, f32 xy[values]);
+//     segments  polygons: u32 n, then n x (u32 values, f64 xy[values]);
 //               runs: u32 h, u32 w, u32 m, u32 counts[m] (COCO's
 //               uncompressed RLE: column-major, zeros first)
 //   `width` x `height` is the image the annotations were drawn on (0 x 0:
@@ -49,7 +49,7 @@ struct Instance {
   int64_t label = 0;
   bool crowd = false;
   SegKind seg = SegKind::kNone;
-  std::vector<std::vector<float>> polygons;  // each x0, y0, x1, y1, ...
+  std::vector<std::vector<double>> polygons;  // each x0, y0, x1, y1, ... (f64: pycocotools rounds doubles)
   uint32_t runs_h = 0, runs_w = 0;
   std::vector<uint32_t> runs;  // column-major counts, zeros first
 };

@@ -81,7 +81,10 @@ struct Spec {
 // Reads a spec's "detection" object ({"transforms": [...], "box_format":
 // "XYXY", "masks": false}), every error naming the transform and argument.
 // `prep` carries dtype, layout and mode.
-Result<std::shared_ptr<const Spec>> SpecFromJson(const nlohmann::json& j, const PrepSpec& prep);
+// `fixed`: the steps must give every sample one size (a loader's batch);
+// else out_h and out_w are 0 when they do not.
+Result<std::shared_ptr<const Spec>> SpecFromJson(const nlohmann::json& j, const PrepSpec& prep,
+                                                 bool fixed = true);
 
 // Bytes the output targets of one sample take at most (its field room).
 size_t TargetsRoom(const Spec& spec, uint32_t max_count, int out_h, int out_w);

@@ -80,7 +80,7 @@ bool Geometric(StepKind k) {
 
 }  // namespace
 
-Result<std::shared_ptr<const Spec>> SpecFromJson(const json& j, const PrepSpec& prep) {
+Result<std::shared_ptr<const Spec>> SpecFromJson(const json& j, const PrepSpec& prep, bool fixed) {
   if (!j.is_object()) {
     return InvalidArgument("\"detection\" must be an object {\"transforms\": [...], \"box_format\": "
                            "\"XYXY\", \"masks\": false}, not " + Shown(j));
@@ -182,7 +182,7 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& j, const PrepSpec& 
       h = w = 0;
     }
   }
-  if (h <= 0 || w <= 0) {
+  if (fixed && (h <= 0 || w <= 0)) {
     return InvalidArgument(
         "detection.transforms must give every sample one size, for one batch tensor: end the "
         "geometry with Resize((h, w)), RandomResizedCrop or CenterCrop (after RandomZoomOut, "

@@ -457,7 +457,7 @@ void BindServer(nb::module_& m) {
 // A detection spec ({"transforms", "box_format", "masks"}) read for one
 // sample's work outside a loader (uint8 RGB or L, NHWC).
 std::shared_ptr<const detect::Spec> DetectionSpecOf(const std::string& spec_json, const std::string& mode,
-                                                    PrepSpec* prep) {
+                                                    PrepSpec* prep, bool fixed = false) {
   nlohmann::json j = nlohmann::json::parse(spec_json, nullptr, false);
   if (j.is_discarded()) RaiseStatus(InvalidArgument("detection spec: not JSON"));
   prep->layout = Layout::kNHWC;
@@ -465,7 +465,7 @@ std::shared_ptr<const detect::Spec> DetectionSpecOf(const std::string& spec_json
   for (const auto& t : j.value("transforms", nlohmann::json::array())) {
     if (t.is_object() && t.value("type", nlohmann::json()) == "Normalize") prep->dtype = DType::kFloat32;
   }
-  auto spec = ValueOrRaise(detect::SpecFromJson(j, *prep));
+  auto spec = ValueOrRaise(detect::SpecFromJson(j, *prep, fixed));
   prep->detection = spec;
   prep->detection_h = spec->out_h;
   prep->detection_w = spec->out_w;
@@ -492,12 +492,17 @@ void BindDetection(nb::module_& m) {
     PrepSpec prep;
     prep.dct_scaling = dct_scaling;
     auto spec = DetectionSpecOf(spec_json, mode, &prep);
-    const int h = spec->out_h, w = spec->out_w, c = prep.channels();
+    // The sample's own size (a spec need not fix one for a single sample).
+    const auto* rec = reinterpret_cast<const uint8_t*>(record.c_str());
+    int src_w = 0, src_h = 0;
+    RaiseIfError(ProbeImageSize(reinterpret_cast<const uint8_t*>(image.c_str()), image.size(), &src_w, &src_h));
+    nlohmann::json trace;
+    RaiseIfError(detect::Trace(*spec, src_w, src_h, rec, record.size(), {seed, epoch, index}, &trace));
+    const int h = trace["size"][0].get<int>(), w = trace["size"][1].get<int>(), c = prep.channels();
     const bool f32 = prep.dtype == DType::kFloat32;
     std::vector<uint8_t> pixels(static_cast<size_t>(h) * w * c * (f32 ? 4 : 1));
     // Room for every annotation the record holds.
     annotations::Targets t;
-    const auto* rec = reinterpret_cast<const uint8_t*>(record.c_str());
     if (record.size() > 0) RaiseIfError(annotations::DecodeTargets(rec, record.size(), false, &t));
     std::vector<uint8_t> targets(detect::TargetsRoom(*spec, static_cast<uint32_t>(t.instances.size()), h, w));
     int64_t len = 0;

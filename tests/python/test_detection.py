@@ -1,0 +1,564 @@
+"""Detection and segmentation: boxes, labels and masks through nostall's
+transforms, checked against torchvision.transforms.v2's rules written out
+here in torch (torchvision does not import beside this torch), masks against
+pycocotools, images against PIL (docs/detection.md)."""
+
+import io
+import json
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import nostall
+from nostall import detection
+from nostall.datasets import Coco, make_detection_scenes, natural_image
+from nostall.transforms import (
+    CenterCrop,
+    ClampBoundingBoxes,
+    RandomIoUCrop,
+    RandomPhotometricDistort,
+    RandomResizedCrop,
+    RandomVerticalFlip,
+    RandomZoomOut,
+    SanitizeBoundingBoxes,
+)
+
+pycocotools_mask = pytest.importorskip("pycocotools.mask")
+
+SSD = [RandomPhotometricDistort(), RandomZoomOut(fill=(123, 117, 104)), RandomIoUCrop(),
+       nostall.RandomHorizontalFlip(), nostall.Resize((300, 300)), SanitizeBoundingBoxes()]
+
+
+@pytest.fixture(scope="module")
+def scenes(tmp_path_factory):
+    root = tmp_path_factory.mktemp("scenes")
+    ann = make_detection_scenes(root, num_images=40, seed=3, min_side=160, max_side=320)
+    return root / "images", ann
+
+
+# ---------------------------------------------------------------- the v2 rules
+# Written from torchvision.transforms.v2.functional's box kernels: every op
+# on float32 XYXY tensors, clamped where v2 clamps.
+
+def _clamp(b, h, w):
+    b[:, 0::2] = b[:, 0::2].clamp(0, w)
+    b[:, 1::2] = b[:, 1::2].clamp(0, h)
+    return b
+
+
+def _crop(b, top, left, h, w):
+    return _clamp(b - torch.tensor([left, top, left, top], dtype=torch.float32), h, w)
+
+
+def _resize(b, h, w, nh, nw):
+    if (nh, nw) == (h, w):
+        return b
+    return b.mul(torch.tensor([nw / w, nh / h, nw / w, nh / h]))
+
+
+def _sanitize_mask(b, h, w, min_size=1.0, min_area=1.0):
+    ws, hs = b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]
+    valid = (ws >= min_size) & (hs >= min_size) & (b >= 0).all(dim=-1) & (ws * hs >= min_area)
+    valid &= (b[:, 0] <= w) & (b[:, 2] <= w) & (b[:, 1] <= h) & (b[:, 3] <= h)
+    return valid
+
+
+def _mask_pad(m, left, top, right, bottom):
+    return torch.nn.functional.pad(m, [left, right, top, bottom])
+
+
+def _mask_crop(m, top, left, h, w):
+    # v2's crop of a tensor: out of range reads as zeros (implicit pad).
+    out = torch.zeros(m.shape[0], h, w, dtype=m.dtype)
+    H, W = m.shape[1:]
+    y0, x0 = max(0, top), max(0, left)
+    y1, x1 = min(H, top + h), min(W, left + w)
+    if y1 > y0 and x1 > x0:
+        out[:, y0 - top:y1 - top, x0 - left:x1 - left] = m[:, y0:y1, x0:x1]
+    return out
+
+
+def _mask_resize(m, nh, nw):
+    if m.shape[0] == 0 or tuple(m.shape[1:]) == (nh, nw):
+        return m if m.shape[0] else torch.zeros(0, nh, nw, dtype=m.dtype)
+    return torch.nn.functional.interpolate(m[None].float(), size=(nh, nw), mode="nearest")[0].to(m.dtype)
+
+
+def v2_reference(transforms, trace, boxes, labels, w, h, masks=None):
+    """Boxes (and masks) after `transforms`, with the parameters nostall drew
+    (trace["ops"]), by v2's rules step by step."""
+    b = torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4)
+    lab = torch.tensor(labels, dtype=torch.int64)
+    m = masks
+    ops = iter(trace["ops"])
+    for t in transforms:
+        name = type(t).__name__
+        if name in ("RandomPhotometricDistort", "ColorJitter", "Normalize"):
+            continue
+        if name == "ClampBoundingBoxes":
+            b = _clamp(b, h, w)
+            continue
+        op = next(ops)
+        assert op["op"] == name, (op, name)
+        if name == "RandomZoomOut":
+            if op["padding"] is None:
+                continue
+            left, top, right, bottom = op["padding"]
+            b = b + torch.tensor([left, top, left, top], dtype=torch.float32)
+            h, w = h + top + bottom, w + left + right
+            b = _clamp(b, h, w)
+            if m is not None:
+                m = _mask_pad(m, left, top, right, bottom)
+        elif name == "RandomIoUCrop":
+            if op["crop"] is None:
+                continue
+            top, left, ch, cw = op["crop"]
+            cx, cy = 0.5 * (b[:, 0] + b[:, 2]), 0.5 * (b[:, 1] + b[:, 3])
+            within = (left < cx) & (cx < left + cw) & (top < cy) & (cy < top + ch)
+            # the crop nostall chose meets the sampler's rule
+            assert within.any()
+            b = _crop(b, top, left, ch, cw)
+            b[~within] = 0
+            h, w = ch, cw
+            if m is not None:
+                m = _mask_crop(m, top, left, ch, cw)
+        elif name == "RandomResizedCrop":
+            top, left, ch, cw = op["crop"]
+            b = _crop(b, top, left, ch, cw)
+            nh, nw = t.to_dict()["size"]
+            b = _resize(b, ch, cw, nh, nw)
+            if m is not None:
+                m = _mask_resize(_mask_crop(m, top, left, ch, cw), nh, nw)
+            h, w = nh, nw
+        elif name == "CenterCrop":
+            top, left, ch, cw = op["crop"]
+            b = _crop(b, top, left, ch, cw)
+            if m is not None:
+                m = _mask_crop(m, top, left, ch, cw)
+            h, w = ch, cw
+        elif name == "Resize":
+            nh, nw = op["size"]
+            b = _resize(b, h, w, nh, nw)
+            if m is not None:
+                m = _mask_resize(m, nh, nw)
+            h, w = nh, nw
+        elif name == "RandomHorizontalFlip":
+            if op["applied"]:
+                b[:, [0, 2]] = w - b[:, [2, 0]]
+                if m is not None:
+                    m = m.flip(-1)
+        elif name == "RandomVerticalFlip":
+            if op["applied"]:
+                b[:, [1, 3]] = h - b[:, [3, 1]]
+                if m is not None:
+                    m = m.flip(-2)
+        elif name == "SanitizeBoundingBoxes":
+            keep = _sanitize_mask(b, h, w, t.to_dict()["min_size"], t.to_dict()["min_area"])
+            b, lab = b[keep], lab[keep]
+            if m is not None:
+                m = m[keep]
+        else:
+            raise AssertionError(name)
+    return b, lab, m, (h, w)
+
+
+def _random_boxes(rng, w, h, n):
+    x0 = rng.uniform(-20, w, n)
+    y0 = rng.uniform(-20, h, n)
+    bw = rng.uniform(-5, w / 2, n)  # some negative: degenerate boxes as hostile files give
+    bh = rng.uniform(-5, h / 2, n)
+    return np.stack([x0, y0, x0 + bw, y0 + bh], 1).round(2).tolist()
+
+
+RECIPES = {
+    "ssd": SSD,
+    "zoom+iou+vflip": [RandomZoomOut(side_range=(1.0, 3.0), p=0.7), RandomIoUCrop(trials=10),
+                       RandomVerticalFlip(), nostall.Resize((240, 320)), SanitizeBoundingBoxes()],
+    "rrc": [RandomResizedCrop(224, scale=(0.2, 1.0)), nostall.RandomHorizontalFlip(),
+            ClampBoundingBoxes(), SanitizeBoundingBoxes(min_size=2, min_area=10)],
+    "resize-short+center": [nostall.Resize(256), CenterCrop(224), SanitizeBoundingBoxes()],
+    "center-larger": [CenterCrop((500, 400)), ClampBoundingBoxes()],
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_boxes_follow_v2_rules_for_every_draw(recipe):
+    """For many samples (seeds, sizes, random and degenerate boxes), the boxes
+    and labels nostall gives equal v2's rules applied with the parameters it
+    drew, within 1e-3 px."""
+    transforms = RECIPES[recipe]
+    rng = np.random.default_rng(7)
+    checked = 0
+    for index in range(60):
+        w, h = (int(v) for v in rng.integers(100, 700, 2))
+        boxes = _random_boxes(rng, w, h, int(rng.integers(0, 12)))
+        labels = rng.integers(1, 91, len(boxes)).tolist()
+        ann = {"boxes": boxes, "labels": labels}
+        trace = detection.sample_params(transforms, w, h, ann, seed=5, index=index)
+        b, lab, _, (oh, ow) = v2_reference(transforms, trace, boxes, labels, w, h)
+        assert trace["size"] == [oh, ow]
+        got = np.array(trace["boxes"], dtype=np.float32).reshape(-1, 4)
+        np.testing.assert_allclose(got, b.numpy(), atol=1e-3)
+        assert trace["labels"] == lab.tolist()
+        checked += len(got)
+    assert checked > 50  # the recipes keep boxes, not only drop them
+
+
+def test_iou_crop_draws_meet_the_sampler_rule():
+    """Every crop RandomIoUCrop chose holds a box centre and overlaps such a
+    box by at least the drawn minimum IoU; "no crop" comes at least as often
+    as its option is drawn first (1/7), more where a high IoU finds no crop
+    in 40 trials and the option is drawn again."""
+    rng = np.random.default_rng(1)
+    none = 0
+    for index in range(300):
+        w, h = 500, 400
+        boxes = _random_boxes(rng, w, h, 5)
+        boxes = [[min(a, c), min(b, d), max(a, c) + 1, max(b, d) + 1] for a, b, c, d in boxes]
+        tr = detection.sample_params([RandomIoUCrop()], w, h, {"boxes": boxes, "labels": [1] * 5}, index=index)
+        op = tr["ops"][0]
+        if op["crop"] is None:
+            none += 1
+            continue
+        top, left, ch, cw = op["crop"]
+        assert 0.3 * h - 1 <= ch <= h and 0.3 * w - 1 <= cw <= w and 0.5 <= cw / ch <= 2.0
+        b = torch.tensor(boxes)
+        cx, cy = (b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2
+        within = (left < cx) & (cx < left + cw) & (top < cy) & (cy < top + ch)
+        crop = torch.tensor([left, top, left + cw, top + ch], dtype=torch.float32)
+        inter_w = (torch.minimum(b[:, 2], crop[2]) - torch.maximum(b[:, 0], crop[0])).clamp(min=0)
+        inter_h = (torch.minimum(b[:, 3], crop[3]) - torch.maximum(b[:, 1], crop[1])).clamp(min=0)
+        inter = inter_w * inter_h
+        area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+        iou = inter / (area + cw * ch - inter)
+        assert iou[within].max() >= op["min_iou"] - 1e-6
+    assert 25 < none < 150
+
+
+def _coco_masks(ann_json, image_id, h, w):
+    anns = [a for a in ann_json["annotations"] if a["image_id"] == image_id]
+    out = []
+    for a in anns:
+        seg = a["segmentation"]
+        if isinstance(seg, list):
+            rle = pycocotools_mask.merge(pycocotools_mask.frPyObjects(seg, h, w))
+        elif isinstance(seg["counts"], list):
+            rle = pycocotools_mask.frPyObjects(seg, h, w)
+        else:
+            rle = seg
+        out.append(pycocotools_mask.decode(rle))
+    return np.stack(out) if out else np.zeros((0, h, w), np.uint8)
+
+
+def test_masks_from_polygons_and_rle_equal_pycocotools(scenes):
+    """Every instance mask (polygons, uncompressed and compressed RLE) equals
+    pycocotools' decode of the same annotation, pixel for pixel."""
+    _, ann_path = scenes
+    ann = json.loads(ann_path.read_text())
+    # compressed RLE too: one annotation per image re-encoded as a string
+    for a in ann["annotations"][::7]:
+        img = next(i for i in ann["images"] if i["id"] == a["image_id"])
+        rle = pycocotools_mask.merge(pycocotools_mask.frPyObjects(a["segmentation"], img["height"], img["width"])) \
+            if isinstance(a["segmentation"], list) else pycocotools_mask.frPyObjects(a["segmentation"], img["height"], img["width"])
+        a["segmentation"] = {"size": rle["size"], "counts": rle["counts"].decode()}
+    checked = 0
+    for img in ann["images"]:
+        mine = [a for a in ann["annotations"] if a["image_id"] == img["id"]]
+        record = detection.targets_record({"width": img["width"], "height": img["height"], "annotations": mine})
+        got = nostall._nostall.targets_masks(record, img["height"], img["width"])
+        want = _coco_masks(ann, img["id"], img["height"], img["width"])
+        np.testing.assert_array_equal(got, want)
+        checked += len(want)
+    assert checked > 100
+
+
+def test_transformed_masks_equal_v2_steps(scenes):
+    """Masks through zoom out, IoU crop, flips and resize equal v2's
+    pad / crop / flip / resize(nearest) of pycocotools' masks, exactly."""
+    images, ann_path = scenes
+    ann = json.loads(ann_path.read_text())
+    transforms = [RandomZoomOut(p=0.8), RandomIoUCrop(), nostall.RandomHorizontalFlip(), RandomVerticalFlip(),
+                  nostall.Resize((300, 300)), SanitizeBoundingBoxes()]
+    total = 0
+    for k, img in enumerate(ann["images"][:25]):
+        mine = [a for a in ann["annotations"] if a["image_id"] == img["id"]]
+        record_ann = {"width": img["width"], "height": img["height"], "annotations": mine}
+        w, h = img["width"], img["height"]
+        trace = detection.sample_params(transforms, w, h, record_ann, seed=2, index=k)
+        boxes = [[a["bbox"][0], a["bbox"][1], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3]] for a in mine]
+        masks = torch.from_numpy(_coco_masks(ann, img["id"], h, w))
+        b, lab, m, _ = v2_reference(transforms, trace, boxes, [a["category_id"] for a in mine], w, h, masks)
+        _, out = detection.apply(transforms, images / img["file_name"], record_ann, seed=2, index=k, masks=True)
+        np.testing.assert_allclose(out["boxes"], b.numpy(), atol=1e-3)
+        np.testing.assert_array_equal(out["labels"], lab.numpy())
+        np.testing.assert_array_equal(out["masks"], m.numpy())
+        total += int(m.sum())
+    assert total > 10000
+
+
+def test_image_pixels_equal_pil_for_zoom_crop_flip_resize(tmp_path):
+    """On a lossless PNG, the image nostall makes equals PIL doing v2's steps
+    (pad with the fill, crop, flip, resize bilinear) within one grey level."""
+    rng = np.random.default_rng(4)
+    transforms = [RandomZoomOut(fill=(123, 117, 104), p=1.0), RandomIoUCrop(), nostall.RandomHorizontalFlip(p=1.0),
+                  nostall.Resize((200, 240))]
+    worst = 0
+    for index in range(8):
+        w, h = (int(v) for v in rng.integers(150, 400, 2))
+        arr = natural_image(rng, w, h)
+        buf = io.BytesIO()
+        Image.fromarray(arr).save(buf, format="PNG")
+        ann = {"boxes": [[w * 0.2, h * 0.2, w * 0.6, h * 0.7]], "labels": [1]}
+        trace = detection.sample_params(transforms, w, h, ann, index=index)
+        got, _ = detection.apply(transforms, buf.getvalue(), ann, index=index)
+        im = Image.fromarray(arr)
+        left, top, right, bottom = trace["ops"][0]["padding"]
+        canvas = Image.new("RGB", (w + left + right, h + top + bottom), (123, 117, 104))
+        canvas.paste(im, (left, top))
+        if trace["ops"][1]["crop"] is not None:
+            t, l, ch, cw = trace["ops"][1]["crop"]
+            canvas = canvas.crop((l, t, l + cw, t + ch))
+        canvas = canvas.transpose(Image.FLIP_LEFT_RIGHT).resize((240, 200), Image.BILINEAR)
+        diff = np.abs(got.astype(int) - np.asarray(canvas).astype(int))
+        worst = max(worst, int(diff.max()))
+    assert worst <= 1
+
+
+def test_loader_gives_images_and_target_dicts(scenes):
+    """The issue's loop: (images (B, 3, 300, 300), B dicts of boxes (N, 4),
+    labels (N,), iscrowd (N,)); each sample's boxes are sample_params' for
+    its index; every image once per epoch."""
+    images_dir, ann_path = scenes
+    loader = nostall.Loader(Coco(images_dir, ann_path), transforms=SSD, batch_size=8, shuffle=True, seed=11,
+                            return_indices=True)
+    ann = json.loads(ann_path.read_text())
+    by_id = {i["id"]: i for i in ann["images"]}
+    ids = sorted(by_id)
+    seen = []
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        for images, targets, indices in loader:
+            assert images.shape[1:] == (3, 300, 300) and images.dtype == torch.uint8
+            assert len(targets) == len(indices)
+            for t, i in zip(targets, indices.tolist()):
+                assert t["boxes"].dtype == torch.float32 and t["boxes"].shape[1:] == (4,)
+                assert t["labels"].dtype == torch.int64 and len(t["labels"]) == len(t["boxes"])
+                img = by_id[ids[i]]
+                mine = [a for a in ann["annotations"] if a["image_id"] == img["id"]]
+                tr = detection.sample_params(SSD, img["width"], img["height"],
+                                             {"width": img["width"], "height": img["height"], "annotations": mine},
+                                             seed=11, epoch=epoch, index=i)
+                np.testing.assert_allclose(t["boxes"].numpy(), np.array(tr["boxes"], np.float32).reshape(-1, 4),
+                                           atol=1e-4)
+                assert t["labels"].tolist() == tr["labels"]
+                if epoch == 0:
+                    seen.append(i)
+    assert sorted(seen) == list(range(len(ids)))
+
+
+def test_masks_padded_batches_and_box_formats(scenes):
+    images_dir, ann_path = scenes
+    plain = nostall.Loader(Coco(images_dir, ann_path), transforms=[nostall.Resize((128, 128))], batch_size=4)
+    xywh = nostall.Loader(Coco(images_dir, ann_path, box_format="XYWH", masks=True),
+                          transforms=[nostall.Resize((128, 128))], batch_size=4)
+    padded = nostall.Loader(Coco(images_dir, ann_path, batch="padded"), transforms=[nostall.Resize((128, 128))],
+                            batch_size=4)
+    (_, a), (_, b), (_, p) = next(iter(plain)), next(iter(xywh)), next(iter(padded))
+    for ta, tb in zip(a, b):
+        xyxy = ta["boxes"]
+        np.testing.assert_allclose(tb["boxes"][:, :2], xyxy[:, :2])
+        np.testing.assert_allclose(tb["boxes"][:, 2:], xyxy[:, 2:] - xyxy[:, :2], atol=1e-4)
+        assert tb["masks"].shape == (len(xyxy), 128, 128) and tb["masks"].dtype == torch.uint8
+        # each mask lies inside its box (nearest sampling: within a pixel)
+        for box, mask in zip(xyxy, tb["masks"]):
+            ys, xs = np.nonzero(mask.numpy())
+            if len(xs):
+                assert xs.min() >= box[0] - 1 and xs.max() <= box[2] + 1
+    assert p["counts"].tolist() == [len(t["labels"]) for t in a]
+    m = int(p["counts"].max())
+    assert p["boxes"].shape == (4, m, 4) and p["labels"].shape == (4, m)
+    for i, t in enumerate(a):
+        n = len(t["labels"])
+        assert torch.equal(p["boxes"][i, :n], t["boxes"]) and (p["labels"][i, n:] == -1).all()
+
+
+def _shards_of(images_dir, ann, out, shards=2):
+    """The same scenes as WebDataset shards: KEY.jpg + KEY.json (COCO's
+    per-image annotations), in image-id order across the shards."""
+    out.mkdir(parents=True, exist_ok=True)
+    imgs = sorted(ann["images"], key=lambda i: i["id"])
+    per = (len(imgs) + shards - 1) // shards
+    for s in range(shards):
+        with tarfile.open(out / f"det-{s}.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+            for img in imgs[s * per:(s + 1) * per]:
+                mine = [a for a in ann["annotations"] if a["image_id"] == img["id"]]
+                key = f"{img['id']:08d}"
+                for name, data in ((key + ".jpg", (images_dir / img["file_name"]).read_bytes()),
+                                   (key + ".json", json.dumps({"width": img["width"], "height": img["height"],
+                                                               "annotations": mine}).encode())):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+    return str(out / ("det-{0..%d}.tar" % (shards - 1)))
+
+
+def test_webdataset_json_targets_equal_coco_folder(scenes, tmp_path):
+    """WebDataset shards whose .json carries the annotations give the same
+    batches as the COCO folder: images and targets byte for byte."""
+    images_dir, ann_path = scenes
+    ann = json.loads(ann_path.read_text())
+    pattern = _shards_of(images_dir, ann, tmp_path / "shards")
+    coco = nostall.Loader(Coco(images_dir, ann_path), transforms=SSD, batch_size=8, shuffle=True, seed=4)
+    wds = nostall.Loader(pattern, fields={"image": "jpg", "targets": {"ext": "json", "kind": "targets"}},
+                         transforms=SSD, batch_size=8, shuffle=True, seed=4)
+    n = 0
+    for (ia, ta), batch in zip(coco, wds):
+        assert torch.equal(ia, batch["image"])
+        for x, y in zip(ta, batch["targets"]):
+            assert torch.equal(x["boxes"], y["boxes"]) and torch.equal(x["labels"], y["labels"])
+        n += len(ta)
+    assert n == len(ann["images"])
+
+
+def test_cache_and_resume_keep_targets(scenes):
+    """Through the shared-memory cache and a resumed state_dict, batches and
+    targets are the same bytes as a plain run."""
+    images_dir, ann_path = scenes
+    def run(**kw):
+        loader = nostall.Loader(Coco(images_dir, ann_path, masks=True), transforms=SSD, batch_size=8, shuffle=True,
+                                seed=9, **kw)
+        out = [(i.clone(), [{k: v.clone() for k, v in t.items()} for t in ts]) for i, ts in loader]
+        loader.close()
+        return out
+    plain = run()
+    cached = run(cache=nostall.Cache(size=64 << 20, name="det-test-cache"))
+    assert len(plain) == len(cached)
+    for (ia, ta), (ib, tb) in zip(plain, cached):
+        assert torch.equal(ia, ib)
+        for x, y in zip(ta, tb):
+            assert all(torch.equal(x[k], y[k]) for k in x)
+    loader = nostall.Loader(Coco(images_dir, ann_path, masks=True), transforms=SSD, batch_size=8, shuffle=True, seed=9)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    loader.close()
+    resumed = nostall.Loader(Coco(images_dir, ann_path, masks=True), transforms=SSD, batch_size=8, shuffle=True, seed=9)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert len(rest) == len(plain) - 1
+    for (ia, ta), (ib, tb) in zip(plain[1:], rest):
+        assert torch.equal(ia, ib) and all(torch.equal(x["masks"], y["masks"]) for x, y in zip(ta, tb))
+
+
+# ------------------------------------------------------------ hostile input
+
+def _coco_file(tmp_path, images, anns, cats=({"id": 1, "name": "a"},)):
+    p = tmp_path / "ann.json"
+    p.write_text(json.dumps({"images": images, "annotations": anns, "categories": list(cats)}))
+    return p
+
+
+def _one_image(tmp_path, w=64, h=48):
+    d = tmp_path / "imgs"
+    d.mkdir(exist_ok=True)
+    Image.fromarray(natural_image(np.random.default_rng(0), w, h)).save(d / "a.jpg", quality=90)
+    return d, {"id": 1, "file_name": "a.jpg", "width": w, "height": h}
+
+
+@pytest.mark.parametrize("bbox", [[-50, -50, 20, 20], [30, 20, -10, -5], [1e9, 1e9, 5, 5], [10, 10, 0, 0]])
+def test_boxes_outside_or_negative_are_sanitised_not_crashed(tmp_path, bbox):
+    d, img = _one_image(tmp_path)
+    p = _coco_file(tmp_path, [img], [{"id": 1, "image_id": 1, "bbox": bbox, "category_id": 1}])
+    loader = nostall.Loader(Coco(d, p), transforms=[nostall.Resize((32, 32)), ClampBoundingBoxes(),
+                                                    SanitizeBoundingBoxes()], batch_size=1)
+    _, targets = next(iter(loader))
+    b = targets[0]["boxes"]
+    assert len(b) <= 1 and (b >= 0).all() and (b <= 32).all()
+
+
+@pytest.mark.parametrize("ann,message", [
+    ({"id": 1, "image_id": 1, "bbox": [1, 2, 3], "category_id": 1}, "bbox"),
+    ({"id": 1, "image_id": 1, "bbox": [1, 2, "x", 4], "category_id": 1}, "bbox"),
+    ({"id": 1, "image_id": 1, "bbox": [1, 2, 3, 4]}, "category_id"),
+    ({"id": 1, "image_id": 99, "bbox": [1, 2, 3, 4], "category_id": 1}, "image id 99"),
+    ({"id": 1, "image_id": 1, "bbox": [1, 2, 3, 4], "category_id": 1,
+      "segmentation": {"size": [48, 64], "counts": [10, 5]}}, "add up"),
+    ({"id": 1, "image_id": 1, "bbox": [1, 2, 3, 4], "category_id": 1,
+      "segmentation": {"size": [48, 64], "counts": [3000, 100, 1000]}}, "add up"),
+    ({"id": 1, "image_id": 1, "bbox": [1, 2, 3, 4], "category_id": 1,
+      "segmentation": {"size": [48, 64], "counts": "\x7f\x7f"}}, "RLE"),
+    ({"id": 1, "image_id": 1, "bbox": [1, 2, 3, 4], "category_id": 1, "segmentation": [[1, 2, 3]]}, "odd"),
+])
+def test_bad_annotations_get_errors_naming_the_file_and_annotation(tmp_path, ann, message):
+    d, img = _one_image(tmp_path)
+    p = _coco_file(tmp_path, [img], [ann])
+    with pytest.raises(nostall.NostallError) as e:
+        nostall.Loader(Coco(d, p, masks=True), transforms=[nostall.Resize((32, 32))], batch_size=1)
+    assert message in str(e.value) and "ann.json" in str(e.value)
+
+
+def test_nan_boxes_are_refused_and_two_point_polygons_cover_nothing(tmp_path):
+    d, img = _one_image(tmp_path)
+    p = tmp_path / "nan.json"
+    p.write_text('{"images": [%s], "annotations": [{"id": 1, "image_id": 1, "bbox": [NaN, 1, 2, 3], '
+                 '"category_id": 1}]}' % json.dumps(img))
+    with pytest.raises(nostall.NostallError, match="JSON|finite"):
+        nostall.Loader(Coco(d, p), transforms=[nostall.Resize((32, 32))], batch_size=1)
+    p = _coco_file(tmp_path, [img], [{"id": 1, "image_id": 1, "bbox": [1, 2, 30, 20], "category_id": 1,
+                                      "segmentation": [[1, 2, 30, 20]]}])
+    loader = nostall.Loader(Coco(d, p, masks=True), transforms=[nostall.Resize((48, 64))], batch_size=1)
+    _, t = next(iter(loader))
+    assert t[0]["masks"].shape == (1, 48, 64) and int(t[0]["masks"].sum()) == 0
+
+
+def test_a_million_boxes_is_an_error_not_an_allocation(tmp_path):
+    d, img = _one_image(tmp_path)
+    boxes = [[1, 1, 5, 5]] * 1_000_000
+    with pytest.raises(nostall.NostallError, match="over the limit"):
+        detection.targets_record({"boxes": boxes, "labels": [1] * len(boxes)})
+    anns = [{"id": k, "image_id": 1, "bbox": [1, 1, 4, 4], "category_id": 1} for k in range(70000)]
+    p = _coco_file(tmp_path, [img], anns)
+    with pytest.raises(nostall.NostallError, match="over 65536 annotations"):
+        nostall.Loader(Coco(d, p), transforms=[nostall.Resize((32, 32))], batch_size=1)
+
+
+def test_polygon_far_outside_the_image_is_an_error_not_a_hang(tmp_path):
+    rec = detection.targets_record({"width": 64, "height": 48, "annotations": [
+        {"bbox": [0, 0, 1, 1], "category_id": 1, "segmentation": [[0, 0, 1e9, 0, 0, 1e9]]}]})
+    with pytest.raises(nostall.NostallError, match="far outside"):
+        nostall._nostall.targets_masks(rec, 48, 64)
+
+
+def test_not_a_coco_file_and_box_transforms_outside_detection(tmp_path):
+    d, img = _one_image(tmp_path)
+    for text in ("[1, 2]", '{"info": {}}', '{"images": [', ""):
+        p = tmp_path / "bad.json"
+        p.write_text(text)
+        with pytest.raises(nostall.NostallError, match="bad.json"):
+            nostall.Loader(Coco(d, p), transforms=[nostall.Resize((32, 32))], batch_size=1)
+    with pytest.raises(ValueError, match="detection spec"):
+        nostall.Loader(str(d), transforms=[RandomIoUCrop(), nostall.Resize((32, 32))], batch_size=1)
+    p = _coco_file(tmp_path, [img], [])
+    with pytest.raises(ValueError, match="one size"):
+        nostall.Loader(Coco(d, p), transforms=[RandomIoUCrop()], batch_size=1)
+
+
+def test_annotation_file_is_parsed_once(scenes, tmp_path, monkeypatch):
+    """A second loader (and a second process) maps the saved table: the
+    index origin says so, and a changed file is parsed again."""
+    images_dir, ann_path = scenes
+    copy = tmp_path / "instances.json"
+    copy.write_text(ann_path.read_text())
+    first = nostall.Loader(Coco(images_dir, copy), transforms=[nostall.Resize((64, 64))], batch_size=4)
+    assert "parsed in" in first.index_origin
+    second = nostall.Loader(Coco(images_dir, copy), transforms=[nostall.Resize((64, 64))], batch_size=4)
+    assert "index cache" in second.index_origin
+    ann = json.loads(copy.read_text())
+    ann["images"] = ann["images"][:10]
+    ann["annotations"] = [a for a in ann["annotations"] if a["image_id"] <= ann["images"][-1]["id"]]
+    copy.write_text(json.dumps(ann))
+    third = nostall.Loader(Coco(images_dir, copy), transforms=[nostall.Resize((64, 64))], batch_size=1)
+    assert "parsed in" in third.index_origin and len(third) == 10
