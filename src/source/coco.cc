@@ -10,10 +10,17 @@
 // record's table says so (field 1: the annotations, the image to the end),
 // so the caches, the shared loader and resume carry both as one item.
 //
+// The folder may be s3://BUCKET/PREFIX (each image one GET through the S3
+// client, many in flight), and the annotation file a local path or an
+// s3:// object (read whole once; its size and ETag then stamp the saved
+// table, as a local file's size and mtime do).
+//
 //   options: annotations  the instances JSON (required)
 //            empty        "keep" (default) or "drop": images without annotations
 //            crowd        "keep" (default) or "drop": iscrowd annotations
 //            segmentation keep polygons and RLE, for masks (default false)
+//            endpoint, region, profile, addressing, unsigned, max_attempts:
+//                         the S3 options (docs/s3.md), for s3:// paths
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,6 +36,8 @@
 #include "source/driver.h"
 #include "source/index_file.h"
 #include "source/index_progress.h"
+#include "source/s3_client.h"
+#include "source/s3_config.h"
 
 namespace nostall {
 namespace {
@@ -36,12 +45,23 @@ namespace {
 struct CocoOptions {
   std::string annotations;
   annotations::CocoOptions table;
+  nlohmann::json s3 = nlohmann::json::object();  // the S3 options, for s3:// paths
 };
 
-Result<CocoOptions> ReadOptions(const nlohmann::json& j) {
-  if (!j.is_object()) return InvalidArgument("the coco driver's options must be an object");
-  NOSTALL_RETURN_IF_ERROR(CheckKeys(j, "the coco driver's options", {"annotations", "empty", "crowd", "segmentation"}));
+constexpr const char* kCocoKeys[] = {"annotations", "empty", "crowd", "segmentation"};
+
+Result<CocoOptions> ReadOptions(const nlohmann::json& given) {
+  if (!given.is_object()) return InvalidArgument("the coco driver's options must be an object");
   CocoOptions o;
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [k, v] : given.items()) {
+    bool ours = false;
+    for (const char* c : kCocoKeys) ours |= k == c;
+    (ours ? j[k] : o.s3[k]) = v;
+  }
+  // Whatever is not the coco driver's own is an S3 option (checked as the
+  // S3 drivers check theirs: an unknown key is named there).
+  NOSTALL_RETURN_IF_ERROR(ReadS3Options(o.s3, "coco").status());
   NOSTALL_RETURN_IF_ERROR(GetString(j, "source.options: ", "annotations", &o.annotations));
   if (o.annotations.empty()) {
     return InvalidArgument("the coco driver needs source.options.annotations: the instances JSON "
@@ -64,10 +84,12 @@ Result<CocoOptions> ReadOptions(const nlohmann::json& j) {
 
 Result<nlohmann::json> ResolveOptions(const nlohmann::json& given, bool) {
   NOSTALL_ASSIGN_OR_RETURN(CocoOptions o, ReadOptions(given));
-  return nlohmann::json{{"annotations", o.annotations},
-                        {"empty", o.table.keep_empty ? "keep" : "drop"},
-                        {"crowd", o.table.keep_crowd ? "keep" : "drop"},
-                        {"segmentation", o.table.segmentation}};
+  nlohmann::json out = o.s3;
+  out.update(nlohmann::json{{"annotations", o.annotations},
+                            {"empty", o.table.keep_empty ? "keep" : "drop"},
+                            {"crowd", o.table.keep_crowd ? "keep" : "drop"},
+                            {"segmentation", o.table.segmentation}});
+  return out;
 }
 
 std::string OptionsKey(const CocoOptions& o) {
@@ -78,8 +100,12 @@ std::string OptionsKey(const CocoOptions& o) {
 class CocoSource final : public Source {
  public:
   CocoSource(std::string root, std::string table_bytes, Mapping map, annotations::CocoView view,
-             bool with_targets, std::string origin)
-      : root_(std::move(root)),
+             bool with_targets, std::string origin, std::unique_ptr<S3Client> client = nullptr,
+             std::string bucket = "", uint64_t max_item_bytes = 0)
+      : client_(std::move(client)),
+        bucket_(std::move(bucket)),
+        max_item_bytes_(max_item_bytes),
+        root_(std::move(root)),
         held_(std::move(table_bytes)),
         map_(std::move(map)),
         view_(view),
@@ -104,6 +130,11 @@ class CocoSource final : public Source {
       for (char c : view_.record(i)) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
     }
     fingerprint_ = h ^ (with_targets_ ? 0x74617267ull : 0);
+    if (client_) {
+      Result<S3Location> loc = ParseS3Uri(root_);
+      if (loc.ok()) prefix_ = loc->key;
+      if (!prefix_.empty() && prefix_.back() != '/') prefix_ += '/';
+    }
   }
 
   int64_t size() const override { return static_cast<int64_t>(view_.size()); }
@@ -121,8 +152,30 @@ class CocoSource final : public Source {
   int64_t max_annotations() const override { return view_.max_count(); }
   std::string index_origin() const override { return origin_; }
   const char* kind() const override { return "coco"; }
+  std::optional<StorageStats> storage_stats() const override {
+    return client_ ? std::optional<StorageStats>(client_->Stats()) : std::nullopt;
+  }
+  bool ReadsAsync() const override { return client_ != nullptr; }
+  double RequestLatencySeconds() const override { return client_ ? client_->LatencySeconds() : 0; }
+  void CancelReads() const override {
+    if (client_) client_->CancelAll();
+  }
+  void ReadAsync(int64_t i, std::vector<uint8_t> buffer, ReadDone done) const override {
+    if (!client_) return Source::ReadAsync(i, std::move(buffer), std::move(done));
+    client_->GetAsync(bucket_, ObjectKey(i), 0, -1, std::move(buffer),
+                      [this, i, done = std::move(done)](Status st, std::vector<uint8_t> bytes) {
+                        if (st.ok()) Prepend(i, &bytes);
+                        done(std::move(st), std::move(bytes));
+                      },
+                      max_item_bytes_);
+  }
 
   Status Read(int64_t i, std::vector<uint8_t>* out) const override {
+    if (client_) {
+      NOSTALL_RETURN_IF_ERROR(client_->Get(bucket_, ObjectKey(i), 0, -1, out, max_item_bytes_));
+      Prepend(i, out);
+      return Status::OK();
+    }
     const std::string path = root_ + "/" + key(i);
     uint64_t size = 0;
     NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(path, &size));
@@ -134,6 +187,18 @@ class CocoSource final : public Source {
   }
 
  private:
+  // root_ is s3://BUCKET/PREFIX for images on S3: the object is PREFIX/file_name.
+  std::string ObjectKey(int64_t i) const { return prefix_ + std::string(view_.file_name(static_cast<size_t>(i))); }
+  void Prepend(int64_t i, std::vector<uint8_t>* bytes) const {
+    if (!with_targets_) return;
+    const std::string_view rec = view_.record(static_cast<size_t>(i));
+    bytes->insert(bytes->begin(), rec.begin(), rec.end());
+  }
+
+  const std::unique_ptr<S3Client> client_;
+  const std::string bucket_;
+  const uint64_t max_item_bytes_;
+  std::string prefix_;
   std::string root_;
   std::string held_;  // the table, when it could not be saved and mapped
   Mapping map_;
@@ -166,60 +231,115 @@ Result<std::pair<Mapping, annotations::CocoView>> MapTable(const std::string& pa
   return std::make_pair(std::move(map), view);
 }
 
+// The annotation file: its stamp (size, and mtime or the ETag's hash) and
+// how to parse it.
+struct AnnotationFile {
+  uint64_t size = 0;
+  int64_t stamp = 0;
+  std::string canonical;
+  std::function<Result<annotations::CocoTable>()> parse;
+};
+
+Result<AnnotationFile> FindAnnotations(const CocoOptions& o, S3Client* client) {
+  AnnotationFile f;
+  if (o.annotations.rfind("s3://", 0) == 0) {
+    if (client == nullptr) return InvalidArgument("internal: no S3 client for " + o.annotations);
+    NOSTALL_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(o.annotations));
+    NOSTALL_ASSIGN_OR_RETURN(std::vector<S3Object> listed, client->List(loc.bucket, loc.key));
+    const S3Object* found = nullptr;
+    for (const S3Object& obj : listed) {
+      if (obj.key == loc.key) found = &obj;
+    }
+    if (found == nullptr) return NotFound("annotation file does not exist: " + o.annotations);
+    f.size = static_cast<uint64_t>(found->size);
+    uint64_t h = 1469598103934665603ull;
+    for (char c : found->etag) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    f.stamp = static_cast<int64_t>(h);
+    f.canonical = o.annotations;
+    f.parse = [o, client, loc, size = f.size]() -> Result<annotations::CocoTable> {
+      std::vector<uint8_t> bytes;
+      NOSTALL_RETURN_IF_ERROR(client->Get(loc.bucket, loc.key, 0, -1, &bytes, size + 1));
+      return annotations::ParseCocoBytes(
+          std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), o.table, o.annotations);
+    };
+    return f;
+  }
+  struct stat ast;
+  if (::stat(o.annotations.c_str(), &ast) != 0) return NotFound("annotation file does not exist: " + o.annotations);
+  f.size = static_cast<uint64_t>(ast.st_size);
+  f.stamp = MtimeNs(ast);
+  char real[PATH_MAX];
+  f.canonical = ::realpath(o.annotations.c_str(), real) ? real : o.annotations;
+  f.parse = [o] { return annotations::ParseCocoFile(o.annotations, o.table); };
+  return f;
+}
+
 Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions& options) {
   NOSTALL_ASSIGN_OR_RETURN(nlohmann::json j, DriverOptionsJson(options, "coco"));
   NOSTALL_ASSIGN_OR_RETURN(CocoOptions o, ReadOptions(j));
   std::string root = uri;
   while (root.size() > 1 && root.back() == '/') root.pop_back();
-  struct stat rst;
-  if (::stat(root.c_str(), &rst) != 0 || !S_ISDIR(rst.st_mode)) {
-    return NotFound("image folder does not exist: " + root);
+  const bool s3_images = root.rfind("s3://", 0) == 0;
+  std::unique_ptr<S3Client> client;
+  std::string bucket;
+  if (s3_images || o.annotations.rfind("s3://", 0) == 0) {
+    SourceOptions s3 = options;
+    s3.driver_options = o.s3.dump();
+    NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(s3, "coco"));
+    NOSTALL_ASSIGN_OR_RETURN(client, S3Client::Create(config));
   }
-  struct stat ast;
-  if (::stat(o.annotations.c_str(), &ast) != 0) return NotFound("annotation file does not exist: " + o.annotations);
+  if (s3_images) {
+    NOSTALL_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(root));
+    bucket = loc.bucket;
+  } else {
+    struct stat rst;
+    if (::stat(root.c_str(), &rst) != 0 || !S_ISDIR(rst.st_mode)) {
+      return NotFound("image folder does not exist: " + root);
+    }
+  }
+  NOSTALL_ASSIGN_OR_RETURN(AnnotationFile file, FindAnnotations(o, client.get()));
   bool with_targets = false;
   for (const FieldSpec& f : options.fields) with_targets |= f.kind == FieldKind::kTargets;
   const std::string key = OptionsKey(o);
-  char real[PATH_MAX];
-  const std::string canonical =
-      std::string("coco\n") + (::realpath(o.annotations.c_str(), real) ? real : o.annotations) + "\n" + key;
+  const std::string canonical = "coco\n" + file.canonical + "\n" + key;
   const std::string cache_path = options.use_index_cache ? IndexCachePath(options.index_cache_dir, canonical) : "";
-  const int64_t mtime = MtimeNs(ast);
-  const uint64_t size = static_cast<uint64_t>(ast.st_size);
+  // The table's bytes: mapped from the cache, else parsed now (and saved).
+  auto make = [&](std::string held, Mapping map, annotations::CocoView view, std::string origin) {
+    std::unique_ptr<S3Client> c = s3_images ? std::move(client) : nullptr;
+    return std::unique_ptr<Source>(new CocoSource(root, std::move(held), std::move(map), view, with_targets,
+                                                  std::move(origin), std::move(c), bucket,
+                                                  options.max_item_bytes));
+  };
   if (!cache_path.empty()) {
-    auto mapped = MapTable(cache_path, size, mtime, key);
+    auto mapped = MapTable(cache_path, file.size, file.stamp, key);
     if (mapped.ok()) {
       auto [map, view] = std::move(mapped).value();
-      return std::unique_ptr<Source>(new CocoSource(root, "", std::move(map), view, with_targets,
-                                                    "the index cache: " + cache_path));
+      return make("", std::move(map), view, "the index cache: " + cache_path);
     }
   }
   const auto t0 = std::chrono::steady_clock::now();
   annotations::CocoTable table;
   {
     IndexProgress progress(o.annotations, "annotation files", 1);
-    NOSTALL_ASSIGN_OR_RETURN(table, annotations::ParseCocoFile(o.annotations, o.table));
-    progress.Done(size, static_cast<int64_t>(table.images.size()));
+    NOSTALL_ASSIGN_OR_RETURN(table, file.parse());
+    progress.Done(file.size, static_cast<int64_t>(table.images.size()));
   }
-  std::string bytes = annotations::SerializeCoco(table, size, mtime, key);
+  std::string bytes = annotations::SerializeCoco(table, file.size, file.stamp, key);
   table = annotations::CocoTable();
   char took[64];
   std::snprintf(took, sizeof took, "parsed in %.1f s",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (!cache_path.empty() && WriteIndexFile(cache_path, bytes).ok()) {
-    auto mapped = MapTable(cache_path, size, mtime, key);
+    auto mapped = MapTable(cache_path, file.size, file.stamp, key);
     if (mapped.ok()) {
       auto [map, view] = std::move(mapped).value();
-      return std::unique_ptr<Source>(new CocoSource(root, "", std::move(map), view, with_targets,
-                                                    std::string(took) + "; saved to " + cache_path));
+      return make("", std::move(map), view, std::string(took) + "; saved to " + cache_path);
     }
   }
-  NOSTALL_ASSIGN_OR_RETURN(annotations::CocoView view, annotations::CocoView::Open(bytes, size, mtime, key));
-  // The view points into `bytes`, which the source keeps (moving a
-  // std::string keeps its heap buffer).
-  auto source = std::unique_ptr<Source>(new CocoSource(root, std::move(bytes), Mapping(), view, with_targets,
-                                                       std::string(took) + "; held in memory"));
-  return source;
+  NOSTALL_ASSIGN_OR_RETURN(annotations::CocoView view, annotations::CocoView::Open(bytes, file.size, file.stamp, key));
+  // The view points into `bytes`, which the source keeps (a moved
+  // std::string keeps its heap buffer; the table is never short).
+  return make(std::move(bytes), Mapping(), view, std::string(took) + "; held in memory");
 }
 
 }  // namespace

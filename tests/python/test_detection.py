@@ -562,3 +562,109 @@ def test_annotation_file_is_parsed_once(scenes, tmp_path, monkeypatch):
     copy.write_text(json.dumps(ann))
     third = nostall.Loader(Coco(images_dir, copy), transforms=[nostall.Resize((64, 64))], batch_size=1)
     assert "parsed in" in third.index_origin and len(third) == 10
+
+
+# ------------------------------------------------------- S3 and shared loader
+
+@pytest.fixture(scope="module")
+def s3_scenes(scenes, tmp_path_factory):
+    """The scenes on a real S3-compatible server (moto's): images, the
+    instances JSON, and WebDataset shards of them with .json annotations."""
+    import os
+    import subprocess
+    import sys
+
+    boto3 = pytest.importorskip("boto3")
+    from conftest import free_port, wait_for_port
+
+    images_dir, ann_path = scenes
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_port(port, server, "moto's S3 server", seconds=60)
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {"AWS_ACCESS_KEY_ID": "AKIDTEST", "AWS_SECRET_ACCESS_KEY": "secret", "AWS_REGION": "us-east-1"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                          aws_access_key_id="AKIDTEST", aws_secret_access_key="secret")
+    client.create_bucket(Bucket="det")
+    for path in sorted(images_dir.glob("*.jpg")):
+        client.upload_file(str(path), "det", "coco/train/" + path.name)
+    client.upload_file(str(ann_path), "det", "coco/instances.json")
+    shards = tmp_path_factory.mktemp("s3shards")
+    _shards_of(images_dir, json.loads(ann_path.read_text()), shards)
+    for path in sorted(shards.glob("*.tar")):
+        client.upload_file(str(path), "det", "shards/" + path.name)
+    yield endpoint
+    server.terminate()
+    server.wait(timeout=10)
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _all_batches(loader):
+    out = []
+    for batch in loader:
+        images, targets = (batch["image"], batch["targets"]) if isinstance(batch, dict) else batch
+        out.append((images.clone(), [{k: v.clone() for k, v in t.items()} for t in targets]))
+    return out
+
+
+def _same(a, b):
+    assert len(a) == len(b)
+    for (ia, ta), (ib, tb) in zip(a, b):
+        assert torch.equal(ia, ib)
+        for x, y in zip(ta, tb):
+            assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def test_coco_on_s3_gives_the_local_batches(scenes, s3_scenes):
+    """Images and the instances JSON on S3 (each image one GET, the JSON read
+    once, then its saved table): every sample once, images and targets byte
+    for byte the local ones, masks too; WebDataset shards with .json on S3
+    the same."""
+    images_dir, ann_path = scenes
+    opts = {"endpoint": s3_scenes}
+    kw = dict(transforms=SSD, batch_size=8, shuffle=True, seed=21)
+    local = _all_batches(nostall.Loader(Coco(images_dir, ann_path, masks=True), **kw))
+    remote_loader = nostall.Loader(Coco("s3://det/coco/train", "s3://det/coco/instances.json", masks=True),
+                                   source_options=opts, **kw)
+    remote = _all_batches(remote_loader)
+    _same(local, remote)
+    assert remote_loader.stats()["storage"]["requests"] >= len(json.loads(ann_path.read_text())["images"])
+    again = nostall.Loader(Coco("s3://det/coco/train", "s3://det/coco/instances.json", masks=True),
+                           source_options=opts, **kw)
+    assert "index cache" in again.index_origin
+    shards = nostall.Loader("s3://det/shards/det-{0..1}.tar", source_options=opts,
+                            fields={"image": "jpg", "targets": {"ext": "json", "kind": "targets", "masks": True}},
+                            first_epoch="exact", **kw)
+    _same(local, _all_batches(shards))
+
+
+def test_shared_loader_serves_detection_batches(scenes):
+    """Consumers of `nostall serve` get every sample once, with the targets
+    a private loader gives for the same index."""
+    images_dir, ann_path = scenes
+    loader = nostall.Loader(Coco(images_dir, ann_path), transforms=SSD, batch_size=8, shuffle=True, seed=5,
+                            return_indices=True)
+    private = {}
+    for images, targets, indices in loader:
+        for k, i in enumerate(indices.tolist()):
+            private[i] = (images[k].clone(), targets[k])
+    name = "det-shared-test"
+    with nostall.serve(loader.spec, name, block=False, verbose=False):
+        consumer = nostall.Loader.attach(name, 4, return_indices=True)
+        seen = []
+        for batch in consumer:
+            for k, i in enumerate(batch["__index__"].tolist()):
+                img, t = private[i]
+                assert torch.equal(batch["image"][k], img)
+                assert torch.equal(batch["targets"][k]["boxes"], t["boxes"])
+                assert torch.equal(batch["targets"][k]["labels"], t["labels"])
+                seen.append(i)
+        consumer.close()
+    assert sorted(seen) == sorted(private)
