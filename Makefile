@@ -81,7 +81,7 @@ test-asan: .make/venv .make/clang
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(BIN)/ctest --test-dir build/asan --output-on-failure -j2
 
-# The C++ tests under ThreadSanitizer (the crash tests fork and kill real
+# The C++ tests that start threads under ThreadSanitizer (the crash tests fork and kill real
 # processes; TSan follows the parent and checks every thread it starts).
 test-tsan: .make/venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake -S . -B build/tsan -G Ninja \

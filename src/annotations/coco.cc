@@ -251,16 +251,18 @@ Result<CocoTable> Parse(const char* begin, const char* end, const CocoOptions& o
 }
 
 constexpr char kTableMagic[8] = {'N', 'S', 'C', 'O', 'C', 'O', '1', '\0'};
-constexpr size_t kTableHeader = 80;  // ... dropped_empty at 64, the hash at 72
+constexpr size_t kTableHeader = kCocoHeaderBytes;  // ... dropped_empty at 64, the hash at 72
 constexpr size_t kTableRow = 32;  // u64 name at, u32 name bytes, u32 count, u64 record at, u64 record bytes
 
-uint64_t KeyHash(const std::string& s) {
+uint64_t KeyHash(std::string_view s) { return CocoHash(s); }
+
+}  // namespace
+
+uint64_t CocoHash(std::string_view s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return h;
 }
-
-}  // namespace
 
 Result<CocoTable> ParseCocoBytes(std::string_view json_text, const CocoOptions& options,
                                  const std::string& name) {
@@ -322,7 +324,7 @@ std::string SerializeCoco(const CocoTable& table, uint64_t source_size, int64_t 
   Put<uint64_t>(&out, cats.size());
   out += cats;
   out += records;
-  const uint64_t hash = KeyHash(out.substr(kTableHeader));
+  const uint64_t hash = CocoHash(std::string_view(out).substr(kTableHeader));
   std::memcpy(out.data() + kTableHeader - 8, &hash, 8);
   return out;
 }
@@ -338,9 +340,7 @@ Result<CocoView> CocoView::Open(std::string_view bytes, uint64_t source_size, in
   }
   // Checked as a whole: the file is this user's own, but a torn or
   // damaged one is rebuilt, never read past.
-  uint64_t hash = 1469598103934665603ull;
-  for (size_t i = kTableHeader; i < bytes.size(); ++i) hash = (hash ^ b[i]) * 1099511628211ull;
-  if (hash != Get<uint64_t>(b + kTableHeader - 8)) return bad("damaged");
+  if (CocoHash(bytes.substr(kTableHeader)) != Get<uint64_t>(b + kTableHeader - 8)) return bad("damaged");
   CocoView v;
   v.bytes_ = bytes;
   v.count_ = Get<uint64_t>(b + 32);

@@ -53,6 +53,12 @@ Result<CocoTable> ParseCocoBytes(std::string_view json, const CocoOptions& optio
 // view back over such bytes (held by the caller: a mapped file).
 std::string SerializeCoco(const CocoTable& table, uint64_t source_size, int64_t source_mtime_ns,
                           const std::string& options_key);
+// The hash a table's header carries (of what follows the header), and of
+// an options key; FNV-1a. (The fuzz target sets them to reach the checks
+// behind them.)
+uint64_t CocoHash(std::string_view bytes);
+inline constexpr size_t kCocoHeaderBytes = 80;
+
 class CocoView {
  public:
   // Fails on bytes that are not a table of these options for a source of

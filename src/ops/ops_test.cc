@@ -138,6 +138,16 @@ TEST(OpsTest, EveryTransformReadsOnlyWhatItsSchemaDeclares) {
     ASSERT_TRUE(again.ok()) << again.status().ToString();
     EXPECT_EQ(TransformToJson(again.value()), TransformToJson(t.value()));
   }
+  // The box transforms (a detection spec's: src/detect reads them) are
+  // checked by their schemas alone, here.
+  for (const OpSchema& s : BoxSchemas()) {
+    auto checked = CheckTransformJson(json{{"type", s.name}}.dump());
+    ASSERT_TRUE(checked.ok()) << checked.status().ToString();
+    auto again = CheckTransformJson(checked.value());
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_EQ(again.value(), checked.value());
+    seen.insert(s.name);
+  }
   EXPECT_EQ(seen.size(), TransformSchemas().size());
   for (const OpSchema& s : TransformSchemas()) {
     EXPECT_FALSE(s.doc.empty()) << s.name;

@@ -70,6 +70,9 @@ TEST(SpecTest, EveryFieldRoundTrips) {
                     {{{"type", "Decode"}, {"mono", true}, {"sample_rate", 16000}, {"channels", nullptr},
                       {"max_seconds", 60.0}},
                      {{"type", "RandomCrop"}, {"seconds", 1.0}}})},
+      {"detection", nlohmann::json::parse(
+                        R"({"box_format":"XYWH","masks":true,"transforms":[{"fill":[0.0],"p":0.3,)"
+                        R"("side_range":[1.0,4.0],"type":"RandomZoomOut"},{"size":[300,300],"type":"Resize"}]})")},
   };
   for (const std::string& field : LoaderSpec::FieldNames()) {
     SCOPED_TRACE(field);
@@ -181,7 +184,7 @@ TEST(SpecTest, DriversReadAndWriteTheirOwnOptions) {
             std::string::npos);
   EXPECT_NE(message(R"({"source": {"uri": "d", "driver": "hdfs"}})")
                 .find("source.driver must be one of s3-image-folder, s3-tar-shards, image-folder, "
-                      "tar-shards, not 'hdfs'"),
+                      "tar-shards, coco, not 'hdfs'"),
             std::string::npos);
   EXPECT_NE(message(R"({"source": {"path": "d"}})").find("unknown key 'path' in source"),
             std::string::npos);
