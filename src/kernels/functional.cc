@@ -65,8 +65,32 @@ void AdjustSharpness(const ImageView& img, double factor, KernelScratch& scratch
   // Border pixels: degenerate == image, so the blend leaves them as they are.
 }
 
+namespace {
+
+// PIL's float quotients a / b for a, b in [0, 255] (b > 0), computed once:
+// the same float divisions, looked up.
+struct HueTables {
+  float quotient[256][256];  // [b][a] = float(a) / float(b)
+  HueTables() {
+    for (int b = 1; b < 256; ++b) {
+      for (int a = 0; a < 256; ++a) quotient[b][a] = static_cast<float>(a) / static_cast<float>(b);
+    }
+  }
+};
+
+const HueTables& Hue() {
+  static const HueTables t;
+  return t;
+}
+
+// std::lround of a non-negative value below 2^31: floor(v + 0.5).
+inline int RoundHalfUp(double v) { return static_cast<int>(v + 0.5); }
+
+}  // namespace
+
 void AdjustHue(const ImageView& img, double hue_factor) {
   if (img.c != 3) return;
+  const HueTables& t = Hue();
   // numpy's uint8 cast of hue_factor * 255 (through an integer: wraps).
   const uint8_t shift =
       static_cast<uint8_t>(static_cast<int64_t>(hue_factor * 255.0) & 0xFF);
@@ -79,11 +103,11 @@ void AdjustHue(const ImageView& img, double hue_factor) {
     uint8_t uh = 0, us = 0;
     const uint8_t uv = static_cast<uint8_t>(maxc);
     if (minc != maxc) {
-      const float cr = static_cast<float>(maxc - minc);
-      const float s = cr / static_cast<float>(maxc);
-      const float rc = static_cast<float>(maxc - r) / cr;
-      const float gc = static_cast<float>(maxc - g) / cr;
-      const float bc = static_cast<float>(maxc - b) / cr;
+      const int cr = maxc - minc;
+      const float s = t.quotient[maxc][cr];
+      const float rc = t.quotient[cr][maxc - r];
+      const float gc = t.quotient[cr][maxc - g];
+      const float bc = t.quotient[cr][maxc - b];
       // PIL's arithmetic: float variables, double constants.
       float h;
       if (r == maxc) {
@@ -93,7 +117,9 @@ void AdjustHue(const ImageView& img, double hue_factor) {
       } else {
         h = static_cast<float>(4.0 + gc - rc);
       }
-      h = static_cast<float>(std::fmod(h / 6.0 + 1.0, 1.0));
+      // fmod(x, 1.0) of a positive x is x - floor(x), exactly.
+      const double x = h / 6.0 + 1.0;
+      h = static_cast<float>(x - std::floor(x));
       uh = static_cast<uint8_t>(std::clamp(static_cast<int>(h * 255.0), 0, 255));
       us = static_cast<uint8_t>(std::clamp(static_cast<int>(s * 255.0), 0, 255));
     }
@@ -106,7 +132,7 @@ void AdjustHue(const ImageView& img, double hue_factor) {
     const int seg = static_cast<int>(std::floor(static_cast<float>(uh) * 6.0 / 255.0));
     const float f = static_cast<float>(static_cast<float>(uh) * 6.0 / 255.0 - seg);
     const float fs = static_cast<float>(us) / 255.0f;
-    auto clip = [](double v) { return static_cast<uint8_t>(std::clamp(static_cast<int>(std::lround(v)), 0, 255)); };
+    auto clip = [](double v) { return static_cast<uint8_t>(std::clamp(RoundHalfUp(v), 0, 255)); };
     const uint8_t pv = clip(static_cast<float>(uv) * (1.0 - fs));
     const uint8_t qv = clip(static_cast<float>(uv) * (1.0 - fs * f));
     const uint8_t tv = clip(static_cast<float>(uv) * (1.0 - fs * (1.0 - f)));
