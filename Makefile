@@ -19,7 +19,7 @@ PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmak
 	tokenizers soundfile librosa pycocotools
 BUILD := build/py
 
-.PHONY: all deps venv install generate demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start bench-audio clean
+.PHONY: all deps venv install generate demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start bench-audio bench-detection clean
 
 all: install
 
@@ -124,6 +124,10 @@ bench-analyze: install
 # nostall's audio pipeline vs DataLoader + soundfile + torch (docs/audio.md).
 bench-audio: install
 	$(PY) bench/bench_audio.py
+
+# The SSD recipe in nostall vs DataLoader + PIL + v2's box code (docs/detection.md).
+bench-detection: install
+	$(PY) bench/bench_detection.py
 
 bench-shared: install
 	$(PY) bench/bench_shared.py

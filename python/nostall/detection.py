@@ -3,17 +3,18 @@ every augmentation (docs/detection.md).
 
 ```python
 import nostall
+from nostall.datasets import Coco, make_detection_scenes
 from nostall.transforms import (RandomIoUCrop, RandomPhotometricDistort, RandomZoomOut,
                                 SanitizeBoundingBoxes)
 
-loader = nostall.Loader(nostall.datasets.Coco("coco/train2017",
-                                              "coco/annotations/instances_train2017.json"),
+annotations = make_detection_scenes("scenes", num_images=32)   # or COCO's own files
+loader = nostall.Loader(Coco("scenes/images", annotations),
                         transforms=[RandomPhotometricDistort(), RandomZoomOut(fill=(123, 117, 104)),
                                     RandomIoUCrop(), nostall.RandomHorizontalFlip(),
                                     nostall.Resize((300, 300)), SanitizeBoundingBoxes()],
                         batch_size=32, shuffle=True)
 for images, targets in loader:      # (32, 3, 300, 300) uint8; 32 dicts of boxes, labels, iscrowd
-    ...
+    assert images.shape == (32, 3, 300, 300) and len(targets) == 32
 ```
 
 The transforms follow torchvision.transforms.v2's rules for boxes (clamped and

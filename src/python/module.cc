@@ -22,7 +22,6 @@
 #include "nostall/loader.h"
 #include "nostall/shared.h"
 #include "nostall/transforms.h"
-#include "annotations/coco.h"
 #include "annotations/targets.h"
 #include "audio/pipeline.h"
 #include "detect/detect.h"
@@ -474,10 +473,6 @@ std::shared_ptr<const detect::Spec> DetectionSpecOf(const std::string& spec_json
 
 // nostall.detection's functions (docs/detection.md).
 void BindDetection(nb::module_& m) {
-  m.def("detection_check", [](const std::string& spec_json) {
-    PrepSpec prep;
-    return DetectionSpecOf(spec_json, "RGB", &prep)->resolved.dump();
-  });
   m.def("detection_trace", [](const std::string& spec_json, int width, int height, nb::bytes record,
                               uint64_t seed, int64_t epoch, int64_t index) {
     PrepSpec prep;
@@ -542,22 +537,6 @@ void BindDetection(nb::module_& m) {
       all.insert(all.end(), one.begin(), one.end());
     }
     return Owned(std::move(all), {t.instances.size(), static_cast<size_t>(height), static_cast<size_t>(width)});
-  });
-  m.def("coco_table", [](const std::string& path, bool keep_empty, bool keep_crowd, bool segmentation) {
-    annotations::CocoOptions o{keep_empty, keep_crowd, segmentation};
-    Result<annotations::CocoTable> table = [&] {
-      nb::gil_scoped_release release;
-      return annotations::ParseCocoFile(path, o);
-    }();
-    RaiseIfError(table.status());
-    nb::list images;
-    for (const annotations::CocoImage& img : table->images) {
-      images.append(nb::make_tuple(img.id, img.file_name, img.width, img.height,
-                                   nb::bytes(img.record.data(), img.record.size())));
-    }
-    nb::list cats;
-    for (const auto& [id, name] : table->categories) cats.append(nb::make_tuple(id, name));
-    return nb::make_tuple(images, cats, table->dropped_empty);
   });
 }
 

@@ -668,3 +668,47 @@ def test_shared_loader_serves_detection_batches(scenes):
                 seen.append(i)
         consumer.close()
     assert sorted(seen) == sorted(private)
+
+
+def test_analyze_autotune_stats_and_classes_on_a_detection_loader(scenes):
+    """The analyzer runs the user's step on (images, targets) dicts, the
+    autotuner runs, stats count the targets' bytes, classes name COCO's
+    categories by id, and dropped empty images are counted."""
+    images_dir, ann_path = scenes
+    seen = []
+
+    def step(batch):
+        seen.append(len(batch["targets"]))
+        assert batch["image"].shape[1:] == (3, 300, 300)
+
+    loader = nostall.Loader(Coco(images_dir, ann_path), transforms=SSD, batch_size=8)
+    result = nostall.analyze(loader.spec, step, step_seconds=0.2, progress=False)
+    assert seen and max(seen) == 8
+    assert result.profile["step_rate"] > 0
+    tuned = nostall.Loader(Coco(images_dir, ann_path, empty="drop"), transforms=SSD, batch_size=8, autotune=True)
+    n = sum(len(t) for _, t in tuned)
+    stats = tuned.stats()
+    ann = json.loads(ann_path.read_text())
+    empty = sum(1 for i in ann["images"] if not any(a["image_id"] == i["id"] for a in ann["annotations"]))
+    assert empty > 0 and n == len(ann["images"]) - empty
+    assert stats["skipped"] >= empty
+    assert stats["fields"]["targets"]["bytes"] > 0
+    assert tuned.classes[1] == "rectangle" and tuned.classes[3] == "ellipse"
+
+
+def test_a_bad_json_member_names_the_sample_or_is_skipped(scenes, tmp_path):
+    images_dir, ann_path = scenes
+    ann = json.loads(ann_path.read_text())
+    pattern = _shards_of(images_dir, ann, tmp_path / "shards", shards=1)
+    tar_path = tmp_path / "shards" / "det-0.tar"
+    # rewrite one sample's .json as garbage of the same length
+    data = bytearray(tar_path.read_bytes())
+    at = data.find(b'{"width"', 600)
+    data[at:at + 8] = b"not json"
+    tar_path.write_bytes(bytes(data))
+    fields = {"image": "jpg", "targets": {"ext": "json", "kind": "targets"}}
+    with pytest.raises(nostall.DataError, match=r"\.json|annotations"):
+        for _ in nostall.Loader(pattern, fields=fields, transforms=SSD, batch_size=4):
+            pass
+    kept = nostall.Loader(pattern, fields=fields, transforms=SSD, batch_size=4, on_error="skip")
+    assert sum(len(b["targets"]) for b in kept) == len(ann["images"]) - 1
