@@ -142,7 +142,8 @@ class V2Ssd:
         boxes = boxes.mul(torch.tensor([300 / w, 300 / h, 300 / w, 300 / h]))
         if masks is not None:
             masks = torch.nn.functional.interpolate(masks[None].float(), size=(300, 300),
-                                                    mode="nearest")[0].to(torch.uint8)
+                                                    mode="nearest")[0].to(torch.uint8) \
+                if len(masks) else torch.zeros((0, 300, 300), dtype=torch.uint8)
         # SanitizeBoundingBoxes
         ws, hs = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
         keep = (ws >= 1) & (hs >= 1) & (boxes >= 0).all(-1) & (ws * hs >= 1) & (boxes[:, 2] <= 300) & \

@@ -51,7 +51,7 @@ std::vector<Item> MakeItems(int n) {
 // Local drivers: nothing to configure; they save their index.
 struct LocalMaker {
   static constexpr bool kSavesIndex = true;
-  static void Configure(SourceOptions*) {}
+  static void Configure(SourceOptions*, const std::string&) {}
 };
 
 // One subfolder per label ("class0", ...), one .jpg per item.
@@ -101,11 +101,38 @@ struct TarShardsMaker : LocalMaker {
   }
 };
 
+// A COCO dataset: the images in one folder and an instances JSON beside it
+// listing them, each with as many annotations as its label (the coco
+// driver's label is an image's annotation count).
+struct CocoMaker : LocalMaker {
+  static constexpr const char* kKind = "coco";
+  static void Configure(SourceOptions* o, const std::string& dir) {
+    o->driver = "coco";
+    o->driver_options = nlohmann::json{{"annotations", dir + "/instances.json"}}.dump();
+  }
+  static std::string Write(const std::string& dir, const std::vector<Item>& items) {
+    std::filesystem::create_directories(dir + "/images");
+    nlohmann::json images = nlohmann::json::array(), anns = nlohmann::json::array();
+    for (size_t i = 0; i < items.size(); ++i) {
+      WriteFile(Path(dir, items[i]), items[i].bytes);
+      images.push_back({{"id", i + 1}, {"file_name", items[i].name + ".jpg"}});
+      for (int64_t k = 0; k < items[i].label; ++k) {
+        anns.push_back({{"id", anns.size() + 1}, {"image_id", i + 1}, {"bbox", {0, 0, 4, 4}}, {"category_id", 1}});
+      }
+    }
+    const std::string text = nlohmann::json{{"images", images}, {"annotations", anns}}.dump();
+    WriteFile(dir + "/instances.json", std::vector<uint8_t>(text.begin(), text.end()));
+    return dir + "/images";
+  }
+  static void Remove(const std::string& dir, const Item& it) { ::unlink(Path(dir, it).c_str()); }
+  static std::string Path(const std::string& dir, const Item& it) { return dir + "/images/" + it.name + ".jpg"; }
+};
+
 // The S3 drivers, against a real S3-compatible server (moto's server mode
 // on loopback): one bucket per test, named after its data folder.
 struct S3Maker {
   static constexpr bool kSavesIndex = false;  // a folder's listing is its index
-  static void Configure(SourceOptions* o) {
+  static void Configure(SourceOptions* o, const std::string&) {
     o->driver_options = nlohmann::json{{"endpoint", testing::S3Server::Shared().endpoint()},
                                        {"region", "us-east-1"},
                                        {"addressing", "path"}}.dump();
@@ -162,13 +189,13 @@ class SourceConformance : public ::testing::Test {
     SourceOptions o;
     o.use_index_cache = use_index_cache;
     o.index_cache_dir = index_dir_.path();
-    Maker::Configure(&o);
+    Maker::Configure(&o, data_.path());
     return o;
   }
   TempDir data_, index_dir_;
 };
 
-using Makers = ::testing::Types<ImageFolderMaker, TarShardsMaker, S3FolderMaker, S3TarMaker>;
+using Makers = ::testing::Types<ImageFolderMaker, TarShardsMaker, CocoMaker, S3FolderMaker, S3TarMaker>;
 TYPED_TEST_SUITE(SourceConformance, Makers);
 
 TYPED_TEST(SourceConformance, EveryItemInOrderWithItsLabelAndExactBytes) {
