@@ -119,8 +119,8 @@ class RandomZoomOut(_Op):
     Args:
         fill (float | Sequence[float] | None; default 0): the canvas's colour: a number or one
             per channel, 0-255
-        side_range (tuple[float, float]; default (1.0, 4.0), in [1.0, 1000000.0]): the canvas's
-            side as a multiple of the image's
+        side_range (tuple[float, float]; default (1.0, 4.0), in [1.0, 64.0]): the canvas's side
+            as a multiple of the image's
         p (float; default 0.5, in [0.0, 1.0]): the probability of zooming out
     """
 

@@ -49,6 +49,9 @@ class Coco:
             take), ``"XYWH"`` or ``"CXCYWH"``.
         empty: ``"keep"`` (default) or ``"drop"``: images without annotations.
         crowd: ``"keep"`` (default) or ``"drop"``: ``iscrowd`` annotations.
+        batch: ``"list"`` (default): targets as a list of per-sample dicts;
+            ``"padded"``: one dict of tensors padded to the batch's largest
+            count, with ``counts``.
 
     Give it to :class:`nostall.Loader` as the source: batches are then
     ``(images, targets)``, targets a list of per-sample dicts (``boxes``,
@@ -102,7 +105,8 @@ def targets_record(annotations) -> bytes:
 def sample_params(transforms, width: int, height: int, annotations=None, *, seed: int = 0,
                   epoch: int = 0, index: int = 0) -> dict:
     """What the loader would draw for item ``index`` (a ``width`` x
-    ``height`` image with these annotations) in ``epoch``, without pixels:
+    ``height`` image with these annotations, in the forms
+    :func:`targets_record` takes) in ``epoch`` with ``seed``, without pixels:
     ``{"ops": [each step's draws], "size": [h, w], "boxes": [...] (XYXY),
     "labels", "iscrowd", "kept": [input index of each box], "source_box":
     [x, y, w, h], "flip": [x, y]}``."""
@@ -115,7 +119,13 @@ def apply(transforms, image, annotations=None, *, seed: int = 0, epoch: int = 0,
           masks: bool = False, box_format: str = "XYXY", mode: str = "RGB", dct_scaling: bool = True):
     """Runs the transforms on one image (its encoded bytes, or a path) and
     its annotations, as the loader would for item ``index``: ``(image (H, W,
-    C) array, targets dict of arrays)``."""
+    C) array, targets dict of arrays)``.
+
+    ``annotations`` take the forms :func:`targets_record` does; ``seed``,
+    ``epoch`` and ``index`` pick the draws; ``masks`` makes the masks (the
+    annotations need segmentations); ``box_format`` is the output's
+    (XYXY, XYWH, CXCYWH); ``mode`` ``"RGB"`` or ``"L"``; ``dct_scaling``
+    as the loader's (False: every JPEG decoded at full resolution)."""
     if isinstance(image, (str, os.PathLike)):
         with open(image, "rb") as f:
             image = f.read()

@@ -205,7 +205,9 @@ class Loader(Closeable):
             ImageFolder) or WebDataset tar shards, e.g.
             ``"shards/train-{0000..0099}.tar"``, or either under
             ``s3://bucket/prefix``; or the spec's form, ``{"uri": ...,
-            "driver": ..., "options": {...}}``.
+            "driver": ..., "options": {...}}``; or a detection dataset,
+            :class:`nostall.datasets.Coco` (batches are then ``(images,
+            targets)``: docs/detection.md).
         source_options: the options of the driver that reads ``source``
             (docs/spec.md): for local files ``throttle_bandwidth`` and
             ``throttle_latency_ms`` (emulate slow storage: bytes/s shared by

@@ -287,6 +287,9 @@ Status RunGeometry(const Spec& spec, int width, int height, const Targets& t, co
           break;
         }
         const double r = st.side_min + rng.Uniform() * (st.side_max - st.side_min);
+        if (s->cw * r * s->ch * r > static_cast<double>(int64_t{1} << 30)) {
+          return DataError("RandomZoomOut would make a canvas over 2^30 pixels");
+        }
         const int canvas_w = static_cast<int>(s->cw * r), canvas_h = static_cast<int>(s->ch * r);
         const int left = static_cast<int>((canvas_w - s->cw) * rng.Uniform());
         const int top = static_cast<int>((canvas_h - s->ch) * rng.Uniform());

@@ -15,7 +15,7 @@ std::vector<OpSchema> BoxSchemas() {
        "sample), at a random place, filled with fill (SSD's zoom out); boxes move with it. Masks "
        "are padded with 0. Detection specs only.",
        {FillArg("fill", 0, "the canvas's colour: a number or one per channel, 0-255"),
-        PairArg("side_range", 1.0, 4.0, 1.0, 1e6, "the canvas's side as a multiple of the image's"),
+        PairArg("side_range", 1.0, 4.0, 1.0, 64.0, "the canvas's side as a multiple of the image's"),
         FloatArg("p", 0.5, 0, 1, "the probability of zooming out")}},
       {"RandomIoUCrop",
        "SSD's random crop: a minimum IoU drawn from sampler_options (1.0 or more: no crop), then up "

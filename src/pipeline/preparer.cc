@@ -60,28 +60,17 @@ Status Preparer::PrepareDetection(const FetchedItem& fi, const FieldSpan* record
     ann = fi.bytes.data() + record[1 + f].offset;
     ann_size = static_cast<size_t>(record[1 + f].size);
   }
+  // (A spec without a targets field is refused when the loader is made.)
+  if (f == extra_.size()) return Internal("a detection spec without a targets field");
   const uint32_t slot = static_cast<uint32_t>(fi.slot), field = static_cast<uint32_t>(f);
   int64_t len = -1;
-  uint8_t* out = nullptr;
-  size_t room = 0;
-  if (f < extra_.size()) {
-    out = seg_.field_data(slot, field) + static_cast<size_t>(fi.pos) * seg_.g.field_room[f];
-    room = seg_.g.field_room[f];
-  }
-  std::vector<uint8_t> unused;
-  if (out == nullptr) {  // (a spec without a targets field is refused when the loader is made)
-    unused.resize(1 << 16);
-    out = unused.data();
-    room = unused.size();
-  }
+  uint8_t* out = seg_.field_data(slot, field) + static_cast<size_t>(fi.pos) * seg_.g.field_room[f];
   Status st = detect::Prepare(*spec_.prep.detection, spec_.prep, fi.bytes.data() + image.offset,
                               static_cast<size_t>(image.size), ann, ann_size, {spec_.seed, fi.epoch, key},
-                              out_h_, out_w_, dst, out, room, &len, scratch);
+                              out_h_, out_w_, dst, out, seg_.g.field_room[f], &len, scratch);
   if (!st.ok()) return st.WithItem(source_.key(fi.item), "decode");
-  if (f < extra_.size()) {
-    seg_.field_lengths(slot, field)[fi.pos] = len;
-    field_bytes_[f].fetch_add(len, std::memory_order_relaxed);
-  }
+  seg_.field_lengths(slot, field)[fi.pos] = len;
+  field_bytes_[f].fetch_add(len, std::memory_order_relaxed);
   return Status::OK();
 }
 
