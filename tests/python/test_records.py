@@ -325,7 +325,7 @@ def test_a_bytes_field_can_batch_as_a_padded_tensor_and_lengths(shards):
             total += len(lengths)
         assert total == N
         assert loader.spec["fields"][3]["batch"] == "padded"
-    with pytest.raises(ValueError, match='batch="padded" is for bytes fields'):
+    with pytest.raises(ValueError, match='batch="padded" is for bytes and targets fields'):
         nostall.Loader(shards, fields=dict(FIELDS, meta={"ext": "json", "batch": "padded"}))
 
 
