@@ -28,9 +28,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       static const std::shared_ptr<const detect::Spec> spec = [] {
         PrepSpec prep;
-        return *detect::SpecFromJson(nlohmann::json::parse(R"({"transforms": [
+        return detect::SpecFromJson(nlohmann::json::parse(R"({"transforms": [
             {"type": "RandomZoomOut"}, {"type": "RandomIoUCrop"}, {"type": "RandomHorizontalFlip"},
-            {"type": "Resize", "size": [30, 30]}, {"type": "SanitizeBoundingBoxes"}]})"), prep);
+            {"type": "Resize", "size": [30, 30]}, {"type": "SanitizeBoundingBoxes"}]})"), prep).value();
       }();
       nlohmann::json out;
       (void)detect::Trace(*spec, 1 + pick, 1 + (pick >> 2), data, size, {pick, 0, 0}, &out);
