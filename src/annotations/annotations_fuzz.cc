@@ -53,8 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::memcpy(&mtime, data + 16, 8);
         const uint64_t key = annotations::CocoHash("k");
         std::memcpy(bytes.data() + 24, &key, 8);
-        const uint64_t hash =
-            annotations::CocoHash(std::string_view(bytes).substr(annotations::kCocoHeaderBytes));
+        const uint64_t hash = annotations::CocoTableHash(bytes);
         std::memcpy(bytes.data() + annotations::kCocoHeaderBytes - 8, &hash, 8);
       }
       Result<annotations::CocoView> v = annotations::CocoView::Open(bytes, src, mtime, "k");

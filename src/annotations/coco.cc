@@ -135,29 +135,15 @@ Status AddAnnotation(const json& a, const CocoOptions& options,
   if (image_id == a.end() || !image_id->is_number_integer()) {
     return DataError(where + ": \"image_id\" must be an integer");
   }
-  // One annotation, parsed by the per-image JSON reader (the one rule for
-  // bbox, category_id, iscrowd and segmentation).
-  json one = {{"annotations", json::array({a})}};
-  const std::string text = one.dump();
-  Targets t;
-  Status st = ParseTargetsJson(reinterpret_cast<const uint8_t*>(text.data()), text.size(),
-                               options.segmentation, &t);
-  if (!st.ok()) return DataError(where + ": " + st.message().substr(st.message().find(':') + 2));
-  const Instance& inst = t.instances[0];
+  Instance inst;
+  NOSTALL_RETURN_IF_ERROR(InstanceFromCoco(a, options.segmentation, where, &inst));
   if (inst.crowd && !options.keep_crowd) return Status::OK();
   Pending& p = (*pending)[image_id->get<int64_t>()];
   if (p.count >= kMaxAnnotations) {
     return DataError(where + ": image " + image_id->dump() + " has over " +
                      std::to_string(kMaxAnnotations) + " annotations");
   }
-  Targets single;
-  single.instances.push_back(inst);
-  const std::string rec = EncodeTargets(single);  // header, one box, its segment
-  std::string box = rec.substr(kRecordHeaderBytes, kRecordBoxBytes);
-  const uint32_t seg_at = static_cast<uint32_t>(p.segs.size());
-  std::memcpy(box.data() + 32, &seg_at, 4);
-  p.boxes += box;
-  p.segs.append(rec, kRecordHeaderBytes + kRecordBoxBytes);
+  AppendInstance(inst, &p.boxes, &p.segs);
   ++p.count;
   return Status::OK();
 }
@@ -234,12 +220,7 @@ Result<CocoTable> Parse(const char* begin, const char* end, const CocoOptions& o
       ++table.dropped_empty;
       continue;
     }
-    std::string rec(kRecordMagic, 4);
-    Put<uint32_t>(&rec, 1);
-    Put<uint32_t>(&rec, p.count);
-    Put<uint32_t>(&rec, img.width);
-    Put<uint32_t>(&rec, img.height);
-    Put<uint32_t>(&rec, 0);
+    std::string rec = RecordHeader(p.count, img.width, img.height);
     rec += p.boxes;
     rec += p.segs;
     img.record = std::move(rec);
@@ -251,7 +232,9 @@ Result<CocoTable> Parse(const char* begin, const char* end, const CocoOptions& o
 }
 
 constexpr char kTableMagic[8] = {'N', 'S', 'C', 'O', 'C', 'O', '1', '\0'};
-constexpr size_t kTableHeader = kCocoHeaderBytes;  // ... dropped_empty at 64, the hash at 72
+// Header: magic, source size, mtime, options hash, count, categories,
+// max count, 0, max record, dropped empty, records hash (72), table hash (80).
+constexpr size_t kTableHeader = kCocoHeaderBytes;
 constexpr size_t kTableRow = 32;  // u64 name at, u32 name bytes, u32 count, u64 record at, u64 record bytes
 
 uint64_t KeyHash(std::string_view s) { return CocoHash(s); }
@@ -262,6 +245,24 @@ uint64_t CocoHash(std::string_view s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return h;
+}
+
+uint64_t CocoTableHash(std::string_view bytes) {
+  // The rows, then the names and the categories, each after its length.
+  const auto* b = reinterpret_cast<const uint8_t*>(bytes.data());
+  if (bytes.size() < kTableHeader) return 0;
+  const uint64_t count = Get<uint64_t>(b + 32);
+  size_t at = kTableHeader;
+  if (count > (bytes.size() - at) / kTableRow) return 0;
+  at += count * kTableRow;
+  for (int part = 0; part < 2; ++part) {
+    if (bytes.size() - at < 8) return 0;
+    const uint64_t len = Get<uint64_t>(b + at);
+    at += 8;
+    if (len > bytes.size() - at) return 0;
+    at += len;
+  }
+  return CocoHash(bytes.substr(kTableHeader, at - kTableHeader)) | 1;  // never 0
 }
 
 Result<CocoTable> ParseCocoBytes(std::string_view json_text, const CocoOptions& options,
@@ -316,15 +317,16 @@ std::string SerializeCoco(const CocoTable& table, uint64_t source_size, int64_t 
   Put<uint32_t>(&out, 0);
   Put<uint64_t>(&out, max_record);
   Put<int64_t>(&out, table.dropped_empty);
-  out.resize(kTableHeader - 8, '\0');
-  Put<uint64_t>(&out, 0);  // the hash, set below
+  Put<uint64_t>(&out, CocoHash(records));
+  Put<uint64_t>(&out, 0);  // the table hash, set below
+  out.reserve(out.size() + rows.size() + names.size() + cats.size() + records.size() + 16);
   out += rows;
   Put<uint64_t>(&out, names.size());
   out += names;
   Put<uint64_t>(&out, cats.size());
   out += cats;
   out += records;
-  const uint64_t hash = CocoHash(std::string_view(out).substr(kTableHeader));
+  const uint64_t hash = CocoTableHash(out);
   std::memcpy(out.data() + kTableHeader - 8, &hash, 8);
   return out;
 }
@@ -340,7 +342,8 @@ Result<CocoView> CocoView::Open(std::string_view bytes, uint64_t source_size, in
   }
   // Checked as a whole: the file is this user's own, but a torn or
   // damaged one is rebuilt, never read past.
-  if (CocoHash(bytes.substr(kTableHeader)) != Get<uint64_t>(b + kTableHeader - 8)) return bad("damaged");
+  const uint64_t table_hash = CocoTableHash(bytes);
+  if (table_hash == 0 || table_hash != Get<uint64_t>(b + kTableHeader - 8)) return bad("damaged");
   CocoView v;
   v.bytes_ = bytes;
   v.count_ = Get<uint64_t>(b + 32);
@@ -348,6 +351,7 @@ Result<CocoView> CocoView::Open(std::string_view bytes, uint64_t source_size, in
   v.max_count_ = Get<uint32_t>(b + 48);
   v.max_record_ = Get<uint64_t>(b + 56);
   v.dropped_empty_ = Get<int64_t>(b + 64);
+  v.fingerprint_ = Get<uint64_t>(b + 72) ^ table_hash;
   size_t at = kTableHeader;
   if (v.count_ > (bytes.size() - at) / kTableRow) return bad("truncated");
   v.table_ = b + at;

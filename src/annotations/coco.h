@@ -53,11 +53,15 @@ Result<CocoTable> ParseCocoBytes(std::string_view json, const CocoOptions& optio
 // view back over such bytes (held by the caller: a mapped file).
 std::string SerializeCoco(const CocoTable& table, uint64_t source_size, int64_t source_mtime_ns,
                           const std::string& options_key);
-// The hash a table's header carries (of what follows the header), and of
-// an options key; FNV-1a. (The fuzz target sets them to reach the checks
-// behind them.)
+// FNV-1a, of an options key and of a table's parts.
 uint64_t CocoHash(std::string_view bytes);
-inline constexpr size_t kCocoHeaderBytes = 80;
+// The hash a table's header carries: of its rows, names and categories
+// (the records are checked as each is decoded, and hashed once, when the
+// table is written, for its fingerprint); 0 when `bytes` is too short to
+// hold the parts its header says. (The fuzz target sets it, to reach the
+// checks behind it.)
+uint64_t CocoTableHash(std::string_view bytes);
+inline constexpr size_t kCocoHeaderBytes = 88;
 
 class CocoView {
  public:
@@ -73,6 +77,8 @@ class CocoView {
   uint64_t max_record() const { return max_record_; }
   const std::vector<std::pair<int64_t, std::string>>& categories() const { return categories_; }
   int64_t dropped_empty() const { return dropped_empty_; }
+  // Equal for equal tables (their records and their rows).
+  uint64_t fingerprint() const { return fingerprint_; }
 
  private:
   std::string_view bytes_;
@@ -82,6 +88,7 @@ class CocoView {
   uint32_t max_count_ = 0;
   uint64_t max_record_ = 0;
   int64_t dropped_empty_ = 0;
+  uint64_t fingerprint_ = 0;
   std::vector<std::pair<int64_t, std::string>> categories_;
 };
 

@@ -109,36 +109,42 @@ const char* BoxFormatName(BoxFormat f) {
   return "?";
 }
 
-std::string EncodeTargets(const Targets& t) {
-  std::string segs;
+std::string RecordHeader(uint32_t count, uint32_t width, uint32_t height) {
   std::string out(kRecordMagic, 4);
   Put<uint32_t>(&out, 1);
-  Put<uint32_t>(&out, static_cast<uint32_t>(t.instances.size()));
-  Put<uint32_t>(&out, t.width);
-  Put<uint32_t>(&out, t.height);
+  Put<uint32_t>(&out, count);
+  Put<uint32_t>(&out, width);
+  Put<uint32_t>(&out, height);
   Put<uint32_t>(&out, 0);
-  for (const Instance& inst : t.instances) {
-    for (float v : inst.box) Put<float>(&out, v);
-    Put<int64_t>(&out, inst.label);
-    Put<uint32_t>(&out, inst.crowd ? 1 : 0);
-    const size_t begin = segs.size();
-    if (inst.seg == SegKind::kPolygons) {
-      Put<uint32_t>(&segs, static_cast<uint32_t>(inst.polygons.size()));
-      for (const std::vector<double>& p : inst.polygons) {
-        Put<uint32_t>(&segs, static_cast<uint32_t>(p.size()));
-        segs.append(reinterpret_cast<const char*>(p.data()), p.size() * sizeof(double));
-      }
-    } else if (inst.seg == SegKind::kRuns) {
-      Put<uint32_t>(&segs, inst.runs_h);
-      Put<uint32_t>(&segs, inst.runs_w);
-      Put<uint32_t>(&segs, static_cast<uint32_t>(inst.runs.size()));
-      segs.append(reinterpret_cast<const char*>(inst.runs.data()), inst.runs.size() * sizeof(uint32_t));
+  return out;
+}
+
+void AppendInstance(const Instance& inst, std::string* rows, std::string* segs) {
+  for (float v : inst.box) Put<float>(rows, v);
+  Put<int64_t>(rows, inst.label);
+  Put<uint32_t>(rows, inst.crowd ? 1 : 0);
+  const size_t begin = segs->size();
+  if (inst.seg == SegKind::kPolygons) {
+    Put<uint32_t>(segs, static_cast<uint32_t>(inst.polygons.size()));
+    for (const std::vector<double>& p : inst.polygons) {
+      Put<uint32_t>(segs, static_cast<uint32_t>(p.size()));
+      segs->append(reinterpret_cast<const char*>(p.data()), p.size() * sizeof(double));
     }
-    Put<uint32_t>(&out, static_cast<uint32_t>(inst.seg));
-    Put<uint32_t>(&out, static_cast<uint32_t>(begin));
-    Put<uint32_t>(&out, static_cast<uint32_t>(segs.size() - begin));
+  } else if (inst.seg == SegKind::kRuns) {
+    Put<uint32_t>(segs, inst.runs_h);
+    Put<uint32_t>(segs, inst.runs_w);
+    Put<uint32_t>(segs, static_cast<uint32_t>(inst.runs.size()));
+    segs->append(reinterpret_cast<const char*>(inst.runs.data()), inst.runs.size() * sizeof(uint32_t));
   }
-  return out + segs;
+  Put<uint32_t>(rows, static_cast<uint32_t>(inst.seg));
+  Put<uint32_t>(rows, static_cast<uint32_t>(begin));
+  Put<uint32_t>(rows, static_cast<uint32_t>(segs->size() - begin));
+}
+
+std::string EncodeTargets(const Targets& t) {
+  std::string rows, segs;
+  for (const Instance& inst : t.instances) AppendInstance(inst, &rows, &segs);
+  return RecordHeader(static_cast<uint32_t>(t.instances.size()), t.width, t.height) + rows + segs;
 }
 
 Status DecodeTargets(const uint8_t* data, size_t size, bool with_segments, Targets* out) {
@@ -210,6 +216,36 @@ Status DecodeTargets(const uint8_t* data, size_t size, bool with_segments, Targe
   return Status::OK();
 }
 
+Status InstanceFromCoco(const nlohmann::json& a, bool with_segments, const std::string& where,
+                        Instance* inst) {
+  if (!a.is_object()) return DataError(where + ": an annotation must be an object");
+  const auto bbox = a.find("bbox");
+  float b[4];
+  bool ok = bbox != a.end() && bbox->is_array() && bbox->size() == 4;
+  for (int k = 0; ok && k < 4; ++k) {
+    ok = (*bbox)[k].is_number();
+    if (ok) b[k] = static_cast<float>((*bbox)[k].get<double>());
+  }
+  if (!ok || !Finite(b)) return DataError(where + ": \"bbox\" must be 4 finite numbers [x, y, w, h]");
+  inst->box[0] = b[0];
+  inst->box[1] = b[1];
+  inst->box[2] = b[0] + b[2];
+  inst->box[3] = b[1] + b[3];
+  const auto cat = a.find("category_id");
+  if (cat == a.end() || !cat->is_number_integer()) return DataError(where + ": \"category_id\" must be an integer");
+  inst->label = cat->get<int64_t>();
+  if (const auto crowd = a.find("iscrowd"); crowd != a.end()) {
+    inst->crowd = crowd->is_number() ? crowd->get<double>() != 0 : crowd->is_boolean() && crowd->get<bool>();
+  }
+  if (with_segments) {
+    if (const auto seg = a.find("segmentation"); seg != a.end() && !seg->is_null()) {
+      NOSTALL_RETURN_IF_ERROR(SegmentFromJson(*seg, where, inst));
+      NOSTALL_RETURN_IF_ERROR(CheckSegmentSizes(*inst, where));
+    }
+  }
+  return Status::OK();
+}
+
 Status ParseTargetsJson(const uint8_t* data, size_t size, bool with_segments, Targets* out) {
   out->instances.clear();
   nlohmann::json j = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
@@ -240,27 +276,8 @@ Status ParseTargetsJson(const uint8_t* data, size_t size, bool with_segments, Ta
                        std::to_string(kMaxAnnotations));
     }
     for (size_t i = 0; i < anns->size(); ++i) {
-      const nlohmann::json& a = (*anns)[i];
       Instance inst;
-      float b[4];
-      if (!a.is_object() || !box_of(a.value("bbox", nlohmann::json()), b)) {
-        return DataError(Nth(i) + ": \"bbox\" must be 4 finite numbers [x, y, w, h]");
-      }
-      inst.box[0] = b[0];
-      inst.box[1] = b[1];
-      inst.box[2] = b[0] + b[2];
-      inst.box[3] = b[1] + b[3];
-      const nlohmann::json cat = a.value("category_id", nlohmann::json());
-      if (!cat.is_number_integer()) return DataError(Nth(i) + ": \"category_id\" must be an integer");
-      inst.label = cat.get<int64_t>();
-      const nlohmann::json crowd = a.value("iscrowd", nlohmann::json(0));
-      inst.crowd = crowd.is_number() ? crowd.get<double>() != 0 : crowd.is_boolean() && crowd.get<bool>();
-      if (with_segments) {
-        if (const auto seg = a.find("segmentation"); seg != a.end() && !seg->is_null()) {
-          NOSTALL_RETURN_IF_ERROR(SegmentFromJson(*seg, Nth(i), &inst));
-          NOSTALL_RETURN_IF_ERROR(CheckSegmentSizes(inst, Nth(i)));
-        }
-      }
+      NOSTALL_RETURN_IF_ERROR(InstanceFromCoco((*anns)[i], with_segments, Nth(i), &inst));
       out->instances.push_back(std::move(inst));
     }
     return Status::OK();

@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "nostall/status.h"
 
 namespace nostall::annotations {
@@ -76,6 +78,17 @@ Status DecodeTargets(const uint8_t* data, size_t size, bool with_segments, Targe
 //   {"boxes": [[x0, y0, x1, y1], ...], "labels": [...], "format": "XYXY"}
 // ("format" one of XYXY, XYWH, CXCYWH; default XYXY).
 Status ParseTargetsJson(const uint8_t* data, size_t size, bool with_segments, Targets* out);
+
+// One COCO annotation object ({"bbox": [x, y, w, h], "category_id",
+// "iscrowd", "segmentation"}) as an instance; errors are prefixed `where`.
+Status InstanceFromCoco(const nlohmann::json& a, bool with_segments, const std::string& where,
+                        Instance* out);
+// Appends `inst` to a record being built: its 40-byte row to `rows` (its
+// segment's offset counted from the start of `segs`) and its segment to
+// `segs`. A record is then the header, the rows, the segments.
+void AppendInstance(const Instance& inst, std::string* rows, std::string* segs);
+// The record header for `count` instances of a width x height image.
+std::string RecordHeader(uint32_t count, uint32_t width, uint32_t height);
 
 // COCO's compressed RLE string (pycocotools' rleToString: 6 bits a
 // character, deltas against the count two back) as counts. An error for a

@@ -136,9 +136,24 @@ TEST(Coco, TableIsCheckedAndStamped) {
   EXPECT_EQ(v->categories()[1].second, "dog");
   EXPECT_FALSE(annotations::CocoView::Open(bytes, 101, 7, "k").ok());  // stale
   EXPECT_FALSE(annotations::CocoView::Open(bytes, 100, 7, "other").ok());
+  // The rows, names and categories are hashed: a flipped bit there is found
+  // when the table is opened (and the table rebuilt).
   std::string damaged = bytes;
-  damaged[bytes.size() - 3] ^= 1;
+  damaged[annotations::kCocoHeaderBytes + 3 * 32 + 8 + 1] ^= 1;  // in the names
   EXPECT_FALSE(annotations::CocoView::Open(damaged, 100, 7, "k").ok());
+  // A record is checked when it is decoded: a damaged one is an error or
+  // other valid annotations, never a read outside it.
+  for (size_t at = bytes.size() - 60; at < bytes.size(); ++at) {
+    std::string rec_damaged = bytes;
+    rec_damaged[at] ^= 0x5a;
+    Result<annotations::CocoView> rv = annotations::CocoView::Open(rec_damaged, 100, 7, "k");
+    ASSERT_TRUE(rv.ok());
+    for (size_t i = 0; i < rv->size(); ++i) {
+      const std::string_view r = rv->record(i);
+      Targets t;
+      (void)DecodeTargets(reinterpret_cast<const uint8_t*>(r.data()), r.size(), true, &t);
+    }
+  }
   for (size_t n : {size_t{0}, size_t{40}, size_t{90}, bytes.size() - 1}) {
     EXPECT_FALSE(annotations::CocoView::Open(std::string_view(bytes).substr(0, n), 100, 7, "k").ok());
   }

@@ -124,12 +124,9 @@ class CocoSource final : public Source {
       if (classes_.size() <= static_cast<size_t>(id)) classes_.resize(static_cast<size_t>(id) + 1);
       classes_[static_cast<size_t>(id)] = name;
     }
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < view_.size(); ++i) {
-      for (char c : view_.file_name(i)) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-      for (char c : view_.record(i)) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-    }
-    fingerprint_ = h ^ (with_targets_ ? 0x74617267ull : 0);
+    // The table's (its names, rows and records), and whether items carry
+    // their annotations: a cache of images is not a cache of records.
+    fingerprint_ = view_.fingerprint() ^ (with_targets_ ? 0x74617267ull : 0);
     if (client_) {
       Result<S3Location> loc = ParseS3Uri(root_);
       if (loc.ok()) prefix_ = loc->key;

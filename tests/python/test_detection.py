@@ -433,8 +433,17 @@ def test_cache_and_resume_keep_targets(scenes):
         out = [(i.clone(), [{k: v.clone() for k, v in t.items()} for t in ts]) for i, ts in loader]
         loader.close()
         return out
+    import os
+
+    name = f"det-test-cache-{os.getpid()}"
     plain = run()
-    cached = run(cache=nostall.Cache(size=64 << 20, name="det-test-cache"))
+    try:
+        cached = run(cache=nostall.Cache(size=64 << 20, name=name))
+    finally:
+        try:
+            nostall.Cache(name, 1).remove()
+        except FileNotFoundError:
+            pass
     assert len(plain) == len(cached)
     for (ia, ta), (ib, tb) in zip(plain, cached):
         assert torch.equal(ia, ib)
@@ -655,7 +664,9 @@ def test_shared_loader_serves_detection_batches(scenes):
     for images, targets, indices in loader:
         for k, i in enumerate(indices.tolist()):
             private[i] = (images[k].clone(), targets[k])
-    name = "det-shared-test"
+    import os
+
+    name = f"det-shared-test-{os.getpid()}"
     with nostall.serve(loader.spec, name, block=False, verbose=False):
         consumer = nostall.Loader.attach(name, 4, return_indices=True)
         seen = []
