@@ -35,7 +35,12 @@ Status Preparer::CopyFields(const FetchedItem& fi, const FieldSpan* record) {
     int64_t* length = &seg_.field_lengths(static_cast<uint32_t>(fi.slot), field)[fi.pos];
     *length = -1;
     if (span.size < 0) continue;  // an optional field the sample has not
-    if (extra_[f].kind == FieldKind::kTargets) continue;  // written by the detection pipeline
+    if (extra_[f].kind == FieldKind::kTargets) {  // read, and written, by the detection pipeline
+      if (!Inside(span, fi.bytes.size())) {
+        return DataError("the record's bytes do not hold its field '" + extra_[f].name + "'");
+      }
+      continue;
+    }
     if (!Inside(span, fi.bytes.size()) || static_cast<uint64_t>(span.size) > seg_.g.field_room[f]) {
       return DataError("the record's bytes do not hold its field '" + extra_[f].name + "'");
     }
