@@ -192,7 +192,7 @@ Status DecodeTargets(const uint8_t* data, size_t size, bool with_segments, Targe
         p += 4;
         if (!take(size_t{values} * 8)) return DataError(Nth(i) + ": truncated polygons");
         std::vector<double> xy(values);
-        std::memcpy(xy.data(), p, size_t{values} * 8);
+        if (values > 0) std::memcpy(xy.data(), p, size_t{values} * 8);
         p += size_t{values} * 8;
         for (double v : xy) {
           if (!std::isfinite(v)) return DataError(Nth(i) + ": a polygon coordinate is not finite");
@@ -208,7 +208,7 @@ Status DecodeTargets(const uint8_t* data, size_t size, bool with_segments, Targe
       p += 12;
       if (!take(size_t{m} * 4)) return DataError(Nth(i) + ": truncated RLE");
       inst.runs.resize(m);
-      std::memcpy(inst.runs.data(), p, size_t{m} * 4);
+      if (m > 0) std::memcpy(inst.runs.data(), p, size_t{m} * 4);
       inst.seg = SegKind::kRuns;
       NOSTALL_RETURN_IF_ERROR(CheckSegmentSizes(inst, Nth(i)));
     }

@@ -179,7 +179,7 @@ class CocoSource final : public Source {
     if (size > (1ull << 30)) return DataError("image file is over 1 GiB");
     const std::string_view rec = with_targets_ ? view_.record(static_cast<size_t>(i)) : std::string_view();
     out->resize(rec.size() + size);
-    std::memcpy(out->data(), rec.data(), rec.size());
+    if (!rec.empty()) std::memcpy(out->data(), rec.data(), rec.size());
     return PreadExact(fd.get(), 0, size, out->data() + rec.size());
   }
 
