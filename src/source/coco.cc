@@ -21,6 +21,8 @@
 //            segmentation keep polygons and RLE, for masks (default false)
 //            endpoint, region, profile, addressing, unsigned, max_attempts:
 //                         the S3 options (docs/s3.md), for s3:// paths
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -312,6 +314,23 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     if (mapped.ok()) {
       auto [map, view] = std::move(mapped).value();
       return make("", std::move(map), view, "the index cache: " + cache_path);
+    }
+  }
+  // One process of the node parses; the others (the ranks of one job,
+  // started together) wait for its table rather than each parsing the file.
+  UniqueFd lock;
+  if (!cache_path.empty()) {
+    const std::string dir = cache_path.substr(0, cache_path.rfind('/'));
+    ::mkdir(dir.c_str(), 0700);
+    lock = UniqueFd(::open((cache_path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (lock.valid()) {
+      while (::flock(lock.get(), LOCK_EX) != 0 && errno == EINTR) {
+      }
+      auto mapped = MapTable(cache_path, file.size, file.stamp, key);
+      if (mapped.ok()) {
+        auto [map, view] = std::move(mapped).value();
+        return make("", std::move(map), view, "the index cache: " + cache_path + " (parsed by another process)");
+      }
     }
   }
   const auto t0 = std::chrono::steady_clock::now();

@@ -723,3 +723,28 @@ def test_a_bad_json_member_names_the_sample_or_is_skipped(scenes, tmp_path):
             pass
     kept = nostall.Loader(pattern, fields=fields, transforms=SSD, batch_size=4, on_error="skip")
     assert sum(len(b["targets"]) for b in kept) == len(ann["images"]) - 1
+
+
+def test_ranks_starting_together_parse_the_file_once(tmp_path):
+    """Processes opening the same new annotation file at once: one parses
+    it, the others wait for its table and map it."""
+    import os
+    import subprocess
+    import sys
+
+    d, _ = _one_image(tmp_path)
+    rng = np.random.default_rng(0)
+    images = [{"id": i + 1, "file_name": "a.jpg", "width": 64, "height": 48} for i in range(8000)]
+    anns = [{"id": k + 1, "image_id": int(rng.integers(1, 8001)), "category_id": 1,
+             "bbox": [1.5, 2.5, 10.25, 8.75], "segmentation": [[1, 2, 11, 2, 11, 10, 1, 10]]} for k in range(60000)]
+    p = _coco_file(tmp_path, images, anns)
+    script = ("import nostall, sys\nfrom nostall.datasets import Coco\n"
+              f"l = nostall.Loader(Coco({str(d)!r}, {str(p)!r}), transforms=[nostall.Resize((8, 8))])\n"
+              "print(l.index_origin)\n")
+    env = dict(os.environ, NOSTALL_CACHE_DIR=str(tmp_path / "cache"))
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+             for _ in range(3)]
+    origins = [proc.communicate(timeout=120)[0].strip() for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs)
+    assert sum(o.startswith("parsed in") for o in origins) == 1, origins
+    assert sum("index cache" in o for o in origins) == 2, origins
