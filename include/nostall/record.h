@@ -46,6 +46,11 @@ struct FieldSpec {
   // How a bytes field batches: "list" (one value per sample) or "padded"
   // (a zero-padded tensor and the lengths).
   std::string batch = "list";
+  // A targets field: the most annotations one sample may hold, which sizes
+  // its room in a batch (0: the source's largest where it knows, as a COCO
+  // table does; else estimated from the largest member, at most 256 with
+  // masks). A sample with more is a DataError saying so.
+  int64_t max_annotations = 0;
 };
 
 // A sample's fields beyond the image and the label go in the ring slot

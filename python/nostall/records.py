@@ -71,13 +71,14 @@ def field_specs(fields) -> list:
         if not isinstance(name, str) or not name:
             raise TypeError(f"a field's name is a non-empty string, not {name!r}")
         if isinstance(value, dict):
-            unknown = set(value) - {"ext", "kind", "optional", "batch", "masks", "box_format"}
+            unknown = set(value) - {"ext", "kind", "optional", "batch", "masks", "box_format",
+                                    "max_annotations"}
             if unknown:
-                raise ValueError(f"fields[{name!r}]: unknown keys {sorted(unknown)} "
-                                 "(ext, kind, optional, batch; masks, box_format for targets)")
-            if ("masks" in value or "box_format" in value) and value.get("kind") != "targets":
-                raise ValueError(f"fields[{name!r}]: masks and box_format are a targets field's "
-                                 "(kind \"targets\")")
+                raise ValueError(f"fields[{name!r}]: unknown keys {sorted(unknown)} (ext, kind, optional, "
+                                 "batch; masks, box_format, max_annotations for targets)")
+            if ({"masks", "box_format", "max_annotations"} & set(value)) and value.get("kind") != "targets":
+                raise ValueError(f"fields[{name!r}]: masks, box_format and max_annotations are a "
+                                 "targets field's (kind \"targets\")")
             if "ext" not in value:
                 raise ValueError(f"fields[{name!r}] needs \"ext\": the member extensions")
             exts = _extensions(value["ext"], name)
@@ -94,6 +95,8 @@ def field_specs(fields) -> list:
         entry = {"name": name, "ext": exts, "kind": kind, "optional": optional}
         if isinstance(value, dict) and "batch" in value:
             entry["batch"] = value["batch"]  # C++ checks it
+        if isinstance(value, dict) and "max_annotations" in value:
+            entry["max_annotations"] = value["max_annotations"]
         out.append(entry)
     return out
 

@@ -384,8 +384,9 @@ Status WriteTargets(const Spec& spec, const Targets& t, const State& s, int widt
   const uint32_t mw = spec.masks ? static_cast<uint32_t>(s.cw) : 0;
   const size_t bytes = annotations::OutputBytes(n, mh, mw);
   if (bytes > room) {
-    return DataError(std::to_string(n) + " annotations do not fit the batch's room for " +
-                     std::to_string(room) + " bytes");
+    return DataError(std::to_string(n) + " annotations (after the transforms) do not fit the batch's room "
+                     "for this sample's targets (" + std::to_string(room) +
+                     " bytes): give the targets field a larger max_annotations");
   }
   uint8_t* p = out;
   std::memcpy(p, annotations::kOutputMagic, 4);

@@ -233,11 +233,16 @@ uint64_t FieldRoom(const LoaderSpec& spec, const Source& source, int f, int out_
   const std::vector<FieldSpec> extra = ExtraFields(spec);
   if (spec.prep.detection && static_cast<size_t>(f) < extra.size() &&
       extra[static_cast<size_t>(f)].kind == FieldKind::kTargets) {
-    // The transformed annotations: as many as the source's largest item
-    // holds (where it does not know, as many as its largest member could
-    // hold: a box takes at least 9 bytes of JSON).
-    int64_t most = source.max_annotations();
-    if (most < 0) most = source.field_room(f) / 9 + 1;
+    // The transformed annotations: as many as the field says, else as the
+    // source's largest item holds, else as its largest member could hold (a
+    // box takes at least 9 bytes of JSON), at most 256 with masks (each a
+    // bit-packed output-sized mask; COCO's images hold under 100).
+    const FieldSpec& field = extra[static_cast<size_t>(f)];
+    int64_t most = field.max_annotations > 0 ? field.max_annotations : source.max_annotations();
+    if (most < 0) {
+      most = source.field_room(f) / 9 + 1;
+      if (spec.prep.detection->masks) most = std::min<int64_t>(most, 256);
+    }
     most = std::min<int64_t>(most, annotations::kMaxAnnotations);
     return detect::TargetsRoom(*spec.prep.detection, static_cast<uint32_t>(most), out_h, out_w);
   }

@@ -93,6 +93,9 @@ Status ValidateFields(const std::vector<FieldSpec>& fields) {
       return InvalidArgument(shown + ": batch=\"padded\" is for bytes and targets fields (kind " +
                              FieldKindName(f.kind) + " batches its own way)");
     }
+    if (f.max_annotations > 0 && f.kind != FieldKind::kTargets) {
+      return InvalidArgument(shown + ": max_annotations is a targets field's");
+    }
     if (IsMediaKind(f.kind)) {
       ++images;
       if (f.optional) return InvalidArgument(shown + ": the " + FieldKindName(f.kind) + " field cannot be optional");
@@ -162,9 +165,10 @@ Result<FieldSpec> ReadField(const json& v, const std::string& name_given) {
     f.extensions = SplitExtensions(v.get<std::string>());
   } else if (v.is_object()) {
     for (const auto& [key, _] : v.items()) {
-      if (key != "name" && key != "ext" && key != "kind" && key != "optional" && key != "batch") {
+      if (key != "name" && key != "ext" && key != "kind" && key != "optional" && key != "batch" &&
+          key != "max_annotations") {
         return InvalidArgument(where + "unknown key '" + key.substr(0, 40) +
-                               "' in a field (name, ext, kind, optional, batch)");
+                               "' in a field (name, ext, kind, optional, batch, max_annotations)");
       }
     }
     if (name_given.empty()) NOSTALL_RETURN_IF_ERROR(GetString(v, where, "name", &f.name));
@@ -179,6 +183,7 @@ Result<FieldSpec> ReadField(const json& v, const std::string& name_given) {
     }
     NOSTALL_RETURN_IF_ERROR(GetBool(v, where, "optional", &f.optional));
     NOSTALL_RETURN_IF_ERROR(GetString(v, where, "batch", &f.batch));
+    NOSTALL_RETURN_IF_ERROR(GetInt(v, where, "max_annotations", 1, 65536, &f.max_annotations));
     f.kind = InferFieldKind(f.extensions);
     if (v.contains("kind")) {
       std::string kind;
@@ -222,6 +227,7 @@ json FieldsJson(const std::vector<FieldSpec>& fields) {
     json entry = {{"name", f.name}, {"ext", f.extensions}, {"kind", FieldKindName(f.kind)},
                   {"optional", f.optional}};
     if (f.batch != "list") entry["batch"] = f.batch;  // the default is not written
+    if (f.max_annotations > 0) entry["max_annotations"] = f.max_annotations;
     fs.push_back(entry);
   }
   return fs;

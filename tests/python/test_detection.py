@@ -748,3 +748,27 @@ def test_ranks_starting_together_parse_the_file_once(tmp_path):
     assert all(proc.returncode == 0 for proc in procs)
     assert sum(o.startswith("parsed in") for o in origins) == 1, origins
     assert sum("index cache" in o for o in origins) == 2, origins
+
+
+def test_a_targets_field_says_how_many_annotations_a_sample_may_hold(scenes, tmp_path):
+    """max_annotations sizes a .json targets field's room; a sample with
+    more (after the transforms) is a DataError saying what to raise, or
+    skipped; the spec keeps it."""
+    images_dir, ann_path = scenes
+    ann = json.loads(ann_path.read_text())
+    pattern = _shards_of(images_dir, ann, tmp_path / "shards", shards=1)
+    counts = {}
+    for a in ann["annotations"]:
+        counts[a["image_id"]] = counts.get(a["image_id"], 0) + 1
+    over = sum(1 for i in ann["images"] if counts.get(i["id"], 0) > 2)
+    assert over > 0
+    fields = {"image": "jpg", "targets": {"ext": "json", "kind": "targets", "masks": True, "max_annotations": 2}}
+    resize = [nostall.Resize((64, 64))]
+    with pytest.raises(nostall.DataError, match="max_annotations"):
+        for _ in nostall.Loader(pattern, fields=fields, transforms=resize, batch_size=4):
+            pass
+    kept = nostall.Loader(pattern, fields=fields, transforms=resize, batch_size=4, on_error="skip")
+    assert kept.spec["fields"][1]["max_annotations"] == 2
+    assert sum(len(b["targets"]) for b in kept) == len(ann["images"]) - over
+    with pytest.raises(ValueError, match="max_annotations are a targets field.s"):
+        nostall.Loader(pattern, fields={"image": "jpg", "meta": {"ext": "json", "kind": "json", "max_annotations": 3}})
