@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "annotations/bytes.h"
 #include "annotations/targets.h"
 #include "common/fd.h"
 
@@ -105,17 +106,6 @@ class SectionReader : public nlohmann::json_sax<json> {
   json element_;
   std::vector<json*> stack_;
 };
-
-template <typename T>
-void Put(std::string* out, T v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-template <typename T>
-T Get(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
 
 std::string Named(const char* what, const json& obj) {
   const auto id = obj.find("id");

@@ -7,20 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "annotations/bytes.h"
+
 namespace nostall::annotations {
 namespace {
-
-template <typename T>
-void Put(std::string* out, T v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-
-template <typename T>
-T Get(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
 
 bool Finite(const float* b) {
   return std::isfinite(b[0]) && std::isfinite(b[1]) && std::isfinite(b[2]) && std::isfinite(b[3]);

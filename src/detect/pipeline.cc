@@ -11,6 +11,7 @@
 #include "kernels/functional.h"
 #include "kernels/resample.h"
 #include "ops/op.h"
+#include "ops/plan.h"
 
 namespace nostall::detect {
 namespace {
@@ -101,28 +102,20 @@ void ResizeTo(State* s, int w, int h) {
   s->ch = h;
 }
 
-void FlipX(State* s) {
-  const float w = static_cast<float>(s->cw);
+// v2's horizontal (axis 0) or vertical (axis 1) flip: the box's two
+// coordinates on that axis mirrored and swapped.
+void Flip(State* s, int axis) {
+  const int size = axis == 0 ? s->cw : s->ch;
+  const float extent = static_cast<float>(size);
   for (Box& b : s->boxes) {
-    const float x0 = b.v[0];
-    b.v[0] = w - b.v[2];
-    b.v[2] = w - x0;
+    const float lo = b.v[axis];
+    b.v[axis] = extent - b.v[axis + 2];
+    b.v[axis + 2] = extent - lo;
   }
-  s->bx += s->ax * s->cw;
-  s->ax = -s->ax;
-  s->xops.push_back({AxisOp::kFlip, 0, s->cw, s->cw});
-}
-
-void FlipY(State* s) {
-  const float h = static_cast<float>(s->ch);
-  for (Box& b : s->boxes) {
-    const float y0 = b.v[1];
-    b.v[1] = h - b.v[3];
-    b.v[3] = h - y0;
-  }
-  s->by += s->ay * s->ch;
-  s->ay = -s->ay;
-  s->yops.push_back({AxisOp::kFlip, 0, s->ch, s->ch});
+  double& a = axis == 0 ? s->ax : s->ay;
+  (axis == 0 ? s->bx : s->by) += a * size;
+  a = -a;
+  (axis == 0 ? s->xops : s->yops).push_back({AxisOp::kFlip, 0, size, size});
 }
 
 // torchvision.ops.box_iou of one box against the crop, in float32.
@@ -181,54 +174,16 @@ void IoUCrop(const Step& st, Philox& rng, State* s, json* trace) {
 }
 
 void ResizedCrop(const Step& st, Philox& rng, State* s, json* trace) {
-  // torchvision's RandomResizedCrop.get_params, as the image pipeline draws it.
-  const int cw = s->cw, ch = s->ch;
-  const double area = static_cast<double>(cw) * ch;
-  const double log_lo = std::log(st.ratio_min), log_hi = std::log(st.ratio_max);
-  int top = 0, left = 0, w = cw, h = ch;
-  bool found = false;
-  for (int attempt = 0; attempt < 10 && !found; ++attempt) {
-    const double target = area * rng.Uniform(st.scale_min, st.scale_max);
-    const double aspect = std::exp(rng.Uniform(log_lo, log_hi));
-    const int tw = static_cast<int>(std::lround(std::sqrt(target * aspect)));
-    const int th = static_cast<int>(std::lround(std::sqrt(target / aspect)));
-    if (tw > 0 && th > 0 && tw <= cw && th <= ch) {
-      top = static_cast<int>(rng.Between(0, ch - th));
-      left = static_cast<int>(rng.Between(0, cw - tw));
-      w = tw, h = th;
-      found = true;
-    }
-  }
-  if (!found) {
-    const double in_ratio = static_cast<double>(cw) / ch;
-    if (in_ratio < st.ratio_min) {
-      h = static_cast<int>(std::lround(w / st.ratio_min));
-    } else if (in_ratio > st.ratio_max) {
-      w = static_cast<int>(std::lround(h * st.ratio_max));
-    }
-    top = (ch - h) / 2;
-    left = (cw - w) / 2;
-  }
-  if (trace) trace->push_back({{"op", "RandomResizedCrop"}, {"crop", {top, left, h, w}}});
-  Crop(s, left, top, w, h);
+  // The image pipeline's draw (ops/plan.h), on the current canvas.
+  const CropDraw c = DrawResizedCrop(rng, s->cw, s->ch, st.scale_min, st.scale_max, st.ratio_min, st.ratio_max);
+  if (trace) trace->push_back({{"op", "RandomResizedCrop"}, {"crop", {c.top, c.left, c.h, c.w}}});
+  Crop(s, c.left, c.top, c.w, c.h);
   ResizeTo(s, st.width, st.height);
 }
 
 Status Resize(const Step& st, State* s, json* trace) {
   int w = st.width, h = st.height;
-  if (st.short_side > 0) {  // torchvision's _compute_resized_output_size
-    const bool w_short = s->cw <= s->ch;
-    const int short_edge = w_short ? s->cw : s->ch, long_edge = w_short ? s->ch : s->cw;
-    int new_short = st.short_side;
-    int new_long = static_cast<int>(static_cast<int64_t>(new_short) * long_edge / short_edge);
-    if (st.max_size > 0 && new_long > st.max_size) {
-      new_short = static_cast<int>(static_cast<int64_t>(st.max_size) * new_short / new_long);
-      new_long = st.max_size;
-    }
-    if (new_short <= 0 || new_long <= 0) return DataError("image is too thin to resize");
-    w = w_short ? new_short : new_long;
-    h = w_short ? new_long : new_short;
-  }
+  if (st.short_side > 0) NOSTALL_RETURN_IF_ERROR(ShortSideSize(s->cw, s->ch, st.short_side, st.max_size, &w, &h));
   if (trace) trace->push_back({{"op", "Resize"}, {"size", {h, w}}});
   ResizeTo(s, w, h);
   return Status::OK();
@@ -319,7 +274,7 @@ Status RunGeometry(const Spec& spec, int width, int height, const Targets& t, co
       case StepKind::kVFlip: {
         const bool flip = rng.Uniform() < st.p;
         if (trace) trace->push_back({{"op", st.name}, {"applied", flip}});
-        if (flip) (st.kind == StepKind::kHFlip ? FlipX : FlipY)(s);
+        if (flip) Flip(s, st.kind == StepKind::kHFlip ? 0 : 1);
         break;
       }
       case StepKind::kSanitize:

@@ -11,6 +11,7 @@
 #include "common/philox.h"
 #include "nostall/transforms.h"
 #include "ops/op.h"
+#include "ops/plan.h"
 
 namespace nostall {
 
@@ -186,6 +187,49 @@ bool PrepSpec::FixedOutputSize(int* height, int* width) const {
   return fixed;
 }
 
+CropDraw DrawResizedCrop(Philox& rng, int cur_w, int cur_h, double scale_min, double scale_max,
+                         double ratio_min, double ratio_max) {
+  // torchvision.transforms.RandomResizedCrop.get_params.
+  const double area = static_cast<double>(cur_w) * cur_h;
+  const double log_lo = std::log(ratio_min), log_hi = std::log(ratio_max);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target = area * rng.Uniform(scale_min, scale_max);
+    const double aspect = std::exp(rng.Uniform(log_lo, log_hi));
+    const int w = static_cast<int>(std::lround(std::sqrt(target * aspect)));
+    const int h = static_cast<int>(std::lround(std::sqrt(target / aspect)));
+    if (w > 0 && h > 0 && w <= cur_w && h <= cur_h) {
+      const int top = static_cast<int>(rng.Between(0, cur_h - h));
+      const int left = static_cast<int>(rng.Between(0, cur_w - w));
+      return {left, top, w, h};
+    }
+  }
+  // Fallback: a central crop at the clamped ratio.
+  const double in_ratio = static_cast<double>(cur_w) / cur_h;
+  int w = cur_w, h = cur_h;
+  if (in_ratio < ratio_min) {
+    h = static_cast<int>(std::lround(w / ratio_min));
+  } else if (in_ratio > ratio_max) {
+    w = static_cast<int>(std::lround(h * ratio_max));
+  }
+  return {(cur_w - w) / 2, (cur_h - h) / 2, w, h};
+}
+
+Status ShortSideSize(int cur_w, int cur_h, int short_side, int max_size, int* out_w, int* out_h) {
+  // torchvision's _compute_resized_output_size.
+  const bool w_short = cur_w <= cur_h;
+  const int short_edge = w_short ? cur_w : cur_h, long_edge = w_short ? cur_h : cur_w;
+  int new_short = short_side;
+  int new_long = static_cast<int>(static_cast<int64_t>(new_short) * long_edge / short_edge);
+  if (max_size > 0 && new_long > max_size) {
+    new_short = static_cast<int>(static_cast<int64_t>(max_size) * new_short / new_long);
+    new_long = max_size;
+  }
+  if (new_short <= 0 || new_long <= 0) return DataError("image is too thin to resize");
+  *out_w = w_short ? new_short : new_long;
+  *out_h = w_short ? new_long : new_short;
+  return Status::OK();
+}
+
 Status PlanSample(const PrepSpec& spec, int src_w, int src_h, uint64_t seed, int64_t epoch,
                   int64_t sample_index, SamplePlan* plan) {
   Philox rng(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(sample_index));
@@ -218,48 +262,16 @@ Status PlanSample(const PrepSpec& spec, int src_w, int src_h, uint64_t seed, int
     if (t.kind == TransformKind::kOp) break;
     switch (t.kind) {
       case TransformKind::kRandomResizedCrop: {
-        // torchvision.transforms.RandomResizedCrop.get_params.
-        const double area = static_cast<double>(cur_w) * cur_h;
-        const double log_lo = std::log(t.ratio_min), log_hi = std::log(t.ratio_max);
-        bool found = false;
-        for (int attempt = 0; attempt < 10 && !found; ++attempt) {
-          double target = area * rng.Uniform(t.scale_min, t.scale_max);
-          double aspect = std::exp(rng.Uniform(log_lo, log_hi));
-          int w = static_cast<int>(std::lround(std::sqrt(target * aspect)));
-          int h = static_cast<int>(std::lround(std::sqrt(target / aspect)));
-          if (w > 0 && h > 0 && w <= cur_w && h <= cur_h) {
-            int top = static_cast<int>(rng.Between(0, cur_h - h));
-            int left = static_cast<int>(rng.Between(0, cur_w - w));
-            crop(left, top, w, h);
-            found = true;
-          }
-        }
-        if (!found) {  // fallback: central crop at the clamped ratio
-          double in_ratio = static_cast<double>(cur_w) / cur_h;
-          int w = cur_w, h = cur_h;
-          if (in_ratio < t.ratio_min) {
-            h = static_cast<int>(std::lround(w / t.ratio_min));
-          } else if (in_ratio > t.ratio_max) {
-            w = static_cast<int>(std::lround(h * t.ratio_max));
-          }
-          crop((cur_w - w) / 2, (cur_h - h) / 2, w, h);
-        }
+        const CropDraw c = DrawResizedCrop(rng, cur_w, cur_h, t.scale_min, t.scale_max, t.ratio_min, t.ratio_max);
+        crop(c.left, c.top, c.w, c.h);
         resize_to(t.width, t.height);
         break;
       }
       case TransformKind::kResize: {
         if (t.short_side > 0) {
-          // torchvision's _compute_resized_output_size.
-          bool w_short = cur_w <= cur_h;
-          int short_edge = w_short ? cur_w : cur_h, long_edge = w_short ? cur_h : cur_w;
-          int new_short = t.short_side;
-          int new_long = static_cast<int>(static_cast<int64_t>(new_short) * long_edge / short_edge);
-          if (t.max_size > 0 && new_long > t.max_size) {
-            new_short = static_cast<int>(static_cast<int64_t>(t.max_size) * new_short / new_long);
-            new_long = t.max_size;
-          }
-          if (new_short <= 0 || new_long <= 0) return DataError("image is too thin to resize");
-          resize_to(w_short ? new_short : new_long, w_short ? new_long : new_short);
+          int w = 0, h = 0;
+          NOSTALL_RETURN_IF_ERROR(ShortSideSize(cur_w, cur_h, t.short_side, t.max_size, &w, &h));
+          resize_to(w, h);
         } else {
           resize_to(t.width, t.height);
         }
