@@ -132,8 +132,9 @@ class FaultProxy:
 
 @pytest.fixture
 def faulty_endpoint(s3):
-    """10% of requests answered 503 SlowDown, 1% of bodies cut in half."""
-    proxy = FaultProxy("--status-503", "0.10", "--cut", "0.01", "--seed", "7")
+    """10% of requests answered 503 SlowDown, 1% of bodies cut in half; never
+    more than 3 faults in a row for one object (S3 retries 6 times)."""
+    proxy = FaultProxy("--status-503", "0.10", "--cut", "0.01", "--seed", "7", "--max-in-a-row", "3")
     yield proxy.finish
     proxy.restore()
 

@@ -10,6 +10,11 @@ or sends the upstream's headers and only half the body before closing the
 connection, or (--stall) sends headers and half the body and then nothing
 for --stall-seconds, holding the connection open (listings never stall).
 --latency-ms delays every request before it is forwarded.
+Faults are transient, as object storage's are: with --max-in-a-row K, a path
+that was faulted K times in a row is answered as it is on its next request
+(its draw still taken, so the sequence of draws stays the seed's). Without
+it a seeded sequence that happens to cluster its faults can fail one object
+more times than any client retries, which no test means to test.
 Prints "port N" on its first line, and on SIGTERM/SIGINT a JSON line of
 what it did: {"requests": .., "503": .., "cut": .., "stall": ..}.
 """
@@ -37,11 +42,14 @@ def main():
     ap.add_argument("--stall-seconds", type=float, default=30.0)
     ap.add_argument("--latency-ms", type=float, default=0.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--max-in-a-row", type=int, default=0, dest="max_in_a_row",
+                    help="at most this many faults in a row for one path (0: no limit)")
     args = ap.parse_args()
     up = urllib.parse.urlsplit(args.upstream)
     rng = random.Random(args.seed)
     lock = threading.Lock()
     counts = {"requests": 0, "503": 0, "cut": 0, "stall": 0}
+    in_a_row = {}  # path -> faults in a row
     local = threading.local()
 
     def upstream():
@@ -59,6 +67,10 @@ def main():
             with lock:
                 counts["requests"] += 1
                 draw = rng.random()
+                faulty = draw < args.p503 + args.cut + args.stall
+                if faulty and args.max_in_a_row and in_a_row.get(self.path, 0) >= args.max_in_a_row:
+                    draw, faulty = 1.0, False
+                in_a_row[self.path] = in_a_row.get(self.path, 0) + 1 if faulty else 0
             if args.latency_ms:
                 time.sleep(args.latency_ms / 1000)
             length = int(self.headers.get("Content-Length") or 0)
