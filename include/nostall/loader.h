@@ -54,6 +54,9 @@ struct LoaderSpec {
   // S3, exact for local ones. Every later epoch is exact either way.
   std::string first_epoch = "auto";
   int64_t shuffle_buffer = 0;  // the buffered epoch's buffer, samples (0: 8192)
+  // Every epoch in the buffered order: shards (tar shards, Parquet row
+  // groups) shuffled, samples through the shuffle buffer (docs/sampling.md).
+  bool shard_shuffle = false;
   PrepSpec prep;
   int num_threads = 0;      // prep threads; 0 = tuned (autotune), else the cores this process may use
   int reads_in_flight = 0;  // reads at once; 0 = tuned, else 4 fetch threads (remote: adaptive)

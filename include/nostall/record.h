@@ -61,7 +61,9 @@ const char* FieldKindName(FieldKind kind);
 Result<FieldKind> FieldKindFromName(const std::string& name);
 // The kind a field of these extensions has when the spec does not say:
 // image extensions give image, audio ones (wav, flac, mp3, ogg, opus)
-// audio, "cls" label, "json" json, "txt" text, else
+// audio, "cls" label, "json" json, "txt" text; and as Parquet datasets
+// name their columns, "image"/"img" image, "audio" audio, "label"/"labels"
+// label; else
 // bytes.
 FieldKind InferFieldKind(const std::vector<std::string>& extensions);
 // "jpg;png" (or "jpg,png", ".jpg") as extensions, lower case.

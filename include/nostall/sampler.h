@@ -102,6 +102,11 @@ struct SamplerOptions {
   std::shared_ptr<ShardedItems> shards;
   // The buffered epoch's shuffle buffer (samples; 0: the default, 8192).
   int64_t shuffle_buffer = 0;
+  // Every epoch in the buffered order (shards shuffled by seed and epoch,
+  // samples mixed through the shuffle buffer), not only a first epoch whose
+  // index is not whole: a block shuffle for data whose reads cost a shard's
+  // worth (Parquet row groups without a page index; docs/parquet.md).
+  bool shard_shuffle = false;
 };
 
 class Sampler {
@@ -125,6 +130,11 @@ class Sampler {
   // The epoch that is (or was) buffered, -1: none. A resumed loader sets
   // the one its state recorded (-1: none, for good), before opening it.
   int64_t buffered_epoch() const { return std::max<int64_t>(-1, lazy_->buffered_epoch.load()); }
+  // Whether `epoch` runs in the buffered order (the buffered first epoch,
+  // or any with shard_shuffle).
+  bool Buffered(int64_t epoch) const {
+    return (options_.shard_shuffle && options_.shards != nullptr) || lazy_->buffered_epoch.load() == epoch;
+  }
   Status SetBufferedEpoch(int64_t epoch) const;
   // Whether the item count is known now (without waiting).
   bool counts_known() const;

@@ -289,6 +289,12 @@ class Loader(Closeable):
         shuffle_buffer: the buffered epoch's shuffle buffer, in samples
             (default 8192; it gives its first sample once it holds an
             eighth of that, at most 256).
+        shard_shuffle: every epoch in the buffered order: shards (tar
+            shards, Parquet row groups) in a random order of ``seed`` and
+            the epoch, samples mixed through ``shuffle_buffer``. A block
+            shuffle for Parquet files without a page index, whose rows
+            cost their row group's read (docs/parquet.md); off by default
+            (every epoch an exact shuffle).
         throttle_bandwidth, throttle_latency_ms, drop_page_cache, s3_endpoint,
             s3_region, s3_profile, s3_addressing, s3_unsigned: deprecated
             (a FutureWarning): the same as ``source_options`` of the
@@ -355,6 +361,7 @@ class Loader(Closeable):
         index_beside: str = "read",
         first_epoch: str = "auto",
         shuffle_buffer: Optional[int] = None,
+        shard_shuffle: bool = False,
         dct_scaling: bool = True,
         throttle_bandwidth: Optional[float] = None,
         throttle_latency_ms: Optional[float] = None,
@@ -472,6 +479,7 @@ class Loader(Closeable):
             "index_beside": _plain(index_beside),
             "first_epoch": _plain(first_epoch),
             "shuffle_buffer": 0 if shuffle_buffer is None else _integer("shuffle_buffer", shuffle_buffer),
+            "shard_shuffle": _plain(shard_shuffle),
             "dct_scaling": _plain(dct_scaling),
             "cache": _cache_tiers(cache),
             "subset": _integer("subset", subset),

@@ -55,7 +55,9 @@ def _kind_of(exts):
         return "image"
     if all(e in _AUDIO_EXTS for e in exts):
         return "audio"
-    return {"cls": "label", "json": "json", "txt": "text", "text": "text"}.get(exts[0], "bytes")
+    # And the names Parquet datasets give their columns (docs/parquet.md).
+    return {"cls": "label", "json": "json", "txt": "text", "text": "text", "image": "image", "img": "image",
+            "audio": "audio", "label": "label", "labels": "label"}.get(exts[0], "bytes")
 
 
 def field_specs(fields) -> list:

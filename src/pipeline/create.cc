@@ -62,6 +62,7 @@ Result<Sampler> SamplerFor(const LoaderSpec& spec, const Source& source) {
   SamplerOptions so;
   so.shards = source.sharded();
   so.shuffle_buffer = spec.shuffle_buffer;
+  so.shard_shuffle = spec.shard_shuffle;
   // (Shards still being indexed: the count comes from them when known.)
   so.num_items = so.shards != nullptr && !so.shards->complete() ? 0 : source.size();
   so.batch_size = spec.batch_size;

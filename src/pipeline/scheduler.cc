@@ -320,7 +320,7 @@ FetchedItem Scheduler::ClaimPosition(bool prefetch) {
   fi.slot = static_cast<uint64_t>(order_.slot());
   fi.pos = order_.next_in_batch();
   fi.item = order_.Take();
-  fi.buffered = sampler_.buffered_epoch() == fi.epoch;
+  fi.buffered = sampler_.Buffered(fi.epoch);
   fi.bytes = prep_queue_.Buffer();
   // A batch's first position lists what the cache is asked for: this batch
   // and the next (the first of an epoch: the next only).

@@ -48,7 +48,7 @@ const std::vector<std::string>& LoaderSpec::FieldNames() {
       "shuffle_block", "transforms", "dtype", "layout", "mode", "max_pixels", "num_threads",
       "reads_in_flight", "prefetch", "autotune", "on_error", "index_cache_dir", "use_index_cache",
       "index_beside", "dct_scaling", "cache", "fields", "max_field_bytes", "first_epoch",
-      "shuffle_buffer", "audio", "detection"};
+      "shuffle_buffer", "shard_shuffle", "audio", "detection"};
   return kFields;
 }
 
@@ -210,6 +210,7 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
                              s.first_epoch + "\"");
     }
     NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "shuffle_buffer", 0, kMaxCount, &s.shuffle_buffer));
+    NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "shard_shuffle", &s.shard_shuffle));
     NOSTALL_RETURN_IF_ERROR(GetIntAs(j, w, "num_threads", 0, kMaxThreads, &s.num_threads));
     NOSTALL_RETURN_IF_ERROR(GetIntAs(j, w, "reads_in_flight", 0, kMaxReadsInFlight, &s.reads_in_flight));
     NOSTALL_RETURN_IF_ERROR(GetIntAs(j, w, "prefetch", -1, 64, &s.prefetch));
@@ -283,6 +284,7 @@ std::string LoaderSpec::ToJson() const {
   // Written only when set, so a spec without them stays as it was.
   if (first_epoch != LoaderSpec().first_epoch) j["first_epoch"] = first_epoch;
   if (shuffle_buffer != 0) j["shuffle_buffer"] = shuffle_buffer;
+  if (shard_shuffle) j["shard_shuffle"] = true;
   if (prep.audio) j["audio"] = prep.audio->ToJson();
   if (prep.detection) j["detection"] = prep.detection->resolved;
   // Written only when set, so a spec of images and labels stays as it was.

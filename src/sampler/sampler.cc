@@ -166,6 +166,13 @@ Result<Sampler> Sampler::Create(const SamplerOptions& o) {
                            std::to_string(o.world_size) + ")");
   }
   if (o.shuffle_buffer < 0) return InvalidArgument("shuffle_buffer must be 0 (the default) or positive");
+  if (o.shard_shuffle && o.shards == nullptr) {
+    return InvalidArgument("shard_shuffle needs data in shards (tar shards, Parquet row groups); this dataset "
+                           "is not");
+  }
+  if (o.shard_shuffle && (o.subset > 0 || o.shuffle_block > 0)) {
+    return InvalidArgument("shard_shuffle has no subset or shuffle_block");
+  }
   Sampler s(o);
   if (lazy) return s;  // counts known when the shards are
   if (s.BatchesPerEpoch() == 0) {
@@ -213,7 +220,7 @@ std::unique_ptr<EpochStream> Sampler::OpenEpoch(int64_t epoch) const {
     int64_t none = -1;
     // The first epoch opened before the index is whole is the buffered one.
     if (!options_.shards->complete()) lazy_->buffered_epoch.compare_exchange_strong(none, epoch);
-    if (lazy_->buffered_epoch.load() == epoch) return BufferedEpochStream(options_, epoch);
+    if (Buffered(epoch)) return BufferedEpochStream(options_, epoch);
   }
   return std::make_unique<FixedStream>(EpochOrder(epoch));
 }
@@ -237,7 +244,7 @@ std::vector<int64_t> Sampler::Items() const {
 }
 
 std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
-  if (options_.shards != nullptr && lazy_->buffered_epoch.load() == epoch) {
+  if (options_.shards != nullptr && Buffered(epoch)) {
     std::vector<int64_t> out;
     std::unique_ptr<EpochStream> stream = BufferedEpochStream(options_, epoch);
     for (bool final = false; !final;) {

@@ -54,6 +54,10 @@ Result<std::string> ResumeStateJson(const Loader& loader, int64_t epoch, int64_t
     state["buffered_epoch"] = loader.sampler().buffered_epoch();
     state["shuffle_buffer"] = spec.shuffle_buffer;
   }
+  if (spec.shard_shuffle) {
+    state["shard_shuffle"] = true;
+    state["shuffle_buffer"] = spec.shuffle_buffer;
+  }
   if (!shared_name.empty()) {
     // A consumer's epoch is a stretch of the producer's stream: where it began.
     state["shared"] = shared_name;
@@ -136,6 +140,13 @@ Result<ResumePoint> CheckResumeState(const Loader& loader, bool is_consumer,
       if (loader.source().sharded() == nullptr) {
         return InvalidArgument("state has a buffered epoch, which only tar shards have; this dataset is not in shards");
       }
+    }
+    if (state.value("shard_shuffle", false) != spec.shard_shuffle ||
+        (spec.shard_shuffle && state.value("shuffle_buffer", json(0)) != json(spec.shuffle_buffer))) {
+      return InvalidArgument("state was taken with shard_shuffle=" + Shown(state.value("shard_shuffle", false)) +
+                             " and shuffle_buffer=" + Shown(state.value("shuffle_buffer", json(0))) +
+                             ", this loader has shard_shuffle=" + (spec.shard_shuffle ? "true" : "false") +
+                             " and shuffle_buffer=" + std::to_string(spec.shuffle_buffer) + ": batches would differ");
     }
     const int64_t batches = loader.sampler().BatchesPerEpoch();
     if (point.batch < 0 || point.batch > batches) {

@@ -43,7 +43,10 @@ FieldKind InferFieldKind(const std::vector<std::string>& extensions) {
   for (const std::string& e : extensions) audio &= IsAudioExtension(e);
   if (audio) return FieldKind::kAudio;
   const std::string& e = extensions.front();
-  if (e == "cls") return FieldKind::kLabel;
+  // The names Parquet datasets give their columns (docs/parquet.md).
+  if (e == "image" || e == "img") return FieldKind::kImage;
+  if (e == "audio") return FieldKind::kAudio;
+  if (e == "cls" || e == "label" || e == "labels") return FieldKind::kLabel;
   if (e == "json") return FieldKind::kJson;
   if (e == "txt" || e == "text") return FieldKind::kText;
   return FieldKind::kBytes;

@@ -1,0 +1,899 @@
+// The parquet driver: datasets published as Parquet shards (the Hugging Face
+// layout: data/train-00000-of-00042.parquet, an image column stored as a
+// struct of bytes and path, a ClassLabel integer column), local or on S3
+// (docs/parquet.md).
+//
+// The path is a file, a glob ("data/train-*.parquet") or brace pattern
+// ("train-{00000..00041}-of-00042.parquet"), locally or as s3://BUCKET/KEY.
+// Items are the rows of the files in name order. The fields name columns:
+// the image (or audio) column, HF's struct (its `bytes`) or plain binary;
+// the label column, integers (HF's ClassLabel names, from the schema's
+// metadata, are the classes) or strings (the sorted distinct values are);
+// every other field a column of one value per row (binary, string,
+// integer, float, boolean), read as the field's kind asks.
+//
+// What is read: the footers (and their offset indexes) when the source
+// opens, then the label column and the small fields' columns whole (their
+// values' sizes make each item's record); and per item, of each column
+// asked for, the page holding its row (with the chunk's dictionary page),
+// where the file has an offset index (written by `datasets`, or pyarrow's
+// write_page_index=True), else its row group's whole column chunk.
+// Decoded pages and chunks are kept in a cache of `decoded_cache_mb`, so
+// rows read near each other in time (shard_shuffle, or no shuffle) decode
+// each page once. On S3 each range is one ranged GET, many in flight; the
+// pages are decoded on the source's own threads, never on the I/O thread.
+//
+//   options: decoded_cache_mb  the decoded-page cache (default 256)
+//            endpoint, region, profile, addressing, unsigned, max_attempts:
+//                              the S3 options (docs/s3.md), for s3:// paths
+#include <fnmatch.h>
+#include <glob.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <list>
+#include <map>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+#include "common/fd.h"
+#include "common/json_fields.h"
+#include "common/mutex.h"
+#include "source/driver.h"
+#include "source/index_progress.h"
+#include "source/parquet_file.h"
+#include "source/s3_client.h"
+#include "source/s3_config.h"
+
+namespace nostall {
+namespace {
+
+constexpr const char* kDriver = "parquet";
+constexpr const char* kParquetKeys[] = {"decoded_cache_mb"};
+
+struct ParquetOptions {
+  int64_t decoded_cache_mb = 256;
+  nlohmann::json s3 = nlohmann::json::object();
+};
+
+Result<ParquetOptions> ReadOptions(const nlohmann::json& given) {
+  if (!given.is_object()) return InvalidArgument("the parquet driver's options must be an object");
+  ParquetOptions o;
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [k, v] : given.items()) {
+    bool ours = false;
+    for (const char* c : kParquetKeys) ours |= k == c;
+    (ours ? j[k] : o.s3[k]) = v;
+  }
+  NOSTALL_RETURN_IF_ERROR(ReadS3Options(o.s3, kDriver).status());
+  NOSTALL_RETURN_IF_ERROR(GetInt(j, "source.options: ", "decoded_cache_mb", 0, 1 << 20, &o.decoded_cache_mb));
+  return o;
+}
+
+Result<nlohmann::json> ResolveOptions(const nlohmann::json& given, bool) {
+  NOSTALL_ASSIGN_OR_RETURN(ParquetOptions o, ReadOptions(given));
+  nlohmann::json out = o.s3;
+  out["decoded_cache_mb"] = o.decoded_cache_mb;
+  return out;
+}
+
+bool IsS3(const std::string& uri) { return uri.rfind("s3://", 0) == 0; }
+
+bool Claims(const std::string& uri) {
+  const std::string suffix = ".parquet";
+  return uri.size() > suffix.size() && uri.compare(uri.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool HasWildcard(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+// The files a pattern names, in name order: braces expanded, then globs.
+struct FileRef {
+  std::string name;  // the path, or s3://bucket/key
+  std::string key;   // S3: the key
+  uint64_t size = 0;
+  int64_t stamp = 0;  // mtime ns, or the ETag's hash
+};
+
+Result<std::vector<FileRef>> LocalFiles(const std::string& uri) {
+  NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> patterns, ExpandBraces(uri));
+  std::set<std::string> names;
+  for (const std::string& p : patterns) {
+    if (!HasWildcard(p)) {
+      names.insert(p);
+      continue;
+    }
+    glob_t g{};
+    const int rc = ::glob(p.c_str(), 0, nullptr, &g);
+    if (rc == 0) {
+      for (size_t k = 0; k < g.gl_pathc; ++k) names.insert(g.gl_pathv[k]);
+    }
+    ::globfree(&g);
+    if (rc != 0 && rc != GLOB_NOMATCH) return IoError("cannot list " + p);
+  }
+  std::vector<FileRef> out;
+  for (const std::string& n : names) {
+    struct stat st;
+    if (::stat(n.c_str(), &st) != 0) {
+      return NotFound("Parquet file does not exist: " + n);
+    }
+    if (!S_ISREG(st.st_mode)) return InvalidArgument(n + " is not a file");
+    out.push_back({n, "", static_cast<uint64_t>(st.st_size),
+                   static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
+  }
+  if (out.empty()) return NotFound("no Parquet file matches " + uri);
+  return out;
+}
+
+Result<std::vector<FileRef>> S3Files(const std::string& uri, S3Client* client, std::string* bucket) {
+  NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> patterns, ExpandBraces(uri));
+  std::map<std::string, FileRef> found;
+  for (const std::string& p : patterns) {
+    NOSTALL_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(p));
+    if (bucket->empty()) *bucket = loc.bucket;
+    if (loc.bucket != *bucket) return InvalidArgument("Parquet files in two buckets: " + uri);
+    const size_t wild = loc.key.find_first_of("*?[");
+    const std::string prefix = loc.key.substr(0, wild);
+    NOSTALL_ASSIGN_OR_RETURN(std::vector<S3Object> listed, client->List(loc.bucket, prefix));
+    for (const S3Object& obj : listed) {
+      const bool match = wild == std::string::npos ? obj.key == loc.key
+                                                   : ::fnmatch(loc.key.c_str(), obj.key.c_str(), FNM_PATHNAME) == 0;
+      if (!match) continue;
+      uint64_t h = 1469598103934665603ull;
+      for (char c : obj.etag) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+      found[obj.key] = {"s3://" + loc.bucket + "/" + obj.key, obj.key, static_cast<uint64_t>(obj.size),
+                        static_cast<int64_t>(h)};
+    }
+    if (wild == std::string::npos && found.find(loc.key) == found.end()) {
+      return NotFound("Parquet file does not exist: " + p);
+    }
+  }
+  std::vector<FileRef> out;
+  for (auto& [k, f] : found) out.push_back(std::move(f));
+  if (out.empty()) return NotFound("no Parquet file matches " + uri);
+  return out;
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// One field as the files hold it.
+struct Column {
+  std::string field;  // the field's name
+  FieldKind kind = FieldKind::kBytes;
+  bool optional = false;
+  std::string name;  // the column
+  int leaf = -1;     // its leaf: the column, or its struct's `bytes`
+};
+
+// The column of `file` a field's candidates name (exact, then in any case):
+// its leaf, "" when none.
+std::string FindColumn(const pq::File& file, const std::vector<std::string>& candidates, bool media,
+                       int* leaf) {
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const std::string& want : candidates) {
+      for (const auto& [name, group] : file.columns()) {
+        if (pass == 0 ? name != want : Lower(name) != Lower(want)) continue;
+        *leaf = file.FindLeaf(group && media ? name + ".bytes" : name);
+        return name;
+      }
+    }
+  }
+  return "";
+}
+
+std::string ColumnList(const pq::File& file) {
+  std::string out;
+  for (const auto& [name, group] : file.columns()) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+// HF datasets' features, from the schema's "huggingface" metadata: the
+// column of each feature type, and a ClassLabel's names.
+struct HfFeatures {
+  std::string image, audio, class_label;
+  std::vector<std::string> names;
+};
+
+HfFeatures ReadHfFeatures(const pq::File& file) {
+  HfFeatures hf;
+  const std::string meta = file.Metadata("huggingface");
+  if (meta.empty()) return hf;
+  nlohmann::json j = nlohmann::json::parse(meta, nullptr, false);
+  if (!j.is_object() || !j.contains("info") || !j["info"].is_object()) return hf;
+  const nlohmann::json& feats = j["info"].value("features", nlohmann::json());
+  if (!feats.is_object()) return hf;
+  for (const auto& [name, f] : feats.items()) {
+    if (!f.is_object()) continue;
+    const std::string type = f.value("_type", "");
+    if (type == "Image" && hf.image.empty()) hf.image = name;
+    if (type == "Audio" && hf.audio.empty()) hf.audio = name;
+    if (type == "ClassLabel" && hf.class_label.empty() && f.contains("names") && f["names"].is_array()) {
+      hf.class_label = name;
+      for (const auto& n : f["names"]) hf.names.push_back(n.is_string() ? n.get<std::string>() : n.dump());
+    }
+  }
+  return hf;
+}
+
+// Decoded units (pages or whole chunks) and raw dictionary pages, by
+// (file, row group, leaf, page), least recently used first out, within a
+// byte budget.
+class UnitCache {
+ public:
+  explicit UnitCache(uint64_t budget) : budget_(budget) {}
+  struct Key {
+    int32_t file, rg, leaf, page;
+    bool operator<(const Key& o) const {
+      return std::tie(file, rg, leaf, page) < std::tie(o.file, o.rg, o.leaf, o.page);
+    }
+  };
+  std::shared_ptr<const pq::Values> Get(const Key& k) EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    auto it = map_.find(k);
+    if (it == map_.end()) return nullptr;
+    lru_.splice(lru_.begin(), lru_, it->second.where);
+    return it->second.values;
+  }
+  void Put(const Key& k, std::shared_ptr<const pq::Values> v) EXCLUDES(mu_) {
+    const uint64_t size = v->bytes();
+    if (size > budget_) return;
+    MutexLock lock(&mu_);
+    if (map_.count(k) != 0) return;
+    lru_.push_front(k);
+    map_[k] = {std::move(v), lru_.begin(), size};
+    used_ += size;
+    while (used_ > budget_ && !lru_.empty()) {
+      auto it = map_.find(lru_.back());
+      used_ -= it->second.size;
+      map_.erase(it);
+      lru_.pop_back();
+    }
+  }
+
+ private:
+  struct Entry {
+    std::shared_ptr<const pq::Values> values;
+    std::list<Key>::iterator where;
+    uint64_t size;
+  };
+  const uint64_t budget_;
+  Mutex mu_;
+  std::list<Key> lru_ GUARDED_BY(mu_);
+  std::map<Key, Entry> map_ GUARDED_BY(mu_);
+  uint64_t used_ GUARDED_BY(mu_) = 0;
+};
+
+// Row groups as the buffered epoch's shards (sampler.h): every epoch with
+// shard_shuffle, row groups in a random order, rows mixed in the buffer.
+class RowGroupShards final : public ShardedItems {
+ public:
+  explicit RowGroupShards(std::vector<int64_t> starts) : starts_(std::move(starts)) {}
+  int64_t shard_count() const override { return static_cast<int64_t>(starts_.size()) - 1; }
+  bool complete() const override { return true; }
+  void Begin(const std::vector<int64_t>&) override {}
+  Result<int64_t> Count(int64_t s) override { return starts_[s + 1] - starts_[s]; }
+  Result<int64_t> Total() override { return starts_.back(); }
+  int64_t Id(int64_t s, int64_t member) const override { return starts_[s] + member; }
+  int64_t StableKey(int64_t id) const override {
+    if (IsShardMemberKey(id)) return id;
+    auto it = std::upper_bound(starts_.begin(), starts_.end(), id);
+    const int64_t s = static_cast<int64_t>(it - starts_.begin()) - 1;
+    return ShardMemberKey(s, id - starts_[s]);
+  }
+
+ private:
+  const std::vector<int64_t> starts_;  // each shard's first item; the total last
+};
+
+// A small pool for the S3 reads' page decoding (off the I/O thread).
+class DecodePool {
+ public:
+  explicit DecodePool(int threads) {
+    for (int t = 0; t < threads; ++t) threads_.emplace_back([this] { Run(); });
+  }
+  ~DecodePool() {
+    {
+      MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void Post(std::function<void()> job) EXCLUDES(mu_) {
+    {
+      MutexLock lock(&mu_);
+      jobs_.push_back(std::move(job));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void Run() EXCLUDES(mu_) {
+    for (;;) {
+      std::function<void()> job;
+      {
+        MutexLock lock(&mu_);
+        cv_.wait(lock.native(), [&]() NO_THREAD_SAFETY_ANALYSIS { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;  // stopping, and nothing left
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+  Mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+class ParquetSource final : public Source {
+ public:
+  ParquetSource(std::vector<std::shared_ptr<pq::File>> files, std::vector<FileRef> refs,
+                std::vector<Column> columns, std::vector<int64_t> labels, std::vector<std::string> classes,
+                std::vector<FieldSpan> spans, std::vector<int64_t> room, std::unique_ptr<S3Client> client,
+                std::string bucket, const ParquetOptions& o, uint64_t max_item_bytes, std::string origin)
+      : files_(std::move(files)),
+        refs_(std::move(refs)),
+        columns_(std::move(columns)),
+        labels_(std::move(labels)),
+        classes_(std::move(classes)),
+        spans_(std::move(spans)),
+        room_(std::move(room)),
+        client_(std::move(client)),
+        bucket_(std::move(bucket)),
+        cache_(static_cast<uint64_t>(o.decoded_cache_mb) << 20),
+        max_item_bytes_(max_item_bytes),
+        origin_(std::move(origin)) {
+    int64_t first = 0;
+    std::vector<int64_t> starts;
+    for (const auto& f : files_) {
+      file_first_.push_back(first);
+      for (int g = 0; g < f->row_groups(); ++g) starts.push_back(first + f->row_group_first(g));
+      first += f->rows();
+    }
+    size_ = first;
+    starts.push_back(first);
+    shards_ = std::make_shared<RowGroupShards>(std::move(starts));
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](const std::string& s) {
+      for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+      h = (h ^ 0xff) * 1099511628211ull;
+    };
+    for (const FileRef& r : refs_) mix(r.name + "/" + std::to_string(r.size) + "/" + std::to_string(r.stamp));
+    for (const Column& c : columns_) mix(c.field + "=" + c.name + "/" + FieldKindName(c.kind));
+    fingerprint_ = h;
+    if (client_ != nullptr) pool_ = std::make_unique<DecodePool>(2);
+    for (size_t c = 0; c < columns_.size(); ++c) {
+      if (!files_.front()->has_page_index(columns_[c].leaf)) whole_chunks_ = true;
+    }
+  }
+  ~ParquetSource() override {
+    if (client_ != nullptr) client_->CancelAll();
+    pool_.reset();  // its jobs finish before the rest goes
+  }
+
+  int64_t size() const override { return size_; }
+  std::string key(int64_t i) const override {
+    const size_t f = FileOf(i);
+    return refs_[f].name + "[" + std::to_string(i - file_first_[f]) + "]";
+  }
+  int64_t label(int64_t i) const override { return labels_.empty() ? 0 : labels_[static_cast<size_t>(i)]; }
+  int64_t byte_size(int64_t i) const override {
+    // The media column's share of its row group's chunk (uncompressed).
+    const size_t f = FileOf(i);
+    const pq::File& file = *files_[f];
+    const int rg = file.RowGroupOf(i - file_first_[f]);
+    return media_bytes(file, rg);
+  }
+  const std::vector<std::string>& classes() const override { return classes_; }
+  uint64_t fingerprint() const override { return fingerprint_; }
+  const FieldSpan* record(int64_t i) const override {
+    return spans_.empty() ? nullptr : &spans_[static_cast<size_t>(i) * (1 + extra())];
+  }
+  int extra_fields() const override { return extra(); }
+  int64_t field_room(int f) const override { return room_[static_cast<size_t>(f)]; }
+  std::vector<std::pair<std::string, int64_t>> members_found() const override {
+    std::vector<std::pair<std::string, int64_t>> out;
+    for (const auto& [name, group] : files_.front()->columns()) out.push_back({name, size_});
+    return out;
+  }
+  std::string index_origin() const override { return origin_; }
+  std::string index_note() const override {
+    if (!whole_chunks_) return "";
+    return "these Parquet files have no offset index (page index) for the columns read: a row costs its "
+           "row group's whole column chunk, kept decoded in a cache of decoded_cache_mb; an exact shuffle "
+           "over many row groups rereads chunks. Write the files with an offset index (pyarrow: "
+           "write_page_index=True; `datasets` does) or read with shard_shuffle=True (docs/parquet.md)";
+  }
+  std::shared_ptr<ShardedItems> sharded() const override { return shards_; }
+  std::optional<StorageStats> storage_stats() const override {
+    if (client_ == nullptr) return std::nullopt;
+    return client_->Stats();
+  }
+  const char* kind() const override { return kDriver; }
+
+  Status Read(int64_t i, std::vector<uint8_t>* out) const override {
+    Plan plan = PlanOf(i);
+    for (Need& n : plan.needs) {
+      if (n.values != nullptr) continue;
+      NOSTALL_RETURN_IF_ERROR(FetchSync(plan.file, n.unit.dictionary, &n.dict_bytes, n.dict_values));
+      NOSTALL_RETURN_IF_ERROR(FetchSync(plan.file, n.unit.data, &n.data_bytes, nullptr));
+    }
+    return Finish(i, &plan, out);
+  }
+
+  bool ReadsAsync() const override { return client_ != nullptr; }
+  double RequestLatencySeconds() const override { return client_ ? client_->LatencySeconds() : 0; }
+  void CancelReads() const override {
+    if (client_) client_->CancelAll();
+  }
+
+  void ReadAsync(int64_t i, std::vector<uint8_t> buffer, ReadDone done) const override {
+    if (client_ == nullptr) return Source::ReadAsync(i, std::move(buffer), std::move(done));
+    struct State {
+      Plan plan;
+      std::vector<uint8_t> buffer;
+      ReadDone done;
+      std::atomic<int> left{1};
+      Mutex mu;
+      Status status GUARDED_BY(mu);
+    };
+    auto st = std::make_shared<State>();
+    st->plan = PlanOf(i);
+    st->buffer = std::move(buffer);
+    st->done = std::move(done);
+    auto finish = [this, i, st]() {
+      Status s;
+      {
+        MutexLock lock(&st->mu);
+        s = st->status;
+      }
+      if (s.ok()) s = Finish(i, &st->plan, &st->buffer);
+      st->done(std::move(s), std::move(st->buffer));
+    };
+    auto arrived = [this, st, finish]() {
+      if (st->left.fetch_sub(1) == 1) pool_->Post(finish);
+    };
+    for (Need& n : st->plan.needs) {
+      if (n.values != nullptr) continue;
+      for (int part = 0; part < 2; ++part) {
+        const pq::Range r = part == 0 ? n.unit.dictionary : n.unit.data;
+        if (r.length == 0 || (part == 0 && n.dict_values != nullptr)) continue;
+        std::string* dest = part == 0 ? &n.dict_bytes : &n.data_bytes;
+        st->left.fetch_add(1);
+        client_->GetAsync(bucket_, refs_[st->plan.file].key, r.offset, static_cast<int64_t>(r.length), {},
+                          [st, dest, arrived, r](Status s, std::vector<uint8_t> bytes) {
+                            if (s.ok() && bytes.size() != r.length) s = DataError("a short ranged read");
+                            if (s.ok()) {
+                              dest->assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+                            } else {
+                              MutexLock lock(&st->mu);
+                              if (st->status.ok()) st->status = s;
+                            }
+                            arrived();
+                          });
+      }
+    }
+    arrived();  // the first count: every read issued
+  }
+
+ private:
+  // One column's part of an item: the unit holding its row, decoded (from
+  // the cache) or to be fetched.
+  struct Need {
+    pq::Unit unit;
+    int64_t row = 0;  // within the row group
+    std::shared_ptr<const pq::Values> values;
+    std::shared_ptr<const pq::Values> dict_values;  // a cached dictionary page
+    std::string dict_bytes, data_bytes;
+  };
+  struct Plan {
+    size_t file = 0;
+    Status status;
+    std::vector<Need> needs;  // per column, in field order (media last)
+  };
+
+  int extra() const { return static_cast<int>(columns_.size()) - 1; }
+  size_t FileOf(int64_t i) const {
+    auto it = std::upper_bound(file_first_.begin(), file_first_.end(), i);
+    return static_cast<size_t>(it - file_first_.begin()) - 1;
+  }
+  int64_t media_bytes(const pq::File& file, int rg) const;
+
+  UnitCache::Key KeyOf(size_t file, const pq::Unit& u, bool dictionary) const {
+    return {static_cast<int32_t>(file), u.row_group, u.leaf, dictionary ? -2 : u.page};
+  }
+
+  Plan PlanOf(int64_t i) const {
+    Plan p;
+    p.file = FileOf(i);
+    const pq::File& file = *files_[p.file];
+    const int64_t row = i - file_first_[p.file];
+    const int rg = file.RowGroupOf(row);
+    for (const Column& c : columns_) {
+      Need n;
+      n.row = row - file.row_group_first(rg);
+      Result<pq::Unit> u = file.UnitOf(rg, c.leaf, n.row);
+      if (!u.ok()) {
+        p.status = u.status();
+        p.needs.clear();
+        return p;
+      }
+      n.unit = u.value();
+      n.values = cache_.Get(KeyOf(p.file, n.unit, false));
+      if (n.values == nullptr && n.unit.dictionary.length > 0) n.dict_values = cache_.Get(KeyOf(p.file, n.unit, true));
+      p.needs.push_back(std::move(n));
+    }
+    return p;
+  }
+
+  Status FetchSync(size_t f, const pq::Range& r, std::string* out,
+                   const std::shared_ptr<const pq::Values>& cached) const {
+    if (r.length == 0 || cached != nullptr) return Status::OK();
+    if (r.length > max_item_bytes_ * 4 + (64 << 20)) {
+      return DataError(refs_[f].name + ": a column chunk of " + std::to_string(r.length) +
+                       " bytes to read for one row (over the item size limit)");
+    }
+    if (client_ != nullptr) {
+      std::vector<uint8_t> bytes;
+      NOSTALL_RETURN_IF_ERROR(client_->Get(bucket_, refs_[f].key, r.offset, static_cast<int64_t>(r.length), &bytes));
+      if (bytes.size() != r.length) return DataError("a short ranged read");
+      out->assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+      return Status::OK();
+    }
+    NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(refs_[f].name));
+    out->resize(r.length);
+    return PreadExact(fd.get(), r.offset, r.length, reinterpret_cast<uint8_t*>(out->data()));
+  }
+
+  // Decodes what was fetched, caches it, and writes the item's bytes: the
+  // extra fields' values in order, then the image's.
+  Status Finish(int64_t i, Plan* plan, std::vector<uint8_t>* out) const {
+    NOSTALL_RETURN_IF_ERROR(plan->status);
+    const pq::File& file = *files_[plan->file];
+    out->clear();
+    for (size_t c = 0; c < plan->needs.size(); ++c) {
+      Need& n = plan->needs[c];
+      if (n.values == nullptr) {
+        if (n.dict_values != nullptr) n.dict_bytes = n.dict_values->blob;
+        NOSTALL_ASSIGN_OR_RETURN(pq::Values v, file.Decode(n.unit, n.dict_bytes, n.data_bytes));
+        if (static_cast<int64_t>(v.present.size()) != n.unit.rows) {
+          return DataError(file.Where(n.unit.row_group, n.unit.leaf) + ": " + std::to_string(v.present.size()) +
+                           " values where its page index says " + std::to_string(n.unit.rows));
+        }
+        n.values = std::make_shared<const pq::Values>(std::move(v));
+        cache_.Put(KeyOf(plan->file, n.unit, false), n.values);
+        if (n.unit.dictionary.length > 0 && n.dict_values == nullptr) {
+          auto d = std::make_shared<pq::Values>();
+          d->blob = std::move(n.dict_bytes);
+          cache_.Put(KeyOf(plan->file, n.unit, true), std::move(d));
+        }
+      }
+      const size_t k = static_cast<size_t>(n.row - n.unit.first_row);
+      const Column& col = columns_[c];
+      const bool media = c + 1 == plan->needs.size();
+      if (!n.values->present[k]) {
+        if (media) return DataError("the row's " + col.name + " is null (" + file.Where(n.unit.row_group, n.unit.leaf) + ")");
+        if (spans_.empty() || spans_[static_cast<size_t>(i) * (1 + extra()) + 1 + c].size >= 0) {
+          return DataError("the row's " + col.name + " is null, and was not when the loader was made");
+        }
+        continue;
+      }
+      const uint64_t a = n.values->off[k], b = n.values->off[k + 1];
+      if (!media && !spans_.empty()) {
+        const int64_t want = spans_[static_cast<size_t>(i) * (1 + extra()) + 1 + c].size;
+        if (want != static_cast<int64_t>(b - a)) {
+          return DataError("the row's " + col.name + " changed while the loader ran (" + std::to_string(want) +
+                           " bytes when it was made, " + std::to_string(b - a) + " now)");
+        }
+      }
+      if (out->size() + (b - a) > max_item_bytes_) return DataError("the row is over the item size limit");
+      out->insert(out->end(), n.values->blob.begin() + static_cast<std::ptrdiff_t>(a),
+                  n.values->blob.begin() + static_cast<std::ptrdiff_t>(b));
+    }
+    return Status::OK();
+  }
+
+  const std::vector<std::shared_ptr<pq::File>> files_;
+  const std::vector<FileRef> refs_;
+  const std::vector<Column> columns_;  // extra fields in order, then the media column
+  const std::vector<int64_t> labels_;
+  const std::vector<std::string> classes_;
+  const std::vector<FieldSpan> spans_;
+  const std::vector<int64_t> room_;
+  const std::unique_ptr<S3Client> client_;
+  const std::string bucket_;
+  mutable UnitCache cache_;
+  const uint64_t max_item_bytes_;
+  const std::string origin_;
+  std::vector<int64_t> file_first_;
+  int64_t size_ = 0;
+  uint64_t fingerprint_ = 0;
+  bool whole_chunks_ = false;
+  std::shared_ptr<RowGroupShards> shards_;
+  std::unique_ptr<DecodePool> pool_;
+};
+
+int64_t ParquetSource::media_bytes(const pq::File& file, int rg) const {
+  const int64_t rows = std::max<int64_t>(1, file.row_group_rows(rg));
+  return std::max<int64_t>(1, file.ChunkBytes(rg, columns_.back().leaf) / rows);
+}
+
+// Every value of `leaf` in every row group of `file`, in row order.
+Status ReadColumn(const pq::File& file, int leaf, const pq::ReadAt& read,
+                  const std::function<Status(const pq::Values&, int64_t first)>& each) {
+  for (int g = 0; g < file.row_groups(); ++g) {
+    NOSTALL_ASSIGN_OR_RETURN(pq::Unit u, file.ChunkUnit(g, leaf));
+    std::string bytes;
+    NOSTALL_RETURN_IF_ERROR(read(u.data.offset, u.data.length, &bytes));
+    NOSTALL_ASSIGN_OR_RETURN(pq::Values v, file.Decode(u, "", bytes));
+    if (static_cast<int64_t>(v.present.size()) != u.rows) {
+      return DataError(file.Where(g, leaf) + ": " + std::to_string(v.present.size()) + " values in a row group of " +
+                       std::to_string(u.rows) + " rows");
+    }
+    NOSTALL_RETURN_IF_ERROR(each(v, file.row_group_first(g)));
+  }
+  return Status::OK();
+}
+
+Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions& options) {
+  NOSTALL_ASSIGN_OR_RETURN(nlohmann::json j, DriverOptionsJson(options, kDriver));
+  NOSTALL_ASSIGN_OR_RETURN(ParquetOptions o, ReadOptions(j));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<S3Client> client;
+  std::string bucket;
+  std::vector<FileRef> refs;
+  if (IsS3(uri)) {
+    SourceOptions s3 = options;
+    s3.driver_options = o.s3.dump();
+    NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(s3, kDriver));
+    NOSTALL_ASSIGN_OR_RETURN(client, S3Client::Create(config));
+    NOSTALL_ASSIGN_OR_RETURN(refs, S3Files(uri, client.get(), &bucket));
+  } else {
+    NOSTALL_ASSIGN_OR_RETURN(refs, LocalFiles(uri));
+  }
+  S3Client* c = client.get();
+  auto reader = [c, bucket](const FileRef& r) -> pq::ReadAt {
+    return [c, bucket, r](uint64_t offset, uint64_t length, std::string* out) -> Status {
+      if (offset + length > r.size) {
+        return DataError(r.name + ": a read past its end (" + std::to_string(offset + length) + " of " +
+                         std::to_string(r.size) + " bytes)");
+      }
+      if (c != nullptr) {
+        std::vector<uint8_t> bytes;
+        NOSTALL_RETURN_IF_ERROR(c->Get(bucket, r.key, offset, static_cast<int64_t>(length), &bytes));
+        out->assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+        return Status::OK();
+      }
+      NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(r.name));
+      out->resize(length);
+      Status st = PreadExact(fd.get(), offset, length, reinterpret_cast<uint8_t*>(out->data()));
+      if (!st.ok()) return DataError(r.name + ": " + st.message());
+      return st;
+    };
+  };
+
+  // The footers, many at a time (on S3 each is a round trip or two).
+  std::vector<std::shared_ptr<pq::File>> files(refs.size());
+  std::vector<Status> failed(refs.size());
+  {
+    std::atomic<size_t> next{0};
+    const size_t n_threads = std::min<size_t>(refs.size(), c != nullptr ? 32 : 4);
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < n_threads; ++t) {
+      threads.emplace_back([&] {
+        for (size_t k; (k = next.fetch_add(1)) < refs.size();) {
+          Result<std::shared_ptr<pq::File>> f = pq::File::Open(refs[k].name, refs[k].size, reader(refs[k]));
+          if (f.ok()) {
+            files[k] = f.value();
+          } else {
+            failed[k] = f.status();
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (const Status& s : failed) NOSTALL_RETURN_IF_ERROR(s);
+  const pq::File& first = *files.front();
+
+  // The fields: the media column, the label column, the rest.
+  const HfFeatures hf = ReadHfFeatures(first);
+  std::vector<FieldSpec> fields = options.fields;
+  if (fields.empty()) {
+    FieldSpec image{"image", {}, FieldKind::kImage};
+    if (!hf.image.empty()) image.extensions.push_back(hf.image);
+    for (const char* n : {"image", "img", "jpg", "jpeg", "png", "webp"}) image.extensions.push_back(n);
+    fields.push_back(image);
+    FieldSpec label{"label", {}, FieldKind::kLabel, /*optional=*/true};
+    if (!hf.class_label.empty()) label.extensions.push_back(hf.class_label);
+    for (const char* n : {"label", "labels", "cls", "class"}) label.extensions.push_back(n);
+    fields.push_back(label);
+  }
+  std::vector<Column> columns;
+  Column media, label;
+  for (const FieldSpec& f : fields) {
+    Column col;
+    col.field = f.name;
+    col.kind = f.kind;
+    col.optional = f.optional;
+    const bool is_media = IsMediaKind(f.kind);
+    col.name = FindColumn(first, f.extensions, is_media, &col.leaf);
+    if (col.name.empty()) {
+      if (f.kind == FieldKind::kLabel && f.optional) continue;
+      std::string wanted;
+      for (const std::string& e : f.extensions) wanted += (wanted.empty() ? "" : " or ") + e;
+      return InvalidArgument(first.name() + " has no column " + wanted + " for the field \"" + f.name +
+                             "\"; its columns: " + ColumnList(first));
+    }
+    if (col.leaf < 0) {
+      return InvalidArgument(first.name() + ": the column " + col.name + " for the field \"" + f.name +
+                             "\" is a struct or list; nostall reads a column of one value per row, or an "
+                             "image/audio struct of {bytes, path}");
+    }
+    const pq::Leaf& leaf = first.leaves()[static_cast<size_t>(col.leaf)];
+    if (leaf.max_rep > 0) {
+      return InvalidArgument(first.name() + ": the column " + col.name + " for the field \"" + f.name +
+                             "\" is a list; nostall reads columns of one value per row");
+    }
+    if (f.kind == FieldKind::kTargets) {
+      return InvalidArgument("a targets field is read from COCO files or .json members, not Parquet columns yet");
+    }
+    if (is_media) {
+      if (leaf.physical != 6 /* BYTE_ARRAY */) {
+        return InvalidArgument(first.name() + ": the column " + col.name + " for the " + FieldKindName(f.kind) +
+                               " field \"" + f.name + "\" holds no bytes (" + leaf.path + ")");
+      }
+      media = col;
+    } else if (f.kind == FieldKind::kLabel) {
+      label = col;
+    } else {
+      columns.push_back(col);
+    }
+  }
+  if (media.leaf < 0) return InvalidArgument("a Parquet dataset needs an image or audio field");
+  columns.push_back(media);
+
+  // Every file has the same leaves for them.
+  std::vector<int> leaves;
+  for (const Column& col : columns) leaves.push_back(col.leaf);
+  if (label.leaf >= 0) leaves.push_back(label.leaf);
+  for (const auto& f : files) {
+    for (int leaf : leaves) {
+      const pq::Leaf& want = first.leaves()[static_cast<size_t>(leaf)];
+      const int here = f->FindLeaf(want.path);
+      if (here != leaf || f->leaves()[static_cast<size_t>(here)].physical != want.physical) {
+        return InvalidArgument(f->name() + ": its schema differs from " + first.name() + "'s: column " + want.path +
+                               (here < 0 ? " is missing" : " has another place or type"));
+      }
+    }
+  }
+  // Offset indexes of the columns read per item, each file's in one read.
+  std::vector<int> per_item;
+  for (const Column& col : columns) per_item.push_back(col.leaf);
+  {
+    std::atomic<size_t> next{0};
+    const size_t n_threads = std::min<size_t>(files.size(), c != nullptr ? 32 : 4);
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < n_threads; ++t) {
+      threads.emplace_back([&] {
+        for (size_t k; (k = next.fetch_add(1)) < files.size();) {
+          failed[k] = files[k]->ReadOffsetIndexes(per_item, reader(refs[k]));
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (const Status& s : failed) NOSTALL_RETURN_IF_ERROR(s);
+
+  // Labels, and the classes.
+  int64_t total = 0;
+  for (const auto& f : files) total += f->rows();
+  if (total == 0) return InvalidArgument("the Parquet files " + uri + " hold no rows");
+  std::vector<int64_t> labels;
+  std::vector<std::string> classes;
+  if (label.leaf >= 0) {
+    const pq::Leaf& leaf = first.leaves()[static_cast<size_t>(label.leaf)];
+    const bool strings = leaf.physical == 6;
+    if (!strings && leaf.physical != 1 && leaf.physical != 2 && leaf.physical != 0) {
+      return InvalidArgument(first.name() + ": the label column " + label.name + " holds neither integers nor strings");
+    }
+    labels.resize(static_cast<size_t>(total));
+    std::vector<std::string> names(strings ? static_cast<size_t>(total) : 0);
+    int64_t base = 0;
+    for (size_t k = 0; k < files.size(); ++k) {
+      const pq::File& f = *files[k];
+      NOSTALL_RETURN_IF_ERROR(ReadColumn(f, label.leaf, reader(refs[k]), [&](const pq::Values& v, int64_t at) {
+        for (size_t r = 0; r < v.present.size(); ++r) {
+          if (!v.present[r]) {
+            return DataError(f.name() + "[" + std::to_string(at + static_cast<int64_t>(r)) + "]: the label (" +
+                             label.name + ") is null");
+          }
+          const size_t item = static_cast<size_t>(base + at) + r;
+          if (strings) {
+            names[item].assign(v.blob, v.off[r], v.off[r + 1] - v.off[r]);
+          } else {
+            labels[item] = v.ints[r];
+          }
+        }
+        return Status::OK();
+      }));
+      base += f.rows();
+    }
+    if (strings) {
+      std::set<std::string> distinct(names.begin(), names.end());
+      classes.assign(distinct.begin(), distinct.end());
+      for (size_t r = 0; r < names.size(); ++r) {
+        labels[r] = std::lower_bound(classes.begin(), classes.end(), names[r]) - classes.begin();
+      }
+    } else if (label.name == hf.class_label) {
+      classes = hf.names;
+    }
+  }
+
+  // The extra fields' records: each value's size, taken now.
+  const int extra = static_cast<int>(columns.size()) - 1;
+  std::vector<FieldSpan> spans;
+  std::vector<int64_t> room(static_cast<size_t>(extra), 0);
+  if (extra > 0) {
+    spans.assign(static_cast<size_t>(total) * static_cast<size_t>(1 + extra), FieldSpan{});
+    std::vector<int64_t> sizes(static_cast<size_t>(total) * static_cast<size_t>(extra), -1);
+    for (int e = 0; e < extra; ++e) {
+      const Column& col = columns[static_cast<size_t>(e)];
+      int64_t base = 0;
+      for (size_t k = 0; k < files.size(); ++k) {
+        const pq::File& f = *files[k];
+        NOSTALL_RETURN_IF_ERROR(ReadColumn(f, col.leaf, reader(refs[k]), [&](const pq::Values& v, int64_t at) {
+          for (size_t r = 0; r < v.present.size(); ++r) {
+            const int64_t item = base + at + static_cast<int64_t>(r);
+            if (!v.present[r] && !col.optional) {
+              return DataError(f.name() + "[" + std::to_string(at + static_cast<int64_t>(r)) + "]: the field \"" +
+                               col.field + "\" (" + col.name + ") is null; say optional=True to take it as None");
+            }
+            const int64_t n = v.present[r] ? static_cast<int64_t>(v.off[r + 1] - v.off[r]) : -1;
+            if (n > static_cast<int64_t>(options.max_field_bytes)) {
+              return DataError(f.name() + "[" + std::to_string(at + static_cast<int64_t>(r)) + "]: the field \"" +
+                               col.field + "\" is " + std::to_string(n) + " bytes, over max_field_bytes");
+            }
+            sizes[static_cast<size_t>(item) * extra + e] = n;
+            room[static_cast<size_t>(e)] = std::max(room[static_cast<size_t>(e)], n);
+          }
+          return Status::OK();
+        }));
+        base += f.rows();
+      }
+    }
+    for (int64_t item = 0; item < total; ++item) {
+      uint64_t at = 0;
+      FieldSpan* s = &spans[static_cast<size_t>(item) * (1 + extra)];
+      for (int e = 0; e < extra; ++e) {
+        const int64_t n = sizes[static_cast<size_t>(item) * extra + e];
+        s[1 + e] = {at, n};
+        if (n > 0) at += static_cast<uint64_t>(n);
+      }
+      s[0] = {at, -1};  // the image, to the end
+    }
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  char origin[160];
+  std::snprintf(origin, sizeof(origin), "read from %zu Parquet footer%s in %.2f s", files.size(),
+                files.size() == 1 ? "" : "s", secs);
+  return std::unique_ptr<Source>(new ParquetSource(std::move(files), std::move(refs), std::move(columns),
+                                                   std::move(labels), std::move(classes), std::move(spans),
+                                                   std::move(room), std::move(client), std::move(bucket), o,
+                                                   options.max_item_bytes, origin));
+}
+
+}  // namespace
+
+SourceDriver ParquetDriver() { return {kDriver, Claims, Open, ResolveOptions}; }
+
+}  // namespace nostall

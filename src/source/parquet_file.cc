@@ -1,0 +1,382 @@
+#include "source/parquet_file.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <limits>
+
+#include <arrow/buffer.h>
+#include <arrow/io/memory.h>
+#include <arrow/memory_pool.h>
+#include <arrow/util/key_value_metadata.h>
+#include <parquet/column_page.h>
+#include <parquet/column_reader.h>
+#include <parquet/exception.h>
+#include <parquet/metadata.h>
+#include <parquet/page_index.h>
+#include <parquet/properties.h>
+#include <parquet/schema.h>
+
+namespace nostall::pq {
+namespace {
+
+constexpr uint64_t kMaxFooter = 256ull << 20;  // a footer larger than this is not believed
+
+// Arrow allocates from the system allocator here (not its bundled jemalloc),
+// so the sanitizers see every allocation.
+const parquet::ReaderProperties& Properties() {
+  static const parquet::ReaderProperties props(arrow::system_memory_pool());
+  return props;
+}
+
+uint32_t LittleEndian32(const char* p) {
+  return static_cast<uint32_t>(static_cast<unsigned char>(p[0])) |
+         static_cast<uint32_t>(static_cast<unsigned char>(p[1])) << 8 |
+         static_cast<uint32_t>(static_cast<unsigned char>(p[2])) << 16 |
+         static_cast<uint32_t>(static_cast<unsigned char>(p[3])) << 24;
+}
+
+template <typename T>
+void AppendNumber(T v, Values* out) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  out->blob.append(buf, r.ptr);
+}
+
+// Reads every value of a column reader positioned at its first row into
+// `out` (rows values; non-repeated leaves: one level per row).
+template <typename DType>
+Status ReadAll(parquet::ColumnReader* base, const Leaf& leaf, int64_t rows, Values* out) {
+  auto* r = static_cast<parquet::TypedColumnReader<DType>*>(base);
+  using T = typename DType::c_type;
+  constexpr int64_t kBatch = 1024;
+  std::vector<int16_t> def(kBatch);
+  std::unique_ptr<T[]> vals(new T[kBatch]);
+  int64_t done = 0;
+  while (done < rows) {
+    const int64_t want = std::min(kBatch, rows - done);
+    int64_t got_values = 0;
+    const int64_t levels = r->ReadBatch(want, leaf.max_def > 0 ? def.data() : nullptr, nullptr, vals.get(),
+                                        &got_values);
+    if (levels <= 0) return DataError("the column chunk ends after " + std::to_string(done) + " of " +
+                                      std::to_string(rows) + " rows");
+    int64_t v = 0;
+    for (int64_t k = 0; k < levels; ++k) {
+      const bool present = leaf.max_def == 0 || def[static_cast<size_t>(k)] == leaf.max_def;
+      out->present.push_back(present ? 1 : 0);
+      if (present) {
+        if (v >= got_values) return DataError("the page's levels and values disagree");
+        const T& x = vals[v++];
+        if constexpr (std::is_same_v<DType, parquet::ByteArrayType>) {
+          out->blob.append(reinterpret_cast<const char*>(x.ptr), x.len);
+        } else if constexpr (std::is_same_v<DType, parquet::BooleanType>) {
+          out->blob += x ? "true" : "false";
+          out->ints.push_back(x ? 1 : 0);
+        } else if constexpr (std::is_integral_v<T>) {
+          AppendNumber(x, out);
+          out->ints.push_back(static_cast<int64_t>(x));
+        } else if (x != x) {
+          out->blob += "NaN";  // JSON's reading of a float column, as Python's json writes it
+        } else if (x == std::numeric_limits<T>::infinity() || x == -std::numeric_limits<T>::infinity()) {
+          out->blob += x > 0 ? "Infinity" : "-Infinity";
+        } else {
+          const size_t at = out->blob.size();
+          AppendNumber(x, out);
+          if (out->blob.find_first_of(".e", at) == std::string::npos) out->blob += ".0";  // a float stays one
+        }
+      } else if constexpr (std::is_integral_v<T> || std::is_same_v<DType, parquet::BooleanType>) {
+        out->ints.push_back(0);
+      }
+      out->off.push_back(out->blob.size());
+    }
+    done += levels;
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<File>> File::Open(const std::string& name, uint64_t size, const ReadAt& read) {
+  if (size < 12) {
+    return DataError(name + ": not a Parquet file: " + std::to_string(size) + " bytes, fewer than a footer's 12");
+  }
+  std::string tail;
+  const uint64_t guess = std::min<uint64_t>(size, 64 << 10);  // most footers: one read
+  NOSTALL_RETURN_IF_ERROR(read(size - guess, guess, &tail));
+  if (tail.size() != guess) return DataError(name + ": short read of the footer");
+  const char* end = tail.data() + tail.size();
+  if (std::memcmp(end - 4, "PAR1", 4) != 0) {
+    if (std::memcmp(end - 4, "PARE", 4) == 0) {
+      return DataError(name + ": an encrypted Parquet file (nostall does not read encrypted footers)");
+    }
+    return DataError(name + ": not a Parquet file (no PAR1 magic at its end; truncated, or another format)");
+  }
+  const uint64_t len = LittleEndian32(end - 8);
+  if (len == 0 || len + 12 > size || len > kMaxFooter) {
+    return DataError(name + ": the footer's length (" + std::to_string(len) + " bytes) does not fit the file's " +
+                     std::to_string(size) + " bytes (truncated?)");
+  }
+  std::string footer;
+  if (len + 8 <= guess) {
+    footer.assign(end - 8 - len, len);
+  } else {
+    NOSTALL_RETURN_IF_ERROR(read(size - 8 - len, len, &footer));
+  }
+  return FromSaved(name, size, footer);
+}
+
+Result<std::shared_ptr<File>> File::FromSaved(const std::string& name, uint64_t size, const std::string& footer) {
+  std::shared_ptr<File> f(new File());
+  f->name_ = name;
+  f->size_ = size;
+  f->footer_ = footer;
+  NOSTALL_RETURN_IF_ERROR(f->Init());
+  return f;
+}
+
+Status File::Init() {
+  try {
+    meta_ = parquet::FileMetaData::Make(footer_.data(), static_cast<int64_t>(footer_.size()), Properties());
+    const parquet::SchemaDescriptor* schema = meta_->schema();
+    for (int i = 0; i < schema->num_columns(); ++i) {
+      const parquet::ColumnDescriptor* d = schema->Column(i);
+      Leaf l;
+      l.index = i;
+      l.path = d->path()->ToDotString();
+      l.physical = d->physical_type();
+      l.string = d->logical_type() != nullptr && d->logical_type()->is_string();
+      l.max_def = d->max_definition_level();
+      l.max_rep = d->max_repetition_level();
+      leaves_.push_back(l);
+    }
+    const parquet::schema::GroupNode* root = schema->group_node();
+    for (int i = 0; i < root->field_count(); ++i) {
+      columns_.push_back({root->field(i)->name(), root->field(i)->is_group()});
+    }
+    int64_t first = 0;
+    for (int g = 0; g < meta_->num_row_groups(); ++g) {
+      rg_first_.push_back(first);
+      const int64_t n = meta_->RowGroup(g)->num_rows();
+      if (n < 0) return DataError(name_ + ": row group " + std::to_string(g) + " has a negative row count");
+      first += n;
+    }
+    rows_ = first;
+    if (rows_ != meta_->num_rows()) {
+      return DataError(name_ + ": its row groups hold " + std::to_string(rows_) + " rows, its footer says " +
+                       std::to_string(meta_->num_rows()));
+    }
+  } catch (const std::exception& e) {
+    return DataError(name_ + ": a damaged footer: " + e.what());
+  }
+  offsets_.assign(rg_first_.size(), std::vector<std::shared_ptr<parquet::OffsetIndex>>(leaves_.size()));
+  return Status::OK();
+}
+
+int64_t File::row_group_rows(int rg) const {
+  const size_t g = static_cast<size_t>(rg);
+  return (g + 1 < rg_first_.size() ? rg_first_[g + 1] : rows_) - rg_first_[g];
+}
+
+int File::RowGroupOf(int64_t row) const {
+  auto it = std::upper_bound(rg_first_.begin(), rg_first_.end(), row);
+  return static_cast<int>(it - rg_first_.begin()) - 1;
+}
+
+int File::FindLeaf(const std::string& path) const {
+  for (const Leaf& l : leaves_) {
+    if (l.path == path) return l.index;
+  }
+  return -1;
+}
+
+std::string File::Metadata(const std::string& key) const {
+  const auto& kv = meta_->key_value_metadata();
+  if (kv == nullptr) return "";
+  const int i = kv->FindKey(key);
+  return i < 0 ? "" : kv->value(i);
+}
+
+std::string File::Where(int rg, int leaf) const {
+  return name_ + " (row group " + std::to_string(rg) + ", column " + leaves_[static_cast<size_t>(leaf)].path + ")";
+}
+
+Range File::OffsetIndexRange(const std::vector<int>& leaves) const {
+  uint64_t lo = UINT64_MAX, hi = 0;
+  try {
+    for (int g = 0; g < row_groups(); ++g) {
+      auto rg = meta_->RowGroup(g);
+      for (int leaf : leaves) {
+        auto loc = rg->ColumnChunk(leaf)->GetOffsetIndexLocation();
+        if (!loc || loc->offset < 0 || loc->length <= 0) continue;
+        lo = std::min<uint64_t>(lo, static_cast<uint64_t>(loc->offset));
+        hi = std::max<uint64_t>(hi, static_cast<uint64_t>(loc->offset) + static_cast<uint64_t>(loc->length));
+      }
+    }
+  } catch (const std::exception&) {
+    return {};
+  }
+  if (hi <= lo || hi > size_) return {};
+  return {lo, hi - lo};
+}
+
+Status File::ReadOffsetIndexes(const std::vector<int>& leaves, const ReadAt& read) {
+  const Range r = OffsetIndexRange(leaves);
+  if (r.length == 0) return Status::OK();
+  if (r.length > kMaxFooter) return DataError(name_ + ": its offset indexes span more than 256 MiB");
+  std::string bytes;
+  NOSTALL_RETURN_IF_ERROR(read(r.offset, r.length, &bytes));
+  return SetOffsetIndexes(leaves, bytes, r.offset);
+}
+
+Status File::SetOffsetIndexes(const std::vector<int>& leaves, const std::string& bytes, uint64_t at) {
+  for (int g = 0; g < row_groups(); ++g) {
+    for (int leaf : leaves) {
+      try {
+        auto cc = meta_->RowGroup(g)->ColumnChunk(leaf);
+        auto loc = cc->GetOffsetIndexLocation();
+        if (!loc || loc->offset < 0 || loc->length <= 0) continue;
+        const uint64_t o = static_cast<uint64_t>(loc->offset), n = static_cast<uint64_t>(loc->length);
+        if (o < at || o + n > at + bytes.size()) return DataError(Where(g, leaf) + ": its offset index lies outside the file");
+        std::shared_ptr<parquet::OffsetIndex> oi =
+            parquet::OffsetIndex::Make(bytes.data() + (o - at), static_cast<int64_t>(n), Properties());
+        // Checked once here: pages in order, inside the chunk, rows rising.
+        const auto& pages = oi->page_locations();
+        const int64_t rows = row_group_rows(g);
+        const int64_t start = cc->has_dictionary_page() && cc->dictionary_page_offset() > 0
+                                  ? cc->dictionary_page_offset()
+                                  : cc->data_page_offset();
+        const int64_t end = start + cc->total_compressed_size();
+        for (size_t k = 0; k < pages.size(); ++k) {
+          const auto& p = pages[k];
+          const bool rows_ok = p.first_row_index >= 0 && p.first_row_index < std::max<int64_t>(rows, 1) &&
+                               (k == 0 ? p.first_row_index == 0 : p.first_row_index > pages[k - 1].first_row_index);
+          if (!rows_ok || p.offset < start || p.compressed_page_size <= 0 ||
+              p.offset + p.compressed_page_size > end) {
+            return DataError(Where(g, leaf) + ": its offset index lies (page " + std::to_string(k) +
+                             " outside the chunk or out of order)");
+          }
+        }
+        if (pages.empty() && rows > 0) return DataError(Where(g, leaf) + ": its offset index lists no page");
+        offsets_[static_cast<size_t>(g)][static_cast<size_t>(leaf)] = std::move(oi);
+      } catch (const std::exception& e) {
+        return DataError(Where(g, leaf) + ": a damaged offset index: " + e.what());
+      }
+    }
+  }
+  return Status::OK();
+}
+
+bool File::has_page_index(int leaf) const {
+  for (const auto& rg : offsets_) {
+    if (rg[static_cast<size_t>(leaf)] == nullptr) return false;
+  }
+  return !offsets_.empty();
+}
+
+Result<Unit> File::ChunkUnit(int rg, int leaf) const { return UnitOf(rg, leaf, -1); }
+
+int64_t File::ChunkBytes(int rg, int leaf) const {
+  try {
+    return std::max<int64_t>(0, meta_->RowGroup(rg)->ColumnChunk(leaf)->total_uncompressed_size());
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+// row -1: the whole chunk.
+Result<Unit> File::UnitOf(int rg, int leaf, int64_t row) const {
+  Unit u;
+  u.row_group = rg;
+  u.leaf = leaf;
+  try {
+    auto cc = meta_->RowGroup(rg)->ColumnChunk(leaf);
+    const int64_t rows = row_group_rows(rg);
+    const bool dict = cc->has_dictionary_page() && cc->dictionary_page_offset() > 0;
+    const int64_t start = dict ? cc->dictionary_page_offset() : cc->data_page_offset();
+    const int64_t total = cc->total_compressed_size();
+    if (start < 0 || total <= 0 || static_cast<uint64_t>(start) + static_cast<uint64_t>(total) > size_) {
+      return DataError(Where(rg, leaf) + ": the column chunk lies outside the file (" + std::to_string(start) +
+                       " + " + std::to_string(total) + " bytes of " + std::to_string(size_) + ")");
+    }
+    const auto& oi = offsets_[static_cast<size_t>(rg)][static_cast<size_t>(leaf)];
+    if (oi == nullptr || row < 0 || leaves_[static_cast<size_t>(leaf)].max_rep > 0) {
+      u.first_row = 0;
+      u.rows = rows;
+      u.data = {static_cast<uint64_t>(start), static_cast<uint64_t>(total)};
+      return u;
+    }
+    const auto& pages = oi->page_locations();
+    auto it = std::upper_bound(pages.begin(), pages.end(), row,
+                               [](int64_t r, const parquet::PageLocation& p) { return r < p.first_row_index; });
+    const size_t k = static_cast<size_t>(it - pages.begin()) - 1;
+    u.page = static_cast<int>(k);
+    u.first_row = pages[k].first_row_index;
+    u.rows = (k + 1 < pages.size() ? pages[k + 1].first_row_index : rows) - u.first_row;
+    if (dict) {
+      const int64_t first_data = pages.front().offset;
+      u.dictionary = {static_cast<uint64_t>(start), static_cast<uint64_t>(first_data - start)};
+    }
+    u.data = {static_cast<uint64_t>(pages[k].offset), static_cast<uint64_t>(pages[k].compressed_page_size)};
+  } catch (const std::exception& e) {
+    return DataError(Where(rg, leaf) + ": " + e.what());
+  }
+  return u;
+}
+
+Result<Values> File::Decode(const Unit& u, const std::string& dictionary, const std::string& data) const {
+  const Leaf& leaf = leaves_[static_cast<size_t>(u.leaf)];
+  if (leaf.max_rep > 0) {
+    return InvalidArgument(Where(u.row_group, u.leaf) + ": a repeated (list) column; nostall reads "
+                           "columns of one value per row");
+  }
+  Values out;
+  try {
+    auto cc = meta_->RowGroup(u.row_group)->ColumnChunk(u.leaf);
+    if (cc->crypto_metadata() != nullptr) return DataError(Where(u.row_group, u.leaf) + ": an encrypted column");
+    std::string bytes;
+    bytes.reserve(dictionary.size() + data.size());
+    bytes += dictionary;
+    bytes += data;
+    auto buffer = std::make_shared<arrow::Buffer>(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                                  static_cast<int64_t>(bytes.size()));
+    auto stream = std::make_shared<arrow::io::BufferReader>(buffer);
+    const parquet::ColumnDescriptor* descr = meta_->schema()->Column(u.leaf);
+    std::unique_ptr<parquet::PageReader> pages =
+        parquet::PageReader::Open(stream, u.rows, cc->compression(), Properties(), *descr);
+    std::shared_ptr<parquet::ColumnReader> reader =
+        parquet::ColumnReader::Make(descr, std::move(pages), arrow::system_memory_pool());
+    out.present.reserve(static_cast<size_t>(u.rows));
+    out.off.reserve(static_cast<size_t>(u.rows) + 1);
+    Status st;
+    switch (descr->physical_type()) {
+      case parquet::Type::BYTE_ARRAY:
+        st = ReadAll<parquet::ByteArrayType>(reader.get(), leaf, u.rows, &out);
+        break;
+      case parquet::Type::INT32:
+        st = ReadAll<parquet::Int32Type>(reader.get(), leaf, u.rows, &out);
+        break;
+      case parquet::Type::INT64:
+        st = ReadAll<parquet::Int64Type>(reader.get(), leaf, u.rows, &out);
+        break;
+      case parquet::Type::BOOLEAN:
+        st = ReadAll<parquet::BooleanType>(reader.get(), leaf, u.rows, &out);
+        break;
+      case parquet::Type::FLOAT:
+        st = ReadAll<parquet::FloatType>(reader.get(), leaf, u.rows, &out);
+        break;
+      case parquet::Type::DOUBLE:
+        st = ReadAll<parquet::DoubleType>(reader.get(), leaf, u.rows, &out);
+        break;
+      default:
+        return InvalidArgument(Where(u.row_group, u.leaf) + ": a column of physical type " +
+                               parquet::TypeToString(descr->physical_type()) + ", which nostall does not read");
+    }
+    if (!st.ok()) return DataError(Where(u.row_group, u.leaf) + ": " + st.message());
+  } catch (const std::exception& e) {
+    return DataError(Where(u.row_group, u.leaf) + (u.page >= 0 ? ", page " + std::to_string(u.page) : "") + ": " +
+                     e.what());
+  }
+  return out;
+}
+
+}  // namespace nostall::pq
