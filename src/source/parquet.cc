@@ -581,7 +581,11 @@ class ParquetSource final : public Source {
       const Column& col = columns_[c];
       const bool media = c + 1 == plan->needs.size();
       if (!n.values->present[k]) {
-        if (media) return DataError("the row's " + col.name + " is null (" + file.Where(n.unit.row_group, n.unit.leaf) + ")");
+        if (media) {
+          return DataError("the row's " + col.name + " has no bytes (" + file.Where(n.unit.row_group, n.unit.leaf) +
+                           "): a null, or a `datasets` Image stored by path rather than embedded; nostall reads "
+                           "the bytes in the file (the Hub's shards embed them)");
+        }
         if (spans_.empty() || spans_[static_cast<size_t>(i) * (1 + extra()) + 1 + c].size >= 0) {
           return DataError("the row's " + col.name + " is null, and was not when the loader was made");
         }
