@@ -323,7 +323,9 @@ def folder_to_parquet(folder, out_dir, files=1, name="train", row_group_size=100
         table = pa.table({"image": image, "label": label}).replace_schema_metadata(meta)
         pq.write_table(table, out_dir / f"{name}-{k:05d}-of-{files:05d}.parquet", row_group_size=row_group_size,
                        write_page_index=page_index, compression=compression, use_dictionary=["label"],
-                       data_page_size=max_page_bytes)
+                       data_page_size=max_page_bytes,
+                       # pages cut within a few values of max_page_bytes
+                       write_batch_size=1 if max_page_bytes < (1 << 20) else 64)
     return str(out_dir / f"{name}-*-of-{files:05d}.parquet")
 
 

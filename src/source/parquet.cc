@@ -34,6 +34,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <list>
 #include <map>
 #include <set>
@@ -424,8 +425,9 @@ class ParquetSource final : public Source {
     Plan plan = PlanOf(i);
     for (Need& n : plan.needs) {
       if (n.values != nullptr) continue;
-      NOSTALL_RETURN_IF_ERROR(FetchSync(plan.file, n.unit.dictionary, &n.dict_bytes, n.dict_values));
-      NOSTALL_RETURN_IF_ERROR(FetchSync(plan.file, n.unit.data, &n.data_bytes, nullptr));
+      std::promise<Status> loaded;
+      LoadUnit(plan.file, &n, [&loaded](Status s) { loaded.set_value(std::move(s)); });
+      NOSTALL_RETURN_IF_ERROR(loaded.get_future().get());
     }
     return Finish(i, &plan, out);
   }
@@ -450,39 +452,29 @@ class ParquetSource final : public Source {
     st->plan = PlanOf(i);
     st->buffer = std::move(buffer);
     st->done = std::move(done);
-    auto finish = [this, i, st]() {
-      Status s;
+    // Called once per unit loaded, and once when every load is asked for;
+    // the last call assembles the item (on whichever thread it is: a decode
+    // thread, or this one when every unit was in the cache).
+    auto arrived = [this, i, st](Status s) {
+      if (!s.ok()) {
+        MutexLock lock(&st->mu);
+        if (st->status.ok()) st->status = s;
+      }
+      if (st->left.fetch_sub(1) != 1) return;
+      Status status;
       {
         MutexLock lock(&st->mu);
-        s = st->status;
+        status = st->status;
       }
-      if (s.ok()) s = Finish(i, &st->plan, &st->buffer);
-      st->done(std::move(s), std::move(st->buffer));
-    };
-    auto arrived = [this, st, finish]() {
-      if (st->left.fetch_sub(1) == 1) pool_->Post(finish);
+      if (status.ok()) status = Finish(i, &st->plan, &st->buffer);
+      st->done(std::move(status), std::move(st->buffer));
     };
     for (Need& n : st->plan.needs) {
       if (n.values != nullptr) continue;
-      for (int part = 0; part < 2; ++part) {
-        const pq::Range r = part == 0 ? n.unit.dictionary : n.unit.data;
-        if (r.length == 0 || (part == 0 && n.dict_values != nullptr)) continue;
-        std::string* dest = part == 0 ? &n.dict_bytes : &n.data_bytes;
-        st->left.fetch_add(1);
-        client_->GetAsync(bucket_, refs_[st->plan.file].key, r.offset, static_cast<int64_t>(r.length), {},
-                          [st, dest, arrived, r](Status s, std::vector<uint8_t> bytes) {
-                            if (s.ok() && bytes.size() != r.length) s = DataError("a short ranged read");
-                            if (s.ok()) {
-                              dest->assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-                            } else {
-                              MutexLock lock(&st->mu);
-                              if (st->status.ok()) st->status = s;
-                            }
-                            arrived();
-                          });
-      }
+      st->left.fetch_add(1);
+      LoadUnit(st->plan.file, &n, arrived);
     }
-    arrived();  // the first count: every read issued
+    arrived(Status::OK());
   }
 
  private:
@@ -492,9 +484,8 @@ class ParquetSource final : public Source {
     pq::Unit unit;
     int64_t row = 0;  // within the row group
     std::shared_ptr<const pq::Values> values;
-    std::shared_ptr<const pq::Values> dict_values;  // a cached dictionary page
-    std::string dict_bytes, data_bytes;
   };
+  using Waiter = std::function<void(Status, std::shared_ptr<const pq::Values>)>;
   struct Plan {
     size_t file = 0;
     Status status;
@@ -529,54 +520,148 @@ class ParquetSource final : public Source {
       }
       n.unit = u.value();
       n.values = cache_.Get(KeyOf(p.file, n.unit, false));
-      if (n.values == nullptr && n.unit.dictionary.length > 0) n.dict_values = cache_.Get(KeyOf(p.file, n.unit, true));
       p.needs.push_back(std::move(n));
     }
     return p;
   }
 
-  Status FetchSync(size_t f, const pq::Range& r, std::string* out,
-                   const std::shared_ptr<const pq::Values>& cached) const {
-    if (r.length == 0 || cached != nullptr) return Status::OK();
-    if (r.length > max_item_bytes_ * 4 + (64 << 20)) {
-      return DataError(refs_[f].name + ": a column chunk of " + std::to_string(r.length) +
-                       " bytes to read for one row (over the item size limit)");
+  // Loads `n`'s unit into n->values: from the cache; or by joining a load of
+  // it already under way (rows of one page or chunk read at once fetch and
+  // decode it once); or by fetching its bytes (pread, or ranged GETs in
+  // flight) and decoding them (on a decode thread for S3), then caching
+  // it. `then` is called once, when n->values is set or with the error.
+  void LoadUnit(size_t file, Need* n, std::function<void(Status)> then) const EXCLUDES(pending_mu_) {
+    const UnitCache::Key key = KeyOf(file, n->unit, false);
+    {
+      MutexLock lock(&pending_mu_);
+      if ((n->values = cache_.Get(key)) != nullptr) {
+        lock.Unlock();
+        return then(Status::OK());
+      }
+      auto it = pending_.find(key);
+      if (it != pending_.end()) {
+        it->second.push_back([n, then](Status s, std::shared_ptr<const pq::Values> v) {
+          n->values = std::move(v);
+          then(std::move(s));
+        });
+        return;
+      }
+      pending_[key];  // this caller loads it
     }
-    if (client_ != nullptr) {
-      std::vector<uint8_t> bytes;
-      NOSTALL_RETURN_IF_ERROR(client_->Get(bucket_, refs_[f].key, r.offset, static_cast<int64_t>(r.length), &bytes));
-      if (bytes.size() != r.length) return DataError("a short ranged read");
-      out->assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-      return Status::OK();
+    auto finish = [this, file, n, key, then](Status s, std::string dict, std::string data) {
+      std::shared_ptr<const pq::Values> values;
+      if (s.ok()) {
+        Result<std::shared_ptr<const pq::Values>> v = DecodeUnit(file, n->unit, std::move(dict), std::move(data));
+        if (v.ok()) {
+          values = v.value();
+        } else {
+          s = v.status();
+        }
+      }
+      std::vector<Waiter> waiters;
+      {
+        MutexLock lock(&pending_mu_);
+        auto it = pending_.find(key);
+        waiters = std::move(it->second);
+        pending_.erase(it);
+      }
+      n->values = values;
+      then(s);
+      for (Waiter& w : waiters) w(s, values);
+    };
+    const pq::Unit& u = n->unit;
+    std::shared_ptr<const pq::Values> dict_cached =
+        u.dictionary.length > 0 ? cache_.Get(KeyOf(file, u, true)) : nullptr;
+    const pq::Range dict = dict_cached != nullptr ? pq::Range{} : u.dictionary;
+    for (const pq::Range& r : {dict, u.data}) {
+      if (r.length > max_item_bytes_ * 4 + (64ull << 20)) {
+        return finish(DataError(files_[file]->Where(u.row_group, u.leaf) + ": " + std::to_string(r.length) +
+                                " bytes to read for one row (over the item size limit)"),
+                      "", "");
+      }
     }
+    if (client_ == nullptr) {
+      std::string d, b;
+      Status s = ReadLocal(file, dict, &d);
+      if (s.ok()) s = ReadLocal(file, u.data, &b);
+      if (dict_cached != nullptr) d = dict_cached->blob;
+      return finish(std::move(s), std::move(d), std::move(b));
+    }
+    struct Fetch {
+      std::atomic<int> left{2};
+      std::string parts[2];
+      Mutex mu;
+      Status status GUARDED_BY(mu);
+    };
+    auto f = std::make_shared<Fetch>();
+    if (dict_cached != nullptr) f->parts[0] = dict_cached->blob;
+    auto arrived = [this, f, finish]() {
+      if (f->left.fetch_sub(1) != 1) return;
+      pool_->Post([f, finish]() {
+        Status s;
+        {
+          MutexLock lock(&f->mu);
+          s = f->status;
+        }
+        finish(std::move(s), std::move(f->parts[0]), std::move(f->parts[1]));
+      });
+    };
+    for (int part = 0; part < 2; ++part) {
+      const pq::Range r = part == 0 ? dict : u.data;
+      if (r.length == 0) {
+        arrived();
+        continue;
+      }
+      client_->GetAsync(bucket_, refs_[file].key, r.offset, static_cast<int64_t>(r.length), {},
+                        [f, part, r, arrived](Status s, std::vector<uint8_t> bytes) {
+                          if (s.ok() && bytes.size() != r.length) s = DataError("a short ranged read");
+                          if (s.ok()) {
+                            f->parts[part].assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+                          } else {
+                            MutexLock lock(&f->mu);
+                            if (f->status.ok()) f->status = s;
+                          }
+                          arrived();
+                        });
+    }
+  }
+
+  Status ReadLocal(size_t f, const pq::Range& r, std::string* out) const {
+    if (r.length == 0) return Status::OK();
     NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(refs_[f].name));
     out->resize(r.length);
     return PreadExact(fd.get(), r.offset, r.length, reinterpret_cast<uint8_t*>(out->data()));
   }
 
-  // Decodes what was fetched, caches it, and writes the item's bytes: the
-  // extra fields' values in order, then the image's.
+  // A unit's values from its bytes, checked and cached (and its dictionary
+  // page's bytes, for the other pages of its chunk).
+  Result<std::shared_ptr<const pq::Values>> DecodeUnit(size_t file, const pq::Unit& u, std::string dict,
+                                                       std::string data) const {
+    const pq::File& f = *files_[file];
+    NOSTALL_ASSIGN_OR_RETURN(pq::Values v, f.Decode(u, dict, data));
+    if (static_cast<int64_t>(v.present.size()) != u.rows) {
+      return DataError(f.Where(u.row_group, u.leaf) + ": " + std::to_string(v.present.size()) +
+                       " values where its page index says " + std::to_string(u.rows));
+    }
+    auto values = std::make_shared<const pq::Values>(std::move(v));
+    cache_.Put(KeyOf(file, u, false), values);
+    if (u.dictionary.length > 0 && !dict.empty()) {
+      auto d = std::make_shared<pq::Values>();
+      d->blob = std::move(dict);
+      cache_.Put(KeyOf(file, u, true), std::move(d));
+    }
+    return values;
+  }
+
+  // Writes the item's bytes from its units' values: the extra fields'
+  // values in order, then the image's.
   Status Finish(int64_t i, Plan* plan, std::vector<uint8_t>* out) const {
     NOSTALL_RETURN_IF_ERROR(plan->status);
     const pq::File& file = *files_[plan->file];
     out->clear();
     for (size_t c = 0; c < plan->needs.size(); ++c) {
       Need& n = plan->needs[c];
-      if (n.values == nullptr) {
-        if (n.dict_values != nullptr) n.dict_bytes = n.dict_values->blob;
-        NOSTALL_ASSIGN_OR_RETURN(pq::Values v, file.Decode(n.unit, n.dict_bytes, n.data_bytes));
-        if (static_cast<int64_t>(v.present.size()) != n.unit.rows) {
-          return DataError(file.Where(n.unit.row_group, n.unit.leaf) + ": " + std::to_string(v.present.size()) +
-                           " values where its page index says " + std::to_string(n.unit.rows));
-        }
-        n.values = std::make_shared<const pq::Values>(std::move(v));
-        cache_.Put(KeyOf(plan->file, n.unit, false), n.values);
-        if (n.unit.dictionary.length > 0 && n.dict_values == nullptr) {
-          auto d = std::make_shared<pq::Values>();
-          d->blob = std::move(n.dict_bytes);
-          cache_.Put(KeyOf(plan->file, n.unit, true), std::move(d));
-        }
-      }
+      if (n.values == nullptr) return Internal("a unit not loaded");
       const size_t k = static_cast<size_t>(n.row - n.unit.first_row);
       const Column& col = columns_[c];
       const bool media = c + 1 == plan->needs.size();
@@ -616,6 +701,9 @@ class ParquetSource final : public Source {
   const std::unique_ptr<S3Client> client_;
   const std::string bucket_;
   mutable UnitCache cache_;
+  // Units being loaded, and who else waits for each.
+  mutable Mutex pending_mu_;
+  mutable std::map<UnitCache::Key, std::vector<Waiter>> pending_ GUARDED_BY(pending_mu_);
   const uint64_t max_item_bytes_;
   const std::string origin_;
   std::vector<int64_t> file_first_;

@@ -649,3 +649,38 @@ def test_audio_shards_on_s3_give_the_local_shards_samples_buffered_then_exact(s3
         assert len(set(seen)) == 8  # every clip once
     remote.close()
     here.close()
+
+
+def test_parquet_shards_on_s3_read_by_ranges_give_the_local_batches(s3, tmp_path):
+    """Parquet files on S3: footers and pages by ranged GETs (never a whole
+    file), many in flight, the same batches as the same files on disk."""
+    from nostall.datasets import folder_to_parquet
+
+    client, local = s3
+    pattern = folder_to_parquet(local, tmp_path, files=3, row_group_size=4, max_page_bytes=1)
+    files = sorted(tmp_path.glob("train-*.parquet"))
+    for f in files:
+        client.upload_file(str(f), "train-data", "parquet/" + f.name)
+    kw = dict(batch_size=4, shuffle=True, seed=3, transforms=[nostall.Resize((16, 16))], return_indices=True)
+    # (No decoded-page cache: each epoch's reads are its own.)
+    remote = nostall.Loader("s3://train-data/parquet/train-*-of-00003.parquet",
+                            source_options={"decoded_cache_mb": 0}, **kw)
+    here = nostall.Loader(pattern, **kw)
+    assert remote.spec["source"]["driver"] == "parquet" and remote.classes == here.classes
+    read = []
+    for epoch in (0, 1, 2):
+        a, b = epoch_batches(remote, epoch), epoch_batches(here, epoch)
+        assert len(a) == len(b) == 6
+        for (ia, la, xa), (ib, lb, xb) in zip(a, b):
+            assert torch.equal(ia, ib) and torch.equal(la, lb) and torch.equal(xa, xb)
+        read.append(remote.stats()["storage"]["bytes"])
+    storage = remote.stats()["storage"]
+    remote.close()
+    # Pages of one image each, with their offset index: an epoch reads each
+    # row's page once, not its row group of 4 (which would be 4x), nor a file.
+    image_bytes = sum(f.stat().st_size for f in sorted(local.rglob("*.jpg")))
+    epoch = read[2] - read[1]
+    assert 0.6 * image_bytes < epoch < 1.4 * image_bytes, (read, image_bytes)
+    assert storage["errors"] == 0
+    with pytest.raises(FileNotFoundError, match="no Parquet file matches"):
+        nostall.Loader("s3://train-data/parquet/nothing-*.parquet", batch_size=4)
