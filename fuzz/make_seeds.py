@@ -155,6 +155,34 @@ def index_seeds():
 
 index_seeds()
 
+def parquet_seeds():
+    """Small Parquet files as pyarrow and `datasets` lay them out: an image
+    struct or binary column, int and string labels, with and without the
+    offset index, dictionary pages, compression, several row groups."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    jpg = encoded(image("RGB", (6, 5)), "JPEG", quality=40)
+    n = 6
+    struct = pa.array([{"bytes": jpg + bytes([i]), "path": f"{i}.jpg"} for i in range(n)])
+    table = pa.table({"image": struct, "label": pa.array(list(range(n)), type=pa.int64()),
+                      "name": pa.array([None if i == 2 else f"n{i}" for i in range(n)]),
+                      "score": pa.array([i / 3 for i in range(n)])})
+    for name, kw in [("hf-index", dict(row_group_size=2, write_page_index=True, write_batch_size=1,
+                                       data_page_size=1)),
+                     ("plain", dict(row_group_size=4, compression="none")),
+                     ("zstd-dict", dict(row_group_size=3, compression="zstd", use_dictionary=True,
+                                        write_page_index=True)),
+                     ("binary-gzip", dict(row_group_size=6, compression="gzip"))]:
+        t = table if name != "binary-gzip" else pa.table(
+            {"image": pa.array([jpg] * n, type=pa.binary()), "label": pa.array([f"c{i % 2}" for i in range(n)])})
+        sink = io.BytesIO()
+        pq.write_table(t, sink, **kw)
+        out("parquet_fuzz", name + ".parquet", sink.getvalue())
+
+
+parquet_seeds()
+
 # A real shared-loader segment, written by the fuzz target itself.
 path = os.path.join(HERE, "corpus", "shared_fuzz", "serving.bin")
 os.makedirs(os.path.dirname(path), exist_ok=True)
