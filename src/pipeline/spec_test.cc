@@ -184,8 +184,22 @@ TEST(SpecTest, DriversReadAndWriteTheirOwnOptions) {
                 .find("source.options.addressing must be one of auto, path, virtual"),
             std::string::npos);
   EXPECT_NE(message(R"({"source": {"uri": "d", "driver": "hdfs"}})")
-                .find("source.driver must be one of s3-image-folder, s3-tar-shards, image-folder, "
+                .find("source.driver must be one of parquet, s3-image-folder, s3-tar-shards, image-folder, "
                       "tar-shards, coco, not 'hdfs'"),
+            std::string::npos);
+  // Parquet files, local or on S3: the parquet driver, its own option beside the S3 ones.
+  auto pq = LoaderSpec::FromJson(R"({"source": {"uri": "s3://b/data/train-*.parquet",
+      "options": {"decoded_cache_mb": 64, "endpoint": "http://127.0.0.1:8333"}}})");
+  ASSERT_TRUE(pq.ok()) << pq.status().ToString();
+  EXPECT_EQ(pq->source_options.driver, "parquet");
+  const nlohmann::json pq_out = nlohmann::json::parse(pq->ToJson());
+  EXPECT_EQ(pq_out["source"]["options"]["decoded_cache_mb"], 64);
+  EXPECT_EQ(pq_out["source"]["options"]["endpoint"], "http://127.0.0.1:8333");
+  EXPECT_EQ(nlohmann::json::parse(LoaderSpec::FromJson(R"({"source": "d/x.parquet"})")->ToJson())["source"]["options"]
+                ["decoded_cache_mb"],
+            256);
+  EXPECT_NE(message(R"({"source": {"uri": "x.parquet", "options": {"decoded_cache_mb": -1}}})")
+                .find("decoded_cache_mb"),
             std::string::npos);
   EXPECT_NE(message(R"({"source": {"path": "d"}})").find("unknown key 'path' in source"),
             std::string::npos);
