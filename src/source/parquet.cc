@@ -27,6 +27,8 @@
 //            endpoint, region, profile, addressing, unsigned, max_attempts:
 //                              the S3 options (docs/s3.md), for s3:// paths
 #include <fnmatch.h>
+#include <sys/types.h>
+#include <unistd.h>
 #include <glob.h>
 #include <sys/stat.h>
 
@@ -39,12 +41,15 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <optional>
 #include <unordered_map>
 
 #include "common/fd.h"
 #include "common/json_fields.h"
 #include "common/mutex.h"
 #include "source/driver.h"
+#include "annotations/bytes.h"
+#include "source/index_file.h"
 #include "source/index_progress.h"
 #include "source/parquet_file.h"
 #include "source/s3_client.h"
@@ -736,6 +741,149 @@ Status ReadColumn(const pq::File& file, int leaf, const pq::ReadAt& read,
   return Status::OK();
 }
 
+// Runs `fn(k)` for every file k, `threads` at a time; the first error.
+Status ForEachFile(size_t n, size_t threads, const std::function<Status(size_t)>& fn) {
+  std::vector<Status> failed(n);
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < std::min(n, threads); ++t) {
+    pool.emplace_back([&] {
+      for (size_t k; (k = next.fetch_add(1)) < n;) failed[k] = fn(k);
+    });
+  }
+  for (auto& t : pool) t.join();
+  for (Status& s : failed) NOSTALL_RETURN_IF_ERROR(s);
+  return Status::OK();
+}
+
+// What opening the files finds, kept in the index cache between runs (the
+// footers and offset indexes as stored, each item's label and its small
+// fields' sizes) and used while every file's size and mtime (S3: ETag) are
+// as they were.
+struct Saved {
+  std::vector<std::string> footers;
+  std::vector<uint64_t> index_at;
+  std::vector<std::string> indexes;
+  std::vector<int64_t> labels;
+  std::vector<std::string> classes;
+  std::vector<int64_t> sizes;  // items x extra fields (-1: null)
+};
+
+constexpr char kSavedMagic[8] = {'N', 'S', 'P', 'Q', 'I', 'D', 'X', '1'};
+
+void PutString(std::string* out, const std::string& s) {
+  annotations::Put<uint64_t>(out, s.size());
+  out->append(s);
+}
+
+std::string SerializeSaved(const std::vector<FileRef>& refs, const Saved& s) {
+  using annotations::Put;
+  std::string body;
+  Put<uint64_t>(&body, refs.size());
+  for (size_t k = 0; k < refs.size(); ++k) {
+    PutString(&body, refs[k].name);
+    Put<uint64_t>(&body, refs[k].size);
+    Put<int64_t>(&body, refs[k].stamp);
+    PutString(&body, s.footers[k]);
+    Put<uint64_t>(&body, s.index_at[k]);
+    PutString(&body, s.indexes[k]);
+  }
+  Put<uint64_t>(&body, s.labels.size());
+  for (int64_t l : s.labels) Put<int64_t>(&body, l);
+  Put<uint64_t>(&body, s.classes.size());
+  for (const std::string& c : s.classes) PutString(&body, c);
+  Put<uint64_t>(&body, s.sizes.size());
+  for (int64_t n : s.sizes) Put<int64_t>(&body, n);
+  std::string out(kSavedMagic, sizeof(kSavedMagic));
+  Put<uint64_t>(&out, IndexFileHash(body));
+  return out + body;
+}
+
+// The saved index at `bytes`, if it is whole (its hash) and describes these
+// files as they are now; else an error saying why it is not used.
+Result<Saved> ParseSaved(const std::string& bytes, const std::vector<FileRef>& refs) {
+  using annotations::Get;
+  if (bytes.size() < 16 || std::memcmp(bytes.data(), kSavedMagic, 8) != 0) return DataError("not a saved index");
+  const std::string body = bytes.substr(16);
+  if (Get<uint64_t>(reinterpret_cast<const uint8_t*>(bytes.data()) + 8) != IndexFileHash(body)) {
+    return DataError("damaged (hash)");
+  }
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(body.data());
+  const uint8_t* end = p + body.size();
+  Status bad;
+  auto u64 = [&]() -> uint64_t {
+    if (end - p < 8) {
+      bad = DataError("truncated");
+      return 0;
+    }
+    const uint64_t v = Get<uint64_t>(p);
+    p += 8;
+    return v;
+  };
+  auto str = [&]() -> std::string {
+    const uint64_t n = u64();
+    if (!bad.ok() || static_cast<uint64_t>(end - p) < n) {
+      bad = DataError("truncated");
+      return "";
+    }
+    std::string v(reinterpret_cast<const char*>(p), n);
+    p += n;
+    return v;
+  };
+  Saved s;
+  if (u64() != refs.size()) return DataError("another set of files");
+  for (const FileRef& r : refs) {
+    const std::string name = str();
+    const uint64_t size = u64();
+    const int64_t stamp = static_cast<int64_t>(u64());
+    if (!bad.ok()) return bad;
+    if (name != r.name || size != r.size || stamp != r.stamp) return DataError(r.name + " changed");
+    s.footers.push_back(str());
+    s.index_at.push_back(u64());
+    s.indexes.push_back(str());
+  }
+  auto ints = [&](std::vector<int64_t>* out) {
+    const uint64_t n = u64();
+    if (!bad.ok() || n > static_cast<uint64_t>(end - p) / 8) {
+      bad = DataError("truncated");
+      return;
+    }
+    out->resize(n);
+    for (auto& v : *out) v = static_cast<int64_t>(u64());
+  };
+  ints(&s.labels);
+  const uint64_t classes = u64();
+  for (uint64_t k = 0; bad.ok() && k < classes && p < end; ++k) s.classes.push_back(str());
+  ints(&s.sizes);
+  NOSTALL_RETURN_IF_ERROR(bad);
+  if (p != end || s.classes.size() != classes) return DataError("damaged (length)");
+  return s;
+}
+
+// The saved index's bytes, if it is this user's private file.
+Result<std::string> ReadSaved(const std::string& path) {
+  uint64_t size = 0;
+  NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(path, &size));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0 || st.st_uid != ::getuid() || (st.st_mode & 022) != 0) {
+    return DataError("not this user's private file");
+  }
+  std::string bytes(size, '\0');
+  NOSTALL_RETURN_IF_ERROR(PreadExact(fd.get(), 0, size, reinterpret_cast<uint8_t*>(bytes.data())));
+  return bytes;
+}
+
+// What the saved index depends on besides the files: the fields asked for.
+std::string SavedKey(const std::string& uri, const SourceOptions& options) {
+  std::string key = std::string("parquet\n") + uri + "\n";
+  for (const FieldSpec& f : options.fields) {
+    key += f.name + "=" + FieldKindName(f.kind) + (f.optional ? "?" : "") + ":";
+    for (const std::string& e : f.extensions) key += e + ",";
+    key += ";";
+  }
+  return key + "\n" + std::to_string(options.max_field_bytes);
+}
+
 Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions& options) {
   NOSTALL_ASSIGN_OR_RETURN(nlohmann::json j, DriverOptionsJson(options, kDriver));
   NOSTALL_ASSIGN_OR_RETURN(ParquetOptions o, ReadOptions(j));
@@ -753,6 +901,7 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     NOSTALL_ASSIGN_OR_RETURN(refs, LocalFiles(uri));
   }
   S3Client* c = client.get();
+  const size_t threads = c != nullptr ? 32 : 4;  // files read at once (on S3 each read is a round trip)
   auto reader = [c, bucket](const FileRef& r) -> pq::ReadAt {
     return [c, bucket, r](uint64_t offset, uint64_t length, std::string* out) -> Status {
       if (offset + length > r.size) {
@@ -773,28 +922,26 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     };
   };
 
-  // The footers, many at a time (on S3 each is a round trip or two).
-  std::vector<std::shared_ptr<pq::File>> files(refs.size());
-  std::vector<Status> failed(refs.size());
-  {
-    std::atomic<size_t> next{0};
-    const size_t n_threads = std::min<size_t>(refs.size(), c != nullptr ? 32 : 4);
-    std::vector<std::thread> threads;
-    for (size_t t = 0; t < n_threads; ++t) {
-      threads.emplace_back([&] {
-        for (size_t k; (k = next.fetch_add(1)) < refs.size();) {
-          Result<std::shared_ptr<pq::File>> f = pq::File::Open(refs[k].name, refs[k].size, reader(refs[k]));
-          if (f.ok()) {
-            files[k] = f.value();
-          } else {
-            failed[k] = f.status();
-          }
-        }
-      });
+  // The saved index, if it is there and still holds.
+  const std::string cache_path =
+      options.use_index_cache ? IndexCachePath(options.index_cache_dir, SavedKey(uri, options)) : "";
+  std::optional<Saved> saved;
+  std::string origin;
+  if (!cache_path.empty()) {
+    Result<std::string> bytes = ReadSaved(cache_path);
+    if (bytes.ok()) {
+      Result<Saved> s = ParseSaved(bytes.value(), refs);
+      if (s.ok()) saved = std::move(s.value());
     }
-    for (auto& t : threads) t.join();
   }
-  for (const Status& s : failed) NOSTALL_RETURN_IF_ERROR(s);
+
+  // The footers: saved, or read many files at a time.
+  std::vector<std::shared_ptr<pq::File>> files(refs.size());
+  NOSTALL_RETURN_IF_ERROR(ForEachFile(refs.size(), saved ? 1 : threads, [&](size_t k) -> Status {
+    NOSTALL_ASSIGN_OR_RETURN(files[k], saved ? pq::File::FromSaved(refs[k].name, refs[k].size, saved->footers[k])
+                                             : pq::File::Open(refs[k].name, refs[k].size, reader(refs[k])));
+    return Status::OK();
+  }));
   const pq::File& first = *files.front();
 
   // The fields: the media column, the label column, the rest.
@@ -871,117 +1018,137 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
   // Offset indexes of the columns read per item, each file's in one read.
   std::vector<int> per_item;
   for (const Column& col : columns) per_item.push_back(col.leaf);
-  {
-    std::atomic<size_t> next{0};
-    const size_t n_threads = std::min<size_t>(files.size(), c != nullptr ? 32 : 4);
-    std::vector<std::thread> threads;
-    for (size_t t = 0; t < n_threads; ++t) {
-      threads.emplace_back([&] {
-        for (size_t k; (k = next.fetch_add(1)) < files.size();) {
-          failed[k] = files[k]->ReadOffsetIndexes(per_item, reader(refs[k]));
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-  }
-  for (const Status& s : failed) NOSTALL_RETURN_IF_ERROR(s);
-
-  // Labels, and the classes.
   int64_t total = 0;
-  for (const auto& f : files) total += f->rows();
+  std::vector<int64_t> file_first;
+  for (const auto& f : files) {
+    file_first.push_back(total);
+    total += f->rows();
+  }
   if (total == 0) return InvalidArgument("the Parquet files " + uri + " hold no rows");
-  std::vector<int64_t> labels;
-  std::vector<std::string> classes;
-  if (label.leaf >= 0) {
-    const pq::Leaf& leaf = first.leaves()[static_cast<size_t>(label.leaf)];
-    const bool strings = leaf.physical == 6;
-    if (!strings && leaf.physical != 1 && leaf.physical != 2 && leaf.physical != 0) {
+  const int extra = static_cast<int>(columns.size()) - 1;
+  if (saved) {
+    if (static_cast<int64_t>(saved->labels.size()) != (label.leaf >= 0 ? total : 0) ||
+        static_cast<int64_t>(saved->sizes.size()) != total * extra) {
+      saved.reset();  // (a key collision: built again)
+    } else {
+      for (size_t k = 0; k < files.size(); ++k) {
+        if (!files[k]->SetOffsetIndexes(per_item, saved->indexes[k], saved->index_at[k]).ok()) saved.reset();
+        if (!saved) break;
+      }
+    }
+  }
+  if (!saved) {
+    Saved s;
+    s.footers.resize(files.size());
+    s.index_at.resize(files.size());
+    s.indexes.resize(files.size());
+    s.labels.assign(label.leaf >= 0 ? static_cast<size_t>(total) : 0, 0);
+    s.sizes.assign(static_cast<size_t>(total) * static_cast<size_t>(extra), -1);
+    const pq::Leaf* label_leaf = label.leaf >= 0 ? &first.leaves()[static_cast<size_t>(label.leaf)] : nullptr;
+    const bool strings = label_leaf != nullptr && label_leaf->physical == 6;
+    if (label_leaf != nullptr && !strings && label_leaf->physical != 1 && label_leaf->physical != 2 &&
+        label_leaf->physical != 0) {
       return InvalidArgument(first.name() + ": the label column " + label.name + " holds neither integers nor strings");
     }
-    labels.resize(static_cast<size_t>(total));
     std::vector<std::string> names(strings ? static_cast<size_t>(total) : 0);
-    int64_t base = 0;
-    for (size_t k = 0; k < files.size(); ++k) {
-      const pq::File& f = *files[k];
-      NOSTALL_RETURN_IF_ERROR(ReadColumn(f, label.leaf, reader(refs[k]), [&](const pq::Values& v, int64_t at) {
-        for (size_t r = 0; r < v.present.size(); ++r) {
-          if (!v.present[r]) {
-            return DataError(f.name() + "[" + std::to_string(at + static_cast<int64_t>(r)) + "]: the label (" +
-                             label.name + ") is null");
+    // Per file, at once: its offset indexes, its labels, its fields' sizes.
+    NOSTALL_RETURN_IF_ERROR(ForEachFile(files.size(), threads, [&](size_t k) -> Status {
+      pq::File& f = *files[k];
+      const pq::ReadAt read = reader(refs[k]);
+      s.footers[k] = f.footer();
+      const pq::Range r = f.OffsetIndexRange(per_item);
+      s.index_at[k] = r.offset;
+      if (r.length > 0) {
+        if (r.length > (256ull << 20)) return DataError(f.name() + ": its offset indexes span more than 256 MiB");
+        NOSTALL_RETURN_IF_ERROR(read(r.offset, r.length, &s.indexes[k]));
+        NOSTALL_RETURN_IF_ERROR(f.SetOffsetIndexes(per_item, s.indexes[k], r.offset));
+      }
+      const int64_t base = file_first[k];
+      if (label.leaf >= 0) {
+        NOSTALL_RETURN_IF_ERROR(ReadColumn(f, label.leaf, read, [&](const pq::Values& v, int64_t at) {
+          for (size_t row = 0; row < v.present.size(); ++row) {
+            if (!v.present[row]) {
+              return DataError(f.name() + "[" + std::to_string(at + static_cast<int64_t>(row)) + "]: the label (" +
+                               label.name + ") is null");
+            }
+            const size_t item = static_cast<size_t>(base + at) + row;
+            if (strings) {
+              names[item].assign(v.blob, v.off[row], v.off[row + 1] - v.off[row]);
+            } else {
+              s.labels[item] = v.ints[row];
+            }
           }
-          const size_t item = static_cast<size_t>(base + at) + r;
-          if (strings) {
-            names[item].assign(v.blob, v.off[r], v.off[r + 1] - v.off[r]);
-          } else {
-            labels[item] = v.ints[r];
+          return Status::OK();
+        }));
+      }
+      for (int e = 0; e < extra; ++e) {
+        const Column& col = columns[static_cast<size_t>(e)];
+        NOSTALL_RETURN_IF_ERROR(ReadColumn(f, col.leaf, read, [&](const pq::Values& v, int64_t at) {
+          for (size_t row = 0; row < v.present.size(); ++row) {
+            const std::string where = f.name() + "[" + std::to_string(at + static_cast<int64_t>(row)) + "]";
+            if (!v.present[row] && !col.optional) {
+              return DataError(where + ": the field \"" + col.field + "\" (" + col.name +
+                               ") is null; say optional=True to take it as None");
+            }
+            const int64_t n = v.present[row] ? static_cast<int64_t>(v.off[row + 1] - v.off[row]) : -1;
+            if (n > static_cast<int64_t>(options.max_field_bytes)) {
+              return DataError(where + ": the field \"" + col.field + "\" is " + std::to_string(n) +
+                               " bytes, over max_field_bytes");
+            }
+            s.sizes[static_cast<size_t>(base + at + static_cast<int64_t>(row)) * extra + e] = n;
           }
-        }
-        return Status::OK();
-      }));
-      base += f.rows();
-    }
+          return Status::OK();
+        }));
+      }
+      return Status::OK();
+    }));
     if (strings) {
       std::set<std::string> distinct(names.begin(), names.end());
-      classes.assign(distinct.begin(), distinct.end());
+      s.classes.assign(distinct.begin(), distinct.end());
       for (size_t r = 0; r < names.size(); ++r) {
-        labels[r] = std::lower_bound(classes.begin(), classes.end(), names[r]) - classes.begin();
+        s.labels[r] = std::lower_bound(s.classes.begin(), s.classes.end(), names[r]) - s.classes.begin();
       }
-    } else if (label.name == hf.class_label) {
-      classes = hf.names;
+    } else if (label.leaf >= 0 && label.name == hf.class_label) {
+      s.classes = hf.names;
     }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    char text[160];
+    std::snprintf(text, sizeof(text), "read from %zu Parquet file%s in %.2f s", files.size(),
+                  files.size() == 1 ? "" : "s", secs);
+    origin = text;
+    if (!cache_path.empty()) {
+      Status w = WriteIndexFile(cache_path, SerializeSaved(refs, s));
+      origin += w.ok() ? "; saved to " + cache_path : "; not saved (" + w.message() + ")";
+    }
+    saved = std::move(s);
+  } else {
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    char text[64];
+    std::snprintf(text, sizeof(text), " (%.2f s)", secs);
+    origin = "the index cache: " + cache_path + text;
   }
 
-  // The extra fields' records: each value's size, taken now.
-  const int extra = static_cast<int>(columns.size()) - 1;
+  // The extra fields' records: each value's size, then the image to the end.
   std::vector<FieldSpan> spans;
   std::vector<int64_t> room(static_cast<size_t>(extra), 0);
   if (extra > 0) {
     spans.assign(static_cast<size_t>(total) * static_cast<size_t>(1 + extra), FieldSpan{});
-    std::vector<int64_t> sizes(static_cast<size_t>(total) * static_cast<size_t>(extra), -1);
-    for (int e = 0; e < extra; ++e) {
-      const Column& col = columns[static_cast<size_t>(e)];
-      int64_t base = 0;
-      for (size_t k = 0; k < files.size(); ++k) {
-        const pq::File& f = *files[k];
-        NOSTALL_RETURN_IF_ERROR(ReadColumn(f, col.leaf, reader(refs[k]), [&](const pq::Values& v, int64_t at) {
-          for (size_t r = 0; r < v.present.size(); ++r) {
-            const int64_t item = base + at + static_cast<int64_t>(r);
-            if (!v.present[r] && !col.optional) {
-              return DataError(f.name() + "[" + std::to_string(at + static_cast<int64_t>(r)) + "]: the field \"" +
-                               col.field + "\" (" + col.name + ") is null; say optional=True to take it as None");
-            }
-            const int64_t n = v.present[r] ? static_cast<int64_t>(v.off[r + 1] - v.off[r]) : -1;
-            if (n > static_cast<int64_t>(options.max_field_bytes)) {
-              return DataError(f.name() + "[" + std::to_string(at + static_cast<int64_t>(r)) + "]: the field \"" +
-                               col.field + "\" is " + std::to_string(n) + " bytes, over max_field_bytes");
-            }
-            sizes[static_cast<size_t>(item) * extra + e] = n;
-            room[static_cast<size_t>(e)] = std::max(room[static_cast<size_t>(e)], n);
-          }
-          return Status::OK();
-        }));
-        base += f.rows();
-      }
-    }
     for (int64_t item = 0; item < total; ++item) {
       uint64_t at = 0;
-      FieldSpan* s = &spans[static_cast<size_t>(item) * (1 + extra)];
+      FieldSpan* sp = &spans[static_cast<size_t>(item) * (1 + extra)];
       for (int e = 0; e < extra; ++e) {
-        const int64_t n = sizes[static_cast<size_t>(item) * extra + e];
-        s[1 + e] = {at, n};
+        const int64_t n = saved->sizes[static_cast<size_t>(item) * extra + e];
+        sp[1 + e] = {at, n};
+        room[static_cast<size_t>(e)] = std::max(room[static_cast<size_t>(e)], n);
         if (n > 0) at += static_cast<uint64_t>(n);
       }
-      s[0] = {at, -1};  // the image, to the end
+      sp[0] = {at, -1};
     }
   }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  char origin[160];
-  std::snprintf(origin, sizeof(origin), "read from %zu Parquet footer%s in %.2f s", files.size(),
-                files.size() == 1 ? "" : "s", secs);
   return std::unique_ptr<Source>(new ParquetSource(std::move(files), std::move(refs), std::move(columns),
-                                                   std::move(labels), std::move(classes), std::move(spans),
-                                                   std::move(room), std::move(client), std::move(bucket), o,
-                                                   options.max_item_bytes, origin));
+                                                   std::move(saved->labels), std::move(saved->classes),
+                                                   std::move(spans), std::move(room), std::move(client),
+                                                   std::move(bucket), o, options.max_item_bytes, origin));
 }
 
 }  // namespace

@@ -45,7 +45,10 @@ def test_every_layout_gives_the_image_folders_batches(folder, tmp_path, layout, 
         pq_loader = nostall.Loader(pattern, **KW)
     # Files without an offset index are read by whole chunks, and the user is told.
     assert any("no offset index" in str(w.message) for w in said) == (not page_index)
-    assert "Parquet footer" in pq_loader.index_origin
+    assert pq_loader.index_origin.startswith("read from 3 Parquet files")
+    # Opened again: footers, offset indexes and labels from the index cache.
+    again = nostall.Loader(pattern, **KW)
+    assert again.index_origin.startswith("the index cache: ")
     assert pq_loader.classes == here.classes == ["class_0", "class_1", "class_2"]
     assert len(pq_loader) == len(here)
     for epoch in (0, 1):
@@ -106,6 +109,23 @@ def test_other_columns_are_fields_of_their_kind(folder, tmp_path):
     with pytest.raises(nostall.NostallError, match=r"rich\.parquet\[3\].*caption.*null"):
         nostall.Loader(str(tmp_path / "rich.parquet"), batch_size=6, transforms=[nostall.Resize((16, 16))],
                        fields={"image": "image", "caption": {"ext": "caption", "kind": "text"}})
+
+
+def test_the_saved_index_is_used_until_a_file_changes(folder, tmp_path):
+    pattern = folder_to_parquet(folder, tmp_path, files=2, row_group_size=5)
+    kw = dict(batch_size=30, transforms=[nostall.Resize((8, 8))])
+    assert nostall.Loader(pattern, **kw).index_origin.startswith("read from")
+    assert nostall.Loader(pattern, **kw).index_origin.startswith("the index cache")
+    assert nostall.Loader(pattern, index_cache=False, **kw).index_origin.startswith("read from")
+    # One file rewritten with other labels: read again, and the batch says so.
+    first = tmp_path / "train-00000-of-00002.parquet"
+    table = pq.read_table(first)
+    table = table.set_column(1, "label", pa.array([2] * table.num_rows, type=pa.int64()))
+    pq.write_table(table.replace_schema_metadata(pq.read_schema(first).metadata), first, write_page_index=True)
+    loader = nostall.Loader(pattern, **kw)
+    assert loader.index_origin.startswith("read from")
+    _, labels = next(iter(loader))
+    assert labels.tolist()[:15] == [2] * 15
 
 
 def test_string_labels_number_the_sorted_names_and_missing_columns_are_named(folder, tmp_path):
