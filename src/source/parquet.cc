@@ -392,13 +392,8 @@ class ParquetSource final : public Source {
     return refs_[f].name + "[" + std::to_string(i - file_first_[f]) + "]";
   }
   int64_t label(int64_t i) const override { return labels_.empty() ? 0 : labels_[static_cast<size_t>(i)]; }
-  int64_t byte_size(int64_t i) const override {
-    // The media column's share of its row group's chunk (uncompressed).
-    const size_t f = FileOf(i);
-    const pq::File& file = *files_[f];
-    const int rg = file.RowGroupOf(i - file_first_[f]);
-    return media_bytes(file, rg);
-  }
+  // A row's size is known only once its page is read.
+  int64_t byte_size(int64_t) const override { return -1; }
   const std::vector<std::string>& classes() const override { return classes_; }
   uint64_t fingerprint() const override { return fingerprint_; }
   const FieldSpan* record(int64_t i) const override {
@@ -502,7 +497,6 @@ class ParquetSource final : public Source {
     auto it = std::upper_bound(file_first_.begin(), file_first_.end(), i);
     return static_cast<size_t>(it - file_first_.begin()) - 1;
   }
-  int64_t media_bytes(const pq::File& file, int rg) const;
 
   UnitCache::Key KeyOf(size_t file, const pq::Unit& u, bool dictionary) const {
     return {static_cast<int32_t>(file), u.row_group, u.leaf, dictionary ? -2 : u.page};
@@ -718,11 +712,6 @@ class ParquetSource final : public Source {
   std::shared_ptr<RowGroupShards> shards_;
   std::unique_ptr<DecodePool> pool_;
 };
-
-int64_t ParquetSource::media_bytes(const pq::File& file, int rg) const {
-  const int64_t rows = std::max<int64_t>(1, file.row_group_rows(rg));
-  return std::max<int64_t>(1, file.ChunkBytes(rg, columns_.back().leaf) / rows);
-}
 
 // Every value of `leaf` in every row group of `file`, in row order.
 Status ReadColumn(const pq::File& file, int leaf, const pq::ReadAt& read,
