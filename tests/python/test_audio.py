@@ -581,3 +581,33 @@ def test_a_shared_loader_serves_audio_samples_exactly_once_as_a_loader_of_ones_o
     assert sorted(seen) == sorted(mine) == list(range(40))
     for k in mine:
         torch.testing.assert_close(seen[k], mine[k], rtol=0, atol=0)
+
+
+def test_an_audio_column_of_parquet_shards_gives_the_folders_clips(words, tmp_path):
+    """Hugging Face's Audio feature (a struct of bytes and path) in Parquet
+    shards: the same tensors as the folder of the same files."""
+    import json as _json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    classes = sorted(p.name for p in words.iterdir() if p.is_dir())
+    files = [(i, f) for i, c in enumerate(classes) for f in sorted((words / c).iterdir()) if f.is_file()]
+    audio_col = pa.array([{"bytes": f.read_bytes(), "path": f.name} for _, f in files])
+    meta = {b"huggingface": _json.dumps({"info": {"features": {
+        "audio": {"_type": "Audio"}, "label": {"_type": "ClassLabel", "names": classes}}}}).encode()}
+    for k, part in enumerate((slice(0, 17), slice(17, None))):
+        table = pa.table({"audio": audio_col[part], "label": pa.array([i for i, _ in files][part])})
+        pq.write_table(table.replace_schema_metadata(meta), tmp_path / f"train-{k:05d}-of-00002.parquet",
+                       row_group_size=5, write_page_index=True)
+    kw = dict(transforms={"audio": CHAIN}, batch_size=8, shuffle=True, seed=5, return_indices=True)
+    folder = epoch(nostall.Loader(str(words), fields=FIELDS, **kw))
+    shards = nostall.Loader(str(tmp_path / "train-*.parquet"), fields={"audio": "audio", "label": "label"}, **kw)
+    assert shards.classes == classes
+    got = epoch(shards)
+    assert len(got) == len(folder) == 40
+    for (_, (x, lx)), (_, (y, ly)) in zip(sorted(folder.items(), key=lambda kv: kv[0]),
+                                          sorted(got.items(), key=lambda kv: int(kv[0].split("[")[1][:-1])
+                                                 + (17 if "00001-of" in kv[0] else 0))):
+        assert lx == ly
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
