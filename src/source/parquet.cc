@@ -409,10 +409,11 @@ class ParquetSource final : public Source {
   std::string index_origin() const override { return origin_; }
   std::string index_note() const override {
     if (!whole_chunks_) return "";
-    return "these Parquet files have no offset index (page index) for the columns read: a row costs its "
-           "row group's whole column chunk, kept decoded in a cache of decoded_cache_mb; an exact shuffle "
-           "over many row groups rereads chunks. Write the files with an offset index (pyarrow: "
-           "write_page_index=True; `datasets` does) or read with shard_shuffle=True (docs/parquet.md)";
+    return "these Parquet files have no offset index (page index) for the columns read: the first read "
+           "of a row group costs its whole column chunk (later ones its page, found then), so an exact "
+           "shuffle reads the data about twice in its first epoch. Write the files with an offset index "
+           "(pyarrow: write_page_index=True; `datasets` does) or read with shard_shuffle=True "
+           "(docs/parquet.md)";
   }
   std::shared_ptr<ShardedItems> sharded() const override { return shards_; }
   std::optional<StorageStats> storage_stats() const override {
@@ -511,14 +512,18 @@ class ParquetSource final : public Source {
     for (const Column& c : columns_) {
       Need n;
       n.row = row - file.row_group_first(rg);
-      Result<pq::Unit> u = file.UnitOf(rg, c.leaf, n.row);
+      // A whole chunk decoded and still cached serves its rows (a chunk
+      // without an offset index, before or after its pages were learned).
+      const UnitCache::Key whole{static_cast<int32_t>(p.file), rg, c.leaf, -1};
+      std::shared_ptr<const pq::Values> chunk = cache_.Get(whole);
+      Result<pq::Unit> u = chunk != nullptr ? file.ChunkUnit(rg, c.leaf) : file.UnitOf(rg, c.leaf, n.row);
       if (!u.ok()) {
         p.status = u.status();
         p.needs.clear();
         return p;
       }
       n.unit = u.value();
-      n.values = cache_.Get(KeyOf(p.file, n.unit, false));
+      n.values = chunk != nullptr ? chunk : cache_.Get(KeyOf(p.file, n.unit, false));
       p.needs.push_back(std::move(n));
     }
     return p;

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include <arrow/buffer.h>
 #include <arrow/io/memory.h>
@@ -299,6 +300,26 @@ Result<Unit> File::UnitOf(int rg, int leaf, int64_t row) const {
                        " + " + std::to_string(total) + " bytes of " + std::to_string(size_) + ")");
     }
     const auto& oi = offsets_[static_cast<size_t>(rg)][static_cast<size_t>(leaf)];
+    if (oi == nullptr && row >= 0) {
+      std::shared_ptr<const Learned> learned;
+      {
+        MutexLock lock(&learned_mu_);
+        auto it = learned_.find({rg, leaf});
+        if (it != learned_.end()) learned = it->second;
+      }
+      if (learned != nullptr && !learned->pages.empty()) {
+        const auto& pages = learned->pages;
+        auto it = std::upper_bound(pages.begin(), pages.end(), row,
+                                   [](int64_t r, const Page& p) { return r < p.first_row; });
+        const size_t k = static_cast<size_t>(it - pages.begin()) - 1;
+        u.page = static_cast<int>(k);
+        u.first_row = pages[k].first_row;
+        u.rows = (k + 1 < pages.size() ? pages[k + 1].first_row : rows) - u.first_row;
+        if (dict) u.dictionary = {static_cast<uint64_t>(start), learned->data_start - static_cast<uint64_t>(start)};
+        u.data = {pages[k].offset, pages[k].size};
+        return u;
+      }
+    }
     if (oi == nullptr || row < 0 || leaves_[static_cast<size_t>(leaf)].max_rep > 0) {
       u.first_row = 0;
       u.rows = rows;
@@ -323,6 +344,54 @@ Result<Unit> File::UnitOf(int rg, int leaf, int64_t row) const {
   return u;
 }
 
+namespace {
+
+// Arrow's page reader, with where each page ends in the chunk noted as it
+// is read: a chunk without an offset index learns its pages by being
+// decoded once.
+class NotingPageReader final : public parquet::PageReader {
+ public:
+  NotingPageReader(std::unique_ptr<parquet::PageReader> inner, std::shared_ptr<arrow::io::BufferReader> stream)
+      : inner_(std::move(inner)), stream_(std::move(stream)) {}
+  std::shared_ptr<parquet::Page> NextPage() override {
+    std::shared_ptr<parquet::Page> page = inner_->NextPage();
+    if (page == nullptr) return page;
+    const int64_t end = stream_->Tell().ValueOr(-1);
+    if (end < 0) {
+      ok_ = false;
+    } else if (page->type() == parquet::PageType::DICTIONARY_PAGE) {
+      data_start_ = static_cast<uint64_t>(end);
+    } else {
+      const auto* data = static_cast<const parquet::DataPage*>(page.get());
+      pages_.push_back({static_cast<uint64_t>(last_), static_cast<uint64_t>(end - last_), rows_});
+      rows_ += data->num_values();
+    }
+    last_ = end;
+    return page;
+  }
+  void set_max_page_header_size(uint32_t size) override { inner_->set_max_page_header_size(size); }
+  bool ok() const { return ok_; }
+  uint64_t data_start() const { return data_start_; }
+  int64_t rows() const { return rows_; }
+  // (offset within the chunk, size, first row)
+  const std::vector<std::tuple<uint64_t, uint64_t, int64_t>>& pages() const { return pages_; }
+
+ private:
+  std::unique_ptr<parquet::PageReader> inner_;
+  std::shared_ptr<arrow::io::BufferReader> stream_;
+  int64_t last_ = 0, rows_ = 0;
+  uint64_t data_start_ = 0;
+  bool ok_ = true;
+  std::vector<std::tuple<uint64_t, uint64_t, int64_t>> pages_;
+};
+
+}  // namespace
+
+int64_t File::pages_learned() const {
+  MutexLock lock(&learned_mu_);
+  return static_cast<int64_t>(learned_.size());
+}
+
 Result<Values> File::Decode(const Unit& u, const std::string& dictionary, const std::string& data) const {
   const Leaf& leaf = leaves_[static_cast<size_t>(u.leaf)];
   if (leaf.max_rep > 0) {
@@ -343,6 +412,15 @@ Result<Values> File::Decode(const Unit& u, const std::string& dictionary, const 
     const parquet::ColumnDescriptor* descr = meta_->schema()->Column(u.leaf);
     std::unique_ptr<parquet::PageReader> pages =
         parquet::PageReader::Open(stream, u.rows, cc->compression(), Properties(), *descr);
+    // A whole chunk of a column without an offset index: note its pages.
+    NotingPageReader* noting = nullptr;
+    const bool learn = u.page < 0 && leaf.max_rep == 0 &&
+                       offsets_[static_cast<size_t>(u.row_group)][static_cast<size_t>(u.leaf)] == nullptr;
+    if (learn) {
+      auto n = std::make_unique<NotingPageReader>(std::move(pages), stream);
+      noting = n.get();
+      pages = std::move(n);
+    }
     std::shared_ptr<parquet::ColumnReader> reader =
         parquet::ColumnReader::Make(descr, std::move(pages), arrow::system_memory_pool());
     out.present.reserve(static_cast<size_t>(u.rows));
@@ -372,6 +450,26 @@ Result<Values> File::Decode(const Unit& u, const std::string& dictionary, const 
                                parquet::TypeToString(descr->physical_type()) + ", which nostall does not read");
     }
     if (!st.ok()) return DataError(Where(u.row_group, u.leaf) + ": " + st.message());
+    if (noting != nullptr && noting->ok() && !noting->pages().empty() && dictionary.empty()) {
+      // Kept only when the pages tile the chunk from its first data page to
+      // its end and hold its rows, first rows rising from 0.
+      auto learned = std::make_shared<Learned>();
+      learned->data_start = u.data.offset + noting->data_start();
+      uint64_t next_at = noting->data_start();
+      int64_t last_row = -1;
+      bool tiles = true;
+      for (const auto& [at, size, first] : noting->pages()) {
+        tiles &= at == next_at && size > 0 && first > last_row && (last_row >= 0 || first == 0);
+        next_at = at + size;
+        last_row = first;
+        learned->pages.push_back({u.data.offset + at, size, first});
+      }
+      tiles &= next_at == data.size() && noting->rows() == u.rows;
+      if (tiles) {
+        MutexLock lock(&learned_mu_);
+        learned_.emplace(std::make_pair(u.row_group, u.leaf), std::move(learned));
+      }
+    }
   } catch (const std::exception& e) {
     return DataError(Where(u.row_group, u.leaf) + (u.page >= 0 ? ", page " + std::to_string(u.page) : "") + ": " +
                      e.what());

@@ -12,10 +12,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "common/mutex.h"
 #include "nostall/status.h"
 
 namespace parquet {
@@ -106,6 +108,10 @@ class File {
   // The file range holding the offset indexes of `leaves` (length 0: none).
   Range OffsetIndexRange(const std::vector<int>& leaves) const;
   bool has_page_index(int leaf) const;
+  // Chunks without an offset index: the pages found when a whole chunk was
+  // decoded (Decode of a unit with page -1), by which later rows of that
+  // chunk are read by their page. How many chunks are known so.
+  int64_t pages_learned() const EXCLUDES(learned_mu_);
 
   // The whole column chunk of `leaf` in row group `rg`, as one unit.
   Result<Unit> ChunkUnit(int rg, int leaf) const;
@@ -131,6 +137,19 @@ class File {
   std::vector<std::pair<std::string, bool>> columns_;
   // [rg][leaf]: the chunk's offset index, when read.
   std::vector<std::vector<std::shared_ptr<parquet::OffsetIndex>>> offsets_;
+  // A chunk's pages as its decoding found them: where each begins (file
+  // offset), its bytes and first row; and where its data pages begin.
+  struct Page {
+    uint64_t offset;
+    uint64_t size;
+    int64_t first_row;
+  };
+  struct Learned {
+    uint64_t data_start = 0;
+    std::vector<Page> pages;
+  };
+  mutable Mutex learned_mu_;
+  mutable std::map<std::pair<int, int>, std::shared_ptr<const Learned>> learned_ GUARDED_BY(learned_mu_);
 };
 
 }  // namespace nostall::pq

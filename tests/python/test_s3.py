@@ -684,3 +684,34 @@ def test_parquet_shards_on_s3_read_by_ranges_give_the_local_batches(s3, tmp_path
     assert storage["errors"] == 0
     with pytest.raises(FileNotFoundError, match="no Parquet file matches"):
         nostall.Loader("s3://train-data/parquet/nothing-*.parquet", batch_size=4)
+
+
+def test_parquet_without_an_offset_index_learns_its_pages_from_the_first_read(s3, tmp_path):
+    """A file as pyarrow writes it by default (no page index; one row group):
+    the first read of the chunk costs the chunk, every later row its page."""
+    import pyarrow.parquet as pq
+
+    from nostall.datasets import folder_to_parquet
+
+    client, local = s3
+    pattern = folder_to_parquet(local, tmp_path, files=1, row_group_size=1000, page_index=False,
+                                max_page_bytes=1)
+    path = sorted(tmp_path.glob("train-*.parquet"))[0]
+    assert not pq.ParquetFile(path).metadata.row_group(0).column(0).has_offset_index
+    client.upload_file(str(path), "train-data", "parquet-plain/" + path.name)
+    kw = dict(batch_size=4, shuffle=True, seed=3, transforms=[nostall.Resize((16, 16))], return_indices=True)
+    with pytest.warns(UserWarning, match="no offset index"):
+        remote = nostall.Loader("s3://train-data/parquet-plain/" + path.name,
+                                source_options={"decoded_cache_mb": 0}, **kw)
+    here = nostall.Loader(pattern, **kw)
+    read = []
+    for epoch in (0, 1, 2):
+        a, b = epoch_batches(remote, epoch), epoch_batches(here, epoch)
+        for (ia, la, xa), (ib, lb, xb) in zip(a, b):
+            assert torch.equal(ia, ib) and torch.equal(la, lb) and torch.equal(xa, xb)
+        read.append(remote.stats()["storage"]["bytes"])
+    remote.close()
+    image_bytes = sum(f.stat().st_size for f in sorted(local.rglob("*.jpg")))
+    # Without the pages learned, each of the 21 rows would read the whole chunk.
+    print("bytes read by epoch", read, "images", image_bytes)
+    assert 0.6 * image_bytes < read[2] - read[1] < 1.4 * image_bytes, (read, image_bytes)
