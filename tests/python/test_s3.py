@@ -713,5 +713,4 @@ def test_parquet_without_an_offset_index_learns_its_pages_from_the_first_read(s3
     remote.close()
     image_bytes = sum(f.stat().st_size for f in sorted(local.rglob("*.jpg")))
     # Without the pages learned, each of the 21 rows would read the whole chunk.
-    print("bytes read by epoch", read, "images", image_bytes)
     assert 0.6 * image_bytes < read[2] - read[1] < 1.4 * image_bytes, (read, image_bytes)
