@@ -10,7 +10,9 @@ and the table reports medians and new/old ratios of:
 
   loader   bench_loader.py's nostall run: ImageNet-like JPEGs from the page
            cache, RandomResizedCrop 224 + flip + normalize, 2 cores (images/s)
-  s3       bench_s3.py's nostall run from SeaweedFS on loopback (images/s)
+  s3       bench_s3.py's nostall run from local disk, from SeaweedFS on
+           loopback directly and through the 20 ms proxy (images/s, and the
+           S3 client's I/O thread CPU per image)
   cluster  bench_cluster.py: 4 nodes, cluster cache (memcached) of 4 x 25%,
            and node-local MinIO caches of 25%: seconds of epochs 2-5
 """
@@ -61,29 +63,46 @@ def bench_loader(args, data):
 
 
 def bench_s3(args, data):
+    """bench_s3.py's nostall run (core 0, 1 prep thread) from local disk, from
+    SeaweedFS directly and through the 20 ms proxy (server and proxy on
+    core 1): images/s, and the I/O thread's CPU per image."""
     import boto3
     import bench_s3 as s3
     work = tempfile.mkdtemp(prefix="nostall-bench-ab-s3-")
     server = s3.Server(work)
-    rates = {"old": [], "new": []}
+    modes = ("local", "direct", "+20 ms")
+    rates = {(m, b): [] for m in modes for b in ("old", "new")}
+    io = {(m, b): [] for m in modes for b in ("old", "new")}
+    proxy = None
     try:
         client = boto3.client("s3", endpoint_url=server.url, aws_access_key_id=s3.KEY,
                               aws_secret_access_key=s3.SECRET, region_name="us-east-1")
         server.wait_for_bucket(client)
         for f in sorted(Path(data).rglob("*.jpg")):
             client.put_object(Bucket=s3.BUCKET, Key="train/" + str(f.relative_to(data)), Body=f.read_bytes())
-        cmd = [sys.executable, str(HERE / "bench_s3.py"), "--images", str(args.images), "--child", "nostall",
-               "--path", f"s3://{s3.BUCKET}/train/"]
+        proxy, slow = s3.start_proxy(server.url, 20)
+        base = [sys.executable, str(HERE / "bench_s3.py"), "--images", str(args.images), "--child", "nostall",
+                "--path"]
+        runs = {"local": (base + [str(data)], server.url),
+                "direct": (base + [f"s3://{s3.BUCKET}/train/"], server.url),
+                "+20 ms": (base + [f"s3://{s3.BUCKET}/train/"], slow)}
         for r in range(args.rounds):
             for build in order(r):
-                env = dict(env_for(build, args.old), AWS_ENDPOINT_URL=server.url, AWS_ACCESS_KEY_ID=s3.KEY,
-                           AWS_SECRET_ACCESS_KEY=s3.SECRET, AWS_REGION="us-east-1")
-                out = run_json(cmd, env)
-                rates[build].append(out["images"] / out["seconds"])
-                print(f"s3 round {r} {build}: {rates[build][-1]:.0f} images/s", flush=True)
+                for mode, (cmd, endpoint) in runs.items():
+                    env = dict(env_for(build, args.old), AWS_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID=s3.KEY,
+                               AWS_SECRET_ACCESS_KEY=s3.SECRET, AWS_REGION="us-east-1")
+                    out = run_json(cmd, env)
+                    rates[(mode, build)].append(out["images"] / out["seconds"])
+                    st = (out.get("stats") or {}).get("storage") or {}
+                    read = (out.get("stats") or {}).get("images_read", out["images"])
+                    io[(mode, build)].append(st.get("io_cpu_s", 0) / max(1, read))
+                    print(f"s3 round {r} {build} {mode}: {rates[(mode, build)][-1]:.0f} images/s, I/O thread "
+                          f"{io[(mode, build)][-1] * 1e3:.3f} ms/image", flush=True)
     finally:
+        if proxy is not None:
+            proxy.terminate()
         server.stop()
-    return rates
+    return rates, io
 
 
 def bench_cluster(args, data):
@@ -133,9 +152,16 @@ def main():
         lines.append(f"| loader, images/s | {med(r['old']):.0f} | {med(r['new']):.0f} | "
                      f"{med(r['new']) / med(r['old']):.3f} |")
     if "s3" in which:
-        r = bench_s3(args, data)
-        lines.append(f"| S3 (SeaweedFS, loopback), images/s | {med(r['old']):.0f} | {med(r['new']):.0f} | "
-                     f"{med(r['new']) / med(r['old']):.3f} |")
+        r, io = bench_s3(args, data)
+        for mode in ("local", "direct", "+20 ms"):
+            o, n = med(r[(mode, "old")]), med(r[(mode, "new")])
+            lines.append(f"| {mode}, images/s | {o:.0f} | {n:.0f} | {n / o:.3f} |")
+        for mode in ("direct", "+20 ms"):
+            o, n = med(io[(mode, "old")]) * 1e3, med(io[(mode, "new")]) * 1e3
+            lines.append(f"| {mode}, I/O thread CPU ms/image | {o:.3f} | {n:.3f} | {n / o:.3f} |")
+        for build in ("old", "new"):
+            lines.append(f"| {build}: +20 ms / local | | | "
+                         f"{med(r[('+20 ms', build)]) / med(r[('local', build)]):.3f} |")
     if "cluster" in which:
         r = bench_cluster(args, data)
         for mode, what in (("cluster", "cluster cache 4 x 25%"), ("local", "MinIO caches 25%")):
