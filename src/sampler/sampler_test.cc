@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <set>
 
 namespace nostall {
@@ -269,6 +270,36 @@ TEST(BufferedEpochTest, TheFirstEpochOpenedBeforeTheIndexIsWholeIsBufferedTheRes
   // A subset or shuffle blocks need every item: refused while the index is incomplete.
   SamplerOptions o = Sharded(lazy, 4, 0, 1);
   o.subset = 5;
+  EXPECT_FALSE(Sampler::Create(o).ok());
+}
+
+TEST(BufferedEpochTest, ShardShuffleBuffersEveryEpochOfAWholeIndexEachInItsOwnOrder) {
+  auto whole = std::make_shared<FakeShards>(std::vector<int64_t>{10, 10, 10, 10}, true);
+  SamplerOptions o = Sharded(whole, 4, 0, 1, false, true, 8);
+  o.num_items = 40;
+  // Without it, a whole index gives exact epochs.
+  EXPECT_FALSE(Sampler::Create(o).value().Buffered(0));
+  o.shard_shuffle = true;
+  Sampler s = Sampler::Create(o).value();
+  std::vector<std::vector<int64_t>> epochs;
+  for (int64_t e = 0; e < 3; ++e) {
+    EXPECT_TRUE(s.Buffered(e));
+    std::vector<int64_t> order = Drain(s.OpenEpoch(e).get());
+    EXPECT_EQ(order, s.EpochOrder(e)) << "the stream and the order agree (resume reads the order)";
+    std::vector<int64_t> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int64_t> all(40);
+    std::iota(all.begin(), all.end(), 0);
+    EXPECT_EQ(sorted, all) << "every item once, epoch " << e;
+    epochs.push_back(order);
+  }
+  EXPECT_NE(epochs[0], epochs[1]);
+  EXPECT_EQ(Drain(Sampler::Create(o).value().OpenEpoch(1).get()), epochs[1]) << "the same seed, the same order";
+  // It needs shards, and takes no subset or shuffle_block.
+  SamplerOptions flat{40, 4, true, 7};
+  flat.shard_shuffle = true;
+  EXPECT_FALSE(Sampler::Create(flat).ok());
+  o.subset = 10;
   EXPECT_FALSE(Sampler::Create(o).ok());
 }
 

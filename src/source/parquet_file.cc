@@ -402,10 +402,15 @@ Result<Values> File::Decode(const Unit& u, const std::string& dictionary, const 
   try {
     auto cc = meta_->RowGroup(u.row_group)->ColumnChunk(u.leaf);
     if (cc->crypto_metadata() != nullptr) return DataError(Where(u.row_group, u.leaf) + ": an encrypted column");
-    std::string bytes;
-    bytes.reserve(dictionary.size() + data.size());
-    bytes += dictionary;
-    bytes += data;
+    // The dictionary page and the data page as one stream: joined only
+    // when there is a dictionary page (the data alone is read in place).
+    std::string joined;
+    if (!dictionary.empty()) {
+      joined.reserve(dictionary.size() + data.size());
+      joined += dictionary;
+      joined += data;
+    }
+    const std::string& bytes = dictionary.empty() ? data : joined;
     auto buffer = std::make_shared<arrow::Buffer>(reinterpret_cast<const uint8_t*>(bytes.data()),
                                                   static_cast<int64_t>(bytes.size()));
     auto stream = std::make_shared<arrow::io::BufferReader>(buffer);
@@ -425,6 +430,9 @@ Result<Values> File::Decode(const Unit& u, const std::string& dictionary, const 
         parquet::ColumnReader::Make(descr, std::move(pages), arrow::system_memory_pool());
     out.present.reserve(static_cast<size_t>(u.rows));
     out.off.reserve(static_cast<size_t>(u.rows) + 1);
+    // Values of binary columns (images) are about the page's size: room for
+    // them at once, not a copy at each doubling.
+    if (descr->physical_type() == parquet::Type::BYTE_ARRAY) out.blob.reserve(bytes.size());
     Status st;
     switch (descr->physical_type()) {
       case parquet::Type::BYTE_ARRAY:
