@@ -234,6 +234,10 @@ def main():
               f"- Parquet local / image folder: {med['nostall parquet, row groups of 100'] / folder:.2f} "
               f"(row groups of 100), {local / folder:.2f} (of 1000)",
               f"- Parquet on S3 at 20 ms / Parquet local: {med['nostall parquet on S3 +20 ms'] / local:.2f}",
+              f"- a page (about 1 MiB, 9 images) read and decoded for every row, as an exact shuffle over a "
+              f"dataset much larger than decoded_cache_mb does: "
+              f"{med['nostall parquet, row groups of 100, no offset index, no decoded cache'] / folder:.2f} of the "
+              f"image folder (docs/parquet.md: smaller pages, or shard_shuffle with a cache of shuffle_buffer rows)",
               f"- nostall Parquet / DataLoader + pyarrow + PIL: {local / med['DataLoader + pyarrow + PIL']:.1f}x; "
               f"/ DataLoader + datasets: {local / med['DataLoader + datasets']:.1f}x",
               f"- batches of the folder and both Parquet layouts byte-identical for one seed: {same}"]
