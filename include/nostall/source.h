@@ -41,6 +41,9 @@ struct SourceOptions {
   // its first epoch may be buffered: docs/sampling.md). Else the whole
   // index is built before the source opens.
   bool lazy_index = false;
+  // The loader reads in shard order (LoaderSpec::shard_shuffle): a driver
+  // whose random reads cost a shard's worth need not say so.
+  bool shard_order = false;
   // Items larger than this are a DataError rather than a huge allocation.
   uint64_t max_item_bytes = 256ull << 20;
   // Tar shards: a sample with no image member or a bad .cls label is an

@@ -175,6 +175,7 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in, bool shared) {
   if (spec.shuffle_buffer < 0) return InvalidArgument("shuffle_buffer must be 0 (the default) or positive");
   spec.source_options.skip_bad_samples = spec.on_error == ErrorPolicy::kSkip;
   spec.source_options.lazy_index = MayBuffer(spec, shared);
+  spec.source_options.shard_order = spec.shard_shuffle;
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Source> source,
                            OpenSource(spec.source, spec.source_options));
   // Local files: 4 fetch threads. Remote sources: 0 stays "adapt to the

@@ -345,7 +345,8 @@ class ParquetSource final : public Source {
   ParquetSource(std::vector<std::shared_ptr<pq::File>> files, std::vector<FileRef> refs,
                 std::vector<Column> columns, std::vector<int64_t> labels, std::vector<std::string> classes,
                 std::vector<FieldSpan> spans, std::vector<int64_t> room, std::unique_ptr<S3Client> client,
-                std::string bucket, const ParquetOptions& o, uint64_t max_item_bytes, std::string origin)
+                std::string bucket, const ParquetOptions& o, uint64_t max_item_bytes, std::string origin,
+                bool shard_order)
       : files_(std::move(files)),
         refs_(std::move(refs)),
         columns_(std::move(columns)),
@@ -378,7 +379,7 @@ class ParquetSource final : public Source {
     fingerprint_ = h;
     if (client_ != nullptr) pool_ = std::make_unique<DecodePool>(2);
     for (size_t c = 0; c < columns_.size(); ++c) {
-      if (!files_.front()->has_page_index(columns_[c].leaf)) whole_chunks_ = true;
+      if (!files_.front()->has_page_index(columns_[c].leaf)) whole_chunks_ = !shard_order;
     }
   }
   ~ParquetSource() override {
@@ -713,7 +714,7 @@ class ParquetSource final : public Source {
   std::vector<int64_t> file_first_;
   int64_t size_ = 0;
   uint64_t fingerprint_ = 0;
-  bool whole_chunks_ = false;
+  bool whole_chunks_ = false;  // a column without an offset index, read without shard_shuffle
   std::shared_ptr<RowGroupShards> shards_;
   std::unique_ptr<DecodePool> pool_;
 };
@@ -1142,7 +1143,8 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
   return std::unique_ptr<Source>(new ParquetSource(std::move(files), std::move(refs), std::move(columns),
                                                    std::move(saved->labels), std::move(saved->classes),
                                                    std::move(spans), std::move(room), std::move(client),
-                                                   std::move(bucket), o, options.max_item_bytes, origin));
+                                                   std::move(bucket), o, options.max_item_bytes, origin,
+                                                   options.shard_order));
 }
 
 }  // namespace
