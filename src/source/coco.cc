@@ -50,20 +50,11 @@ struct CocoOptions {
   nlohmann::json s3 = nlohmann::json::object();  // the S3 options, for s3:// paths
 };
 
-constexpr const char* kCocoKeys[] = {"annotations", "empty", "crowd", "segmentation"};
-
 Result<CocoOptions> ReadOptions(const nlohmann::json& given) {
-  if (!given.is_object()) return InvalidArgument("the coco driver's options must be an object");
   CocoOptions o;
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [k, v] : given.items()) {
-    bool ours = false;
-    for (const char* c : kCocoKeys) ours |= k == c;
-    (ours ? j[k] : o.s3[k]) = v;
-  }
-  // Whatever is not the coco driver's own is an S3 option (checked as the
-  // S3 drivers check theirs: an unknown key is named there).
-  NOSTALL_RETURN_IF_ERROR(ReadS3Options(o.s3, "coco").status());
+  nlohmann::json j;
+  // Whatever is not the coco driver's own is an S3 option.
+  NOSTALL_RETURN_IF_ERROR(SplitS3Options(given, {"annotations", "empty", "crowd", "segmentation"}, "coco", &j, &o.s3));
   NOSTALL_RETURN_IF_ERROR(GetString(j, "source.options: ", "annotations", &o.annotations));
   if (o.annotations.empty()) {
     return InvalidArgument("the coco driver needs source.options.annotations: the instances JSON "

@@ -48,18 +48,24 @@
 #include "common/json_fields.h"
 #include "common/mutex.h"
 #include "source/driver.h"
-#include "annotations/bytes.h"
 #include "source/index_file.h"
 #include "source/index_progress.h"
 #include "source/parquet_file.h"
+#include "source/parquet_saved.h"
+#include "source/parquet_units.h"
 #include "source/s3_client.h"
 #include "source/s3_config.h"
 
 namespace nostall {
 namespace {
 
+using pq::DecodePool;
+using pq::FileRef;
+using pq::RowGroupShards;
+using pq::Saved;
+using pq::UnitCache;
+
 constexpr const char* kDriver = "parquet";
-constexpr const char* kParquetKeys[] = {"decoded_cache_mb"};
 
 struct ParquetOptions {
   int64_t decoded_cache_mb = 256;
@@ -67,15 +73,9 @@ struct ParquetOptions {
 };
 
 Result<ParquetOptions> ReadOptions(const nlohmann::json& given) {
-  if (!given.is_object()) return InvalidArgument("the parquet driver's options must be an object");
   ParquetOptions o;
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [k, v] : given.items()) {
-    bool ours = false;
-    for (const char* c : kParquetKeys) ours |= k == c;
-    (ours ? j[k] : o.s3[k]) = v;
-  }
-  NOSTALL_RETURN_IF_ERROR(ReadS3Options(o.s3, kDriver).status());
+  nlohmann::json j;
+  NOSTALL_RETURN_IF_ERROR(SplitS3Options(given, {"decoded_cache_mb"}, kDriver, &j, &o.s3));
   NOSTALL_RETURN_IF_ERROR(GetInt(j, "source.options: ", "decoded_cache_mb", 0, 1 << 20, &o.decoded_cache_mb));
   return o;
 }
@@ -97,12 +97,6 @@ bool Claims(const std::string& uri) {
 bool HasWildcard(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
 // The files a pattern names, in name order: braces expanded, then globs.
-struct FileRef {
-  std::string name;  // the path, or s3://bucket/key
-  std::string key;   // S3: the key
-  uint64_t size = 0;
-  int64_t stamp = 0;  // mtime ns, or the ETag's hash
-};
 
 Result<std::vector<FileRef>> LocalFiles(const std::string& uri) {
   NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> patterns, ExpandBraces(uri));
@@ -226,119 +220,6 @@ HfFeatures ReadHfFeatures(const pq::File& file) {
   }
   return hf;
 }
-
-// Decoded units (pages or whole chunks) and raw dictionary pages, by
-// (file, row group, leaf, page), least recently used first out, within a
-// byte budget.
-class UnitCache {
- public:
-  explicit UnitCache(uint64_t budget) : budget_(budget) {}
-  struct Key {
-    int32_t file, rg, leaf, page;
-    bool operator<(const Key& o) const {
-      return std::tie(file, rg, leaf, page) < std::tie(o.file, o.rg, o.leaf, o.page);
-    }
-  };
-  std::shared_ptr<const pq::Values> Get(const Key& k) EXCLUDES(mu_) {
-    MutexLock lock(&mu_);
-    auto it = map_.find(k);
-    if (it == map_.end()) return nullptr;
-    lru_.splice(lru_.begin(), lru_, it->second.where);
-    return it->second.values;
-  }
-  void Put(const Key& k, std::shared_ptr<const pq::Values> v) EXCLUDES(mu_) {
-    const uint64_t size = v->bytes();
-    if (size > budget_) return;
-    MutexLock lock(&mu_);
-    if (map_.count(k) != 0) return;
-    lru_.push_front(k);
-    map_[k] = {std::move(v), lru_.begin(), size};
-    used_ += size;
-    while (used_ > budget_ && !lru_.empty()) {
-      auto it = map_.find(lru_.back());
-      used_ -= it->second.size;
-      map_.erase(it);
-      lru_.pop_back();
-    }
-  }
-
- private:
-  struct Entry {
-    std::shared_ptr<const pq::Values> values;
-    std::list<Key>::iterator where;
-    uint64_t size;
-  };
-  const uint64_t budget_;
-  Mutex mu_;
-  std::list<Key> lru_ GUARDED_BY(mu_);
-  std::map<Key, Entry> map_ GUARDED_BY(mu_);
-  uint64_t used_ GUARDED_BY(mu_) = 0;
-};
-
-// Row groups as the buffered epoch's shards (sampler.h): every epoch with
-// shard_shuffle, row groups in a random order, rows mixed in the buffer.
-class RowGroupShards final : public ShardedItems {
- public:
-  explicit RowGroupShards(std::vector<int64_t> starts) : starts_(std::move(starts)) {}
-  int64_t shard_count() const override { return static_cast<int64_t>(starts_.size()) - 1; }
-  bool complete() const override { return true; }
-  void Begin(const std::vector<int64_t>&) override {}
-  Result<int64_t> Count(int64_t s) override { return starts_[s + 1] - starts_[s]; }
-  Result<int64_t> Total() override { return starts_.back(); }
-  int64_t Id(int64_t s, int64_t member) const override { return starts_[s] + member; }
-  int64_t StableKey(int64_t id) const override {
-    if (IsShardMemberKey(id)) return id;
-    auto it = std::upper_bound(starts_.begin(), starts_.end(), id);
-    const int64_t s = static_cast<int64_t>(it - starts_.begin()) - 1;
-    return ShardMemberKey(s, id - starts_[s]);
-  }
-
- private:
-  const std::vector<int64_t> starts_;  // each shard's first item; the total last
-};
-
-// A small pool for the S3 reads' page decoding (off the I/O thread).
-class DecodePool {
- public:
-  explicit DecodePool(int threads) {
-    for (int t = 0; t < threads; ++t) threads_.emplace_back([this] { Run(); });
-  }
-  ~DecodePool() {
-    {
-      MutexLock lock(&mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-  void Post(std::function<void()> job) EXCLUDES(mu_) {
-    {
-      MutexLock lock(&mu_);
-      jobs_.push_back(std::move(job));
-    }
-    cv_.notify_one();
-  }
-
- private:
-  void Run() EXCLUDES(mu_) {
-    for (;;) {
-      std::function<void()> job;
-      {
-        MutexLock lock(&mu_);
-        cv_.wait(lock.native(), [&]() NO_THREAD_SAFETY_ANALYSIS { return stop_ || !jobs_.empty(); });
-        if (jobs_.empty()) return;  // stopping, and nothing left
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      job();
-    }
-  }
-  Mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_ GUARDED_BY(mu_);
-  bool stop_ GUARDED_BY(mu_) = false;
-  std::vector<std::thread> threads_;
-};
 
 class ParquetSource final : public Source {
  public:
@@ -751,134 +632,6 @@ Status ForEachFile(size_t n, size_t threads, const std::function<Status(size_t)>
   return Status::OK();
 }
 
-// What opening the files finds, kept in the index cache between runs (the
-// footers and offset indexes as stored, each item's label and its small
-// fields' sizes) and used while every file's size and mtime (S3: ETag) are
-// as they were.
-struct Saved {
-  std::vector<std::string> footers;
-  std::vector<uint64_t> index_at;
-  std::vector<std::string> indexes;
-  std::vector<int64_t> labels;
-  std::vector<std::string> classes;
-  std::vector<int64_t> sizes;  // items x extra fields (-1: null)
-};
-
-constexpr char kSavedMagic[8] = {'N', 'S', 'P', 'Q', 'I', 'D', 'X', '1'};
-
-void PutString(std::string* out, const std::string& s) {
-  annotations::Put<uint64_t>(out, s.size());
-  out->append(s);
-}
-
-std::string SerializeSaved(const std::vector<FileRef>& refs, const Saved& s) {
-  using annotations::Put;
-  std::string body;
-  Put<uint64_t>(&body, refs.size());
-  for (size_t k = 0; k < refs.size(); ++k) {
-    PutString(&body, refs[k].name);
-    Put<uint64_t>(&body, refs[k].size);
-    Put<int64_t>(&body, refs[k].stamp);
-    PutString(&body, s.footers[k]);
-    Put<uint64_t>(&body, s.index_at[k]);
-    PutString(&body, s.indexes[k]);
-  }
-  Put<uint64_t>(&body, s.labels.size());
-  for (int64_t l : s.labels) Put<int64_t>(&body, l);
-  Put<uint64_t>(&body, s.classes.size());
-  for (const std::string& c : s.classes) PutString(&body, c);
-  Put<uint64_t>(&body, s.sizes.size());
-  for (int64_t n : s.sizes) Put<int64_t>(&body, n);
-  std::string out(kSavedMagic, sizeof(kSavedMagic));
-  Put<uint64_t>(&out, IndexFileHash(body));
-  return out + body;
-}
-
-// The saved index at `bytes`, if it is whole (its hash) and describes these
-// files as they are now; else an error saying why it is not used.
-Result<Saved> ParseSaved(const std::string& bytes, const std::vector<FileRef>& refs) {
-  using annotations::Get;
-  if (bytes.size() < 16 || std::memcmp(bytes.data(), kSavedMagic, 8) != 0) return DataError("not a saved index");
-  const std::string body = bytes.substr(16);
-  if (Get<uint64_t>(reinterpret_cast<const uint8_t*>(bytes.data()) + 8) != IndexFileHash(body)) {
-    return DataError("damaged (hash)");
-  }
-  const uint8_t* p = reinterpret_cast<const uint8_t*>(body.data());
-  const uint8_t* end = p + body.size();
-  Status bad;
-  auto u64 = [&]() -> uint64_t {
-    if (end - p < 8) {
-      bad = DataError("truncated");
-      return 0;
-    }
-    const uint64_t v = Get<uint64_t>(p);
-    p += 8;
-    return v;
-  };
-  auto str = [&]() -> std::string {
-    const uint64_t n = u64();
-    if (!bad.ok() || static_cast<uint64_t>(end - p) < n) {
-      bad = DataError("truncated");
-      return "";
-    }
-    std::string v(reinterpret_cast<const char*>(p), n);
-    p += n;
-    return v;
-  };
-  Saved s;
-  if (u64() != refs.size()) return DataError("another set of files");
-  for (const FileRef& r : refs) {
-    const std::string name = str();
-    const uint64_t size = u64();
-    const int64_t stamp = static_cast<int64_t>(u64());
-    if (!bad.ok()) return bad;
-    if (name != r.name || size != r.size || stamp != r.stamp) return DataError(r.name + " changed");
-    s.footers.push_back(str());
-    s.index_at.push_back(u64());
-    s.indexes.push_back(str());
-  }
-  auto ints = [&](std::vector<int64_t>* out) {
-    const uint64_t n = u64();
-    if (!bad.ok() || n > static_cast<uint64_t>(end - p) / 8) {
-      bad = DataError("truncated");
-      return;
-    }
-    out->resize(n);
-    for (auto& v : *out) v = static_cast<int64_t>(u64());
-  };
-  ints(&s.labels);
-  const uint64_t classes = u64();
-  for (uint64_t k = 0; bad.ok() && k < classes && p < end; ++k) s.classes.push_back(str());
-  ints(&s.sizes);
-  NOSTALL_RETURN_IF_ERROR(bad);
-  if (p != end || s.classes.size() != classes) return DataError("damaged (length)");
-  return s;
-}
-
-// The saved index's bytes, if it is this user's private file.
-Result<std::string> ReadSaved(const std::string& path) {
-  uint64_t size = 0;
-  NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(path, &size));
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0 || st.st_uid != ::getuid() || (st.st_mode & 022) != 0) {
-    return DataError("not this user's private file");
-  }
-  std::string bytes(size, '\0');
-  NOSTALL_RETURN_IF_ERROR(PreadExact(fd.get(), 0, size, reinterpret_cast<uint8_t*>(bytes.data())));
-  return bytes;
-}
-
-// What the saved index depends on besides the files: the fields asked for.
-std::string SavedKey(const std::string& uri, const SourceOptions& options) {
-  std::string key = std::string("parquet\n") + uri + "\n";
-  for (const FieldSpec& f : options.fields) {
-    key += f.name + "=" + FieldKindName(f.kind) + (f.optional ? "?" : "") + ":";
-    for (const std::string& e : f.extensions) key += e + ",";
-    key += ";";
-  }
-  return key + "\n" + std::to_string(options.max_field_bytes);
-}
-
 Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions& options) {
   NOSTALL_ASSIGN_OR_RETURN(nlohmann::json j, DriverOptionsJson(options, kDriver));
   NOSTALL_ASSIGN_OR_RETURN(ParquetOptions o, ReadOptions(j));
@@ -919,20 +672,21 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
 
   // The saved index, if it is there and still holds.
   const std::string cache_path =
-      options.use_index_cache ? IndexCachePath(options.index_cache_dir, SavedKey(uri, options)) : "";
+      options.use_index_cache ? IndexCachePath(options.index_cache_dir, pq::SavedKey(uri, options)) : "";
   std::optional<Saved> saved;
   std::string origin;
   if (!cache_path.empty()) {
-    Result<std::string> bytes = ReadSaved(cache_path);
+    Result<std::string> bytes = pq::ReadSaved(cache_path);
     if (bytes.ok()) {
-      Result<Saved> s = ParseSaved(bytes.value(), refs);
+      Result<Saved> s = pq::ParseSaved(bytes.value(), refs);
       if (s.ok()) saved = std::move(s.value());
     }
   }
 
-  // The footers: saved, or read many files at a time.
+  // The footers: saved (parsed on every core), or read many files at a time.
   std::vector<std::shared_ptr<pq::File>> files(refs.size());
-  NOSTALL_RETURN_IF_ERROR(ForEachFile(refs.size(), saved ? 1 : threads, [&](size_t k) -> Status {
+  const size_t parse_threads = std::max<size_t>(1, std::thread::hardware_concurrency());
+  NOSTALL_RETURN_IF_ERROR(ForEachFile(refs.size(), saved ? parse_threads : threads, [&](size_t k) -> Status {
     NOSTALL_ASSIGN_OR_RETURN(files[k], saved ? pq::File::FromSaved(refs[k].name, refs[k].size, saved->footers[k])
                                              : pq::File::Open(refs[k].name, refs[k].size, reader(refs[k])));
     return Status::OK();
@@ -1112,7 +866,7 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
                   files.size() == 1 ? "" : "s", secs);
     origin = text;
     if (!cache_path.empty()) {
-      Status w = WriteIndexFile(cache_path, SerializeSaved(refs, s));
+      Status w = WriteIndexFile(cache_path, pq::SerializeSaved(refs, s));
       origin += w.ok() ? "; saved to " + cache_path : "; not saved (" + w.message() + ")";
     }
     saved = std::move(s);

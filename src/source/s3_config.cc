@@ -219,6 +219,19 @@ Result<S3Options> ReadS3Options(const nlohmann::json& given, const char* driver)
   return o;
 }
 
+Status SplitS3Options(const nlohmann::json& given, std::initializer_list<const char*> own, const char* driver,
+                      nlohmann::json* mine, nlohmann::json* s3) {
+  if (!given.is_object()) return InvalidArgument(std::string("the ") + driver + " driver's options must be an object");
+  *mine = nlohmann::json::object();
+  *s3 = nlohmann::json::object();
+  for (const auto& [k, v] : given.items()) {
+    bool ours = false;
+    for (const char* c : own) ours |= k == c;
+    (ours ? (*mine)[k] : (*s3)[k]) = v;
+  }
+  return ReadS3Options(*s3, driver).status();
+}
+
 nlohmann::json S3OptionsJson(const S3Options& o) {
   return {{"endpoint", o.endpoint},
           {"region", o.region},

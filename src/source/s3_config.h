@@ -29,6 +29,7 @@
 #define NOSTALL_SOURCE_S3_CONFIG_H_
 
 #include <functional>
+#include <initializer_list>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -86,6 +87,11 @@ Result<S3Config> ResolveS3Config(const S3Options& options, const EnvLookup& gete
 // names the driver in errors), and written back with every one spelled out.
 Result<S3Options> ReadS3Options(const nlohmann::json& given, const char* driver);
 nlohmann::json S3OptionsJson(const S3Options& o);
+// A driver whose options are its own (`own`) beside the S3 options (coco,
+// parquet): its own keys in *mine, the rest in *s3, checked as the S3 drivers
+// check theirs (an unknown key is named there, with `driver`).
+Status SplitS3Options(const nlohmann::json& given, std::initializer_list<const char*> own, const char* driver,
+                      nlohmann::json* mine, nlohmann::json* s3);
 // The SourceDriver::options of both S3 drivers.
 Result<nlohmann::json> ResolveS3Options(const nlohmann::json& given, bool cached);
 
