@@ -21,6 +21,7 @@
 #include "nostall/epoch_cursor.h"
 #include "nostall/loader.h"
 #include "nostall/shared.h"
+#include "nostall/trace.h"
 #include "nostall/transforms.h"
 #include "annotations/targets.h"
 #include "audio/pipeline.h"
@@ -609,6 +610,28 @@ void BindAudio(nb::module_& m) {
   });
 }
 
+// A profiler trace read once (nostall/trace.h); predictions replay its graph.
+struct TraceHandle {
+  std::shared_ptr<const trace::Trace> t;
+};
+
+void BindTrace(nb::module_& m) {
+  nb::class_<TraceHandle>(m, "_Trace")
+      .def("facts_json", [](const TraceHandle& h) { return trace::FactsJson(*h.t); })
+      .def("simulate_json", [](const TraceHandle& h, const std::string& change_json) {
+        trace::Change c = ValueOrRaise(trace::ChangeFromJson(change_json));
+        nb::gil_scoped_release release;
+        return ValueOrRaise(trace::SimulateJson(*h.t, c));
+      });
+  m.def("read_trace", [](const std::string& path) {
+    Result<std::shared_ptr<const trace::Trace>> r = [&] {
+      nb::gil_scoped_release release;
+      return trace::Read(path);
+    }();
+    return TraceHandle{ValueOrRaise(std::move(r))};
+  });
+}
+
 }  // namespace
 }  // namespace nostall
 
@@ -655,6 +678,7 @@ NB_MODULE(_nostall, m) {
   });
   nostall::BindAudio(m);
   nostall::BindDetection(m);
+  nostall::BindTrace(m);
   m.def("predict_json", [](const std::string& profile_json, const std::string& config_json) {
     return nostall::ValueOrRaise(nostall::PredictJson(
         nostall::ValueOrRaise(nostall::Profile::FromJson(profile_json)), config_json));
