@@ -64,6 +64,14 @@ std::string AnalysisJson(const Profile& p);
 // measured configuration (same names as in the profile's "measured").
 Result<std::string> PredictJson(const Profile& p, const std::string& config_json);
 
+// The same for another training step than the measured one (`step_json`:
+// {"step_rate", "step_cpu", "step_threads", "loop_overhead"}, per sample):
+// the efficiencies are calibrated on the measured runs, then the step is
+// replaced. What a profiler trace's step would get from this pipeline
+// (nostall/trace.h) is asked this way: one model for both.
+Result<std::string> PredictWithStepJson(const Profile& measured, const std::string& step_json,
+                                        const std::string& config_json);
+
 // Storage, measured directly: evicts `items` from the page cache, then reads
 // them with `concurrency` threads, timing each read. The source is opened as
 // the spec says (throttle included).

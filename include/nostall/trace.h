@@ -66,6 +66,8 @@ struct Change {
   bool amp = false;              // mixed precision (Daydream's rule)
   int threads_from = 0;          // intra-op threads the trace ran with (0: not changed)
   int threads_to = 0;            // and the threads to predict for
+  double parallel_scale = 0;     // > 0: what those threads make of parallel work (measured;
+                                 // 0: threads_from / threads_to)
 };
 
 class Trace;

@@ -22,6 +22,7 @@ and torchvision onto it.
 from . import audio, detection
 from ._nostall import available_cores
 from .analyze import Analysis, analyze
+from .trace import TraceAnalysis, analyze_trace
 from .cache import Cache
 from .errors import DataError, NostallError, ResourceError
 from .loader import Loader
@@ -42,5 +43,5 @@ __version__ = "0.1.0"
 __all__ = [
     "Loader", "Cache", "DataError", "NostallError", "ResourceError", "Transform", "RandomResizedCrop",
     "Resize", "CenterCrop", "RandomHorizontalFlip", "Normalize", "IMAGENET_MEAN", "IMAGENET_STD",
-    "available_cores", "audio", "detection", "analyze", "Analysis", "serve", "Server", "list_shared",
+    "available_cores", "audio", "detection", "analyze", "Analysis", "analyze_trace", "TraceAnalysis", "serve", "Server", "list_shared",
 ]

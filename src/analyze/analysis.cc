@@ -357,7 +357,31 @@ std::string AnalysisJson(const Profile& p) {
 }
 
 Result<std::string> PredictJson(const Profile& p, const std::string& config_json) {
+  return PredictWithStepJson(p, "{}", config_json);
+}
+
+Result<std::string> PredictWithStepJson(const Profile& measured, const std::string& step_json,
+                                        const std::string& config_json) {
   try {
+    // Calibrated on what was measured, then asked about another step.
+    const Efficiency eff = Calibrate(measured);
+    Profile p = measured;
+    json step = json::parse(step_json);
+    if (!step.is_object()) return InvalidArgument("a step is a JSON object");
+    for (const auto& [key, value] : step.items()) {
+      if (!value.is_number() || !(value.get<double>() >= 0))
+        return InvalidArgument("step field '" + key + "' must be a number, 0 or more");
+      const double v = value.get<double>();
+      if (key == "step_rate" && v > 0) p.step_rate = v;
+      else if (key == "step_cpu") p.step_cpu = v;
+      else if (key == "step_threads" && v >= 1) p.step_threads = static_cast<int>(v);
+      else if (key == "loop_overhead") p.loop_overhead = v;
+      else return InvalidArgument("unknown step field '" + key + "'");
+    }
+    if (step.contains("step_rate")) {
+      // The step's single-thread and spinning figures were of the measured step.
+      p.step_rate_1 = 0, p.step_cpu_1 = 0, p.step_spin_cpu = 0, p.hooks = 0;
+    }
     json j = json::parse(config_json);
     if (!j.is_object()) return InvalidArgument("a configuration is a JSON object");
     static const char* kKnown[] = {"cores", "prep_threads", "reads_in_flight", "cache_fraction",
@@ -370,7 +394,6 @@ Result<std::string> PredictJson(const Profile& p, const std::string& config_json
       }
     }
     Config c = ConfigFromJson(j, p.measured);
-    const Efficiency eff = Calibrate(p);
     // More cores means what the "cores" curve means: a prep thread per core
     // (PrepThreadsFor), unless the prep threads are given too.
     if (j.contains("cores") && !j.contains("prep_threads")) {

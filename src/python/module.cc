@@ -683,6 +683,11 @@ NB_MODULE(_nostall, m) {
     return nostall::ValueOrRaise(nostall::PredictJson(
         nostall::ValueOrRaise(nostall::Profile::FromJson(profile_json)), config_json));
   });
+  m.def("predict_with_step_json", [](const std::string& profile_json, const std::string& step_json,
+                                     const std::string& config_json) {
+    return nostall::ValueOrRaise(nostall::PredictWithStepJson(
+        nostall::ValueOrRaise(nostall::Profile::FromJson(profile_json)), step_json, config_json));
+  });
   m.def("autotune_start_json", &nostall::AutotuneStartJson, "need"_a, "prep_cpu_s"_a,
         "latency_s"_a, "item_bytes"_a, "cores"_a);
   m.def("analysis_json", [](const std::string& profile_json) {

@@ -425,6 +425,22 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
   }
   if (t.steps.empty()) return DataError(path + ": the trace's ProfilerStep#N events are empty");
 
+  // The loop's own CPU time per steady step (not waiting for data), and the
+  // least of it over the mean (graph.h: least_contended).
+  if (t.steps.size() >= 3) {
+    const size_t lo = t.steps.size() >= 4 ? 1 : 0, hi = t.steps.size() - lo;
+    double least = 1e300, sum = 0;
+    for (size_t k = lo; k < hi; ++k) {
+      double cpu = 0;
+      for (auto it = std::lower_bound(main_nodes.begin(), main_nodes.end(), t.steps[k].first);
+           it != main_nodes.end() && *it <= t.steps[k].last; ++it)
+        if (t.nodes[*it].role != Role::kWait) cpu += t.nodes[*it].dur;
+      least = std::min(least, cpu);
+      sum += cpu;
+    }
+    if (sum > 0) t.least_contended = std::min(1.0, least / (sum / static_cast<double>(hi - lo)));
+  }
+
   // The loader.
   if (!wait_nodes.empty()) {
     const std::string& name = wait_names[0];

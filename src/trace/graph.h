@@ -82,6 +82,7 @@ class Trace {
   int64_t counts[static_cast<int>(Cat::kOther) + 1] = {};
   int64_t events = 0;
   int optimizer_calls = 0;
+  double least_contended = 1;   // the fastest steady step's loop CPU time over the mean
   double launch_floor = 5e-6;   // the shortest kernel launch: an asynchronous call's cost
 };
 

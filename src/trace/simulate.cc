@@ -35,6 +35,14 @@ bool Inline(const Trace& t, const Change& c) {
   return t.loader == LoaderKind::kInline && c.loader_period < 0;
 }
 
+// Where the traced loader worked beside the loop (DataLoader workers: other
+// processes, not in the trace) and the change replaces it, the loop's CPU
+// work ran slowed by the loader sharing the cores. It is taken at its least
+// contended: the fastest steady step's CPU time over the mean's.
+bool Uncontended(const Trace& t, const Change& c) {
+  return t.loader == LoaderKind::kBeside && (c.loader_free || c.loader_period >= 0);
+}
+
 double Duration(const Trace& t, const Node& n, const Change& c) {
   const bool gpu = t.lanes[n.lane].gpu;
   if (gpu) {
@@ -59,11 +67,15 @@ double Duration(const Trace& t, const Node& n, const Change& c) {
     }
     case Role::kWork: {
       double par = n.parallel;
-      if (c.threads_from > 0 && c.threads_to > 0) par *= static_cast<double>(c.threads_from) / c.threads_to;
+      if (c.threads_from > 0 && c.threads_to > 0) {
+        par *= c.parallel_scale > 0 ? c.parallel_scale
+                                    : static_cast<double>(c.threads_from) / c.threads_to;
+      }
       double opt = n.opt_python;
       if (c.fused_optimizer) opt *= n.opt_share;
       const double rest = std::max(0.0, n.dur - n.parallel - n.opt_python);
-      return (rest + par + opt) / c.cpu_speedup;
+      const double contention = t.lanes[n.lane].main && Uncontended(t, c) ? t.least_contended : 1;
+      return (rest + par + opt) * contention / c.cpu_speedup;
     }
   }
   return n.dur;
@@ -221,12 +233,22 @@ json Steps(const Trace& t, const Sim& s) {
     }
     steps.push_back({{"step", t.steps[k].number}, {"seconds", e - b}, {"path", path}});
   }
-  const double n = static_cast<double>(t.steps.size());
+  // The steady steps: the first step pays the profiler's own start (its
+  // first recording of each operator) and the last is cut where the
+  // profiler stops, so with four steps or more both are left out.
+  const size_t lo = t.steps.size() >= 4 ? 1 : 0, hi = t.steps.size() - lo;
+  double kinds[kKinds] = {}, span = 0;
+  for (size_t k = lo; k < hi; ++k) {
+    span += steps[k]["seconds"].get<double>();
+    for (int i = 0; i < kKinds; ++i) kinds[i] += steps[k]["path"][KindName(static_cast<Kind>(i))].get<double>();
+  }
+  const double n = static_cast<double>(hi - lo);
   json mean = json::object();
   double sum = 0;
-  for (int i = 0; i < kKinds; ++i) sum += total[i];
-  for (int i = 0; i < kKinds; ++i) mean[KindName(static_cast<Kind>(i))] = total[i] / n;
-  const double step_s = (last - first) / n;
+  for (int i = 0; i < kKinds; ++i) sum += kinds[i], total[i] = kinds[i];
+  for (int i = 0; i < kKinds; ++i) mean[KindName(static_cast<Kind>(i))] = kinds[i] / n;
+  const double step_s = span / n;
+  (void)first, (void)last;
   // The critical path's kind: the largest share.
   int top = 0;
   for (int i = 1; i < kKinds; ++i)
@@ -236,7 +258,8 @@ json Steps(const Trace& t, const Sim& s) {
           {"path", mean},
           {"stall", sum > 0 ? total[static_cast<int>(Kind::kData)] / sum : 0.0},
           {"critical", KindName(static_cast<Kind>(top))},
-          {"loader_period_s", s.period}};
+          {"loader_period_s", s.period},
+          {"steady_steps", hi - lo}};
 }
 
 }  // namespace
@@ -286,7 +309,8 @@ std::string FactsJson(const Trace& t) {
               {"loader_period_seen", t.period_seen},
               {"wait_floor_s", t.wait_floor},
               {"optimizer_calls", t.optimizer_calls},
-              {"launch_floor_s", t.launch_floor}};
+              {"launch_floor_s", t.launch_floor},
+              {"least_contended", t.least_contended}};
   double traced = 0;
   for (const Step& s : t.steps) traced += s.end - s.start;
   out["traced_step_s"] = traced / static_cast<double>(t.steps.size());
@@ -326,7 +350,7 @@ Result<Change> ChangeFromJson(const std::string& text) {
   static const char* kKeys[] = {"loader_speedup", "loader_free", "loader_period", "loader_prefetch",
                                 "gpu_speedup", "gemm_speedup", "cpu_speedup", "pinned_copies",
                                 "pinned_copy_speedup", "fused_optimizer", "amp", "threads_from",
-                                "threads_to"};
+                                "threads_to", "parallel_scale"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (std::find_if(std::begin(kKeys), std::end(kKeys),
                      [&](const char* k) { return it.key() == k; }) == std::end(kKeys))
@@ -338,7 +362,8 @@ Result<Change> ChangeFromJson(const std::string& text) {
                     positive("cpu_speedup", &c.cpu_speedup), flag("pinned_copies", &c.pinned_copies),
                     positive("pinned_copy_speedup", &c.pinned_copy_speedup),
                     flag("fused_optimizer", &c.fused_optimizer), flag("amp", &c.amp),
-                    count("threads_from", &c.threads_from), count("threads_to", &c.threads_to)}) {
+                    count("threads_from", &c.threads_from), count("threads_to", &c.threads_to),
+                    positive("parallel_scale", &c.parallel_scale)}) {
     if (!st.ok()) return st;
   }
   if (j.contains("loader_period")) {

@@ -1,0 +1,249 @@
+"""make bench-trace: how right `nostall analyze --trace` is.
+
+For each case: a training loop runs under torch.profiler (a fresh process,
+its own trace); the trace is analysed and a change predicted; then the loop
+runs again with that change made for real, under the profiler too, and the
+two step times are compared (each the mean of the profiled steps, so the
+profiler's own cost is in both). Alternating rounds; medians of the errors.
+Every loop is pinned to the same cores.
+
+  python bench/bench_trace.py [--rounds 3] [--images 640] [--data DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+BATCH = 32
+
+# (name, model, base loop, changed loop, the prediction's arguments)
+CASES = [
+    ("DataLoader 0 workers -> nostall", "conv", {"loader": "dl", "workers": 0},
+     {"loader": "nostall"}, {"loader": "nostall"}),
+    ("DataLoader 1 worker -> nostall", "conv", {"loader": "dl", "workers": 1},
+     {"loader": "nostall"}, {"loader": "nostall"}),
+    ("DataLoader 2 workers -> nostall", "conv", {"loader": "dl", "workers": 2},
+     {"loader": "nostall"}, {"loader": "nostall"}),
+    ("DataLoader 0 workers -> synthetic batches", "mlp", {"loader": "dl", "workers": 0},
+     {"loader": "synthetic"}, {"loader": "free"}),
+    ("loader 2x faster (2 workers, 8 -> 4 ms a sample)", "mlp",
+     {"loader": "slow", "workers": 2, "sleep_ms": 8}, {"loader": "slow", "workers": 2, "sleep_ms": 4},
+     {"loader_speedup": 2}),
+    ("loader 2x slower (0 workers, 1 -> 2 ms a sample)", "transformer",
+     {"loader": "slow", "workers": 0, "sleep_ms": 1}, {"loader": "slow", "workers": 0, "sleep_ms": 2},
+     {"loader_speedup": 0.5}),
+    ("optimizer foreach=False -> True", "deep_mlp", {"loader": "synthetic", "foreach": False},
+     {"loader": "synthetic", "foreach": True}, {"fused_optimizer": True}),
+    ("step threads 1 -> 2", "conv", {"loader": "synthetic", "threads": 1},
+     {"loader": "synthetic", "threads": 2}, {"threads": 2}),
+]
+
+
+# ------------------------------------------------------------------ the loop
+
+def make_model(kind):
+    import torch
+    from torch import nn
+
+    if kind == "conv":
+        return nn.Sequential(
+            nn.Conv2d(3, 16, 5, stride=4), nn.ReLU(), nn.Conv2d(16, 32, 3, stride=2), nn.ReLU(),
+            nn.Conv2d(32, 64, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+            nn.Linear(64, 10))
+    if kind == "mlp":
+        return nn.Sequential(nn.AvgPool2d(4), nn.Flatten(), nn.Linear(3 * 56 * 56, 256), nn.ReLU(),
+                             nn.Linear(256, 10))
+    if kind == "deep_mlp":  # many small parameters: the optimizer's per-parameter cost shows
+        layers = [nn.AvgPool2d(8), nn.Flatten(), nn.Linear(3 * 28 * 28, 64)]
+        for _ in range(40):
+            layers += [nn.ReLU(), nn.Linear(64, 64)]
+        return nn.Sequential(*layers, nn.Linear(64, 10))
+    if kind == "transformer":
+        class Tiny(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.patch = nn.Conv2d(3, 64, 16, stride=16)
+                layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+                self.enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+                self.head = nn.Linear(64, 10)
+
+            def forward(self, x):
+                t = self.patch(x).flatten(2).transpose(1, 2)
+                return self.head(self.enc(t).mean(1))
+        return Tiny()
+    raise ValueError(kind)
+
+
+class SlowDataset:
+    """A dataset whose items cost `sleep_ms` each (storage latency, say)."""
+
+    def __init__(self, n, sleep_ms):
+        import torch
+
+        self.n, self.sleep = n, sleep_ms / 1e3
+        self.x = torch.randn(3, 224, 224)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import torch
+
+        time.sleep(self.sleep)
+        return self.x, i % 10
+
+
+def nostall_loader(data):
+    import nostall
+
+    return nostall.Loader(data, batch_size=BATCH, shuffle=True, seed=0, num_threads=2,
+                          transforms=[nostall.RandomResizedCrop(224), nostall.RandomHorizontalFlip(),
+                                      nostall.Normalize(MEAN, STD)])
+
+
+def batches(cfg, data):
+    """An endless stream of (images, labels) for the loop's configuration."""
+    import torch
+
+    kind = cfg["loader"]
+    if kind == "synthetic":
+        x, y = torch.randn(BATCH, 3, 224, 224), torch.randint(0, 10, (BATCH,))
+        while True:
+            yield x, y
+    if kind == "nostall":
+        loader = nostall_loader(data)
+        epoch = 0
+        while True:
+            loader.set_epoch(epoch)
+            yield from loader
+            epoch += 1
+    if kind == "dl":
+        from bench_loader import PilImageFolder
+        ds = PilImageFolder(data)
+    else:
+        ds = SlowDataset(100_000, cfg["sleep_ms"])
+    workers = cfg.get("workers", 0)
+    loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers,
+                                         persistent_workers=workers > 0)
+    while True:
+        yield from loader
+
+
+def child(spec):
+    import torch
+
+    cfg, model_kind, out = spec["cfg"], spec["model"], spec["out"]
+    torch.manual_seed(0)
+    torch.set_num_threads(cfg.get("threads", 1))
+    model = make_model(model_kind)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9,
+                          foreach=cfg.get("foreach", False))
+    stream = batches(cfg, spec["data"])
+    for _ in range(3):  # warm-up: workers started, first allocations
+        x, y = next(stream)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    schedule = torch.profiler.schedule(wait=1, warmup=2, active=8, repeat=1)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule,
+                                on_trace_ready=lambda p: p.export_chrome_trace(out)) as prof:
+        for _ in range(11):
+            x, y = next(stream)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            prof.step()
+    os._exit(0)  # DataLoader workers and nostall's threads: no teardown to time
+
+
+def run(model, cfg, data, out, cores):
+    spec = {"model": model, "cfg": cfg, "data": str(data), "out": str(out)}
+    cmd = ["taskset", "-c", cores, sys.executable, __file__, "--child", json.dumps(spec)]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return out
+
+
+# ------------------------------------------------------------------ the bench
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--images", type=int, default=640)
+    ap.add_argument("--data", default=None, help="image folder (made if missing)")
+    ap.add_argument("--cores", default="0,1", help="taskset cores for every loop")
+    ap.add_argument("--cases", default=None, help="comma-separated case numbers (1-based)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(json.loads(args.child))
+
+    import nostall
+    from nostall.datasets import make_imagenet_like
+
+    tmp = Path(tempfile.mkdtemp(prefix="nostall-bench-trace-"))
+    data = Path(args.data) if args.data else tmp / "data"
+    make_imagenet_like(data, num_images=args.images)
+    cases = list(enumerate(CASES, 1))
+    if args.cases:
+        keep = {int(c) for c in args.cases.split(",")}
+        cases = [(i, c) for i, c in cases if i in keep]
+    os.sched_setaffinity(0, {int(c) for c in args.cores.split(",")})
+    results = {i: [] for i, _ in cases}
+    pipeline = None
+    for r in range(args.rounds):
+        for i, (name, model, base, changed, change) in cases if r % 2 == 0 else cases[::-1]:
+            a = run(model, base, data, tmp / f"a{i}.json", args.cores)
+            b = run(model, changed, data, tmp / f"b{i}.json", args.cores)
+            threads = base.get("threads", 1)
+            if "loader" in change and change["loader"] == "nostall":
+                if pipeline is None:  # nostall's pipeline, measured once a run on this data
+                    pipeline = nostall.analyze_trace(a, spec=nostall_loader(data), progress=False,
+                                                     step_threads=threads).pipeline
+                ta = nostall.TraceAnalysis(nostall._nostall.read_trace(str(a)), batch_size=BATCH,
+                                           step_threads=threads, pipeline=pipeline)
+            else:
+                ta = nostall.analyze_trace(a, step_threads=threads)
+            pred = ta.predict(**change)
+            real = nostall.analyze_trace(b, step_threads=changed.get("threads", 1))
+            err = pred["step_s"] / real.step_s - 1
+            results[i].append({"traced": ta.step_s, "predicted": pred["step_s"],
+                               "real": real.step_s, "error": err,
+                               "critical": pred["critical"], "real_critical": real.critical})
+            print(f"round {r + 1} case {i} {name}: traced {ta.step_s * 1e3:.1f} ms, predicted "
+                  f"{pred['step_s'] * 1e3:.1f}, real {real.step_s * 1e3:.1f} ({err:+.1%}); "
+                  f"critical {pred['critical']} / {real.critical}", flush=True)
+
+    print("\n| change | model | traced ms | predicted ms | real ms | error (median) | "
+          "worst | critical path predicted / real |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    errors = []
+    for i, (name, model, *_rest) in cases:
+        rs = results[i]
+        med = lambda k: statistics.median(x[k] for x in rs)  # noqa: E731
+        e = statistics.median(x["error"] for x in rs)
+        worst = max((x["error"] for x in rs), key=abs)
+        errors += [abs(x["error"]) for x in rs]
+        crit = sorted({f"{x['critical']} / {x['real_critical']}" for x in rs})
+        print(f"| {name} | {model} | {med('traced') * 1e3:.1f} | {med('predicted') * 1e3:.1f} | "
+              f"{med('real') * 1e3:.1f} | {e:+.1%} | {worst:+.1%} | {', '.join(crit)} |")
+    print(f"\nall cases, all rounds: median |error| {statistics.median(errors):.1%}, "
+          f"worst {max(errors):.1%}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
