@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 _DESCRIPTION = """\
@@ -43,7 +44,105 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+_TRACE_DESCRIPTION = """\
+Where your own training loop's time goes, from its torch.profiler trace, and
+what a change would give.
+
+The trace (Chrome-trace JSON, plain or .gz) is read into a dependency graph:
+CPU threads and GPU streams, kernel launches, synchronisations, and waiting
+for the next batch (the DataLoader's and nostall's marks). Each step's
+critical path is split into waiting for data, CPU, GPU kernels, copies and
+synchronisation. A change is a rule applied to the graph, replayed so that
+the overlap the trace shows is kept (docs/trace.md). With --spec, the
+pipeline nostall would run on that data is measured, and "loader=nostall"
+is predicted at the rate the analyzer's model gives it beside your step.
+
+Prints a table; writes PREFIX.json and a self-contained PREFIX.html.
+"""
+
+_TRACE_EPILOG = """\
+changes (--predict, repeatable; KEY=VALUE, several joined by commas):
+  loader=nostall | loader=free    loader_speedup=K    loader_period=SECONDS
+  gpu_speedup=K  gemm_speedup=K   cpu_speedup=K       threads=N
+  pinned_copies  fused_optimizer  amp                 prep_cores=N
+
+example:
+  nostall analyze --trace run/trace.json.gz --spec train.json \\
+      --predict loader=nostall --predict gpu_speedup=2,amp
+"""
+
+
+def _change(text):
+    """'gpu_speedup=2,amp' -> {"gpu_speedup": 2.0, "amp": True}."""
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, value = part.partition("=")
+        key = key.strip().replace("-", "_")
+        if not eq:
+            out[key] = True
+        elif key == "loader":
+            out[key] = value.strip()
+        elif key in ("threads",):
+            out[key] = int(value)
+        else:
+            try:
+                out[key] = float(value)
+            except ValueError:
+                raise ValueError(f"--predict {part}: {key} takes a number") from None
+    return out
+
+
+def _analyze_trace(argv):
+    ap = _Parser(
+        prog="nostall analyze --trace", description=_TRACE_DESCRIPTION, epilog=_TRACE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trace", required=True, help="the torch.profiler trace (.json or .json.gz)")
+    ap.add_argument("--spec", help="a nostall loader spec for the same data (JSON file or text): "
+                                   "lets it measure nostall's pipeline here")
+    ap.add_argument("--data", help="the image folder (or shards) the loop reads; with no --spec, "
+                                   "a spec of nostall's defaults on it")
+    ap.add_argument("--batch-size", type=int, help="samples per step (default: the spec's)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="the loop's intra-op threads when traced (default: torch's here)")
+    ap.add_argument("--predict", action="append", default=[], metavar="CHANGE",
+                    help="a change to predict (see below); repeatable")
+    ap.add_argument("--out", default="nostall-trace-analysis",
+                    help="write OUT.json and OUT.html (default: %(default)s)")
+    ap.add_argument("--quiet", action="store_true", help="no progress lines")
+    args = ap.parse_args(argv)
+
+    from .errors import NostallError
+    from .trace import analyze_trace
+
+    try:
+        spec = args.spec
+        if spec is None and args.data is not None:
+            from .loader import Loader
+            spec = Loader(args.data, batch_size=args.batch_size or 32)
+        result = analyze_trace(args.trace, spec, batch_size=args.batch_size,
+                               step_threads=args.threads, progress=not args.quiet)
+        predictions = [(p, result.predict(**_change(p))) for p in args.predict]
+    except (NostallError, ValueError, TypeError, FileNotFoundError) as e:
+        print(f"nostall analyze: {e}", file=sys.stderr)
+        return 2
+    print(result.table(), end="")
+    for text, p in predictions:
+        print(f"\n--predict {text}: {p['step_s'] * 1e3:.2f} ms a step ({p['speedup']:.2f}x), "
+              f"critical path mostly {p['critical']}, stall {p['stall']:.1%}")
+        for rule in p["rules"]:
+            print(f"  rule: {rule}")
+    out = result.to_dict()
+    out["predictions"] = [{"asked": t, **p} for t, p in predictions]
+    with open(args.out + ".json", "w") as f:
+        json.dump(out, f, indent=2)
+    result.save_html(args.out + ".html")
+    print(f"\nwrote {args.out}.json and {args.out}.html")
+    return 0
+
+
 def _analyze(argv):
+    if any(a == "--trace" or a.startswith("--trace=") for a in argv):
+        return _analyze_trace(argv)
     ap = _Parser(
         prog="nostall analyze", description=_DESCRIPTION, epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -84,6 +183,7 @@ def main(argv=None):
     if argv and argv[0] == "analyze":
         return _analyze(argv[1:])
     usage = ("usage: python -m nostall analyze --spec SPEC --step MODULE:FUNCTION [options]\n"
+             "       python -m nostall analyze --trace TRACE [--spec SPEC] [--predict CHANGE]\n"
              "(the other commands are in the `nostall` program: `nostall help`)")
     if argv and argv[0] in ("-h", "--help", "help"):
         print(usage)

@@ -284,7 +284,8 @@ class TraceAnalysis:
         stall, and the what-ifs."""
         f = self.facts
         lines = [f"trace {f['path']}: {f['steps']} steps, {f['events']:,} events, "
-                 f"{len(f['lanes'])} lanes ({f['gpu_nodes']:,} GPU operations)"]
+                 f"{len(f['lanes'])} lane{'s' if len(f['lanes']) != 1 else ''} "
+                 f"({f['gpu_nodes']:,} GPU operations)"]
         if f["loader"] == "none":
             lines.append("loader: no wait for data is marked in the trace (the DataLoader's "
                          "and nostall's are)")

@@ -25,6 +25,10 @@ commands:
                   where your training job's time goes (compute, prep stall,
                   fetch stall), what-if predictions (cache, cores, storage,
                   jobs) and what removes the stall; table, JSON and HTML
+  analyze --trace TRACE [--spec SPEC] [--predict CHANGE ...]
+                  the same for your own loop's torch.profiler trace: each
+                  step's critical path (data, CPU, GPU, copies, sync) and
+                  what a change would give (nostall, GPU 2x, AMP, ...)
   serve --spec SPEC --name NAME
                   run one pipeline for every training job on this node;
                   each attaches with nostall.Loader.attach(NAME, batch_size)

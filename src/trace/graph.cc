@@ -292,23 +292,38 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
               const Event& ge = ev.events[g->second];
               if (ge.cat == Cat::kMemcpy && ev.names[ge.name].find("Pageable") != std::string::npos &&
                   ev.names[ge.name].find("HtoD") != std::string::npos) {
-                n.role = Role::kSync;  // the call returns once the copy is staged
+                // A copy from pageable memory: the call launches it, then
+                // returns once it is done (two nodes: a launch until the
+                // copy begins, then a wait for it).
                 n.own_copy = true;
+                n.dur = std::clamp(ge.ts - s, 0.0, end - s) * kUs;
               }
             }
           }
           if (n.role == Role::kSync) n.kind = Kind::kSync;
         }
-        const uint32_t id = b.Add(n);
-        if (opt >= 0) {
-          t.nodes[id].optimizer_call = static_cast<uint32_t>(opt + 1);
-          b.opt_nodes.push_back(id);
+        auto place = [&](const Node& node) {
+          const uint32_t id = b.Add(node);
+          if (opt >= 0) {
+            t.nodes[id].optimizer_call = static_cast<uint32_t>(opt + 1);
+            b.opt_nodes.push_back(id);
+          }
+          if (prev_node != UINT32_MAX && (gl.main || std::abs(prev_end_us - (node.start / kUs + b.origin)) < 1.0))
+            b.Edge_(prev_node, id, EdgeType::kAfterEnd);
+          prev_node = id;
+          prev_end_us = (node.start + node.dur) / kUs + b.origin;
+          if (gl.main) main_nodes.push_back(id);
+          return id;
+        };
+        const uint32_t id = place(n);
+        if (n.own_copy) {
+          Node w = n;
+          w.role = Role::kSync;
+          w.kind = Kind::kSync;
+          w.start = n.start + n.dur;
+          w.dur = (end - s) * kUs - n.dur;
+          b.syncs.push_back(place(w));
         }
-        if (prev_node != UINT32_MAX && (gl.main || std::abs(prev_end_us - s) < 1.0))
-          b.Edge_(prev_node, id, EdgeType::kAfterEnd);
-        prev_node = id;
-        prev_end_us = end;
-        if (gl.main) main_nodes.push_back(id);
         if (is_wait) {
           wait_nodes.push_back(id);
           wait_names.push_back(name);
@@ -352,7 +367,6 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
       k.in_optimizer = true;
       k.optimizer_call = l.optimizer_call;
     }
-    if (l.own_copy) b.Edge_(gn->second, node, EdgeType::kEndAfterEnd);
     if (l.role == Role::kLaunch) launch_durs.push_back(l.dur);
   }
   if (!launch_durs.empty()) {
@@ -380,16 +394,6 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
       waited_until = std::max(waited_until, t.nodes[g].start + t.nodes[g].dur);
     }
     sn.tail = std::max(0.0, sn.start + sn.dur - waited_until);
-  }
-  for (uint32_t s : b.syncs) {
-    Node& sn = t.nodes[s];
-    if (sn.own_copy) {
-      // Its copy ends no later than the call; the tail is what follows it.
-      for (const Edge& e : t.edges)
-        if (e.to == s && e.type == EdgeType::kEndAfterEnd)
-          sn.tail = std::min(sn.tail, std::max(0.0, sn.start + sn.dur -
-                                                        (t.nodes[e.from].start + t.nodes[e.from].dur)));
-    }
   }
   // Other threads' first node after an idle gap starts when the training loop
   // is where it was then (the fork that woke them): an edge from the main node at that time.

@@ -46,10 +46,12 @@ bool Uncontended(const Trace& t, const Change& c) {
 double Duration(const Trace& t, const Node& n, const Change& c) {
   const bool gpu = t.lanes[n.lane].gpu;
   if (gpu) {
+    if (n.kind != Kind::kGpu) {  // a copy or set: the bus's speed, not the GPU's
+      return c.pinned_copies && n.pageable_h2d ? n.dur / c.pinned_copy_speedup : n.dur;
+    }
     double d = n.dur / c.gpu_speedup;
     if (n.gemm) d /= c.gemm_speedup;
-    if (c.amp && n.kind == Kind::kGpu) d /= n.gemm ? kAmpGemm : kAmpOther;
-    if (c.pinned_copies && n.pageable_h2d) d /= c.pinned_copy_speedup;
+    if (c.amp) d /= n.gemm ? kAmpGemm : kAmpOther;
     return d;
   }
   switch (n.role) {
@@ -58,9 +60,10 @@ double Duration(const Trace& t, const Node& n, const Change& c) {
       if (c.loader_free) return 0;
       return n.dur / c.loader_speedup;
     case Role::kSync:
-      if (c.pinned_copies && n.own_copy) return t.launch_floor / c.cpu_speedup;
+      if (c.pinned_copies && n.own_copy) return 0;  // returns at once
       return n.tail / c.cpu_speedup;
     case Role::kLaunch: {
+      if (c.pinned_copies && n.own_copy) return t.launch_floor / c.cpu_speedup;
       double d = n.dur / c.cpu_speedup;
       if (c.fused_optimizer && n.in_optimizer) d *= n.opt_share;
       return d;
