@@ -19,7 +19,7 @@ PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmak
 	tokenizers soundfile librosa pycocotools pyarrow datasets pandas
 BUILD := build/py
 
-.PHONY: all deps venv install generate demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start bench-audio bench-detection bench-parquet clean
+.PHONY: all deps venv install generate demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start bench-audio bench-detection bench-parquet bench-trace clean
 
 all: install
 
@@ -135,6 +135,9 @@ bench-detection: install
 # Parquet shards (local, S3 at 20 ms) vs the image folder and DataLoader + pyarrow/datasets (docs/parquet.md).
 bench-parquet: install
 	$(PY) bench/bench_parquet.py
+
+bench-trace: install
+	$(PY) bench/bench_trace.py
 
 bench-shared: install
 	$(PY) bench/bench_shared.py

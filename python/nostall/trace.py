@@ -268,14 +268,17 @@ class TraceAnalysis:
         return out
 
     def to_dict(self) -> dict:
+        """Everything: the trace's facts, the traced split, and the what-ifs."""
         return {"facts": self.facts, "traced": self.traced, "batch_size": self.batch_size,
                 "step_threads": self.step_threads,
                 "whatifs": [{"question": q, **p} for q, p in self.whatifs()]}
 
     def to_json(self) -> str:
+        """:meth:`to_dict` as indented JSON."""
         return json.dumps(self.to_dict(), indent=2)
 
     def save_json(self, path) -> None:
+        """Writes :meth:`to_json` to ``path``."""
         with open(path, "w") as f:
             f.write(self.to_json())
 

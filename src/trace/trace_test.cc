@@ -1,0 +1,100 @@
+// The trace reader and its graph on small hand-written traces (the Python
+// tests read real torch.profiler traces and GPU traces in Kineto's format).
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "nostall/trace.h"
+#include "trace/events.h"
+#include "trace/graph.h"
+
+namespace nostall::trace {
+namespace {
+
+using json = nlohmann::json;
+
+// Steps of 10 ms: a 4 ms wait on a DataLoader without workers, then 6 ms of operators.
+std::string InlineLoop(int steps, bool bare = false, bool string_ids = false) {
+  json ev = json::array();
+  for (int s = 0; s < steps; ++s) {
+    const double t0 = 1000 + s * 10000.0;
+    json pid = string_ids ? json("proc") : json(7), tid = string_ids ? json("main") : json(7);
+    ev.push_back({{"ph", "X"}, {"cat", "user_annotation"}, {"name", "ProfilerStep#" + std::to_string(s)},
+                  {"pid", pid}, {"tid", tid}, {"ts", t0}, {"dur", 10000.0}});
+    ev.push_back({{"ph", "X"}, {"cat", "user_annotation"},
+                  {"name", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"},
+                  {"pid", pid}, {"tid", tid}, {"ts", t0}, {"dur", 4000.0}});
+    ev.push_back({{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::addmm"}, {"pid", pid}, {"tid", tid},
+                  {"ts", t0 + 4000}, {"dur", 6000.0}});
+  }
+  return bare ? ev.dump() : json{{"traceEvents", ev}, {"schemaVersion", 1}}.dump();
+}
+
+Trace Build(const std::string& text) {
+  auto ev = ParseEvents(text.data(), text.size(), "t.json");
+  EXPECT_TRUE(ev.ok()) << ev.status().ToString();
+  auto g = BuildGraph(std::move(ev).value(), "t.json");
+  EXPECT_TRUE(g.ok()) << g.status().ToString();
+  return std::move(g).value();
+}
+
+json Simulate(const Trace& t, const std::string& change) {
+  auto c = ChangeFromJson(change);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return json::parse(SimulateJson(t, c.value()).value());
+}
+
+TEST(TraceTest, ReplayedUnchangedAnInlineLoopGivesItsStepsBack) {
+  const Trace t = Build(InlineLoop(5));
+  EXPECT_EQ(t.steps.size(), 5u);
+  EXPECT_EQ(t.loader, LoaderKind::kInline);
+  const json r = Simulate(t, "{}");
+  EXPECT_NEAR(r["step_s"].get<double>(), 0.010, 1e-9);
+  EXPECT_NEAR(r["path"]["data"].get<double>(), 0.004, 1e-9);
+  EXPECT_NEAR(r["path"]["cpu"].get<double>(), 0.006, 1e-9);
+  EXPECT_EQ(r["critical"], "cpu");
+  EXPECT_NEAR(Simulate(t, R"({"loader_free": true})")["step_s"].get<double>(), 0.006, 1e-9);
+  EXPECT_NEAR(Simulate(t, R"({"loader_speedup": 4})")["step_s"].get<double>(), 0.007, 1e-9);
+  // Beside the loop, a batch every 8 ms: the loop (6 ms) waits for each; the steps are the period.
+  EXPECT_NEAR(Simulate(t, R"({"loader_period": 0.008})")["step_s"].get<double>(), 0.008, 1e-9);
+  // The operator is long enough for intra-op threads: 6 ms x 1/2.
+  EXPECT_NEAR(Simulate(t, R"({"threads_from": 1, "threads_to": 2})")["step_s"].get<double>(), 0.007, 1e-9);
+}
+
+TEST(TraceTest, ABareListAndStringIdsReadAsTheObjectForm) {
+  const json a = Simulate(Build(InlineLoop(4)), "{}");
+  const json b = Simulate(Build(InlineLoop(4, true, true)), "{}");
+  EXPECT_EQ(a["step_s"], b["step_s"]);
+  EXPECT_EQ(a["path"], b["path"]);
+}
+
+TEST(TraceTest, WhatIsNotATraceIsADataErrorNamingIt) {
+  for (const char* bad : {"", "{", "[1, 2", "{\"traceEvents\": 3}", "nul"}) {
+    auto ev = ParseEvents(bad, std::strlen(bad), "bad.json");
+    if (ev.ok()) {
+      auto g = BuildGraph(std::move(ev).value(), "bad.json");
+      ASSERT_FALSE(g.ok()) << bad;
+      EXPECT_NE(g.status().message().find("bad.json"), std::string::npos);
+    } else {
+      EXPECT_EQ(ev.status().code(), StatusCode::kDataError) << bad;
+      EXPECT_NE(ev.status().message().find("bad.json"), std::string::npos) << bad;
+    }
+  }
+  auto missing = ReadEvents("/nonexistent/trace.json");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+TEST(TraceTest, ChangesAreChecked) {
+  EXPECT_FALSE(ChangeFromJson(R"({"gpu_speedup": 0})").ok());
+  EXPECT_FALSE(ChangeFromJson(R"({"gpu_speedup": "2"})").ok());
+  EXPECT_FALSE(ChangeFromJson(R"({"warp_drive": true})").ok());
+  EXPECT_FALSE(ChangeFromJson(R"({"threads_from": 1})").ok());
+  EXPECT_FALSE(ChangeFromJson(R"({"loader_period": -1})").ok());
+  EXPECT_FALSE(ChangeFromJson("[]").ok());
+  EXPECT_TRUE(ChangeFromJson(R"({"amp": true, "pinned_copies": true})").ok());
+}
+
+}  // namespace
+}  // namespace nostall::trace
