@@ -178,6 +178,68 @@ def run(model, cfg, data, out, cores):
     return out
 
 
+# ------------------------------------------------------------------ a big trace
+
+def big_trace(path, megabytes):
+    """A trace of about `megabytes`: steps of a GPU loop as Kineto writes
+    them (nested ATen operators, launches with correlation ids, kernels on
+    two streams, a synchronisation), written as a stream."""
+    import random
+
+    rnd = random.Random(0)
+    with open(path, "w") as f:
+        f.write('{"schemaVersion": 1, "traceEvents": [\n')
+        t, corr, step, first = 1e6, 0, 0, True
+        while f.tell() < megabytes * 1e6:
+            events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}",
+                       "pid": 1, "tid": 1, "ts": t, "dur": 20000.0}]
+            cur, gpu = t + 10, t + 50
+            for k in range(400):
+                events.append({"ph": "X", "cat": "cpu_op", "name": f"aten::op{k % 37}", "pid": 1,
+                               "tid": 1, "ts": cur, "dur": 30.0,
+                               "args": {"External id": corr, "Sequence number": k}})
+                corr += 1
+                events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                               "pid": 1, "tid": 1, "ts": cur + 5, "dur": 8.0,
+                               "args": {"correlation": corr, "cbid": 211}})
+                dur = rnd.uniform(5, 40)
+                events.append({"ph": "X", "cat": "kernel", "name": f"kernel_{k % 53}_sm90_gemm",
+                               "pid": 0, "tid": 7 + k % 2, "ts": max(gpu, cur + 10), "dur": dur,
+                               "args": {"correlation": corr, "stream": 7 + k % 2, "device": 0,
+                                        "grid": [128, 1, 1], "block": [256, 1, 1]}})
+                gpu = max(gpu, cur + 10) + dur
+                cur += 40
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize",
+                           "pid": 1, "tid": 1, "ts": cur, "dur": max(1.0, gpu - cur),
+                           "args": {"correlation": corr + 1}})
+            corr += 2
+            for e in events:
+                f.write(("" if first else ",\n") + json.dumps(e))
+                first = False
+            t = max(cur, gpu) + 100
+            step += 1
+        f.write("\n]}\n")
+    return step
+
+
+def bench_big(megabytes, tmp):
+    path = tmp / "big.json"
+    steps = big_trace(path, megabytes)
+    size = path.stat().st_size
+    code = ("import nostall, resource, time, sys\n"
+            "t0 = time.perf_counter()\n"
+            f"t = nostall.analyze_trace({str(path)!r})\n"
+            "t1 = time.perf_counter()\n"
+            "p = t.predict(gpu_speedup=2)\n"
+            "t2 = time.perf_counter()\n"
+            "rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024\n"
+            "print(f'{t1 - t0:.1f} {t2 - t1:.1f} {rss:.0f} {t.facts[\"events\"]}')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    read_s, predict_s, rss_mb, events = out.stdout.split()
+    print(f"| {size / 1e6:.0f} MB, {int(events):,} events, {steps:,} steps | read + graph + traced "
+          f"split {read_s} s | one prediction {predict_s} s | peak RSS {rss_mb} MB |")
+
+
 # ------------------------------------------------------------------ the bench
 
 def main():
@@ -187,10 +249,14 @@ def main():
     ap.add_argument("--data", default=None, help="image folder (made if missing)")
     ap.add_argument("--cores", default="0,1", help="taskset cores for every loop")
     ap.add_argument("--cases", default=None, help="comma-separated case numbers (1-based)")
+    ap.add_argument("--big", type=float, default=None, metavar="MB",
+                    help="only time the analysis of a generated trace of this many MB")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(json.loads(args.child))
+    if args.big:
+        return bench_big(args.big, Path(tempfile.mkdtemp(prefix="nostall-bench-trace-big-")))
 
     import nostall
     from nostall.datasets import make_imagenet_like
