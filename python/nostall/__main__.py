@@ -102,6 +102,8 @@ def _analyze_trace(argv):
     ap.add_argument("--data", help="the image folder (or shards) the loop reads; with no --spec, "
                                    "a spec of nostall's defaults on it")
     ap.add_argument("--batch-size", type=int, help="samples per step (default: the spec's)")
+    ap.add_argument("--items", type=int, default=None,
+                    help="samples nostall's pipeline is measured on (see nostall analyze --help)")
     ap.add_argument("--threads", type=int, default=None,
                     help="the loop's intra-op threads when traced (default: torch's here)")
     ap.add_argument("--predict", action="append", default=[], metavar="CHANGE",
@@ -120,7 +122,8 @@ def _analyze_trace(argv):
             from .loader import Loader
             spec = Loader(args.data, batch_size=args.batch_size or 32)
         result = analyze_trace(args.trace, spec, batch_size=args.batch_size,
-                               step_threads=args.threads, progress=not args.quiet)
+                               step_threads=args.threads, items=args.items,
+                               progress=not args.quiet)
         predictions = [(p, result.predict(**_change(p))) for p in args.predict]
     except (NostallError, ValueError, TypeError, FileNotFoundError) as e:
         print(f"nostall analyze: {e}", file=sys.stderr)

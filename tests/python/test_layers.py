@@ -106,7 +106,7 @@ def test_the_check_sees_an_upward_include():
 
 def test_layers_are_the_ones_docs_design_md_draws():
     assert LAYERS == [["common"], ["annotations", "audio", "geometry", "kernels", "model", "ring", "sampler",
-                                   "stats"],
+                                   "stats", "trace"],
                       ["cache", "codecs", "source"], ["ops"], ["detect"], ["pipeline"], ["analyze", "shared"],
                       ["cli", "python"]]
     text = (ROOT / "docs" / "design.md").read_text()

@@ -78,8 +78,10 @@ def test_a_dataloader_without_workers_is_its_wait_and_free_data_removes_it(inlin
     half = t.predict(loader_speedup=2)
     assert half["step_s"] == pytest.approx(t.step_s - t.path["data"] / 2, rel=0.02)
     # A loader beside the loop that makes a batch in less than the loop's own time hides.
-    beside = t.predict(loader_period=0.5 * free["step_s"])
-    assert beside["step_s"] < free["step_s"] * 1.1
+    fastest = min(s["seconds"] for s in free["steps"])
+    beside = t.predict(loader_period=0.5 * fastest)
+    # (the first step waits for the first batch; the steady steps pay only taking it)
+    assert beside["step_s"] == pytest.approx(free["step_s"] + 50e-6, rel=0.01)
     assert "waiting for data" in t.table()
 
 
