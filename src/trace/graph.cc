@@ -28,6 +28,10 @@ bool IsSyncCall(const std::string& n) {
          n == "cuCtxSynchronize" || n == "cuStreamSynchronize" || n == "cuEventSynchronize" ||
          n == "hipDeviceSynchronize" || n == "hipStreamSynchronize" || n == "hipMemcpy";
 }
+// A host-to-device copy from pageable memory (the GPU event's name).
+bool IsPageableH2D(const std::string& n) {
+  return n.find("HtoD") != std::string::npos && n.find("Pageable") != std::string::npos;
+}
 bool IsGemm(const std::string& n) {
   static const char* kWords[] = {"gemm", "Gemm", "GEMM", "conv", "Conv", "cutlass", "cudnn",
                                  "xmma", "wgrad", "dgrad", "fprop", "s1688", "s884", "h1688",
@@ -52,7 +56,6 @@ struct Builder {
   std::unordered_map<uint32_t, uint32_t> node_of_gpu_event;
   std::vector<std::pair<uint32_t, int64_t>> launches;  // (node, correlation)
   std::vector<uint32_t> syncs;                         // sync nodes
-  std::vector<double> launch_start;                    // per node: when its launch began (GPU nodes)
   // The optimizer calls' direct children: calls and distinct names.
   struct OptCall {
     int64_t children = 0;
@@ -157,8 +160,7 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
         n.kind = e.cat == Cat::kKernel ? Kind::kGpu : Kind::kCopy;
         const std::string& name = ev.names[e.name];
         n.gemm = e.cat == Cat::kKernel && IsGemm(name);
-        n.pageable_h2d = e.cat == Cat::kMemcpy && name.find("HtoD") != std::string::npos &&
-                         name.find("Pageable") != std::string::npos;
+        n.pageable_h2d = e.cat == Cat::kMemcpy && IsPageableH2D(name);
         const uint32_t id = b.Add(n);
         b.node_of_gpu_event[i] = id;
         if (prev != UINT32_MAX) b.Edge_(prev, id, EdgeType::kAfterEnd);
@@ -179,40 +181,35 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
     Node cur;
     int64_t cur_opt = -1;
     std::vector<int64_t> opt_of;  // per stack level: the optimizer call it is inside (-1)
+    // Per stack level: inside a wait for data or a runtime call, whose one
+    // node is made when it opens.
+    std::vector<bool> special_of;
+    // Adds a node of this lane: after the one before it (on the training
+    // loop always; elsewhere where the thread did not idle between them).
+    auto place = [&](const Node& node, int64_t opt) {
+      const uint32_t id = b.Add(node);
+      if (opt >= 0) {
+        t.nodes[id].optimizer_call = static_cast<uint32_t>(opt + 1);
+        b.opt_nodes.push_back(id);
+      }
+      if (prev_node != UINT32_MAX &&
+          (gl.main || std::abs(prev_end_us - (node.start / kUs + b.origin)) < 1.0))
+        b.Edge_(prev_node, id, EdgeType::kAfterEnd);
+      prev_node = id;
+      prev_end_us = (node.start + node.dur) / kUs + b.origin;
+      if (gl.main) main_nodes.push_back(id);
+      return id;
+    };
     auto flush = [&]() {
       if (!building) return;
       building = false;
-      if (cur.dur <= 0) return;
-      const uint32_t id = b.Add(cur);
-      if (cur_opt >= 0) {
-        t.nodes[id].optimizer_call = static_cast<uint32_t>(cur_opt + 1);
-        b.opt_nodes.push_back(id);
-      }
-      if (prev_node != UINT32_MAX && std::abs(prev_end_us - (cur.start / kUs + b.origin)) < 1.0) {
-        b.Edge_(prev_node, id, EdgeType::kAfterEnd);
-      } else if (prev_node != UINT32_MAX && gl.main) {
-        b.Edge_(prev_node, id, EdgeType::kAfterEnd);
-      }
-      if (gl.main) main_nodes.push_back(id);
-      prev_node = id;
-      prev_end_us = (cur.start + cur.dur) / kUs + b.origin;
+      if (cur.dur > 0) place(cur, cur_opt);
     };
     // A stretch [a, c) whose innermost open event is stack.back() (or none).
     auto segment = [&](double a, double c) {
       if (c - a <= 0) return;
-      // What the stretch is inside of.
-      int wait_level = -1, call_level = -1;
-      for (int k = 0; k < static_cast<int>(stack.size()); ++k) {
-        const Event& e = ev.events[stack[k].event];
-        if (wait_level < 0 && e.cat == Cat::kUserAnnotation && IsWait(ev.names[e.name]))
-          wait_level = k;
-        if (call_level < 0 && (e.cat == Cat::kRuntime || e.cat == Cat::kDriver)) call_level = k;
-      }
+      if (!special_of.empty() && special_of.back()) return;  // its node is made
       const int64_t opt = stack.empty() ? -1 : opt_of.back();
-      if (wait_level >= 0 || call_level >= 0) {
-        // One node for the whole wait or runtime call: made when it opens.
-        return;
-      }
       if (building && (cur_opt != opt)) flush();
       if (!building) {
         building = true;
@@ -234,6 +231,7 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
       cursor = std::max(cursor, top.end);
       stack.pop_back();
       opt_of.pop_back();
+      special_of.pop_back();
     };
 
     for (uint32_t i : es) {
@@ -260,13 +258,7 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
         b.opt_calls[opt].children++;
         b.opt_calls[opt].names.insert(e.name);
       }
-      bool in_special = false;
-      for (const Open& o : stack) {
-        const Event& p = ev.events[o.event];
-        if ((p.cat == Cat::kUserAnnotation && IsWait(ev.names[p.name])) || p.cat == Cat::kRuntime ||
-            p.cat == Cat::kDriver)
-          in_special = true;
-      }
+      const bool in_special = !special_of.empty() && special_of.back();
       if (!in_special && e.cat == Cat::kUserAnnotation && IsOptimizer(name)) {
         opt = static_cast<int64_t>(b.opt_calls.size());
         b.opt_calls.emplace_back();
@@ -290,8 +282,7 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
             auto g = b.gpu_by_corr.find(e.correlation);
             if (g != b.gpu_by_corr.end()) {
               const Event& ge = ev.events[g->second];
-              if (ge.cat == Cat::kMemcpy && ev.names[ge.name].find("Pageable") != std::string::npos &&
-                  ev.names[ge.name].find("HtoD") != std::string::npos) {
+              if (ge.cat == Cat::kMemcpy && IsPageableH2D(ev.names[ge.name])) {
                 // A copy from pageable memory: the call launches it, then
                 // returns once it is done (two nodes: a launch until the
                 // copy begins, then a wait for it).
@@ -302,27 +293,14 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
           }
           if (n.role == Role::kSync) n.kind = Kind::kSync;
         }
-        auto place = [&](const Node& node) {
-          const uint32_t id = b.Add(node);
-          if (opt >= 0) {
-            t.nodes[id].optimizer_call = static_cast<uint32_t>(opt + 1);
-            b.opt_nodes.push_back(id);
-          }
-          if (prev_node != UINT32_MAX && (gl.main || std::abs(prev_end_us - (node.start / kUs + b.origin)) < 1.0))
-            b.Edge_(prev_node, id, EdgeType::kAfterEnd);
-          prev_node = id;
-          prev_end_us = (node.start + node.dur) / kUs + b.origin;
-          if (gl.main) main_nodes.push_back(id);
-          return id;
-        };
-        const uint32_t id = place(n);
+        const uint32_t id = place(n, opt);
         if (n.own_copy) {
           Node w = n;
           w.role = Role::kSync;
           w.kind = Kind::kSync;
           w.start = n.start + n.dur;
           w.dur = (end - s) * kUs - n.dur;
-          b.syncs.push_back(place(w));
+          b.syncs.push_back(place(w, opt));
         }
         if (is_wait) {
           wait_nodes.push_back(id);
@@ -334,6 +312,7 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
       }
       stack.push_back(Open{end, i});
       opt_of.push_back(opt);
+      special_of.push_back(in_special || (e.cat == Cat::kUserAnnotation && IsWait(name)) || is_call);
     }
     while (!stack.empty()) close_top();
     if (gl.main && cursor < window_end_us) segment(cursor, window_end_us);

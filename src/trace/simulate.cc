@@ -84,7 +84,7 @@ double Duration(const Trace& t, const Node& n, const Change& c) {
   return n.dur;
 }
 
-Result<Sim> Replay(const Trace& t, const Change& c) {
+Sim Replay(const Trace& t, const Change& c) {
   const size_t n = t.nodes.size();
   Sim s;
   s.start.assign(n, 0);
@@ -161,9 +161,10 @@ Result<Sim> Replay(const Trace& t, const Change& c) {
     if (by < 0) st = nd.start;  // a first node: where the trace has it
     s.start[i] = st;
     s.start_by[i] = by;
-    double en = st + Duration(t, nd, c);
+    const double d = Duration(t, nd, c);
+    double en = st + d;
     if (nd.role == Role::kSync && end_floor > -1e300 && !(c.pinned_copies && nd.own_copy)) {
-      const double waited = std::max(st, end_floor) + Duration(t, nd, c);
+      const double waited = std::max(st, end_floor) + d;
       if (waited > en) en = waited, s.end_by[i] = end_by;
     }
     if (nd.role == Role::kWait && beside) {
@@ -220,46 +221,36 @@ void PathOf(const Trace& t, const Sim& s, size_t k, double* on_path, double* beg
 }
 
 json Steps(const Trace& t, const Sim& s) {
-  json steps = json::array();
-  double total[kKinds] = {};
-  double first = 0, last = 0;
-  for (size_t k = 0; k < t.steps.size(); ++k) {
-    double on[kKinds] = {};
-    double b = 0, e = 0;
-    PathOf(t, s, k, on, &b, &e);
-    if (k == 0) first = b;
-    last = e;
-    json path = json::object();
-    for (int i = 0; i < kKinds; ++i) {
-      path[KindName(static_cast<Kind>(i))] = on[i];
-      total[i] += on[i];
-    }
-    steps.push_back({{"step", t.steps[k].number}, {"seconds", e - b}, {"path", path}});
-  }
   // The steady steps: the first step pays the profiler's own start (its
   // first recording of each operator) and the last is cut where the
   // profiler stops, so with four steps or more both are left out.
   const size_t lo = t.steps.size() >= 4 ? 1 : 0, hi = t.steps.size() - lo;
+  json steps = json::array();
   double kinds[kKinds] = {}, span = 0;
-  for (size_t k = lo; k < hi; ++k) {
-    span += steps[k]["seconds"].get<double>();
-    for (int i = 0; i < kKinds; ++i) kinds[i] += steps[k]["path"][KindName(static_cast<Kind>(i))].get<double>();
+  for (size_t k = 0; k < t.steps.size(); ++k) {
+    double on[kKinds] = {};
+    double b = 0, e = 0;
+    PathOf(t, s, k, on, &b, &e);
+    json path = json::object();
+    for (int i = 0; i < kKinds; ++i) path[KindName(static_cast<Kind>(i))] = on[i];
+    steps.push_back({{"step", t.steps[k].number}, {"seconds", e - b}, {"path", path}});
+    if (k < lo || k >= hi) continue;
+    span += e - b;
+    for (int i = 0; i < kKinds; ++i) kinds[i] += on[i];
   }
   const double n = static_cast<double>(hi - lo);
   json mean = json::object();
   double sum = 0;
-  for (int i = 0; i < kKinds; ++i) sum += kinds[i], total[i] = kinds[i];
-  for (int i = 0; i < kKinds; ++i) mean[KindName(static_cast<Kind>(i))] = kinds[i] / n;
-  const double step_s = span / n;
-  (void)first, (void)last;
-  // The critical path's kind: the largest share.
-  int top = 0;
-  for (int i = 1; i < kKinds; ++i)
-    if (total[i] > total[top]) top = i;
+  int top = 0;  // the critical path's kind: the largest share
+  for (int i = 0; i < kKinds; ++i) {
+    mean[KindName(static_cast<Kind>(i))] = kinds[i] / n;
+    sum += kinds[i];
+    if (kinds[i] > kinds[top]) top = i;
+  }
   return {{"steps", steps},
-          {"step_s", step_s},
+          {"step_s", span / n},
           {"path", mean},
-          {"stall", sum > 0 ? total[static_cast<int>(Kind::kData)] / sum : 0.0},
+          {"stall", sum > 0 ? kinds[static_cast<int>(Kind::kData)] / sum : 0.0},
           {"critical", KindName(static_cast<Kind>(top))},
           {"loader_period_s", s.period},
           {"steady_steps", hi - lo}};
@@ -321,9 +312,7 @@ std::string FactsJson(const Trace& t) {
 }
 
 Result<std::string> SimulateJson(const Trace& t, const Change& change) {
-  auto s = Replay(t, change);
-  if (!s.ok()) return s.status();
-  return Steps(t, s.value()).dump();
+  return Steps(t, Replay(t, change)).dump();
 }
 
 Result<Change> ChangeFromJson(const std::string& text) {
