@@ -26,11 +26,8 @@
 //   options: decoded_cache_mb  the decoded-page cache (default 256)
 //            endpoint, region, profile, addressing, unsigned, max_attempts:
 //                              the S3 options (docs/s3.md), for s3:// paths
-#include <fnmatch.h>
 #include <sys/types.h>
 #include <unistd.h>
-#include <glob.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -50,6 +47,7 @@
 #include "source/driver.h"
 #include "source/index_file.h"
 #include "source/index_progress.h"
+#include "source/parquet_columns.h"
 #include "source/parquet_file.h"
 #include "source/parquet_saved.h"
 #include "source/parquet_units.h"
@@ -59,8 +57,12 @@
 namespace nostall {
 namespace {
 
+using pq::Column;
 using pq::DecodePool;
 using pq::FileRef;
+using pq::HfFeatures;
+using pq::LocalFiles;
+using pq::S3Files;
 using pq::RowGroupShards;
 using pq::Saved;
 using pq::UnitCache;
@@ -92,133 +94,6 @@ bool IsS3(const std::string& uri) { return uri.rfind("s3://", 0) == 0; }
 bool Claims(const std::string& uri) {
   const std::string suffix = ".parquet";
   return uri.size() > suffix.size() && uri.compare(uri.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-bool HasWildcard(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
-
-// The files a pattern names, in name order: braces expanded, then globs.
-
-Result<std::vector<FileRef>> LocalFiles(const std::string& uri) {
-  NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> patterns, ExpandBraces(uri));
-  std::set<std::string> names;
-  for (const std::string& p : patterns) {
-    if (!HasWildcard(p)) {
-      names.insert(p);
-      continue;
-    }
-    glob_t g{};
-    const int rc = ::glob(p.c_str(), 0, nullptr, &g);
-    if (rc == 0) {
-      for (size_t k = 0; k < g.gl_pathc; ++k) names.insert(g.gl_pathv[k]);
-    }
-    ::globfree(&g);
-    if (rc != 0 && rc != GLOB_NOMATCH) return IoError("cannot list " + p);
-  }
-  std::vector<FileRef> out;
-  for (const std::string& n : names) {
-    struct stat st;
-    if (::stat(n.c_str(), &st) != 0) {
-      return NotFound("Parquet file does not exist: " + n);
-    }
-    if (!S_ISREG(st.st_mode)) return InvalidArgument(n + " is not a file");
-    out.push_back({n, "", static_cast<uint64_t>(st.st_size),
-                   static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
-  }
-  if (out.empty()) return NotFound("no Parquet file matches " + uri);
-  return out;
-}
-
-Result<std::vector<FileRef>> S3Files(const std::string& uri, S3Client* client, std::string* bucket) {
-  NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> patterns, ExpandBraces(uri));
-  std::map<std::string, FileRef> found;
-  for (const std::string& p : patterns) {
-    NOSTALL_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(p));
-    if (bucket->empty()) *bucket = loc.bucket;
-    if (loc.bucket != *bucket) return InvalidArgument("Parquet files in two buckets: " + uri);
-    const size_t wild = loc.key.find_first_of("*?[");
-    const std::string prefix = loc.key.substr(0, wild);
-    NOSTALL_ASSIGN_OR_RETURN(std::vector<S3Object> listed, client->List(loc.bucket, prefix));
-    for (const S3Object& obj : listed) {
-      const bool match = wild == std::string::npos ? obj.key == loc.key
-                                                   : ::fnmatch(loc.key.c_str(), obj.key.c_str(), FNM_PATHNAME) == 0;
-      if (!match) continue;
-      uint64_t h = 1469598103934665603ull;
-      for (char c : obj.etag) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-      found[obj.key] = {"s3://" + loc.bucket + "/" + obj.key, obj.key, static_cast<uint64_t>(obj.size),
-                        static_cast<int64_t>(h)};
-    }
-    if (wild == std::string::npos && found.find(loc.key) == found.end()) {
-      return NotFound("Parquet file does not exist: " + p);
-    }
-  }
-  std::vector<FileRef> out;
-  for (auto& [k, f] : found) out.push_back(std::move(f));
-  if (out.empty()) return NotFound("no Parquet file matches " + uri);
-  return out;
-}
-
-std::string Lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-// One field as the files hold it.
-struct Column {
-  std::string field;  // the field's name
-  FieldKind kind = FieldKind::kBytes;
-  bool optional = false;
-  std::string name;  // the column
-  int leaf = -1;     // its leaf: the column, or its struct's `bytes`
-};
-
-// The column of `file` a field's candidates name (exact, then in any case):
-// its leaf, "" when none.
-std::string FindColumn(const pq::File& file, const std::vector<std::string>& candidates, bool media,
-                       int* leaf) {
-  for (int pass = 0; pass < 2; ++pass) {
-    for (const std::string& want : candidates) {
-      for (const auto& [name, group] : file.columns()) {
-        if (pass == 0 ? name != want : Lower(name) != Lower(want)) continue;
-        *leaf = file.FindLeaf(group && media ? name + ".bytes" : name);
-        return name;
-      }
-    }
-  }
-  return "";
-}
-
-std::string ColumnList(const pq::File& file) {
-  std::string out;
-  for (const auto& [name, group] : file.columns()) out += (out.empty() ? "" : ", ") + name;
-  return out;
-}
-
-// HF datasets' features, from the schema's "huggingface" metadata: the
-// column of each feature type, and a ClassLabel's names.
-struct HfFeatures {
-  std::string image, audio, class_label;
-  std::vector<std::string> names;
-};
-
-HfFeatures ReadHfFeatures(const pq::File& file) {
-  HfFeatures hf;
-  const std::string meta = file.Metadata("huggingface");
-  if (meta.empty()) return hf;
-  nlohmann::json j = nlohmann::json::parse(meta, nullptr, false);
-  if (!j.is_object() || !j.contains("info") || !j["info"].is_object()) return hf;
-  const nlohmann::json& feats = j["info"].value("features", nlohmann::json());
-  if (!feats.is_object()) return hf;
-  for (const auto& [name, f] : feats.items()) {
-    if (!f.is_object()) continue;
-    const std::string type = f.value("_type", "");
-    if (type == "Image" && hf.image.empty()) hf.image = name;
-    if (type == "Audio" && hf.audio.empty()) hf.audio = name;
-    if (type == "ClassLabel" && hf.class_label.empty() && f.contains("names") && f["names"].is_array()) {
-      hf.class_label = name;
-      for (const auto& n : f["names"]) hf.names.push_back(n.is_string() ? n.get<std::string>() : n.dump());
-    }
-  }
-  return hf;
 }
 
 class ParquetSource final : public Source {
@@ -599,23 +474,6 @@ class ParquetSource final : public Source {
   std::shared_ptr<RowGroupShards> shards_;
   std::unique_ptr<DecodePool> pool_;
 };
-
-// Every value of `leaf` in every row group of `file`, in row order.
-Status ReadColumn(const pq::File& file, int leaf, const pq::ReadAt& read,
-                  const std::function<Status(const pq::Values&, int64_t first)>& each) {
-  for (int g = 0; g < file.row_groups(); ++g) {
-    NOSTALL_ASSIGN_OR_RETURN(pq::Unit u, file.ChunkUnit(g, leaf));
-    std::string bytes;
-    NOSTALL_RETURN_IF_ERROR(read(u.data.offset, u.data.length, &bytes));
-    NOSTALL_ASSIGN_OR_RETURN(pq::Values v, file.Decode(u, "", bytes));
-    if (static_cast<int64_t>(v.present.size()) != u.rows) {
-      return DataError(file.Where(g, leaf) + ": " + std::to_string(v.present.size()) + " values in a row group of " +
-                       std::to_string(u.rows) + " rows");
-    }
-    NOSTALL_RETURN_IF_ERROR(each(v, file.row_group_first(g)));
-  }
-  return Status::OK();
-}
 
 // Runs `fn(k)` for every file k, `threads` at a time; the first error.
 Status ForEachFile(size_t n, size_t threads, const std::function<Status(size_t)>& fn) {

@@ -1,0 +1,58 @@
+// The parquet driver's view of a dataset's files (src/source/parquet.cc):
+// which files a path names, which column of them a field is (Hugging
+// Face's features included), and a column's every value.
+#ifndef NOSTALL_SOURCE_PARQUET_COLUMNS_H_
+#define NOSTALL_SOURCE_PARQUET_COLUMNS_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nostall/record.h"
+#include "nostall/status.h"
+#include "source/parquet_file.h"
+#include "source/parquet_saved.h"
+
+namespace nostall {
+class S3Client;
+}
+
+namespace nostall::pq {
+
+// The files a pattern names, in name order: braces expanded, then globs.
+Result<std::vector<FileRef>> LocalFiles(const std::string& uri);
+// The same on S3 (one bucket); `bucket` is set to it.
+Result<std::vector<FileRef>> S3Files(const std::string& uri, S3Client* client, std::string* bucket);
+
+// One field as the files hold it.
+struct Column {
+  std::string field;  // the field's name
+  FieldKind kind = FieldKind::kBytes;
+  bool optional = false;
+  std::string name;  // the column
+  int leaf = -1;     // its leaf: the column, or its struct's `bytes`
+};
+
+// The column of `file` a field's candidates name (exact, then in any case):
+// its leaf, "" when none.
+std::string FindColumn(const File& file, const std::vector<std::string>& candidates, bool media,
+                       int* leaf);
+// The file's columns, for an error message.
+std::string ColumnList(const File& file);
+
+// HF datasets' features, from the schema's "huggingface" metadata: the
+// column of each feature type, and a ClassLabel's names.
+struct HfFeatures {
+  std::string image, audio, class_label;
+  std::vector<std::string> names;
+};
+HfFeatures ReadHfFeatures(const File& file);
+
+// Every value of `leaf` in every row group of `file`, in row order.
+Status ReadColumn(const File& file, int leaf, const ReadAt& read,
+                  const std::function<Status(const Values&, int64_t first)>& each);
+
+}  // namespace nostall::pq
+
+#endif  // NOSTALL_SOURCE_PARQUET_COLUMNS_H_
