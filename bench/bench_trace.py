@@ -158,10 +158,10 @@ def child(spec):
         opt.zero_grad()
         loss.backward()
         opt.step()
-    schedule = torch.profiler.schedule(wait=1, warmup=2, active=8, repeat=1)
+    schedule = torch.profiler.schedule(wait=1, warmup=2, active=16, repeat=1)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule,
                                 on_trace_ready=lambda p: p.export_chrome_trace(out)) as prof:
-        for _ in range(11):
+        for _ in range(19):
             x, y = next(stream)
             loss = torch.nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
@@ -245,7 +245,8 @@ def bench_big(megabytes, tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--images", type=int, default=640)
+    ap.add_argument("--images", type=int, default=1000,
+                    help="images generated (enough that no loop crosses an epoch: the steady state)")
     ap.add_argument("--data", default=None, help="image folder (made if missing)")
     ap.add_argument("--cores", default="0,1", help="taskset cores for every loop")
     ap.add_argument("--cases", default=None, help="comma-separated case numbers (1-based)")
@@ -270,18 +271,14 @@ def main():
         cases = [(i, c) for i, c in cases if i in keep]
     os.sched_setaffinity(0, {int(c) for c in args.cores.split(",")})
     results = {i: [] for i, _ in cases}
-    pipeline = None
     for r in range(args.rounds):
         for i, (name, model, base, changed, change) in cases if r % 2 == 0 else cases[::-1]:
             a = run(model, base, data, tmp / f"a{i}.json", args.cores)
             b = run(model, changed, data, tmp / f"b{i}.json", args.cores)
             threads = base.get("threads", 1)
-            if "loader" in change and change["loader"] == "nostall":
-                if pipeline is None:  # nostall's pipeline, measured once a run on this data
-                    pipeline = nostall.analyze_trace(a, spec=nostall_loader(data), progress=False,
-                                                     step_threads=threads).pipeline
-                ta = nostall.TraceAnalysis(nostall._nostall.read_trace(str(a)), batch_size=BATCH,
-                                           step_threads=threads, pipeline=pipeline)
+            if change.get("loader") == "nostall":  # nostall's pipeline measured beside this loop
+                ta = nostall.analyze_trace(a, spec=nostall_loader(data), progress=False,
+                                           step_threads=threads)
             else:
                 ta = nostall.analyze_trace(a, step_threads=threads)
             pred = ta.predict(**change)

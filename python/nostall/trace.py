@@ -56,22 +56,67 @@ def analyze_trace(path, spec=None, *, batch_size: int | None = None,
             step_threads = torch.get_num_threads()
         except ImportError:
             step_threads = 1
-    pipeline = None
+    result = TraceAnalysis(handle, batch_size=batch_size, step_threads=int(step_threads))
     if spec is not None:
-        from .analyze import analyze
+        result.pipeline = _measure_pipeline(result, spec, items, progress)
+        if result.batch_size is None:
+            result.batch_size = int(result.pipeline["run"]["batch_size"])
+    return result
 
-        pipeline = analyze(spec, _no_step, items=items, step_seconds=0.5, progress=progress).result
-        if batch_size is None:
-            batch_size = int(pipeline["run"]["batch_size"])
-    return TraceAnalysis(handle, batch_size=batch_size, step_threads=int(step_threads),
-                         pipeline=pipeline)
+
+def _measure_pipeline(trace, spec, items, progress):
+    """nostall's pipeline on the spec's data, measured by the analyzer's runs
+    beside a stand-in for the traced loop: convolutions and matrix products on its threads
+    for the CPU time it spends a step without waiting for data. Sharing the
+    cores with the step (threads, and a core's two hyperthreads) is then
+    measured, not assumed."""
+    import torch
+
+    from .analyze import analyze
+
+    seconds, threads = trace._loop_cpu()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        step = _stand_in_step(seconds)
+        return analyze(spec, step, items=items, step_seconds=max(0.5, 20 * seconds),
+                       progress=progress).result
+    finally:
+        torch.set_num_threads(before)
+
+
+def _stand_in_step(seconds):
+    """A step that does `seconds` of convolutions and matrix products alone (on torch's threads
+    as they are): as many products as take that long here, so that it takes
+    longer when it shares the cores."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(8, 16, 32, 32, generator=g)
+    w = torch.randn(16, 16, 3, 3, generator=g, requires_grad=True)
+    a = torch.randn(128, 128, generator=g)
+
+    def work():  # a training step's kinds of work: a convolution both ways, a matrix product
+        torch.nn.functional.conv2d(x, w, padding=1).sum().backward()
+        a @ a
+    work()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < 0.2:
+        work()
+        n += 1
+    reps = max(1, round(seconds / ((time.perf_counter() - t0) / n)))
+
+    def step(*args):
+        for _ in range(reps):
+            work()
+    return step
 
 
 _SCALES = {}
 
 
 def _parallel_scale(threads_from, threads_to):
-    """How much longer a convolution and a matrix product take on
+    """How much longer a convolution (forward and backward) and a matrix product take on
     ``threads_to`` intra-op threads than on ``threads_from``, measured here
     (best of several runs each): on cores that share a physical core, or
     past the cores there are, it is far from ``threads_from / threads_to``."""
@@ -83,15 +128,15 @@ def _parallel_scale(threads_from, threads_to):
     before = torch.get_num_threads()
     g = torch.Generator().manual_seed(0)
     x = torch.randn(16, 32, 56, 56, generator=g)
-    w = torch.randn(32, 32, 3, 3, generator=g)
+    w = torch.randn(32, 32, 3, 3, generator=g, requires_grad=True)
     a = torch.randn(512, 512, generator=g)
 
-    def best(threads):
+    def best(threads):  # a training step's kinds of work: forward and backward
         torch.set_num_threads(threads)
         times = []
         for _ in range(7):
             t0 = time.perf_counter()
-            torch.nn.functional.conv2d(x, w, padding=1)
+            torch.nn.functional.conv2d(x, w, padding=1).sum().backward()
             a @ a
             times.append(time.perf_counter() - t0)
         return min(times[1:])
@@ -101,11 +146,6 @@ def _parallel_scale(threads_from, threads_to):
         torch.set_num_threads(before)
     _SCALES[key] = scale
     return scale
-
-
-def _no_step(*args):
-    """The step the pipeline is measured with: nothing, so that only the
-    pipeline's own costs are measured (the trace's step replaces it)."""
 
 
 class TraceAnalysis:
@@ -229,15 +269,11 @@ class TraceAnalysis:
             raise ValueError("loader='nostall' needs the data: give analyze_trace(path, spec=...) "
                              "(or `nostall analyze --trace T --spec SPEC`)")
         batch = self.batch_size or int(self.pipeline["run"]["batch_size"])
-        # The loop's time without waiting for data (and, where the traced
-        # loader's processes shared the cores, at its least contended).
         free = self.predict(loader="free")
         compute = max(1e-9, free["step_s"] - free["path"]["data"])
-        gpu = bool(self.facts["gpu_nodes"])
-        threads = 1 if gpu else max(1, self.step_threads)
-        cpu = (free["path"]["cpu"] if gpu else compute * threads) / batch
-        step = {"step_rate": batch / compute, "step_cpu": cpu, "step_threads": threads,
-                "loop_overhead": 0.0}
+        cpu, threads = self._loop_cpu()
+        step = {"step_rate": batch / compute, "step_cpu": cpu * threads / batch,
+                "step_threads": threads, "loop_overhead": 0.0}
         config = {}
         if prep_cores is not None:
             config["cores"] = float(prep_cores)
@@ -250,6 +286,17 @@ class TraceAnalysis:
                f"{rate:,.0f} samples/s ({limit}), a batch of {batch} every "
                f"{batch / rate * 1e3:.2f} ms")
         return batch / rate, why
+
+    def _loop_cpu(self):
+        """(seconds, threads): the CPU time a step of the loop takes without
+        waiting for data (where the traced loader's processes shared the
+        cores, at its least contended), and the threads it runs on: on a
+        GPU loop its CPU side on one thread, on a CPU loop all of it on its
+        intra-op threads."""
+        free = self.predict(loader="free")
+        if self.facts["gpu_nodes"]:
+            return max(1e-9, free["path"]["cpu"]), 1
+        return max(1e-9, free["step_s"] - free["path"]["data"]), max(1, self.step_threads)
 
     # ---- reports ----
     def whatifs(self) -> list:
