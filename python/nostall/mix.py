@@ -26,7 +26,18 @@ from __future__ import annotations
 import math
 import random
 
-import torch
+
+class _Torch:
+    """torch, imported when a batch op first runs: `import nostall` needs no
+    torch (it is the `nostall[torch]` extra); the loader's batches do."""
+
+    def __getattr__(self, name):
+        import torch
+
+        return getattr(torch, name)
+
+
+torch = _Torch()
 
 
 def _rng(seed: int, epoch: int, step: int, salt: int) -> random.Random:

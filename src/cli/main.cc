@@ -150,8 +150,8 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  if (cmd == "--version") {
-    std::puts("nostall 0.1.0");
+  if (cmd == "--version" || cmd == "version") {
+    std::puts("nostall " NOSTALL_VERSION);
     return 0;
   }
   if (cmd == "analyze") return Analyze(argv);

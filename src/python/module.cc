@@ -679,6 +679,7 @@ NB_MODULE(_nostall, m) {
   nostall::BindAudio(m);
   nostall::BindDetection(m);
   nostall::BindTrace(m);
+  m.attr("__version__") = NOSTALL_VERSION;
   m.def("predict_json", [](const std::string& profile_json, const std::string& config_json) {
     return nostall::ValueOrRaise(nostall::PredictJson(
         nostall::ValueOrRaise(nostall::Profile::FromJson(profile_json)), config_json));

@@ -139,7 +139,8 @@ def test_a_truncated_png_claiming_a_huge_image_allocates_nothing_big(tmp_path):
     # VmHWM: this process's own peak (getrusage's ru_maxrss starts from the
     # parent's, carried over fork and exec, and would hide the loader's).
     hwm = "int([l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]) // 1024"
-    code = ("import nostall\n"
+    # torch first: the loader's batches need it, and its import is not the loader's.
+    code = ("import torch\nimport nostall\n"
             f"print('base', {hwm})\n"
             f"l = nostall.Loader({str(tmp_path / 'data')!r}, batch_size=1, transforms=[nostall.Resize((8, 8))],"
             " num_threads=1)\n"
