@@ -19,6 +19,7 @@ README.md and docs/ say more; docs/from_torch.md maps torch's DataLoader
 and torchvision onto it.
 """
 
+from . import _arrow  # noqa: F401  (Arrow's libraries, before the module that needs them)
 from . import audio, detection
 from . import _nostall
 from ._nostall import available_cores
