@@ -46,3 +46,16 @@ def test_the_version_is_the_version_files():
     assert out.stdout.strip() == f"nostall {version}"
     from importlib.metadata import version as installed
     assert installed("nostall") == version
+
+
+def test_a_missing_or_other_arrow_is_an_import_error_saying_what_to_install(tmp_path):
+    # A pyarrow of another Arrow release (its libraries named otherwise), found first.
+    fake = tmp_path / "pyarrow"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "libarrow.so.2700").write_bytes(b"")
+    out = subprocess.run([sys.executable, "-c", "import nostall"], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    assert out.returncode != 0
+    assert "ImportError: nostall is built against Apache Arrow 26 (libarrow.so.2600)" in out.stderr
+    assert "libarrow.so.2700" in out.stderr and "pip install 'pyarrow>=26,<27'" in out.stderr
