@@ -7,6 +7,7 @@
 // connections.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <system_error>
 #include <thread>
 
+#include "common/interrupt.h"
 #include "source/driver.h"
 #include "source/index_progress.h"
 #include "source/s3_source.h"
@@ -72,14 +74,32 @@ Result<std::vector<S3Object>> ListClasses(S3Client* client, const std::string& b
     }
   };
   std::vector<std::thread> threads;
+  std::atomic<size_t> helpers_left{0};
   const size_t n = std::min<size_t>(kListingsInFlight, classes.size());
   // Fewer listing threads than asked for (a process at its thread limit)
   // is slower, not an error: this thread lists too.
   try {
-    for (size_t t = 1; t < n; ++t) threads.emplace_back(lister);
+    for (size_t t = 1; t < n; ++t) {
+      helpers_left.fetch_add(1);
+      threads.emplace_back([&] {
+        lister();
+        helpers_left.fetch_sub(1);
+      });
+    }
   } catch (const std::system_error&) {
+    helpers_left.fetch_sub(1);
   }
   lister();
+  // Only the caller's thread sees Ctrl-C (Interrupted() asks on Python's
+  // main thread): when the other threads took every class, it waits for
+  // them here, asking, and an interrupt cancels every request in flight.
+  while (helpers_left.load() > 0) {
+    if (Interrupted()) {
+      client->CancelAll();
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   for (auto& t : threads) t.join();
   // The error that stopped the listing, not the cancellations it caused.
   const Status* first = nullptr;

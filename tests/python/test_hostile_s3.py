@@ -174,21 +174,28 @@ def test_the_cli_reports_a_broken_listing_without_terminating(serve):
     assert "not under the prefix" in p.stderr and "terminate" not in p.stderr
 
 
-def test_ctrl_c_interrupts_a_constructor_waiting_on_a_server(serve):
-    s = serve("hang")
-    code = ("import nostall\n"
+@pytest.mark.parametrize("mode", ["hang", "trickle"])
+def test_ctrl_c_interrupts_a_constructor_waiting_on_a_server(serve, mode):
+    # hang: the first listing never answers (the constructor's own wait);
+    # trickle: the class folders' listings never end, on listing threads
+    # that may have taken every class while the constructor waits for them.
+    s = serve(mode)
+    # A child still there after 20 s prints where each thread is, and exits.
+    code = ("import faulthandler\nfaulthandler.dump_traceback_later(20, exit=True)\n"
+            "import nostall\n"
             "try:\n"
             f"    nostall.Loader('s3://bkt/train/', batch_size=3, "
             f"source_options={{'endpoint': '{s.endpoint}', 'unsigned': True}})\n"
             "except KeyboardInterrupt:\n"
             "    print('interrupted', flush=True)\n")
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=os.environ)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=os.environ)
     deadline = time.monotonic() + 60
     while not s.paths() and time.monotonic() < deadline:  # the listing is in flight
         time.sleep(0.1)
     time.sleep(0.5)
     t0 = time.monotonic()
     p.send_signal(signal.SIGINT)
-    out, _ = p.communicate(timeout=30)
-    assert "interrupted" in out
+    out, err = p.communicate(timeout=30)
+    assert "interrupted" in out, (s.paths(), err[-3000:])
     assert time.monotonic() - t0 < 5
