@@ -20,7 +20,9 @@ echo "$shown" | tr '\n' ' ' | grep -q 'constrains the platform tag to "manylinux
 dir=$(mktemp -d /tmp/nostall-wheel-check-XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 cd "$dir"
-python3 -m venv venv
+# The interpreter the wheel was built for (a venv made from the build's venv
+# is one of its base Python, without its packages).
+"${PYTHON:-$REPO/.venv/bin/python}" -m venv venv
 venv/bin/pip install -q -c "$REPO/constraints.txt" "$WHEEL"
 # Without torch (the nostall[torch] extra): the package imports, the command runs.
 venv/bin/python -c "import nostall, sys; assert 'torch' not in sys.modules; print('import without torch: ok')"
