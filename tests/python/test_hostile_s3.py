@@ -181,7 +181,10 @@ def test_ctrl_c_interrupts_a_constructor_waiting_on_a_server(serve, mode):
     # that may have taken every class while the constructor waits for them.
     s = serve(mode)
     # A child still there after 20 s prints where each thread is, and exits.
+    # Ctrl-C as a terminal delivers it: a test suite started in the background
+    # by a shell without job control has SIGINT ignored, and passes that on.
     code = ("import faulthandler\nfaulthandler.dump_traceback_later(20, exit=True)\n"
+            "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "import nostall\n"
             "try:\n"
             f"    nostall.Loader('s3://bkt/train/', batch_size=3, "
