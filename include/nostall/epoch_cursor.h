@@ -4,9 +4,13 @@
 //   - SetEpoch(e) picks the epoch the next Begin() runs (trainers call it:
 //     Lightning through loader.sampler, Accelerate through the loader);
 //     naming the epoch that is running while it runs changes nothing.
-//   - Begin() without SetEpoch, after an epoch handed out its last batch,
-//     runs the next epoch; an epoch abandoned part-way starts again from
-//     its beginning; a loaded state resumes at its batch.
+//   - Begin() without SetEpoch, after a pass that handed out a batch (its
+//     epoch finished, or abandoned part-way: a `break`, a peek with
+//     next(iter(loader))), runs the next epoch, as a DataLoader draws a new
+//     order for every iter(); after a pass that handed out nothing (an
+//     iter() never advanced) it begins that pass again, where it began; a
+//     loaded state resumes at its batch. SetEpoch(e) makes the next Begin()
+//     run e from its start, also when e is the abandoned pass's epoch.
 //   - An epoch is over once its last batch is handed out, whether or not
 //     the caller then asks for the end (trainers stop at len(loader)).
 //   - StateJson() is where the next batch comes from: a loaded state not
@@ -58,8 +62,11 @@ class EpochCursor {
   bool epoch_set_ = false;  // SetEpoch called since the last Begin
   int64_t position_ = 0;
   bool active_ = false;
+  int64_t handed_ = 0;  // batches this pass handed out (or failed)
+  bool named_running_ = false;  // SetEpoch named this pass's epoch while it ran
   std::optional<int64_t> finished_;   // the epoch whose last batch was handed out
   std::optional<ResumePoint> resume_;  // loaded, not yet begun
+  std::optional<ResumePoint> began_at_;  // the loaded state this pass began at
 };
 
 }  // namespace nostall

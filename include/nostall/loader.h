@@ -45,6 +45,7 @@ struct LoaderSpec {
   int64_t rank = 0;
   int64_t world_size = 1;
   bool drop_last = false;
+  bool pad_ranks = true;  // equal shares per rank (see SamplerOptions)
   int64_t subset = 0;  // > 0: use this many items, a fixed random sample (see SamplerOptions)
   int64_t shuffle_block = 0;  // > 0: shuffle within fixed blocks (see SamplerOptions)
   // Tar shards with no index yet (docs/sampling.md): "buffered" starts at

@@ -107,6 +107,12 @@ struct SamplerOptions {
   // index is not whole: a block shuffle for data whose reads cost a shard's
   // worth (Parquet row groups without a page index; docs/parquet.md).
   bool shard_shuffle = false;
+  // Every rank the same number of samples, the epoch's first samples again
+  // where the items do not divide (DistributedSampler's rule: DDP training
+  // needs equal batch counts). False: each item exactly once over the ranks,
+  // whose counts then differ by at most one (evaluation: no sample counted
+  // twice in a metric).
+  bool pad_ranks = true;
 };
 
 class Sampler {

@@ -232,6 +232,16 @@ def _step_args(batch):
     return (batch,) if isinstance(batch, dict) else tuple(batch)[:2]
 
 
+def _copied(batch):
+    """A batch (a dict, or a tuple such as (images, targets)) with its tensors
+    copied out of the ring's slot."""
+    def copy(v):
+        return v.clone() if hasattr(v, "clone") else v
+    if isinstance(batch, dict):
+        return {k: copy(v) for k, v in batch.items()}
+    return tuple(copy(v) for v in batch)
+
+
 def _batch_size(args):
     first = args[0]
     if isinstance(first, dict):
@@ -299,15 +309,16 @@ def _busy_threads(before, after):
 
 class _InMemory:
     """The batch the step is timed on alone, already in memory: synthetic
-    images and labels, or, for a records loader (whose step takes the dict),
-    one real batch, copied."""
+    images and labels, or, for a loader with fields (whose step takes the
+    dict, or (images, targets) for a Coco dataset), one real batch, copied:
+    `real` is the step's arguments."""
 
     def __init__(self, shape, dtype, batch, torch, real=None):
         self.shape, self.dtype, self.batch, self.torch, self.real = shape, dtype, batch, torch, real
 
     def args(self):
         if self.real is not None:
-            return (self.real,)
+            return self.real
         torch = self.torch
         images = (torch.rand(self.shape) if self.dtype == "float32"
                   else torch.randint(0, 256, self.shape, dtype=torch.uint8))
@@ -390,7 +401,8 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
 
     spec: a loader spec (dict, JSON text, path to a JSON file, or a Loader).
     step: called as ``step(images, labels)`` for one training step on a batch
-        (``step(batch)``, the dict, for a spec with ``fields``: docs/records.md).
+        (``step(batch)``, the dict, for a spec with ``fields``: docs/records.md;
+        ``step(images, targets)`` for a ``nostall.datasets.Coco`` dataset).
     items: how many items to sample from the dataset (default: all of it, up
         to 4096, and at least 20 batches' worth when the dataset has them).
     warmup_batches: batches of each epoch run before the timing starts (the
@@ -471,8 +483,7 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
         reads = int(resolved["reads_in_flight"])
         real = None
         if resolved.get("fields"):  # the step takes the records' dict: time it on a real one
-            real = next(iter(plain))
-            real = {k: (v.clone() if hasattr(v, "clone") else v) for k, v in real.items()}
+            real = _step_args(_copied(next(iter(plain))))
         memory = _InMemory(shape, resolved["dtype"], batch, torch, real)
         step_profile = _step_alone(step, memory, step_seconds, phases, torch)
         # Storage, directly: cold reads one at a time, then `reads` at a time

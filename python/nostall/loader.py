@@ -10,7 +10,7 @@ import warnings
 import weakref
 from typing import Iterable, Optional
 
-from . import _nostall
+from . import _nostall, _ranks, _torchvision
 from ._lifetime import Closeable
 from ._progress import EpochProgress
 from .cache import Cache
@@ -22,51 +22,45 @@ from .transforms import Normalize, Transform, _flatten
 
 
 
-def _env_int(name):
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
-
-
-def _distributed_env():
-    """(rank, world_size) from torchrun's environment, or None when neither
-    RANK nor WORLD_SIZE is set. Half of it, or values that contradict each
-    other, is an error naming the variables: guessing would have every
-    process train on the same shard."""
-    rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
-    if rank is None and world is None:
-        return None
-    if rank is None or world is None:
-        have, missing = ("WORLD_SIZE", "RANK") if rank is None else ("RANK", "WORLD_SIZE")
-        raise ValueError(
-            f"the environment sets {have}={os.environ[have]!r} but not {missing}: every process "
-            f"would read the same shard. Set both (torchrun does), or pass rank= and world_size=")
-    if world < 1:
-        raise ValueError(f"environment variable WORLD_SIZE={world} must be >= 1")
-    if not 0 <= rank < world:
-        raise ValueError(f"environment variable RANK={rank} is outside 0..WORLD_SIZE-1 "
-                         f"(WORLD_SIZE={world})")
-    return rank, world
-
-
 def _sharding(rank, world_size):
     """The rank and world size a loader uses: the arguments given, the rest
-    from torchrun's environment (RANK, WORLD_SIZE), else 0 and 1."""
-    if rank is not None and world_size is not None:
-        return rank, world_size
-    env = _distributed_env()
-    if env is None:
-        if rank is not None and not isinstance(rank, bool) and rank != 0:
-            raise ValueError(
-                f"rank={rank!r} is given without world_size, and the environment sets neither "
-                "RANK nor WORLD_SIZE: pass world_size= (the number of processes), or run under "
-                "torchrun, which sets both")
-        return (0 if rank is None else rank), (1 if world_size is None else world_size)
-    return (env[0] if rank is None else rank), (env[1] if world_size is None else world_size)
+    from torch.distributed or the launcher's environment (nostall/_ranks.py),
+    else 0 and 1; and where they came from."""
+    return _ranks.resolve(rank, world_size)
+
+
+def _dtype_name(dtype):
+    """A dtype as the spec names it: "float32" from torch.float32,
+    numpy.float32, numpy.dtype("float32") or the string itself."""
+    if dtype is None or isinstance(dtype, str):
+        return dtype
+    if type(dtype).__module__ == "torch":  # torch.float32
+        return str(dtype).replace("torch.", "")
+    if type(dtype).__module__.startswith("numpy"):  # numpy.dtype("float32")
+        return dtype.name
+    if isinstance(dtype, type) and dtype.__module__ == "numpy":  # numpy.float32
+        return dtype.__name__
+    raise TypeError(f'dtype must be "uint8" or "float32" (a string, torch or NumPy dtype), '
+                    f"not {dtype!r}")
+
+
+_NORMALIZE_WARNED = [False]
+
+
+def _check_normalize_units(transforms):
+    """Warns once when Normalize's mean is in 0-255 units: nostall's, as
+    torchvision's after ToTensor, is in [0, 1] units (x / 255 - mean)."""
+    for t in transforms:
+        if isinstance(t, Normalize) and not _NORMALIZE_WARNED[0]:
+            mean = list(t.mean) if isinstance(t.mean, (list, tuple)) else [t.mean]
+            if any(abs(m) > 1 for m in mean):
+                _NORMALIZE_WARNED[0] = True
+                warnings.warn(
+                    f"Normalize(mean={mean}, ...): a mean above 1 looks like 0-255 units, but "
+                    "nostall's Normalize, as torchvision's after ToTensor, computes "
+                    "(x / 255 - mean) / std: give it in [0, 1] units (e.g. "
+                    "nostall.IMAGENET_MEAN, nostall.IMAGENET_STD); the batches are otherwise "
+                    "far from zero mean", UserWarning, stacklevel=4)
 
 
 def _plain(value):
@@ -192,6 +186,73 @@ def _cache_tiers(cache) -> list:
     raise TypeError(f"cache must be a nostall.Cache or a list of cache tiers, not {cache!r}")
 
 
+# torch DataLoader's arguments that nostall has no argument of that name for:
+# what to write instead (docs/from_torch.md).
+_DATALOADER_ARGS = {
+    "num_workers": "nostall has no worker processes: C++ threads decode and augment; "
+                   "num_threads= sets how many (default: tuned while it runs)",
+    "persistent_workers": "the loader's threads live as long as it does: nothing to set",
+    "prefetch_factor": "prefetch= is the number of batches prepared ahead (default: tuned)",
+    "collate_fn": "samples are written straight into the batch tensor: batch_transform= runs a "
+                  "callable on each batch, fields= gives records (docs/records.md)",
+    "sampler": "the loader draws its own order from (seed, epoch) and shards itself by rank and "
+               "world_size; subset= takes a fixed random subset",
+    "batch_sampler": "the loader batches itself: batch_size=, drop_last=",
+    "generator": "seed= fixes the order and every augmentation",
+    "worker_init_fn": "there are no worker processes to initialise",
+    "multiprocessing_context": "there are no worker processes",
+    "pin_memory_device": "pin_memory=True pins for CUDA, the only device it pins for",
+    "timeout": "a read that hangs is an error naming the file after the storage's own timeout",
+    "in_order": "batches always come in the epoch's order",
+    "dataset": "the data is the first argument: a folder, shards, s3:// or "
+               "nostall.datasets.Coco(...)",
+}
+
+
+def _batch_pair(spec: dict):
+    """The two fields a loader's batches are, as a tuple, where a dataset
+    object chose them (nostall.datasets.Coco: images and targets), else None
+    (a tuple of images and labels without fields; a dict with them). Read
+    from the spec, so that from_spec and a served loader's consumers give
+    the batches the loader they copy gives."""
+    source = spec.get("source")
+    fields = spec.get("fields") or []
+    if (isinstance(source, dict) and source.get("driver") == "coco"
+            and [f.get("name") for f in fields] == ["image", "targets"]):
+        return ("image", "targets")
+    return None
+
+
+def _consumer_hooks(spec: dict, transforms, batch_transform, hook_threads):
+    """The Python hooks a consumer of a served `spec` runs (Loader.attach)."""
+    if batch_transform is not None and not callable(batch_transform):
+        raise TypeError(f"batch_transform must be a callable, not {batch_transform!r}")
+    if isinstance(hook_threads, bool) or not isinstance(hook_threads, int) or hook_threads < 1:
+        raise ValueError(f"hook_threads must be an integer >= 1, not {hook_threads!r}")
+    hooks = {}
+    if transforms is not None:
+        fields = spec.get("fields") or [{"name": "image", "kind": "image"},
+                                        {"name": "label", "kind": "label"}]
+        if not isinstance(transforms, dict):
+            media = media_field(fields)
+            transforms = {media["name"] if media is not None else "image": transforms}
+        native, hooks = split_transforms(transforms, fields)
+        if native:
+            raise TypeError(f"attach(transforms=...) takes Python callables; nostall's transforms "
+                            f"({native[0]!r}) are the served spec's: the producer runs them")
+    return hooks, batch_transform, hook_threads
+
+
+def _refuse_dataloader_args(given: dict):
+    """A TypeError naming nostall's way for each DataLoader argument given."""
+    for name in given:
+        why = _DATALOADER_ARGS.get(name)
+        if why is None:
+            raise TypeError(f"Loader() got an unexpected keyword argument {name!r}")
+        raise TypeError(f"Loader({name}=...) is torch DataLoader's: {why} (docs/from_torch.md "
+                        "maps every DataLoader argument)")
+
+
 class Loader(Closeable):
     """Loads, decodes, augments and batches images with C++ threads.
 
@@ -244,6 +305,13 @@ class Loader(Closeable):
         rank, world_size: shard the data across processes; default: from the
             torchrun environment (``RANK``, ``WORLD_SIZE``), else 0 and 1.
         drop_last: drop the final incomplete batch of each epoch.
+        pad_ranks: with several ranks, every rank gets the same number of
+            samples, the epoch's first samples again where the dataset does
+            not divide (torch's DistributedSampler rule: DDP training needs
+            equal batch counts on every rank). ``False`` for validation and
+            test loaders: each sample exactly once over the ranks (none
+            counted twice in a metric); the ranks' counts then differ by at
+            most one sample (docs/trainers.md).
         on_error: ``"raise"`` a :class:`nostall.DataError` naming the bad
             item, or ``"skip"`` it (batches then hold fewer samples; skipped
             items are counted in ``stats()``).
@@ -349,6 +417,7 @@ class Loader(Closeable):
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         drop_last: bool = False,
+        pad_ranks: bool = True,
         on_error: str = "raise",
         dtype: Optional[str] = None,
         layout: str = "NCHW",
@@ -380,19 +449,20 @@ class Loader(Closeable):
         batch_transform=None,
         hook_threads: int = 2,
         source_options: Optional[dict] = None,
+        **dataloader_args,
     ):
+        if dataloader_args:
+            _refuse_dataloader_args(dataloader_args)
         old = {name: value for name, value in (
             ("throttle_bandwidth", throttle_bandwidth), ("throttle_latency_ms", throttle_latency_ms),
             ("drop_page_cache", drop_page_cache), ("s3_endpoint", s3_endpoint),
             ("s3_region", s3_region), ("s3_profile", s3_profile),
             ("s3_addressing", s3_addressing), ("s3_unsigned", s3_unsigned)) if value is not None}
-        pair = None  # a dataset object's batches: (images, targets)
-        if isinstance(source, Coco):
+        if isinstance(source, Coco):  # batches (images, targets): _batch_pair
             if fields is not None:
                 raise ValueError("a Coco dataset names its fields itself (image and targets); "
                                  "give masks= and box_format= to nostall.datasets.Coco")
             fields = source.fields()
-            pair = ("image", "targets")
             source = source.source()
         source = _source_spec(source, source_options, old)
         # The spec's fields go to C++ as given (numbers and flags as plain
@@ -400,7 +470,7 @@ class Loader(Closeable):
         # is the one raised. Only what C++ never sees is checked here.
         if output not in ("torch", "numpy"):
             raise ValueError(f'output must be "torch" or "numpy", not {output!r}')
-        rank, world_size = _sharding(rank, world_size)
+        rank, world_size, ranks_from = _sharding(rank, world_size)
         field_list = field_specs(fields) if fields is not None else None
         hooks = {}
         if isinstance(transforms, dict):
@@ -416,6 +486,7 @@ class Loader(Closeable):
         except TypeError:
             raise TypeError(f"transforms must be a list of nostall transforms, not {transforms!r}"
                             ) from None
+        transforms = _torchvision.resolve(transforms)  # torchvision's: nostall's namesakes
         # Python callables after nostall's transforms: hooks on each image.
         while (transforms and callable(transforms[-1]) and not isinstance(transforms[-1], Transform)
                and not isinstance(transforms[-1], AudioTransform)):
@@ -433,6 +504,7 @@ class Loader(Closeable):
             flat, _ = _flatten(transforms)
             detection = dict(detection_options(fields), transforms=[t.to_dict() for t in flat])
             transforms = []
+        dtype = _dtype_name(dtype)
         if media is not None and media["kind"] == "audio":
             bad = [t for t in transforms if not isinstance(t, AudioTransform)]
             if bad:
@@ -446,12 +518,15 @@ class Loader(Closeable):
         for t in transforms:
             if not isinstance(t, Transform):
                 raise TypeError(f"transforms must be nostall.transforms objects, got {t!r}"
-                                + (" (torchvision's transforms run in Python; nostall's take the "
-                                   "same arguments: nostall.transforms." + type(t).__name__ + ")"
-                                   if type(t).__module__.startswith("torchvision") else
+                                + (" (torchvision's " + type(t).__name__ + " has no nostall "
+                                   "equivalent, and a Python callable runs only after nostall's "
+                                   "transforms: move it to the end, or drop it)"
+                                   if _torchvision.is_torchvision(t) else
                                    " (Python callables go after nostall's transforms, or per "
                                    "field in a dict: docs/records.md)" if callable(t) else ""))
         transforms, asked_dtype = _flatten(transforms)
+        dtype = _dtype_name(dtype)
+        _check_normalize_units(transforms)
         if asked_dtype is not None:
             if dtype is not None and dtype != asked_dtype:
                 raise ValueError(f"dtype={dtype!r} contradicts the transforms' "
@@ -467,6 +542,7 @@ class Loader(Closeable):
             "rank": _integer("rank", rank),
             "world_size": _integer("world_size", world_size),
             "drop_last": _plain(drop_last),
+            "pad_ranks": _plain(pad_ranks),
             "transforms": [t.to_dict() for t in transforms],
             "layout": layout,
             "mode": mode,
@@ -500,9 +576,8 @@ class Loader(Closeable):
         if isinstance(hook_threads, bool) or not isinstance(hook_threads, int) or hook_threads < 1:
             raise ValueError(f"hook_threads must be an integer >= 1, not {hook_threads!r}")
         self._hooks = (hooks, batch_transform, hook_threads)
-        self._pair = pair
         self._init(spec, copy=copy, return_indices=return_indices, output=output,
-                   progress=progress, pin_memory=pin_memory)
+                   progress=progress, pin_memory=pin_memory, ranks_from=ranks_from)
 
     @classmethod
     def from_spec(cls, spec, *, copy=False, pin_memory=False, return_indices=False,
@@ -527,15 +602,16 @@ class Loader(Closeable):
         self = cls.__new__(cls)
         if hooks is not None:
             self._hooks = hooks
-        rank, world_size = _sharding(spec.get("rank"), spec.get("world_size"))
+        rank, world_size, ranks_from = _sharding(spec.get("rank"), spec.get("world_size"))
         spec["rank"], spec["world_size"] = rank, world_size
-        self._init(spec, **kw)
+        self._init(spec, ranks_from=ranks_from, **kw)
         return self
 
     @classmethod
     def attach(cls, name: str, batch_size: int, *, on_producer_exit: str = "raise",
                producer_timeout: float = 5.0, spec=None, wait: float = 0.0, copy=None,
-               return_indices=False, output="torch", progress=False):
+               return_indices=False, output="torch", progress=False, transforms=None,
+               batch_transform=None, hook_threads: int = 2):
         """A consumer of the shared loader ``name`` (started by ``nostall serve`` or nostall.serve).
 
         It iterates like any Loader, in the producer's order, with its own
@@ -561,6 +637,12 @@ class Loader(Closeable):
             kills the process with SIGSEGV).
 
         return_indices, output, progress: as for the constructor.
+        transforms, batch_transform, hook_threads: the Python callables this
+            consumer runs on the served batches, as the constructor's (a
+            callable or a list of them for the image field, or a dict per
+            field): a served pipeline is C++ only, so the callables a loader
+            ran are given here, in each consumer (``serve`` refuses a Loader
+            that has any, naming them).
 
         A consumer that holds every other consumer back for longer than the
         producer's ``max_lag`` continues on a private pipeline (see
@@ -583,13 +665,19 @@ class Loader(Closeable):
         self = cls.__new__(cls)
         if copy is None:
             copy = output == "torch"
+        try:
+            self._hooks = _consumer_hooks(json.loads(core.spec_json()), transforms,
+                                          batch_transform, hook_threads)
+        except BaseException:
+            core.close()
+            raise
         self._init(None, copy=copy, return_indices=return_indices, output=output,
                    progress=progress, core=core)
         self._shared = name
         return self
 
     def _init(self, spec, *, copy, return_indices, output, progress=False, core=None,
-              pin_memory=False):
+              pin_memory=False, ranks_from=_ranks.ARGUMENTS):
         self._core = None
         self._owner_pid = os.getpid()
         if progress not in (False, True, "epoch"):
@@ -614,6 +702,13 @@ class Loader(Closeable):
                        } if spec is not None else {}
         self._progress = EpochProgress(progress) if progress else None
         self._core = core if core is not None else _nostall.Loader(json.dumps(spec))
+        # The spec C++ was given, and who chose its shard: a loader built
+        # before torch.distributed was initialised (Lightning's launcher
+        # initialises it in trainer.fit) follows it once it is.
+        self._built_from = spec if core is None else None
+        self._ranks_from = ranks_from
+        if core is None:
+            _ranks.say(spec["rank"], spec["world_size"], ranks_from)
         if spec is None:
             spec = json.loads(self._core.spec_json())
         self._copy = copy
@@ -639,7 +734,9 @@ class Loader(Closeable):
         hooks, batch_transform, hook_threads = getattr(self, "_hooks", ({}, None, 2))
         # The fields as the core resolved them (a spec may give them as an
         # object, {"image": "jpg", ...}; the core's spec is the list).
-        fields = json.loads(self._core.spec_json()).get("fields") if spec.get("fields") else None
+        resolved = json.loads(self._core.spec_json())
+        fields = resolved.get("fields") if spec.get("fields") else None
+        self._pair = _batch_pair(resolved)
         if fields or hooks or batch_transform is not None:
             if not fields:  # hooks on a loader of (images, labels): the tuple stays
                 fields = [{"name": "image", "kind": "image"}, {"name": "label", "kind": "label"}]
@@ -674,10 +771,13 @@ class Loader(Closeable):
 
         An epoch is over once its last batch has been handed out (a trainer
         that stops at ``len(loader)`` batches need not ask for more): the
-        next ``iter()`` starts the next epoch. An epoch abandoned part-way is
-        started again from its beginning by the next ``iter()``. Starting
-        another iteration abandons the previous one: its iterator then
-        raises an error rather than end the epoch early.
+        next ``iter()`` starts the next epoch. So does an ``iter()`` after a
+        pass abandoned part-way (a ``break``, a peek with
+        ``next(iter(loader))``), as a DataLoader draws a new order for each,
+        unless ``set_epoch`` named an epoch (then that one, from its start).
+        An ``iter()`` never advanced uses up nothing. Starting another
+        iteration abandons the previous one: its iterator then raises an
+        error rather than end the epoch early.
         """
         self._require_core().begin()
         self._generation += 1
@@ -687,7 +787,7 @@ class Loader(Closeable):
         if generation != self._generation:
             raise RuntimeError(
                 "this iterator over the loader was abandoned: a later iter(loader) started "
-                "another pass (a next(iter(loader)) inside a loop over it, or zip(loader, "
+                "the next epoch (a next(iter(loader)) inside a loop over it, or zip(loader, "
                 "loader)). A loader runs one pass at a time; to peek, keep the batch the loop "
                 "gave, or make a second Loader")
         core = self._require_core()
@@ -695,9 +795,11 @@ class Loader(Closeable):
             raise StopIteration
         try:
             out = core.next()
-        except DataError:  # that batch is consumed; iteration may go on
+        except DataError as e:  # that batch is consumed; iteration may go on
             self._show_epoch_end(core)
-            raise
+            raise DataError(f"{e} (the whole batch holding it is not handed out: "
+                            'on_error="skip" skips only the bad item and hands out the rest)',
+                            e.item, e.stage) from None
         if out is None:
             self._show_epoch_end(core)
             raise StopIteration
@@ -801,6 +903,29 @@ class Loader(Closeable):
                     spec[knob] = unset
         return spec
 
+    # What training scripts and trainers read of a DataLoader.
+    batch_sampler = None
+    """None: the loader batches itself (Lightning reads it to tell whether a
+    loader shuffles, as of a DataLoader)."""
+
+    @property
+    def batch_size(self) -> int:
+        """Samples per batch (the last one of an epoch fewer, unless ``drop_last``)."""
+        return int(json.loads(self._require_core().spec_json())["batch_size"])
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether each epoch's last, incomplete batch is dropped."""
+        return bool(json.loads(self._require_core().spec_json()).get("drop_last", False))
+
+    @property
+    def dataset(self) -> "LoaderDataset":
+        """The items the loader reads, as ``DataLoader.dataset``: ``len()`` is
+        their number over all ranks (after ``subset``), so
+        ``correct / len(loader.dataset)`` is a whole pass's accuracy on one
+        process; a rank's share of a pass is ``samples_per_epoch``."""
+        return LoaderDataset(self)
+
     @property
     def classes(self):
         """Class names: an image folder's class folders, in label order.
@@ -876,7 +1001,68 @@ class Loader(Closeable):
     def _require_core(self):
         if self._core is None:
             raise RuntimeError("the loader is closed")
+        if self._ranks_from not in (_ranks.ARGUMENTS, _ranks.TORCH_DISTRIBUTED):
+            self._follow_torch_distributed()
         return self._core
+
+    def _follow_torch_distributed(self):
+        """Rebuilds the pipeline on torch.distributed's shard when it was
+        initialised after this loader was built with another (or with none:
+        Lightning's DDP launch starts the other processes and initialises
+        torch.distributed inside trainer.fit, after the script built the
+        loader). The epoch the loader was at is kept."""
+        found = _ranks.from_torch_distributed()
+        if found is None or self._built_from is None:
+            return
+        spec = self._built_from
+        self._ranks_from = _ranks.TORCH_DISTRIBUTED
+        if (spec["rank"], spec["world_size"]) == found:
+            return
+        old = self._core
+        epoch = json.loads(old.state_json())["epoch"]
+        spec = dict(spec, rank=found[0], world_size=found[1])
+        self._core = _nostall.Loader(json.dumps(spec))
+        old.close()
+        self._built_from = spec
+        self._generation += 1  # an iterator over the old shard is over
+        if epoch:
+            self._core.set_epoch(epoch)
+        _ranks.say(found[0], found[1], _ranks.TORCH_DISTRIBUTED)
+
+
+class LoaderDataset:
+    """``loader.dataset``: what a training script reads of a DataLoader's
+    dataset (its length, its classes). Its items are read by the loader, not
+    by indexing: ``loader.key(i)`` names item ``i``."""
+
+    __slots__ = ("_loader",)
+
+    def __init__(self, loader):
+        self._loader = weakref.ref(loader)
+
+    def _get(self):
+        loader = self._loader()
+        if loader is None:
+            raise RuntimeError("the loader is gone")
+        return loader
+
+    def __len__(self):
+        loader = self._get()
+        core = loader._require_core()
+        subset = json.loads(core.spec_json()).get("subset") or 0
+        return min(subset, core.num_items) if subset > 0 else core.num_items
+
+    @property
+    def classes(self):
+        return self._get().classes
+
+    def __getitem__(self, index):
+        raise TypeError("loader.dataset is not indexed: the loader reads and decodes its items "
+                        "in C++ threads; loader.key(i) names item i, "
+                        "nostall.transforms.sample_params(...) shows what it draws for it")
+
+    def __repr__(self):
+        return f"<nostall dataset of {len(self):,} items>"
 
 
 class _EpochHook:

@@ -216,7 +216,8 @@ class Records:
 
     def _bad(self, pos, indices, name, error):
         key = self.key_of(int(indices[pos]))
-        return DataError(f"{key}: field {name!r}: {type(error).__name__}: {error}")
+        return DataError(f"{key}: field {name!r}: {type(error).__name__}: {error}", key,
+                         "hooks" if name in self.hooks or name == "batch" else "decode")
 
     def batch(self, images, labels, indices, raw_fields):
         """The dict of one batch (samples whose fields cannot be decoded

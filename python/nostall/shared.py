@@ -35,8 +35,20 @@ __all__ = ["serve", "Server", "list_shared"]
 
 
 def _spec_json(spec):
-    from .loader import read_spec
+    from .loader import Loader, read_spec
 
+    if isinstance(spec, Loader):
+        hooks, batch_transform, _ = getattr(spec, "_hooks", ({}, None, 2))
+        named = [f"transforms[{field!r}]: " + ", ".join(getattr(f, "__name__", repr(f)) for f in fns)
+                 for field, fns in hooks.items() if fns]
+        if batch_transform is not None:
+            named.append("batch_transform: " + getattr(batch_transform, "__name__",
+                                                        repr(batch_transform)))
+        if named:
+            raise ValueError(
+                "this loader runs Python callables, which a served pipeline (C++ only) cannot: "
+                + "; ".join(named) + ". Serve it without them and give them to each consumer: "
+                "Loader.attach(name, batch_size, transforms=..., batch_transform=...)")
     return json.dumps(read_spec(spec))
 
 

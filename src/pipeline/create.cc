@@ -71,6 +71,7 @@ Result<Sampler> SamplerFor(const LoaderSpec& spec, const Source& source) {
   so.rank = spec.rank;
   so.world_size = spec.world_size;
   so.drop_last = spec.drop_last;
+  so.pad_ranks = spec.pad_ranks;
   so.subset = spec.subset;
   so.shuffle_block = spec.shuffle_block;
   return Sampler::Create(so);

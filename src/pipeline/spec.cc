@@ -44,7 +44,7 @@ Status Enum(const json& j, const char* key, std::initializer_list<std::pair<cons
 
 const std::vector<std::string>& LoaderSpec::FieldNames() {
   static const std::vector<std::string> kFields = {
-      "source", "batch_size", "shuffle", "seed", "rank", "world_size", "drop_last", "subset",
+      "source", "batch_size", "shuffle", "seed", "rank", "world_size", "drop_last", "pad_ranks", "subset",
       "shuffle_block", "transforms", "dtype", "layout", "mode", "max_pixels", "num_threads",
       "reads_in_flight", "prefetch", "autotune", "on_error", "index_cache_dir", "use_index_cache",
       "index_beside", "dct_scaling", "cache", "fields", "max_field_bytes", "first_epoch",
@@ -202,6 +202,7 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "rank", 0, 1 << 20, &s.rank));
     NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "world_size", 1, 1 << 20, &s.world_size));
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "drop_last", &s.drop_last));
+    NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "pad_ranks", &s.pad_ranks));
     NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "subset", 0, kMaxCount, &s.subset));
     NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "shuffle_block", 0, kMaxCount, &s.shuffle_block));
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "first_epoch", &s.first_epoch));
@@ -261,6 +262,7 @@ std::string LoaderSpec::ToJson() const {
             {"rank", rank},
             {"world_size", world_size},
             {"drop_last", drop_last},
+            {"pad_ranks", pad_ranks},
             {"subset", subset},
             {"shuffle_block", shuffle_block},
             {"transforms", t},

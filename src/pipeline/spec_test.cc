@@ -40,6 +40,7 @@ TEST(SpecTest, EveryFieldRoundTrips) {
       {"rank", 1},
       {"world_size", 4},
       {"drop_last", true},
+      {"pad_ranks", false},
       {"subset", 500},
       {"shuffle_block", 256},
       {"transforms", nlohmann::json::array({{{"type", "RandomHorizontalFlip"}, {"p", 0.25}}})},

@@ -35,7 +35,8 @@ int64_t EffectiveItems(const SamplerOptions& o, int64_t num_items) {
 
 // This rank's samples of an epoch of `n` items (after drop_last).
 int64_t PerRank(const SamplerOptions& o, int64_t n) {
-  int64_t per_rank = (n + o.world_size - 1) / o.world_size;
+  int64_t per_rank = o.pad_ranks ? (n + o.world_size - 1) / o.world_size
+                                 : n / o.world_size + (o.rank < n % o.world_size ? 1 : 0);
   if (o.drop_last) per_rank -= per_rank % o.batch_size;
   return per_rank;
 }
@@ -94,7 +95,7 @@ class BufferedStream final : public EpochStream {
     const int64_t n = given_;
     if (n == 0) return NotFound("the tar shards hold no samples");
     const int64_t w = o_.world_size;
-    for (int64_t p = n; p < (n + w - 1) / w * w; ++p) {
+    for (int64_t p = n; o_.pad_ranks && p < (n + w - 1) / w * w; ++p) {
       if (p % w == o_.rank) Mine(first_[static_cast<size_t>(p % n)], out);
     }
     // drop_last: the rank's samples past a whole number of batches go (no
@@ -270,7 +271,7 @@ std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
     Shuffle(&perm, options_.seed, kShuffleStream, static_cast<uint64_t>(epoch));
   }
   const int64_t world = options_.world_size;
-  const int64_t total = ((n + world - 1) / world) * world;
+  const int64_t total = options_.pad_ranks ? ((n + world - 1) / world) * world : n;
   std::vector<int64_t> mine;
   mine.reserve(static_cast<size_t>(total / world));
   for (int64_t p = options_.rank; p < total; p += world) mine.push_back(perm[p % n]);

@@ -55,6 +55,22 @@ TEST(SamplerTest, UnevenSplitPadsSoEveryRankHasTheSameCount) {
   EXPECT_EQ(all.size(), 10u);
 }
 
+TEST(SamplerTest, WithoutPaddingEverySampleOnceAndCountsDifferByAtMostOne) {
+  std::multiset<int64_t> seen;
+  for (int64_t r = 0; r < 3; ++r) {
+    SamplerOptions o{10, 2, true, /*seed=*/1, r, 3};
+    o.pad_ranks = false;
+    Sampler s = Sampler::Create(o).value();
+    EXPECT_EQ(s.SamplesPerEpoch(), r == 0 ? 4 : 3);
+    auto mine = s.EpochOrder(2);
+    EXPECT_EQ(static_cast<int64_t>(mine.size()), s.SamplesPerEpoch());
+    EXPECT_EQ(s.BatchesPerEpoch(), 2);
+    seen.insert(mine.begin(), mine.end());
+  }
+  EXPECT_EQ(seen.size(), 10u);  // no sample twice
+  EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), 10u);
+}
+
 TEST(SamplerTest, DropLastDropsTheIncompleteBatch) {
   EXPECT_EQ(Make(10, 4, false).BatchesPerEpoch(), 3);
   Sampler d = Make(10, 4, false, 0, 1, /*drop_last=*/true);
@@ -194,6 +210,23 @@ TEST(BufferedEpochTest, EverySampleOnceAcrossRanksWithPaddingAsTheExactOrder) {
     EXPECT_EQ(seen.size(), static_cast<size_t>((116 + world - 1) / world * world));
     for (const auto& [s, m] : distinct) EXPECT_LT(m, sizes[static_cast<size_t>(s)]);
   }
+}
+
+TEST(BufferedEpochTest, WithoutPaddingEverySampleExactlyOnceAcrossRanks) {
+  const std::vector<int64_t> sizes = {13, 0, 40, 7, 25, 1, 30};  // 116 samples
+  std::multiset<std::pair<int64_t, int64_t>> seen;
+  for (int64_t r = 0; r < 3; ++r) {
+    auto shards = std::make_shared<FakeShards>(sizes, false);
+    SamplerOptions o = Sharded(shards, 8, r, 3);
+    o.pad_ranks = false;
+    auto stream = BufferedEpochStream(o, 2);
+    const std::vector<int64_t> mine = Drain(stream.get());
+    EXPECT_EQ(static_cast<int64_t>(mine.size()), r < 116 % 3 ? 39 : 38);
+    for (int64_t id : mine) seen.insert(shards->Of(id));
+  }
+  EXPECT_EQ(seen.size(), 116u);
+  const std::set<std::pair<int64_t, int64_t>> distinct(seen.begin(), seen.end());
+  EXPECT_EQ(distinct.size(), 116u);
 }
 
 TEST(BufferedEpochTest, DeterministicFromSeedAndEpochWhetherOrNotTheIndexIsComplete) {

@@ -10,24 +10,38 @@ int64_t EpochCursor::batches_per_epoch() const { return loader_->sampler().Batch
 
 Status EpochCursor::SetEpoch(int64_t epoch) {
   if (epoch < 0) return InvalidArgument("epoch must be >= 0");
-  if (active_ && epoch == epoch_ && finished_ != epoch) return Status::OK();  // the running one
+  if (active_ && epoch == epoch_ && finished_ != epoch) {  // the running one: it runs on
+    named_running_ = true;  // (and a new pass after it is abandoned runs it again)
+    return Status::OK();
+  }
   epoch_ = epoch;
   epoch_set_ = true;
   return Status::OK();
 }
 
 Status EpochCursor::Begin() {
-  if (!epoch_set_ && finished_ == epoch_) ++epoch_;  // a new pass without SetEpoch: the next
+  if (!epoch_set_) {
+    if (finished_ == epoch_) {
+      ++epoch_;  // the pass after a finished epoch
+    } else if (active_ && handed_ == 0) {
+      if (began_at_) resume_ = began_at_;  // a pass that handed out nothing: again, where it began
+    } else if (active_ && !named_running_) {
+      ++epoch_;  // after a pass abandoned part-way: the next epoch, as a DataLoader's new order
+    }  // (SetEpoch named the abandoned epoch: it again, from its start)
+  }
   int64_t start = 0;
   std::optional<StreamPosition> at;
   if (resume_ && resume_->epoch == epoch_) {
     start = resume_->batch;
     if (start > 0) at = resume_->stream_position;
   }
+  began_at_ = start > 0 ? resume_ : std::nullopt;
   resume_.reset();
   active_ = false;
   NOSTALL_RETURN_IF_ERROR(loader_->Resume(epoch_, start, at));
   position_ = start;
+  handed_ = 0;
+  named_running_ = false;
   active_ = true;
   epoch_set_ = false;
   finished_.reset();  // this pass has not handed out its last batch
@@ -37,11 +51,13 @@ Status EpochCursor::Begin() {
 bool EpochCursor::Delivered(int64_t batch_index) {
   // A consumer's batches are numbered in the stream; its own count is its position.
   position_ = shared_.empty() ? batch_index + 1 : position_ + 1;
+  ++handed_;
   return NoteEnd();
 }
 
 bool EpochCursor::Failed() {
   ++position_;  // that batch is consumed; iteration may go on
+  ++handed_;
   return NoteEnd();
 }
 

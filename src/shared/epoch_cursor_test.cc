@@ -59,19 +59,56 @@ TEST_F(EpochCursorTest, AFinishedEpochIsFollowedByTheNextWithoutAskingForTheEnd)
   EXPECT_EQ(c.epoch(), 1);
 }
 
-TEST_F(EpochCursorTest, AnAbandonedEpochStartsAgainAndSetEpochPicksTheNext) {
+TEST_F(EpochCursorTest, AnAbandonedEpochIsFollowedByTheNextAsADataLoaderDrawsANewOrder) {
   EpochCursor c(loader_.get(), "");
   ASSERT_TRUE(c.Begin().ok());
   const std::vector<int64_t> first = Take(&c, 1);
-  ASSERT_TRUE(c.Begin().ok());  // abandoned after one batch
+  ASSERT_TRUE(c.Begin().ok());  // abandoned after one batch (a peek, a break)
+  EXPECT_EQ(c.epoch(), 1);
+  const std::vector<int64_t> second = Take(&c, 1);
+  EXPECT_NE(second, first);  // another order, not the same batch again
+  ASSERT_TRUE(c.Begin().ok());
+  EXPECT_EQ(c.epoch(), 2);
+  EXPECT_FALSE(c.SetEpoch(-1).ok());
+}
+
+TEST_F(EpochCursorTest, APassThatHandedOutNothingBeginsAgainWhereItBegan) {
+  EpochCursor c(loader_.get(), "");
+  ASSERT_TRUE(c.Begin().ok());  // iter() never advanced (Lightning checks a loader is iterable)
+  ASSERT_TRUE(c.Begin().ok());
+  EXPECT_EQ(c.epoch(), 0);
+  Take(&c, 1);
+  const std::string state = c.StateJson().value();
+  std::unique_ptr<Loader> other = Loader::Create(spec_).value();
+  EpochCursor d(other.get(), "");
+  ASSERT_TRUE(d.LoadStateJson(state).ok());
+  ASSERT_TRUE(d.Begin().ok());
+  ASSERT_TRUE(d.Begin().ok());  // still at the loaded batch
+  EXPECT_EQ(d.epoch(), 0);
+  EXPECT_EQ(d.position(), 1);
+}
+
+TEST_F(EpochCursorTest, SetEpochNamesTheEpochTheNextPassRunsFromItsStart) {
+  EpochCursor c(loader_.get(), "");
+  ASSERT_TRUE(c.Begin().ok());
+  const std::vector<int64_t> first = Take(&c, 1);
+  ASSERT_TRUE(c.SetEpoch(0).ok());  // the running epoch, named while it runs: it runs on
+  EXPECT_EQ(c.position(), 1);
+  EXPECT_EQ(nlohmann::json::parse(c.StateJson().value())["batch"], 1);
+  ASSERT_TRUE(c.Begin().ok());  // abandoned, but named: epoch 0 again, from its start
   EXPECT_EQ(c.epoch(), 0);
   EXPECT_EQ(Take(&c, 1), first);
-  ASSERT_TRUE(c.SetEpoch(0).ok());  // the running epoch, named while it runs: nothing
-  EXPECT_EQ(c.position(), 1);
   ASSERT_TRUE(c.SetEpoch(5).ok());
   ASSERT_TRUE(c.Begin().ok());
   EXPECT_EQ(c.epoch(), 5);
-  EXPECT_FALSE(c.SetEpoch(-1).ok());
+  ASSERT_TRUE(c.SetEpoch(5).ok());  // named as it starts, as Lightning does
+  Take(&c, 3);                      // and run to its end
+  ASSERT_TRUE(c.Begin().ok());
+  EXPECT_EQ(c.epoch(), 6);
+  Take(&c, 3);
+  ASSERT_TRUE(c.SetEpoch(6).ok());  // named after its end: run again
+  ASSERT_TRUE(c.Begin().ok());
+  EXPECT_EQ(c.epoch(), 6);
 }
 
 TEST_F(EpochCursorTest, AStateTakenMidEpochResumesAtTheNextBatchInAnotherLoader) {

@@ -46,6 +46,7 @@ Result<std::string> ResumeStateJson(const Loader& loader, int64_t epoch, int64_t
                 {"world_size", spec.world_size},
                 {"subset", spec.subset},
                 {"drop_last", spec.drop_last},
+                {"pad_ranks", spec.pad_ranks},
                 {"shuffle_block", spec.shuffle_block},
                 {"dataset_fingerprint", Hex16(loader.source().fingerprint())}};
   // Which epoch ran in the buffered order (tar shards indexed as read):
@@ -95,11 +96,13 @@ Result<ResumePoint> CheckResumeState(const Loader& loader, bool is_consumer,
                        {"shuffle", spec.shuffle}, {"rank", spec.rank},
                        {"world_size", spec.world_size}};
     // Taken before these were recorded: the defaults, which order as before.
-    const json since = {{"subset", 0}, {"drop_last", false}, {"shuffle_block", 0}};
+    const json since = {{"subset", 0}, {"drop_last", false}, {"shuffle_block", 0},
+                        {"pad_ranks", true}};
+    const json now = {{"subset", spec.subset}, {"drop_last", spec.drop_last},
+                      {"shuffle_block", spec.shuffle_block}, {"pad_ranks", spec.pad_ranks}};
     json all = mine;
     for (const auto& [key, value] : since.items()) {
-      all[key] = key == "subset" ? json(spec.subset) : key == "drop_last" ? json(spec.drop_last)
-                                                                          : json(spec.shuffle_block);
+      all[key] = now.at(key);
       // A consumer's order is the producer's stream (its position is
       // checked below): only a local loader's own order depends on these.
       if (from_consumer) {

@@ -670,15 +670,25 @@ def test_shared_loader_serves_detection_batches(scenes):
     with nostall.serve(loader.spec, name, block=False, verbose=False):
         consumer = nostall.Loader.attach(name, 4, return_indices=True)
         seen = []
-        for batch in consumer:
-            for k, i in enumerate(batch["__index__"].tolist()):
+        for batch in consumer:  # the served loader's batches: (images, targets, indices)
+            assert isinstance(batch, tuple) and len(batch) == 3
+            images, targets, indices = batch
+            for k, i in enumerate(indices.tolist()):
                 img, t = private[i]
-                assert torch.equal(batch["image"][k], img)
-                assert torch.equal(batch["targets"][k]["boxes"], t["boxes"])
-                assert torch.equal(batch["targets"][k]["labels"], t["labels"])
+                assert torch.equal(images[k], img)
+                assert torch.equal(targets[k]["boxes"], t["boxes"])
+                assert torch.equal(targets[k]["labels"], t["labels"])
                 seen.append(i)
         consumer.close()
+        with nostall.Loader.attach(name, 4) as plain:  # unchanged code: for images, targets in ...
+            for images, targets in plain:
+                assert images.shape[1:] == (3, 300, 300) and isinstance(targets[0], dict)
+                break
     assert sorted(seen) == sorted(private)
+    # A loader built from the spec gives them as the loader it copies does.
+    again = nostall.Loader.from_spec(loader.spec)
+    images, targets = next(iter(again))
+    assert isinstance(targets, list) and set(targets[0]) >= {"boxes", "labels"}
 
 
 def test_analyze_autotune_stats_and_classes_on_a_detection_loader(scenes):
@@ -688,9 +698,9 @@ def test_analyze_autotune_stats_and_classes_on_a_detection_loader(scenes):
     images_dir, ann_path = scenes
     seen = []
 
-    def step(batch):
-        seen.append(len(batch["targets"]))
-        assert batch["image"].shape[1:] == (3, 300, 300)
+    def step(images, targets):  # what `for images, targets in loader` gives
+        seen.append(len(targets))
+        assert images.shape[1:] == (3, 300, 300)
 
     loader = nostall.Loader(Coco(images_dir, ann_path), transforms=SSD, batch_size=8)
     result = nostall.analyze(loader.spec, step, step_seconds=0.2, progress=False)

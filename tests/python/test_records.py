@@ -207,6 +207,31 @@ def test_a_served_pipeline_gives_consumers_every_field(shards):
             assert c.stats()["fields"]["caption"]["bytes"] == handed
 
 
+def test_serving_a_loader_with_python_hooks_is_refused_and_consumers_run_them(shards):
+    def shout(text):
+        return text.upper()
+
+    def add_count(batch):
+        batch["count"] = len(batch["label"])
+        return batch
+
+    hooked = make(shards, transforms={"image": [nostall.RandomResizedCrop(48)], "caption": shout},
+                  batch_transform=add_count)
+    name = f"test-records-hooks-{os.getpid()}"
+    with pytest.raises(ValueError, match=r"transforms\['caption'\]: shout; batch_transform: "
+                                         r"add_count.*Loader.attach\(name, batch_size, transforms="):
+        nostall.serve(hooked, name)
+    hooked.close()
+    with nostall.serve(make(shards).spec, name):
+        with nostall.Loader.attach(name, batch_size=4, output="numpy", return_indices=True,
+                                   transforms={"caption": shout}, batch_transform=add_count) as c:
+            b = next(iter(c))
+            assert b["count"] == len(b["label"]) == 4
+            assert all(text == text.upper() and text.strip() for text in b["caption"])
+        with pytest.raises(TypeError, match="the producer runs them"):
+            nostall.Loader.attach(name, batch_size=4, transforms=[nostall.Resize((8, 8))])
+
+
 def test_a_real_tokenizer_runs_on_the_text_field(shards):
     tokenizers = pytest.importorskip("tokenizers")
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers

@@ -152,16 +152,58 @@ def test_a_loop_that_stops_at_len_moves_on_to_the_next_epoch(folder):
     assert [e["epoch"] for e in loader.stats()["consumer"]["epochs"]] == [0, 1]
 
 
-def test_an_abandoned_epoch_starts_again_and_set_epoch_reaches_it_through_the_sampler(folder):
+def test_peeking_and_breaking_early_give_fresh_batches_as_a_dataloader_does(folder):
+    want = plain_loop(folder, 4)
+    loader = make_loader(folder)
+    peeks = [next(iter(loader)) for _ in range(3)]  # three peeks: three epochs' first batches
+    for k, (images, _, idx) in enumerate(peeks):
+        assert idx.tolist() == want[k][0][0]
+        assert torch.equal(images, want[k][0][1])
+    assert len({tuple(idx.tolist()) for _, _, idx in peeks}) == 3
+    # A "steps per epoch" loop that breaks early, without set_epoch: each
+    # epoch's own order and crops, not the same few batches again.
+    other = make_loader(folder)
+    got = []
+    for epoch in range(3):
+        for step, (images, _, idx) in enumerate(other):
+            got.append((epoch, idx.tolist(), images.clone()))
+            if step == 1:
+                break
+    for epoch in range(3):
+        mine = [(i, img) for e, i, img in got if e == epoch]
+        assert_same_batches(mine, want[epoch][:2])
+
+
+def test_an_iter_that_was_never_advanced_does_not_use_up_an_epoch(folder):
+    want = plain_loop(folder, 1)
+    loader = make_loader(folder)
+    iter(loader)  # (Lightning calls iter() on a loader to check it is iterable)
+    assert [(idx.tolist(), images) for images, _, idx in loader][0][0] == want[0][0][0]
+
+
+def test_set_epoch_names_the_epoch_an_abandoned_pass_starts_again(folder):
     loader = make_loader(folder)
     first = [idx.tolist() for _, (_, _, idx) in zip(range(2), loader)]  # abandoned part-way
+    loader.set_epoch(0)  # named: epoch 0 again, from its start
     again = [idx.tolist() for _, _, idx in loader]
-    assert again[:2] == first  # epoch 0 again, from its start
+    assert again[:2] == first
     loader.sampler.set_epoch(5)  # where Lightning calls it
     five = [idx.tolist() for _, _, idx in loader]
     other = make_loader(folder)
     other.set_epoch(5)
     assert five == [idx.tolist() for _, _, idx in other]
+
+
+def test_a_state_taken_after_a_break_resumes_where_the_open_iterator_stood(folder):
+    loader = make_loader(folder)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    rest = [idx.tolist() for _, _, idx in it]
+    resumed = make_loader(folder)
+    resumed.load_state_dict(state)
+    iter(resumed)  # never advanced: the next iter() still resumes there
+    assert [idx.tolist() for _, _, idx in resumed] == rest
 
 
 def test_the_lightning_example_trains_and_resumes(folder, tmp_path):
@@ -196,3 +238,48 @@ def test_set_epoch_during_a_pass_chooses_the_next_pass(folder):
         if k == 1:
             loader.set_epoch(5)
     assert [idx.tolist() for _, _, idx in loader] == want  # epoch 5, not 6
+
+
+# ------------------------------------------------------------ validation and test loaders
+class Evaluated(Recorder):
+    """Records what each validation and test pass saw: (stage, dataset indices)."""
+
+    def __init__(self):
+        super().__init__()
+        self.evaluated = []
+
+    def validation_step(self, batch, batch_idx):
+        images, labels, idx = batch
+        self.evaluated.append(("val", self.trainer.sanity_checking, idx.tolist()))
+        self.log("val_loss", torch.nn.functional.cross_entropy(self.net(images.flatten(1)), labels))
+
+    def test_step(self, batch, batch_idx):
+        images, labels, idx = batch
+        self.evaluated.append(("test", False, idx.tolist()))
+
+
+def passes(evaluated, stage, per_pass):
+    """The full passes of `stage` (sanity checks left out), each a list of indices."""
+    flat = [i for s, sanity, idx in evaluated if s == stage and not sanity for i in idx]
+    return [flat[k:k + per_pass] for k in range(0, len(flat), per_pass)]
+
+
+def test_lightning_fit_validates_every_epoch_and_validate_and_test_run(folder, tmp_path):
+    val = make_loader(folder, shuffle=False, pad_ranks=False,
+                      transforms=[nostall.Resize((16, 16)),
+                                  nostall.Normalize(nostall.IMAGENET_MEAN, nostall.IMAGENET_STD)])
+    model = Evaluated()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = trainer(tmp_path, max_epochs=2)
+        t.fit(model, make_loader(folder), val)  # with the sanity check's 2 batches first
+        t.validate(model, val)
+        t.test(model, val)
+    assert [s for s, sanity, _ in model.evaluated if sanity] == ["val", "val"]
+    vals = passes(model.evaluated, "val", 30)
+    assert len(vals) == 3  # two epochs of fit, then validate()
+    for p in vals:
+        assert p == list(range(30))  # unshuffled, every sample once per pass
+    assert passes(model.evaluated, "test", 30) == [list(range(30))]
+    # The training loader ran its two epochs as a plain loop would.
+    assert [e for e, _, _ in model.seen] == [0] * 8 + [1] * 8
