@@ -397,6 +397,9 @@ class Loader(Closeable):
         hook_threads: Python threads that run the per-sample callables given
             in ``transforms`` (default 2); a callable that releases the GIL
             runs in parallel. Their time is ``stats()["stages"]["hooks"]``.
+        dataloader_args: torch DataLoader's own arguments (``num_workers``,
+            ``collate_fn``, ``sampler``, ...) are not taken: each is a
+            TypeError naming nostall's equivalent (docs/from_torch.md).
 
     Whatever ``progress`` says, ``stats()`` records the wait of every batch:
     ``stats()["consumer"]`` has the stall fraction, per-epoch figures and the
@@ -1047,6 +1050,7 @@ class LoaderDataset:
         return loader
 
     def __len__(self):
+        """Items the loader reads, over all ranks (after ``subset``)."""
         loader = self._get()
         core = loader._require_core()
         subset = json.loads(core.spec_json()).get("subset") or 0
@@ -1054,6 +1058,7 @@ class LoaderDataset:
 
     @property
     def classes(self):
+        """The loader's ``classes``, as ``ImageFolder.classes``."""
         return self._get().classes
 
     def __getitem__(self, index):
