@@ -13,6 +13,7 @@
 #include "annotations/bytes.h"
 #include "annotations/targets.h"
 #include "common/fd.h"
+#include "common/json_fields.h"
 
 namespace nostall::annotations {
 namespace {
@@ -156,7 +157,13 @@ Result<CocoTable> Parse(const char* begin, const char* end, const CocoOptions& o
                        " has no integer \"id\"");
     }
     if (section == "categories") {
-      table.categories.push_back({id->get<int64_t>(), obj.value("name", std::string())});
+      const auto cat_name = obj.find("name");
+      if (cat_name != obj.end() && !cat_name->is_string()) {
+        return DataError(Named("category", obj) + ": \"name\" must be a string, not " +
+                         Shown(*cat_name));
+      }
+      table.categories.push_back(
+          {id->get<int64_t>(), cat_name == obj.end() ? std::string() : cat_name->get<std::string>()});
       return Status::OK();
     }
     CocoImage img;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "annotations/bytes.h"
+#include "common/json_fields.h"
 
 namespace nostall::annotations {
 namespace {
@@ -206,6 +207,27 @@ Status DecodeTargets(const uint8_t* data, size_t size, bool with_segments, Targe
   return Status::OK();
 }
 
+namespace {
+
+// A category id or label: an integer from 0 to 2^63 - 1 (a label of
+// 2^64 - 1 would otherwise wrap to -1).
+Status LabelOf(const nlohmann::json& v, const std::string& where, int64_t* out) {
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX) ||
+      (!v.is_number_unsigned() && v.get<int64_t>() < 0)) {
+    return DataError(where + " must be an integer from 0 to 2^63 - 1, not " + Shown(v));
+  }
+  *out = v.get<int64_t>();
+  return Status::OK();
+}
+
+Status LabelOf(const nlohmann::json& obj, const char* key, const std::string& where, int64_t* out) {
+  const auto v = obj.find(key);
+  if (v == obj.end()) return DataError(where + ": \"" + key + "\" must be an integer");
+  return LabelOf(*v, where + ": \"" + key + "\"", out);
+}
+
+}  // namespace
+
 Status InstanceFromCoco(const nlohmann::json& a, bool with_segments, const std::string& where,
                         Instance* inst) {
   if (!a.is_object()) return DataError(where + ": an annotation must be an object");
@@ -221,9 +243,8 @@ Status InstanceFromCoco(const nlohmann::json& a, bool with_segments, const std::
   inst->box[1] = b[1];
   inst->box[2] = b[0] + b[2];
   inst->box[3] = b[1] + b[3];
-  const auto cat = a.find("category_id");
-  if (cat == a.end() || !cat->is_number_integer()) return DataError(where + ": \"category_id\" must be an integer");
-  inst->label = cat->get<int64_t>();
+  if (!Finite(inst->box)) return DataError(where + ": \"bbox\" x + w or y + h is beyond float32's range");
+  NOSTALL_RETURN_IF_ERROR(LabelOf(a, "category_id", where, &inst->label));
   if (const auto crowd = a.find("iscrowd"); crowd != a.end()) {
     inst->crowd = crowd->is_number() ? crowd->get<double>() != 0 : crowd->is_boolean() && crowd->get<bool>();
   }
@@ -313,9 +334,11 @@ Status ParseTargetsJson(const uint8_t* data, size_t size, bool with_segments, Ta
         inst.box[2] = b[0] + b[2] / 2, inst.box[3] = b[1] + b[3] / 2;
         break;
     }
+    if (!Finite(inst.box)) {
+      return DataError("box #" + std::to_string(i) + ": its corners are beyond float32's range");
+    }
     if (labels != j.end()) {
-      if (!(*labels)[i].is_number_integer()) return DataError("label #" + std::to_string(i) + " must be an integer");
-      inst.label = (*labels)[i].get<int64_t>();
+      NOSTALL_RETURN_IF_ERROR(LabelOf((*labels)[i], "label #" + std::to_string(i), &inst.label));
     }
     if (crowds != j.end()) inst.crowd = (*crowds)[i].is_number() && (*crowds)[i].get<double>() != 0;
     if (with_segments && segs != j.end() && !(*segs)[i].is_null()) {

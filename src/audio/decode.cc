@@ -214,6 +214,10 @@ class FlacReader : public Reader {
       return DataError(std::string("not a FLAC stream libFLAC reads") + (error_.empty() ? "" : ": " + error_));
     }
     if (bits_ < 4 || bits_ > 32) return DataError("FLAC stream of " + std::to_string(bits_) + "-bit samples");
+    // A header of 0 total samples means "unknown" (streaming encoders write
+    // it): the length is counted by decoding to the end once, then the
+    // stream is read from its start as any other.
+    if (frames_ == 0) NOSTALL_RETURN_IF_ERROR(CountFrames());
     info->frames = frames_;
     info->sample_rate = rate_;
     info->channels = channels_;
@@ -280,6 +284,22 @@ class FlacReader : public Reader {
     *n = static_cast<FLAC__uint64>(static_cast<FlacReader*>(c)->mem_->size);
     return FLAC__STREAM_DECODER_LENGTH_STATUS_OK;
   }
+  Status CountFrames() {
+    counting_ = true;
+    const bool ok = FLAC__stream_decoder_process_until_end_of_stream(d_) != 0;
+    counting_ = false;
+    if (!ok || !error_.empty()) {
+      return DataError("a FLAC stream of unknown length that cannot be decoded to its end" +
+                       (error_.empty() ? std::string() : ": " + error_));
+    }
+    if (counted_ == 0) return DataError("a FLAC stream that holds no samples");
+    const int64_t counted = counted_;
+    if (!FLAC__stream_decoder_reset(d_) || !FLAC__stream_decoder_process_until_end_of_metadata(d_)) {
+      return DataError("cannot read the FLAC stream again from its start");
+    }
+    frames_ = counted;  // (the STREAMINFO read again said 0)
+    return Status::OK();
+  }
   static FLAC__bool EofCb(const FLAC__StreamDecoder*, void* c) {
     const Memory* m = static_cast<FlacReader*>(c)->mem_;
     return m->pos >= m->size;
@@ -291,6 +311,10 @@ class FlacReader : public Reader {
     if (static_cast<int>(ch) != r->channels_ || frame->header.bits_per_sample != static_cast<unsigned>(r->bits_)) {
       r->error_ = "a FLAC frame's channels or sample size differ from the stream's";
       return FLAC__STREAM_DECODER_WRITE_STATUS_ABORT;
+    }
+    if (r->counting_) {
+      r->counted_ += n;
+      return FLAC__STREAM_DECODER_WRITE_STATUS_CONTINUE;
     }
     const float scale = 1.0f / static_cast<float>(int64_t{1} << (r->bits_ - 1));
     const size_t base = r->pending_.size();
@@ -319,6 +343,8 @@ class FlacReader : public Reader {
   FLAC__StreamDecoder* d_ = nullptr;
   bool have_info_ = false;
   int64_t frames_ = 0;
+  bool counting_ = false;  // CountFrames: frames are counted, not kept
+  int64_t counted_ = 0;
   int rate_ = 0, bits_ = 16;
   std::vector<float> pending_, tmp_;
   size_t at_ = 0;
@@ -495,6 +521,7 @@ Status Open(Memory* mem, std::unique_ptr<Reader>* out, AudioInfo* info) {
     return DataError("audio header gives a sample rate of " + std::to_string(info->sample_rate) + " Hz");
   }
   if (info->frames < 0) return DataError("audio header gives no length");
+  if (info->frames == 0) return DataError("the audio holds no samples");  // not a clip of silence
   return Status::OK();
 }
 

@@ -174,7 +174,8 @@ Status TiffDecode(const uint8_t* data, size_t size, int channels, std::vector<ui
   buf->resize(px * 4);
   auto* rgba = reinterpret_cast<uint32_t*>(buf->data());
   if (!TIFFReadRGBAImageOriented(t.get(), static_cast<uint32_t>(w), static_cast<uint32_t>(h), rgba,
-                                 ORIENTATION_TOPLEFT, 0)) {
+                                 ORIENTATION_TOPLEFT, /*stop_on_error=*/1) ||
+      tiff_error[0] != '\0') {
     return DataError(std::string("bad TIFF image: ") + tiff_error);
   }
   uint8_t* d = buf->data();
@@ -195,6 +196,12 @@ Status StbInfo(const uint8_t* data, size_t size, ImageInfo* info) {
   if (size > static_cast<size_t>(INT32_MAX) ||
       !stbi_info_from_memory(data, static_cast<int>(size), &w, &h, &comp)) {
     return DataError(std::string("bad image: ") + stbi_failure_reason());
+  }
+  // A BMP whose rows run top-down says so with a negative height, which
+  // stb_image's info gives as it is (its decoder takes it, as PIL does).
+  if (h < 0 && size >= 2 && data[0] == 'B' && data[1] == 'M' && h != INT32_MIN) h = -h;
+  if (w <= 0 || h <= 0) {
+    return DataError("bad image: size " + std::to_string(w) + "x" + std::to_string(h));
   }
   info->width = w;
   info->height = h;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "nostall/status.h"
@@ -25,6 +26,12 @@ namespace nostall {
 
 // A value as an error shows it: its JSON, cut at 60 characters.
 std::string Shown(const nlohmann::json& v);
+
+// InvalidArgument when JSON `text` nests arrays and objects over `max_depth`
+// levels, found in one pass over the text before it is parsed: a parse, a
+// copy or a dump() of a value nested 300,000 deep recurses off the stack.
+// `what` names the text in the error ("the loader spec").
+Status CheckJsonDepth(std::string_view text, int max_depth, const std::string& what);
 
 Status GetInt(const nlohmann::json& j, const std::string& where, const char* key, int64_t lo,
               int64_t hi, int64_t* out);

@@ -53,25 +53,7 @@ const std::vector<std::string>& LoaderSpec::FieldNames() {
 }
 
 Status LoaderSpec::CheckJsonDepth(const std::string& text, int max_depth, const std::string& what) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) {
-        return InvalidArgument(what + " is nested over " + std::to_string(max_depth) +
-                               " levels deep (at byte " + std::to_string(i) + ")");
-      }
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return Status::OK();
+  return nostall::CheckJsonDepth(text, max_depth, what);
 }
 
 namespace {

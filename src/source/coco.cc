@@ -257,7 +257,7 @@ Result<AnnotationFile> FindAnnotations(const CocoOptions& o, S3Client* client) {
   struct stat ast;
   if (::stat(o.annotations.c_str(), &ast) != 0) return NotFound("annotation file does not exist: " + o.annotations);
   f.size = static_cast<uint64_t>(ast.st_size);
-  f.stamp = MtimeNs(ast);
+  f.stamp = FileStamp(o.annotations, ast);
   char real[PATH_MAX];
   f.canonical = ::realpath(o.annotations.c_str(), real) ? real : o.annotations;
   f.parse = [o] { return annotations::ParseCocoFile(o.annotations, o.table); };

@@ -121,6 +121,18 @@ IndexStamp StampOf(const std::string& path, const struct stat& st, int fd) {
   return s;
 }
 
+int64_t FileStamp(const std::string& path, const struct stat& st) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const IndexStamp s = StampOf(path, st, fd);
+  if (fd >= 0) ::close(fd);
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint64_t v : {static_cast<uint64_t>(s.mtime_ns), static_cast<uint64_t>(s.size),
+                     static_cast<uint64_t>(s.ctime_ns), s.inode, s.content}) {
+    h = Fnv(h, reinterpret_cast<const uint8_t*>(&v), sizeof v);
+  }
+  return static_cast<int64_t>(h);
+}
+
 namespace {
 
 // The file's first 64 bytes.

@@ -40,6 +40,11 @@ struct IndexStamp {
 // The stamp of `path`, stat'ed as `st`; `fd` open on it hashes its content
 // (a file's), -1 does not (a directory's).
 IndexStamp StampOf(const std::string& path, const struct stat& st, int fd);
+// StampOf a regular file `path` (stat'ed as `st`, its content hashed) as
+// one number, for what keeps a derived table keyed by it (the COCO table,
+// Parquet's saved index): a file replaced with its size and mtime kept
+// (`cp -p`, `rsync -a`, `tar x`) gets another.
+int64_t FileStamp(const std::string& path, const struct stat& st);
 
 // A member of a tar sample besides its image and its `.cls` label (a
 // `.json`, a `.txt`, a second image ...), kept for the fields a spec may

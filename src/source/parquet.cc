@@ -552,7 +552,7 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
   const pq::File& first = *files.front();
 
   // The fields: the media column, the label column, the rest.
-  const HfFeatures hf = ReadHfFeatures(first);
+  NOSTALL_ASSIGN_OR_RETURN(const HfFeatures hf, ReadHfFeatures(first));
   std::vector<FieldSpec> fields = options.fields;
   if (fields.empty()) {
     FieldSpec image{"image", {}, FieldKind::kImage};
@@ -717,6 +717,18 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
       }
     } else if (label.leaf >= 0 && label.name == hf.class_label) {
       s.classes = hf.names;
+      // A ClassLabel's values index its names; -1 is Hugging Face's "no
+      // label" (test splits). Anything else names no class.
+      const int64_t n = static_cast<int64_t>(hf.names.size());
+      for (size_t r = 0; r < s.labels.size(); ++r) {
+        const int64_t v = s.labels[r];
+        if (v == -1 || (v >= 0 && v < n)) continue;
+        const size_t k = static_cast<size_t>(
+            std::upper_bound(file_first.begin(), file_first.end(), static_cast<int64_t>(r)) - file_first.begin() - 1);
+        return DataError(files[k]->name() + "[" + std::to_string(static_cast<int64_t>(r) - file_first[k]) +
+                         "]: the label (" + label.name + ") is " + std::to_string(v) + ", but its ClassLabel has " +
+                         std::to_string(n) + " names (0 to " + std::to_string(n - 1) + ", or -1 for none)");
+      }
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     char text[160];

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_fields.h"
+#include "source/index_file.h"
 #include "source/s3_client.h"
 
 namespace nostall::pq {
@@ -44,8 +46,7 @@ Result<std::vector<FileRef>> LocalFiles(const std::string& uri) {
       return NotFound("Parquet file does not exist: " + n);
     }
     if (!S_ISREG(st.st_mode)) return InvalidArgument(n + " is not a file");
-    out.push_back({n, "", static_cast<uint64_t>(st.st_size),
-                   static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec});
+    out.push_back({n, "", static_cast<uint64_t>(st.st_size), FileStamp(n, st)});
   }
   if (out.empty()) return NotFound("no Parquet file matches " + uri);
   return out;
@@ -109,22 +110,31 @@ std::string ColumnList(const pq::File& file) {
   return out;
 }
 
-HfFeatures ReadHfFeatures(const pq::File& file) {
+Result<HfFeatures> ReadHfFeatures(const pq::File& file) {
+  // Features nest a few levels (a Sequence of a dict of ...); 64 is ample.
+  constexpr int kMaxDepth = 64;
   HfFeatures hf;
   const std::string meta = file.Metadata("huggingface");
   if (meta.empty()) return hf;
-  nlohmann::json j = nlohmann::json::parse(meta, nullptr, false);
-  if (!j.is_object() || !j.contains("info") || !j["info"].is_object()) return hf;
-  const nlohmann::json& feats = j["info"].value("features", nlohmann::json());
-  if (!feats.is_object()) return hf;
-  for (const auto& [name, f] : feats.items()) {
+  Status depth = CheckJsonDepth(meta, kMaxDepth, "its \"huggingface\" metadata");
+  if (!depth.ok()) return DataError(file.name() + ": " + depth.message());
+  const nlohmann::json j = nlohmann::json::parse(meta, nullptr, false);
+  if (!j.is_object()) return hf;
+  const auto info = j.find("info");
+  if (info == j.end() || !info->is_object()) return hf;
+  const auto feats = info->find("features");
+  if (feats == info->end() || !feats->is_object()) return hf;
+  for (const auto& [name, f] : feats->items()) {
     if (!f.is_object()) continue;
-    const std::string type = f.value("_type", "");
+    const auto type_at = f.find("_type");
+    if (type_at == f.end() || !type_at->is_string()) continue;
+    const std::string& type = type_at->get_ref<const std::string&>();
     if (type == "Image" && hf.image.empty()) hf.image = name;
     if (type == "Audio" && hf.audio.empty()) hf.audio = name;
-    if (type == "ClassLabel" && hf.class_label.empty() && f.contains("names") && f["names"].is_array()) {
+    const auto names = f.find("names");
+    if (type == "ClassLabel" && hf.class_label.empty() && names != f.end() && names->is_array()) {
       hf.class_label = name;
-      for (const auto& n : f["names"]) hf.names.push_back(n.is_string() ? n.get<std::string>() : n.dump());
+      for (const auto& n : *names) hf.names.push_back(n.is_string() ? n.get<std::string>() : Shown(n));
     }
   }
   return hf;

@@ -42,12 +42,15 @@ std::string FindColumn(const File& file, const std::vector<std::string>& candida
 std::string ColumnList(const File& file);
 
 // HF datasets' features, from the schema's "huggingface" metadata: the
-// column of each feature type, and a ClassLabel's names.
+// column of each feature type, and a ClassLabel's names. Whoever uploads a
+// file writes that metadata: nested too deep it is a DataError naming the
+// file (never parsed, copied or printed recursively); entries of another
+// type than the features' are passed over.
 struct HfFeatures {
   std::string image, audio, class_label;
   std::vector<std::string> names;
 };
-HfFeatures ReadHfFeatures(const File& file);
+Result<HfFeatures> ReadHfFeatures(const File& file);
 
 // Every value of `leaf` in every row group of `file`, in row order.
 Status ReadColumn(const File& file, int leaf, const ReadAt& read,

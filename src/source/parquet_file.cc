@@ -240,22 +240,32 @@ Status File::SetOffsetIndexes(const std::vector<int>& leaves, const std::string&
         if (o < at || o + n > at + bytes.size()) return DataError(Where(g, leaf) + ": its offset index lies outside the file");
         std::shared_ptr<parquet::OffsetIndex> oi =
             parquet::OffsetIndex::Make(bytes.data() + (o - at), static_cast<int64_t>(n), Properties());
-        // Checked once here: pages in order, inside the chunk, rows rising.
+        // Checked once here: the pages tile the chunk's data, in order, from
+        // its first data page to its end, first rows rising from 0. (That
+        // each page holds the rows the index gives it is checked as it is
+        // decoded: ReadAll.)
         const auto& pages = oi->page_locations();
         const int64_t rows = row_group_rows(g);
         const int64_t start = cc->has_dictionary_page() && cc->dictionary_page_offset() > 0
                                   ? cc->dictionary_page_offset()
                                   : cc->data_page_offset();
         const int64_t end = start + cc->total_compressed_size();
+        int64_t next_at = cc->data_page_offset();
         for (size_t k = 0; k < pages.size(); ++k) {
           const auto& p = pages[k];
           const bool rows_ok = p.first_row_index >= 0 && p.first_row_index < std::max<int64_t>(rows, 1) &&
                                (k == 0 ? p.first_row_index == 0 : p.first_row_index > pages[k - 1].first_row_index);
-          if (!rows_ok || p.offset < start || p.compressed_page_size <= 0 ||
-              p.offset + p.compressed_page_size > end) {
+          if (!rows_ok || p.offset != next_at || p.compressed_page_size <= 0 ||
+              p.compressed_page_size > end - p.offset) {
             return DataError(Where(g, leaf) + ": its offset index lies (page " + std::to_string(k) +
-                             " outside the chunk or out of order)");
+                             (rows_ok ? " does not follow the page before it in the chunk"
+                                      : " starts at a row out of order") + ")");
           }
+          next_at = p.offset + p.compressed_page_size;
+        }
+        if (!pages.empty() && next_at != end) {
+          return DataError(Where(g, leaf) + ": its offset index lies (its pages end at byte " +
+                           std::to_string(next_at) + ", the chunk at " + std::to_string(end) + ")");
         }
         if (pages.empty() && rows > 0) return DataError(Where(g, leaf) + ": its offset index lists no page");
         offsets_[static_cast<size_t>(g)][static_cast<size_t>(leaf)] = std::move(oi);
@@ -457,7 +467,14 @@ Result<Values> File::Decode(const Unit& u, const std::string& dictionary, const 
         return InvalidArgument(Where(u.row_group, u.leaf) + ": a column of physical type " +
                                parquet::TypeToString(descr->physical_type()) + ", which nostall does not read");
     }
-    if (!st.ok()) return DataError(Where(u.row_group, u.leaf) + ": " + st.message());
+    if (st.ok() && reader->HasNext()) {
+      st = DataError("it holds more values than the " + std::to_string(u.rows) + " rows " +
+                     (u.page >= 0 ? "the offset index gives the page" : "of the row group"));
+    }
+    if (!st.ok()) {
+      return DataError(Where(u.row_group, u.leaf) + (u.page >= 0 ? ", page " + std::to_string(u.page) : "") +
+                       ": " + st.message());
+    }
     if (noting != nullptr && noting->ok() && !noting->pages().empty() && dictionary.empty()) {
       // Kept only when the pages tile the chunk from its first data page to
       // its end and hold its rows, first rows rising from 0.
