@@ -565,23 +565,20 @@ Status WriteIndexFile(const std::string& path, const std::string& buf, unsigned 
   return Status::OK();
 }
 
-Status WriteIndexInPlace(const std::string& path, const std::function<Result<std::string>()>& bytes) {
-  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
+Status OverwriteIndexSameSize(const std::string& path, const std::string& buf) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_NOFOLLOW | O_CLOEXEC));
   if (fd.get() < 0) return ErrnoError("cannot write the index " + path, errno);
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return InvalidArgument("cannot write the index " + path + ": not a regular file");
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) != buf.size()) {
+    return IoError("cannot write the index " + path + ": another file took its place");
   }
-  NOSTALL_ASSIGN_OR_RETURN(std::string buf, bytes());
-  if (::ftruncate(fd.get(), 0) != 0) return ErrnoError("cannot write the index " + path, errno);
   for (size_t done = 0; done < buf.size();) {
     const ssize_t n = ::pwrite(fd.get(), buf.data() + done, buf.size() - done, static_cast<off_t>(done));
     if (n <= 0) return ErrnoError("cannot write the index " + path, errno);
     done += static_cast<size_t>(n);
   }
-  if (::fchmod(fd.get(), 0644) != 0 || ::fsync(fd.get()) != 0) {
-    return ErrnoError("cannot write the index " + path, errno);
-  }
+  if (::fsync(fd.get()) != 0) return ErrnoError("cannot write the index " + path, errno);
   return Status::OK();
 }
 

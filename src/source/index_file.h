@@ -187,13 +187,12 @@ Result<IndexViewPtr> MapIndexFile(const std::string& path, const std::string& ro
 // and renamed, so readers never see half a file and no symlink is followed;
 // a missing cache directory is made 0700.
 Status WriteIndexFile(const std::string& path, const std::string& bytes, unsigned mode = 0600);
-// Writes an index in place at `path` (created 0644 if missing: readable by
-// every user of the data, writable by its owner): the file is opened first,
-// then `bytes()` is asked for what to write (so that a stamp of the folder
-// the file was just created in can be taken after), then it is truncated
-// and written. A reader meeting it half written fails its hash and does
-// without it. No symlink is followed.
-Status WriteIndexInPlace(const std::string& path, const std::function<Result<std::string>()>& bytes);
+// Writes `bytes` over the file at `path`, which must already hold exactly
+// as many: no reader that has it mapped can fault past its end (a reader
+// meeting it half written fails its hash and does without it). No symlink
+// is followed. For the second step of publishing an index beside the data
+// (indexed_source.cc: WriteBeside).
+Status OverwriteIndexSameSize(const std::string& path, const std::string& bytes);
 // An index just built (`bytes`): saved to `cache_path` and mapped from
 // there, so the node's other processes share it; when it cannot be saved
 // ("" or an error), held in this process's memory. Appends to `origin`

@@ -190,11 +190,13 @@ IndexViewPtr ReadBeside(const IndexedDataset& d, std::string* note) {
   return std::move(r).value();
 }
 
-// Writes the index beside the data. A folder's own stamp is taken again
-// once the file is in it (creating the file changes the folder), if it
-// still held just before (nothing else changed it since the walk).
+// Writes the index beside the data. Published as a new file (renamed into
+// place): a job that has the old one mapped keeps it, whatever the new one
+// holds. Publishing it changes the folder it lies in, so the folder's own
+// stamp is taken again after, and written over the new file: the same
+// fields at the same size, so no reader can fault past its end.
 Status WriteBeside(const IndexedDataset& d, Index index) {
-  return WriteIndexInPlace(d.beside, [&]() -> Result<std::string> {
+  auto restamp = [&]() -> Status {
     for (IndexStamp& s : index.stamps) {
       if (s.path != d.root) continue;
       struct stat st;
@@ -203,8 +205,16 @@ Status WriteBeside(const IndexedDataset& d, Index index) {
       if (now.inode != s.inode) return IoError(d.root + " changed while it was indexed");
       s = now;
     }
-    return SerializeIndex(index, d.root);
-  });
+    return Status::OK();
+  };
+  NOSTALL_RETURN_IF_ERROR(restamp());
+  const std::string first = SerializeIndex(index, d.root);
+  NOSTALL_RETURN_IF_ERROR(WriteIndexFile(d.beside, first, /*mode=*/0644));
+  NOSTALL_RETURN_IF_ERROR(restamp());
+  const std::string stamped = SerializeIndex(index, d.root);
+  if (stamped == first) return Status::OK();
+  if (stamped.size() != first.size()) return Internal("the index changed size when stamped again");
+  return OverwriteIndexSameSize(d.beside, stamped);
 }
 
 // Local shards indexed as read: a few ahead of the first epoch.

@@ -183,3 +183,45 @@ def test_a_long_start_shows_how_far_indexing_has_come(folder, tmp_path):
     out = subprocess.run([NOSTALL, "inspect", str(folder)], capture_output=True, text=True,
                          env=env, timeout=60)
     assert out.returncode == 0 and "nostall: indexing" not in out.stderr
+
+
+def test_a_job_running_beside_nostall_index_keeps_its_index_and_its_epoch(folder, tmp_path):
+    """`nostall index` run again while a job has the index mapped (the data
+    grew: the new index has another layout) must not touch the job's: it
+    finishes its epoch on the items it started with."""
+    index(folder)
+    child = subprocess.Popen([sys.executable, "-c", f"""
+import os, sys
+os.environ["NOSTALL_CACHE_DIR"] = {str(tmp_path / 'node')!r}
+import nostall
+ld = nostall.Loader({str(folder)!r}, batch_size=2, transforms=[nostall.Resize((16, 16))], seed=5,
+                    shuffle=True, output="numpy", return_indices=True)
+assert ld.index_origin.startswith("beside the data"), ld.index_origin
+it = iter(ld)
+keys = [ld.key(int(i)) for _, _, idx in (next(it), next(it)) for i in idx]
+print("ready", flush=True)
+sys.stdin.readline()
+for _, _, idx in it:
+    keys += [ld.key(int(i)) for i in idx]
+print(len(keys), len(set(keys)), sum(os.path.exists(k) for k in keys), flush=True)
+"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready", child.stderr.read()
+        # The data grows by a class and 5 images; the index is written again.
+        rng = np.random.default_rng(9)
+        from PIL import Image
+
+        from nostall.datasets import natural_image
+        (folder / "class_9").mkdir()
+        for k in range(5):
+            Image.fromarray(natural_image(rng, 50, 40)).save(folder / "class_9" / f"{k}.jpg")
+        assert "items:       23" in index(folder)
+        out, err = child.communicate("go\n", timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 0, err
+    assert out.split() == ["18", "18", "18"]  # its epoch, whole, on the items it started with
+    ld = loader(folder, tmp_path / "node3")  # and a new job sees the new index
+    assert ld.index_origin.startswith("beside the data") and ld.num_items == 23
+    ld.close()
