@@ -883,6 +883,10 @@ class Loader(Closeable):
         if self._records is not None and (self._records.hooks or self._records.batch_transform
                                           or self._records.extra):
             st["stages"]["hooks"] = self._records.stats()
+        if self._records is not None and self._records.skipped:
+            # Samples whose fields failed here, in Python, are skips as the core's are.
+            st["skipped"] = st.get("skipped", 0) + self._records.skipped
+            st["errors"] = st.get("errors", 0) + self._records.skipped
         return st
 
     def stats_table(self) -> str:

@@ -201,6 +201,7 @@ class Records:
         self.hook_batches = 0
         self.hook_ns = 0
         self.decode_ns = 0
+        self.skipped = 0  # samples dropped here (on_error="skip")
 
     def close(self):
         if self._pool is not None:
@@ -243,7 +244,11 @@ class Records:
             for pos, r in enumerate(raw):
                 try:
                     out.append(_decode(f["kind"], r))
-                except (ValueError, UnicodeDecodeError) as e:
+                except (ValueError, UnicodeDecodeError, RecursionError) as e:
+                    # (json.loads of a value nested thousands deep: RecursionError;
+                    # of an integer of 5,000 digits: ValueError)
+                    if isinstance(e, RecursionError):
+                        e = ValueError("JSON nested too deep to parse")
                     if self.on_error != "skip":
                         raise self._bad(pos, indices, f["name"], e) from None
                     drop.add(pos)
@@ -266,6 +271,7 @@ class Records:
                 batch[name] = _stack_like(samples, batch[name]) if name == self.image else samples
                 self.hook_items += len(samples)
         if drop:
+            self.skipped += len(drop)  # counted with the core's skips in stats()
             batch, indices = _without(batch, indices, drop)
         if self.return_indices:
             batch["__index__"] = indices

@@ -154,11 +154,27 @@ Status File::Init() {
     for (int i = 0; i < root->field_count(); ++i) {
       columns_.push_back({root->field(i)->name(), root->field(i)->is_group()});
     }
+    // Row counts are the footer's claims: each row group's must agree with
+    // the value counts of its columns (one per row in a flat column), and
+    // all of them with the file's size (a row of a dataset costs more than
+    // a bit), before any memory is sized by them.
     int64_t first = 0;
     for (int g = 0; g < meta_->num_row_groups(); ++g) {
       rg_first_.push_back(first);
-      const int64_t n = meta_->RowGroup(g)->num_rows();
+      auto rg = meta_->RowGroup(g);
+      const int64_t n = rg->num_rows();
       if (n < 0) return DataError(name_ + ": row group " + std::to_string(g) + " has a negative row count");
+      if (n > static_cast<int64_t>(std::min<uint64_t>(size_, uint64_t{1} << 56)) * 8 - first) {
+        return DataError(name_ + ": its row groups claim over " + std::to_string(first + n) + " rows in " +
+                         std::to_string(size_) + " bytes");
+      }
+      for (const Leaf& l : leaves_) {
+        const int64_t values = rg->ColumnChunk(l.index)->num_values();
+        if (l.max_rep == 0 ? values != n : values < n) {
+          return DataError(Where(g, l.index) + ": the row group says " + std::to_string(n) + " rows, the column " +
+                           std::to_string(values) + " values");
+        }
+      }
       first += n;
     }
     rows_ = first;

@@ -447,3 +447,126 @@ def test_a_parquet_file_replaced_with_its_size_and_mtime_kept_is_read_again(fold
     assert labels() == [0] * 6 + [1] * 6  # and the index is saved
     _replace_keeping_size_and_mtime(path, plain, flipped)
     assert labels() == [1] * 6 + [0] * 6
+
+
+# ------------------------------------------------------------ record fields
+def test_a_json_field_nested_too_deep_or_too_long_is_named_or_skipped_and_counted(tmp_path, jpeg_64x48):
+    import io
+    import tarfile
+
+    members = {"ok1": b'{"a": 1}', "deep": b"[" * 100_000 + b"]" * 100_000,
+               "digits": b"1" * 5000, "ok2": b'{"b": 2}'}
+    texts = {"ok1": b"fine", "deep": b"fine", "digits": b"fine", "ok2": b"\xff\xfe not utf-8"}
+    with tarfile.open(tmp_path / "rec.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+        for key, meta in members.items():
+            for ext, data in (("jpg", jpeg_64x48), ("cls", b"0"), ("json", meta), ("txt", texts[key])):
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    fields = {"image": "jpg", "label": "cls", "meta": "json", "caption": "txt"}
+    kw = dict(fields=fields, batch_size=4, transforms={"image": [nostall.Resize((8, 8))]})
+    with pytest.raises(nostall.DataError, match=r"deep.*'meta'.*nested too deep") as e:
+        list(nostall.Loader(str(tmp_path / "rec.tar"), **kw))
+    assert e.value.item and "deep" in e.value.item
+    skipping = nostall.Loader(str(tmp_path / "rec.tar"), on_error="skip", **kw)
+    batch = next(iter(skipping))
+    assert batch["meta"] == [{"a": 1}] and len(batch["label"]) == 1
+    assert skipping.stats()["skipped"] == 3  # deep, 5,000 digits, invalid UTF-8
+
+
+# ------------------------------------------------------------ Parquet footers that lie about rows
+class _Compact:
+    """Just enough of Thrift's compact protocol to find fields in a Parquet
+    footer: walks a struct, noting where each (path of field ids) value lies."""
+
+    def __init__(self, buf):
+        self.buf, self.found = buf, []
+
+    def varint(self, i):
+        return _read_varint(self.buf, i)
+
+    def value(self, t, i, path):
+        start = i
+        if t in (1, 2):  # bool true / false: in the header
+            pass
+        elif t == 3:  # byte
+            i += 1
+        elif t in (4, 5, 6):  # i16, i32, i64
+            _, i = self.varint(i)
+        elif t == 7:  # double
+            i += 8
+        elif t == 8:  # binary
+            n, i = self.varint(i)
+            i += n
+        elif t in (9, 10):  # list, set
+            head = self.buf[i]
+            i += 1
+            n, et = head >> 4, head & 0x0F
+            if n == 15:
+                n, i = self.varint(i)
+            for k in range(n):
+                i = self.value(et, i, path + (k,))
+        elif t == 11:  # map
+            n, i = self.varint(i)
+            if n:
+                kv = self.buf[i]
+                i += 1
+                for _ in range(n):
+                    i = self.value(kv >> 4, i, path)
+                    i = self.value(kv & 0x0F, i, path)
+        elif t == 12:
+            i = self.struct(i, path)
+        self.found.append((path, t, start, i))
+        return i
+
+    def struct(self, i, path=()):
+        fid = 0
+        while True:
+            head = self.buf[i]
+            i += 1
+            if head == 0:
+                return i
+            delta, t = head >> 4, head & 0x0F
+            if delta:
+                fid += delta
+            else:
+                fid, i = self.varint(i)
+                fid = _unzz(fid)
+            i = self.value(t, i, path + (fid,))
+
+
+def with_rows_claimed(src, dst, rows, also_values=False):
+    """`src` with its footer (and its one row group) claiming `rows` rows."""
+    data = Path(src).read_bytes()
+    n = int.from_bytes(data[-8:-4], "little")
+    footer = data[-8 - n:-8]
+    walk = _Compact(footer)
+    walk.struct(0)
+    targets = [(s, e) for path, t, s, e in walk.found
+               if t == 6 and (path == (3,) or (len(path) == 3 and path[0] == 4 and path[2] == 3)
+                              or (also_values and len(path) == 6 and path[0] == 4 and path[2] == 1
+                                  and path[4] == 3 and path[5] == 5))]
+    assert len(targets) >= 2
+    out = bytearray(footer)
+    for s, e in sorted(targets, reverse=True):
+        out[s:e] = _varint(_zz(rows))
+    Path(dst).write_bytes(data[:-8 - n] + bytes(out) + len(out).to_bytes(4, "little") + b"PAR1")
+    return dst
+
+
+@pytest.mark.parametrize("rows, also_values, message", [
+    (2 ** 27, True, r"claim over 134217728 rows in \d+ bytes"),   # every count agrees: too many
+    (1000, False, r"row group 0.*says 1000 rows, the column 12 values"),
+])
+def test_a_footer_claiming_more_rows_than_its_columns_hold_is_refused_at_open(folder, tmp_path, rows,
+                                                                            also_values, message):
+    import resource
+
+    src = folder_to_parquet(folder, tmp_path / "src", files=1, layout="binary").replace("*", "00000")
+    bad = with_rows_claimed(src, tmp_path / "rows.parquet", rows, also_values)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for on_error in ("raise", "skip"):
+        with pytest.raises(nostall.DataError, match=r"rows\.parquet.*" + message):
+            nostall.Loader(str(bad), batch_size=4, on_error=on_error)
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grown < 200 * 1024, f"{grown} KiB more at its peak"  # not 1 GiB
