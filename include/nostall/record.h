@@ -63,9 +63,9 @@ Result<FieldKind> FieldKindFromName(const std::string& name);
 // image extensions give image, audio ones (wav, flac, mp3, ogg, opus)
 // audio, "cls" label, "json" json, "txt" text; and as Parquet datasets
 // name their columns, "image"/"img" image, "audio" audio, "label"/"labels"
-// label; else
-// bytes.
-FieldKind InferFieldKind(const std::vector<std::string>& extensions);
+// label; else what those names say of the field's own `name` (a field
+// "label" of the column "fine_label" is a label); else bytes.
+FieldKind InferFieldKind(const std::vector<std::string>& extensions, const std::string& name = "");
 // "jpg;png" (or "jpg,png", ".jpg") as extensions, lower case.
 std::vector<std::string> SplitExtensions(const std::string& text);
 // Checks a spec's fields: names unique and non-empty, extensions given,

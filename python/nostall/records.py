@@ -50,14 +50,18 @@ def _extensions(value, name):
     return exts
 
 
-def _kind_of(exts):
+# The names Parquet datasets give their columns (docs/parquet.md), and a
+# field's own name when its column's says nothing ("label": "fine_label").
+_NAMED_KINDS = {"cls": "label", "json": "json", "txt": "text", "text": "text", "image": "image",
+                "img": "image", "audio": "audio", "label": "label", "labels": "label"}
+
+
+def _kind_of(exts, name=None):
     if all(e in _IMAGE_EXTS for e in exts):
         return "image"
     if all(e in _AUDIO_EXTS for e in exts):
         return "audio"
-    # And the names Parquet datasets give their columns (docs/parquet.md).
-    return {"cls": "label", "json": "json", "txt": "text", "text": "text", "image": "image", "img": "image",
-            "audio": "audio", "label": "label", "labels": "label"}.get(exts[0], "bytes")
+    return _NAMED_KINDS.get(exts[0]) or _NAMED_KINDS.get(name, "bytes")
 
 
 def field_specs(fields) -> list:
@@ -84,11 +88,11 @@ def field_specs(fields) -> list:
             if "ext" not in value:
                 raise ValueError(f"fields[{name!r}] needs \"ext\": the member extensions")
             exts = _extensions(value["ext"], name)
-            kind = value.get("kind", _kind_of(exts))
+            kind = value.get("kind", _kind_of(exts, name))
             optional = value.get("optional", False)
         else:
             exts, optional = _extensions(value, name), False
-            kind = _kind_of(exts)
+            kind = _kind_of(exts, name)
         if kind not in _KINDS:
             raise ValueError(f"fields[{name!r}]: kind must be one of {', '.join(_KINDS)}, "
                              f"not {kind!r}")

@@ -560,7 +560,15 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
     for (const char* n : {"image", "img", "jpg", "jpeg", "png", "webp"}) image.extensions.push_back(n);
     fields.push_back(image);
     FieldSpec label{"label", {}, FieldKind::kLabel, /*optional=*/true};
-    if (!hf.class_label.empty()) label.extensions.push_back(hf.class_label);
+    if (hf.class_labels.size() > 1) {
+      std::string which;
+      for (const auto& [column, _] : hf.class_labels) which += (which.empty() ? "" : ", ") + column;
+      return InvalidArgument(first.name() + " has " + std::to_string(hf.class_labels.size()) +
+                             " ClassLabel columns (" + which + "): name the label with fields=, e.g. "
+                             "{\"image\": \"" + (hf.image.empty() ? "image" : hf.image) + "\", \"label\": \"" +
+                             hf.class_labels.rbegin()->first + "\"}");
+    }
+    if (!hf.class_labels.empty()) label.extensions.push_back(hf.class_labels.begin()->first);
     for (const char* n : {"label", "labels", "cls", "class"}) label.extensions.push_back(n);
     fields.push_back(label);
   }
@@ -715,11 +723,12 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
       for (size_t r = 0; r < names.size(); ++r) {
         s.labels[r] = std::lower_bound(s.classes.begin(), s.classes.end(), names[r]) - s.classes.begin();
       }
-    } else if (label.leaf >= 0 && label.name == hf.class_label) {
-      s.classes = hf.names;
+    } else if (label.leaf >= 0 && hf.class_labels.count(label.name) > 0) {
+      s.classes = hf.class_labels.at(label.name);
+      const std::vector<std::string>& names_of = s.classes;
       // A ClassLabel's values index its names; -1 is Hugging Face's "no
       // label" (test splits). Anything else names no class.
-      const int64_t n = static_cast<int64_t>(hf.names.size());
+      const int64_t n = static_cast<int64_t>(names_of.size());
       for (size_t r = 0; r < s.labels.size(); ++r) {
         const int64_t v = s.labels[r];
         if (v == -1 || (v >= 0 && v < n)) continue;

@@ -132,9 +132,9 @@ Result<HfFeatures> ReadHfFeatures(const pq::File& file) {
     if (type == "Image" && hf.image.empty()) hf.image = name;
     if (type == "Audio" && hf.audio.empty()) hf.audio = name;
     const auto names = f.find("names");
-    if (type == "ClassLabel" && hf.class_label.empty() && names != f.end() && names->is_array()) {
-      hf.class_label = name;
-      for (const auto& n : *names) hf.names.push_back(n.is_string() ? n.get<std::string>() : Shown(n));
+    if (type == "ClassLabel" && names != f.end() && names->is_array()) {
+      std::vector<std::string>& mine = hf.class_labels[name];
+      for (const auto& n : *names) mine.push_back(n.is_string() ? n.get<std::string>() : Shown(n));
     }
   }
   return hf;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -47,8 +48,8 @@ std::string ColumnList(const File& file);
 // file (never parsed, copied or printed recursively); entries of another
 // type than the features' are passed over.
 struct HfFeatures {
-  std::string image, audio, class_label;
-  std::vector<std::string> names;
+  std::string image, audio;
+  std::map<std::string, std::vector<std::string>> class_labels;  // column -> its names
 };
 Result<HfFeatures> ReadHfFeatures(const File& file);
 

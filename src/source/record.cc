@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <set>
 
 #include "common/json_fields.h"
@@ -34,7 +35,21 @@ Result<FieldKind> FieldKindFromName(const std::string& name) {
                          name.substr(0, 40) + "'");
 }
 
-FieldKind InferFieldKind(const std::vector<std::string>& extensions) {
+namespace {
+
+// The names Parquet datasets give their columns (docs/parquet.md).
+std::optional<FieldKind> NamedKind(const std::string& e) {
+  if (e == "image" || e == "img") return FieldKind::kImage;
+  if (e == "audio") return FieldKind::kAudio;
+  if (e == "cls" || e == "label" || e == "labels") return FieldKind::kLabel;
+  if (e == "json") return FieldKind::kJson;
+  if (e == "txt" || e == "text") return FieldKind::kText;
+  return std::nullopt;
+}
+
+}  // namespace
+
+FieldKind InferFieldKind(const std::vector<std::string>& extensions, const std::string& name) {
   if (extensions.empty()) return FieldKind::kBytes;
   bool images = true;
   for (const std::string& e : extensions) images &= IsImageExtension(e);
@@ -42,14 +57,8 @@ FieldKind InferFieldKind(const std::vector<std::string>& extensions) {
   bool audio = true;
   for (const std::string& e : extensions) audio &= IsAudioExtension(e);
   if (audio) return FieldKind::kAudio;
-  const std::string& e = extensions.front();
-  // The names Parquet datasets give their columns (docs/parquet.md).
-  if (e == "image" || e == "img") return FieldKind::kImage;
-  if (e == "audio") return FieldKind::kAudio;
-  if (e == "cls" || e == "label" || e == "labels") return FieldKind::kLabel;
-  if (e == "json") return FieldKind::kJson;
-  if (e == "txt" || e == "text") return FieldKind::kText;
-  return FieldKind::kBytes;
+  if (std::optional<FieldKind> k = NamedKind(extensions.front())) return *k;
+  return NamedKind(name).value_or(FieldKind::kBytes);
 }
 
 std::vector<std::string> SplitExtensions(const std::string& text) {
@@ -187,7 +196,7 @@ Result<FieldSpec> ReadField(const json& v, const std::string& name_given) {
     NOSTALL_RETURN_IF_ERROR(GetBool(v, where, "optional", &f.optional));
     NOSTALL_RETURN_IF_ERROR(GetString(v, where, "batch", &f.batch));
     NOSTALL_RETURN_IF_ERROR(GetInt(v, where, "max_annotations", 1, 65536, &f.max_annotations));
-    f.kind = InferFieldKind(f.extensions);
+    f.kind = InferFieldKind(f.extensions, f.name);
     if (v.contains("kind")) {
       std::string kind;
       NOSTALL_RETURN_IF_ERROR(GetString(v, where, "kind", &kind));
@@ -198,7 +207,7 @@ Result<FieldSpec> ReadField(const json& v, const std::string& name_given) {
     return InvalidArgument(where + "a field is \"jpg;png\" or {\"ext\": ..., \"kind\": ..., "
                            "\"optional\": ...}, not " + Shown(v));
   }
-  f.kind = InferFieldKind(f.extensions);
+  f.kind = InferFieldKind(f.extensions, f.name);
   return f;
 }
 

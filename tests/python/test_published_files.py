@@ -570,3 +570,42 @@ def test_a_footer_claiming_more_rows_than_its_columns_hold_is_refused_at_open(fo
             nostall.Loader(str(bad), batch_size=4, on_error=on_error)
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert grown < 200 * 1024, f"{grown} KiB more at its peak"  # not 1 GiB
+
+
+# ------------------------------------------------------------ Parquet fields by what they are
+def test_parquet_fields_are_typed_by_the_users_field_and_the_files_features(folder, tmp_path):
+    files = sorted(folder.rglob("*.jpg"))
+    images = pa.array([{"bytes": p.read_bytes(), "path": p.name} for p in files],
+                      type=pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+    coarse = pa.array([i % 2 for i in range(len(files))], type=pa.int64())
+    fine = pa.array([i % 3 for i in range(len(files))], type=pa.int64())
+    features = {"img": {"_type": "Image"},
+                "coarse_label": {"_type": "ClassLabel", "names": ["animal", "vehicle"]},
+                "fine_label": {"_type": "ClassLabel", "names": ["cat", "dog", "car"]}}
+    table = pa.table({"img": images, "coarse_label": coarse, "fine_label": fine})
+    table = table.replace_schema_metadata(
+        {b"huggingface": json.dumps({"info": {"features": features}}).encode()})
+    pq.write_table(table, tmp_path / "cifar.parquet")
+    path = str(tmp_path / "cifar.parquet")
+    with pytest.raises(ValueError, match=r"2 ClassLabel columns \(coarse_label, fine_label\).*fields="):
+        nostall.Loader(path, batch_size=4)  # which is the label? never a silent choice
+    fine_loader = nostall.Loader(path, fields={"image": "img", "label": "fine_label"}, batch_size=len(files),
+                                 transforms={"image": [nostall.Resize((8, 8))]})
+    assert fine_loader.classes == ["cat", "dog", "car"]
+    batch = next(iter(fine_loader))
+    assert batch["label"].dtype == torch_int64() and batch["label"].tolist() == fine.to_pylist()
+    coarse_loader = nostall.Loader(path, fields={"image": "img", "label": "coarse_label"}, batch_size=4,
+                                   transforms={"image": [nostall.Resize((8, 8))]})
+    assert coarse_loader.classes == ["animal", "vehicle"]
+    # An image column of another name, named by the user's field.
+    pq.write_table(pa.table({"picture": pa.array([p.read_bytes() for p in files], type=pa.binary()),
+                             "label": coarse}), tmp_path / "plain.parquet")
+    plain = nostall.Loader(str(tmp_path / "plain.parquet"), fields={"image": "picture", "label": "label"},
+                           batch_size=4, transforms={"image": [nostall.Resize((8, 8))]})
+    assert next(iter(plain))["image"].shape == (4, 3, 8, 8)
+
+
+def torch_int64():
+    import torch
+
+    return torch.int64
