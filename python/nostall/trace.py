@@ -335,6 +335,10 @@ class TraceAnalysis:
         lines = [f"trace {f['path']}: {f['steps']} steps, {f['events']:,} events, "
                  f"{len(f['lanes'])} lane{'s' if len(f['lanes']) != 1 else ''} "
                  f"({f['gpu_nodes']:,} GPU operations)"]
+        if f.get("events_not_read"):
+            lines.append(f"(the first {f['events']:,} events were read; {f['events_not_read']:,} "
+                         "more were not, to bound memory: the steps they hold are not analysed. "
+                         "Profile fewer steps: torch.profiler.schedule(active=4))")
         if f["loader"] == "none":
             lines.append("loader: no wait for data is marked in the trace (the DataLoader's "
                          "and nostall's are)")

@@ -81,6 +81,7 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
   Trace t;
   t.path = path;
   t.events = static_cast<int64_t>(ev.events.size());
+  t.events_not_kept = ev.not_kept;
   std::copy(std::begin(ev.counts), std::end(ev.counts), std::begin(t.counts));
   Builder b{ev, t};
 

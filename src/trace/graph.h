@@ -81,6 +81,7 @@ class Trace {
   double wait_floor = 0;        // what taking a ready batch costs (the shortest wait)
   int64_t counts[static_cast<int>(Cat::kOther) + 1] = {};
   int64_t events = 0;
+  int64_t events_not_kept = 0;  // past kMaxEvents (events.h)
   int optimizer_calls = 0;
   double least_contended = 1;   // the fastest steady step's loop CPU time over the mean
   double launch_floor = 5e-6;   // the shortest kernel launch: an asynchronous call's cost

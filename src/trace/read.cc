@@ -69,6 +69,7 @@ class Reader : public nlohmann::json_sax<json> {
   Events out;
   std::string error;
   bool saw_events = false;
+  int64_t max_events = kMaxEvents;
 
   bool null() override { return Scalar(); }
   bool boolean(bool) override { return Scalar(); }
@@ -164,6 +165,10 @@ class Reader : public nlohmann::json_sax<json> {
     if (cat_ == Cat::kOther) return;
     // NaN, infinite and negative times are skipped; they place nothing.
     if (!(ts_ >= 0 && ts_ < 1e18) || !(dur_ >= 0 && dur_ < 1e15)) return;
+    if (static_cast<int64_t>(out.events.size()) >= max_events) {
+      ++out.not_kept;
+      return;
+    }
     Event e;
     e.ts = ts_;
     e.dur = dur_;
@@ -216,8 +221,9 @@ Result<Events> Finish(Reader& r, bool ok, const std::string& what) {
 
 }  // namespace
 
-Result<Events> ParseEvents(const char* data, size_t size, const std::string& what) {
+Result<Events> ParseEvents(const char* data, size_t size, const std::string& what, int64_t max_events) {
   Reader r;
+  r.max_events = max_events;
   const bool ok = json::sax_parse(data, data + size, &r, json::input_format_t::json, true);
   return Finish(r, ok, what);
 }

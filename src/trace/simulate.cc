@@ -291,6 +291,7 @@ std::string FactsJson(const Trace& t) {
   for (const Node& n : t.nodes) gpu += t.lanes[n.lane].gpu;
   json out = {{"path", t.path},
               {"events", t.events},
+              {"events_not_read", t.events_not_kept},
               {"categories", cats},
               {"lanes", lanes},
               {"nodes", t.nodes.size()},

@@ -86,6 +86,19 @@ TEST(TraceTest, WhatIsNotATraceIsADataErrorNamingIt) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
 }
 
+TEST(TraceTest, EventsPastTheBoundAreCountedNotKept) {
+  const std::string text = InlineLoop(100);  // 300 events
+  auto ev = ParseEvents(text.data(), text.size(), "big.json", /*max_events=*/30);
+  ASSERT_TRUE(ev.ok()) << ev.status().ToString();
+  EXPECT_EQ(ev.value().events.size(), 30u);
+  EXPECT_EQ(ev.value().not_kept, 270);
+  auto g = BuildGraph(std::move(ev).value(), "big.json");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g.value().events_not_kept, 270);
+  EXPECT_EQ(json::parse(FactsJson(g.value()))["events_not_read"], 270);
+  EXPECT_LE(g.value().steps.size(), 10u);  // the steps the kept events hold
+}
+
 TEST(TraceTest, ChangesAreChecked) {
   EXPECT_FALSE(ChangeFromJson(R"({"gpu_speedup": 0})").ok());
   EXPECT_FALSE(ChangeFromJson(R"({"gpu_speedup": "2"})").ok());
