@@ -183,6 +183,68 @@ def parquet_seeds():
 
 parquet_seeds()
 
+
+def published_file_seeds():
+    """Damaged and hostile published files (tests/python/test_published_files.py
+    makes each the same way): Parquet metadata nested too deep or of other
+    types, offset indexes that lie, footers claiming rows; COCO values outside
+    the format; a FLAC of unknown length and an empty WAV; a trace past the
+    fuzz target's event bound."""
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
+    import test_published_files as t  # noqa: E402  (its byte-level helpers)
+
+    jpg = encoded(image("RGB", (6, 5)), "JPEG", quality=40)
+    base = pa.table({"image": pa.array([jpg + bytes([i]) for i in range(6)], type=pa.binary()),
+                     "label": pa.array([i % 2 for i in range(6)], type=pa.int64())})
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "src.parquet")
+        pq.write_table(base, src, row_group_size=6, compression="none", write_page_index=True,
+                       write_batch_size=1, data_page_size=1)
+        for name, meta in [("hf-deep", b'{"info": {"features": ' + b"[" * 100 + b"]" * 100 + b"}}"),
+                           ("hf-typed", json.dumps({"info": {"features": {
+                               "image": {"_type": 5}, "label": {"_type": "ClassLabel", "names": [1, None]}}}}).encode())]:
+            t.with_hf_metadata(src, os.path.join(d, name), meta)
+            out("parquet_fuzz", name + ".parquet", open(os.path.join(d, name), "rb").read())
+        data = bytearray(open(src, "rb").read())
+        col = pq.ParquetFile(src).metadata.row_group(0).column(0)
+        entries = t.offset_index(data, col.data_page_offset)
+        values = [list(e[2]) for e in entries]
+        values[2][2] += 1
+        dst = t._rewritten(data, entries, values, __import__("pathlib").Path(d) / "rows")
+        out("parquet_fuzz", "index-rows.parquet", dst.read_bytes())
+        claimed = t.with_rows_claimed(src, os.path.join(d, "claimed"), 1000)
+        out("parquet_fuzz", "rows-claimed.parquet", open(claimed, "rb").read())
+    coco = {"images": [{"id": 1, "file_name": "a.jpg", "width": 8, "height": 6}],
+            "categories": [{"id": 1, "name": {"en": "x"}}, {"id": 2, "name": "y"}],
+            "annotations": [{"id": 1, "image_id": 1, "bbox": [3e38, 0, 3e38, 2], "category_id": 2},
+                            {"id": 2, "image_id": 1, "bbox": [0, 0, 2, 2], "category_id": 2 ** 64 - 1}]}
+    out("annotations_fuzz", "coco-outside", b"\x01" + json.dumps(coco).encode())
+    sample = {"width": 8, "height": 6, "annotations": [
+        {"bbox": [3e38, 0, 3e38, 2], "category_id": 1}, {"bbox": [0, 0, 2, 2], "category_id": -4}]}
+    out("annotations_fuzz", "json-outside", b"\x00" + json.dumps(sample).encode())
+    with tempfile.TemporaryDirectory() as d:
+        t.flac_of_unknown_length(os.path.join(d, "u.flac"), seconds=0.3)
+        out("audio_fuzz", "flac-unknown-length", open(os.path.join(d, "u.flac"), "rb").read() + b"\x00")
+        import soundfile
+        soundfile.write(os.path.join(d, "e.wav"), np.zeros(0, dtype="float32"), 16000)
+        out("audio_fuzz", "wav-empty", open(os.path.join(d, "e.wav"), "rb").read() + b"\x00")
+    events = []
+    for s in range(100):
+        t0 = 1000 + s * 100.0
+        events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1,
+                    "ts": t0, "dur": 100.0},
+                   {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": t0 + 10,
+                    "dur": 80.0}]
+    out("trace_fuzz", "past-the-bound.json", json.dumps({"traceEvents": events}).encode())
+
+
+published_file_seeds()
+
 # A real shared-loader segment, written by the fuzz target itself.
 path = os.path.join(HERE, "corpus", "shared_fuzz", "serving.bin")
 os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -1,12 +1,14 @@
 // libFuzzer target: a Parquet file's footer, offset indexes and pages as
 // the parquet driver reads them (parquet_file.h), over bytes the fuzzer
-// writes. Invariants checked: no crash, no read outside the file, and every
-// unit decodes to the rows its index says or is an error.
+// writes, with its "huggingface" metadata. Invariants checked: no crash, no
+// read outside the file, and every unit decodes to the rows its index says
+// or is an error.
 // (Arrow's own code is not instrumented here: the fuzzer is guided by
 // nostall's side of it; a crash inside Arrow still stops it.)
 #include <cstdlib>
 #include <cstring>
 
+#include "source/parquet_columns.h"
 #include "source/parquet_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -19,6 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Result<std::shared_ptr<pq::File>> opened = pq::File::Open("fuzz.parquet", size, read);
   if (!opened.ok()) return 0;
   pq::File& file = *opened.value();
+  (void)pq::ReadHfFeatures(file);  // metadata whoever wrote the file chose
   std::vector<int> leaves;
   for (size_t l = 0; l < file.leaves().size() && l < 8; ++l) leaves.push_back(static_cast<int>(l));
   (void)file.ReadOffsetIndexes(leaves, read);
@@ -43,6 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (v.ok()) {
           const pq::Values& vals = v.value();
           if (vals.off.size() != vals.present.size() + 1 || vals.off.back() != vals.blob.size()) std::abort();
+          // A unit decodes to exactly the rows its index gives it, or is an error.
+          if (static_cast<int64_t>(vals.present.size()) != unit.rows) std::abort();
         }
       }
     }

@@ -11,7 +11,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace nostall::trace;
-  auto ev = ParseEvents(reinterpret_cast<const char*>(data), size, "fuzz.json");
+  // A small bound on the events kept, so that inputs reach it.
+  auto ev = ParseEvents(reinterpret_cast<const char*>(data), size, "fuzz.json", /*max_events=*/128);
   if (!ev.ok()) return 0;
   auto g = BuildGraph(std::move(ev).value(), "fuzz.json");
   if (!g.ok()) return 0;
