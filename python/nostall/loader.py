@@ -223,12 +223,16 @@ def _batch_pair(spec: dict):
     return None
 
 
-def _consumer_hooks(spec: dict, transforms, batch_transform, hook_threads):
-    """The Python hooks a consumer of a served `spec` runs (Loader.attach)."""
+def _check_hook_args(batch_transform, hook_threads):
     if batch_transform is not None and not callable(batch_transform):
         raise TypeError(f"batch_transform must be a callable, not {batch_transform!r}")
     if isinstance(hook_threads, bool) or not isinstance(hook_threads, int) or hook_threads < 1:
         raise ValueError(f"hook_threads must be an integer >= 1, not {hook_threads!r}")
+
+
+def _consumer_hooks(spec: dict, transforms, batch_transform, hook_threads):
+    """The Python hooks a consumer of a served `spec` runs (Loader.attach)."""
+    _check_hook_args(batch_transform, hook_threads)
     hooks = {}
     if transforms is not None:
         fields = spec.get("fields") or [{"name": "image", "kind": "image"},
@@ -302,8 +306,11 @@ class Loader(Closeable):
             is in ``stats()["autotune"]``. ``True`` tunes all three, starting
             from the values given; ``False`` tunes none (unset knobs take the
             defaults: all cores, 4 reads, 2 batches).
-        rank, world_size: shard the data across processes; default: from the
-            torchrun environment (``RANK``, ``WORLD_SIZE``), else 0 and 1.
+        rank, world_size: shard the data across processes; default: from
+            ``torch.distributed`` where it is initialised (also when that
+            happens after the loader is built: Lightning's DDP launch), else
+            from the launcher's variables (torchrun, Lightning, SLURM, MPI:
+            docs/trainers.md), else 0 and 1. A line on stderr says which.
         drop_last: drop the final incomplete batch of each epoch.
         pad_ranks: with several ranks, every rank gets the same number of
             samples, the epoch's first samples again where the dataset does
@@ -528,7 +535,6 @@ class Loader(Closeable):
                                    " (Python callables go after nostall's transforms, or per "
                                    "field in a dict: docs/records.md)" if callable(t) else ""))
         transforms, asked_dtype = _flatten(transforms)
-        dtype = _dtype_name(dtype)
         _check_normalize_units(transforms)
         if asked_dtype is not None:
             if dtype is not None and dtype != asked_dtype:
@@ -574,10 +580,7 @@ class Loader(Closeable):
             spec["detection"] = detection
         if max_field_bytes is not None:
             spec["max_field_bytes"] = _integer("max_field_bytes", max_field_bytes)
-        if batch_transform is not None and not callable(batch_transform):
-            raise TypeError(f"batch_transform must be a callable, not {batch_transform!r}")
-        if isinstance(hook_threads, bool) or not isinstance(hook_threads, int) or hook_threads < 1:
-            raise ValueError(f"hook_threads must be an integer >= 1, not {hook_threads!r}")
+        _check_hook_args(batch_transform, hook_threads)
         self._hooks = (hooks, batch_transform, hook_threads)
         self._init(spec, copy=copy, return_indices=return_indices, output=output,
                    progress=progress, pin_memory=pin_memory, ranks_from=ranks_from)
