@@ -30,6 +30,37 @@ const parquet::ReaderProperties& Properties() {
   return props;
 }
 
+// Arrow's allocations while one unit is decoded, each refused past a bound:
+// a page header's sizes and a dictionary page's value count are claims, and
+// Arrow sizes its buffers by them (a dictionary page of 18 KB claiming 2^30
+// values asks for 23 GB). The bound is far above what a page can hold:
+// 32 times the unit's bytes, and never under 256 MiB.
+class BoundedPool final : public arrow::MemoryPool {
+ public:
+  explicit BoundedPool(int64_t limit) : limit_(limit) {}
+  arrow::Status Allocate(int64_t size, int64_t alignment, uint8_t** out) override {
+    if (size > limit_) return Refused(size);
+    return base_->Allocate(size, alignment, out);
+  }
+  arrow::Status Reallocate(int64_t old_size, int64_t new_size, int64_t alignment, uint8_t** ptr) override {
+    if (new_size > limit_) return Refused(new_size);
+    return base_->Reallocate(old_size, new_size, alignment, ptr);
+  }
+  void Free(uint8_t* buffer, int64_t size, int64_t alignment) override { base_->Free(buffer, size, alignment); }
+  int64_t bytes_allocated() const override { return base_->bytes_allocated(); }
+  int64_t total_bytes_allocated() const override { return base_->total_bytes_allocated(); }
+  int64_t num_allocations() const override { return base_->num_allocations(); }
+  std::string backend_name() const override { return base_->backend_name(); }
+
+ private:
+  arrow::Status Refused(int64_t size) const {
+    return arrow::Status::OutOfMemory("the page claims ", size, " bytes of memory, over the ", limit_,
+                                      " its bytes can need");
+  }
+  arrow::MemoryPool* const base_ = arrow::system_memory_pool();
+  const int64_t limit_;
+};
+
 uint32_t LittleEndian32(const char* p) {
   return static_cast<uint32_t>(static_cast<unsigned char>(p[0])) |
          static_cast<uint32_t>(static_cast<unsigned char>(p[1])) << 8 |
@@ -441,8 +472,11 @@ Result<Values> File::Decode(const Unit& u, const std::string& dictionary, const 
                                                   static_cast<int64_t>(bytes.size()));
     auto stream = std::make_shared<arrow::io::BufferReader>(buffer);
     const parquet::ColumnDescriptor* descr = meta_->schema()->Column(u.leaf);
+    constexpr int64_t kMinBound = int64_t{256} << 20;
+    BoundedPool pool(std::max<int64_t>(kMinBound, static_cast<int64_t>(std::min<size_t>(bytes.size(), size_t{1} << 40)) * 32));
+    const parquet::ReaderProperties props(&pool);
     std::unique_ptr<parquet::PageReader> pages =
-        parquet::PageReader::Open(stream, u.rows, cc->compression(), Properties(), *descr);
+        parquet::PageReader::Open(stream, u.rows, cc->compression(), props, *descr);
     // A whole chunk of a column without an offset index: note its pages.
     NotingPageReader* noting = nullptr;
     const bool learn = u.page < 0 && leaf.max_rep == 0 &&
@@ -452,8 +486,7 @@ Result<Values> File::Decode(const Unit& u, const std::string& dictionary, const 
       noting = n.get();
       pages = std::move(n);
     }
-    std::shared_ptr<parquet::ColumnReader> reader =
-        parquet::ColumnReader::Make(descr, std::move(pages), arrow::system_memory_pool());
+    std::shared_ptr<parquet::ColumnReader> reader = parquet::ColumnReader::Make(descr, std::move(pages), &pool);
     out.present.reserve(static_cast<size_t>(u.rows));
     out.off.reserve(static_cast<size_t>(u.rows) + 1);
     // Values of binary columns (images) are about the page's size: room for
