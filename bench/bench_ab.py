@@ -15,6 +15,10 @@ and the table reports medians and new/old ratios of:
            S3 client's I/O thread CPU per image)
   cluster  bench_cluster.py: 4 nodes, cluster cache (memcached) of 4 x 25%,
            and node-local MinIO caches of 25%: seconds of epochs 2-5
+  parquet  bench_parquet.py's nostall run on the same images as Parquet shards
+           (row groups of 100 and of 1000, offset index; local disk): images/s
+  audio    bench_audio.py's nostall runs: 1 s FLAC clips and 3 s crops of
+           10-30 s FLAC/MP3 recordings (samples/s)
 """
 import argparse
 import json
@@ -132,6 +136,41 @@ def bench_cluster(args, data):
     return seconds
 
 
+def bench_parquet(args, data):
+    """bench_parquet.py's nostall child on two local layouts of the same images."""
+    from nostall.datasets import folder_to_parquet
+    work = Path(tempfile.mkdtemp(prefix="nostall-bench-ab-parquet-"))
+    layouts = {f"parquet, row groups of {rows}": folder_to_parquet(data, work / f"rg{rows}", files=4,
+                                                                    row_group_size=rows)
+               for rows in (100, 1000)}
+    rates = {(k, b): [] for k in layouts for b in ("old", "new")}
+    for r in range(args.rounds):
+        for build in order(r):
+            for name, path in layouts.items():
+                cmd = [sys.executable, str(HERE / "bench_parquet.py"), "--images", str(args.images),
+                       "--child", "nostall", "--path", path]
+                out = run_json(cmd, env_for(build, args.old))
+                rates[(name, build)].append(out["images"] / out["seconds"])
+                print(f"parquet round {r} {build} {name}: {rates[(name, build)][-1]:.0f} images/s", flush=True)
+    return rates
+
+
+def bench_audio(args):
+    """bench_audio.py's nostall child: 1 s clips, and 3 s crops of long files."""
+    import bench_audio as ba
+    clips, longs = ba.make_data(HERE.parent / "bench_data" / "audio", 8)
+    rates = {(k, b): [] for k in ("clips", "long") for b in ("old", "new")}
+    for r in range(args.rounds):
+        for build in order(r):
+            for kind, root in (("clips", clips), ("long", longs)):
+                cmd = [sys.executable, str(HERE / "bench_audio.py"), "--epochs", "2", "--child", "nostall",
+                       kind, str(root)]
+                out = run_json(cmd, env_for(build, args.old))
+                rates[(kind, build)].append(out["rate"])
+                print(f"audio round {r} {build} {kind}: {out['rate']:.0f} samples/s", flush=True)
+    return rates
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--old", required=True, help="folder holding the other build's nostall package")
@@ -167,6 +206,16 @@ def main():
         for mode, what in (("cluster", "cluster cache 4 x 25%"), ("local", "MinIO caches 25%")):
             o, n = med(r[(mode, "old")]), med(r[(mode, "new")])
             lines.append(f"| 4 nodes, {what}: epochs 2-5, s | {o:.2f} | {n:.2f} | {n / o:.3f} |")
+    if "parquet" in which:
+        r = bench_parquet(args, data)
+        for name in sorted({k for k, _ in r}, key=lambda k: int(k.rsplit(" ", 1)[1])):
+            o, n = med(r[(name, "old")]), med(r[(name, "new")])
+            lines.append(f"| {name}, images/s | {o:.0f} | {n:.0f} | {n / o:.3f} |")
+    if "audio" in which:
+        r = bench_audio(args)
+        for kind, what in (("clips", "audio, 1 s FLAC clips"), ("long", "audio, 3 s crops of 10-30 s files")):
+            o, n = med(r[(kind, "old")]), med(r[(kind, "new")])
+            lines.append(f"| {what}, samples/s | {o:.0f} | {n:.0f} | {n / o:.3f} |")
     print(f"\nmedians of {args.rounds} rounds, old and new alternating\n")
     print("\n".join(lines))
 
