@@ -58,7 +58,7 @@ struct Events {
 // The events kept of one trace, in file order: memory stays bounded (the
 // graph costs some 400 bytes an event) whatever the trace's size, and a
 // trace of a few steps holds far fewer. The analysis says how many were not.
-inline constexpr int64_t kMaxEvents = 1'000'000;
+inline constexpr int64_t kMaxEvents = 2'000'000;
 
 // Reads the file (gzip or plain) as a stream; complete ("X") events only.
 Result<Events> ReadEvents(const std::string& path);
