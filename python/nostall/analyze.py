@@ -677,8 +677,9 @@ def contradictions(result: dict) -> list:
     out = []
     b = result["breakdown"]
     stall = b["prep_stall"] + b["fetch_stall"]
-    # A stall within the machine's noise during the analysis is no stall.
-    noise = max(_NOISE, result["profile"].get("noise", 0.0))
+    # A stall within the machine's noise during the analysis is no stall:
+    # the step's timings' spread, as a share of the step's own time.
+    noise = result.get("stall_noise", max(_NOISE, result["profile"].get("noise", 0.0)))
     named = result["bottleneck"]
     limit = result["predicted"]["limit"]
     rec = result["recommendation"]

@@ -323,7 +323,13 @@ std::string AnalysisJson(const Profile& p) {
   const Prediction now = Predict(p, p.measured, eff);
   out["predicted"] = PredictionJson(now);
   out["predicted"]["reads_in_flight"] = ReadsInFlight(p, p.measured);
-  const Bottleneck named = NamedBottleneck(now, prep_stall / total, fetch_stall / total, Noise(p));
+  // How far the step's timings spread (p.noise) moves the stalls by that
+  // share of the step's own time, not of the whole: a 90% stall behind a
+  // near-instant step is no noise however its timings spread (on a busy
+  // machine a step of microseconds is timed 100% apart).
+  const double stall_noise = std::max(kModelNoise, p.noise * t_step / total);
+  out["stall_noise"] = stall_noise;
+  const Bottleneck named = NamedBottleneck(now, prep_stall / total, fetch_stall / total, stall_noise);
   out["bottleneck"] = BottleneckName(named);
   // The model alone: its binding limit, or compute when the step's own rate
   // is within the measurement's noise of it (the model cannot tell them apart).

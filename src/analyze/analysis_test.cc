@@ -343,6 +343,26 @@ TEST(ModelTest, DifferencesWithinTheMachinesMeasuredNoiseAreNotDisagreements) {
   EXPECT_DOUBLE_EQ(nlohmann::json::parse(p.ToJson())["noise"].get<double>(), 0.15);
 }
 
+TEST(ModelTest, AStallBehindANearInstantStepIsNotNoiseHoweverTheStepsTimingsSpread) {
+  // A step of 10 us a sample timed 100% apart (a busy machine), cold reads
+  // at 100 samples/s: 99.9% of the time is waiting for storage. The step's
+  // spread moves that by 0.1%, not by 100%.
+  Profile p = Example();
+  p.step_rate = 100000;
+  p.cached_rate = 90000;
+  p.cold_rate = 100;
+  p.noise = 1.0;
+  auto j = nlohmann::json::parse(AnalysisJson(p));
+  EXPECT_GT(j["breakdown"]["fetch_stall"].get<double>(), 0.99);
+  EXPECT_EQ(j["bottleneck"], "fetch");
+  EXPECT_LT(j["stall_noise"].get<double>(), 0.1);
+  // A step that is most of the time: its spread is the stall's noise.
+  p.step_rate = 110;
+  j = nlohmann::json::parse(AnalysisJson(p));
+  EXPECT_NEAR(j["stall_noise"].get<double>(), 1.0 * (1 / 110.0) / (1 / 100.0), 0.02);
+  EXPECT_EQ(j["bottleneck"], "compute");
+}
+
 TEST(ModelTest, AStepRateWithinTheNoiseOfTheBindingLimitIsNamedComputeByTheModelToo) {
   Profile p = Example();
   p.measured.bandwidth = 0;
