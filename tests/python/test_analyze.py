@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import nostall
-from conftest import write_jpeg_folder
+from conftest import cached_data, write_jpeg_folder
 from nostall.analyze import load_step
 from nostall.datasets import fashion_mnist_to_folder
 
@@ -28,13 +28,17 @@ def small_pngs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def big_jpegs(tmp_path_factory):
-    return write_jpeg_folder(tmp_path_factory.mktemp("big-jpegs"), classes=2, per_class=40,
-                             min_side=500, max_side=800)
+    return cached_data(write_jpeg_folder, classes=2, per_class=40, min_side=500, max_side=800)
 
 
 def sleeper(seconds):
+    """A step that sleeps; `step.took` holds what each call took (a busy
+    machine wakes a sleeper late)."""
     def step(images, labels):
+        t0 = time.perf_counter()
         time.sleep(seconds)
+        step.took.append(time.perf_counter() - t0)
+    step.took = []
     return step
 
 
@@ -47,10 +51,14 @@ def run(spec, step, **kw):
 
 
 def test_compute_bound_when_the_step_is_slow(small_pngs):
-    a = run({"source": str(small_pngs), "batch_size": 32, "mode": "L"}, sleeper(0.04), items=384)
+    step = sleeper(0.04)
+    a = run({"source": str(small_pngs), "batch_size": 32, "mode": "L"}, step, items=384)
     assert a.bottleneck == "compute", a.table()
     g = a.profile["step_rate"]
-    assert 600 < g < 820  # 32 samples per 40 ms step = 800/s
+    # 32 samples per step of 40 ms or more (as long as the sleeps took): <= 800/s
+    import statistics
+    assert g <= 800 * 1.01
+    assert g == pytest.approx(32 / statistics.median(step.took), rel=0.15)
     # The data pipeline keeps up: both real-data runs within 15% of G.
     assert a.profile["cached_rate"] > 0.85 * g
     assert a.profile["cold_rate"] > 0.85 * g
@@ -58,6 +66,7 @@ def test_compute_bound_when_the_step_is_slow(small_pngs):
     assert "nothing" in a.table()  # nothing to fix
 
 
+@pytest.mark.slow
 def test_prep_bound_with_one_decode_thread(big_jpegs):
     spec = {"source": str(big_jpegs), "batch_size": 8, "num_threads": 1,
             "transforms": [t.to_dict() for t in (nostall.Resize(256), nostall.CenterCrop(224),
@@ -92,6 +101,7 @@ def test_prep_bound_with_one_decode_thread(big_jpegs):
         a.recommendation["config"]["prep_threads"] > 1
 
 
+@pytest.mark.slow
 def test_fetch_bound_on_slow_storage(small_pngs):
     spec = {"source": {"uri": str(small_pngs), "options": {"throttle_latency_ms": 10}},
             "batch_size": 16, "mode": "L", "reads_in_flight": 1}
@@ -99,7 +109,10 @@ def test_fetch_bound_on_slow_storage(small_pngs):
     assert a.bottleneck == "fetch", a.table()
     assert a.result["predicted"]["limit"] == "latency"
     m = a.profile["measured"]
-    assert m["latency_s"] == pytest.approx(0.010, abs=0.003)  # found by the probe
+    # Found by the probe: at least the 10 ms of the store, and no more than
+    # an item took in the cold run, one read at a time (a busy machine
+    # stretches both alike).
+    assert 0.010 * 0.95 <= m["latency_s"] <= 1.25 / a.profile["cold_rate"], (m, a.profile["cold_rate"])
     assert a.profile["cold_rate"] < 110  # one 10 ms read at a time
     assert a.profile["cached_rate"] > 3 * a.profile["cold_rate"]
     assert a.breakdown["fetch_stall"] > 0.6
@@ -108,11 +121,14 @@ def test_fetch_bound_on_slow_storage(small_pngs):
         4 * a.result["predicted"]["rate"], rel=0.05)
     assert a.predict(cache_fraction=0.5)["rate"] == pytest.approx(
         2 * a.result["predicted"]["rate"], rel=0.05)
-    # Storage measured as unlimited bandwidth: hide the latency with ~8000 x 10 ms reads in flight.
-    assert a.recommendation["config"]["reads_in_flight"] > 40
+    # Storage measured as unlimited bandwidth: hide the latency with reads
+    # in flight for the step's rate (~8000/s x 10 ms on an idle machine;
+    # what the step's sleeps took here sets the rate).
+    enough = 0.5 * a.profile["step_rate"] * m["latency_s"]
+    assert a.recommendation["config"]["reads_in_flight"] > enough, (enough, a.recommendation)
     # The autotuner would start with reads for the step's rate (Little's law), not 1.
     start = a.result["autotune_start"]
-    assert start["reads_in_flight"] > 40 and start["prefetch"] == 2, start
+    assert start["reads_in_flight"] > enough and start["prefetch"] == 2, (enough, start)
     assert f"reads_in_flight={start['reads_in_flight']}" in a.table()
 
 
@@ -173,6 +189,7 @@ def test_bad_step_and_spec_are_clear_errors(small_pngs, tmp_path):
 NOSTALL = Path(sys.executable).parent / "nostall"
 
 
+@pytest.mark.slow
 def test_cli_runs_the_users_step_and_writes_reports(small_pngs, tmp_path):
     (tmp_path / "train.py").write_text(
         "import time\n\ndef step(images, labels):\n    assert images.shape[1:] == (1, 28, 28)\n"
@@ -226,14 +243,18 @@ def test_every_batch_wait_is_recorded(small_pngs):
     # nearly all of the consumer's time is waiting, batch by batch.
     loader = nostall.Loader(small_pngs, batch_size=8, mode="L", reads_in_flight=1,
                             source_options={"throttle_latency_ms": 10}, subset=80)
+    t0 = time.perf_counter()
     for _ in loader:
         pass
+    epoch_s = time.perf_counter() - t0
     c = loader.stats()["consumer"]
     assert c["stall_fraction"] > 0.9
     assert c["epochs"][0]["batches"] == 10
-    # Each batch waits ~8 reads x 10 ms, over several 50 ms polls: counted as one wait.
-    assert 0.06 < c["wait_p50_s"] < 0.2
-    assert 0.06 < c["max_wait_s"] < 0.5
+    # Each batch waits for 8 reads of >= 10 ms, one at a time, over several
+    # 50 ms polls: counted as one wait, not one per poll. (At least half the
+    # batches waited p50 or more, so 5 x p50 fits in the epoch's time.)
+    assert 0.06 < c["wait_p50_s"] <= epoch_s / 5
+    assert c["wait_p50_s"] <= c["max_wait_s"] <= epoch_s
 
 
 class _PacedLoader:
@@ -296,17 +317,24 @@ def test_the_loop_around_the_step_is_timed_apart_from_step_and_waits():
     from nostall._progress import Phase
     from nostall.analyze import _Window
 
-    # Batches of 10 always ready; each step 10 ms; the loop then does 5 ms
+    # Batches of 10 always ready; each step ~10 ms; the loop then does ~5 ms
     # of its own per batch (the stand-in for taking a batch on busy cores).
+    # What each took is measured here, beside the window: a busy machine
+    # stretches every sleep.
     loader = _PacedLoader(12, 10, ready=12, gap=0)
+    steps, loops = [], []
 
     def step(x, y):
+        t0 = time.perf_counter()
         time.sleep(0.010)
+        steps.append(time.perf_counter() - t0)
 
     class Slow:
         def __iter__(self):
             for batch in loader:
+                t0 = time.perf_counter()
                 time.sleep(0.005)
+                loops.append(time.perf_counter() - t0)
                 yield batch
 
         def __getattr__(self, name):
@@ -318,8 +346,15 @@ def test_the_loop_around_the_step_is_timed_apart_from_step_and_waits():
     w = _Window()
     w.run_epoch(Slow(), step, 0, 1, Phase(False, total=1))
     assert w.gaps == 10 and w.wait_s == 0
-    assert w.step_s == pytest.approx(0.100, rel=0.2)
-    assert w.loop_overhead() == pytest.approx(0.5e-3, rel=0.4)  # 5 ms per 10 samples
+    # The window runs from batch 1's arrival to batch 11's: the steps of
+    # batches 1-10 and the loop's own time before batches 2-11.
+    assert sum(steps[1:11]) <= w.step_s < sum(steps[1:11]) + 0.1 * w.seconds
+    assert w.step_s >= 10 * 0.010
+    loop = w.loop_overhead() * w.samples
+    assert loop >= sum(loops[2:12]) * 0.999
+    # What is neither step nor the loop's sleeps (taking the batch, the
+    # progress line) is a small part of the window.
+    assert loop - sum(loops[2:12]) < 0.25 * w.seconds
 
 
 def test_short_epochs_are_timed_within_what_storage_allows(small_pngs):
@@ -376,6 +411,7 @@ def test_a_multithreaded_torch_step_is_profiled_with_its_threads(small_pngs):
     assert a.predict(prep_threads=1)["rate"] <= alone * 1.001
 
 
+@pytest.mark.slow
 def test_python_hooks_are_a_stage_of_their_own(small_pngs):
     """A per-sample Python hook of 1 ms on one hook thread, a 2 ms step per
     batch of 16: taking a batch costs 16 ms of hooks, 8x the step. The

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import nostall
-from conftest import (Memcached, augment, epoch_batches, free_port, wait_for_port,
+from conftest import (Memcached, cached_data, augment, epoch_batches, free_port, wait_for_port,
                       write_jpeg_folder)
 
 HERE = Path(__file__).parent
@@ -70,8 +70,7 @@ def test_every_node_reads_what_any_node_cached(data, servers):
 def more_data(tmp_path_factory):
     # Enough batches that a kill after the second lands before the loader
     # has prefetched the epoch's rest (it asks a batch ahead, 3 batches deep).
-    return write_jpeg_folder(tmp_path_factory.mktemp("cluster-more"), classes=3, per_class=64,
-                             seed=12)
+    return cached_data(write_jpeg_folder, classes=3, per_class=64, seed=12)
 
 
 def test_a_server_killed_mid_epoch_costs_hits_not_samples(more_data, servers):
@@ -80,7 +79,9 @@ def test_a_server_killed_mid_epoch_costs_hits_not_samples(more_data, servers):
     plain = loader(data)
     cached = loader(data, nostall.Cache("cluster-kill", size="64MiB", servers=addresses))
     epoch_batches(cached, 0)  # fills both servers
+    t0 = time.perf_counter()
     expected = epoch_batches(plain, 1)
+    plain_epoch_s = time.perf_counter() - t0
     cached.set_epoch(1)
     got = []
     for k, (x, y, i) in enumerate(cached):
@@ -89,7 +90,10 @@ def test_a_server_killed_mid_epoch_costs_hits_not_samples(more_data, servers):
             servers[1].kill()
     same(got, expected)
     consumer = cached.stats()["consumer"]
-    assert consumer["max_wait_s"] < 1.0, consumer
+    # The dead server costs its lookups at most a few client timeouts (200 ms
+    # each), never a batch that waits longer than that and a whole epoch
+    # without the cache (timed above, on the same machine).
+    assert consumer["max_wait_s"] < 5 * 0.2 + plain_epoch_s, (consumer, plain_epoch_s)
     epoch = cached.stats()["cache"]["epochs"][1]
     assert 0.2 < epoch["hit_rate"] < 1.0, epoch  # the survivor's share still hits
     same(epoch_batches(cached, 2), epoch_batches(plain, 2))
@@ -117,6 +121,7 @@ def reference(data, rank, world_size, epochs):
     return out
 
 
+@pytest.mark.slow
 def test_four_nodes_with_rank_and_world_size_share_one_cache_and_survive_a_kill(more_data, tmp_path):
     """4 node processes (RANK 0-3 of 4), one memcached each; the cache holds
     the dataset. From the second epoch every item is a hit on some node's
@@ -254,7 +259,8 @@ def test_a_node_local_tier_in_front_of_the_cluster_tier(data, servers):
         front, back = stats["tiers"]
         # (It may have run on into the next epoch: at least this one's lookups.)
         assert front["lookups"] >= items and front["hit_bytes"] > 0 and back["lookups"] == 0
-        assert front["lookup_mean_s"] < 0.01
+        # A lookup in this node's memory is faster than one over the network.
+        assert front["lookup_mean_s"] < tiers[1]["lookup_mean_s"], (front, tiers[1])
     finally:
         cache.remove()
     with pytest.raises(ValueError, match="local_size"):

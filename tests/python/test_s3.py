@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import nostall
-from conftest import augment, epoch_batches, free_port, wait_for_port, write_jpeg_folder, write_shards
+from conftest import augment, epoch_batches, fresh_bucket, moto_endpoint, write_jpeg_folder, write_shards
 
 NOSTALL = shutil.which("nostall", path=str(Path(sys.executable).parent)) or shutil.which("nostall")
 
@@ -24,25 +24,19 @@ SECRET = "s3cr3t-never-printed"
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for_port(port, server, "moto's S3 server", seconds=60)
-    endpoint = f"http://127.0.0.1:{port}"
+    endpoint = moto_endpoint()
     env = {"AWS_ACCESS_KEY_ID": "AKIDTEST", "AWS_SECRET_ACCESS_KEY": SECRET,
            "AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
                           aws_access_key_id="AKIDTEST", aws_secret_access_key=SECRET)
-    client.create_bucket(Bucket="train-data")
+    fresh_bucket(client, "train-data")
     local = write_jpeg_folder(tmp_path_factory.mktemp("s3src"), classes=3, per_class=7, seed=5)
     for path in sorted(local.rglob("*.jpg")):
         client.upload_file(str(path), "train-data", "imagenet/train/" + str(path.relative_to(local)))
     client.put_object(Bucket="train-data", Key="imagenet/train/README.txt", Body=b"not an image")
     yield client, local
-    server.terminate()
-    server.wait(timeout=10)
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)
@@ -148,6 +142,7 @@ def env():
     os.environ.update(saved)
 
 
+@pytest.mark.slow
 def test_a_body_that_stalls_times_out_and_is_retried(s3, env):
     _, local = s3
     env["NOSTALL_S3_READ_TIMEOUT"] = "1"
@@ -421,6 +416,7 @@ def test_reads_in_flight_follow_latency_unless_fixed(s3):
         proxy.restore()
 
 
+@pytest.mark.slow
 def test_a_listing_of_many_pages_is_read_whole(s3):
     """Over 1,000 objects: ListObjectsV2 answers in pages, each after the
     first asked for with a continuation token (signed in canonical order)."""
@@ -440,7 +436,8 @@ def test_a_listing_of_many_pages_is_read_whole(s3):
 def test_the_classes_are_listed_at_once(s3):
     """Each class prefix is listed on its own, many at a time: 12 classes 300 ms
     away take a few round trips, not 13 in a row (as one listing would, page
-    after page, on a large dataset)."""
+    after page, on a large dataset). The proxy counts the listings it held at
+    once."""
     client, _ = s3
     src = {"Bucket": "train-data", "Key": "imagenet/train/class_0/000.jpg"}
     for c in range(12):
@@ -448,10 +445,8 @@ def test_the_classes_are_listed_at_once(s3):
             client.copy_object(Bucket="train-data", Key=f"wide/k{c:02d}/{i}.jpg", CopySource=src)
     proxy = FaultProxy("--latency-ms", "300")
     try:
-        t0 = time.monotonic()
         loader = nostall.Loader("s3://train-data/wide/", batch_size=4,
                                 transforms=[nostall.Resize((8, 8))])
-        took = time.monotonic() - t0
         assert loader.num_items == 24 and loader.classes == [f"k{c:02d}" for c in range(12)]
         assert loader.key(23) == "s3://train-data/wide/k11/1.jpg"
         loader.close()
@@ -459,7 +454,8 @@ def test_the_classes_are_listed_at_once(s3):
         counts = proxy.finish()
         proxy.restore()
     assert counts["requests"] == 13, counts  # the classes, then one listing each
-    assert took < 6 * 0.3, took  # in a row: 13 x 0.3 s at least
+    # The 12 class listings 300 ms each were sent together, not one by one.
+    assert counts["max_in_flight"] >= 6, counts
 
 
 def test_the_shared_memory_cache_in_front_of_s3_saves_every_request(s3):
@@ -489,6 +485,7 @@ def test_the_shared_memory_cache_in_front_of_s3_saves_every_request(s3):
         cache.remove()
 
 
+@pytest.mark.slow
 def test_analyze_on_s3_sees_the_latency_and_predicts_more_reads_in_flight(s3):
     """nostall.analyze on s3:// 30 ms away with 2 reads in flight: the probe
     finds the latency, the run is fetch-bound on it, and the model says what
@@ -503,9 +500,10 @@ def test_analyze_on_s3_sees_the_latency_and_predicts_more_reads_in_flight(s3):
     text = a.table() + a.to_json()
     assert SECRET not in text and "AKIDTEST" not in text
     m = a.profile["measured"]
-    assert 0.025 < m["latency_s"] < 0.1, a.table()
-    assert a.bottleneck == "fetch" and a.result["predicted"]["limit"] == "latency", a.table()
     cold = a.profile["cold_rate"]
+    # At least the proxy's 30 ms, at most what an item took with 2 in flight.
+    assert 0.030 * 0.95 <= m["latency_s"] <= 2 * 1.25 / cold, a.table()
+    assert a.bottleneck == "fetch" and a.result["predicted"]["limit"] == "latency", a.table()
     assert cold <= 2 / 0.030 * 1.1, a.table()  # 2 reads of 30 ms at a time
     assert a.result["run"]["storage_stats"]["requests"] > 0
     # Reads in flight: 8 fixed predict 4x. Left to adapt, the loader would

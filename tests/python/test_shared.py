@@ -231,8 +231,11 @@ def test_a_slow_consumer_falls_back_and_the_others_keep_their_speed(tmp_path, pn
     assert slow_r["shared"]["fallbacks"] >= 1
     assert slow_r["shared"]["private_chunks"] > 0
     assert fast["shared"]["fallbacks"] == 0
-    # Held back at most once by max_lag, not paced by the slow one (2 x 1.3 s).
-    assert sum(fast["seconds"]) < sum(solo["seconds"]) + 1.0, (fast["seconds"], solo["seconds"])
+    # Held back at most once by max_lag (0.3 s), not paced by the slow one:
+    # that would cost at least its 1.5 s stop and 80 ms a batch on top of
+    # the fast one's own time alone (measured above, on the same machine).
+    paced = 1.5 + 2 * (N // 32) * 0.08
+    assert sum(fast["seconds"]) < sum(solo["seconds"]) + 0.5 * paced, (fast["seconds"], solo["seconds"])
 
 
 def test_segment_is_private_and_checked(tmp_path, pngs, name):

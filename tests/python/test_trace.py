@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -37,8 +38,10 @@ def small_model():
                                torch.nn.Linear(8 * 30 * 30, 10))
 
 
-def record(path, batches, steps=8, model=None):
-    """Runs a training loop over `batches` under torch.profiler; the trace at `path`."""
+def record(path, batches, steps=8, model=None, timings=None):
+    """Runs a training loop over `batches` under torch.profiler; the trace at
+    `path`. `timings`, a list, gets (seconds waiting for the batch, seconds of
+    the whole step) of each traced step, as measured here beside the trace."""
     model = model or small_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     it = iter(batches)
@@ -46,21 +49,45 @@ def record(path, batches, steps=8, model=None):
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 schedule=schedule,
                                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
-        for _ in range(steps + 2):
+        for k in range(steps + 2):
+            t0 = time.perf_counter()
             x, y = next(it)
+            t1 = time.perf_counter()
             loss = torch.nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()
             prof.step()
+            if timings is not None and k >= 2:
+                timings.append((t1 - t0, time.perf_counter() - t0))
     return path
+
+
+def one_thread(fn, *args, **kw):
+    """fn under one intra-op torch thread (two on two busy cores fight each
+    other and the machine, which is not what these traces are about)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return fn(*args, **kw)
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
 def inline_trace(tmp_path_factory):
-    """A DataLoader without workers whose items cost 4 ms: a data-bound loop."""
+    """A DataLoader without workers whose items cost 4 ms: a data-bound loop.
+    `.timings`: (wait, step) seconds of each traced step, measured beside."""
     loader = torch.utils.data.DataLoader(SleepyDataset(0.004), batch_size=BATCH)
-    return record(tmp_path_factory.mktemp("tr") / "inline.json", loader)
+    timings = []
+    path = _TracePath(tmp_path_factory.mktemp("tr") / "inline.json")
+    one_thread(record, path, loader, timings=timings)
+    path.timings = timings
+    return path
+
+
+class _TracePath(type(Path())):
+    """A trace's path with what the loop measured beside it."""
 
 
 def test_a_dataloader_without_workers_is_its_wait_and_free_data_removes_it(inline_trace):
@@ -69,6 +96,10 @@ def test_a_dataloader_without_workers_is_its_wait_and_free_data_removes_it(inlin
     assert t.facts["steps"] == 8
     # 16 items x 4 ms of sleeping are waited for on the training thread.
     assert t.path["data"] >= BATCH * 0.004
+    # The share of the step the trace says was waiting for data is the share
+    # the loop measured (the machine's load changes both alike).
+    waited = sum(w for w, _ in inline_trace.timings) / sum(s for _, s in inline_trace.timings)
+    assert t.stall == pytest.approx(waited, abs=0.1), inline_trace.timings
     assert t.stall > 0.5 and t.critical == "data"
     # The replayed trace reproduces the traced steps.
     assert t.step_s == pytest.approx(sum(t.path.values()), rel=1e-6)
@@ -86,13 +117,19 @@ def test_a_dataloader_without_workers_is_its_wait_and_free_data_removes_it(inlin
 
 
 def test_workers_beside_the_loop_show_their_period(tmp_path):
-    # 2 workers, 16 items x 6 ms a batch each: a batch every ~48 ms.
+    # 2 workers, 16 items x 6 ms a batch each: a batch every ~48 ms or more.
     loader = torch.utils.data.DataLoader(SleepyDataset(0.006), batch_size=BATCH, num_workers=2,
                                          persistent_workers=True)
-    t = nostall.analyze_trace(record(tmp_path / "workers.json", loader, steps=10))
+    timings = []
+    t = nostall.analyze_trace(one_thread(record, tmp_path / "workers.json", loader, steps=10,
+                                         timings=timings))
     assert t.facts["loader"] == "beside" and t.facts["loader_period_seen"]
-    assert t.facts["loader_period_s"] == pytest.approx(BATCH * 0.006 / 2, rel=0.35)
-    assert t.step_s == pytest.approx(t.facts["loader_period_s"], rel=0.25)
+    # The loop is bound by the workers: its step, as measured beside the
+    # trace, is their period (on a busy machine both stretch alike).
+    measured = sum(s for _, s in timings) / len(timings)
+    assert t.facts["loader_period_s"] >= BATCH * 0.006 / 2 * 0.95
+    assert t.facts["loader_period_s"] == pytest.approx(measured, rel=0.35), timings
+    assert t.step_s == pytest.approx(measured, rel=0.1), timings
     # Twice as fast a loader: the step is bound by whichever is slower.
     fast = t.predict(loader_speedup=2)
     free = t.predict(loader="free")
@@ -328,13 +365,15 @@ def test_loader_nostall_is_predicted_from_the_analyzers_model(tmp_path, jpeg_fol
     # The step cannot be faster than the loop's own work or than nostall's
     # batches: over n steady steps bound by the loader, the mean is the
     # period plus (the last step's work - the first's) / n, so at least the
-    # period less the spread of the loop's own step times over n.
+    # period less the spread of the loop's own step times over n; and the
+    # loader starts as the trace does, up to a period before the first
+    # step, which may find its batch made: less a period over all steps.
     period = p["change"]["loader_period"]
     steady = [s["seconds"] for s in free["steps"]][1:-1]
     spread = max(steady) - min(steady)
     seen = (p["step_s"], free["step_s"], period, steady)
     assert p["step_s"] >= free["step_s"] * 0.999, seen
-    assert p["step_s"] >= period - spread / len(steady) - 1e-6, seen
+    assert p["step_s"] >= period * (1 - 1 / len(free["steps"])) - spread / len(steady) - 1e-6, seen
     assert p["step_s"] <= max(free["step_s"], period) + spread + 1e-3, seen
     more = t.predict(loader="nostall", prep_cores=8)
     assert more["step_s"] <= p["step_s"] * 1.001, (more["step_s"], more["rules"], p["rules"])

@@ -16,7 +16,8 @@ that was faulted K times in a row is answered as it is on its next request
 it a seeded sequence that happens to cluster its faults can fail one object
 more times than any client retries, which no test means to test.
 Prints "port N" on its first line, and on SIGTERM/SIGINT a JSON line of
-what it did: {"requests": .., "503": .., "cut": .., "stall": ..}.
+what it did: {"requests": .., "503": .., "cut": .., "stall": .., "max_in_flight": ..}
+(the most requests it held at once: how many the client had in flight).
 """
 import argparse
 import http.client
@@ -48,7 +49,8 @@ def main():
     up = urllib.parse.urlsplit(args.upstream)
     rng = random.Random(args.seed)
     lock = threading.Lock()
-    counts = {"requests": 0, "503": 0, "cut": 0, "stall": 0}
+    counts = {"requests": 0, "503": 0, "cut": 0, "stall": 0, "max_in_flight": 0}
+    in_flight = [0]
     in_a_row = {}  # path -> faults in a row
     local = threading.local()
 
@@ -64,6 +66,16 @@ def main():
             pass
 
         def forward(self):
+            with lock:
+                in_flight[0] += 1
+                counts["max_in_flight"] = max(counts["max_in_flight"], in_flight[0])
+            try:
+                self._forward()
+            finally:
+                with lock:
+                    in_flight[0] -= 1
+
+        def _forward(self):
             with lock:
                 counts["requests"] += 1
                 draw = rng.random()
