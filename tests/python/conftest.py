@@ -11,11 +11,54 @@ import numpy as np
 import pytest
 from PIL import Image
 
+# pytest-xdist's workers share the cores: each gives torch (and the
+# processes it starts) its share of them, not every core, so that workers'
+# intra-op threads do not fight each other (set before torch is imported).
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_share))
+
 # Index files of test datasets go to a private place, not the user's cache.
 os.environ.setdefault("NOSTALL_CACHE_DIR", tempfile.mkdtemp(prefix="nostall-test-index-"))
 
 import nostall  # noqa: E402
 from nostall.datasets import natural_image  # noqa: E402
+
+
+TEST_DATA = Path(os.environ.get("NOSTALL_TEST_DATA") or Path.home() / ".cache" / "nostall-tests")
+
+
+def cached_data(make, *args, **kwargs):
+    """The folder `make(folder, *args, **kwargs)` fills, made once and kept in
+    ~/.cache/nostall-tests (NOSTALL_TEST_DATA) under a hash of the call and
+    of the code that makes it (`make`'s source and nostall.datasets'): a
+    change to either makes it anew. Made under a lock (pytest's workers race
+    for it) beside, then renamed into place. Read it; damage a copy."""
+    import fcntl
+    import hashlib
+    import inspect
+    import shutil as _shutil
+
+    from nostall import datasets
+
+    h = hashlib.sha256()
+    for part in (make.__module__, make.__qualname__, repr(args), repr(sorted(kwargs.items())),
+                 inspect.getsource(make), Path(datasets.__file__).read_text(), nostall.__version__):
+        h.update(part.encode() + b"\0")
+    final = TEST_DATA / f"{make.__name__}-{h.hexdigest()[:16]}"
+    if final.is_dir():
+        return final
+    TEST_DATA.mkdir(parents=True, exist_ok=True)
+    with open(TEST_DATA / (final.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not final.is_dir():
+            work = Path(tempfile.mkdtemp(prefix=final.name + ".making.", dir=TEST_DATA))
+            try:
+                make(work, *args, **kwargs)
+                os.rename(work, final)
+            finally:
+                _shutil.rmtree(work, ignore_errors=True)
+    return final
 
 
 def write_jpeg_folder(root: Path, classes=3, per_class=12, seed=0, min_side=120, max_side=360):
@@ -92,6 +135,41 @@ def wait_for_port(port, proc, what="the server", seconds=10):
         except OSError:
             assert proc.poll() is None and time.monotonic() < deadline, f"{what} did not start"
             time.sleep(0.02)
+
+
+_MOTO = {}
+
+
+def moto_endpoint():
+    """The S3 server (moto's server mode) the tests of this process share:
+    started on first use, stopped when the process exits. Each user keeps to
+    its own bucket (`fresh_bucket`)."""
+    import atexit
+    import sys
+
+    proc = _MOTO.get("proc")
+    if proc is None or proc.poll() is not None:
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(port, proc, "moto's S3 server", seconds=60)
+        if not _MOTO:
+            atexit.register(lambda: _MOTO["proc"].poll() is None and _MOTO["proc"].kill())
+        _MOTO.update(proc=proc, endpoint=f"http://127.0.0.1:{port}")
+    return _MOTO["endpoint"]
+
+
+def fresh_bucket(client, bucket):
+    """`bucket` on the shared server, empty: made, or emptied of what an
+    earlier test put there."""
+    try:
+        client.create_bucket(Bucket=bucket)
+    except client.exceptions.ClientError as e:
+        if e.response["Error"]["Code"] not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+            raise
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            for obj in page.get("Contents", []):
+                client.delete_object(Bucket=bucket, Key=obj["Key"])
 
 
 MEMCACHED = shutil.which("memcached") or "/usr/bin/memcached"

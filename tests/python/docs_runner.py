@@ -27,6 +27,9 @@ Marks, for blocks that need more than the workspace:
   the command that runs this file; a benchmark takes minutes): ``make -n``
   shows each target exists and parses, ``bash -n`` checks a script, and a
   Python script's ``--help`` must name every option the block gives it.
+- ``slow``: a block that takes many seconds (a training, a whole analysis):
+  its test is marked ``slow``, which ``make check`` leaves out (``make test``
+  runs it).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from pathlib import Path
 from pytest_codeblocks import extract_from_buffer, extract_from_file
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import Memcached, free_port, wait_for_port, write_jpeg_folder  # noqa: E402
+from conftest import Memcached, fresh_bucket, moto_endpoint, write_jpeg_folder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 LANGUAGES = ("python", "sh", "json", "text")
@@ -247,19 +250,14 @@ class _Servers:
     def _s3(self, root, bucket):
         import boto3
 
-        port = free_port()
-        p = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.procs.append(p)
-        wait_for_port(port, p, "moto's S3 server", seconds=60)
-        endpoint = f"http://127.0.0.1:{port}"
+        endpoint = moto_endpoint()  # this process's, shared: the bucket is emptied first
         keys = {"AWS_ACCESS_KEY_ID": "AKIDDOCS", "AWS_SECRET_ACCESS_KEY": "docs-secret",
                 "AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1"}
         self.env.update(keys)
         client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
                               aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
                               aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"])
-        client.create_bucket(Bucket=bucket)
+        fresh_bucket(client, bucket)
         images = sorted((root / "data" / "train").rglob("*.jpg"))
         for path in images:
             rel = path.relative_to(root / "data" / "train")

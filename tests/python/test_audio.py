@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 import nostall
 from nostall import audio, datasets
+from conftest import cached_data
 
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None,
                                 reason="espeak-ng is installed by `make test` (apt)")
@@ -142,9 +143,8 @@ def snr_db(ours, ref):
 def words(tmp_path_factory):
     """10 words x 2 voices x 2 speeds of espeak-ng speech at 8-48 kHz in all
     five formats (cycled), with background noise."""
-    root = tmp_path_factory.mktemp("words")
-    return datasets.make_spoken_words(
-        root / "words", words=datasets.SPOKEN_WORDS[:10], voices=2, speeds=(140, 190),
+    return cached_data(
+        datasets.make_spoken_words, words=datasets.SPOKEN_WORDS[:10], voices=2, speeds=(140, 190),
         rates=(8000, 16000, 22050, 44100, 48000), formats=("flac", "wav", "mp3", "ogg", "opus"))
 
 

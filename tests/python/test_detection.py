@@ -580,24 +580,18 @@ def s3_scenes(scenes, tmp_path_factory):
     """The scenes on a real S3-compatible server (moto's): images, the
     instances JSON, and WebDataset shards of them with .json annotations."""
     import os
-    import subprocess
-    import sys
 
     boto3 = pytest.importorskip("boto3")
-    from conftest import free_port, wait_for_port
+    from conftest import fresh_bucket, moto_endpoint
 
     images_dir, ann_path = scenes
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for_port(port, server, "moto's S3 server", seconds=60)
-    endpoint = f"http://127.0.0.1:{port}"
+    endpoint = moto_endpoint()
     env = {"AWS_ACCESS_KEY_ID": "AKIDTEST", "AWS_SECRET_ACCESS_KEY": "secret", "AWS_REGION": "us-east-1"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
                           aws_access_key_id="AKIDTEST", aws_secret_access_key="secret")
-    client.create_bucket(Bucket="det")
+    fresh_bucket(client, "det")
     for path in sorted(images_dir.glob("*.jpg")):
         client.upload_file(str(path), "det", "coco/train/" + path.name)
     client.upload_file(str(ann_path), "det", "coco/instances.json")
@@ -606,8 +600,6 @@ def s3_scenes(scenes, tmp_path_factory):
     for path in sorted(shards.glob("*.tar")):
         client.upload_file(str(path), "det", "shards/" + path.name)
     yield endpoint
-    server.terminate()
-    server.wait(timeout=10)
     for k, v in saved.items():
         if v is None:
             os.environ.pop(k, None)
@@ -735,6 +727,7 @@ def test_a_bad_json_member_names_the_sample_or_is_skipped(scenes, tmp_path):
     assert sum(len(b["targets"]) for b in kept) == len(ann["images"]) - 1
 
 
+@pytest.mark.slow
 def test_ranks_starting_together_parse_the_file_once(tmp_path):
     """Processes opening the same new annotation file at once: one parses
     it, the others wait for its table and map it."""

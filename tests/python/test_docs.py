@@ -20,7 +20,8 @@ def workspace(tmp_path_factory):
     return make_workspace(tmp_path_factory.mktemp("docs"))
 
 
-@pytest.mark.parametrize("snippet", SNIPPETS, ids=[s.where for s in SNIPPETS])
+@pytest.mark.parametrize("snippet", [pytest.param(s, marks=[pytest.mark.slow] if s.mark("slow") else [])
+                                     for s in SNIPPETS], ids=[s.where for s in SNIPPETS])
 def test_the_block_runs(snippet, workspace):
     run_snippet(snippet, workspace)
 
@@ -160,6 +161,7 @@ def test_every_code_block_is_fenced_and_found():
         assert found == fences, f"{path.name}: {fences} fenced blocks, {found} found by the runner"
 
 
+@pytest.mark.slow
 def test_the_demo_runs_as_the_readme_says(workspace):
     # `make demo` on fewer images (the README's first command, above, is checked with make -n)
     r = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py"), "--images", "512",

@@ -152,6 +152,7 @@ def test_a_truncated_png_claiming_a_huge_image_allocates_nothing_big(tmp_path):
     assert peak - base < 100, f"peak resident {peak} MB, {base} MB before the loader"
 
 
+@pytest.mark.slow
 def test_a_progressive_jpeg_of_too_many_scans_is_refused(tmp_path):
     # jpegtran writes at most 100 scans; the limit (500 by default) is
     # lowered for the test through NOSTALL_JPEG_MAX_SCANS.

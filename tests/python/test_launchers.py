@@ -65,6 +65,7 @@ def run_all(procs, timeout=240):
     return outs
 
 
+@pytest.mark.slow
 def test_torchrun_with_torch_distributed_initialised(folder, tmp_path):
     procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                                "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
@@ -83,6 +84,7 @@ def test_torchrun_with_torch_distributed_initialised(folder, tmp_path):
     ("MPI's PMI_RANK", lambda r, n: {"PMI_RANK": r, "PMI_SIZE": n}),
     ("Lightning's launcher", lambda r, n: {"LOCAL_RANK": r, "WORLD_SIZE": n, "NODE_RANK": 0}),
 ])
+@pytest.mark.slow
 def test_each_launchers_environment_gives_each_process_its_shard(folder, tmp_path, launcher,
                                                                   variables):
     procs = [subprocess.Popen([sys.executable, str(HERE / "rank_epochs.py"), str(folder),
@@ -125,6 +127,7 @@ def test_lightning_on_several_nodes_with_local_world_size(folder, clean_env):
     assert (loader.spec["rank"], loader.spec["world_size"]) == (3, 4)
 
 
+@pytest.mark.slow
 def test_lightning_ddp_launch_trains_and_validates_each_sample_once(folder, tmp_path):
     lightning = pytest.importorskip("lightning")  # noqa: F841  (installed by make test)
     val = write_jpeg_folder(tmp_path / "val", classes=3, per_class=7, seed=8, min_side=40,

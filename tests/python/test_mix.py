@@ -83,6 +83,7 @@ def test_inplace_gives_the_same_batch_in_the_same_memory(op):
     assert torch.allclose(out, expected, atol=1e-6) and torch.equal(soft, soft2)
 
 
+@pytest.mark.slow
 def test_the_recipe_example_trains(jpeg_folder):
     import subprocess
     import sys

@@ -19,6 +19,9 @@ import nostall
 from conftest import epoch_batches, write_shards
 
 boto3 = pytest.importorskip("boto3")  # installed by the test command (make test)
+# SeaweedFS takes seconds to start and to stop: `make check` leaves it out.
+pytestmark = pytest.mark.slow
+
 BIN = Path(sys.executable).parent
 KEY, SECRET, BUCKET = "signedkey", "signed-secret-never-printed", "signed"
 

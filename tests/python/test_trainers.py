@@ -206,6 +206,7 @@ def test_a_state_taken_after_a_break_resumes_where_the_open_iterator_stood(folde
     assert [idx.tolist() for _, _, idx in resumed] == rest
 
 
+@pytest.mark.slow
 def test_the_lightning_example_trains_and_resumes(folder, tmp_path):
     import subprocess
     import sys

@@ -61,6 +61,7 @@ class FolderDataset(torch.utils.data.Dataset):
         return ((x - MEAN) / STD)[None], label
 
 
+@pytest.mark.slow
 def test_accuracy_matches_torch_dataloader(fmnist):
     loader = nostall.Loader(fmnist, batch_size=BATCH, shuffle=True, seed=0, mode="L",
                             transforms=[nostall.Normalize([MEAN], [STD])])

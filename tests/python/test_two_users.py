@@ -227,6 +227,7 @@ def test_sharing_with_a_group_is_explicit_and_needs_the_consumers_own_spec(other
         proc.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_an_index_beside_the_data_is_trusted_as_the_data_is(other, data, tmp_path):
     """The data's owner writes the index beside it and another user's job
     starts from it; an index another user leaves in a folder anyone may
