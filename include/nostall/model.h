@@ -86,6 +86,12 @@ struct Profile {
   // prep threads keep busy), measured in the cached run: the loop around the
   // step runs at 1 / (1 / G + loop_overhead) at most.
   double loop_overhead = 0;
+  // The share of the real-data runs' time the loop spent waiting for a batch
+  // (the loader's own count; the larger of the cold and the cached run), -1
+  // where not measured. A stall is the loop waiting: runs slower than the
+  // step alone while the loop never waited are the step slowed beside the
+  // pipeline (a busy machine), not a stall.
+  double waited = -1;
   // Of loop_overhead, the seconds per sample spent in the Python hooks
   // (per-sample callables and batch_transform, run as each batch is taken:
   // docs/records.md). The analysis reports them as a stage of their own.

@@ -123,9 +123,15 @@ def _reading_on_busy_cores(r):
 def _bottleneck_line(r):
     words = _BOTTLENECK_WORDS[r["bottleneck"]]
     stall = r["breakdown"]["prep_stall"] + r["breakdown"]["fetch_stall"]
-    if r["bottleneck"] == "compute" and stall > 0.05:
+    noise = r.get("stall_noise", r["profile"].get("noise", 0))
+    waited = r["profile"].get("waited", -1.0)
+    if r["bottleneck"] == "compute" and stall > noise and 0 <= waited <= noise:
+        words += (f" (the real-data runs were {stall:.1%} slower than the step alone, yet the loop "
+                  f"waited for data {waited:.1%} of the time: the step ran slower beside the "
+                  "pipeline on a busy machine, not for want of data)")
+    elif r["bottleneck"] == "compute" and stall > 0.05:
         words += (f" (the stalls measured, {stall:.1%}, are within this analysis's noise, "
-                  f"{r['profile'].get('noise', 0):.0%}: see the notes)")
+                  f"{noise:.0%}: see the notes)")
     if r["bottleneck"] == r.get("model_bottleneck", r["bottleneck"]):
         return f"{words} (limit: {_limit_words(r)})"
     if _reading_on_busy_cores(r):

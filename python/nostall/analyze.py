@@ -610,6 +610,8 @@ def analyze(spec, step, *, items: int | None = None, warmup_batches: int = 2,
         **step_profile,
         # The loop around the step, as the cached run (no stall from storage) shows it.
         "loop_overhead": cached.loop_overhead(),
+        # The share of the real-data runs' time the loop waited for a batch.
+        "waited": min(1.0, max(w.wait_s / w.seconds if w.seconds > 0 else 0.0 for w in (cold, cached))),
         # Of that, the Python hooks' part (run as each batch is taken).
         "hooks": min(cached.loop_overhead(), hooks_s),
         "prep_cpu": prep_cpu,
@@ -690,7 +692,8 @@ def contradictions(result: dict) -> list:
                if rec["config"][k] > m[k] + 1e-9]
     if hit_rate(rec["config"]) > hit_rate(m) + 1e-9:
         changes.insert(0, "cache_fraction")
-    if named == "compute" and stall > noise:
+    waited = result["profile"].get("waited", -1.0)
+    if named == "compute" and stall > noise and not 0 <= waited <= noise:
         out.append(f"bottleneck compute with a measured stall of {stall:.1%}")
     if named != "compute" and stall <= noise:
         out.append(f"bottleneck {named} with no stall beyond the noise ({stall:.1%})")

@@ -329,7 +329,11 @@ std::string AnalysisJson(const Profile& p) {
   // machine a step of microseconds is timed 100% apart).
   const double stall_noise = std::max(kModelNoise, p.noise * t_step / total);
   out["stall_noise"] = stall_noise;
-  const Bottleneck named = NamedBottleneck(now, prep_stall / total, fetch_stall / total, stall_noise);
+  Bottleneck named = NamedBottleneck(now, prep_stall / total, fetch_stall / total, stall_noise);
+  // A stall is the loop waiting for data: where it measurably did not (within
+  // the noise) in the real-data runs, what made them slower than the step
+  // alone was the step itself, slowed beside the pipeline.
+  if (p.waited >= 0 && p.waited <= stall_noise) named = Bottleneck::kCompute;
   out["bottleneck"] = BottleneckName(named);
   // The model alone: its binding limit, or compute when the step's own rate
   // is within the measurement's noise of it (the model cannot tell them apart).

@@ -363,6 +363,27 @@ TEST(ModelTest, AStallBehindANearInstantStepIsNotNoiseHoweverTheStepsTimingsSpre
   EXPECT_EQ(j["bottleneck"], "compute");
 }
 
+TEST(ModelTest, RunsSlowerThanTheStepAloneAreNoStallWhereTheLoopNeverWaited) {
+  // The real-data runs 11% slower than the step alone (a busy machine slows
+  // a step beside the pipeline): a stall, unless the loop's own count says
+  // it never waited for a batch.
+  Profile p = Example();
+  p.measured.bandwidth = 0;
+  p.measured.latency = 0;
+  p.measured.cores = 8;
+  p.measured.prep_threads = 8;
+  p.cached_rate = 940;
+  p.cold_rate = 900;
+  auto j = nlohmann::json::parse(AnalysisJson(p));
+  EXPECT_NE(j["bottleneck"], "compute");
+  p.waited = 0.01;
+  j = nlohmann::json::parse(AnalysisJson(p));
+  EXPECT_EQ(j["bottleneck"], "compute");
+  EXPECT_DOUBLE_EQ(j["profile"]["waited"].get<double>(), 0.01);
+  p.waited = 0.2;  // it did wait: the stall stands
+  EXPECT_NE(nlohmann::json::parse(AnalysisJson(p))["bottleneck"], "compute");
+}
+
 TEST(ModelTest, AStepRateWithinTheNoiseOfTheBindingLimitIsNamedComputeByTheModelToo) {
   Profile p = Example();
   p.measured.bandwidth = 0;

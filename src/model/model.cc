@@ -303,6 +303,7 @@ Result<Profile> Profile::FromJson(const std::string& text) {
     p.step_spin_cpu = j.value("step_spin_cpu", 0.0);
     p.noise = j.value("noise", 0.0);
     p.loop_overhead = j.value("loop_overhead", 0.0);
+    p.waited = j.value("waited", -1.0);
     p.hooks = j.value("hooks", 0.0);
     p.prep_cpu = j.at("prep_cpu").get<double>();
     p.fetch_cpu_miss = j.value("fetch_cpu_miss", 0.0);
@@ -318,7 +319,7 @@ Result<Profile> Profile::FromJson(const std::string& text) {
     if (p.step_rate <= 0 || p.prep_cpu < 0 || p.item_bytes < 0 || p.measured.cores <= 0 ||
         p.step_threads < 1 || p.step_rate_1 < 0 || p.step_cpu_1 < 0 || p.step_spin_cpu < 0 || p.noise < 0 ||
         p.loop_overhead < 0 || p.slot_items < 0 || p.measured.reads_in_flight < 0 || p.hooks < 0 ||
-        p.hooks > p.loop_overhead) {
+        p.hooks > p.loop_overhead || !(p.waited <= 1)) {
       return InvalidArgument("a profile needs step_rate > 0, prep_cpu >= 0, item_bytes >= 0, "
                              "measured.cores > 0, step_threads >= 1, reads_in_flight >= 0 (0: "
                              "adaptive), hooks within the loop overhead and no negative step "
@@ -335,7 +336,7 @@ std::string Profile::ToJson() const {
             {"step_threads", step_threads},     {"step_rate_1", step_rate_1},
             {"step_cpu_1", step_cpu_1},         {"step_spin_cpu", step_spin_cpu},
             {"noise", noise},
-            {"loop_overhead", loop_overhead}, {"hooks", hooks},
+            {"loop_overhead", loop_overhead}, {"hooks", hooks}, {"waited", waited},
             {"prep_cpu", prep_cpu},             {"fetch_cpu_miss", fetch_cpu_miss},
             {"fetch_cpu_hit", fetch_cpu_hit},   {"item_bytes", item_bytes},
             {"dataset_bytes", dataset_bytes},   {"dataset_items", dataset_items},

@@ -266,6 +266,7 @@ class _PacedLoader:
         self.batches, self.batch, self.ready, self.gap = batches, batch, ready, gap
         self.made = 0
         self.waited = 0.0
+        self.gaps = []  # what each gap took (a busy machine wakes a sleeper late)
 
     def set_epoch(self, epoch):
         pass
@@ -286,7 +287,8 @@ class _PacedLoader:
             if k >= self.ready:
                 t0 = time.perf_counter()
                 time.sleep(self.gap)
-                self.waited += time.perf_counter() - t0
+                self.gaps.append(time.perf_counter() - t0)
+                self.waited += self.gaps[-1]
             self.made += 1
             yield torch.zeros(self.batch, 1), torch.zeros(self.batch)
 
@@ -299,10 +301,12 @@ def test_a_timed_window_counts_only_samples_made_inside_it():
     # window opens at batch 2. The pipeline's rate is 10 / 20 ms = 500/s; the
     # old count (every batch from the one that opened the window) said ~700.
     w = _Window()
-    w.run_epoch(_PacedLoader(8, 10, ready=3, gap=0.02), lambda x, y: None, 0, 2,
-                Phase(False, total=1))
+    paced = _PacedLoader(8, 10, ready=3, gap=0.02)
+    w.run_epoch(paced, lambda x, y: None, 0, 2, Phase(False, total=1))
     assert w.samples == 50 and w.gaps == 5
-    assert w.rate == pytest.approx(500, rel=0.12)
+    # 10 samples a gap, as long as the gaps took here (20 ms or more).
+    assert w.rate <= 500 * 1.02
+    assert w.rate == pytest.approx(50 / sum(paced.gaps), rel=0.12)
     assert w.too_short()  # 5 arrivals: too few to trust
     # All of the window was waiting for data: the loop around the step took a
     # small share of it (a busy machine preempts the loop too, so its time is
@@ -382,6 +386,9 @@ def test_contradictions_are_found_and_a_consistent_report_has_none(small_pngs):
     assert contradictions(a.result) == [], a.table()
     assert a.contradictions() == []
     bad = json.loads(json.dumps(a.result))
+    bad["bottleneck"] = "compute"
+    bad["stall_noise"] = 0.05
+    bad["profile"]["waited"] = 0.2
     bad["breakdown"] = {"compute": 0.79, "prep_stall": 0.07, "fetch_stall": 0.14}
     assert any("measured stall" in c for c in contradictions(bad))
     bad["recommendation"]["config"]["cores"] = 8
@@ -427,9 +434,11 @@ def test_python_hooks_are_a_stage_of_their_own(small_pngs):
     loader = nostall.Loader(small_pngs, batch_size=16, mode="L", hook_threads=1,
                             transforms=[nostall.Resize((8, 8)), slow_hook])
     a = run(loader, sleeper(0.002), items=128)
-    # What a hook took here (a busy machine wakes a sleeper late).
+    # At least what a hook took here (a busy machine wakes a sleeper late),
+    # and no more than a sample took in the loop.
     import statistics
-    assert a.profile["hooks"] == pytest.approx(statistics.median(slow_hook.took), rel=0.4), a.table()
+    assert statistics.median(slow_hook.took) * 0.9 <= a.profile["hooks"], a.table()
+    assert a.profile["hooks"] <= 1 / min(a.profile["cold_rate"], a.profile["cached_rate"]), a.table()
     assert a.profile["hooks"] <= a.profile["loop_overhead"]
     b = a.breakdown
     assert b["hooks"] > 3 * b["compute"], b

@@ -130,11 +130,14 @@ def test_workers_beside_the_loop_show_their_period(tmp_path):
     assert t.facts["loader_period_s"] >= BATCH * 0.006 / 2 * 0.95
     assert t.facts["loader_period_s"] == pytest.approx(measured, rel=0.35), timings
     assert t.step_s == pytest.approx(measured, rel=0.1), timings
-    # Twice as fast a loader: the step is bound by whichever is slower.
+    # Twice as fast a loader: the step is bound by whichever is slower, the
+    # loader or the loop's own work and taking each batch from the workers
+    # (the least wait seen: on a busy machine, milliseconds).
     fast = t.predict(loader_speedup=2)
     free = t.predict(loader="free")
-    assert fast["step_s"] == pytest.approx(max(t.facts["loader_period_s"] / 2, free["step_s"]),
-                                           rel=0.2)
+    loop = free["step_s"] + t.facts["wait_floor_s"]
+    assert fast["step_s"] == pytest.approx(max(t.facts["loader_period_s"] / 2, loop), rel=0.2), \
+        (fast["step_s"], t.facts["loader_period_s"], free["step_s"], t.facts["wait_floor_s"])
     # Replacing a worker-process loader takes the loop's CPU at its least contended.
     assert 0 < t.facts["least_contended"] <= 1
 
