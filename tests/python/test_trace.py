@@ -127,7 +127,9 @@ def test_workers_beside_the_loop_show_their_period(tmp_path):
     # The loop is bound by the workers: its step, as measured beside the
     # trace, is their period (on a busy machine both stretch alike).
     measured = sum(s for _, s in timings) / len(timings)
-    assert t.facts["loader_period_s"] >= BATCH * 0.006 / 2 * 0.95
+    # (No less than the workers' sleeps allow, but for batches the workers
+    # had ready before the traced steps, which shorten the period seen.)
+    assert t.facts["loader_period_s"] >= BATCH * 0.006 / 2 * 0.8
     assert t.facts["loader_period_s"] == pytest.approx(measured, rel=0.35), timings
     assert t.step_s == pytest.approx(measured, rel=0.1), timings
     # Twice as fast a loader: the step is bound by whichever is slower, the
