@@ -30,6 +30,17 @@ Profile Example() {
   return p;
 }
 
+// Example() with storage unlimited and 8 cores, each with a prep thread:
+// the model binds on nothing the tests below do not set.
+Profile ExampleOnEightCoresWithoutStorageLimits() {
+  Profile p = Example();
+  p.measured.bandwidth = 0;
+  p.measured.latency = 0;
+  p.measured.cores = 8;
+  p.measured.prep_threads = 8;
+  return p;
+}
+
 TEST(ModelTest, EachLimitIsItsFormula) {
   Prediction r = Predict(Example(), Example().measured);
   EXPECT_DOUBLE_EQ(r.limits[static_cast<int>(Limit::kCompute)], 1000);
@@ -327,11 +338,7 @@ TEST(ModelTest, ContentionCalibratedOnACrowdedRunStaysWithCrowdedRuns) {
 }
 
 TEST(ModelTest, DifferencesWithinTheMachinesMeasuredNoiseAreNotDisagreements) {
-  Profile p = Example();
-  p.measured.bandwidth = 0;
-  p.measured.latency = 0;
-  p.measured.cores = 8;
-  p.measured.prep_threads = 8;
+  Profile p = ExampleOnEightCoresWithoutStorageLimits();
   p.cached_rate = 1000;
   p.cold_rate = 880;  // 12% under the model's 1,000
   auto j = nlohmann::json::parse(AnalysisJson(p));
@@ -367,11 +374,7 @@ TEST(ModelTest, RunsSlowerThanTheStepAloneAreNoStallWhereTheLoopNeverWaited) {
   // The real-data runs 11% slower than the step alone (a busy machine slows
   // a step beside the pipeline): a stall, unless the loop's own count says
   // it never waited for a batch.
-  Profile p = Example();
-  p.measured.bandwidth = 0;
-  p.measured.latency = 0;
-  p.measured.cores = 8;
-  p.measured.prep_threads = 8;
+  Profile p = ExampleOnEightCoresWithoutStorageLimits();
   p.cached_rate = 940;
   p.cold_rate = 900;
   auto j = nlohmann::json::parse(AnalysisJson(p));
@@ -406,11 +409,7 @@ TEST(ModelTest, AStepRateWithinTheNoiseOfTheBindingLimitIsNamedComputeByTheModel
 }
 
 TEST(ModelTest, TheBottleneckAgreesWithTheMeasuredStalls) {
-  Profile p = Example();
-  p.measured.bandwidth = 0;
-  p.measured.latency = 0;
-  p.measured.cores = 8;
-  p.measured.prep_threads = 8;
+  Profile p = ExampleOnEightCoresWithoutStorageLimits();
   // The pipeline keeps up (cached at G), but the cold run was 20% slower and
   // nothing in the model explains it: the fetch stall is printed, so the
   // bottleneck is fetch, the model's view is kept apart and the gap named.
