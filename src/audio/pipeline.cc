@@ -103,10 +103,10 @@ struct Sink {
 };
 
 // The whole run, with or without the samples.
-Status Run(const Spec& spec, AudioFile* file, const AudioInfo& info, const Key& key, const Sink& sink,
+Status Run(const Spec& spec, AudioFile* file, const AudioInfo& info, const SampleKey& key, const Sink& sink,
            Scratch* s, json* trace) {
   NOSTALL_RETURN_IF_ERROR(CheckChannels(spec, info));
-  Philox rng(key.seed ^ 0x617564696f5f7267ULL, static_cast<uint64_t>(key.epoch), static_cast<uint64_t>(key.index));
+  Philox rng = key.Stream(SampleStream::kAudio);
   json drawn = json::array();
   const std::vector<Op>& ops = spec.ops;
   // The crop that decides what is decoded: the first, when only resampling
@@ -473,7 +473,7 @@ Status Run(const Spec& spec, AudioFile* file, const AudioInfo& info, const Key& 
 
 }  // namespace
 
-Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const Key& key, float* dst,
+Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleKey& key, float* dst,
                Scratch* scratch, json* trace) {
   AudioFile file;
   NOSTALL_RETURN_IF_ERROR(file.Open(data, size));
@@ -482,7 +482,7 @@ Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const Key& ke
   return Run(spec, &file, file.info(), key, sink, scratch, trace);
 }
 
-Status Apply(const Spec& spec, const uint8_t* data, size_t size, const Key& key, std::vector<float>* out,
+Status Apply(const Spec& spec, const uint8_t* data, size_t size, const SampleKey& key, std::vector<float>* out,
              std::vector<int64_t>* shape, json* trace) {
   AudioFile file;
   NOSTALL_RETURN_IF_ERROR(file.Open(data, size));
@@ -493,7 +493,7 @@ Status Apply(const Spec& spec, const uint8_t* data, size_t size, const Key& key,
   return Run(spec, &file, file.info(), key, sink, &scratch, trace);
 }
 
-Status Trace(const Spec& spec, const AudioInfo& info, const Key& key, json* out) {
+Status Trace(const Spec& spec, const AudioInfo& info, const SampleKey& key, json* out) {
   Scratch scratch;
   return Run(spec, nullptr, info, key, Sink(), &scratch, out);
 }

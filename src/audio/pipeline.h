@@ -27,6 +27,7 @@
 
 #include "audio/decode.h"
 #include "audio/dsp.h"
+#include "common/sample_key.h"
 #include "nostall/status.h"
 
 namespace nostall::audio {
@@ -94,25 +95,19 @@ struct Scratch {
   std::map<std::tuple<int64_t, int64_t, int, double, int, double>, ResampleKernel> kernels;
 };
 
-struct Key {
-  uint64_t seed;
-  int64_t epoch;
-  int64_t index;
-};
-
 // One sample from its file's bytes into `dst` (Shape(), float32), or a
 // DataError naming what is wrong with the file. With `trace`, the drawn
 // parameters and the source frames decoded are written there
 // (nostall.audio.sample_params).
-Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const Key& key, float* dst,
+Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleKey& key, float* dst,
                Scratch* scratch, nlohmann::json* trace);
 
 // One sample of any shape (`fixed` need not hold): nostall.audio.apply.
-Status Apply(const Spec& spec, const uint8_t* data, size_t size, const Key& key, std::vector<float>* out,
+Status Apply(const Spec& spec, const uint8_t* data, size_t size, const SampleKey& key, std::vector<float>* out,
              std::vector<int64_t>* shape, nlohmann::json* trace);
 
 // The parameters a file of `info` would be given, without decoding it.
-Status Trace(const Spec& spec, const AudioInfo& info, const Key& key, nlohmann::json* out);
+Status Trace(const Spec& spec, const AudioInfo& info, const SampleKey& key, nlohmann::json* out);
 
 }  // namespace nostall::audio
 

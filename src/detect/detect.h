@@ -89,19 +89,13 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const nlohmann::json& j, const 
 // Bytes the output targets of one sample take at most (its field room).
 size_t TargetsRoom(const Spec& spec, uint32_t max_count, int out_h, int out_w);
 
-struct Key {
-  uint64_t seed;
-  int64_t epoch;
-  int64_t index;
-};
-
 // One sample: the image (`image`) and its annotations in record form
 // (`record`; empty: none) to the out_h x out_w image at `dst` (as `prep`
 // lays it out) and the output targets at `targets` (at most `room` bytes;
 // their length in *targets_len). A sample whose output size is not
 // (out_h, out_w) is a DataError.
 Status Prepare(const Spec& spec, const PrepSpec& prep, const uint8_t* image, size_t image_size,
-               const uint8_t* record, size_t record_size, const Key& key, int out_h, int out_w,
+               const uint8_t* record, size_t record_size, const SampleKey& key, int out_h, int out_w,
                void* dst, uint8_t* targets, size_t room, int64_t* targets_len, PrepScratch* scratch);
 
 // What sample `key` of a width x height image with these annotations is
@@ -109,7 +103,7 @@ Status Prepare(const Spec& spec, const PrepSpec& prep, const uint8_t* image, siz
 // size, the boxes, labels and crowd flags after every step (and which
 // annotations were kept, by their index in the input).
 Status Trace(const Spec& spec, int width, int height, const uint8_t* record, size_t record_size,
-             const Key& key, nlohmann::json* out);
+             const SampleKey& key, nlohmann::json* out);
 
 }  // namespace nostall::detect
 

@@ -220,9 +220,9 @@ bool IsGeometric(StepKind k) {
 // The geometry of one sample: each step's draws (from the sample's stream)
 // and rules, in order. Pixel ops draw from their own stream, when the pixels
 // are made (so that adding one does not change the crops).
-Status RunGeometry(const Spec& spec, int width, int height, const Targets& t, const Key& key,
+Status RunGeometry(const Spec& spec, int width, int height, const Targets& t, const SampleKey& key,
                    State* s, json* trace) {
-  Philox rng(key.seed, static_cast<uint64_t>(key.epoch), static_cast<uint64_t>(key.index));
+  Philox rng = key.Stream(SampleStream::kGeometry);
   s->cw = width;
   s->ch = height;
   for (size_t k = 0; k < t.instances.size(); ++k) {
@@ -423,11 +423,6 @@ void WriteOut(const Spec& spec, const PrepSpec& prep, const uint8_t* src, int h,
   }
 }
 
-Philox OpsRng(const Key& key) {  // the image pipeline's ops stream (prep.cc)
-  return Philox(key.seed ^ 0x6f70735f72616e64ULL, static_cast<uint64_t>(key.epoch),
-                static_cast<uint64_t>(key.index));
-}
-
 void PixelOps(const Spec& spec, bool before, int first_geometry, const ImageView& img, Philox& rng,
               OpScratch& scratch) {
   for (size_t i = 0; i < spec.steps.size(); ++i) {
@@ -442,7 +437,7 @@ void PixelOps(const Spec& spec, bool before, int first_geometry, const ImageView
 // the fill where the canvas lies outside the source), pixel ops before the
 // geometry run on it, then one resample to the output.
 Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, size_t size, int width,
-                   int height, const State& s, const Key& key, void* dst, PrepScratch* scratch) {
+                   int height, const State& s, const SampleKey& key, void* dst, PrepScratch* scratch) {
   const int c = prep.channels();
   const int out_w = s.cw, out_h = s.ch;
   uint8_t fill[3] = {0, 0, 0};
@@ -462,7 +457,7 @@ Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, 
   const int px0 = static_cast<int>(std::floor(rx + 1e-6)), py0 = static_cast<int>(std::floor(ry + 1e-6));
   const int px1 = static_cast<int>(std::ceil(rx + rw - 1e-6)), py1 = static_cast<int>(std::ceil(ry + rh - 1e-6));
   const int ix0 = std::max(px0, 0), iy0 = std::max(py0, 0), ix1 = std::min(px1, width), iy1 = std::min(py1, height);
-  Philox ops_rng = OpsRng(key);
+  Philox ops_rng = key.Stream(SampleStream::kPixelOps);
   std::vector<uint8_t>& resized = scratch->resized;
   resized.resize(static_cast<size_t>(out_h) * out_w * c + 4);
   if (ix1 <= ix0 || iy1 <= iy0) {  // the output shows none of the image
@@ -566,7 +561,7 @@ Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, 
 }  // namespace
 
 Status Prepare(const Spec& spec, const PrepSpec& prep, const uint8_t* image, size_t image_size,
-               const uint8_t* record, size_t record_size, const Key& key, int out_h, int out_w,
+               const uint8_t* record, size_t record_size, const SampleKey& key, int out_h, int out_w,
                void* dst, uint8_t* targets, size_t room, int64_t* targets_len, PrepScratch* scratch) {
   int width = 0, height = 0;
   NOSTALL_RETURN_IF_ERROR(ProbeImageSize(image, image_size, &width, &height));
@@ -595,7 +590,7 @@ Status Prepare(const Spec& spec, const PrepSpec& prep, const uint8_t* image, siz
 }
 
 Status Trace(const Spec& spec, int width, int height, const uint8_t* record, size_t record_size,
-             const Key& key, json* out) {
+             const SampleKey& key, json* out) {
   if (width <= 0 || height <= 0) return InvalidArgument("width and height must be positive");
   Targets t;
   if (record_size > 0) {

@@ -9,6 +9,7 @@
 
 #include "audio/pipeline.h"
 #include "common/philox.h"
+#include "common/sample_key.h"
 #include "nostall/transforms.h"
 #include "ops/op.h"
 #include "ops/plan.h"
@@ -232,7 +233,7 @@ Status ShortSideSize(int cur_w, int cur_h, int short_side, int max_size, int* ou
 
 Status PlanSample(const PrepSpec& spec, int src_w, int src_h, uint64_t seed, int64_t epoch,
                   int64_t sample_index, SamplePlan* plan) {
-  Philox rng(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(sample_index));
+  Philox rng = SampleKey{seed, epoch, sample_index}.Stream(SampleStream::kGeometry);
   double rx = 0, ry = 0, rw = src_w, rh = src_h;  // R, in source pixels
   int cur_w = src_w, cur_h = src_h;
   bool flip = false;

@@ -53,13 +53,6 @@ void WriteOut(const uint8_t* src, int h, int w, int c, bool flip, bool nchw, con
   if (!flip && !nchw) WriteOutImpl<Out, false, false>(src, h, w, c, a, b, dst);
 }
 
-// The ops' own stream: the geometry's draws (PlanSample) are unchanged by
-// adding ops, and the ops' depend on (seed, epoch, index) alone.
-Philox OpsRng(const PrepKey& key) {
-  return Philox(key.seed ^ 0x6f70735f72616e64ULL, static_cast<uint64_t>(key.epoch),
-                static_cast<uint64_t>(key.sample_index));
-}
-
 size_t FirstOp(const PrepSpec& spec) {
   for (size_t i = 0; i < spec.transforms.size(); ++i) {
     if (spec.transforms[i].kind == TransformKind::kOp) return i;
@@ -128,13 +121,13 @@ void ClipRegion(const SamplePlan& plan, DecodedRegion* r) {
 
 }  // namespace
 
-Status TraceSample(const PrepSpec& spec, int src_w, int src_h, const PrepKey& key,
+Status TraceSample(const PrepSpec& spec, int src_w, int src_h, const SampleKey& key,
                    nlohmann::json* out) {
   SamplePlan plan;
   NOSTALL_RETURN_IF_ERROR(
-      PlanSample(spec, src_w, src_h, key.seed, key.epoch, key.sample_index, &plan));
+      PlanSample(spec, src_w, src_h, key.seed, key.epoch, key.index, &plan));
   nlohmann::json ops = nlohmann::json::array();
-  Philox rng = OpsRng(key);
+  Philox rng = key.Stream(SampleStream::kPixelOps);
   OpScratch scratch;
   // The geometry: the box onto the output, the leading flip, then each op
   // that moves pixels.
@@ -169,10 +162,10 @@ Status ProbeImageSize(const uint8_t* data, size_t size, int* width, int* height)
   return Status::OK();
 }
 
-Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, const PrepKey& key,
+Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, const SampleKey& key,
                      int out_h, int out_w, void* dst, PrepScratch* scratch) {
   if (spec.audio) {
-    return audio::Prepare(*spec.audio, data, size, {key.seed, key.epoch, key.sample_index},
+    return audio::Prepare(*spec.audio, data, size, key,
                           static_cast<float*>(dst), &scratch->audio, nullptr);
   }
   int src_w = 0, src_h = 0;
@@ -185,7 +178,7 @@ Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, con
   }
   SamplePlan plan;
   NOSTALL_RETURN_IF_ERROR(
-      PlanSample(spec, src_w, src_h, key.seed, key.epoch, key.sample_index, &plan));
+      PlanSample(spec, src_w, src_h, key.seed, key.epoch, key.index, &plan));
   if (plan.out_w != out_w || plan.out_h != out_h) {
     return DataError("image gives a " + std::to_string(plan.out_w) + "x" +
                      std::to_string(plan.out_h) + " sample but the batch is " +
@@ -222,7 +215,7 @@ Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, con
       b[k] = static_cast<float>(-t.mean[k] / t.std[k]);
     }
   }
-  Philox rng = OpsRng(key);
+  Philox rng = key.Stream(SampleStream::kPixelOps);
   const OutputView out{dst, spec.dtype == DType::kFloat32, nchw, out_h, out_w, c};
   // Nothing between the resample and the layout: resample straight into the
   // planes, normalised and flipped on the way (pixels written once).
@@ -285,7 +278,7 @@ Result<std::string> TraceSampleJson(const PrepSpec& spec, int src_w, int src_h, 
                                     int64_t epoch, int64_t index) {
   NOSTALL_RETURN_IF_ERROR(spec.Validate());
   nlohmann::json out;
-  NOSTALL_RETURN_IF_ERROR(TraceSample(spec, src_w, src_h, PrepKey{seed, epoch, index}, &out));
+  NOSTALL_RETURN_IF_ERROR(TraceSample(spec, src_w, src_h, SampleKey{seed, epoch, index}, &out));
   return out.dump();
 }
 

@@ -11,6 +11,7 @@
 
 #include "nostall/transforms.h"
 #include "audio/pipeline.h"
+#include "common/sample_key.h"
 #include "ops/op.h"
 #include "kernels/resample.h"
 
@@ -27,21 +28,16 @@ struct PrepScratch {
   audio::Scratch audio;
 };
 
-struct PrepKey {
-  uint64_t seed;
-  int64_t epoch;
-  int64_t sample_index;  // the item's index in the dataset
-};
 
 // Writes one out_h x out_w sample (as `spec` lays it out) to `dst`; the
 // output size must equal (out_h, out_w) or the sample is a DataError.
-Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, const PrepKey& key,
+Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, const SampleKey& key,
                      int out_h, int out_w, void* dst, PrepScratch* scratch);
 
 // The parameters sample `key` of a src_w x src_h image would be augmented
 // with, without touching pixels: {"box": [x, y, w, h] (source pixels),
 // "size": [h, w], "flip": bool, "ops": [one object per op draw]}.
-Status TraceSample(const PrepSpec& spec, int src_w, int src_h, const PrepKey& key,
+Status TraceSample(const PrepSpec& spec, int src_w, int src_h, const SampleKey& key,
                    nlohmann::json* out);
 
 // Reads just the header: the size of the image in `data`.
