@@ -31,7 +31,7 @@ export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_f
 PYTEST_WORKERS ?= auto
 TORCHVISION_WHEEL := torchvision==0.28.0
 
-.PHONY: all deps venv install generate demo test check test-cpp test-python check-python test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start bench-audio bench-detection bench-parquet bench-trace wheel wheel-check sdist wheel-test clean
+.PHONY: all deps venv install generate demo test check test-cpp test-python check-python build-sanitizers build-asan build-tsan test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start bench-audio bench-detection bench-parquet bench-trace wheel wheel-check sdist wheel-test clean
 
 all: install
 
@@ -44,10 +44,18 @@ deps: .make/deps
 	fi
 	@mkdir -p .make && touch $@
 
-venv: .make/venv
-.make/venv: .make/deps Makefile constraints.txt
+# What building the C++ needs first (CMake, Ninja, nanobind, and pyarrow,
+# whose Arrow C++ libraries the Parquet reader links), so that the C++ trees
+# can build while the rest installs (.ci/run).
+BUILD_PACKAGES := cmake ninja nanobind scikit-build-core pyarrow numpy
+.make/build-tools: .make/deps Makefile constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c constraints.txt $(BUILD_PACKAGES)
+	@mkdir -p .make && touch $@
+
+venv: .make/venv
+.make/venv: .make/build-tools
 	$(PIP) install -q -c constraints.txt $(PY_PACKAGES)
 	# torchvision's wheel, not installed (it does not import beside this
 	# torch): the tests import its transforms' Python code from it.
@@ -144,18 +152,26 @@ ASAN_TREE := CC=clang-16 CXX=clang++-16 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmak
 	fi
 	@mkdir -p .make && touch $@
 
-test-asan: .make/venv .make/clang
+# The sanitizer trees alone, built (CI builds them beside `make test`'s
+# tests, at the lowest priority: .ci/run).
+build-sanitizers: build-asan build-tsan
+
+build-asan: .make/build-tools .make/clang
 	$(ASAN_TREE)
+
+test-asan: build-asan .make/venv
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  $(BIN)/ctest --test-dir build/asan --output-on-failure -j2
 
 # The C++ tests that start threads under ThreadSanitizer (the crash tests fork and kill real
 # processes; TSan follows the parent and checks every thread it starts).
-test-tsan: .make/venv .make/clang
+build-tsan: .make/build-tools .make/clang
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake -S . -B build/tsan -G Ninja -DCMAKE_LINKER_TYPE=MOLD \
 	  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
-	  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DNOSTALL_TSAN=ON -DNOSTALL_BUILD_TESTS=ON
+	  "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DNOSTALL_TSAN=ON -DNOSTALL_BUILD_TESTS=ON >/dev/null
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake --build build/tsan
+
+test-tsan: build-tsan .make/venv
 	# (libarrow's jemalloc starts a background thread as it loads; TSan
 	# refuses a child that starts threads after a multi-threaded fork, which
 	# the fault tests do: without that thread the fork is single-threaded.)

@@ -17,7 +17,8 @@
 
 namespace nostall {
 
-class ImageOp;  // src/ops/op.h
+class ImageOp;    // src/ops/op.h
+struct OpSchema;  // src/ops/schema.h
 namespace audio {
 struct Spec;  // src/audio/pipeline.h
 }
@@ -55,6 +56,9 @@ struct Transform {
   std::string op_name;
   std::string op_args;
   std::shared_ptr<const ImageOp> op;
+  // Its schema (name, arguments, role), set when read from a spec; else
+  // found from `kind` (SchemaOf, src/ops/op.h).
+  const OpSchema* schema = nullptr;
 };
 
 enum class DType { kUint8, kFloat32 };

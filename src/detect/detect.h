@@ -48,6 +48,9 @@ enum class StepKind {
 struct Step {
   StepKind kind;
   std::string name;
+  // Its schema says it moves pixels (ops/schema.h): the boxes and masks go
+  // through its rule; what comes after it is in the output's frame.
+  bool moves_pixels = false;
   double p = 0.5;
   // ZoomOut
   std::vector<double> fill;

@@ -211,12 +211,6 @@ void Sanitize(const Step& st, State* s, json* trace) {
   s->kept = std::move(kept);
 }
 
-bool IsGeometric(StepKind k) {
-  return k == StepKind::kZoomOut || k == StepKind::kIoUCrop || k == StepKind::kResizedCrop ||
-         k == StepKind::kResize || k == StepKind::kCenterCrop || k == StepKind::kHFlip ||
-         k == StepKind::kVFlip;
-}
-
 // The geometry of one sample: each step's draws (from the sample's stream)
 // and rules, in order. Pixel ops draw from their own stream, when the pixels
 // are made (so that adding one does not change the crops).
@@ -233,7 +227,7 @@ Status RunGeometry(const Spec& spec, int width, int height, const Targets& t, co
   }
   for (size_t i = 0; i < spec.steps.size(); ++i) {
     const Step& st = spec.steps[i];
-    if (IsGeometric(st.kind) && s->first_geometry < 0) s->first_geometry = static_cast<int>(i);
+    if (st.moves_pixels && s->first_geometry < 0) s->first_geometry = static_cast<int>(i);
     switch (st.kind) {
       case StepKind::kZoomOut: {
         // _RandomApplyTransform: the coin first, then get_params.
@@ -427,7 +421,7 @@ void PixelOps(const Spec& spec, bool before, int first_geometry, const ImageView
               OpScratch& scratch) {
   for (size_t i = 0; i < spec.steps.size(); ++i) {
     const Step& s = spec.steps[i];
-    if (s.kind != StepKind::kPixelOp || s.transform.op->on_output()) continue;
+    if (s.kind != StepKind::kPixelOp || OnTensor(s.transform)) continue;
     const bool is_before = first_geometry < 0 ? false : static_cast<int>(i) < first_geometry;
     if (is_before == before) s.transform.op->Apply(img, rng, scratch, nullptr);
   }
@@ -489,7 +483,7 @@ Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, 
     const bool pre_ops = [&] {
       for (int i = 0; i < s.first_geometry; ++i) {
         const Step& st = spec.steps[static_cast<size_t>(i)];
-        if (st.kind == StepKind::kPixelOp && !st.transform.op->on_output()) return true;
+        if (st.kind == StepKind::kPixelOp && !OnTensor(st.transform)) return true;
       }
       return false;
     }();
@@ -553,7 +547,7 @@ Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, 
   WriteOut(spec, prep, resized.data(), out_h, out_w, dst);
   const OutputView out{dst, prep.dtype == DType::kFloat32, prep.layout == Layout::kNCHW, out_h, out_w, c};
   for (const Step& st : spec.steps) {
-    if (st.kind == StepKind::kPixelOp && st.transform.op->on_output()) st.transform.op->ApplyOutput(out, ops_rng, nullptr);
+    if (st.kind == StepKind::kPixelOp && OnTensor(st.transform)) st.transform.op->ApplyOutput(out, ops_rng, nullptr);
   }
   return Status::OK();
 }

@@ -1,7 +1,6 @@
 // A spec's "detection" object read and checked (detect.h).
 #include <algorithm>
 #include <cmath>
-#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -13,14 +12,6 @@ namespace nostall::detect {
 namespace {
 
 using json = nlohmann::json;
-
-// Ops that move pixels: the boxes would have to follow them, which they
-// do not yet.
-const std::set<std::string>& MovingOps() {
-  static const std::set<std::string> s = {"RandomRotation", "RandomAffine", "TrivialAugmentWide",
-                                          "RandAugment", "AutoAugment"};
-  return s;
-}
 
 Status ReadBoxStep(const json& e, size_t i, const std::string& type, Step* step, json* resolved) {
   const OpSchema* schema = FindTransformSchema(type);
@@ -72,12 +63,6 @@ Status ReadBoxStep(const json& e, size_t i, const std::string& type, Step* step,
   return Status::OK();
 }
 
-bool Geometric(StepKind k) {
-  return k == StepKind::kZoomOut || k == StepKind::kIoUCrop || k == StepKind::kResizedCrop ||
-         k == StepKind::kResize || k == StepKind::kCenterCrop || k == StepKind::kHFlip ||
-         k == StepKind::kVFlip;
-}
-
 }  // namespace
 
 Result<std::shared_ptr<const Spec>> SpecFromJson(const json& j, const PrepSpec& prep, bool fixed) {
@@ -96,7 +81,6 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& j, const PrepSpec& 
   const json list = j.value("transforms", json::array());
   if (!list.is_array()) return InvalidArgument("detection.transforms must be a list");
   json resolved = json::array();
-  int normalize_at = -1, output_op_at = -1;
   for (size_t i = 0; i < list.size(); ++i) {
     const json& e = list[i];
     const std::string where = "detection.transforms[" + std::to_string(i) + "]";
@@ -136,15 +120,14 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& j, const PrepSpec& 
           step.kind = StepKind::kNormalize;
           break;
         case TransformKind::kOp:
-          if (MovingOps().count(t.op_name) != 0) {
+          if (t.op_name == "RandomVerticalFlip") {
+            step.kind = StepKind::kVFlip;
+            step.p = json::parse(t.op_args).value("p", 0.5);
+          } else if (SchemaOf(t).moves_pixels) {
             return InvalidArgument(where + " (" + t.op_name +
                                    "): it moves pixels, and boxes and masks do not follow it in a "
                                    "detection spec; use RandomZoomOut, RandomIoUCrop, "
                                    "RandomResizedCrop, Resize, CenterCrop or the flips");
-          }
-          if (t.op_name == "RandomVerticalFlip") {
-            step.kind = StepKind::kVFlip;
-            step.p = json::parse(t.op_args).value("p", 0.5);
           } else {
             step.kind = StepKind::kPixelOp;
           }
@@ -152,23 +135,7 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& j, const PrepSpec& 
       }
       step.transform = t;
     }
-    if (step.kind == StepKind::kNormalize) {
-      if (normalize_at >= 0) return InvalidArgument(where + ": Normalize is given twice");
-      normalize_at = static_cast<int>(i);
-    }
-    const bool on_output = step.kind == StepKind::kPixelOp && step.transform.op->on_output();
-    if (on_output && output_op_at < 0) output_op_at = static_cast<int>(i);
-    if (normalize_at >= 0 && static_cast<int>(i) > normalize_at && !on_output &&
-        step.kind != StepKind::kSanitize && step.kind != StepKind::kClamp) {
-      return InvalidArgument(where + " (" + type + ") must come before Normalize, which gives the "
-                             "float32 tensor");
-    }
-    if (output_op_at >= 0 && static_cast<int>(i) > output_op_at && (Geometric(step.kind) ||
-        step.kind == StepKind::kNormalize || (step.kind == StepKind::kPixelOp && !on_output))) {
-      return InvalidArgument(where + " (" + type + ") must come before " +
-                             list[output_op_at]["type"].get<std::string>() +
-                             ", which works on the tensor");
-    }
+    step.moves_pixels = FindTransformSchema(type)->moves_pixels;
     resolved.push_back(r);
     spec->steps.push_back(std::move(step));
   }
@@ -191,25 +158,17 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& j, const PrepSpec& 
   }
   spec->out_h = h;
   spec->out_w = w;
-  if (normalize_at >= 0 && prep.dtype != DType::kFloat32) {
-    return InvalidArgument("detection: Normalize needs dtype float32");
-  }
+  // The rules every transform list keeps (ops/order.cc); a step of its own
+  // (the box steps) is checked by its role alone.
+  std::vector<ListEntry> entries;
   for (const Step& s : spec->steps) {
-    if (s.kind == StepKind::kNormalize &&
-        (s.transform.mean.size() != static_cast<size_t>(prep.channels()) ||
-         s.transform.std.size() != s.transform.mean.size())) {
-      return InvalidArgument("detection: Normalize's mean and std need " +
-                             std::to_string(prep.channels()) + " values");
-    }
-    if (s.kind == StepKind::kPixelOp) {
-      if (prep.dtype != DType::kFloat32 && !s.transform.op->needs_float32().empty()) {
-        return InvalidArgument("detection: " + s.name + ": " + s.transform.op->needs_float32());
-      }
-      if (s.transform.op->output_channels() != 0 && s.transform.op->output_channels() != prep.channels()) {
-        return InvalidArgument("detection: " + s.name + " makes another channel count than mode gives");
-      }
-    }
+    const bool own = s.kind == StepKind::kZoomOut || s.kind == StepKind::kIoUCrop ||
+                     s.kind == StepKind::kSanitize || s.kind == StepKind::kClamp;
+    entries.push_back({own ? nullptr : &s.transform, FindTransformSchema(s.name)});
   }
+  NOSTALL_RETURN_IF_ERROR(CheckTransformList(
+      entries, prep.dtype, prep.channels(), /*geometry_first=*/false,
+      [](size_t i) { return "detection.transforms[" + std::to_string(i) + "]: "; }));
   spec->resolved = {{"transforms", resolved},
                     {"box_format", annotations::BoxFormatName(spec->box_format)},
                     {"masks", spec->masks}};

@@ -317,7 +317,8 @@ const OpSchema& TrivialAugmentWideSchema() {
       "TrivialAugmentWide",
       "One of torchvision's TrivialAugmentWide ops per sample, at a magnitude drawn from the "
       "grid.",
-      {Bins(), Interpolation(), Fill()}};
+      {Bins(), Interpolation(), Fill()},
+      OpRole::kPixels, true};
   return s;
 }
 
@@ -326,7 +327,8 @@ const OpSchema& RandAugmentSchema() {
       "RandAugment", "num_ops ops drawn per sample from torchvision's RandAugment list.",
       {IntArg("num_ops", 2, 0, 100, "ops per sample"),
        IntArg("magnitude", 9, 0, 999, "the magnitude, below num_magnitude_bins"), Bins(),
-       Interpolation(), Fill()}};
+       Interpolation(), Fill()},
+      OpRole::kPixels, true};
   return s;
 }
 
@@ -337,7 +339,8 @@ const OpSchema& AutoAugmentSchema() {
       "its probability and magnitude.",
       {ChoiceArg("policy", "imagenet", {"imagenet", "cifar10", "svhn"},
                  "AutoAugmentPolicy: IMAGENET, CIFAR10 or SVHN"),
-       Interpolation(), Fill()}};
+       Interpolation(), Fill()},
+      OpRole::kPixels, true};
   return s;
 }
 

@@ -16,7 +16,8 @@ std::vector<OpSchema> BoxSchemas() {
        "are padded with 0. Detection specs only.",
        {FillArg("fill", 0, "the canvas's colour: a number or one per channel, 0-255"),
         PairArg("side_range", 1.0, 4.0, 1.0, 64.0, "the canvas's side as a multiple of the image's"),
-        FloatArg("p", 0.5, 0, 1, "the probability of zooming out")}},
+        FloatArg("p", 0.5, 0, 1, "the probability of zooming out")},
+       OpRole::kGeometry, true, true},
       {"RandomIoUCrop",
        "SSD's random crop: a minimum IoU drawn from sampler_options (1.0 or more: no crop), then up "
        "to trials crops of min_scale..max_scale of each side until one holds a box centre and "
@@ -28,21 +29,24 @@ std::vector<OpSchema> BoxSchemas() {
         FloatArg("max_aspect_ratio", 2.0, 0, 1e6, "the crop's largest width / height"),
         AnyArg("sampler_options", nullptr, "Sequence[float] | None",
                "the minimum IoUs drawn from (None: [0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0])"),
-        IntArg("trials", 40, 1, 100000, "crops tried per drawn IoU")}},
+        IntArg("trials", 40, 1, 100000, "crops tried per drawn IoU")},
+       OpRole::kGeometry, true, true},
       {"SanitizeBoundingBoxes",
        "Remove the boxes (with their labels and masks) narrower or lower than min_size, of less "
        "area than min_area, or outside the image, as v2's. Detection specs only.",
        {FloatArg("min_size", 1.0, 0, 1e9, "the smallest width and height kept"),
         FloatArg("min_area", 1.0, 0, 1e18, "the smallest area kept"),
         AcceptedOnly(AnyArg("labels_getter", "default", "str",
-                            "'default' only: the labels are the annotations' own"))}},
-      {"ClampBoundingBoxes", "Clamp the boxes to the image. Detection specs only.", {}},
+                            "'default' only: the labels are the annotations' own"))},
+       OpRole::kBoxes, false, true},
+      {"ClampBoundingBoxes", "Clamp the boxes to the image. Detection specs only.", {},
+       OpRole::kBoxes, false, true},
   };
 }
 
 bool IsBoxTransform(const std::string& type) {
-  return type == "RandomZoomOut" || type == "RandomIoUCrop" || type == "SanitizeBoundingBoxes" ||
-         type == "ClampBoundingBoxes";
+  const OpSchema* schema = FindTransformSchema(type);
+  return schema != nullptr && schema->needs_boxes;
 }
 
 }  // namespace nostall

@@ -11,6 +11,7 @@
 #define NOSTALL_OPS_OP_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,15 +56,14 @@ class ImageOp {
   // parameters to it as JSON (nostall.transforms.sample_params).
   virtual void Apply(const ImageView& img, Philox& rng, OpScratch& scratch,
                      nlohmann::json* trace) const {}
-  // True for ops on the laid-out tensor (after Normalize): ApplyOutput runs
-  // instead of Apply.
-  virtual bool on_output() const { return false; }
   // Non-empty when the op cannot write a uint8 output (the reason).
   virtual std::string needs_float32() const { return ""; }
   // The channel count the op makes (0: whatever it is given). The batch's
   // channels are fixed by `mode`: a pipeline whose mode gives others is
   // refused when the loader is made.
   virtual int output_channels() const { return 0; }
+  // Ops whose schema's role is OpRole::kTensor (after Normalize): run
+  // instead of Apply.
   virtual void ApplyOutput(const OutputView& out, Philox& rng, nlohmann::json* trace) const {}
 };
 
@@ -159,6 +159,25 @@ bool IsBoxTransform(const std::string& type);
 // A spec's transform entry (at `position` of the list) read through its
 // schema, and written back with every default spelled out.
 Result<Transform> TransformFromJson(const nlohmann::json& j, size_t position);
+// A transform's name ("RandomResizedCrop", an op's) and schema.
+const std::string& TransformName(const Transform& t);
+const OpSchema& SchemaOf(const Transform& t);
+// The rules every transform list keeps, image or detection, from each
+// entry's schema role: the geometry and the pixel ops, then Normalize (once,
+// dtype float32, a mean and std per channel), then the ops on the tensor;
+// box-only steps anywhere; each op given the dtype and channels it needs.
+// With `geometry_first`, crops and resizes come before the pixel ops too
+// (the image pipeline resamples once, before them). where(i) starts the
+// errors about entry i.
+struct ListEntry {
+  const Transform* transform;  // null for a box-only step
+  const OpSchema* schema;
+};
+Status CheckTransformList(const std::vector<ListEntry>& list, DType dtype, int channels,
+                          bool geometry_first, const std::function<std::string(size_t)>& where);
+Status CheckOp(const Transform& t, const std::string& where, DType dtype, int channels);
+// Whether it works on the laid-out tensor (its role is OpRole::kTensor).
+inline bool OnTensor(const Transform& t) { return SchemaOf(t).role == OpRole::kTensor; }
 nlohmann::json TransformToJson(const Transform& t);
 
 // Finds the op named `type`; null when there is none.

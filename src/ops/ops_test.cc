@@ -72,6 +72,7 @@ TEST(OpsTest, OpsKeepTheSizeAndDependOnTheStreamAloneOnHostileSizes) {
   const int sizes[][2] = {{1, 1}, {1, 7}, {7, 1}, {2, 3}, {5, 9}, {33, 17}, {224, 224}};
   for (const json& j : EveryOp()) {
     auto op = Make(j);
+    const bool on_tensor = FindTransformSchema(j["type"].get<std::string>())->role == OpRole::kTensor;
     for (int c : {3, 1}) {
       for (const auto& hw : sizes) {
         const int h = hw[0], w = hw[1];
@@ -80,7 +81,7 @@ TEST(OpsTest, OpsKeepTheSizeAndDependOnTheStreamAloneOnHostileSizes) {
         std::vector<uint8_t> a = base, b = base;
         for (int sample = 0; sample < 4; ++sample) {
           Philox r1(7, 1, sample), r2(7, 1, sample);
-          if (op->on_output()) {
+          if (on_tensor) {
             std::vector<float> fa(a.size(), 0.5f), fb(a.size(), 0.5f);
             op->ApplyOutput(OutputView{fa.data(), true, true, h, w, c}, r1, nullptr);
             op->ApplyOutput(OutputView{fb.data(), true, true, h, w, c}, r2, nullptr);
@@ -93,6 +94,32 @@ TEST(OpsTest, OpsKeepTheSizeAndDependOnTheStreamAloneOnHostileSizes) {
         }
       }
     }
+  }
+}
+
+// An op's schema says whether it moves pixels (boxes and masks must follow
+// it, src/detect): an op whose draws move them says so, and an op that says
+// so moves them in some draw. (What moves is what the op records in
+// OpScratch::motion, the sample's geometry record.)
+TEST(OpsTest, AnOpMovesPixelsExactlyWhenItsSchemaSaysSo) {
+  for (const json& j : EveryOp()) {
+    const OpSchema& schema = *FindTransformSchema(j["type"].get<std::string>());
+    if (schema.role == OpRole::kTensor) {
+      EXPECT_FALSE(schema.moves_pixels) << schema.name;
+      continue;
+    }
+    auto op = Make(j);
+    bool moved = false;
+    for (int sample = 0; sample < 200 && !moved; ++sample) {
+      auto pixels = testing::MakePixels(40, 30, 3, sample);
+      OpScratch scratch;
+      Affine motion;
+      scratch.motion = &motion;
+      Philox rng(11, 2, sample);
+      op->Apply(ImageView{pixels.data(), 30, 40, 3}, rng, scratch, nullptr);
+      moved = motion.m != Affine{}.m;
+    }
+    EXPECT_EQ(moved, schema.moves_pixels) << schema.name;
   }
 }
 

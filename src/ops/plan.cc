@@ -17,18 +17,6 @@
 namespace nostall {
 
 namespace {
-std::string Name(const Transform& t) {
-  switch (t.kind) {
-    case TransformKind::kRandomResizedCrop: return "RandomResizedCrop";
-    case TransformKind::kResize: return "Resize";
-    case TransformKind::kCenterCrop: return "CenterCrop";
-    case TransformKind::kRandomHorizontalFlip: return "RandomHorizontalFlip";
-    case TransformKind::kNormalize: return "Normalize";
-    case TransformKind::kOp: return t.op_name;
-  }
-  return "?";
-}
-
 // A crop, resize or flip's own arguments.
 Status CheckGeometry(const Transform& t, const std::string& where) {
   switch (t.kind) {
@@ -57,25 +45,6 @@ Status CheckGeometry(const Transform& t, const std::string& where) {
   }
 }
 
-// An op: created, given the dtype and the channels it needs.
-Status CheckOp(const Transform& t, const std::string& where, DType dtype, int channels) {
-  if (!t.op) return InvalidArgument(where + "op " + t.op_name + " was not created");
-  if (dtype != DType::kFloat32 && !t.op->needs_float32().empty()) {
-    return InvalidArgument(where + t.op_name + ": " + t.op->needs_float32());
-  }
-  if (t.op->output_channels() != 0 && t.op->output_channels() != channels) {
-    return InvalidArgument(
-        where + t.op_name + ": num_output_channels=" +
-        std::to_string(t.op->output_channels()) + " but mode=\"" +
-        (channels == 1 ? "L" : "RGB") + "\" gives " + std::to_string(channels) +
-        (channels == 1 ? " channel" : " channels") +
-        (t.op->output_channels() == 1
-             ? "; load with mode=\"L\" for one channel, or num_output_channels=3 for gray RGB"
-             : "; use num_output_channels=1 with mode=\"L\""));
-  }
-  return Status::OK();
-}
-
 }  // namespace
 
 Status PrepSpec::Validate() const {
@@ -96,64 +65,13 @@ Status PrepSpec::Validate() const {
     if (max_pixels <= 0) return InvalidArgument("max_pixels must be positive");
     return Status::OK();
   }
-  // Order: geometry (crops, resizes, flips), then pixel ops, then Normalize,
-  // then ops on the tensor (RandomErasing).
-  int first_pixel_op = -1, first_output_op = -1, normalize_at = -1;
-  for (size_t i = 0; i < transforms.size(); ++i) {
-    const Transform& t = transforms[i];
-    std::string where = "transform #" + std::to_string(i) + ": ";
-    const bool geometric = t.kind == TransformKind::kRandomResizedCrop ||
-                           t.kind == TransformKind::kResize ||
-                           t.kind == TransformKind::kCenterCrop;
-    if (geometric && first_pixel_op >= 0) {
-      return InvalidArgument(where + "crops and resizes must come before the pixel ops (" +
-                             transforms[first_pixel_op].op_name + " is transform #" +
-                             std::to_string(first_pixel_op) + ")");
-    }
-    const bool pixel = t.kind != TransformKind::kNormalize &&
-                       !(t.kind == TransformKind::kOp && t.op && t.op->on_output());
-    if (pixel && (normalize_at >= 0 || first_output_op >= 0)) {
-      return InvalidArgument(where + Name(t) + " must come before " +
-                             (normalize_at >= 0 ? std::string("Normalize")
-                                                : transforms[first_output_op].op_name) +
-                             ", which works on the tensor");
-    }
-    switch (t.kind) {
-      case TransformKind::kRandomResizedCrop:
-      case TransformKind::kResize:
-      case TransformKind::kCenterCrop:
-      case TransformKind::kRandomHorizontalFlip:
-        NOSTALL_RETURN_IF_ERROR(CheckGeometry(t, where));
-        break;
-      case TransformKind::kNormalize:
-        if (first_output_op >= 0) {
-          return InvalidArgument(where + "Normalize must come before " +
-                                 transforms[first_output_op].op_name +
-                                 " (as in torchvision, it erases the normalised tensor)");
-        }
-        if (normalize_at >= 0) return InvalidArgument(where + "Normalize is given twice");
-        normalize_at = static_cast<int>(i);
-        if (t.mean.size() != static_cast<size_t>(channels()) || t.std.size() != t.mean.size()) {
-          return InvalidArgument(where + "mean and std need " + std::to_string(channels()) +
-                                 " values for " + (channels() == 3 ? "RGB" : "grayscale"));
-        }
-        for (double s : t.std) {
-          if (!(s > 0)) return InvalidArgument(where + "std must be positive");
-        }
-        if (dtype != DType::kFloat32) {
-          return InvalidArgument(where + "Normalize needs dtype float32");
-        }
-        break;
-      case TransformKind::kOp:
-        NOSTALL_RETURN_IF_ERROR(CheckOp(t, where, dtype, channels()));
-        if (t.op->on_output()) {
-          if (first_output_op < 0) first_output_op = static_cast<int>(i);
-        } else if (first_pixel_op < 0) {
-          first_pixel_op = static_cast<int>(i);
-        }
-        break;
-    }
+  std::vector<ListEntry> list;
+  for (const Transform& t : transforms) {
+    list.push_back({&t, &SchemaOf(t)});
+    NOSTALL_RETURN_IF_ERROR(CheckGeometry(t, "transform #" + std::to_string(list.size() - 1) + ": "));
   }
+  NOSTALL_RETURN_IF_ERROR(CheckTransformList(list, dtype, channels(), /*geometry_first=*/true,
+                                             [](size_t i) { return "transform #" + std::to_string(i) + ": "; }));
   if (max_pixels <= 0) return InvalidArgument("max_pixels must be positive");
   return Status::OK();
 }

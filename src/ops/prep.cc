@@ -65,7 +65,7 @@ bool HasPixelStage(const PrepSpec& spec) {
   for (size_t i = FirstOp(spec); i < spec.transforms.size(); ++i) {
     const Transform& t = spec.transforms[i];
     if (t.kind == TransformKind::kRandomHorizontalFlip) return true;
-    if (t.kind == TransformKind::kOp && !t.op->on_output()) return true;
+    if (t.kind == TransformKind::kOp && !OnTensor(t)) return true;
   }
   return false;
 }
@@ -80,7 +80,7 @@ void PixelOps(const PrepSpec& spec, const ImageView& img, Philox& rng, OpScratch
       if (trace) trace->push_back({{"op", "RandomHorizontalFlip"}, {"applied", flip}});
       if (flip) scratch.Moved(Affine::FlipX(img.w));
       if (flip && img.data) FlipHorizontal(img);
-    } else if (t.kind == TransformKind::kOp && !t.op->on_output()) {
+    } else if (t.kind == TransformKind::kOp && !OnTensor(t)) {
       t.op->Apply(img, rng, scratch, trace);
     }
   }
@@ -89,7 +89,7 @@ void PixelOps(const PrepSpec& spec, const ImageView& img, Philox& rng, OpScratch
 void OutputOps(const PrepSpec& spec, const OutputView& out, Philox& rng, nlohmann::json* trace) {
   for (size_t i = FirstOp(spec); i < spec.transforms.size(); ++i) {
     const Transform& t = spec.transforms[i];
-    if (t.kind == TransformKind::kOp && t.op->on_output()) t.op->ApplyOutput(out, rng, trace);
+    if (t.kind == TransformKind::kOp && OnTensor(t)) t.op->ApplyOutput(out, rng, trace);
   }
 }
 

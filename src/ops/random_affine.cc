@@ -132,7 +132,8 @@ const OpSchema& RandomRotationSchema() {
        AcceptedOnly(BoolArg("expand", false,
                             "expand=True changes the image size, and a batch has one size: crop "
                             "or resize after rotating instead")),
-       CenterArg(), FillArgument()}};
+       CenterArg(), FillArgument()},
+      OpRole::kPixels, true};
   return s;
 }
 
@@ -146,7 +147,8 @@ const OpSchema& RandomAffineSchema() {
        AnyArg("scale", nullptr, "tuple[float, float] | None", "(lo, hi): the scale's range"),
        AnyArg("shear", nullptr, "float | Sequence[float] | None",
               "degrees: s, (lo, hi) along x, or (xlo, xhi, ylo, yhi)"),
-       InterpolationArg(), FillArgument(), CenterArg()}};
+       InterpolationArg(), FillArgument(), CenterArg()},
+      OpRole::kPixels, true};
   return s;
 }
 

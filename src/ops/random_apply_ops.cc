@@ -63,7 +63,7 @@ const OpSchema& GrayscaleSchema() {
 
 const OpSchema& RandomVerticalFlipSchema() {
   static const OpSchema s = {"RandomVerticalFlip", "Flip the sample top to bottom with probability p.",
-                             {P(0.5)}};
+                             {P(0.5)}, OpRole::kPixels, true};
   return s;
 }
 

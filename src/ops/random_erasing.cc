@@ -17,7 +17,6 @@ class RandomErasingOp : public ImageOp {
   bool random = false;
   std::vector<double> value;  // empty: 0
 
-  bool on_output() const override { return true; }
   std::string needs_float32() const override {
     return random ? "value=\"random\" erases with standard normal values, which need a float32 "
                     "output (add Normalize)"
@@ -85,7 +84,8 @@ const OpSchema& RandomErasingSchema() {
        AnyArg("value", 0, "float | Sequence[float] | str",
               "0, one value per channel, or \"random\" (normal noise; needs float32)"),
        Ignored(BoolArg("inplace", false,
-                            "accepted as torchvision's; batches are written once either way"))}};
+                            "accepted as torchvision's; batches are written once either way"))},
+      OpRole::kTensor};
   return s;
 }
 

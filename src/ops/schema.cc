@@ -133,6 +133,17 @@ const char* TypeName(ArgType t) {
 json Bound(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 }  // namespace
 
+const char* OpRoleName(OpRole role) {
+  switch (role) {
+    case OpRole::kGeometry: return "geometry";
+    case OpRole::kPixels: return "pixels";
+    case OpRole::kNormalize: return "normalize";
+    case OpRole::kTensor: return "tensor";
+    case OpRole::kBoxes: return "boxes";
+  }
+  return "?";
+}
+
 std::string TransformSchemasJson() {
   json out = json::array();
   for (const OpSchema& s : TransformSchemas()) {
@@ -143,7 +154,8 @@ std::string TransformSchemasJson() {
                       {"choices", a.choices}, {"py", a.py}, {"doc", a.doc},
                       {"accepted_only", a.accepted_only}, {"ignored", a.ignored}});
     }
-    out.push_back({{"name", s.name}, {"doc", s.doc}, {"args", args}});
+    out.push_back({{"name", s.name}, {"doc", s.doc}, {"args", args}, {"role", OpRoleName(s.role)},
+                   {"moves_pixels", s.moves_pixels}, {"needs_boxes", s.needs_boxes}});
   }
   return out.dump();
 }

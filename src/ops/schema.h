@@ -48,10 +48,29 @@ struct ArgSchema {
   bool ignored = false;
 };
 
+// Where a transform works. Declared once, in its schema, and read by every
+// pipeline (image, detection) and by the Python side: it fixes where the
+// transform may stand in a list and which stage runs it.
+enum class OpRole {
+  kGeometry,   // crops, resizes, flips, zoom-outs: composed into one map before any pixel is decoded
+  kPixels,     // on the resampled pixels
+  kNormalize,  // the pixels to the normalised float32 tensor
+  kTensor,     // on the laid-out tensor, after Normalize (RandomErasing)
+  kBoxes,      // on the boxes alone (SanitizeBoundingBoxes, ClampBoundingBoxes)
+};
+const char* OpRoleName(OpRole role);
+
 struct OpSchema {
   std::string name;
   std::string doc;
   std::vector<ArgSchema> args;
+  OpRole role = OpRole::kPixels;
+  // Moves pixels (a crop, flip, rotation, affine map): a sample's boxes and
+  // masks must follow it, so a detection spec takes it only where it makes
+  // them follow (src/detect); the others are refused there, by name.
+  bool moves_pixels = false;
+  // Needs the sample's boxes: a detection spec's only.
+  bool needs_boxes = false;
   const ArgSchema* Find(const std::string& key) const;
 };
 

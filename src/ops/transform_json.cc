@@ -13,18 +13,6 @@ namespace {
 
 constexpr int64_t kMaxSide = 1 << 16;
 
-const char* KindName(TransformKind k) {
-  switch (k) {
-    case TransformKind::kRandomResizedCrop: return "RandomResizedCrop";
-    case TransformKind::kResize: return "Resize";
-    case TransformKind::kCenterCrop: return "CenterCrop";
-    case TransformKind::kRandomHorizontalFlip: return "RandomHorizontalFlip";
-    case TransformKind::kNormalize: return "Normalize";
-    case TransformKind::kOp: return "op";
-  }
-  return "?";
-}
-
 bool Side(const json& v) {
   return v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMaxSide;
 }
@@ -133,6 +121,21 @@ Status ReadGeometry(const std::string& type, OpArgs& args, Transform* t) {
 
 }  // namespace
 
+const std::string& TransformName(const Transform& t) {
+  static const std::string names[] = {"RandomResizedCrop", "Resize", "CenterCrop",
+                                      "RandomHorizontalFlip", "Normalize"};
+  if (t.schema != nullptr) return t.schema->name;
+  if (t.kind == TransformKind::kOp) return t.op_name;
+  return names[static_cast<int>(t.kind)];
+}
+
+const OpSchema& SchemaOf(const Transform& t) {
+  if (t.schema != nullptr) return *t.schema;
+  const OpSchema* schema = FindTransformSchema(TransformName(t));
+  static const OpSchema unknown{"?", "", {}};
+  return schema != nullptr ? *schema : unknown;
+}
+
 std::vector<OpSchema> GeometrySchemas() {
   return {
       {"RandomResizedCrop",
@@ -142,27 +145,32 @@ std::vector<OpSchema> GeometrySchemas() {
        {SizeArg("an int (square) or (height, width)"),
         PairArg("scale", 0.08, 1.0, 1e-9, 1, "the crop's area, as a fraction of the image's"),
         PairArg("ratio", 3.0 / 4.0, 4.0 / 3.0, 1e-9, 1e9, "the crop's aspect ratio"),
-        Bilinear(), Antialias()}},
+        Bilinear(), Antialias()},
+       OpRole::kGeometry, true},
       {"Resize",
        "Resize: an int sets the smaller edge (aspect kept), (h, w) sets both; bilinear and "
        "antialiased, as on PIL images.",
        {SizeArg("the smaller edge, or (height, width)"), Bilinear(),
         AnyArg("max_size", nullptr, "int | None",
                "a cap on the longer edge (with an int size only), as torchvision's"),
-        Antialias()}},
+        Antialias()},
+       OpRole::kGeometry, true},
       {"CenterCrop",
        "Crop the center size out of the image; an image smaller than size is a DataError naming "
        "it, where torchvision would pad it with zeros: put a Resize first.",
-       {SizeArg("an int (square) or (height, width)")}},
+       {SizeArg("an int (square) or (height, width)")},
+       OpRole::kGeometry, true},
       {"RandomHorizontalFlip", "Flip the sample left to right with probability p, drawn per sample.",
-       {FloatArg("p", 0.5, 0, 1, "the probability a sample is flipped")}},
+       {FloatArg("p", 0.5, 0, 1, "the probability a sample is flipped")},
+       OpRole::kGeometry, true},
       {"Normalize",
        "(x / 255 - mean) / std per channel, as ToTensor + Normalize; gives float32. Ops on the "
        "normalised tensor (RandomErasing) come after it.",
        {Required(AnyArg("mean", nullptr, "Sequence[float]", "per channel, in [0, 1] units")),
         Required(AnyArg("std", nullptr, "Sequence[float]", "per channel, positive")),
         Ignored(BoolArg("inplace", false,
-                             "accepted as torchvision's; nostall writes each batch once"))}},
+                             "accepted as torchvision's; nostall writes each batch once"))},
+       OpRole::kNormalize},
   };
 }
 
@@ -199,6 +207,7 @@ Result<Transform> TransformFromJson(const json& j, size_t position) {
   } else {
     NOSTALL_RETURN_IF_ERROR(ReadGeometry(type, args, &t));
   }
+  t.schema = schema;
   return t;
 }
 
@@ -246,7 +255,7 @@ json TransformToJson(const Transform& t) {
     j.update(json::parse(t.op_args));
     return j;
   }
-  json j = {{"type", KindName(t.kind)}};
+  json j = {{"type", TransformName(t)}};
   switch (t.kind) {
     case TransformKind::kRandomResizedCrop:
       j["size"] = {t.height, t.width};
