@@ -152,8 +152,7 @@ ASAN_TREE := CC=clang-16 CXX=clang++-16 PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmak
 	fi
 	@mkdir -p .make && touch $@
 
-# The sanitizer trees alone, built (CI builds them beside `make test`'s
-# tests, at the lowest priority: .ci/run).
+# The sanitizer trees alone, built.
 build-sanitizers: build-asan build-tsan
 
 build-asan: .make/build-tools .make/clang
@@ -186,14 +185,14 @@ check-locks: .make/venv .make/clang
 # libFuzzer targets (tar indexer, image decoders, spec parser, cache and
 # shared-loader segments), each run FUZZ_SECONDS (default 300); see fuzz/run.sh.
 # `fuzz` builds them in their own optimised tree (more runs a second);
-# `fuzz-smoke` (CI: 15 s each from the seed corpora) in the ASan tree above.
+# `fuzz-smoke` (CI: 10 s each from the seed corpora) in the ASan tree above.
 FUZZ_SECONDS ?= 300
 fuzz: .make/venv .make/clang
 	PATH=$(CURDIR)/$(BIN):$$PATH FUZZ_SECONDS=$(FUZZ_SECONDS) fuzz/run.sh
 
 fuzz-smoke: .make/venv .make/clang
 	$(ASAN_TREE)
-	PATH=$(CURDIR)/$(BIN):$$PATH FUZZ_SECONDS=15 FUZZ_BUILD=build/asan fuzz/run.sh
+	PATH=$(CURDIR)/$(BIN):$$PATH FUZZ_SECONDS=10 FUZZ_BUILD=build/asan fuzz/run.sh
 
 bench: install
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake -S . -B build/bench -G Ninja \
