@@ -17,14 +17,9 @@
 
 namespace nostall {
 
-class ImageOp;    // src/ops/op.h
-struct OpSchema;  // src/ops/schema.h
-namespace audio {
-struct Spec;  // src/audio/pipeline.h
-}
-namespace detect {
-struct Spec;  // src/detect/detect.h
-}
+class ImageOp;     // src/ops/op.h
+struct OpSchema;   // src/ops/schema.h
+class SampleKind;  // src/ops/sample_kind.h
 
 enum class TransformKind {
   kRandomResizedCrop,
@@ -78,17 +73,13 @@ struct PrepSpec {
   // differ a little from resampling the full-resolution image (see
   // docs/transforms.md). Off: every JPEG is decoded at full resolution.
   bool dct_scaling = true;
-  // An audio field's transforms (the spec's "audio" list, docs/audio.md):
-  // set when the batch's tensor is audio rather than an image; then the
-  // image fields above are unused and the output is float32.
-  std::shared_ptr<const audio::Spec> audio;
-  // A detection spec's transforms (the spec's "detection" object,
-  // docs/detection.md): set when a sample is an image and its annotations;
-  // then `transforms` is empty and the output is detection_h x
-  // detection_w.
-  std::shared_ptr<const detect::Spec> detection;
-  int detection_h = 0, detection_w = 0;
+  // What a sample is, when not a plain image: an audio clip (the spec's
+  // "audio" list, docs/audio.md), an image and its annotations (the spec's
+  // "detection" object, docs/detection.md). That kind holds its own
+  // transforms; `transforms` is then empty. Null: an image.
+  std::shared_ptr<const SampleKind> kind;
 
+  const SampleKind& sample_kind() const;
   int channels() const;
   Status Validate() const;
   // The (height, width) every output has, if the transforms fix it. Audio:

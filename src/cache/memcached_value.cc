@@ -9,9 +9,9 @@
 namespace nostall {
 namespace {
 
-constexpr char kMagic[4] = {'N', 'S', 'M', '3'};
+constexpr char kValueMagic[4] = {'N', 'S', 'M', '3'};
 
-struct Header {
+struct ValueHeader {
   char magic[4];
   uint32_t reserved;
   uint64_t fingerprint;
@@ -19,7 +19,7 @@ struct Header {
   uint64_t length;
   uint8_t mac[32];  // HMAC-SHA256(secret, this header with the mac zeroed, then the bytes)
 };
-static_assert(sizeof(Header) == MemcachedValueCodec::kHeaderBytes);
+static_assert(sizeof(ValueHeader) == MemcachedValueCodec::kHeaderBytes);
 
 }  // namespace
 
@@ -42,7 +42,7 @@ MemcachedValueCodec::~MemcachedValueCodec() { EVP_MAC_CTX_free(base_); }
 
 void MemcachedValueCodec::MacOf(const uint8_t* header, const uint8_t* data, size_t n,
                                 uint8_t out[32]) const {
-  Header bare;
+  ValueHeader bare;
   std::memcpy(&bare, header, sizeof bare);
   std::memset(bare.mac, 0, sizeof bare.mac);
   EVP_MAC_CTX* ctx = base_ != nullptr ? EVP_MAC_CTX_dup(base_) : nullptr;
@@ -59,9 +59,9 @@ void MemcachedValueCodec::MacOf(const uint8_t* header, const uint8_t* data, size
 
 std::string MemcachedValueCodec::Encode(uint64_t fingerprint, int64_t item, const uint8_t* data,
                                         size_t size) const {
-  std::string value(sizeof(Header) + size, '\0');
-  Header h{};
-  std::memcpy(h.magic, kMagic, sizeof kMagic);
+  std::string value(sizeof(ValueHeader) + size, '\0');
+  ValueHeader h{};
+  std::memcpy(h.magic, kValueMagic, sizeof kValueMagic);
   h.fingerprint = fingerprint;
   h.item = item;
   h.length = size;
@@ -73,11 +73,11 @@ std::string MemcachedValueCodec::Encode(uint64_t fingerprint, int64_t item, cons
 
 bool MemcachedValueCodec::Decode(uint64_t fingerprint, int64_t item, const uint8_t* value, size_t len,
                                  std::vector<uint8_t>* out) const {
-  if (base_ == nullptr || value == nullptr || len < sizeof(Header)) return false;
-  Header h;
+  if (base_ == nullptr || value == nullptr || len < sizeof(ValueHeader)) return false;
+  ValueHeader h;
   std::memcpy(&h, value, sizeof h);
-  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0 || h.fingerprint != fingerprint ||
-      h.item != item || h.length != len - sizeof(Header)) {
+  if (std::memcmp(h.magic, kValueMagic, sizeof kValueMagic) != 0 || h.fingerprint != fingerprint ||
+      h.item != item || h.length != len - sizeof(ValueHeader)) {
     return false;
   }
   uint8_t mac[32];

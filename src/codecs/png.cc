@@ -46,12 +46,12 @@ struct ErrorText {
   char text[200] = "";
 };
 
-[[noreturn]] void OnError(png_structp png, png_const_charp message) {
+[[noreturn]] void OnPngError(png_structp png, png_const_charp message) {
   auto* e = static_cast<ErrorText*>(png_get_error_ptr(png));
   std::snprintf(e->text, sizeof e->text, "%s", message);
   png_longjmp(png, 1);
 }
-void OnWarning(png_structp, png_const_charp) {}
+void OnPngWarning(png_structp, png_const_charp) {}
 
 // The file's samples after expansion to 8 bits per sample (palette to RGB,
 // gray of 1/2/4 bits to 8, 16-bit colour to its high byte), or 16-bit gray
@@ -68,7 +68,7 @@ struct Samples {
 // Returns false with `err` set on a bad file. No C++ object with a
 // destructor lives in this frame past setjmp (longjmp would skip it).
 bool ReadSamples(const uint8_t* data, size_t size, uint64_t max_bytes, Samples* s, ErrorText* err) {
-  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, err, OnError, OnWarning);
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, err, OnPngError, OnPngWarning);
   if (png == nullptr) {
     std::snprintf(err->text, sizeof err->text, "out of memory");
     return false;

@@ -28,6 +28,7 @@
 #include "nostall/status.h"
 #include "nostall/transforms.h"
 #include "ops/prep.h"
+#include "ops/sample_kind.h"
 
 namespace nostall::detect {
 
@@ -86,6 +87,11 @@ struct Spec {
 // `prep` carries dtype, layout and mode.
 // `fixed`: the steps must give every sample one size (a loader's batch);
 // else out_h and out_w are 0 when they do not.
+// Per-thread buffers: a sample's padded canvas, one instance's mask.
+struct Scratch : KindScratch {
+  std::vector<uint8_t> canvas, mask;
+};
+
 Result<std::shared_ptr<const Spec>> SpecFromJson(const nlohmann::json& j, const PrepSpec& prep,
                                                  bool fixed = true);
 
@@ -105,6 +111,12 @@ Status Prepare(const Spec& spec, const PrepSpec& prep, const uint8_t* image, siz
 // given, without pixels: each step's draws ({"op": ..., ...}), the output
 // size, the boxes, labels and crowd flags after every step (and which
 // annotations were kept, by their index in the input).
+// Images and their annotations as a kind of sample (ops/sample_kind.h).
+std::shared_ptr<const SampleKind> MakeKind(std::shared_ptr<const Spec> spec);
+
+// The detection spec `prep` holds, or null when its samples are plain images or audio.
+const Spec* SpecOf(const PrepSpec& prep);
+
 Status Trace(const Spec& spec, int width, int height, const uint8_t* record, size_t record_size,
              const SampleKey& key, nlohmann::json* out);
 

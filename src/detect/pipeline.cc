@@ -502,7 +502,7 @@ Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, 
       }
       const int ox = std::clamp(static_cast<int>(std::lround((ix0 - px0) * sx)), 0, cw - bw);
       const int oy = std::clamp(static_cast<int>(std::lround((iy0 - py0) * sy)), 0, ch - bh);
-      std::vector<uint8_t>& canvas = scratch->canvas;
+      std::vector<uint8_t>& canvas = KindScratchOf<Scratch>(scratch).canvas;
       canvas.resize(static_cast<size_t>(cw) * ch * c + 4);
       if (padded) {
         for (size_t i = 0; i < static_cast<size_t>(cw) * ch; ++i) {
@@ -580,7 +580,7 @@ Status Prepare(const Spec& spec, const PrepSpec& prep, const uint8_t* image, siz
                      " but the batch is " + std::to_string(out_w) + "x" + std::to_string(out_h));
   }
   NOSTALL_RETURN_IF_ERROR(RenderImage(spec, prep, image, image_size, width, height, s, key, dst, scratch));
-  return WriteTargets(spec, t, s, width, height, targets, room, targets_len, &scratch->mask);
+  return WriteTargets(spec, t, s, width, height, targets, room, targets_len, &KindScratchOf<Scratch>(scratch).mask);
 }
 
 Status Trace(const Spec& spec, int width, int height, const uint8_t* record, size_t record_size,

@@ -7,12 +7,12 @@
 #include <cmath>
 #include <string>
 
-#include "audio/pipeline.h"
 #include "common/philox.h"
 #include "common/sample_key.h"
 #include "nostall/transforms.h"
 #include "ops/op.h"
 #include "ops/plan.h"
+#include "ops/sample_kind.h"
 
 namespace nostall {
 
@@ -47,53 +47,21 @@ Status CheckGeometry(const Transform& t, const std::string& where) {
 
 }  // namespace
 
-Status PrepSpec::Validate() const {
-  if (audio) {
-    if (!transforms.empty()) {
-      return InvalidArgument("an audio batch takes its transforms from \"audio\"; \"transforms\" (image "
-                             "transforms) must be empty");
-    }
-    if (dtype != DType::kFloat32) return InvalidArgument("audio batches are float32 (dtype \"float32\")");
-    if (audio->out_frames > (int64_t{1} << 30)) return InvalidArgument("audio samples over 2^30 frames");
-    return Status::OK();
-  }
-  if (detection) {
-    if (!transforms.empty()) {
-      return InvalidArgument("a detection batch takes its transforms from \"detection\"; \"transforms\" "
-                             "(image transforms) must be empty");
-    }
-    if (max_pixels <= 0) return InvalidArgument("max_pixels must be positive");
-    return Status::OK();
-  }
+Status ValidateImageSpec(const PrepSpec& spec) {
   std::vector<ListEntry> list;
-  for (const Transform& t : transforms) {
+  for (const Transform& t : spec.transforms) {
     list.push_back({&t, &SchemaOf(t)});
     NOSTALL_RETURN_IF_ERROR(CheckGeometry(t, "transform #" + std::to_string(list.size() - 1) + ": "));
   }
-  NOSTALL_RETURN_IF_ERROR(CheckTransformList(list, dtype, channels(), /*geometry_first=*/true,
+  NOSTALL_RETURN_IF_ERROR(CheckTransformList(list, spec.dtype, spec.channels(), /*geometry_first=*/true,
                                              [](size_t i) { return "transform #" + std::to_string(i) + ": "; }));
-  if (max_pixels <= 0) return InvalidArgument("max_pixels must be positive");
+  if (spec.max_pixels <= 0) return InvalidArgument("max_pixels must be positive");
   return Status::OK();
 }
 
-int PrepSpec::channels() const {
-  if (audio) return audio->out_channels;
-  return mode == ColorMode::kRGB ? 3 : 1;
-}
-
-bool PrepSpec::FixedOutputSize(int* height, int* width) const {
-  if (audio) {
-    *height = audio->out_bins;
-    *width = static_cast<int>(audio->out_frames);
-    return true;
-  }
-  if (detection) {
-    *height = detection_h;
-    *width = detection_w;
-    return true;
-  }
+bool ImageFixedOutputSize(const PrepSpec& spec, int* height, int* width) {
   bool fixed = false;
-  for (const Transform& t : transforms) {
+  for (const Transform& t : spec.transforms) {
     if (t.kind == TransformKind::kRandomResizedCrop || t.kind == TransformKind::kCenterCrop ||
         (t.kind == TransformKind::kResize && t.short_side <= 0)) {
       *height = t.height;
@@ -104,6 +72,16 @@ bool PrepSpec::FixedOutputSize(int* height, int* width) const {
     }
   }
   return fixed;
+}
+
+const SampleKind& PrepSpec::sample_kind() const { return kind ? *kind : ImageKind(); }
+
+Status PrepSpec::Validate() const { return sample_kind().Validate(*this); }
+
+int PrepSpec::channels() const { return sample_kind().channels(*this); }
+
+bool PrepSpec::FixedOutputSize(int* height, int* width) const {
+  return sample_kind().FixedOutputSize(*this, height, width);
 }
 
 CropDraw DrawResizedCrop(Philox& rng, int cur_w, int cur_h, double scale_min, double scale_max,

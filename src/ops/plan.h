@@ -8,9 +8,16 @@
 
 namespace nostall {
 
+struct PrepSpec;
+
 struct CropDraw {
   int left = 0, top = 0, w = 0, h = 0;
 };
+
+// The image kind's rules (ops/prep.cc's ImageKind): the transforms' own
+// arguments, their order, and the output size they fix.
+Status ValidateImageSpec(const PrepSpec& spec);
+bool ImageFixedOutputSize(const PrepSpec& spec, int* height, int* width);
 
 // torchvision's RandomResizedCrop.get_params on a w x h image: the area drawn
 // in [scale_min, scale_max], the aspect log-uniformly in [ratio_min,

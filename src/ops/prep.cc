@@ -10,6 +10,8 @@
 #include "codecs/decode.h"
 #include "kernels/functional.h"
 #include "kernels/resample.h"
+#include "ops/plan.h"
+#include "ops/sample_kind.h"
 
 namespace nostall {
 namespace {
@@ -149,9 +151,7 @@ Status TraceSample(const PrepSpec& spec, int src_w, int src_h, const SampleKey& 
 }
 
 size_t SampleBytes(const PrepSpec& spec, int out_h, int out_w) {
-  if (spec.audio) return spec.audio->SampleBytes();
-  return static_cast<size_t>(out_h) * out_w * spec.channels() *
-         (spec.dtype == DType::kFloat32 ? 4 : 1);
+  return spec.sample_kind().SampleBytes(spec, out_h, out_w);
 }
 
 Status ProbeImageSize(const uint8_t* data, size_t size, int* width, int* height) {
@@ -164,10 +164,13 @@ Status ProbeImageSize(const uint8_t* data, size_t size, int* width, int* height)
 
 Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, const SampleKey& key,
                      int out_h, int out_w, void* dst, PrepScratch* scratch) {
-  if (spec.audio) {
-    return audio::Prepare(*spec.audio, data, size, key,
-                          static_cast<float*>(dst), &scratch->audio, nullptr);
-  }
+  return spec.sample_kind().Prepare(spec, {data, size}, key, {dst, out_h, out_w}, scratch);
+}
+
+namespace {
+
+Status PrepareImage(const PrepSpec& spec, const uint8_t* data, size_t size, const SampleKey& key,
+                    int out_h, int out_w, void* dst, PrepScratch* scratch) {
   int src_w = 0, src_h = 0;
   NOSTALL_RETURN_IF_ERROR(ProbeImageSize(data, size, &src_w, &src_h));
   if (src_w <= 0 || src_h <= 0) return DataError("image has zero width or height");
@@ -272,6 +275,36 @@ Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, con
   }
   OutputOps(spec, out, rng, nullptr);
   return Status::OK();
+}
+
+class ImageKindImpl final : public SampleKind {
+ public:
+  const char* name() const override { return "image"; }
+  Status Validate(const PrepSpec& spec) const override { return ValidateImageSpec(spec); }
+  int channels(const PrepSpec& spec) const override { return spec.mode == ColorMode::kRGB ? 3 : 1; }
+  bool FixedOutputSize(const PrepSpec& spec, int* height, int* width) const override {
+    return ImageFixedOutputSize(spec, height, width);
+  }
+  std::vector<int64_t> SampleShape(const PrepSpec& spec, int out_h, int out_w) const override {
+    const int64_t c = channels(spec);
+    if (spec.layout == Layout::kNCHW) return {c, out_h, out_w};
+    return {out_h, out_w, c};
+  }
+  size_t SampleBytes(const PrepSpec& spec, int out_h, int out_w) const override {
+    return static_cast<size_t>(out_h) * out_w * channels(spec) * (spec.dtype == DType::kFloat32 ? 4 : 1);
+  }
+  Status Prepare(const PrepSpec& spec, const SampleInput& in, const SampleKey& key, const SampleOutput& out,
+                 PrepScratch* scratch) const override {
+    return PrepareImage(spec, in.data, in.size, key, out.out_h, out.out_w, out.dst, scratch);
+  }
+  nlohmann::json ToJson() const override { return nullptr; }
+};
+
+}  // namespace
+
+const SampleKind& ImageKind() {
+  static const ImageKindImpl kind;
+  return kind;
 }
 
 Result<std::string> TraceSampleJson(const PrepSpec& spec, int src_w, int src_h, uint64_t seed,

@@ -5,15 +5,16 @@
 #define NOSTALL_OPS_PREP_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
 #include "nostall/transforms.h"
-#include "audio/pipeline.h"
 #include "common/sample_key.h"
 #include "ops/op.h"
 #include "kernels/resample.h"
+#include "ops/sample_kind.h"
 
 namespace nostall {
 
@@ -22,11 +23,22 @@ namespace nostall {
 struct PrepScratch {
   std::vector<uint8_t> decoded;
   std::vector<uint8_t> resized;
-  std::vector<uint8_t> canvas, mask;  // a detection sample's padded canvas, one instance's mask
   ResampleScratch resample;
   OpScratch ops;
-  audio::Scratch audio;
+  // The sample kind's own (KindScratchOf).
+  std::unique_ptr<KindScratch> kind;
 };
+
+// The kind's buffers of type T in `scratch`, made on first use.
+template <typename T>
+T& KindScratchOf(PrepScratch* scratch) {
+  T* have = dynamic_cast<T*>(scratch->kind.get());
+  if (have == nullptr) {
+    scratch->kind = std::make_unique<T>();
+    have = static_cast<T*>(scratch->kind.get());
+  }
+  return *have;
+}
 
 
 // Writes one out_h x out_w sample (as `spec` lays it out) to `dst`; the

@@ -8,7 +8,7 @@
 
 #include "nostall/cache.h"
 #include "nostall/loader.h"
-#include "audio/pipeline.h"
+#include "audio/kind.h"
 #include "detect/detect.h"
 #include "ops/prep.h"
 #include "pipeline/pipeline.h"
@@ -141,25 +141,26 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in, bool shared) {
   const auto& fields = spec.source_options.fields;
   const bool audio_field = std::any_of(fields.begin(), fields.end(),
                                        [](const FieldSpec& f) { return f.kind == FieldKind::kAudio; });
-  if (audio_field && !spec.prep.audio) {
+  if (audio_field && !audio::SpecOf(spec.prep)) {
     return InvalidArgument("an audio field needs the spec's \"audio\" transforms, with a crop that gives "
                            "every sample one length (e.g. RandomCrop(seconds=1.0)); docs/audio.md");
   }
-  if (!audio_field && spec.prep.audio) {
+  if (!audio_field && audio::SpecOf(spec.prep)) {
     return InvalidArgument("\"audio\" transforms need an audio field in fields (e.g. \"audio\": "
                            "\"flac;wav;mp3;ogg;opus\")");
   }
   const bool targets_field = std::any_of(fields.begin(), fields.end(),
                                          [](const FieldSpec& f) { return f.kind == FieldKind::kTargets; });
-  if (targets_field && !spec.prep.detection) {
+  if (targets_field && !spec.prep.sample_kind().has_targets()) {
     return InvalidArgument("a targets field needs the spec's \"detection\" transforms (at least a "
                            "Resize((h, w)) that gives every image one size); docs/detection.md");
   }
-  if (!targets_field && spec.prep.detection) {
+  if (!targets_field && spec.prep.sample_kind().has_targets()) {
     return InvalidArgument("\"detection\" transforms need a targets field in fields (e.g. \"targets\": "
                            "{\"ext\": \"json\", \"kind\": \"targets\"}); docs/detection.md");
   }
-  if (spec.prep.detection && spec.prep.detection->masks && spec.source_options.driver == "coco") {
+  const detect::Spec* detection = detect::SpecOf(spec.prep);
+  if (detection && detection->masks && spec.source_options.driver == "coco") {
     // Masks need the segmentations in the annotation table.
     nlohmann::json o = nlohmann::json::parse(spec.source_options.driver_options.empty()
                                                  ? "{}" : spec.source_options.driver_options,
@@ -209,10 +210,7 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in, bool shared) {
 }
 
 std::vector<int64_t> SampleShapeOf(const PrepSpec& prep, int64_t out_h, int64_t out_w) {
-  if (prep.audio) return prep.audio->Shape();
-  const int64_t c = prep.channels();
-  if (prep.layout == Layout::kNCHW) return {c, out_h, out_w};
-  return {out_h, out_w, c};
+  return prep.sample_kind().SampleShape(prep, static_cast<int>(out_h), static_cast<int>(out_w));
 }
 
 Result<std::unique_ptr<Loader>> Loader::Create(const LoaderSpec& spec) {
@@ -234,7 +232,8 @@ std::vector<FieldSpec> ExtraFields(const LoaderSpec& spec) {
 
 uint64_t FieldRoom(const LoaderSpec& spec, const Source& source, int f, int out_h, int out_w) {
   const std::vector<FieldSpec> extra = ExtraFields(spec);
-  if (spec.prep.detection && static_cast<size_t>(f) < extra.size() &&
+  const detect::Spec* detection = detect::SpecOf(spec.prep);
+  if (detection && static_cast<size_t>(f) < extra.size() &&
       extra[static_cast<size_t>(f)].kind == FieldKind::kTargets) {
     // The transformed annotations: as many as the field says, else as the
     // source's largest item holds, else as its largest member could hold (a
@@ -244,10 +243,10 @@ uint64_t FieldRoom(const LoaderSpec& spec, const Source& source, int f, int out_
     int64_t most = field.max_annotations > 0 ? field.max_annotations : source.max_annotations();
     if (most < 0) {
       most = source.field_room(f) / 9 + 1;
-      if (spec.prep.detection->masks) most = std::min<int64_t>(most, 256);
+      if (detection->masks) most = std::min<int64_t>(most, 256);
     }
     most = std::min<int64_t>(most, annotations::kMaxAnnotations);
-    return detect::TargetsRoom(*spec.prep.detection, static_cast<uint32_t>(most), out_h, out_w);
+    return detect::TargetsRoom(*detection, static_cast<uint32_t>(most), out_h, out_w);
   }
   // At least a byte: a field every sample has empty still has its place.
   return static_cast<uint64_t>(std::max<int64_t>(1, source.field_room(f)));

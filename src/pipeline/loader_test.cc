@@ -10,6 +10,8 @@
 #include <set>
 #include <thread>
 
+#include "ops/prep.h"
+#include "ops/sample_kind.h"
 #include "testing/test_images.h"
 
 namespace nostall {
@@ -250,6 +252,62 @@ TEST(LoaderBadInputTest, ShutdownWhileThreadsAreBusyIsPrompt) {
   auto t0 = std::chrono::steady_clock::now();
   loader.reset();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+}
+
+// A kind of sample is one class: the loader asks it for the sample's shape,
+// bytes and contents, and nothing else of the pipeline changes. This one
+// writes each file's size and its sample index as two floats.
+class FileSizeKind final : public SampleKind {
+ public:
+  const char* name() const override { return "file_size"; }
+  Status Validate(const PrepSpec&) const override { return Status::OK(); }
+  int channels(const PrepSpec&) const override { return 1; }
+  bool FixedOutputSize(const PrepSpec&, int* height, int* width) const override {
+    *height = 1;
+    *width = 2;
+    return true;
+  }
+  std::vector<int64_t> SampleShape(const PrepSpec&, int, int) const override { return {2}; }
+  size_t SampleBytes(const PrepSpec&, int, int) const override { return 2 * sizeof(float); }
+  Status Prepare(const PrepSpec&, const SampleInput& in, const SampleKey& key, const SampleOutput& out,
+                 PrepScratch* scratch) const override {
+    KindScratchOf<Counter>(scratch).samples++;
+    float* dst = static_cast<float*>(out.dst);
+    dst[0] = static_cast<float>(in.size);
+    dst[1] = static_cast<float>(key.index);
+    return Status::OK();
+  }
+  nlohmann::json ToJson() const override { return nullptr; }
+
+ private:
+  struct Counter : KindScratch {
+    int64_t samples = 0;
+  };
+};
+
+TEST_F(LoaderTest, ANewKindOfSampleIsOneClassThePreparerCalls) {
+  LoaderSpec spec = Spec(dir_->path(), 2, 4);
+  spec.prep.transforms.clear();
+  spec.prep.dtype = DType::kFloat32;
+  spec.prep.kind = std::make_shared<FileSizeKind>();
+  auto loader = Loader::Create(spec).value();
+  EXPECT_EQ(loader->SampleShape(), (std::vector<int64_t>{2}));
+  ASSERT_TRUE(loader->StartEpoch(0, 0).ok());
+  std::set<int64_t> seen;
+  while (true) {
+    NextStatus ns;
+    std::shared_ptr<Batch> b;
+    ASSERT_TRUE(loader->Next(10000, &ns, &b).ok());
+    if (ns != NextStatus::kBatch) break;
+    const auto* values = static_cast<const float*>(b->images());
+    for (int64_t i = 0; i < b->size(); ++i) {
+      const int64_t index = b->indices()[i];
+      EXPECT_EQ(values[2 * i], static_cast<float>(std::filesystem::file_size(loader->source().key(index))));
+      EXPECT_EQ(values[2 * i + 1], static_cast<float>(index));
+      seen.insert(index);
+    }
+  }
+  EXPECT_EQ(seen.size(), 30u);
 }
 
 }  // namespace

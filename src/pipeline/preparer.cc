@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "common/clock.h"
-#include "detect/detect.h"
+#include "ops/sample_kind.h"
 
 namespace nostall {
 
@@ -53,27 +53,30 @@ Status Preparer::CopyFields(const FetchedItem& fi, const FieldSpan* record) {
   return Status::OK();
 }
 
-Status Preparer::PrepareDetection(const FetchedItem& fi, const FieldSpan* record, const FieldSpan& image,
-                                  int64_t key, void* dst, PrepScratch* scratch) {
+Status Preparer::PrepareOne(const FetchedItem& fi, const FieldSpan* record, const FieldSpan& image, int64_t key,
+                            void* dst, PrepScratch* scratch) {
+  const SampleKind& kind = spec_.prep.sample_kind();
+  SampleInput in{fi.bytes.data() + image.offset, static_cast<size_t>(image.size)};
+  SampleOutput out{dst, out_h_, out_w_};
+  if (!kind.has_targets()) {
+    return kind.Prepare(spec_.prep, in, {spec_.seed, fi.epoch, key}, out, scratch);
+  }
   // The targets field: its annotations in, the transformed ones out, in
   // its place in the slot.
   size_t f = 0;
   while (f < extra_.size() && extra_[f].kind != FieldKind::kTargets) ++f;
-  const uint8_t* ann = nullptr;
-  size_t ann_size = 0;
   if (record != nullptr && f < extra_.size() && record[1 + f].size >= 0) {
-    ann = fi.bytes.data() + record[1 + f].offset;
-    ann_size = static_cast<size_t>(record[1 + f].size);
+    in.annotations = fi.bytes.data() + record[1 + f].offset;
+    in.annotations_size = static_cast<size_t>(record[1 + f].size);
   }
   // (A spec without a targets field is refused when the loader is made.)
   if (f == extra_.size()) return Internal("a detection spec without a targets field");
   const uint32_t slot = static_cast<uint32_t>(fi.slot), field = static_cast<uint32_t>(f);
   int64_t len = -1;
-  uint8_t* out = seg_.field_data(slot, field) + static_cast<size_t>(fi.pos) * seg_.g.field_room[f];
-  Status st = detect::Prepare(*spec_.prep.detection, spec_.prep, fi.bytes.data() + image.offset,
-                              static_cast<size_t>(image.size), ann, ann_size, {spec_.seed, fi.epoch, key},
-                              out_h_, out_w_, dst, out, seg_.g.field_room[f], &len, scratch);
-  if (!st.ok()) return st.WithItem(source_.key(fi.item), "decode");
+  out.targets = seg_.field_data(slot, field) + static_cast<size_t>(fi.pos) * seg_.g.field_room[f];
+  out.targets_room = seg_.g.field_room[f];
+  out.targets_len = &len;
+  NOSTALL_RETURN_IF_ERROR(kind.Prepare(spec_.prep, in, {spec_.seed, fi.epoch, key}, out, scratch));
   seg_.field_lengths(slot, field)[fi.pos] = len;
   field_bytes_[f].fetch_add(len, std::memory_order_relaxed);
   return Status::OK();
@@ -109,11 +112,8 @@ Status Preparer::Prepare(const FetchedItem& fi, PrepScratch* scratch) {
   if (fi.buffered) {
     if (const std::shared_ptr<ShardedItems> shards = source_.sharded()) key = shards->StableKey(fi.item);
   }
-  if (st.ok() && spec_.prep.detection) {
-    st = PrepareDetection(fi, record, image, key, dst, scratch);
-  } else if (st.ok()) {
-    st = PrepareSample(spec_.prep, fi.bytes.data() + image.offset, static_cast<size_t>(image.size),
-                       {spec_.seed, fi.epoch, key}, out_h_, out_w_, dst, scratch);
+  if (st.ok()) {
+    st = PrepareOne(fi, record, image, key, dst, scratch);
     if (!st.ok()) st = st.WithItem(source_.key(fi.item), "decode");
   }
   seg_.labels(s)[fi.pos] = source_.label(fi.item);

@@ -48,9 +48,10 @@ class Preparer {
 
   // The item's extra fields into their places at `pos` of slot `s`.
   Status CopyFields(const FetchedItem& fi, const FieldSpan* record);
-  // A detection sample: the image and its targets field together.
-  Status PrepareDetection(const FetchedItem& fi, const FieldSpan* record, const FieldSpan& image,
-                          int64_t key, void* dst, PrepScratch* scratch);
+  // One sample through its kind (ops/sample_kind.h); a kind with targets
+  // writes them to its targets field's place in the slot.
+  Status PrepareOne(const FetchedItem& fi, const FieldSpan* record, const FieldSpan& image, int64_t key,
+                    void* dst, PrepScratch* scratch);
 };
 
 }  // namespace nostall

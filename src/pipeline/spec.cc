@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "audio/pipeline.h"
+#include "audio/kind.h"
 #include "detect/detect.h"
 #include "cache/driver.h"
 #include "common/json_fields.h"
@@ -123,7 +123,8 @@ Status OutputFromJson(const json& j, LoaderSpec* s) {
   for (const auto& t : s->prep.transforms) normalizes |= t.kind == TransformKind::kNormalize;
   s->prep.dtype = normalizes ? DType::kFloat32 : DType::kUint8;
   if (j.contains("audio") && !j["audio"].is_null()) {
-    NOSTALL_ASSIGN_OR_RETURN(s->prep.audio, audio::SpecFromJson(j["audio"]));
+    NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<const audio::Spec> clips, audio::SpecFromJson(j["audio"]));
+    s->prep.kind = audio::MakeKind(std::move(clips));
     s->prep.dtype = DType::kFloat32;
   }
   const bool detection = j.contains("detection") && !j["detection"].is_null();
@@ -143,10 +144,9 @@ Status OutputFromJson(const json& j, LoaderSpec* s) {
   NOSTALL_RETURN_IF_ERROR(Enum<ErrorPolicy>(
       j, "on_error", {{"raise", ErrorPolicy::kRaise}, {"skip", ErrorPolicy::kSkip}}, &s->on_error));
   if (detection) {
-    if (s->prep.audio) return InvalidArgument("a spec has \"audio\" or \"detection\", not both");
-    NOSTALL_ASSIGN_OR_RETURN(s->prep.detection, detect::SpecFromJson(j["detection"], s->prep));
-    s->prep.detection_h = s->prep.detection->out_h;
-    s->prep.detection_w = s->prep.detection->out_w;
+    if (s->prep.kind) return InvalidArgument("a spec has \"audio\" or \"detection\", not both");
+    NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<const detect::Spec> d, detect::SpecFromJson(j["detection"], s->prep));
+    s->prep.kind = detect::MakeKind(std::move(d));
   }
   return Status::OK();
 }
@@ -269,8 +269,7 @@ std::string LoaderSpec::ToJson() const {
   if (first_epoch != LoaderSpec().first_epoch) j["first_epoch"] = first_epoch;
   if (shuffle_buffer != 0) j["shuffle_buffer"] = shuffle_buffer;
   if (shard_shuffle) j["shard_shuffle"] = true;
-  if (prep.audio) j["audio"] = prep.audio->ToJson();
-  if (prep.detection) j["detection"] = prep.detection->resolved;
+  if (prep.kind) j[prep.kind->name()] = prep.kind->ToJson();
   // Written only when set, so a spec of images and labels stays as it was.
   if (!source_options.fields.empty()) j["fields"] = FieldsJson(source_options.fields);
   if (!source_options.fields.empty() || source_options.max_field_bytes != SourceOptions().max_field_bytes) {

@@ -466,9 +466,7 @@ std::shared_ptr<const detect::Spec> DetectionSpecOf(const std::string& spec_json
     if (t.is_object() && t.value("type", nlohmann::json()) == "Normalize") prep->dtype = DType::kFloat32;
   }
   auto spec = ValueOrRaise(detect::SpecFromJson(j, *prep, fixed));
-  prep->detection = spec;
-  prep->detection_h = spec->out_h;
-  prep->detection_w = spec->out_w;
+  prep->kind = detect::MakeKind(spec);
   return spec;
 }
 

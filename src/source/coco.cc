@@ -50,7 +50,7 @@ struct CocoOptions {
   nlohmann::json s3 = nlohmann::json::object();  // the S3 options, for s3:// paths
 };
 
-Result<CocoOptions> ReadOptions(const nlohmann::json& given) {
+Result<CocoOptions> CocoReadOptions(const nlohmann::json& given) {
   CocoOptions o;
   nlohmann::json j;
   // Whatever is not the coco driver's own is an S3 option.
@@ -75,8 +75,8 @@ Result<CocoOptions> ReadOptions(const nlohmann::json& given) {
   return o;
 }
 
-Result<nlohmann::json> ResolveOptions(const nlohmann::json& given, bool) {
-  NOSTALL_ASSIGN_OR_RETURN(CocoOptions o, ReadOptions(given));
+Result<nlohmann::json> CocoResolveOptions(const nlohmann::json& given, bool) {
+  NOSTALL_ASSIGN_OR_RETURN(CocoOptions o, CocoReadOptions(given));
   nlohmann::json out = o.s3;
   out.update(nlohmann::json{{"annotations", o.annotations},
                             {"empty", o.table.keep_empty ? "keep" : "drop"},
@@ -200,7 +200,7 @@ class CocoSource final : public Source {
   uint64_t fingerprint_ = 0;
 };
 
-bool Claims(const std::string&) { return false; }  // only when the spec names it
+bool CocoClaims(const std::string&) { return false; }  // only when the spec names it
 
 // The table in the index cache, if it is this user's, private and current.
 Result<std::pair<Mapping, annotations::CocoView>> MapTable(const std::string& path, uint64_t size,
@@ -264,9 +264,9 @@ Result<AnnotationFile> FindAnnotations(const CocoOptions& o, S3Client* client) {
   return f;
 }
 
-Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions& options) {
+Result<std::unique_ptr<Source>> CocoOpen(const std::string& uri, const SourceOptions& options) {
   NOSTALL_ASSIGN_OR_RETURN(nlohmann::json j, DriverOptionsJson(options, "coco"));
-  NOSTALL_ASSIGN_OR_RETURN(CocoOptions o, ReadOptions(j));
+  NOSTALL_ASSIGN_OR_RETURN(CocoOptions o, CocoReadOptions(j));
   std::string root = uri;
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   const bool s3_images = root.rfind("s3://", 0) == 0;
@@ -351,6 +351,6 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
 
 }  // namespace
 
-SourceDriver CocoDriver() { return {"coco", Claims, Open, ResolveOptions}; }
+SourceDriver CocoDriver() { return {"coco", CocoClaims, CocoOpen, CocoResolveOptions}; }
 
 }  // namespace nostall

@@ -152,13 +152,13 @@ std::string WithoutTrailingSlashes(std::string uri) {
   return uri;
 }
 
-bool Claims(const std::string& uri) {
+bool FolderClaims(const std::string& uri) {
   struct stat st;
   return !uri.empty() && ::stat(WithoutTrailingSlashes(uri).c_str(), &st) == 0 &&
          S_ISDIR(st.st_mode);
 }
 
-Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions& options) {
+Result<std::unique_ptr<Source>> FolderOpen(const std::string& uri, const SourceOptions& options) {
   std::string root =
       std::filesystem::absolute(WithoutTrailingSlashes(uri)).lexically_normal().string();
   while (root.size() > 1 && root.back() == '/') root.pop_back();
@@ -176,6 +176,6 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
 
 }  // namespace
 
-SourceDriver ImageFolderDriver() { return {"image-folder", Claims, Open, ResolveImageFolderOptions}; }
+SourceDriver ImageFolderDriver() { return {"image-folder", FolderClaims, FolderOpen, ResolveImageFolderOptions}; }
 
 }  // namespace nostall

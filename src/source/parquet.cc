@@ -74,7 +74,7 @@ struct ParquetOptions {
   nlohmann::json s3 = nlohmann::json::object();
 };
 
-Result<ParquetOptions> ReadOptions(const nlohmann::json& given) {
+Result<ParquetOptions> ParquetReadOptions(const nlohmann::json& given) {
   ParquetOptions o;
   nlohmann::json j;
   NOSTALL_RETURN_IF_ERROR(SplitS3Options(given, {"decoded_cache_mb"}, kDriver, &j, &o.s3));
@@ -82,8 +82,8 @@ Result<ParquetOptions> ReadOptions(const nlohmann::json& given) {
   return o;
 }
 
-Result<nlohmann::json> ResolveOptions(const nlohmann::json& given, bool) {
-  NOSTALL_ASSIGN_OR_RETURN(ParquetOptions o, ReadOptions(given));
+Result<nlohmann::json> ParquetResolveOptions(const nlohmann::json& given, bool) {
+  NOSTALL_ASSIGN_OR_RETURN(ParquetOptions o, ParquetReadOptions(given));
   nlohmann::json out = o.s3;
   out["decoded_cache_mb"] = o.decoded_cache_mb;
   return out;
@@ -91,7 +91,7 @@ Result<nlohmann::json> ResolveOptions(const nlohmann::json& given, bool) {
 
 bool IsS3(const std::string& uri) { return uri.rfind("s3://", 0) == 0; }
 
-bool Claims(const std::string& uri) {
+bool ParquetClaims(const std::string& uri) {
   const std::string suffix = ".parquet";
   return uri.size() > suffix.size() && uri.compare(uri.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -490,9 +490,9 @@ Status ForEachFile(size_t n, size_t threads, const std::function<Status(size_t)>
   return Status::OK();
 }
 
-Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions& options) {
+Result<std::unique_ptr<Source>> ParquetOpen(const std::string& uri, const SourceOptions& options) {
   NOSTALL_ASSIGN_OR_RETURN(nlohmann::json j, DriverOptionsJson(options, kDriver));
-  NOSTALL_ASSIGN_OR_RETURN(ParquetOptions o, ReadOptions(j));
+  NOSTALL_ASSIGN_OR_RETURN(ParquetOptions o, ParquetReadOptions(j));
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<S3Client> client;
   std::string bucket;
@@ -782,6 +782,6 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
 
 }  // namespace
 
-SourceDriver ParquetDriver() { return {kDriver, Claims, Open, ResolveOptions}; }
+SourceDriver ParquetDriver() { return {kDriver, ParquetClaims, ParquetOpen, ParquetResolveOptions}; }
 
 }  // namespace nostall

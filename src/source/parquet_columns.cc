@@ -83,7 +83,7 @@ Result<std::vector<FileRef>> S3Files(const std::string& uri, S3Client* client, s
 
 namespace {
 
-std::string Lower(std::string s) {
+std::string LowerCase(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
@@ -95,7 +95,7 @@ std::string FindColumn(const pq::File& file, const std::vector<std::string>& can
   for (int pass = 0; pass < 2; ++pass) {
     for (const std::string& want : candidates) {
       for (const auto& [name, group] : file.columns()) {
-        if (pass == 0 ? name != want : Lower(name) != Lower(want)) continue;
+        if (pass == 0 ? name != want : LowerCase(name) != LowerCase(want)) continue;
         *leaf = file.FindLeaf(group && media ? name + ".bytes" : name);
         return name;
       }

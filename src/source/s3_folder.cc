@@ -46,7 +46,7 @@ class S3FolderSource final : public S3Source {
   const std::string uri_prefix_;  // an item's key less this is its object's
 };
 
-bool Claims(const std::string& uri) {
+bool S3FolderClaims(const std::string& uri) {
   return uri.rfind("s3://", 0) == 0 && !(uri.size() >= 4 && uri.compare(uri.size() - 4, 4, ".tar") == 0);
 }
 
@@ -114,7 +114,7 @@ Result<std::vector<S3Object>> ListClasses(S3Client* client, const std::string& b
   return objects;
 }
 
-Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions& options) {
+Result<std::unique_ptr<Source>> S3FolderOpen(const std::string& uri, const SourceOptions& options) {
   NOSTALL_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(uri));
   std::string prefix = loc.key;
   if (!prefix.empty() && prefix.back() != '/') prefix += '/';
@@ -186,6 +186,6 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
 
 }  // namespace
 
-SourceDriver S3FolderDriver() { return {"s3-image-folder", Claims, Open, ResolveS3Options}; }
+SourceDriver S3FolderDriver() { return {"s3-image-folder", S3FolderClaims, S3FolderOpen, ResolveS3Options}; }
 
 }  // namespace nostall

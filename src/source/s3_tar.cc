@@ -142,11 +142,11 @@ uint64_t EtagStamp(const std::string& etag) {
   return h | 1;
 }
 
-bool Claims(const std::string& uri) {
+bool S3TarClaims(const std::string& uri) {
   return uri.rfind("s3://", 0) == 0 && uri.size() >= 4 && uri.compare(uri.size() - 4, 4, ".tar") == 0;
 }
 
-Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions& options) {
+Result<std::unique_ptr<Source>> S3TarOpen(const std::string& uri, const SourceOptions& options) {
   NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> uris, ExpandBraces(uri));
   NOSTALL_ASSIGN_OR_RETURN(S3Location first, ParseS3Uri(uris.front()));
   NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(options, "s3-tar-shards"));
@@ -372,6 +372,6 @@ Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions
 
 }  // namespace
 
-SourceDriver S3TarDriver() { return {"s3-tar-shards", Claims, Open, ResolveS3Options}; }
+SourceDriver S3TarDriver() { return {"s3-tar-shards", S3TarClaims, S3TarOpen, ResolveS3Options}; }
 
 }  // namespace nostall

@@ -65,11 +65,11 @@ Result<Index> BuildTarIndex(const std::string& uri, const std::vector<std::strin
   return index;
 }
 
-bool Claims(const std::string& uri) {
+bool TarShardsClaims(const std::string& uri) {
   return uri.size() >= 4 && uri.compare(uri.size() - 4, 4, ".tar") == 0;
 }
 
-Result<std::unique_ptr<Source>> Open(const std::string& uri, const SourceOptions& options) {
+Result<std::unique_ptr<Source>> TarShardsOpen(const std::string& uri, const SourceOptions& options) {
   NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> shards, ExpandBraces(uri));
   std::string canonical;
   for (auto& s : shards) {
@@ -174,6 +174,6 @@ Result<std::vector<std::string>> ExpandBraces(const std::string& pattern) {
   return out;
 }
 
-SourceDriver TarShardsDriver() { return {"tar-shards", Claims, Open, ResolveTarShardsOptions}; }
+SourceDriver TarShardsDriver() { return {"tar-shards", TarShardsClaims, TarShardsOpen, ResolveTarShardsOptions}; }
 
 }  // namespace nostall

@@ -102,13 +102,25 @@ def test_the_check_sees_an_upward_include():
     assert upward_includes("codecs", '#include "ops/op.h"\n')
     assert not upward_includes("codecs", '#include "kernels/image.h"\n')
     assert upward_includes("kernels", '#include "codecs/decode.h"\n')
+    # The kinds of sample sit above the ops that prepare images: ops names
+    # neither audio nor detection, and they do not know each other.
+    assert upward_includes("ops", '#include "audio/pipeline.h"\n')
+    assert upward_includes("ops", '#include "detect/detect.h"\n')
+    assert upward_includes("audio", '#include "detect/detect.h"\n')
+    assert not upward_includes("audio", '#include "ops/sample_kind.h"\n')
+
+
+def test_the_public_transforms_header_names_nothing_above_its_layer():
+    text = (ROOT / "include" / "nostall" / "transforms.h").read_text()
+    for above in ("audio", "detect"):
+        assert f"namespace {above}" not in text and f"{above}::" not in text, above
 
 
 def test_layers_are_the_ones_docs_design_md_draws():
-    assert LAYERS == [["common"], ["annotations", "audio", "geometry", "kernels", "model", "ring", "sampler",
-                                   "stats", "trace"],
-                      ["cache", "codecs", "source"], ["ops"], ["detect"], ["pipeline"], ["analyze", "shared"],
-                      ["cli", "python"]]
+    assert LAYERS == [["common"], ["annotations", "geometry", "kernels", "model", "ring", "sampler", "stats",
+                                   "trace"],
+                      ["cache", "codecs", "source"], ["ops"], ["audio", "detect"], ["pipeline"],
+                      ["analyze", "shared"], ["cli", "python"]]
     text = (ROOT / "docs" / "design.md").read_text()
     for i, folders in enumerate(LAYERS):
         assert f"{i}  " + "  ".join(folders) in text, f"layer {i} ({folders}) is not drawn"
@@ -131,9 +143,9 @@ def test_each_folder_compiles_against_its_layers_only():
     seen = set()
     for entry in _commands():
         path = Path(entry["file"])
-        if ROOT / "src" not in path.parents or _is_test(path) or path.parent.name == "testing":
+        folder = _folder_of(entry)
+        if folder is None:
             continue
-        folder = path.parent.name
         args = shlex.split(entry["command"])
         includes = {a[2:] for a in args if a.startswith("-I")}
         includes |= {args[i + 1] for i, a in enumerate(args[:-1]) if a in ("-I", "-isystem")}
@@ -143,10 +155,25 @@ def test_each_folder_compiles_against_its_layers_only():
     assert seen == set(LAYER), f"folders not built: {set(LAYER) - seen}"
 
 
+def _folder_of(entry):
+    """The folder of src/ a compile command builds, or None (tests, fuzz
+    targets, test helpers, precompiled headers). A unity build's batch
+    (CMakeFiles/TARGET.dir/Unity/unity_N_cxx.cxx) is its target's folder."""
+    path = Path(entry["file"])
+    if ROOT / "src" in path.parents:
+        if _is_test(path) or path.parent.name == "testing":
+            return None
+        return path.parent.name
+    target = next((p[:-4] for p in path.parts if p.endswith(".dir")), None)
+    if path.parent.name != "Unity" or target is None:
+        return None
+    folder = {"nostall_cli": "cli", "_nostall": "python"}.get(target, target.removeprefix("nostall_"))
+    return folder if folder in LAYER else None
+
+
 def _compile_in(folder, source, tmp_path):
     """Compiles `source` as a file of `folder` would be, with its exact flags."""
-    entry = next(e for e in _commands() if Path(e["file"]).parent.name == folder
-                 and not _is_test(Path(e["file"])))
+    entry = next(e for e in _commands() if _folder_of(e) == folder)
     args = shlex.split(entry["command"])
     probe = tmp_path / "probe.cc"
     probe.write_text(source)
@@ -160,7 +187,8 @@ def _compile_in(folder, source, tmp_path):
 
 @pytest.mark.parametrize("folder,upward", [
     ("ring", "shared/consumer.h"), ("ring", "nostall/shared.h"), ("pipeline", "shared/consumer.h"),
-    ("source", "cache/driver.h"), ("ops", "nostall/loader.h"), ("common", "stats/stats.h")])
+    ("source", "cache/driver.h"), ("ops", "nostall/loader.h"), ("common", "stats/stats.h"),
+    ("ops", "audio/pipeline.h"), ("ops", "detect/detect.h"), ("audio", "detect/detect.h")])
 def test_an_upward_include_fails_to_build(folder, upward, tmp_path):
     fine = _compile_in(folder, f'#include "{folder}/{_a_header(folder)}"\n', tmp_path)
     assert fine.returncode == 0, fine.stderr

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -422,9 +423,12 @@ def test_a_listing_of_many_pages_is_read_whole(s3):
     first asked for with a continuation token (signed in canonical order)."""
     client, _ = s3
     src = {"Bucket": "train-data", "Key": "imagenet/train/class_0/000.jpg"}
-    for i in range(1003):  # c0: 1,001 objects (two pages of its own listing), c1: 2
+    def copy(i):  # c0: 1,001 objects (two pages of its own listing), c1: 2
         client.copy_object(Bucket="train-data", Key=f"paged/c{0 if i < 1001 else 1}/{i:05d}.jpg",
                            CopySource=src)
+
+    with ThreadPoolExecutor(8) as pool:  # (boto3's clients are thread-safe)
+        list(pool.map(copy, range(1003)))
     loader = nostall.Loader("s3://train-data/paged/", batch_size=64, transforms=[nostall.Resize((8, 8))])
     assert loader.num_items == 1003
     assert loader.classes == ["c0", "c1"]

@@ -1,0 +1,80 @@
+// A kind of sample: what the preparer, the loader's shapes and the spec
+// writer ask of one, whatever it is (an image, an audio clip, an image with
+// its annotations; what comes next). The image kind is this layer's own;
+// the others implement the interface in their layers above (audio/kind.h,
+// detect/kind.h) and a spec holds one (PrepSpec::kind), so nothing here
+// knows of them.
+#ifndef NOSTALL_OPS_SAMPLE_KIND_H_
+#define NOSTALL_OPS_SAMPLE_KIND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/sample_key.h"
+#include "nostall/status.h"
+
+namespace nostall {
+
+struct PrepSpec;
+struct PrepScratch;
+
+// The bytes one sample is made from: its main member (an image, an audio
+// file) and, for a kind with targets, its annotations (may be empty).
+struct SampleInput {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  const uint8_t* annotations = nullptr;
+  size_t annotations_size = 0;
+};
+
+// Where it goes: its place in the batch tensor (out_h x out_w, as the batch
+// is) and, for a kind with targets, the targets field's place, its room and
+// the length written.
+struct SampleOutput {
+  void* dst = nullptr;
+  int out_h = 0, out_w = 0;
+  uint8_t* targets = nullptr;
+  size_t targets_room = 0;
+  int64_t* targets_len = nullptr;
+};
+
+// A kind's own per-thread buffers, kept in PrepScratch from sample to sample.
+struct KindScratch {
+  virtual ~KindScratch() = default;
+};
+
+class SampleKind {
+ public:
+  virtual ~SampleKind() = default;
+  // The spec's key for it: "image", "audio", "detection".
+  virtual const char* name() const = 0;
+  // The spec's rules that belong to this kind (its transforms, dtype, sizes).
+  virtual Status Validate(const PrepSpec& spec) const = 0;
+  virtual int channels(const PrepSpec& spec) const = 0;
+  // The (height, width) every output has, if the spec fixes it (audio:
+  // (bins, frames)).
+  virtual bool FixedOutputSize(const PrepSpec& spec, int* height, int* width) const = 0;
+  // One sample's tensor shape and bytes in a batch of out_h x out_w.
+  virtual std::vector<int64_t> SampleShape(const PrepSpec& spec, int out_h, int out_w) const = 0;
+  virtual size_t SampleBytes(const PrepSpec& spec, int out_h, int out_w) const = 0;
+  // Whether a sample carries targets (written to SampleOutput::targets).
+  virtual bool has_targets() const { return false; }
+  // One sample, from its bytes, into its place; a DataError names what is
+  // wrong with the bytes (the caller adds the item).
+  virtual Status Prepare(const PrepSpec& spec, const SampleInput& in, const SampleKey& key,
+                         const SampleOutput& out, PrepScratch* scratch) const = 0;
+  // The spec's object for it, every default spelled out (null for images:
+  // their transforms are the spec's "transforms").
+  virtual nlohmann::json ToJson() const = 0;
+};
+
+// Plain images: the spec's "transforms" on a decoded image.
+const SampleKind& ImageKind();
+
+}  // namespace nostall
+
+#endif  // NOSTALL_OPS_SAMPLE_KIND_H_
