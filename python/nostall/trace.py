@@ -182,6 +182,17 @@ class TraceAnalysis:
         return self.traced["critical"]
 
     # ---- what a change would give ----
+    def _threads_change(self, threads, change, rules):
+        """predict(threads=...): the ATen operators long enough to split,
+        scaled as this machine scales them from the trace's threads."""
+        change["threads_from"] = int(self.step_threads)
+        change["threads_to"] = threads
+        scale = _parallel_scale(int(self.step_threads), threads)
+        change["parallel_scale"] = scale
+        rules.append(f"ATen operators long enough to split (50 us or more of own time): x "
+                     f"{scale:.2f}, what {threads} intra-op threads made of a convolution and "
+                     f"a matrix product here against {self.step_threads}")
+
     def predict(self, *, loader: str | None = None, loader_speedup: float | None = None,
                 loader_free: bool = False, loader_period: float | None = None,
                 gpu_speedup: float | None = None, gemm_speedup: float | None = None,
@@ -235,23 +246,17 @@ class TraceAnalysis:
             if value is not None:
                 change[key] = float(value)
                 rules.append(rule.format(v=value))
-        if pinned_copies:
-            change["pinned_copies"] = True
-            rules.append("pageable host-to-device copies pinned: 2x faster, and the CPU does not wait for them")
-        if fused_optimizer:
-            change["fused_optimizer"] = True
-            rules.append("the optimizer's Python and launches paid once per operator kind, not per parameter")
-        if amp:
-            change["amp"] = True
-            rules.append("mixed precision: GEMM/convolution kernels / 3, other kernels / 2 (Daydream)")
+        for key, on, rule in (
+                ("pinned_copies", pinned_copies,
+                 "pageable host-to-device copies pinned: 2x faster, and the CPU does not wait for them"),
+                ("fused_optimizer", fused_optimizer,
+                 "the optimizer's Python and launches paid once per operator kind, not per parameter"),
+                ("amp", amp, "mixed precision: GEMM/convolution kernels / 3, other kernels / 2 (Daydream)")):
+            if on:
+                change[key] = True
+                rules.append(rule)
         if threads is not None:
-            change["threads_from"] = int(self.step_threads)
-            change["threads_to"] = int(threads)
-            scale = _parallel_scale(int(self.step_threads), int(threads))
-            change["parallel_scale"] = scale
-            rules.append(f"ATen operators long enough to split (50 us or more of own time): x "
-                         f"{scale:.2f}, what {threads} intra-op threads made of a convolution and "
-                         f"a matrix product here against {self.step_threads}")
+            self._threads_change(int(threads), change, rules)
         if not self.facts["gpu_nodes"]:
             asked = [k for k in _GPU_CHANGES if k in change]
             if asked:

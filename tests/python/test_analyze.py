@@ -295,7 +295,7 @@ class _PacedLoader:
 
 def test_a_timed_window_counts_only_samples_made_inside_it():
     from nostall._progress import Phase
-    from nostall.analyze import _Window
+    from nostall._measure import _Window
 
     # 8 batches of 10: 3 made before the window, then one every 20 ms; the
     # window opens at batch 2. The pipeline's rate is 10 / 20 ms = 500/s; the
@@ -320,7 +320,7 @@ def test_a_timed_window_counts_only_samples_made_inside_it():
 
 def test_the_loop_around_the_step_is_timed_apart_from_step_and_waits():
     from nostall._progress import Phase
-    from nostall.analyze import _Window
+    from nostall._measure import _Window
 
     # Batches of 10 always ready; each step ~10 ms; the loop then does ~5 ms
     # of its own per batch (the stand-in for taking a batch on busy cores).
