@@ -48,6 +48,7 @@
 #include "source/index_file.h"
 #include "source/index_progress.h"
 #include "source/parquet_columns.h"
+#include "source/parquet_index.h"
 #include "source/parquet_file.h"
 #include "source/parquet_saved.h"
 #include "source/parquet_units.h"
@@ -475,19 +476,79 @@ class ParquetSource final : public Source {
   std::unique_ptr<DecodePool> pool_;
 };
 
-// Runs `fn(k)` for every file k, `threads` at a time; the first error.
-Status ForEachFile(size_t n, size_t threads, const std::function<Status(size_t)>& fn) {
-  std::vector<Status> failed(n);
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> pool;
-  for (size_t t = 0; t < std::min(n, threads); ++t) {
-    pool.emplace_back([&] {
-      for (size_t k; (k = next.fetch_add(1)) < n;) failed[k] = fn(k);
-    });
+// How the files are read: from S3 with `client` (one round trip a read), or from disk.
+pq::ReadAt FileReader(S3Client* c, const std::string& bucket, const FileRef& r) {
+  return [c, bucket, r](uint64_t offset, uint64_t length, std::string* out) -> Status {
+    if (offset + length > r.size) {
+      return DataError(r.name + ": a read past its end (" + std::to_string(offset + length) + " of " +
+                       std::to_string(r.size) + " bytes)");
+    }
+    if (c != nullptr) {
+      std::vector<uint8_t> bytes;
+      NOSTALL_RETURN_IF_ERROR(c->Get(bucket, r.key, offset, static_cast<int64_t>(length), &bytes));
+      out->assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+      return Status::OK();
+    }
+    NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(r.name));
+    out->resize(length);
+    Status st = PreadExact(fd.get(), offset, length, reinterpret_cast<uint8_t*>(out->data()));
+    if (!st.ok()) return DataError(r.name + ": " + st.message());
+    return st;
+  };
+}
+
+// The saved index at `cache_path`, if it is there and still holds.
+std::optional<Saved> LoadSaved(const std::string& cache_path, const std::vector<FileRef>& refs) {
+  if (cache_path.empty()) return std::nullopt;
+  Result<std::string> bytes = pq::ReadSaved(cache_path);
+  if (!bytes.ok()) return std::nullopt;
+  Result<Saved> s = pq::ParseSaved(bytes.value(), refs);
+  if (!s.ok()) return std::nullopt;
+  return std::move(s.value());
+}
+
+// The saved index, if it fits these files and columns (its offset indexes
+// set on the files); else nothing (a key collision: built again).
+std::optional<Saved> Fitting(std::optional<Saved> saved, const std::vector<std::shared_ptr<pq::File>>& files,
+                             const pq::FieldColumns& c, int64_t total) {
+  if (!saved) return saved;
+  std::vector<int> per_item;
+  for (const Column& col : c.columns) per_item.push_back(col.leaf);
+  if (static_cast<int64_t>(saved->labels.size()) != (c.label.leaf >= 0 ? total : 0) ||
+      static_cast<int64_t>(saved->sizes.size()) != total * c.extra()) {
+    return std::nullopt;
   }
-  for (auto& t : pool) t.join();
-  for (Status& s : failed) NOSTALL_RETURN_IF_ERROR(s);
-  return Status::OK();
+  for (size_t k = 0; k < files.size(); ++k) {
+    if (!files[k]->SetOffsetIndexes(per_item, saved->indexes[k], saved->index_at[k]).ok()) return std::nullopt;
+  }
+  return saved;
+}
+
+// The extra fields' records: each value's size, then the image to the end;
+// and each field's largest value.
+void RecordSpans(const std::vector<int64_t>& sizes, int64_t total, int extra, std::vector<FieldSpan>* spans,
+                 std::vector<int64_t>* room) {
+  room->assign(static_cast<size_t>(extra), 0);
+  if (extra == 0) return;
+  spans->assign(static_cast<size_t>(total) * static_cast<size_t>(1 + extra), FieldSpan{});
+  for (int64_t item = 0; item < total; ++item) {
+    uint64_t at = 0;
+    FieldSpan* sp = &(*spans)[static_cast<size_t>(item) * (1 + extra)];
+    for (int e = 0; e < extra; ++e) {
+      const int64_t n = sizes[static_cast<size_t>(item) * extra + e];
+      sp[1 + e] = {at, n};
+      (*room)[static_cast<size_t>(e)] = std::max((*room)[static_cast<size_t>(e)], n);
+      if (n > 0) at += static_cast<uint64_t>(n);
+    }
+    sp[0] = {at, -1};
+  }
+}
+
+std::string SecondsSince(std::chrono::steady_clock::time_point t0) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f s",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return text;
 }
 
 Result<std::unique_ptr<Source>> ParquetOpen(const std::string& uri, const SourceOptions& options) {
@@ -507,273 +568,48 @@ Result<std::unique_ptr<Source>> ParquetOpen(const std::string& uri, const Source
     NOSTALL_ASSIGN_OR_RETURN(refs, LocalFiles(uri));
   }
   S3Client* c = client.get();
-  const size_t threads = c != nullptr ? 32 : 4;  // files read at once (on S3 each read is a round trip)
-  auto reader = [c, bucket](const FileRef& r) -> pq::ReadAt {
-    return [c, bucket, r](uint64_t offset, uint64_t length, std::string* out) -> Status {
-      if (offset + length > r.size) {
-        return DataError(r.name + ": a read past its end (" + std::to_string(offset + length) + " of " +
-                         std::to_string(r.size) + " bytes)");
-      }
-      if (c != nullptr) {
-        std::vector<uint8_t> bytes;
-        NOSTALL_RETURN_IF_ERROR(c->Get(bucket, r.key, offset, static_cast<int64_t>(length), &bytes));
-        out->assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-        return Status::OK();
-      }
-      NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(r.name));
-      out->resize(length);
-      Status st = PreadExact(fd.get(), offset, length, reinterpret_cast<uint8_t*>(out->data()));
-      if (!st.ok()) return DataError(r.name + ": " + st.message());
-      return st;
-    };
-  };
-
-  // The saved index, if it is there and still holds.
+  pq::IndexFiles in;
+  in.threads = c != nullptr ? 32 : 4;  // files read at once (on S3 each read is a round trip)
+  in.reader = [&](size_t k) { return FileReader(c, bucket, refs[k]); };
+  in.max_field_bytes = options.max_field_bytes;
   const std::string cache_path =
       options.use_index_cache ? IndexCachePath(options.index_cache_dir, pq::SavedKey(uri, options)) : "";
-  std::optional<Saved> saved;
-  std::string origin;
-  if (!cache_path.empty()) {
-    Result<std::string> bytes = pq::ReadSaved(cache_path);
-    if (bytes.ok()) {
-      Result<Saved> s = pq::ParseSaved(bytes.value(), refs);
-      if (s.ok()) saved = std::move(s.value());
-    }
-  }
+  std::optional<Saved> saved = LoadSaved(cache_path, refs);
 
   // The footers: saved (parsed on every core), or read many files at a time.
   std::vector<std::shared_ptr<pq::File>> files(refs.size());
   const size_t parse_threads = std::max<size_t>(1, std::thread::hardware_concurrency());
-  NOSTALL_RETURN_IF_ERROR(ForEachFile(refs.size(), saved ? parse_threads : threads, [&](size_t k) -> Status {
+  NOSTALL_RETURN_IF_ERROR(pq::ForEachFile(refs.size(), saved ? parse_threads : in.threads, [&](size_t k) -> Status {
     NOSTALL_ASSIGN_OR_RETURN(files[k], saved ? pq::File::FromSaved(refs[k].name, refs[k].size, saved->footers[k])
-                                             : pq::File::Open(refs[k].name, refs[k].size, reader(refs[k])));
+                                             : pq::File::Open(refs[k].name, refs[k].size, in.reader(k)));
     return Status::OK();
   }));
-  const pq::File& first = *files.front();
-
-  // The fields: the media column, the label column, the rest.
-  NOSTALL_ASSIGN_OR_RETURN(const HfFeatures hf, ReadHfFeatures(first));
-  std::vector<FieldSpec> fields = options.fields;
-  if (fields.empty()) {
-    FieldSpec image{"image", {}, FieldKind::kImage};
-    if (!hf.image.empty()) image.extensions.push_back(hf.image);
-    for (const char* n : {"image", "img", "jpg", "jpeg", "png", "webp"}) image.extensions.push_back(n);
-    fields.push_back(image);
-    FieldSpec label{"label", {}, FieldKind::kLabel, /*optional=*/true};
-    if (hf.class_labels.size() > 1) {
-      std::string which;
-      for (const auto& [column, _] : hf.class_labels) which += (which.empty() ? "" : ", ") + column;
-      return InvalidArgument(first.name() + " has " + std::to_string(hf.class_labels.size()) +
-                             " ClassLabel columns (" + which + "): name the label with fields=, e.g. "
-                             "{\"image\": \"" + (hf.image.empty() ? "image" : hf.image) + "\", \"label\": \"" +
-                             hf.class_labels.rbegin()->first + "\"}");
-    }
-    if (!hf.class_labels.empty()) label.extensions.push_back(hf.class_labels.begin()->first);
-    for (const char* n : {"label", "labels", "cls", "class"}) label.extensions.push_back(n);
-    fields.push_back(label);
-  }
-  std::vector<Column> columns;
-  Column media, label;
-  for (const FieldSpec& f : fields) {
-    Column col;
-    col.field = f.name;
-    col.kind = f.kind;
-    col.optional = f.optional;
-    const bool is_media = IsMediaKind(f.kind);
-    col.name = FindColumn(first, f.extensions, is_media, &col.leaf);
-    if (col.name.empty()) {
-      if (f.kind == FieldKind::kLabel && f.optional) continue;
-      std::string wanted;
-      for (const std::string& e : f.extensions) wanted += (wanted.empty() ? "" : " or ") + e;
-      return InvalidArgument(first.name() + " has no column " + wanted + " for the field \"" + f.name +
-                             "\"; its columns: " + ColumnList(first));
-    }
-    if (col.leaf < 0) {
-      return InvalidArgument(first.name() + ": the column " + col.name + " for the field \"" + f.name +
-                             "\" is a struct or list; nostall reads a column of one value per row, or an "
-                             "image/audio struct of {bytes, path}");
-    }
-    const pq::Leaf& leaf = first.leaves()[static_cast<size_t>(col.leaf)];
-    if (leaf.max_rep > 0) {
-      return InvalidArgument(first.name() + ": the column " + col.name + " for the field \"" + f.name +
-                             "\" is a list; nostall reads columns of one value per row");
-    }
-    if (f.kind == FieldKind::kTargets) {
-      return InvalidArgument("a targets field is read from COCO files or .json members, not Parquet columns yet");
-    }
-    if (is_media) {
-      if (leaf.physical != 6 /* BYTE_ARRAY */) {
-        return InvalidArgument(first.name() + ": the column " + col.name + " for the " + FieldKindName(f.kind) +
-                               " field \"" + f.name + "\" holds no bytes (" + leaf.path + ")");
-      }
-      media = col;
-    } else if (f.kind == FieldKind::kLabel) {
-      label = col;
-    } else {
-      columns.push_back(col);
-    }
-  }
-  if (media.leaf < 0) return InvalidArgument("a Parquet dataset needs an image or audio field");
-  columns.push_back(media);
-
-  // Every file has the same leaves for them.
-  std::vector<int> leaves;
-  for (const Column& col : columns) leaves.push_back(col.leaf);
-  if (label.leaf >= 0) leaves.push_back(label.leaf);
+  in.files = &files;
+  NOSTALL_ASSIGN_OR_RETURN(const HfFeatures hf, ReadHfFeatures(*files.front()));
+  NOSTALL_ASSIGN_OR_RETURN(pq::FieldColumns cols, pq::ResolveColumns(*files.front(), options.fields, hf));
+  NOSTALL_RETURN_IF_ERROR(pq::CheckSameColumns(files, cols));
   for (const auto& f : files) {
-    for (int leaf : leaves) {
-      const pq::Leaf& want = first.leaves()[static_cast<size_t>(leaf)];
-      const int here = f->FindLeaf(want.path);
-      if (here != leaf || f->leaves()[static_cast<size_t>(here)].physical != want.physical) {
-        return InvalidArgument(f->name() + ": its schema differs from " + first.name() + "'s: column " + want.path +
-                               (here < 0 ? " is missing" : " has another place or type"));
-      }
-    }
+    in.file_first.push_back(in.total);
+    in.total += f->rows();
   }
-  // Offset indexes of the columns read per item, each file's in one read.
-  std::vector<int> per_item;
-  for (const Column& col : columns) per_item.push_back(col.leaf);
-  int64_t total = 0;
-  std::vector<int64_t> file_first;
-  for (const auto& f : files) {
-    file_first.push_back(total);
-    total += f->rows();
-  }
-  if (total == 0) return InvalidArgument("the Parquet files " + uri + " hold no rows");
-  const int extra = static_cast<int>(columns.size()) - 1;
-  if (saved) {
-    if (static_cast<int64_t>(saved->labels.size()) != (label.leaf >= 0 ? total : 0) ||
-        static_cast<int64_t>(saved->sizes.size()) != total * extra) {
-      saved.reset();  // (a key collision: built again)
-    } else {
-      for (size_t k = 0; k < files.size(); ++k) {
-        if (!files[k]->SetOffsetIndexes(per_item, saved->indexes[k], saved->index_at[k]).ok()) saved.reset();
-        if (!saved) break;
-      }
-    }
-  }
+  if (in.total == 0) return InvalidArgument("the Parquet files " + uri + " hold no rows");
+  std::string origin;
+  saved = Fitting(std::move(saved), files, cols, in.total);
   if (!saved) {
-    Saved s;
-    s.footers.resize(files.size());
-    s.index_at.resize(files.size());
-    s.indexes.resize(files.size());
-    s.labels.assign(label.leaf >= 0 ? static_cast<size_t>(total) : 0, 0);
-    s.sizes.assign(static_cast<size_t>(total) * static_cast<size_t>(extra), -1);
-    const pq::Leaf* label_leaf = label.leaf >= 0 ? &first.leaves()[static_cast<size_t>(label.leaf)] : nullptr;
-    const bool strings = label_leaf != nullptr && label_leaf->physical == 6;
-    if (label_leaf != nullptr && !strings && label_leaf->physical != 1 && label_leaf->physical != 2 &&
-        label_leaf->physical != 0) {
-      return InvalidArgument(first.name() + ": the label column " + label.name + " holds neither integers nor strings");
-    }
-    std::vector<std::string> names(strings ? static_cast<size_t>(total) : 0);
-    // Per file, at once: its offset indexes, its labels, its fields' sizes.
-    NOSTALL_RETURN_IF_ERROR(ForEachFile(files.size(), threads, [&](size_t k) -> Status {
-      pq::File& f = *files[k];
-      const pq::ReadAt read = reader(refs[k]);
-      s.footers[k] = f.footer();
-      const pq::Range r = f.OffsetIndexRange(per_item);
-      s.index_at[k] = r.offset;
-      if (r.length > 0) {
-        if (r.length > (256ull << 20)) return DataError(f.name() + ": its offset indexes span more than 256 MiB");
-        NOSTALL_RETURN_IF_ERROR(read(r.offset, r.length, &s.indexes[k]));
-        NOSTALL_RETURN_IF_ERROR(f.SetOffsetIndexes(per_item, s.indexes[k], r.offset));
-      }
-      const int64_t base = file_first[k];
-      if (label.leaf >= 0) {
-        NOSTALL_RETURN_IF_ERROR(ReadColumn(f, label.leaf, read, [&](const pq::Values& v, int64_t at) {
-          for (size_t row = 0; row < v.present.size(); ++row) {
-            if (!v.present[row]) {
-              return DataError(f.name() + "[" + std::to_string(at + static_cast<int64_t>(row)) + "]: the label (" +
-                               label.name + ") is null");
-            }
-            const size_t item = static_cast<size_t>(base + at) + row;
-            if (strings) {
-              names[item].assign(v.blob, v.off[row], v.off[row + 1] - v.off[row]);
-            } else {
-              s.labels[item] = v.ints[row];
-            }
-          }
-          return Status::OK();
-        }));
-      }
-      for (int e = 0; e < extra; ++e) {
-        const Column& col = columns[static_cast<size_t>(e)];
-        NOSTALL_RETURN_IF_ERROR(ReadColumn(f, col.leaf, read, [&](const pq::Values& v, int64_t at) {
-          for (size_t row = 0; row < v.present.size(); ++row) {
-            const std::string where = f.name() + "[" + std::to_string(at + static_cast<int64_t>(row)) + "]";
-            if (!v.present[row] && !col.optional) {
-              return DataError(where + ": the field \"" + col.field + "\" (" + col.name +
-                               ") is null; say optional=True to take it as None");
-            }
-            const int64_t n = v.present[row] ? static_cast<int64_t>(v.off[row + 1] - v.off[row]) : -1;
-            if (n > static_cast<int64_t>(options.max_field_bytes)) {
-              return DataError(where + ": the field \"" + col.field + "\" is " + std::to_string(n) +
-                               " bytes, over max_field_bytes");
-            }
-            s.sizes[static_cast<size_t>(base + at + static_cast<int64_t>(row)) * extra + e] = n;
-          }
-          return Status::OK();
-        }));
-      }
-      return Status::OK();
-    }));
-    if (strings) {
-      std::set<std::string> distinct(names.begin(), names.end());
-      s.classes.assign(distinct.begin(), distinct.end());
-      for (size_t r = 0; r < names.size(); ++r) {
-        s.labels[r] = std::lower_bound(s.classes.begin(), s.classes.end(), names[r]) - s.classes.begin();
-      }
-    } else if (label.leaf >= 0 && hf.class_labels.count(label.name) > 0) {
-      s.classes = hf.class_labels.at(label.name);
-      const std::vector<std::string>& names_of = s.classes;
-      // A ClassLabel's values index its names; -1 is Hugging Face's "no
-      // label" (test splits). Anything else names no class.
-      const int64_t n = static_cast<int64_t>(names_of.size());
-      for (size_t r = 0; r < s.labels.size(); ++r) {
-        const int64_t v = s.labels[r];
-        if (v == -1 || (v >= 0 && v < n)) continue;
-        const size_t k = static_cast<size_t>(
-            std::upper_bound(file_first.begin(), file_first.end(), static_cast<int64_t>(r)) - file_first.begin() - 1);
-        return DataError(files[k]->name() + "[" + std::to_string(static_cast<int64_t>(r) - file_first[k]) +
-                         "]: the label (" + label.name + ") is " + std::to_string(v) + ", but its ClassLabel has " +
-                         std::to_string(n) + " names (0 to " + std::to_string(n - 1) + ", or -1 for none)");
-      }
-    }
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    char text[160];
-    std::snprintf(text, sizeof(text), "read from %zu Parquet file%s in %.2f s", files.size(),
-                  files.size() == 1 ? "" : "s", secs);
-    origin = text;
+    NOSTALL_ASSIGN_OR_RETURN(saved, pq::BuildIndex(in, cols, hf));
+    origin = "read from " + std::to_string(files.size()) + " Parquet file" + (files.size() == 1 ? "" : "s") +
+             " in " + SecondsSince(t0);
     if (!cache_path.empty()) {
-      Status w = WriteIndexFile(cache_path, pq::SerializeSaved(refs, s));
+      Status w = WriteIndexFile(cache_path, pq::SerializeSaved(refs, *saved));
       origin += w.ok() ? "; saved to " + cache_path : "; not saved (" + w.message() + ")";
     }
-    saved = std::move(s);
   } else {
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    char text[64];
-    std::snprintf(text, sizeof(text), " (%.2f s)", secs);
-    origin = "the index cache: " + cache_path + text;
+    origin = "the index cache: " + cache_path + " (" + SecondsSince(t0) + ")";
   }
-
-  // The extra fields' records: each value's size, then the image to the end.
   std::vector<FieldSpan> spans;
-  std::vector<int64_t> room(static_cast<size_t>(extra), 0);
-  if (extra > 0) {
-    spans.assign(static_cast<size_t>(total) * static_cast<size_t>(1 + extra), FieldSpan{});
-    for (int64_t item = 0; item < total; ++item) {
-      uint64_t at = 0;
-      FieldSpan* sp = &spans[static_cast<size_t>(item) * (1 + extra)];
-      for (int e = 0; e < extra; ++e) {
-        const int64_t n = saved->sizes[static_cast<size_t>(item) * extra + e];
-        sp[1 + e] = {at, n};
-        room[static_cast<size_t>(e)] = std::max(room[static_cast<size_t>(e)], n);
-        if (n > 0) at += static_cast<uint64_t>(n);
-      }
-      sp[0] = {at, -1};
-    }
-  }
-  return std::unique_ptr<Source>(new ParquetSource(std::move(files), std::move(refs), std::move(columns),
+  std::vector<int64_t> room;
+  RecordSpans(saved->sizes, in.total, cols.extra(), &spans, &room);
+  return std::unique_ptr<Source>(new ParquetSource(std::move(files), std::move(refs), std::move(cols.columns),
                                                    std::move(saved->labels), std::move(saved->classes),
                                                    std::move(spans), std::move(room), std::move(client),
                                                    std::move(bucket), o, options.max_item_bytes, origin,
