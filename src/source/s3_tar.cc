@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -146,56 +147,23 @@ bool S3TarClaims(const std::string& uri) {
   return uri.rfind("s3://", 0) == 0 && uri.size() >= 4 && uri.compare(uri.size() - 4, 4, ".tar") == 0;
 }
 
-Result<std::unique_ptr<Source>> S3TarOpen(const std::string& uri, const SourceOptions& options) {
-  NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> uris, ExpandBraces(uri));
-  NOSTALL_ASSIGN_OR_RETURN(S3Location first, ParseS3Uri(uris.front()));
-  NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(options, "s3-tar-shards"));
-  NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<S3Client> client, S3Client::Create(config));
-  // One listing of the shards' common prefix gives every size and ETag.
-  std::vector<std::string> keys;
-  for (const std::string& u : uris) {
-    NOSTALL_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(u));
-    if (loc.bucket != first.bucket) return InvalidArgument("tar shards in more than one bucket: " + uri);
-    keys.push_back(loc.key);
-  }
-  std::string prefix = keys.front();
-  for (const std::string& k : keys) {
-    size_t n = 0;
-    while (n < prefix.size() && n < k.size() && prefix[n] == k[n]) ++n;
-    prefix.resize(n);
-  }
-  Result<std::vector<S3Object>> listed = client->List(first.bucket, prefix);
-  if (!listed.ok()) {
-    return Status(listed.status().code(),
-                  listed.status().message() + " [" + client->config().Describe() + "]");
-  }
-  std::map<std::string, S3Object> objects;
-  for (S3Object& o : listed.value()) objects[o.key] = std::move(o);
-  std::string canonical = "s3-tar-shards\n";
+// The shards a pattern names, as one listing of their common prefix gives
+// them (sizes, ETags), and where their index is kept.
+struct S3Shards {
+  std::unique_ptr<S3Client> client;
+  std::string bucket;
+  std::vector<std::string> keys, etags;
   std::vector<uint64_t> sizes;
-  std::vector<std::string> etags;
-  for (const std::string& k : keys) {
-    auto it = objects.find(k);
-    if (it == objects.end()) {
-      return NotFound("tar shard does not exist: s3://" + first.bucket + "/" + k + " [" +
-                      client->config().Describe() + "]");
-    }
-    sizes.push_back(static_cast<uint64_t>(it->second.size));
-    etags.push_back(it->second.etag);
-    canonical += "s3://" + first.bucket + "/" + k + " " + it->second.etag + " " +
-                 std::to_string(it->second.size) + "\n";
-  }
-  canonical += IndexVariant(options);
-  // The ETags are part of the cache's name: a saved index is reused only
-  // while every shard is the object it was built from.
-  const std::string cache_path =
-      options.use_index_cache ? IndexCachePath(options.index_cache_dir, canonical) : "";
-  // Paths in the index are kept relative to the first shard's "folder".
-  std::string root = "s3://" + first.bucket + "/" + keys.front();
-  root.resize(root.rfind('/'));
+  std::string cache_path;  // this node's index cache ("" when off)
+  std::string root;        // paths in the index are relative to the first shard's "folder"
+  std::string beside_key;  // PATTERN.nostall-index beside them ("" when none)
+
+  std::string uri(size_t s) const { return "s3://" + bucket + "/" + keys[s]; }
+  std::string beside_uri() const { return "s3://" + bucket + "/" + beside_key; }
+
   // A saved index must be of these shards, its members inside them (a file
   // damaged or planted is rebuilt, never followed out of bounds).
-  auto fits = [&](const IndexView& idx) {
+  bool Fits(const IndexView& idx) const {
     if (idx.shards().size() != keys.size()) return false;
     for (int64_t i = 0; i < idx.size(); ++i) {
       const IndexView::Item& e = idx.item(i);
@@ -207,165 +175,235 @@ Result<std::unique_ptr<Source>> S3TarOpen(const std::string& uri, const SourceOp
       }
     }
     return true;
-  };
-  // The index object beside the shards: PATTERN.nostall-index in the
-  // first shard's "folder" (when every shard is in it), its stamps each
-  // shard's size and ETag as this listing gives them.
-  const std::string& mode = options.index_beside;
-  if (mode != "read" && mode != "write" && mode != "rebuild" && mode != "off") {
-    return InvalidArgument("index_beside must be \"read\", \"write\", \"rebuild\" or \"off\", not \"" +
-                           mode + "\"");
   }
-  std::string beside_key;
-  {
-    const size_t slash = keys.front().rfind('/');
-    const std::string dir = slash == std::string::npos ? "" : keys.front().substr(0, slash + 1);
-    bool one_folder = true;
-    for (const std::string& k : keys) {
-      one_folder = one_folder && k.compare(0, dir.size(), dir) == 0 &&
-                   k.find('/', dir.size()) == std::string::npos;
-    }
-    if (one_folder && mode != "off") beside_key = dir + uri.substr(uri.rfind('/') + 1) + kIndexBesideSuffix;
-  }
-  if (mode == "rebuild" && beside_key.empty()) {
-    return InvalidArgument("tar shards in more than one folder have no place for an index beside them: " + uri);
-  }
-  const std::string beside_uri = "s3://" + first.bucket + "/" + beside_key;
-  auto stamps_hold = [&](const IndexView& idx) {
+  // Its stamps are each shard's size and ETag as this listing gives them.
+  bool StampsHold(const IndexView& idx) const {
     if (idx.stamps().size() != keys.size()) return false;
     for (size_t s = 0; s < keys.size(); ++s) {
       const IndexStamp& st = idx.stamps()[s];
-      if (idx.shards()[s] != "s3://" + first.bucket + "/" + keys[s] || st.path != idx.shards()[s] || st.size != static_cast<int64_t>(sizes[s]) ||
+      if (idx.shards()[s] != uri(s) || st.path != idx.shards()[s] || st.size != static_cast<int64_t>(sizes[s]) ||
           st.content != EtagStamp(etags[s])) {
         return false;
       }
     }
     return true;
+  }
+};
+
+Result<S3Shards> ListShards(const std::string& uri, const SourceOptions& options) {
+  NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> uris, ExpandBraces(uri));
+  NOSTALL_ASSIGN_OR_RETURN(S3Location first, ParseS3Uri(uris.front()));
+  NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(options, "s3-tar-shards"));
+  S3Shards out;
+  NOSTALL_ASSIGN_OR_RETURN(out.client, S3Client::Create(config));
+  out.bucket = first.bucket;
+  for (const std::string& u : uris) {
+    NOSTALL_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(u));
+    if (loc.bucket != first.bucket) return InvalidArgument("tar shards in more than one bucket: " + uri);
+    out.keys.push_back(loc.key);
+  }
+  // One listing of the shards' common prefix gives every size and ETag.
+  std::string prefix = out.keys.front();
+  for (const std::string& k : out.keys) {
+    size_t n = 0;
+    while (n < prefix.size() && n < k.size() && prefix[n] == k[n]) ++n;
+    prefix.resize(n);
+  }
+  Result<std::vector<S3Object>> listed = out.client->List(first.bucket, prefix);
+  if (!listed.ok()) {
+    return Status(listed.status().code(), listed.status().message() + " [" + out.client->config().Describe() + "]");
+  }
+  std::map<std::string, S3Object> objects;
+  for (S3Object& o : listed.value()) objects[o.key] = std::move(o);
+  std::string canonical = "s3-tar-shards\n";
+  for (size_t s = 0; s < out.keys.size(); ++s) {
+    auto it = objects.find(out.keys[s]);
+    if (it == objects.end()) {
+      return NotFound("tar shard does not exist: " + out.uri(s) + " [" + out.client->config().Describe() + "]");
+    }
+    out.sizes.push_back(static_cast<uint64_t>(it->second.size));
+    out.etags.push_back(it->second.etag);
+    canonical += out.uri(s) + " " + it->second.etag + " " + std::to_string(it->second.size) + "\n";
+  }
+  canonical += IndexVariant(options);
+  // The ETags are part of the cache's name: a saved index is reused only
+  // while every shard is the object it was built from.
+  out.cache_path = options.use_index_cache ? IndexCachePath(options.index_cache_dir, canonical) : "";
+  out.root = out.uri(0);
+  out.root.resize(out.root.rfind('/'));
+  // The index object beside the shards: in the first shard's "folder", when
+  // every shard is in it.
+  const std::string& mode = options.index_beside;
+  if (mode != "read" && mode != "write" && mode != "rebuild" && mode != "off") {
+    return InvalidArgument("index_beside must be \"read\", \"write\", \"rebuild\" or \"off\", not \"" + mode + "\"");
+  }
+  const size_t slash = out.keys.front().rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : out.keys.front().substr(0, slash + 1);
+  bool one_folder = true;
+  for (const std::string& k : out.keys) {
+    one_folder = one_folder && k.compare(0, dir.size(), dir) == 0 && k.find('/', dir.size()) == std::string::npos;
+  }
+  if (one_folder && mode != "off") out.beside_key = dir + uri.substr(uri.rfind('/') + 1) + kIndexBesideSuffix;
+  if (mode == "rebuild" && out.beside_key.empty()) {
+    return InvalidArgument("tar shards in more than one folder have no place for an index beside them: " + uri);
+  }
+  return out;
+}
+
+// The index object beside the shards, if it is there, serves this loader
+// and still holds; else null, and `note` says why when it is there.
+IndexViewPtr ReadS3Beside(const S3Shards& sh, const std::string& uri, const SourceOptions& options,
+                        std::string* note) {
+  std::vector<uint8_t> got;
+  Status st = sh.client->GetIfThere(sh.bucket, sh.beside_key, uint64_t{1} << 36, &got);
+  if (!st.ok()) {
+    if (st.code() != StatusCode::kNotFound) *note = "the index beside the data could not be read: " + st.message();
+    return nullptr;
+  }
+  Result<IndexViewPtr> r = ViewIndexBytes(std::string(got.begin(), got.end()), sh.beside_uri(), sh.root,
+                                          /*checked=*/true, /*relative_only=*/true);
+  got = {};
+  const std::string fix = "; run `nostall index " + uri + "` to write it again";
+  if (!r.ok()) {
+    *note = "the index beside the data is not used: " + r.status().message() + fix;
+  } else if (!VariantServes(r.value()->variant(), IndexVariant(options))) {
+    *note = "the index beside the data (" + sh.beside_uri() + ") was built with skip_bad_samples: it is "
+            "not used by a loader that raises on bad samples";
+  } else if (!sh.StampsHold(*r.value()) || !sh.Fits(*r.value())) {
+    *note = "the index beside the data (" + sh.beside_uri() + ") is stale: a shard changed (size or "
+            "ETag) after it was written, so it is not used" + fix;
+  } else {
+    return std::move(r).value();
+  }
+  return nullptr;
+}
+
+// How the index is built: one shard a sequence of ranged GETs (`fetched`:
+// its bytes read), and the whole written beside the shards as asked, saved
+// to the cache and mapped from there.
+struct S3IndexBuilder {
+  using IndexOne = std::function<Status(size_t s, Index* part, int ahead, uint64_t* fetched)>;
+  using Finish = std::function<Result<IndexViewPtr>(Index whole, std::string* origin, std::string* note)>;
+  Index index;  // its shards and stamps, no items yet
+  IndexOne index_one;
+  Finish finish;
+};
+
+S3IndexBuilder MakeBuilder(const S3Shards& sh, const SourceOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  S3IndexBuilder b;
+  b.index.variant = IndexVariant(options);
+  for (size_t s = 0; s < sh.keys.size(); ++s) {
+    b.index.shards.push_back(sh.uri(s));
+    IndexStamp stamp;
+    stamp.path = sh.uri(s);
+    stamp.size = static_cast<int64_t>(sh.sizes[s]);
+    stamp.content = EtagStamp(sh.etags[s]);
+    b.index.stamps.push_back(stamp);
+  }
+  S3Client* const c = sh.client.get();
+  b.index_one = [c, bucket = sh.bucket, keys = sh.keys, sizes = sh.sizes, shard_uris = b.index.shards,
+                 tar_options = TarOptionsOf(options)](size_t s, Index* part, int ahead, uint64_t* fetched) {
+    WindowReader reader(c, bucket, keys[s], sizes[s], ahead);
+    Status st = IndexTarShard(
+        shard_uris[s], static_cast<int32_t>(s), sizes[s],
+        [&reader](uint64_t offset, size_t size, uint8_t* out) { return reader.Read(offset, size, out); },
+        tar_options, part);
+    *fetched = reader.fetched();
+    return st;
   };
+  const std::string mode = options.index_beside;
+  const bool write_beside = !sh.beside_key.empty() && mode != "read";
+  b.finish = [c, bucket = sh.bucket, beside_key = sh.beside_key, beside_uri = sh.beside_uri(), write_beside, mode,
+              cache_path = sh.cache_path, root = sh.root,
+              t0](Index whole, std::string* origin, std::string* note) -> Result<IndexViewPtr> {
+    std::string bytes = SerializeIndex(whole, root);
+    whole = Index{};
+    char took[32];
+    std::snprintf(took, sizeof took, "%.1f s",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    *origin = std::string("built in ") + took;
+    if (write_beside) {
+      Status st = c->Put(bucket, beside_key, bytes);
+      if (!st.ok() && mode == "rebuild") return st;
+      if (st.ok()) {
+        *origin += "; written beside the data: " + beside_uri;
+        note->clear();
+      } else {
+        *note = "the index could not be written beside the data: " + st.message();
+      }
+    }
+    return SaveAndMapIndex(cache_path, std::move(bytes), root, origin);
+  };
+  return b;
+}
+
+// Every shard indexed, many at once, each a sequence of ranged GETs: at
+// 20 ms a request, one at a time would take 1,024 round trips per 4 GB.
+Result<IndexViewPtr> BuildNow(S3IndexBuilder b, const std::string& uri, size_t shards, std::string* origin,
+                              std::string* note) {
+  IndexProgress progress(uri, "shards", static_cast<int64_t>(shards));
+  std::vector<uint64_t> fetched(shards);
+  NOSTALL_RETURN_IF_ERROR(IndexShardsInParallel(
+      shards, kShardsAtOnce, [&](size_t s, Index* part) { return b.index_one(s, part, kWindowsAhead, &fetched[s]); },
+      [&](size_t s, const Index& part) { progress.Done(fetched[s], static_cast<int64_t>(part.items.size())); },
+      &b.index));
+  if (b.index.items.empty()) return NotFound("no samples in the tar shards " + uri);
+  return b.finish(std::move(b.index), origin, note);
+}
+
+// A loader that starts before its index is whole (lazy_index): the shards
+// indexed a few at a time as the first epoch reads them.
+std::unique_ptr<Source> LazySource(S3Shards sh, S3IndexBuilder b, const SourceOptions& options, std::string note) {
+  std::vector<std::string> shard_uris = b.index.shards;
+  auto lazy = std::make_shared<LazyShards>(
+      std::move(shard_uris), std::move(b.index), kLazyShardsAtOnce,
+      [index_one = b.index_one](size_t s, Index* part) {
+        uint64_t fetched = 0;
+        return index_one(s, part, kLazyWindowsAhead, &fetched);
+      },
+      [finish = b.finish, note](Index whole, std::string* origin) mutable {
+        return finish(std::move(whole), origin, &note);
+      });
+  auto source = std::make_unique<S3TarSource>(std::move(sh.client), sh.bucket, std::move(sh.keys), std::move(lazy),
+                                              options.max_item_bytes);
+  source->SetIndexOrigin("", std::move(note));
+  return source;
+}
+
+Result<std::unique_ptr<Source>> S3TarOpen(const std::string& uri, const SourceOptions& options) {
+  NOSTALL_ASSIGN_OR_RETURN(S3Shards sh, ListShards(uri, options));
+  const bool rebuild = options.index_beside == "rebuild";
   IndexViewPtr view;
   std::string origin, note;
-  if (!cache_path.empty() && mode != "rebuild") {
-    Result<IndexViewPtr> cached = MapIndexFile(cache_path, root);
-    if (cached.ok() && fits(*cached.value())) {
+  if (!sh.cache_path.empty() && !rebuild) {
+    Result<IndexViewPtr> cached = MapIndexFile(sh.cache_path, sh.root);
+    if (cached.ok() && sh.Fits(*cached.value())) {
       view = std::move(cached).value();
-      origin = "the index cache: " + cache_path;
+      origin = "the index cache: " + sh.cache_path;
     }
   }
-  if (view == nullptr && !beside_key.empty() && mode != "rebuild") {
-    std::vector<uint8_t> got;
-    Status st = client->GetIfThere(first.bucket, beside_key, uint64_t{1} << 36, &got);
-    if (st.ok()) {
-      Result<IndexViewPtr> r = ViewIndexBytes(std::string(got.begin(), got.end()), beside_uri, root,
-                                              /*checked=*/true, /*relative_only=*/true);
-      got = {};
-      const std::string fix = "; run `nostall index " + uri + "` to write it again";
-      if (!r.ok()) {
-        note = "the index beside the data is not used: " + r.status().message() + fix;
-      } else if (!VariantServes(r.value()->variant(), IndexVariant(options))) {
-        note = "the index beside the data (" + beside_uri + ") was built with skip_bad_samples: it is "
-               "not used by a loader that raises on bad samples";
-      } else if (!stamps_hold(*r.value()) || !fits(*r.value())) {
-        note = "the index beside the data (" + beside_uri + ") is stale: a shard changed (size or "
-               "ETag) after it was written, so it is not used" + fix;
-      } else {
-        view = std::move(r).value();
-        origin = "beside the data: " + beside_uri;
+  if (view == nullptr && !sh.beside_key.empty() && !rebuild) {
+    view = ReadS3Beside(sh, uri, options, &note);
+    if (view != nullptr) {
+      origin = "beside the data: " + sh.beside_uri();
+      // Saved to this node's cache and mapped from there, so every process
+      // on the node shares one copy.
+      const std::string bytes(view->raw());
+      if (!sh.cache_path.empty() && WriteIndexFile(sh.cache_path, bytes).ok()) {
+        Result<IndexViewPtr> mapped = MapIndexFile(sh.cache_path, sh.root);
+        if (mapped.ok() && sh.Fits(*mapped.value())) view = std::move(mapped).value();
       }
-    } else if (st.code() != StatusCode::kNotFound) {
-      note = "the index beside the data could not be read: " + st.message();
     }
   }
   if (view == nullptr) {
-    const auto t0 = std::chrono::steady_clock::now();
-    Index index;
-    index.variant = IndexVariant(options);
-    for (size_t s = 0; s < keys.size(); ++s) {
-      const std::string shard_uri = "s3://" + first.bucket + "/" + keys[s];
-      index.shards.push_back(shard_uri);
-      IndexStamp stamp;
-      stamp.path = shard_uri;
-      stamp.size = static_cast<int64_t>(sizes[s]);
-      stamp.content = EtagStamp(etags[s]);
-      index.stamps.push_back(stamp);
-    }
-    S3Client* const c = client.get();
-    const std::string bucket = first.bucket;
-    const TarIndexOptions tar_options = TarOptionsOf(options);
-    const std::vector<std::string> shard_uris = index.shards;
-    // One shard, a sequence of ranged GETs; `fetched`: its bytes read.
-    auto index_one = [c, bucket, keys, sizes, shard_uris, tar_options](size_t s, Index* part, int ahead,
-                                                                        uint64_t* fetched) {
-      WindowReader reader(c, bucket, keys[s], sizes[s], ahead);
-      Status st = IndexTarShard(
-          shard_uris[s], static_cast<int32_t>(s), sizes[s],
-          [&reader](uint64_t offset, size_t size, uint8_t* out) { return reader.Read(offset, size, out); },
-          tar_options, part);
-      *fetched = reader.fetched();
-      return st;
-    };
-    // The whole index: beside the shards as asked, saved to the cache and
-    // mapped from there.
-    const bool write_beside = !beside_key.empty() && mode != "read";
-    auto finish = [c, bucket, beside_key, beside_uri, write_beside, mode, cache_path, root, t0](
-                      Index whole, std::string* origin, std::string* note) -> Result<IndexViewPtr> {
-      std::string bytes = SerializeIndex(whole, root);
-      whole = Index{};
-      char took[32];
-      std::snprintf(took, sizeof took, "%.1f s",
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      *origin = std::string("built in ") + took;
-      if (write_beside) {
-        Status st = c->Put(bucket, beside_key, bytes);
-        if (!st.ok() && mode == "rebuild") return st;
-        if (st.ok()) {
-          *origin += "; written beside the data: " + beside_uri;
-          note->clear();
-        } else {
-          *note = "the index could not be written beside the data: " + st.message();
-        }
-      }
-      return SaveAndMapIndex(cache_path, std::move(bytes), root, origin);
-    };
-    if (options.lazy_index) {
-      auto lazy = std::make_shared<LazyShards>(
-          shard_uris, std::move(index), kLazyShardsAtOnce,
-          [index_one](size_t s, Index* part) {
-            uint64_t fetched = 0;
-            return index_one(s, part, kLazyWindowsAhead, &fetched);
-          },
-          [finish, note](Index whole, std::string* origin) mutable {
-            return finish(std::move(whole), origin, &note);
-          });
-      auto source = std::make_unique<S3TarSource>(std::move(client), first.bucket, std::move(keys),
-                                                  std::move(lazy), options.max_item_bytes);
-      source->SetIndexOrigin("", std::move(note));
-      return std::unique_ptr<Source>(std::move(source));
-    }
-    IndexProgress progress(uri, "shards", static_cast<int64_t>(keys.size()));
-    // Shards indexed at once, each a sequence of ranged GETs: at 20 ms a
-    // request, one at a time would take 1,024 round trips per 4 GB.
-    std::vector<uint64_t> fetched(keys.size());
-    NOSTALL_RETURN_IF_ERROR(IndexShardsInParallel(
-        keys.size(), kShardsAtOnce,
-        [&](size_t s, Index* part) { return index_one(s, part, kWindowsAhead, &fetched[s]); },
-        [&](size_t s, const Index& part) {
-          progress.Done(fetched[s], static_cast<int64_t>(part.items.size()));
-        },
-        &index));
-    if (index.items.empty()) return NotFound("no samples in the tar shards " + uri);
-    NOSTALL_ASSIGN_OR_RETURN(view, finish(std::move(index), &origin, &note));
-  } else if (origin.rfind("beside", 0) == 0 && !cache_path.empty()) {
-    // Fetched from beside the data: saved to this node's cache and mapped
-    // from there, so every process on the node shares one copy.
-    const std::string bytes(view->raw());
-    if (WriteIndexFile(cache_path, bytes).ok()) {
-      Result<IndexViewPtr> mapped = MapIndexFile(cache_path, root);
-      if (mapped.ok() && fits(*mapped.value())) view = std::move(mapped).value();
-    }
+    S3IndexBuilder b = MakeBuilder(sh, options);
+    if (options.lazy_index) return LazySource(std::move(sh), std::move(b), options, std::move(note));
+    NOSTALL_ASSIGN_OR_RETURN(view, BuildNow(std::move(b), uri, sh.keys.size(), &origin, &note));
   }
   NOSTALL_ASSIGN_OR_RETURN(RecordTable records, SelectFields(options, *view));
-  auto source = std::make_unique<S3TarSource>(std::move(client), first.bucket, std::move(keys),
-                                              std::move(view), std::move(records), options.max_item_bytes);
+  auto source = std::make_unique<S3TarSource>(std::move(sh.client), sh.bucket, std::move(sh.keys), std::move(view),
+                                              std::move(records), options.max_item_bytes);
   source->SetIndexOrigin(std::move(origin), std::move(note));
   return std::unique_ptr<Source>(std::move(source));
 }
