@@ -51,6 +51,9 @@ struct Builder {
   Events& ev;
   Trace& t;
   double origin = 0;  // microseconds: the first step's start
+  double window_end_us = 0;
+  uint32_t main_lane = 0;
+  std::vector<uint32_t> step_events;  // ProfilerStep#N on the main lane, by time
   // GPU work by correlation id, and each CPU node's GPU work.
   std::unordered_map<int64_t, uint32_t> gpu_by_corr;   // correlation -> event index
   std::unordered_map<uint32_t, uint32_t> node_of_gpu_event;
@@ -63,6 +66,10 @@ struct Builder {
   };
   std::vector<OptCall> opt_calls;
   std::vector<uint32_t> opt_nodes;
+  // The main lane's nodes by time (for other threads' fork edges), and its
+  // waits for data.
+  std::vector<uint32_t> main_nodes, wait_nodes;
+  std::vector<std::string> wait_names;
 
   double S(double us) const { return (us - origin) * kUs; }
 
@@ -75,252 +82,272 @@ struct Builder {
   }
 };
 
-}  // namespace
-
-Result<Trace> BuildGraph(Events ev, const std::string& path) {
-  Trace t;
-  t.path = path;
-  t.events = static_cast<int64_t>(ev.events.size());
-  t.events_not_kept = ev.not_kept;
-  std::copy(std::begin(ev.counts), std::end(ev.counts), std::begin(t.counts));
-  Builder b{ev, t};
-
-  // Steps: ProfilerStep#N on one thread (the main lane).
-  std::vector<uint32_t> step_events;
+// Steps: ProfilerStep#N on one thread (the main lane); the window they span.
+Status FindSteps(Builder& b, const std::string& path) {
+  const Events& ev = b.ev;
+  std::vector<uint32_t>& steps = b.step_events;
   for (uint32_t i = 0; i < ev.events.size(); ++i) {
     const Event& e = ev.events[i];
-    if (e.cat == Cat::kUserAnnotation && IsStep(ev.names[e.name])) step_events.push_back(i);
+    if (e.cat == Cat::kUserAnnotation && IsStep(ev.names[e.name])) steps.push_back(i);
   }
-  if (step_events.empty()) {
+  if (steps.empty()) {
     return DataError(path + ": the trace has no ProfilerStep#N events: profile several steps "
                             "with torch.profiler.profile(schedule=...) and call prof.step() "
                             "after each one");
   }
-  std::sort(step_events.begin(), step_events.end(),
-            [&](uint32_t a, uint32_t c) { return ev.events[a].ts < ev.events[c].ts; });
-  const uint32_t main_lane = ev.events[step_events[0]].lane;
+  std::sort(steps.begin(), steps.end(), [&](uint32_t a, uint32_t c) { return ev.events[a].ts < ev.events[c].ts; });
+  b.main_lane = ev.events[steps[0]].lane;
   // Steps on other threads than the first step's are not this loop's.
-  step_events.erase(std::remove_if(step_events.begin(), step_events.end(),
-                                   [&](uint32_t i) { return ev.events[i].lane != main_lane; }),
-                    step_events.end());
-  b.origin = ev.events[step_events[0]].ts;
-  const double window_end_us =
-      ev.events[step_events.back()].ts + ev.events[step_events.back()].dur;
+  steps.erase(std::remove_if(steps.begin(), steps.end(), [&](uint32_t i) { return ev.events[i].lane != b.main_lane; }),
+              steps.end());
+  b.origin = ev.events[steps[0]].ts;
+  b.window_end_us = ev.events[steps.back()].ts + ev.events[steps.back()].dur;
+  return Status::OK();
+}
 
-  // GPU work by correlation id.
+// GPU work by correlation id; each lane's events inside the steps; the
+// lanes in the graph's order: the main thread first, other CPU threads,
+// GPU streams.
+std::vector<uint32_t> SortLanes(Builder& b, std::vector<std::vector<uint32_t>>* by_lane) {
+  const Events& ev = b.ev;
   for (uint32_t i = 0; i < ev.events.size(); ++i) {
     const Event& e = ev.events[i];
     if (OnGpu(e.cat) && e.correlation >= 0) b.gpu_by_corr.emplace(e.correlation, i);
   }
-
-  // Lanes in the graph: the main thread first, other CPU threads, GPU streams.
-  std::vector<std::vector<uint32_t>> by_lane(ev.lanes.size());
+  by_lane->assign(ev.lanes.size(), {});
   for (uint32_t i = 0; i < ev.events.size(); ++i) {
     const Event& e = ev.events[i];
-    if (e.ts + e.dur < b.origin || e.ts > window_end_us) continue;  // outside the steps
-    by_lane[e.lane].push_back(i);
+    if (e.ts + e.dur < b.origin || e.ts > b.window_end_us) continue;  // outside the steps
+    (*by_lane)[e.lane].push_back(i);
   }
   std::vector<uint32_t> order;
-  order.push_back(main_lane);
+  order.push_back(b.main_lane);
   for (uint32_t l = 0; l < ev.lanes.size(); ++l)
-    if (l != main_lane && !ev.lanes[l].gpu) order.push_back(l);
+    if (l != b.main_lane && !ev.lanes[l].gpu) order.push_back(l);
   for (uint32_t l = 0; l < ev.lanes.size(); ++l)
     if (ev.lanes[l].gpu) order.push_back(l);
+  return order;
+}
 
-  // The main lane's nodes by time, for other threads' fork edges.
-  std::vector<uint32_t> main_nodes;
-  std::vector<uint32_t> wait_nodes;
-  std::vector<std::string> wait_names;
+// A GPU stream: its kernels and copies in order, each after the one before.
+void GpuLane(Builder& b, uint32_t glane, const std::vector<uint32_t>& es) {
+  uint32_t prev = UINT32_MAX;
+  double prev_end = -1e300;
+  for (uint32_t i : es) {
+    const Event& e = b.ev.events[i];
+    if (!OnGpu(e.cat)) continue;
+    Node n;
+    n.start = b.S(std::max(e.ts, prev_end / kUs + b.origin));
+    n.dur = std::max(0.0, b.S(e.ts + e.dur) - n.start);
+    n.lane = glane;
+    n.kind = e.cat == Cat::kKernel ? Kind::kGpu : Kind::kCopy;
+    const std::string& name = b.ev.names[e.name];
+    n.gemm = e.cat == Cat::kKernel && IsGemm(name);
+    n.pageable_h2d = e.cat == Cat::kMemcpy && IsPageableH2D(name);
+    const uint32_t id = b.Add(n);
+    b.node_of_gpu_event[i] = id;
+    if (prev != UINT32_MAX) b.Edge_(prev, id, EdgeType::kAfterEnd);
+    prev = id;
+    prev_end = n.start + n.dur;
+  }
+}
 
-  for (uint32_t l : order) {
-    const Lane& lane = ev.lanes[l];
-    const uint32_t glane = static_cast<uint32_t>(t.lanes.size());
+// A CPU lane, swept by time: cut where the innermost event changes; plain
+// CPU time merged into one node until something the rules treat apart
+// begins (a wait for data, a runtime call, another optimizer call).
+class CpuLaneSweep {
+ public:
+  CpuLaneSweep(Builder& b, uint32_t glane, bool main) : b_(b), t_(b.t), glane_(glane), main_(main) {
+    cursor_ = main ? b.origin : -1;
+  }
+
+  void Run(const std::vector<uint32_t>& es) {
+    for (uint32_t i : es) {
+      if (OnCpu(b_.ev.events[i].cat)) Event_(i);
+    }
+    while (!stack_.empty()) CloseTop();
+    if (main_ && cursor_ < b_.window_end_us) Segment(cursor_, b_.window_end_us);
+    Flush();
+  }
+
+ private:
+  // Adds a node of this lane: after the one before it (on the training
+  // loop always; elsewhere where the thread did not idle between them).
+  uint32_t Place(const Node& node, int64_t opt) {
+    const uint32_t id = b_.Add(node);
+    if (opt >= 0) {
+      t_.nodes[id].optimizer_call = static_cast<uint32_t>(opt + 1);
+      b_.opt_nodes.push_back(id);
+    }
+    if (prev_node_ != UINT32_MAX && (main_ || std::abs(prev_end_us_ - (node.start / kUs + b_.origin)) < 1.0))
+      b_.Edge_(prev_node_, id, EdgeType::kAfterEnd);
+    prev_node_ = id;
+    prev_end_us_ = (node.start + node.dur) / kUs + b_.origin;
+    if (main_) b_.main_nodes.push_back(id);
+    return id;
+  }
+  void Flush() {
+    if (!building_) return;
+    building_ = false;
+    if (cur_.dur > 0) Place(cur_, cur_opt_);
+  }
+  // A stretch [a, c) whose innermost open event is stack_.back() (or none).
+  void Segment(double a, double c) {
+    if (c - a <= 0) return;
+    if (!special_of_.empty() && special_of_.back()) return;  // its node is made
+    const int64_t opt = stack_.empty() ? -1 : opt_of_.back();
+    if (building_ && (cur_opt_ != opt)) Flush();
+    if (!building_) {
+      building_ = true;
+      cur_ = Node();
+      cur_.start = b_.S(a);
+      cur_.lane = glane_;
+      cur_.kind = Kind::kCpu;
+      cur_opt_ = opt;
+    }
+    const double len = (c - a) * kUs;
+    cur_.dur = b_.S(c) - cur_.start;
+    const Event* inner = stack_.empty() ? nullptr : &b_.ev.events[stack_.back().event];
+    if (inner && inner->cat == Cat::kCpuOp && len >= kParallelMin) cur_.parallel += len;
+    if (opt >= 0 && inner && inner->cat != Cat::kCpuOp) cur_.opt_python += len;
+  }
+  void CloseTop() {
+    const Open top = stack_.back();
+    Segment(cursor_, top.end);
+    cursor_ = std::max(cursor_, top.end);
+    stack_.pop_back();
+    opt_of_.pop_back();
+    special_of_.pop_back();
+  }
+  // One CPU event as it opens.
+  void Event_(uint32_t i) {
+    const Events& ev = b_.ev;
+    const Event& e = ev.events[i];
+    const double s = std::max(e.ts, b_.origin);
+    double end = std::min(e.ts + e.dur, b_.window_end_us);
+    if (end <= s && e.dur > 0) return;
+    while (!stack_.empty() && stack_.back().end <= s) CloseTop();
+    if (!main_ && stack_.empty() && cursor_ < s) {
+      Flush();  // a gap: the thread was idle
+      cursor_ = s;
+    }
+    if (cursor_ < 0) cursor_ = s;
+    Segment(cursor_, s);
+    cursor_ = std::max(cursor_, s);
+    if (!stack_.empty()) end = std::min(end, stack_.back().end);  // nested in its parent
+    if (end < s) end = s;
+    const std::string& name = ev.names[e.name];
+    // The parent's optimizer call, and this event's place in it.
+    int64_t opt = stack_.empty() ? -1 : opt_of_.back();
+    if (opt >= 0 && !stack_.empty() && ev.events[stack_.back().event].cat == Cat::kUserAnnotation &&
+        IsOptimizer(ev.names[ev.events[stack_.back().event].name]) && e.cat == Cat::kCpuOp) {
+      b_.opt_calls[opt].children++;
+      b_.opt_calls[opt].names.insert(e.name);
+    }
+    const bool in_special = !special_of_.empty() && special_of_.back();
+    if (!in_special && e.cat == Cat::kUserAnnotation && IsOptimizer(name)) {
+      opt = static_cast<int64_t>(b_.opt_calls.size());
+      b_.opt_calls.emplace_back();
+    }
+    const bool is_wait = e.cat == Cat::kUserAnnotation && IsWait(name) && main_;
+    const bool is_call = e.cat == Cat::kRuntime || e.cat == Cat::kDriver;
+    if (!in_special && (is_wait || is_call) && end > s) Special(e, s, end, is_wait, opt);
+    stack_.push_back(Open{end, i});
+    opt_of_.push_back(opt);
+    special_of_.push_back(in_special || (e.cat == Cat::kUserAnnotation && IsWait(name)) || is_call);
+  }
+  // A wait for data or a runtime call [s, end): its one node (two for a
+  // copy from pageable memory: a launch until the copy begins, then a wait
+  // for it).
+  void Special(const Event& e, double s, double end, bool is_wait, int64_t opt) {
+    Flush();
+    const std::string& name = b_.ev.names[e.name];
+    Node n;
+    n.start = b_.S(s);
+    n.dur = (end - s) * kUs;
+    n.lane = glane_;
+    if (is_wait) {
+      n.kind = Kind::kData;
+      n.role = Role::kWait;
+      n.batch = static_cast<int32_t>(b_.wait_nodes.size());
+    } else {
+      n.kind = Kind::kCpu;
+      n.role = IsSyncCall(name) ? Role::kSync : Role::kLaunch;
+      auto g = e.correlation >= 0 ? b_.gpu_by_corr.find(e.correlation) : b_.gpu_by_corr.end();
+      if (g != b_.gpu_by_corr.end()) {
+        const Event& ge = b_.ev.events[g->second];
+        if (ge.cat == Cat::kMemcpy && IsPageableH2D(b_.ev.names[ge.name])) {
+          n.own_copy = true;
+          n.dur = std::clamp(ge.ts - s, 0.0, end - s) * kUs;
+        }
+      }
+      if (n.role == Role::kSync) n.kind = Kind::kSync;
+    }
+    const uint32_t id = Place(n, opt);
+    if (n.own_copy) {
+      Node w = n;
+      w.role = Role::kSync;
+      w.kind = Kind::kSync;
+      w.start = n.start + n.dur;
+      w.dur = (end - s) * kUs - n.dur;
+      b_.syncs.push_back(Place(w, opt));
+    }
+    if (is_wait) {
+      b_.wait_nodes.push_back(id);
+      b_.wait_names.push_back(name);
+    } else {
+      if (e.correlation >= 0) b_.launches.emplace_back(id, e.correlation);
+      if (t_.nodes[id].role == Role::kSync) b_.syncs.push_back(id);
+    }
+  }
+
+  Builder& b_;
+  Trace& t_;
+  const uint32_t glane_;
+  const bool main_;
+  std::vector<Open> stack_;
+  double cursor_;
+  uint32_t prev_node_ = UINT32_MAX;
+  double prev_end_us_ = -1;
+  // The node being built (plain CPU time), if any.
+  bool building_ = false;
+  Node cur_;
+  int64_t cur_opt_ = -1;
+  std::vector<int64_t> opt_of_;  // per stack level: the optimizer call it is inside (-1)
+  // Per stack level: inside a wait for data or a runtime call, whose one
+  // node is made when it opens.
+  std::vector<bool> special_of_;
+};
+
+// Every lane's nodes.
+void BuildLanes(Builder& b) {
+  std::vector<std::vector<uint32_t>> by_lane;
+  for (uint32_t l : SortLanes(b, &by_lane)) {
+    const Lane& lane = b.ev.lanes[l];
+    const uint32_t glane = static_cast<uint32_t>(b.t.lanes.size());
     GraphLane gl;
     gl.gpu = lane.gpu;
-    gl.main = l == main_lane;
+    gl.main = l == b.main_lane;
     gl.name = lane.gpu ? "GPU " + lane.pid + " stream " + lane.tid
                        : "CPU thread " + lane.tid + (gl.main ? " (the training loop)" : "");
     std::vector<uint32_t>& es = by_lane[l];
     if (es.empty() && !gl.main) continue;
-    t.lanes.push_back(gl);
+    b.t.lanes.push_back(gl);
     std::sort(es.begin(), es.end(), [&](uint32_t a, uint32_t c) {
-      const Event &x = ev.events[a], &y = ev.events[c];
+      const Event &x = b.ev.events[a], &y = b.ev.events[c];
       return x.ts != y.ts ? x.ts < y.ts : x.dur > y.dur;
     });
-
     if (lane.gpu) {
-      uint32_t prev = UINT32_MAX;
-      double prev_end = -1e300;
-      for (uint32_t i : es) {
-        const Event& e = ev.events[i];
-        if (!OnGpu(e.cat)) continue;
-        Node n;
-        n.start = b.S(std::max(e.ts, prev_end / kUs + b.origin));
-        n.dur = std::max(0.0, b.S(e.ts + e.dur) - n.start);
-        n.lane = glane;
-        n.kind = e.cat == Cat::kKernel ? Kind::kGpu : Kind::kCopy;
-        const std::string& name = ev.names[e.name];
-        n.gemm = e.cat == Cat::kKernel && IsGemm(name);
-        n.pageable_h2d = e.cat == Cat::kMemcpy && IsPageableH2D(name);
-        const uint32_t id = b.Add(n);
-        b.node_of_gpu_event[i] = id;
-        if (prev != UINT32_MAX) b.Edge_(prev, id, EdgeType::kAfterEnd);
-        prev = id;
-        prev_end = n.start + n.dur;
-      }
-      continue;
+      GpuLane(b, glane, es);
+    } else {
+      CpuLaneSweep(b, glane, gl.main).Run(es);
     }
-
-    // A CPU lane: cut where the innermost event changes; merge plain CPU
-    // time into one node until something the rules treat apart begins.
-    std::vector<Open> stack;
-    double cursor = gl.main ? b.origin : -1;
-    uint32_t prev_node = UINT32_MAX;
-    double prev_end_us = -1;
-    // The node being built (plain CPU time), if any.
-    bool building = false;
-    Node cur;
-    int64_t cur_opt = -1;
-    std::vector<int64_t> opt_of;  // per stack level: the optimizer call it is inside (-1)
-    // Per stack level: inside a wait for data or a runtime call, whose one
-    // node is made when it opens.
-    std::vector<bool> special_of;
-    // Adds a node of this lane: after the one before it (on the training
-    // loop always; elsewhere where the thread did not idle between them).
-    auto place = [&](const Node& node, int64_t opt) {
-      const uint32_t id = b.Add(node);
-      if (opt >= 0) {
-        t.nodes[id].optimizer_call = static_cast<uint32_t>(opt + 1);
-        b.opt_nodes.push_back(id);
-      }
-      if (prev_node != UINT32_MAX &&
-          (gl.main || std::abs(prev_end_us - (node.start / kUs + b.origin)) < 1.0))
-        b.Edge_(prev_node, id, EdgeType::kAfterEnd);
-      prev_node = id;
-      prev_end_us = (node.start + node.dur) / kUs + b.origin;
-      if (gl.main) main_nodes.push_back(id);
-      return id;
-    };
-    auto flush = [&]() {
-      if (!building) return;
-      building = false;
-      if (cur.dur > 0) place(cur, cur_opt);
-    };
-    // A stretch [a, c) whose innermost open event is stack.back() (or none).
-    auto segment = [&](double a, double c) {
-      if (c - a <= 0) return;
-      if (!special_of.empty() && special_of.back()) return;  // its node is made
-      const int64_t opt = stack.empty() ? -1 : opt_of.back();
-      if (building && (cur_opt != opt)) flush();
-      if (!building) {
-        building = true;
-        cur = Node();
-        cur.start = b.S(a);
-        cur.lane = glane;
-        cur.kind = Kind::kCpu;
-        cur_opt = opt;
-      }
-      const double len = (c - a) * kUs;
-      cur.dur = b.S(c) - cur.start;
-      const Event* inner = stack.empty() ? nullptr : &ev.events[stack.back().event];
-      if (inner && inner->cat == Cat::kCpuOp && len >= kParallelMin) cur.parallel += len;
-      if (opt >= 0 && inner && inner->cat != Cat::kCpuOp) cur.opt_python += len;
-    };
-    auto close_top = [&]() {
-      const Open top = stack.back();
-      segment(cursor, top.end);
-      cursor = std::max(cursor, top.end);
-      stack.pop_back();
-      opt_of.pop_back();
-      special_of.pop_back();
-    };
-
-    for (uint32_t i : es) {
-      const Event& e = ev.events[i];
-      if (!OnCpu(e.cat)) continue;
-      const double s = std::max(e.ts, b.origin);
-      double end = std::min(e.ts + e.dur, window_end_us);
-      if (end <= s && e.dur > 0) continue;
-      while (!stack.empty() && stack.back().end <= s) close_top();
-      if (!gl.main && stack.empty() && cursor < s) {
-        flush();  // a gap: the thread was idle
-        cursor = s;
-      }
-      if (cursor < 0) cursor = s;
-      segment(cursor, s);
-      cursor = std::max(cursor, s);
-      if (!stack.empty()) end = std::min(end, stack.back().end);  // nested in its parent
-      if (end < s) end = s;
-      const std::string& name = ev.names[e.name];
-      // The parent's optimizer call, and this event's place in it.
-      int64_t opt = stack.empty() ? -1 : opt_of.back();
-      if (opt >= 0 && !stack.empty() && ev.events[stack.back().event].cat == Cat::kUserAnnotation &&
-          IsOptimizer(ev.names[ev.events[stack.back().event].name]) && e.cat == Cat::kCpuOp) {
-        b.opt_calls[opt].children++;
-        b.opt_calls[opt].names.insert(e.name);
-      }
-      const bool in_special = !special_of.empty() && special_of.back();
-      if (!in_special && e.cat == Cat::kUserAnnotation && IsOptimizer(name)) {
-        opt = static_cast<int64_t>(b.opt_calls.size());
-        b.opt_calls.emplace_back();
-      }
-      const bool is_wait = e.cat == Cat::kUserAnnotation && IsWait(name) && gl.main;
-      const bool is_call = e.cat == Cat::kRuntime || e.cat == Cat::kDriver;
-      if (!in_special && (is_wait || is_call) && end > s) {
-        flush();
-        Node n;
-        n.start = b.S(s);
-        n.dur = (end - s) * kUs;
-        n.lane = glane;
-        if (is_wait) {
-          n.kind = Kind::kData;
-          n.role = Role::kWait;
-          n.batch = static_cast<int32_t>(wait_nodes.size());
-        } else {
-          n.kind = Kind::kCpu;
-          n.role = IsSyncCall(name) ? Role::kSync : Role::kLaunch;
-          if (e.correlation >= 0) {
-            auto g = b.gpu_by_corr.find(e.correlation);
-            if (g != b.gpu_by_corr.end()) {
-              const Event& ge = ev.events[g->second];
-              if (ge.cat == Cat::kMemcpy && IsPageableH2D(ev.names[ge.name])) {
-                // A copy from pageable memory: the call launches it, then
-                // returns once it is done (two nodes: a launch until the
-                // copy begins, then a wait for it).
-                n.own_copy = true;
-                n.dur = std::clamp(ge.ts - s, 0.0, end - s) * kUs;
-              }
-            }
-          }
-          if (n.role == Role::kSync) n.kind = Kind::kSync;
-        }
-        const uint32_t id = place(n, opt);
-        if (n.own_copy) {
-          Node w = n;
-          w.role = Role::kSync;
-          w.kind = Kind::kSync;
-          w.start = n.start + n.dur;
-          w.dur = (end - s) * kUs - n.dur;
-          b.syncs.push_back(place(w, opt));
-        }
-        if (is_wait) {
-          wait_nodes.push_back(id);
-          wait_names.push_back(name);
-        } else {
-          if (e.correlation >= 0) b.launches.emplace_back(id, e.correlation);
-          if (t.nodes[id].role == Role::kSync) b.syncs.push_back(id);
-        }
-      }
-      stack.push_back(Open{end, i});
-      opt_of.push_back(opt);
-      special_of.push_back(in_special || (e.cat == Cat::kUserAnnotation && IsWait(name)) || is_call);
-    }
-    while (!stack.empty()) close_top();
-    if (gl.main && cursor < window_end_us) segment(cursor, window_end_us);
-    flush();
   }
+}
 
-  // Optimizer calls: of its Python between operators, what a fused step pays.
+// Optimizer calls: of its Python between operators, what a fused step pays.
+void MarkOptimizerNodes(Builder& b) {
+  Trace& t = b.t;
   for (uint32_t id : b.opt_nodes) {
     const auto& call = b.opt_calls[t.nodes[id].optimizer_call - 1];
     t.nodes[id].in_optimizer = true;
@@ -329,8 +356,12 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
           std::min(1.0, static_cast<double>(call.names.size()) / static_cast<double>(call.children)));
   }
   t.optimizer_calls = static_cast<int>(b.opt_calls.size());
+}
 
-  // Launch edges (and GPU work's optimizer flag), and when each GPU node's launch began.
+// Launch edges (and GPU work's optimizer flag); when each GPU node's launch
+// began (-1: not launched from a node).
+std::vector<double> LaunchEdges(Builder& b) {
+  Trace& t = b.t;
   std::vector<double> launched(t.nodes.size(), -1);
   std::vector<double> launch_durs;
   for (auto [node, corr] : b.launches) {
@@ -350,11 +381,15 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
     if (l.role == Role::kLaunch) launch_durs.push_back(l.dur);
   }
   if (!launch_durs.empty()) {
-    std::nth_element(launch_durs.begin(), launch_durs.begin() + launch_durs.size() / 10,
-                     launch_durs.end());
+    std::nth_element(launch_durs.begin(), launch_durs.begin() + launch_durs.size() / 10, launch_durs.end());
     t.launch_floor = launch_durs[launch_durs.size() / 10];
   }
-  // Synchronisation edges: from the last GPU work on each stream launched before the call.
+  return launched;
+}
+
+// Synchronisation edges: from the last GPU work on each stream launched before the call.
+void SyncEdges(Builder& b, const std::vector<double>& launched) {
+  Trace& t = b.t;
   std::vector<std::vector<uint32_t>> gpu_lanes(t.lanes.size());
   for (uint32_t i = 0; i < t.nodes.size(); ++i)
     if (t.lanes[t.nodes[i].lane].gpu) gpu_lanes[t.nodes[i].lane].push_back(i);
@@ -375,8 +410,13 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
     }
     sn.tail = std::max(0.0, sn.start + sn.dur - waited_until);
   }
-  // Other threads' first node after an idle gap starts when the training loop
-  // is where it was then (the fork that woke them): an edge from the main node at that time.
+}
+
+// Other threads' first node after an idle gap starts when the training loop
+// is where it was then (the fork that woke them): an edge from the main node at that time.
+void ForkEdges(Builder& b) {
+  Trace& t = b.t;
+  const std::vector<uint32_t>& main_nodes = b.main_nodes;
   std::vector<bool> has_pred(t.nodes.size(), false);
   for (const Edge& e : t.edges)
     if (e.type != EdgeType::kEndAfterEnd) has_pred[e.to] = true;
@@ -389,15 +429,22 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
     const uint32_t m = *(it - 1);
     b.Edge_(m, i, EdgeType::kAfterStart, n.start - t.nodes[m].start);
   }
+}
 
-  // Steps on the main lane.
-  for (size_t k = 0; k < step_events.size(); ++k) {
-    const Event& e = ev.events[step_events[k]];
+// Steps on the main lane; the loop's own CPU time per steady step (not
+// waiting for data), and the least of it over the mean (graph.h:
+// least_contended).
+Status MainSteps(Builder& b, const std::string& path) {
+  Trace& t = b.t;
+  const Events& ev = b.ev;
+  const std::vector<uint32_t>& main_nodes = b.main_nodes;
+  for (size_t k = 0; k < b.step_events.size(); ++k) {
+    const Event& e = ev.events[b.step_events[k]];
     Step st;
     const std::string& name = ev.names[e.name];
     st.number = std::strtoll(name.c_str() + std::string("ProfilerStep#").size(), nullptr, 10);
     st.start = b.S(e.ts);
-    st.end = k + 1 < step_events.size() ? b.S(ev.events[step_events[k + 1]].ts) : b.S(e.ts + e.dur);
+    st.end = k + 1 < b.step_events.size() ? b.S(ev.events[b.step_events[k + 1]].ts) : b.S(e.ts + e.dur);
     auto first = std::lower_bound(main_nodes.begin(), main_nodes.end(), st.start - 1e-9,
                                   [&](uint32_t m, double x) { return t.nodes[m].start < x; });
     auto last = std::lower_bound(main_nodes.begin(), main_nodes.end(), st.end - 1e-9,
@@ -408,9 +455,6 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
     t.steps.push_back(st);
   }
   if (t.steps.empty()) return DataError(path + ": the trace's ProfilerStep#N events are empty");
-
-  // The loop's own CPU time per steady step (not waiting for data), and the
-  // least of it over the mean (graph.h: least_contended).
   if (t.steps.size() >= 3) {
     const size_t lo = t.steps.size() >= 4 ? 1 : 0, hi = t.steps.size() - lo;
     double least = 1e300, sum = 0;
@@ -424,43 +468,62 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
     }
     if (sum > 0) t.least_contended = std::min(1.0, least / (sum / static_cast<double>(hi - lo)));
   }
+  return Status::OK();
+}
 
-  // The loader.
-  if (!wait_nodes.empty()) {
-    const std::string& name = wait_names[0];
-    t.loader_name = name;
-    t.loader = name.find("_SingleProcessDataLoaderIter") != std::string::npos ? LoaderKind::kInline
-                                                                              : LoaderKind::kBeside;
-    double floor = 1e300;
-    for (uint32_t w : wait_nodes) floor = std::min(floor, t.nodes[w].dur);
-    t.wait_floor = floor;
-    if (t.loader == LoaderKind::kBeside) {
-      // Waits well past the floor are the loader's: a batch came when it was
-      // made. The period is the time between such batches over their count.
-      const double mean_step = (t.steps.back().end - t.steps.front().start) /
-                               static_cast<double>(t.steps.size());
-      const double bound = floor + std::max(1e-3, 0.05 * mean_step);
-      int prev = -1;
-      double span = 0;
-      int batches = 0;
-      for (size_t k = 0; k < wait_nodes.size(); ++k) {
-        const Node& w = t.nodes[wait_nodes[k]];
-        if (w.dur <= bound) continue;
-        if (prev >= 0) {
-          const Node& p = t.nodes[wait_nodes[prev]];
-          span += (w.start + w.dur) - (p.start + p.dur);
-          batches += static_cast<int>(k) - prev;
-        }
-        prev = static_cast<int>(k);
-      }
-      t.period_seen = batches > 0;
-      t.loader_period = t.period_seen ? span / batches : 0;
+// The loader: inline (no workers) or beside the loop, the least wait, and
+// the period between batches the loop waited for.
+void FindLoader(Builder& b) {
+  Trace& t = b.t;
+  const std::vector<uint32_t>& wait_nodes = b.wait_nodes;
+  if (wait_nodes.empty()) return;
+  const std::string& name = b.wait_names[0];
+  t.loader_name = name;
+  t.loader = name.find("_SingleProcessDataLoaderIter") != std::string::npos ? LoaderKind::kInline
+                                                                            : LoaderKind::kBeside;
+  double floor = 1e300;
+  for (uint32_t w : wait_nodes) floor = std::min(floor, t.nodes[w].dur);
+  t.wait_floor = floor;
+  if (t.loader != LoaderKind::kBeside) return;
+  // Waits well past the floor are the loader's: a batch came when it was
+  // made. The period is the time between such batches over their count.
+  const double mean_step = (t.steps.back().end - t.steps.front().start) / static_cast<double>(t.steps.size());
+  const double bound = floor + std::max(1e-3, 0.05 * mean_step);
+  int prev = -1;
+  double span = 0;
+  int batches = 0;
+  for (size_t k = 0; k < wait_nodes.size(); ++k) {
+    const Node& w = t.nodes[wait_nodes[k]];
+    if (w.dur <= bound) continue;
+    if (prev >= 0) {
+      const Node& p = t.nodes[wait_nodes[prev]];
+      span += (w.start + w.dur) - (p.start + p.dur);
+      batches += static_cast<int>(k) - prev;
     }
+    prev = static_cast<int>(k);
   }
+  t.period_seen = batches > 0;
+  t.loader_period = t.period_seen ? span / batches : 0;
+}
 
+}  // namespace
+
+Result<Trace> BuildGraph(Events ev, const std::string& path) {
+  Trace t;
+  t.path = path;
+  t.events = static_cast<int64_t>(ev.events.size());
+  t.events_not_kept = ev.not_kept;
+  std::copy(std::begin(ev.counts), std::end(ev.counts), std::begin(t.counts));
+  Builder b{ev, t};
+  NOSTALL_RETURN_IF_ERROR(FindSteps(b, path));
+  BuildLanes(b);
+  MarkOptimizerNodes(b);
+  SyncEdges(b, LaunchEdges(b));
+  ForkEdges(b);
+  NOSTALL_RETURN_IF_ERROR(MainSteps(b, path));
+  FindLoader(b);
   // Edges grouped by their target.
-  std::stable_sort(t.edges.begin(), t.edges.end(),
-                   [](const Edge& a, const Edge& c) { return a.to < c.to; });
+  std::stable_sort(t.edges.begin(), t.edges.end(), [](const Edge& a, const Edge& c) { return a.to < c.to; });
   t.in_begin.assign(t.nodes.size() + 1, 0);
   for (const Edge& e : t.edges) t.in_begin[e.to + 1]++;
   for (size_t i = 0; i < t.nodes.size(); ++i) t.in_begin[i + 1] += t.in_begin[i];
