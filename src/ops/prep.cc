@@ -169,8 +169,10 @@ Status PrepareSample(const PrepSpec& spec, const uint8_t* data, size_t size, con
 
 namespace {
 
-Status PrepareImage(const PrepSpec& spec, const uint8_t* data, size_t size, const SampleKey& key,
-                    int out_h, int out_w, void* dst, PrepScratch* scratch) {
+// The sample's plan on its image (size read from the header, checked
+// against max_pixels and the batch's size).
+Status PlanImage(const PrepSpec& spec, const uint8_t* data, size_t size, const SampleKey& key, int out_h, int out_w,
+                 SamplePlan* plan) {
   int src_w = 0, src_h = 0;
   NOSTALL_RETURN_IF_ERROR(ProbeImageSize(data, size, &src_w, &src_h));
   if (src_w <= 0 || src_h <= 0) return DataError("image has zero width or height");
@@ -179,38 +181,43 @@ Status PrepareImage(const PrepSpec& spec, const uint8_t* data, size_t size, cons
                      " pixels, over the limit of " + std::to_string(spec.max_pixels) +
                      " (max_pixels)");
   }
-  SamplePlan plan;
-  NOSTALL_RETURN_IF_ERROR(
-      PlanSample(spec, src_w, src_h, key.seed, key.epoch, key.index, &plan));
-  if (plan.out_w != out_w || plan.out_h != out_h) {
-    return DataError("image gives a " + std::to_string(plan.out_w) + "x" +
-                     std::to_string(plan.out_h) + " sample but the batch is " +
+  NOSTALL_RETURN_IF_ERROR(PlanSample(spec, src_w, src_h, key.seed, key.epoch, key.index, plan));
+  if (plan->out_w != out_w || plan->out_h != out_h) {
+    return DataError("image gives a " + std::to_string(plan->out_w) + "x" +
+                     std::to_string(plan->out_h) + " sample but the batch is " +
                      std::to_string(out_w) + "x" + std::to_string(out_h) +
                      "; add a crop or Resize((h, w)) so all samples have one size");
   }
-  const int c = spec.channels();
-  DecodedRegion region;
+  return Status::OK();
+}
+
+// The pixels the plan needs: a JPEG's region (DCT-scaled toward the output
+// size), any other format whole; the region clipped as the plan says.
+Status DecodePlanned(const PrepSpec& spec, const uint8_t* data, size_t size, const SamplePlan& plan, int c,
+                     PrepScratch* scratch, DecodedRegion* region) {
   const ImageFormat format = SniffFormat(data, size);
   if (format == ImageFormat::kJpeg) {
     NOSTALL_RETURN_IF_ERROR(JpegDecodeRegion(data, size, c, plan.x, plan.y, plan.w, plan.h,
-                                             spec.dct_scaling ? out_w : 0,
-                                             spec.dct_scaling ? out_h : 0, &scratch->decoded,
-                                             &region));
+                                             spec.dct_scaling ? plan.out_w : 0,
+                                             spec.dct_scaling ? plan.out_h : 0, &scratch->decoded,
+                                             region));
   } else {
-    NOSTALL_RETURN_IF_ERROR(DecodeWhole(format, data, size, c, &scratch->decoded, &region));
-    region.x = plan.x;
-    region.y = plan.y;
-    region.w = plan.w;
-    region.h = plan.h;
+    NOSTALL_RETURN_IF_ERROR(DecodeWhole(format, data, size, c, &scratch->decoded, region));
+    region->x = plan.x;
+    region->y = plan.y;
+    region->w = plan.w;
+    region->h = plan.h;
   }
-  ClipRegion(plan, &region);
-  const bool nchw = spec.layout == Layout::kNCHW;
-  const bool pixel_stage = HasPixelStage(spec);
-  // Without pixel ops, a flip costs nothing: the write-out reads rows
-  // backwards. Before pixel ops, it is done on the pixels first.
-  const bool flip_on_write = plan.flip && !pixel_stage;
-  const bool direct = spec.dtype == DType::kUint8 && !nchw && !flip_on_write;
-  float a[3] = {1.0f / 255, 1.0f / 255, 1.0f / 255}, b[3] = {0, 0, 0};
+  ClipRegion(plan, region);
+  return Status::OK();
+}
+
+// Normalize as out = v * a + b per channel (v in 0..255); else v / 255.
+void NormalizeCoefficients(const PrepSpec& spec, int c, float a[3], float b[3]) {
+  for (int k = 0; k < 3; ++k) {
+    a[k] = 1.0f / 255;
+    b[k] = 0;
+  }
   for (const Transform& t : spec.transforms) {
     if (t.kind != TransformKind::kNormalize) continue;
     for (int k = 0; k < c; ++k) {
@@ -218,6 +225,23 @@ Status PrepareImage(const PrepSpec& spec, const uint8_t* data, size_t size, cons
       b[k] = static_cast<float>(-t.mean[k] / t.std[k]);
     }
   }
+}
+
+Status PrepareImage(const PrepSpec& spec, const uint8_t* data, size_t size, const SampleKey& key,
+                    int out_h, int out_w, void* dst, PrepScratch* scratch) {
+  SamplePlan plan;
+  NOSTALL_RETURN_IF_ERROR(PlanImage(spec, data, size, key, out_h, out_w, &plan));
+  const int c = spec.channels();
+  DecodedRegion region;
+  NOSTALL_RETURN_IF_ERROR(DecodePlanned(spec, data, size, plan, c, scratch, &region));
+  const bool nchw = spec.layout == Layout::kNCHW;
+  const bool pixel_stage = HasPixelStage(spec);
+  // Without pixel ops, a flip costs nothing: the write-out reads rows
+  // backwards. Before pixel ops, it is done on the pixels first.
+  const bool flip_on_write = plan.flip && !pixel_stage;
+  const bool direct = spec.dtype == DType::kUint8 && !nchw && !flip_on_write;
+  float a[3], b[3];
+  NormalizeCoefficients(spec, c, a, b);
   Philox rng = key.Stream(SampleStream::kPixelOps);
   const OutputView out{dst, spec.dtype == DType::kFloat32, nchw, out_h, out_w, c};
   // Nothing between the resample and the layout: resample straight into the
