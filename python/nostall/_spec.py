@@ -100,9 +100,7 @@ def read_spec(spec, stacklevel: int = 3) -> dict:
     file or a Loader: what from_spec, serve and analyze take. A spec of the
     old flat form (``s3_endpoint``, ``throttle_bandwidth``, ``cache_name``...
     at the top level) comes back in the new one, with a FutureWarning."""
-    from .loader import Loader
-
-    if isinstance(spec, Loader):
+    if isinstance(getattr(type(spec), "spec", None), property):  # a Loader (or a loader like it)
         return spec.spec
     if isinstance(spec, dict):
         return _upgraded(dict(spec), stacklevel + 1)
