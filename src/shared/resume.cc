@@ -71,61 +71,113 @@ Result<std::string> ResumeStateJson(const Loader& loader, int64_t epoch, int64_t
   return state.dump();
 }
 
-Result<ResumePoint> CheckResumeState(const Loader& loader, bool is_consumer,
-                                     const std::string& state_json) {
+namespace {
+
+// The state's version, and that it was taken by a loader of this kind (a
+// shared loader's consumer resumes only from a consumer's state).
+Status CheckStateKind(const json& state, bool is_consumer) {
+  if (!state.is_object()) return InvalidArgument("a loader state is a JSON object");
+  if (!state.contains("version") || state["version"] != kResumeStateVersion) {
+    return InvalidArgument("unsupported loader state version " +
+                           (state.contains("version") ? Shown(state["version"]) : "(none)"));
+  }
+  const bool from_consumer = state.contains("shared");
+  if (is_consumer && !from_consumer) {
+    return InvalidArgument("state was taken from a local loader; a shared loader's consumer "
+                           "resumes only from a consumer's state (its epochs follow the "
+                           "producer's stream)");
+  }
+  if (!is_consumer && from_consumer) {
+    return InvalidArgument("state was taken from a consumer of shared loader " + Shown(state["shared"]) +
+                           "; resume it with Loader.attach(...)");
+  }
+  return Status::OK();
+}
+
+// What orders the batches is as it was: seed, batch size, shuffle, ranks,
+// and (a local loader's) subset, drop_last, shuffle_block and pad_ranks.
+Status CheckOrder(const json& state, const LoaderSpec& spec, bool from_consumer) {
+  const json mine = {{"seed", spec.seed},       {"batch_size", spec.batch_size},
+                     {"shuffle", spec.shuffle}, {"rank", spec.rank},
+                     {"world_size", spec.world_size}};
+  // Taken before these were recorded: the defaults, which order as before.
+  const json since = {{"subset", 0}, {"drop_last", false}, {"shuffle_block", 0}, {"pad_ranks", true}};
+  const json now = {{"subset", spec.subset}, {"drop_last", spec.drop_last},
+                    {"shuffle_block", spec.shuffle_block}, {"pad_ranks", spec.pad_ranks}};
+  json all = mine;
+  for (const auto& [key, value] : since.items()) {
+    all[key] = now.at(key);
+    // A consumer's order is the producer's stream (its position is
+    // checked apart): only a local loader's own order depends on these.
+    if (from_consumer) {
+      all.erase(key);
+      continue;
+    }
+    if (!state.contains(key) && all[key] != value) {
+      return InvalidArgument("loader state has no " + key + " (taken by an older nostall, with " + key + "=" +
+                             Shown(value) + "); this loader has " + key + "=" + Shown(all[key]) +
+                             ": batches would differ");
+    }
+  }
+  for (const auto& [key, value] : all.items()) {
+    if (!state.contains(key)) {
+      if (since.contains(key)) continue;
+      return InvalidArgument("loader state has no " + key);
+    }
+    if (state[key] != value) {
+      return InvalidArgument("state was taken with " + key + "=" + Shown(state[key]) + ", this loader has " + key +
+                             "=" + Shown(value) + ": batches would differ");
+    }
+  }
+  return Status::OK();
+}
+
+// Tar shards' buffered epoch and shard shuffle are as they were.
+Status CheckBuffered(const json& state, const Loader& loader, ResumePoint* point) {
+  const LoaderSpec& spec = loader.spec();
+  if (state.contains("buffered_epoch")) {
+    NOSTALL_ASSIGN_OR_RETURN(point->buffered_epoch, Whole(state, "buffered_epoch", int64_t{1} << 40));
+    if (state.value("shuffle_buffer", json(0)) != json(spec.shuffle_buffer)) {
+      return InvalidArgument("state was taken with shuffle_buffer=" + Shown(state.value("shuffle_buffer", json(0))) +
+                             ", this loader has shuffle_buffer=" + std::to_string(spec.shuffle_buffer) +
+                             ": the buffered epoch's batches would differ");
+    }
+    if (loader.source().sharded() == nullptr) {
+      return InvalidArgument("state has a buffered epoch, which only tar shards have; this dataset is not in shards");
+    }
+  }
+  if (state.value("shard_shuffle", false) != spec.shard_shuffle ||
+      (spec.shard_shuffle && state.value("shuffle_buffer", json(0)) != json(spec.shuffle_buffer))) {
+    return InvalidArgument("state was taken with shard_shuffle=" + Shown(state.value("shard_shuffle", false)) +
+                           " and shuffle_buffer=" + Shown(state.value("shuffle_buffer", json(0))) +
+                           ", this loader has shard_shuffle=" + (spec.shard_shuffle ? "true" : "false") +
+                           " and shuffle_buffer=" + std::to_string(spec.shuffle_buffer) + ": batches would differ");
+  }
+  return Status::OK();
+}
+
+// A consumer's state: of this pipeline, and where it was in the producer's stream.
+Status ConsumerPosition(const json& state, const LoaderSpec& spec, ResumePoint* point) {
+  if (state.value("spec_fingerprint", "") != Hex16(SharedSpecFingerprint(spec))) {
+    return InvalidArgument("state was taken from a consumer of another pipeline (spec fingerprints differ)");
+  }
+  if (point->batch > 0) {
+    const json& p = state.at("stream_position");
+    if (!p.is_array() || p.size() != 3) return InvalidArgument("stream_position must be [base, chunk, block_chunks]");
+    point->stream_position = SharedPosition{p[0].get<int64_t>(), p[1].get<int64_t>(), p[2].get<int64_t>()};
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<ResumePoint> CheckResumeState(const Loader& loader, bool is_consumer, const std::string& state_json) {
   NOSTALL_RETURN_IF_ERROR(LoaderSpec::CheckJsonDepth(state_json, 8, "the loader state"));
   try {
     const json state = json::parse(state_json);
-    if (!state.is_object()) return InvalidArgument("a loader state is a JSON object");
-    if (!state.contains("version") || state["version"] != kResumeStateVersion) {
-      return InvalidArgument("unsupported loader state version " +
-                             (state.contains("version") ? Shown(state["version"]) : "(none)"));
-    }
-    const bool from_consumer = state.contains("shared");
-    if (is_consumer && !from_consumer) {
-      return InvalidArgument("state was taken from a local loader; a shared loader's consumer "
-                             "resumes only from a consumer's state (its epochs follow the "
-                             "producer's stream)");
-    }
-    if (!is_consumer && from_consumer) {
-      return InvalidArgument("state was taken from a consumer of shared loader " +
-                             Shown(state["shared"]) + "; resume it with Loader.attach(...)");
-    }
+    NOSTALL_RETURN_IF_ERROR(CheckStateKind(state, is_consumer));
     const LoaderSpec& spec = loader.spec();
-    const json mine = {{"seed", spec.seed},       {"batch_size", spec.batch_size},
-                       {"shuffle", spec.shuffle}, {"rank", spec.rank},
-                       {"world_size", spec.world_size}};
-    // Taken before these were recorded: the defaults, which order as before.
-    const json since = {{"subset", 0}, {"drop_last", false}, {"shuffle_block", 0},
-                        {"pad_ranks", true}};
-    const json now = {{"subset", spec.subset}, {"drop_last", spec.drop_last},
-                      {"shuffle_block", spec.shuffle_block}, {"pad_ranks", spec.pad_ranks}};
-    json all = mine;
-    for (const auto& [key, value] : since.items()) {
-      all[key] = now.at(key);
-      // A consumer's order is the producer's stream (its position is
-      // checked below): only a local loader's own order depends on these.
-      if (from_consumer) {
-        all.erase(key);
-        continue;
-      }
-      if (!state.contains(key) && all[key] != value) {
-        return InvalidArgument("loader state has no " + key + " (taken by an older nostall, with " +
-                               key + "=" + Shown(value) + "); this loader has " + key + "=" +
-                               Shown(all[key]) + ": batches would differ");
-      }
-    }
-    for (const auto& [key, value] : all.items()) {
-      if (!state.contains(key)) {
-        if (since.contains(key)) continue;
-        return InvalidArgument("loader state has no " + key);
-      }
-      if (state[key] != value) {
-        return InvalidArgument("state was taken with " + key + "=" + Shown(state[key]) +
-                               ", this loader has " + key + "=" + Shown(value) +
-                               ": batches would differ");
-      }
-    }
+    NOSTALL_RETURN_IF_ERROR(CheckOrder(state, spec, state.contains("shared")));
     if (state.value("dataset_fingerprint", "") != Hex16(loader.source().fingerprint())) {
       return InvalidArgument("state was taken on a different dataset (index fingerprints differ)");
     }
@@ -133,43 +185,13 @@ Result<ResumePoint> CheckResumeState(const Loader& loader, bool is_consumer,
     // Epochs up to 2^40: far beyond any run, and every later count fits.
     NOSTALL_ASSIGN_OR_RETURN(point.epoch, Whole(state, "epoch", int64_t{1} << 40));
     NOSTALL_ASSIGN_OR_RETURN(point.batch, Whole(state, "batch", int64_t{1} << 40));
-    if (state.contains("buffered_epoch")) {
-      NOSTALL_ASSIGN_OR_RETURN(point.buffered_epoch, Whole(state, "buffered_epoch", int64_t{1} << 40));
-      if (state.value("shuffle_buffer", json(0)) != json(spec.shuffle_buffer)) {
-        return InvalidArgument("state was taken with shuffle_buffer=" + Shown(state.value("shuffle_buffer", json(0))) +
-                               ", this loader has shuffle_buffer=" + std::to_string(spec.shuffle_buffer) +
-                               ": the buffered epoch's batches would differ");
-      }
-      if (loader.source().sharded() == nullptr) {
-        return InvalidArgument("state has a buffered epoch, which only tar shards have; this dataset is not in shards");
-      }
-    }
-    if (state.value("shard_shuffle", false) != spec.shard_shuffle ||
-        (spec.shard_shuffle && state.value("shuffle_buffer", json(0)) != json(spec.shuffle_buffer))) {
-      return InvalidArgument("state was taken with shard_shuffle=" + Shown(state.value("shard_shuffle", false)) +
-                             " and shuffle_buffer=" + Shown(state.value("shuffle_buffer", json(0))) +
-                             ", this loader has shard_shuffle=" + (spec.shard_shuffle ? "true" : "false") +
-                             " and shuffle_buffer=" + std::to_string(spec.shuffle_buffer) + ": batches would differ");
-    }
+    NOSTALL_RETURN_IF_ERROR(CheckBuffered(state, loader, &point));
     const int64_t batches = loader.sampler().BatchesPerEpoch();
     if (point.batch < 0 || point.batch > batches) {
-      return InvalidArgument("state batch " + std::to_string(point.batch) +
-                             " is outside the epoch's " + std::to_string(batches));
+      return InvalidArgument("state batch " + std::to_string(point.batch) + " is outside the epoch's " +
+                             std::to_string(batches));
     }
-    if (is_consumer) {
-      if (state.value("spec_fingerprint", "") != Hex16(SharedSpecFingerprint(spec))) {
-        return InvalidArgument("state was taken from a consumer of another pipeline (spec "
-                               "fingerprints differ)");
-      }
-      if (point.batch > 0) {
-        const json& p = state.at("stream_position");
-        if (!p.is_array() || p.size() != 3) {
-          return InvalidArgument("stream_position must be [base, chunk, block_chunks]");
-        }
-        point.stream_position =
-            SharedPosition{p[0].get<int64_t>(), p[1].get<int64_t>(), p[2].get<int64_t>()};
-      }
-    }
+    if (is_consumer) NOSTALL_RETURN_IF_ERROR(ConsumerPosition(state, spec, &point));
     return point;
   } catch (const json::exception& e) {
     return InvalidArgument(std::string("bad loader state: ") + e.what());
