@@ -544,6 +544,106 @@ Result<RecordTable> SelectFilesBeside(const SourceOptions& options,
 
 }  // namespace
 
+namespace {
+
+// Each sample's members for the fields asked for, in a shard index with
+// members: the image (its first image member if the field takes its
+// extension, in the field's order of preference, else another member the
+// field names) and each extra field's.
+class MemberSelect {
+ public:
+  MemberSelect(const SourceOptions& options, const IndexView& index, const FieldSpec* image,
+               std::vector<const FieldSpec*> extra)
+      : options_(options), index_(index), image_(image), extra_(std::move(extra)) {
+    image_ids_ = Ids(*image_);
+    for (const FieldSpec* f : extra_) extra_ids_.push_back(Ids(*f));
+  }
+
+  // Sample i's absolute spans (image first; size -1: none), or why it cannot be read.
+  std::string Locate(int64_t i, std::vector<std::pair<uint64_t, int64_t>>* at) const {
+    const IndexView::Item& e = index_.item(i);
+    std::string sample, main_ext;
+    SplitMemberName(std::string(index_.name(i)), &sample, &main_ext);
+    (*at)[0] = {0, -1};
+    for (size_t k = 0; k < image_->extensions.size() && (*at)[0].second < 0; ++k) {
+      if (image_->extensions[k] == main_ext) {
+        (*at)[0] = {e.offset, e.size};
+      } else if (const IndexView::Member* m = Member(i, image_ids_[k])) {
+        (*at)[0] = {m->offset, m->size};
+      }
+    }
+    if ((*at)[0].second < 0) {
+      return "field '" + image_->name + "': the sample has no " + Joined(image_->extensions) + " member";
+    }
+    for (size_t f = 0; f < extra_.size(); ++f) {
+      const IndexView::Member* m = Find(i, extra_ids_[f]);
+      (*at)[1 + f] = m ? std::make_pair(m->offset, m->size) : std::make_pair(uint64_t{0}, int64_t{-1});
+      if (!m && !extra_[f]->optional) {
+        return "field '" + extra_[f]->name + "': the sample has no " + Joined(extra_[f]->extensions) +
+               " member (optional=true gives None instead)";
+      }
+      if (m && static_cast<uint64_t>(m->size) > options_.max_field_bytes) {
+        return "field '" + extra_[f]->name + "': its member is " + std::to_string(m->size) +
+               " bytes, over max_field_bytes=" + std::to_string(options_.max_field_bytes);
+      }
+    }
+    return "";
+  }
+
+ private:
+  // A field's extensions as member_exts ids (-1: no sample has one).
+  std::vector<int64_t> Ids(const FieldSpec& f) const {
+    const std::vector<std::string>& exts = index_.member_exts();
+    std::vector<int64_t> out;
+    for (const std::string& e : f.extensions) {
+      auto it = std::find(exts.begin(), exts.end(), e);
+      out.push_back(it == exts.end() ? -1 : it - exts.begin());
+    }
+    return out;
+  }
+  // The member of item i with extension `id` (-1: none has it).
+  const IndexView::Member* Member(int64_t i, int64_t id) const {
+    if (!index_.has_members() || id < 0) return nullptr;
+    for (const IndexView::Member* m = index_.members_begin(i); m != index_.members_end(i); ++m) {
+      if (m->ext == static_cast<uint32_t>(id)) return m;
+    }
+    return nullptr;
+  }
+  // The member of item i with one of `want`'s extensions, first preferred.
+  const IndexView::Member* Find(int64_t i, const std::vector<int64_t>& want) const {
+    for (int64_t id : want) {
+      if (const IndexView::Member* m = Member(i, id)) return m;
+    }
+    return nullptr;
+  }
+
+  const SourceOptions& options_;
+  const IndexView& index_;
+  const FieldSpec* image_;
+  std::vector<const FieldSpec*> extra_;
+  std::vector<int64_t> image_ids_;
+  std::vector<std::vector<int64_t>> extra_ids_;
+};
+
+// Sample i's record: its spans relative to the bytes read for it (the
+// smallest range holding every member).
+void AddRecord(int64_t i, const std::vector<std::pair<uint64_t, int64_t>>& at, RecordTable* t) {
+  uint64_t lo = at[0].first, hi = at[0].first + static_cast<uint64_t>(at[0].second);
+  for (const auto& [off, size] : at) {
+    if (size < 0) continue;
+    lo = std::min(lo, off);
+    hi = std::max(hi, off + static_cast<uint64_t>(size));
+  }
+  for (size_t f = 0; f < at.size(); ++f) {
+    t->spans.push_back(at[f].second < 0 ? FieldSpan{} : FieldSpan{at[f].first - lo, at[f].second});
+    if (f > 0) t->room[f - 1] = std::max(t->room[f - 1], at[f].second);
+  }
+  t->kept.push_back(i);
+  t->item_span.push_back({lo, static_cast<int64_t>(hi - lo)});
+}
+
+}  // namespace
+
 Result<RecordTable> SelectFields(const SourceOptions& options, const IndexView& index) {
   RecordTable t;
   if (options.fields.empty()) return t;
@@ -560,90 +660,26 @@ Result<RecordTable> SelectFields(const SourceOptions& options, const IndexView& 
   }
   t.extra = static_cast<int>(extra.size());
   t.room.assign(extra.size(), 0);
-  const std::vector<std::string>& exts = index.member_exts();
-  // Each field's extensions as member_exts ids (-1: no sample has one).
-  auto ids = [&](const FieldSpec& f) {
-    std::vector<int64_t> out;
-    for (const std::string& e : f.extensions) {
-      auto it = std::find(exts.begin(), exts.end(), e);
-      out.push_back(it == exts.end() ? -1 : it - exts.begin());
-    }
-    return out;
-  };
-  const std::vector<int64_t> image_ids = ids(*image);
-  std::vector<std::vector<int64_t>> extra_ids;
-  for (const FieldSpec* f : extra) extra_ids.push_back(ids(*f));
-  const bool has_members = index.has_members();
-  // The member of item i with extension `id` (-1: none has it).
-  auto member = [&](int64_t i, int64_t id) -> const IndexView::Member* {
-    if (!has_members || id < 0) return nullptr;
-    for (const IndexView::Member* m = index.members_begin(i); m != index.members_end(i); ++m) {
-      if (m->ext == static_cast<uint32_t>(id)) return m;
-    }
-    return nullptr;
-  };
-  // The member of item i with one of `want`'s extensions, first preferred.
-  auto find = [&](int64_t i, const std::vector<int64_t>& want) -> const IndexView::Member* {
-    for (int64_t id : want) {
-      if (const IndexView::Member* m = member(i, id)) return m;
-    }
-    return nullptr;
-  };
   t.spans.reserve(static_cast<size_t>(index.size()) * (1 + extra.size()));
   t.item_span.reserve(static_cast<size_t>(index.size()));
+  const MemberSelect select(options, index, image, extra);
   std::vector<std::pair<uint64_t, int64_t>> at(1 + extra.size());  // absolute spans
   for (int64_t i = 0; i < index.size(); ++i) {
-    const IndexView::Item& e = index.item(i);
-    std::string sample, main_ext, why;
-    SplitMemberName(std::string(index.name(i)), &sample, &main_ext);
-    // The image: the sample's first image member if the field takes its
-    // extension (preferred order), else another member the field names.
-    at[0] = {0, -1};
-    for (size_t k = 0; k < image->extensions.size() && at[0].second < 0; ++k) {
-      if (image->extensions[k] == main_ext) {
-        at[0] = {e.offset, e.size};
-      } else if (const IndexView::Member* m = member(i, image_ids[k])) {
-        at[0] = {m->offset, m->size};
-      }
-    }
-    if (at[0].second < 0) {
-      why = "field '" + image->name + "': the sample has no " + Joined(image->extensions) + " member";
-    }
-    for (size_t f = 0; f < extra.size() && why.empty(); ++f) {
-      const IndexView::Member* m = find(i, extra_ids[f]);
-      at[1 + f] = m ? std::make_pair(m->offset, m->size) : std::make_pair(uint64_t{0}, int64_t{-1});
-      if (!m && !extra[f]->optional) {
-        why = "field '" + extra[f]->name + "': the sample has no " +
-              Joined(extra[f]->extensions) + " member (optional=true gives None instead)";
-      } else if (m && static_cast<uint64_t>(m->size) > options.max_field_bytes) {
-        why = "field '" + extra[f]->name + "': its member is " + std::to_string(m->size) +
-              " bytes, over max_field_bytes=" + std::to_string(options.max_field_bytes);
-      }
-    }
-    if (!why.empty()) {
-      if (!options.skip_bad_samples) {
-        return DataError(why).WithItem(index.shards()[static_cast<size_t>(e.container)] + ":" + sample,
-                                       "index");
-      }
-      ++t.skipped;
+    const std::string why = select.Locate(i, &at);
+    if (why.empty()) {
+      AddRecord(i, at, &t);
       continue;
     }
-    uint64_t lo = at[0].first, hi = at[0].first + static_cast<uint64_t>(at[0].second);
-    for (const auto& [off, size] : at) {
-      if (size < 0) continue;
-      lo = std::min(lo, off);
-      hi = std::max(hi, off + static_cast<uint64_t>(size));
+    if (!options.skip_bad_samples) {
+      std::string sample, ext;
+      SplitMemberName(std::string(index.name(i)), &sample, &ext);
+      return DataError(why).WithItem(index.shards()[static_cast<size_t>(index.item(i).container)] + ":" + sample,
+                                     "index");
     }
-    for (size_t f = 0; f < at.size(); ++f) {
-      t.spans.push_back(at[f].second < 0 ? FieldSpan{} : FieldSpan{at[f].first - lo, at[f].second});
-      if (f > 0) t.room[f - 1] = std::max(t.room[f - 1], at[f].second);
-    }
-    t.kept.push_back(i);
-    t.item_span.push_back({lo, static_cast<int64_t>(hi - lo)});
+    ++t.skipped;
   }
   if (t.kept.empty()) {
-    return NotFound("no sample of the dataset has every field asked for (" +
-                    std::to_string(t.skipped) + " skipped)");
+    return NotFound("no sample of the dataset has every field asked for (" + std::to_string(t.skipped) + " skipped)");
   }
   if (t.skipped == 0) t.kept = {};  // every item, as the index numbers them
   return t;
