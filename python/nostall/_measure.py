@@ -448,6 +448,12 @@ def _probe_storage(loader, reads, items, phases) -> dict:
     return storage
 
 
+def _probed_item_bytes(storage) -> float:
+    """The mean bytes of an item the storage probe read."""
+    probed = storage["sequential"]["bytes"] + storage["concurrent"]["bytes"]
+    return probed / max(1, storage["sequential"]["reads"] + storage["concurrent"]["reads"])
+
+
 def _cold_run(plan, loader_of, step, warmup_batches, phases):
     """The user's configuration on the sample read cold (pages dropped
     before each epoch): its window, and the remote storage's stats."""
@@ -472,8 +478,7 @@ def _cached_run(plan, loader_of, step, storage, warmup_batches, phases, notes):
     run is the user's configuration, and copying into a cache as it reads
     would cost it CPU (about 3% of a prep-bound run) the user's run does not
     pay. Its window and the loader's stats."""
-    probed = storage["sequential"]["bytes"] + storage["concurrent"]["bytes"]
-    mean_bytes = probed / max(1, storage["sequential"]["reads"] + storage["concurrent"]["reads"])
+    mean_bytes = _probed_item_bytes(storage)
     cache_name = f"nostall-analyze-{os.getpid()}"
     cached_spec = plan.page_cache({**plan.run, "cache": [{
         "driver": "minio", "name": cache_name, "bytes": int(mean_bytes * plan.items * 1.3) + (8 << 20)}]}, True)
@@ -552,8 +557,7 @@ def _fetch_cpu(cold, cached, cold_storage, storage) -> dict:
               if cold_storage is None else 0.0)
     # Encoded bytes per item: what the cold epoch read (the index may not know sizes).
     fetched = cold.delta("fetch", "items")
-    probed = storage["sequential"]["bytes"] + storage["concurrent"]["bytes"]
-    mean_bytes = probed / max(1, storage["sequential"]["reads"] + storage["concurrent"]["reads"])
+    mean_bytes = _probed_item_bytes(storage)
     return {"hit": hit, "miss": hit + max(threads, process) + kernel, "threads": threads, "process": process,
             "kernel": kernel, "item_bytes": (cold.delta("fetch", "bytes") / fetched) if fetched > 0 else mean_bytes}
 
