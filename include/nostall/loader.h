@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nostall/cache.h"
@@ -108,6 +109,11 @@ class Batch {
   // A private copy, not a view of a ring slot (the caller held every other
   // slot; see LoaderStats::private_copies).
   virtual bool copied() const { return false; }
+  // The whole memory the batch lives in (its ring slot: images, labels,
+  // indices and fields), for registering with a device driver as page-locked
+  // once per slot; {nullptr, 0} for a private copy or a consumer's view of a
+  // served ring (read-only to it).
+  virtual std::pair<const void*, size_t> memory() const { return {nullptr, 0}; }
   // Sample `pos`'s bytes of extra field `f` (the spec's fields besides the
   // image and the label, in their order; nostall/record.h): absent when the
   // sample has no such member (an optional field). Valid while the Batch is.

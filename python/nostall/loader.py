@@ -8,7 +8,7 @@ import os
 import warnings
 from typing import Iterable, Optional
 
-from . import _nostall, _ranks
+from . import _cuda, _nostall, _ranks
 from ._iterate import LoaderDataset, _EpochHook, _EpochIterator
 from ._lifetime import Closeable
 from ._progress import EpochProgress
@@ -94,12 +94,21 @@ class Loader(Closeable):
         copy: hand out private copies of every batch (the slot is refilled at
             once) instead of views of the shared-memory slot.
         pin_memory: hand out batches in page-locked (pinned) host memory, so
-            that ``.cuda(non_blocking=True)`` copies asynchronously (one
-            copy per batch into memory torch's caching host allocator
-            reuses, as torch's DataLoader does). Without it batches are
-            pageable shared memory: ``.cuda(non_blocking=True)`` then waits
-            for the copy as ``.cuda()`` does. Without a CUDA device it warns
-            and changes nothing, as torch's DataLoader does.
+            that ``.cuda(non_blocking=True)`` copies asynchronously. The
+            batch slots themselves are registered page-locked (no copy), and
+            a slot is refilled only once the copies the loop enqueued from
+            it on the current stream, before it asked for the next batch,
+            are done (docs/gpu.md). Without it batches are pageable shared
+            memory: ``.cuda(non_blocking=True)`` then waits for the copy as
+            ``.cuda()`` does. Without a CUDA device it warns and changes
+            nothing, as torch's DataLoader does.
+        device: ``"cuda"`` (or ``"cuda:N"``): hand out batches on that GPU.
+            The loader copies each batch from its page-locked slot on a
+            stream of its own; the current stream waits for the copy, the
+            CPU does not. A trailing ``Normalize`` of float32 image batches
+            runs on the GPU: the CPU makes uint8 pixels (a quarter of the
+            bytes to copy) and ``loader.spec`` is that CPU part. Needs
+            ``output="torch"``; without a CUDA device it is an error.
         return_indices: yield ``(images, labels, indices)``, the dataset
             item of each sample (for ``loader.key(i)``; in a buffered first
             epoch, its shard and place: docs/sampling.md).
@@ -198,6 +207,7 @@ class Loader(Closeable):
         max_pixels: int = 89478485,
         copy: bool = False,
         pin_memory: bool = False,
+        device=None,
         return_indices: bool = False,
         output: str = "torch",
         index_cache: bool = True,
@@ -230,11 +240,12 @@ class Loader(Closeable):
         _check_hook_args(batch_transform, hook_threads)
         self._hooks = (hooks, batch_transform, hook_threads)
         self._init(spec, copy=copy, return_indices=return_indices, output=output,
-                   progress=progress, pin_memory=pin_memory, ranks_from=ranks_from)
+                   progress=progress, pin_memory=pin_memory, ranks_from=ranks_from,
+                   device=device)
 
     @classmethod
     def from_spec(cls, spec, *, copy=False, pin_memory=False, return_indices=False,
-                  output="torch", progress=False):
+                  output="torch", progress=False, device=None):
         """Builds a loader from a spec: a dict, its JSON text, a path to a JSON
         file (as ``nostall bench --spec``), or another Loader (its ``spec``).
 
@@ -242,11 +253,12 @@ class Loader(Closeable):
         knobs the autotuner chose are not in it, so they are tuned again.
         ``rank`` and ``world_size`` the spec leaves out come from torchrun's
         environment (``RANK``, ``WORLD_SIZE``), as for the constructor.
-        ``copy``, ``pin_memory``, ``return_indices``, ``output`` and
-        ``progress`` are the constructor's (they are not part of a spec).
+        ``copy``, ``pin_memory``, ``device``, ``return_indices``, ``output``
+        and ``progress`` are the constructor's (they are not part of a spec).
         """
         return cls._built(read_spec(spec, stacklevel=3), None, copy=copy, pin_memory=pin_memory,
-                          return_indices=return_indices, output=output, progress=progress)
+                          return_indices=return_indices, output=output, progress=progress,
+                          device=device)
 
     @classmethod
     def _built(cls, spec: dict, hooks, **kw):
@@ -330,8 +342,9 @@ class Loader(Closeable):
         return self
 
     def _init(self, spec, *, copy, return_indices, output, progress=False, core=None,
-              pin_memory=False, ranks_from=_ranks.ARGUMENTS):
+              pin_memory=False, ranks_from=_ranks.ARGUMENTS, device=None):
         self._core = None
+        self._pinned = self._to_device = None
         self._owner_pid = os.getpid()
         if progress not in (False, True, "epoch"):
             raise ValueError(f'progress must be True, False or "epoch", not {progress!r}')
@@ -340,15 +353,28 @@ class Loader(Closeable):
         if pin_memory and output != "torch":
             raise ValueError('pin_memory=True gives torch tensors in page-locked memory; it needs '
                              'output="torch"')
-        self._pin = False
-        if pin_memory:
+        to_device, normalize = None, None
+        if device is not None:
+            import torch
+
+            to_device = _cuda.device_of(torch, device)
+            if to_device is not None:
+                if output != "torch":
+                    raise ValueError(f'device={device!r} hands out torch tensors: it needs '
+                                     'output="torch"')
+                if spec is not None:
+                    spec, normalize = _cuda.normalize_on_device(spec)
+        if pin_memory or to_device is not None:
             import torch
 
             if torch.cuda.is_available():
-                self._pin = True
+                self._pinned = _cuda.PinnedSlots(torch)
             else:  # as torch's DataLoader: said, then ignored
                 warnings.warn("pin_memory=True, but no CUDA device is available: batches are "
                               "not pinned", UserWarning, stacklevel=3)
+        if to_device is not None:
+            self._to_device = _cuda.DeviceCopies(torch, to_device, self._pinned, normalize,
+                                                 channels_last=spec.get("layout") == "NHWC")
         # What the caller asked for, before C++ fills in defaults: the knobs
         # left to the autotuner stay unset in `spec` (see the property).
         self._asked = {k: spec.get(k) for k in ("num_threads", "reads_in_flight", "prefetch")
@@ -455,6 +481,8 @@ class Loader(Closeable):
                             e.item, e.stage) from None
         if out is None:
             self._show_epoch_end(core)
+            if self._pinned is not None:  # the epoch's last batch is given up too
+                self._pinned.given_up()
             raise StopIteration
         images, labels, indices, copied, _over, raw_fields = out  # _over: core.epoch_over
         if copied and not self._copies_warned:
@@ -480,13 +508,26 @@ class Loader(Closeable):
                     images, labels, indices = from_numpy(images), from_numpy(labels), from_numpy(indices)
             else:
                 images, labels, indices = from_numpy(images), from_numpy(labels), from_numpy(indices)
-        if self._pin:  # copies in page-locked memory: the slot is free at once
-            images, labels, indices = images.pin_memory(), labels.pin_memory(), indices.pin_memory()
+        pinned = self._pinned
+        if pinned is not None:
+            host = (images, labels, indices)  # they hold the slot's lease
+            if pinned.pinned(*core.batch_memory):  # the slot itself is page-locked
+                pinned.counts["zero_copy_batches"] += 1
+            else:  # a private copy: copied into memory torch's host allocator pins
+                images, labels, indices = images.pin_memory(), labels.pin_memory(), indices.pin_memory()
+                pinned.counts["host_copies"] += 1
+            if self._to_device is not None:
+                return self._to_device(self._assemble(images, labels, indices, raw_fields), host)
+            pinned.handed_out(host)  # held until the copies enqueued from it are done
         elif self._copy:
             if self._torch:
                 images, labels, indices = images.clone(), labels.clone(), indices.clone()
             else:
                 images, labels, indices = images.copy(), labels.copy(), indices.copy()
+        return self._assemble(images, labels, indices, raw_fields)
+
+    def _assemble(self, images, labels, indices, raw_fields):
+        """The batch as handed out: a tuple, or a dict of fields."""
         if self._records is not None:
             batch = self._records.batch(images, labels, indices, raw_fields)
             pair = getattr(self, "_pair", None)
@@ -537,6 +578,11 @@ class Loader(Closeable):
             # Samples whose fields failed here, in Python, are skips as the core's are.
             st["skipped"] = st.get("skipped", 0) + self._records.skipped
             st["errors"] = st.get("errors", 0) + self._records.skipped
+        if self._pinned is not None:  # page-locked slots and the copies made
+            st["cuda"] = self._pinned.stats()
+            if self._to_device is not None:
+                st["cuda"]["device"] = str(self._to_device.device)
+                st["cuda"]["device_batches"] = self._to_device.batches
         return st
 
     def stats_table(self) -> str:
@@ -648,6 +694,9 @@ class Loader(Closeable):
     # ------------------------------------------------------------ lifetime
     def close(self) -> None:
         """Stops and joins every thread. Batches already handed out stay valid."""
+        pinned, self._pinned = getattr(self, "_pinned", None), None
+        if pinned is not None:  # (before the slots can be unmapped)
+            pinned.close()
         core, self._core = getattr(self, "_core", None), None
         if core is not None:
             core.close()

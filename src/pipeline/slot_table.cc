@@ -24,6 +24,9 @@ class LeasedBatch final : public Batch {
   FieldView field(int f, int64_t pos) const override {
     return SlotField(*ring_->seg, static_cast<uint32_t>(slot_), f, pos);
   }
+  std::pair<const void*, size_t> memory() const override {
+    return {ring_->seg->images(slot_), ring_->seg->g.slot_stride};
+  }
 
  private:
   std::shared_ptr<RingState> ring_;

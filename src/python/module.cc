@@ -6,6 +6,7 @@
 // Status -> Python exception happens in RaiseStatus and nowhere else.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -178,6 +179,8 @@ class PyLoader {
   // The last next() ended the epoch (its last batch, a bad last batch, or the
   // end asked for first): true once per epoch, as the cursor says.
   bool EpochOver() const { return epoch_over_; }
+  // The last batch's slot memory (address, bytes); (0, 0) for a copy.
+  std::pair<uintptr_t, size_t> BatchMemory() const { return batch_memory_; }
 
   // (images, labels, indices, copied, epoch_over), or None at the end of
   // the epoch; epoch_over: this batch was the epoch's last. A bad batch
@@ -205,6 +208,8 @@ class PyLoader {
       return nb::none();
     }
     const bool over = epoch_over_ = Cursor().Delivered(batch->index());
+    const auto [memory, memory_bytes] = batch->memory();
+    batch_memory_ = {reinterpret_cast<uintptr_t>(memory), memory_bytes};
     const LoaderSpec& spec = Loader().spec();
     std::vector<size_t> shape = {static_cast<size_t>(batch->size())};
     for (int64_t d : Loader().SampleShape()) shape.push_back(static_cast<size_t>(d));
@@ -345,6 +350,7 @@ class PyLoader {
   std::unique_ptr<nostall::Loader> loader_;
   std::unique_ptr<EpochCursor> cursor_;  // over loader_
   bool epoch_over_ = false;
+  std::pair<uintptr_t, size_t> batch_memory_{0, 0};
   int extra_fields_ = -1;  // the spec's extra fields, counted at the first batch
 };
 
@@ -422,6 +428,7 @@ void BindLoader(nb::module_& m) {
       .def_prop_ro("position", &PyLoader::Position)
       .def_prop_ro("active", &PyLoader::Active)
       .def_prop_ro("epoch_over", &PyLoader::EpochOver)
+      .def_prop_ro("batch_memory", &PyLoader::BatchMemory)
       .def("stats_json", &PyLoader::StatsJson)
       .def("stats_table", &PyLoader::StatsTable)
       .def("spec_json", &PyLoader::SpecJson)
