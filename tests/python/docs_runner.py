@@ -27,6 +27,8 @@ Marks, for blocks that need more than the workspace:
   the command that runs this file; a benchmark takes minutes): ``make -n``
   shows each target exists and parses, ``bash -n`` checks a script, and a
   Python script's ``--help`` must name every option the block gives it.
+- ``gpu``: a block that needs a CUDA device: skipped, with the reason,
+  where torch sees none.
 - ``slow``: a block that takes many seconds (a training, a whole analysis):
   its test is marked ``slow``, which ``make check`` leaves out (``make test``
   runs it).

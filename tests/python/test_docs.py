@@ -20,8 +20,18 @@ def workspace(tmp_path_factory):
     return make_workspace(tmp_path_factory.mktemp("docs"))
 
 
-@pytest.mark.parametrize("snippet", [pytest.param(s, marks=[pytest.mark.slow] if s.mark("slow") else [])
-                                     for s in SNIPPETS], ids=[s.where for s in SNIPPETS])
+def _marks(snippet):
+    marks = [pytest.mark.slow] if snippet.mark("slow") else []
+    if snippet.mark("gpu"):  # a block for a CUDA device: run where torch sees one
+        import torch
+
+        marks.append(pytest.mark.skipif(not torch.cuda.is_available(),
+                                        reason=f"torch {torch.__version__} sees no CUDA device"))
+    return marks
+
+
+@pytest.mark.parametrize("snippet", [pytest.param(s, marks=_marks(s)) for s in SNIPPETS],
+                         ids=[s.where for s in SNIPPETS])
 def test_the_block_runs(snippet, workspace):
     run_snippet(snippet, workspace)
 
