@@ -276,7 +276,7 @@ class Loader(Closeable):
     def attach(cls, name: str, batch_size: int, *, on_producer_exit: str = "raise",
                producer_timeout: float = 5.0, spec=None, wait: float = 0.0, copy=None,
                return_indices=False, output="torch", progress=False, transforms=None,
-               batch_transform=None, hook_threads: int = 2):
+               batch_transform=None, hook_threads: int = 2, pin_memory=False, device=None):
         """A consumer of the shared loader ``name`` (started by ``nostall serve`` or nostall.serve).
 
         It iterates like any Loader, in the producer's order, with its own
@@ -302,6 +302,13 @@ class Loader(Closeable):
             kills the process with SIGSEGV).
 
         return_indices, output, progress: as for the constructor.
+        pin_memory, device: as for the constructor, but the served slots are
+            the producer's, read-only here: each batch is copied once into
+            pinned memory (``stats()["cuda"]["host_copies"]``), then to the
+            device with ``device``. The served spec decides the pixels (a
+            Normalize stays where the producer runs it). Every consumer's
+            device memory is its own process's: a consumer that dies frees
+            it, and the others go on (docs/gpu.md).
         transforms, batch_transform, hook_threads: the Python callables this
             consumer runs on the served batches, as the constructor's (a
             callable or a list of them for the image field, or a dict per
@@ -328,16 +335,20 @@ class Loader(Closeable):
         core = _nostall.Loader.attach(name, batch_size, float(producer_timeout),
                                       on_producer_exit == "private", expect, float(wait), expect_spec)
         self = cls.__new__(cls)
-        if copy is None:
-            copy = output == "torch"
+        if copy is None:  # (a pinned or device copy is the consumer's own already)
+            copy = output == "torch" and not pin_memory and device in (None, "cpu")
         try:
             self._hooks = _consumer_hooks(json.loads(core.spec_json()), transforms,
                                           batch_transform, hook_threads)
         except BaseException:
             core.close()
             raise
-        self._init(None, copy=copy, return_indices=return_indices, output=output,
-                   progress=progress, core=core)
+        try:
+            self._init(None, copy=copy, return_indices=return_indices, output=output,
+                       progress=progress, core=core, pin_memory=pin_memory, device=device)
+        except BaseException:
+            core.close()
+            raise
         self._shared = name
         return self
 
@@ -372,9 +383,6 @@ class Loader(Closeable):
             else:  # as torch's DataLoader: said, then ignored
                 warnings.warn("pin_memory=True, but no CUDA device is available: batches are "
                               "not pinned", UserWarning, stacklevel=3)
-        if to_device is not None:
-            self._to_device = _cuda.DeviceCopies(torch, to_device, self._pinned, normalize,
-                                                 channels_last=spec.get("layout") == "NHWC")
         # What the caller asked for, before C++ fills in defaults: the knobs
         # left to the autotuner stay unset in `spec` (see the property).
         self._asked = {k: spec.get(k) for k in ("num_threads", "reads_in_flight", "prefetch")
@@ -390,6 +398,9 @@ class Loader(Closeable):
             _ranks.say(spec["rank"], spec["world_size"], ranks_from)
         if spec is None:
             spec = json.loads(self._core.spec_json())
+        if to_device is not None:
+            self._to_device = _cuda.DeviceCopies(torch, to_device, self._pinned, normalize,
+                                                 channels_last=spec.get("layout") == "NHWC")
         self._copy = copy
         self._return_indices = return_indices
         self._torch = output == "torch"

@@ -107,3 +107,34 @@ def test_device_batches_outlive_the_loader_and_its_slots(jpeg_folder):
         for _ in again:
             pass
     assert torch.equal(kept[0], first)
+
+
+def served(folder, name):
+    spec = {"source": str(folder), "batch_size": 6, "seed": 3, "shuffle": True,
+            "transforms": [{"type": "RandomResizedCrop", "size": [32, 32]}]}
+    return nostall.serve(spec, name, block=False, verbose=False)
+
+
+def test_a_consumer_asking_for_a_device_that_is_not_there_lets_go_of_its_row(jpeg_folder):
+    name = f"cuda-test-{id(jpeg_folder)}"
+    with served(jpeg_folder, name) as server:
+        with pytest.raises(ValueError, match="device must be"):
+            nostall.Loader.attach(name, 6, device="tpu")
+        assert server.status()["consumers"] == [] or all(
+            c["state"] != "active" for c in server.status()["consumers"])
+
+
+@needs_cuda
+def test_a_consumer_on_the_gpu_gets_every_sample_once(jpeg_folder):
+    name = f"cuda-test-gpu-{id(jpeg_folder)}"
+    with served(jpeg_folder, name):
+        with nostall.Loader.attach(name, 6, device="cuda", return_indices=True) as consumer:
+            seen, batches = [], 0
+            for images, labels, indices in consumer:
+                assert images.is_cuda and images.dtype == torch.uint8 and labels.is_cuda
+                seen += indices.tolist()
+                batches += 1
+            cuda = consumer.stats()["cuda"]
+    assert sorted(seen) == list(range(36))
+    # The served slots are read-only here: one pinned copy per batch, counted.
+    assert cuda["device_batches"] == batches and cuda["host_copies"] == batches
