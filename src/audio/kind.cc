@@ -17,6 +17,7 @@ class AudioKind final : public SampleKind {
   const Spec& spec() const { return *spec_; }
 
   const char* name() const override { return "audio"; }
+  const char* unit() const override { return "clips"; }
   Status Validate(const PrepSpec& prep) const override {
     if (!prep.transforms.empty()) {
       return InvalidArgument("an audio batch takes its transforms from \"audio\"; \"transforms\" (image "

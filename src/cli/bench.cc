@@ -134,7 +134,7 @@ int Bench(const Args& args) {
   const bool json = Has(args, "--json");
   const bool show_progress = !Has(args, "--quiet") && !json && isatty(STDERR_FILENO);
   // An audio pipeline's samples are clips, not images.
-  const char* unit = std::string(spec.prep.sample_kind().name()) == "audio" ? "clips" : "images";
+  const char* unit = spec.prep.sample_kind().unit();
   auto progress = [&](int64_t images, double secs) {
     std::fprintf(stderr, "\r%lld %s, %.1f s, %.0f %s/s   ", static_cast<long long>(images), unit, secs,
                  secs > 0 ? images / secs : 0.0, unit);

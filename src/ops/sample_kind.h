@@ -52,6 +52,8 @@ class SampleKind {
   virtual ~SampleKind() = default;
   // The spec's key for it: "image", "audio", "detection".
   virtual const char* name() const = 0;
+  // What one sample is called in rates and reports: "images", "clips".
+  virtual const char* unit() const { return "images"; }
   // The spec's rules that belong to this kind (its transforms, dtype, sizes).
   virtual Status Validate(const PrepSpec& spec) const = 0;
   virtual int channels(const PrepSpec& spec) const = 0;

@@ -15,6 +15,7 @@
 #include <malloc.h>
 #include <xxhash.h>
 
+#include "common/clock.h"
 #include "common/fd.h"
 #include "source/driver.h"
 #include "source/local_options.h"
@@ -220,11 +221,6 @@ Status WriteBeside(const IndexedDataset& d, Index index) {
 // Local shards indexed as read: a few ahead of the first epoch.
 constexpr int kLazyShardsAtOnce = 4;
 
-std::string Seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f s", s);
-  return buf;
-}
 
 }  // namespace
 
@@ -266,7 +262,7 @@ Result<std::unique_ptr<Source>> OpenIndexed(const IndexedDataset& d, const Sourc
                                                        std::string* note) -> Result<IndexViewPtr> {
     built.variant = d.variant;
     std::string bytes = SerializeIndex(built, d.root);
-    *origin = "built in " + Seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    *origin = "built in " + SecondsSince(t0);
     if (write_beside) {
       Status st = WriteBeside(d, std::move(built));
       if (!st.ok() && mode == "rebuild") return st;

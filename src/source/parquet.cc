@@ -41,6 +41,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "common/clock.h"
 #include "common/fd.h"
 #include "common/json_fields.h"
 #include "common/mutex.h"
@@ -544,12 +545,6 @@ void RecordSpans(const std::vector<int64_t>& sizes, int64_t total, int extra, st
   }
 }
 
-std::string SecondsSince(std::chrono::steady_clock::time_point t0) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.2f s",
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return text;
-}
 
 Result<std::unique_ptr<Source>> ParquetOpen(const std::string& uri, const SourceOptions& options) {
   NOSTALL_ASSIGN_OR_RETURN(nlohmann::json j, DriverOptionsJson(options, kDriver));
