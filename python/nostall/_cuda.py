@@ -149,11 +149,46 @@ def normalize_on_device(spec: dict):
     return spec, (tuple(last["mean"]), tuple(last["std"]))
 
 
+def host_side(spec, *, output, pin_memory, device):
+    """What the loader's ``pin_memory`` and ``device`` ask of it: (the spec
+    to build, PinnedSlots or None, the torch.device to hand batches out on
+    or None, the (mean, std) the device finishes with or None). Without a
+    CUDA device, pin_memory warns and is ignored (as torch's DataLoader
+    does); device="cuda" is an error."""
+    if pin_memory not in (False, True):
+        raise TypeError(f"pin_memory must be True or False, not {pin_memory!r}")
+    if pin_memory and output != "torch":
+        raise ValueError('pin_memory=True gives torch tensors in page-locked memory; it needs '
+                         'output="torch"')
+    to_device = normalize = pinned = None
+    if device is not None:
+        import torch
+
+        to_device = device_of(torch, device)
+        if to_device is not None:
+            if output != "torch":
+                raise ValueError(f'device={device!r} hands out torch tensors: it needs '
+                                 'output="torch"')
+            if spec is not None:
+                spec, normalize = normalize_on_device(spec)
+    if pin_memory or to_device is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            pinned = PinnedSlots(torch)
+        else:  # as torch's DataLoader: said, then ignored
+            warnings.warn("pin_memory=True, but no CUDA device is available: batches are "
+                          "not pinned", UserWarning, stacklevel=4)
+    return spec, pinned, to_device, normalize
+
+
 class DeviceCopies:
     """Host batches (tensors in pinned slots) copied to the device on a side
     stream; the current stream waits for the copy, the CPU does not."""
 
-    def __init__(self, torch, device, pinned: PinnedSlots, normalize=None, channels_last=False):
+    def __init__(self, device, pinned: PinnedSlots, normalize=None, channels_last=False):
+        import torch
+
         self._torch = torch
         self.device = device
         self._pinned = pinned

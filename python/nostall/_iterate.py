@@ -1,12 +1,17 @@
-"""What iterating a Loader hands out besides batches: ``loader.dataset``,
-``loader.sampler`` (the epoch hook trainers call) and the epoch iterator,
-which marks its waits under torch.profiler."""
+"""Iterating a Loader: the epoch iterator (which marks its waits under
+torch.profiler), each batch as it is handed out (torch tensors, pinned or on
+the device, copies or views; a tuple or a dict of fields), and what a
+training script reads besides batches: ``loader.dataset`` and
+``loader.sampler`` (the epoch hook trainers call)."""
 
 from __future__ import annotations
 
 import json
 import sys
+import warnings
 import weakref
+
+from .errors import DataError
 
 
 class LoaderDataset:
@@ -83,8 +88,8 @@ class _EpochIterator:
         # that `nostall analyze --trace` finds it (docs/trace.md).
         if _profiler_on():
             with _record_function(_NEXT_BATCH):
-                return self._loader._next(self._generation)
-        return self._loader._next(self._generation)
+                return next_batch(self._loader, self._generation)
+        return next_batch(self._loader, self._generation)
 
     def __len__(self):
         return len(self._loader)
@@ -102,3 +107,97 @@ def _profiler_on():
 def _record_function(name):
     import torch
     return torch.profiler.record_function(name)
+
+
+def next_batch(self, generation):
+    """The loader's next batch, as handed out (its iterator's __next__)."""
+    if generation != self._generation:
+        raise RuntimeError(
+            "this iterator over the loader was abandoned: a later iter(loader) started "
+            "the next epoch (a next(iter(loader)) inside a loop over it, or zip(loader, "
+            "loader)). A loader runs one pass at a time; to peek, keep the batch the loop "
+            "gave, or make a second Loader")
+    core = self._require_core()
+    if not core.active:
+        raise StopIteration
+    try:
+        out = core.next()
+    except DataError as e:  # that batch is consumed; iteration may go on
+        show_epoch_end(self, core)
+        raise DataError(f"{e} (the whole batch holding it is not handed out: "
+                        'on_error="skip" skips only the bad item and hands out the rest)',
+                        e.item, e.stage) from None
+    if out is None:
+        show_epoch_end(self, core)
+        if self._pinned is not None:  # the epoch's last batch is given up too
+            self._pinned.given_up()
+        raise StopIteration
+    images, labels, indices, copied, _over, raw_fields = out  # _over: core.epoch_over
+    if copied and not self._copies_warned:
+        self._copies_warned = True
+        warnings.warn(
+            "every other batch slot is held by batches still referenced (list(loader), "
+            "kept batches): batches are handed out as private copies until some are "
+            "released; stats()['private_copies'] counts them. copy=True, or a larger "
+            "prefetch, keeps this quiet", ResourceWarning, stacklevel=3)
+    if self._progress is not None:  # (a buffered epoch's count is known at its end)
+        self._progress.update(self, core.epoch, core.position,
+                              core.batches_per_epoch if core.counts_known else None)
+        show_epoch_end(self, core)
+    if self._shared is not None and not copied:
+        # The producer's read-only memory: say so to NumPy.
+        for a in (images, labels, indices):
+            a.flags.writeable = False
+    return _handed_out(self, core, images, labels, indices, copied, raw_fields)
+
+
+def _handed_out(self, core, images, labels, indices, copied, raw_fields):
+    """The slot's arrays as the loader hands them out: torch tensors (pinned,
+    or on the device), private copies, or views; then as a tuple or dict."""
+    if self._torch:
+        from_numpy = self._from_numpy
+        if self._shared is not None:
+            with warnings.catch_warnings():  # "non-writable": documented in attach()
+                warnings.simplefilter("ignore", UserWarning)
+                images, labels, indices = from_numpy(images), from_numpy(labels), from_numpy(indices)
+        else:
+            images, labels, indices = from_numpy(images), from_numpy(labels), from_numpy(indices)
+    pinned = self._pinned
+    if pinned is not None:
+        host = (images, labels, indices)  # they hold the slot's lease
+        if pinned.pinned(*core.batch_memory):  # the slot itself is page-locked
+            pinned.counts["zero_copy_batches"] += 1
+        else:  # a private copy: copied into memory torch's host allocator pins
+            images, labels, indices = images.pin_memory(), labels.pin_memory(), indices.pin_memory()
+            pinned.counts["host_copies"] += 1
+        if self._to_device is not None:
+            return self._to_device(assemble(self, images, labels, indices, raw_fields), host)
+        pinned.handed_out(host)  # held until the copies enqueued from it are done
+    elif self._copy:
+        if self._torch:
+            images, labels, indices = images.clone(), labels.clone(), indices.clone()
+        else:
+            images, labels, indices = images.copy(), labels.copy(), indices.copy()
+    return assemble(self, images, labels, indices, raw_fields)
+
+def assemble(self, images, labels, indices, raw_fields):
+    """The batch as handed out: a tuple, or a dict of fields."""
+    if self._records is not None:
+        batch = self._records.batch(images, labels, indices, raw_fields)
+        pair = getattr(self, "_pair", None)
+        if pair and isinstance(batch, dict):
+            out = (batch[pair[0]], batch[pair[1]])
+            return out + (batch["__index__"],) if self._return_indices else out
+        if self._tuple and isinstance(batch, dict):
+            out = (batch["image"], batch["label"])
+            return out + (batch["__index__"],) if self._return_indices else out
+        return batch
+    if self._return_indices:
+        return images, labels, indices
+    return images, labels
+
+def show_epoch_end(self, core):
+    """The progress bar's end, once per epoch (the cursor says when: after
+    its last batch, whether or not the caller then asks for the end)."""
+    if self._progress is not None and core.epoch_over:
+        self._progress.finish(self, core.epoch)

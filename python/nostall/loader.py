@@ -15,7 +15,6 @@ from ._progress import EpochProgress
 from ._spec import (_batch_pair, _check_hook_args, _consumer_hooks, _integer, _sharding, build_spec,
                     read_spec, spec_uri)
 from .cache import Cache
-from .errors import DataError
 from .records import Records
 from .transforms import Transform
 
@@ -359,30 +358,8 @@ class Loader(Closeable):
         self._owner_pid = os.getpid()
         if progress not in (False, True, "epoch"):
             raise ValueError(f'progress must be True, False or "epoch", not {progress!r}')
-        if pin_memory not in (False, True):
-            raise TypeError(f"pin_memory must be True or False, not {pin_memory!r}")
-        if pin_memory and output != "torch":
-            raise ValueError('pin_memory=True gives torch tensors in page-locked memory; it needs '
-                             'output="torch"')
-        to_device, normalize = None, None
-        if device is not None:
-            import torch
-
-            to_device = _cuda.device_of(torch, device)
-            if to_device is not None:
-                if output != "torch":
-                    raise ValueError(f'device={device!r} hands out torch tensors: it needs '
-                                     'output="torch"')
-                if spec is not None:
-                    spec, normalize = _cuda.normalize_on_device(spec)
-        if pin_memory or to_device is not None:
-            import torch
-
-            if torch.cuda.is_available():
-                self._pinned = _cuda.PinnedSlots(torch)
-            else:  # as torch's DataLoader: said, then ignored
-                warnings.warn("pin_memory=True, but no CUDA device is available: batches are "
-                              "not pinned", UserWarning, stacklevel=3)
+        spec, self._pinned, to_device, normalize = _cuda.host_side(
+            spec, output=output, pin_memory=pin_memory, device=device)
         # What the caller asked for, before C++ fills in defaults: the knobs
         # left to the autotuner stay unset in `spec` (see the property).
         self._asked = {k: spec.get(k) for k in ("num_threads", "reads_in_flight", "prefetch")
@@ -399,7 +376,7 @@ class Loader(Closeable):
         if spec is None:
             spec = json.loads(self._core.spec_json())
         if to_device is not None:
-            self._to_device = _cuda.DeviceCopies(torch, to_device, self._pinned, normalize,
+            self._to_device = _cuda.DeviceCopies(to_device, self._pinned, normalize,
                                                  channels_last=spec.get("layout") == "NHWC")
         self._copy = copy
         self._return_indices = return_indices
@@ -472,92 +449,6 @@ class Loader(Closeable):
         self._require_core().begin()
         self._generation += 1
         return _EpochIterator(self, self._generation)
-
-    def _next(self, generation):
-        if generation != self._generation:
-            raise RuntimeError(
-                "this iterator over the loader was abandoned: a later iter(loader) started "
-                "the next epoch (a next(iter(loader)) inside a loop over it, or zip(loader, "
-                "loader)). A loader runs one pass at a time; to peek, keep the batch the loop "
-                "gave, or make a second Loader")
-        core = self._require_core()
-        if not core.active:
-            raise StopIteration
-        try:
-            out = core.next()
-        except DataError as e:  # that batch is consumed; iteration may go on
-            self._show_epoch_end(core)
-            raise DataError(f"{e} (the whole batch holding it is not handed out: "
-                            'on_error="skip" skips only the bad item and hands out the rest)',
-                            e.item, e.stage) from None
-        if out is None:
-            self._show_epoch_end(core)
-            if self._pinned is not None:  # the epoch's last batch is given up too
-                self._pinned.given_up()
-            raise StopIteration
-        images, labels, indices, copied, _over, raw_fields = out  # _over: core.epoch_over
-        if copied and not self._copies_warned:
-            self._copies_warned = True
-            warnings.warn(
-                "every other batch slot is held by batches still referenced (list(loader), "
-                "kept batches): batches are handed out as private copies until some are "
-                "released; stats()['private_copies'] counts them. copy=True, or a larger "
-                "prefetch, keeps this quiet", ResourceWarning, stacklevel=3)
-        if self._progress is not None:  # (a buffered epoch's count is known at its end)
-            self._progress.update(self, core.epoch, core.position,
-                                  core.batches_per_epoch if core.counts_known else None)
-            self._show_epoch_end(core)
-        if self._shared is not None and not copied:
-            # The producer's read-only memory: say so to NumPy.
-            for a in (images, labels, indices):
-                a.flags.writeable = False
-        if self._torch:
-            from_numpy = self._from_numpy
-            if self._shared is not None:
-                with warnings.catch_warnings():  # "non-writable": documented in attach()
-                    warnings.simplefilter("ignore", UserWarning)
-                    images, labels, indices = from_numpy(images), from_numpy(labels), from_numpy(indices)
-            else:
-                images, labels, indices = from_numpy(images), from_numpy(labels), from_numpy(indices)
-        pinned = self._pinned
-        if pinned is not None:
-            host = (images, labels, indices)  # they hold the slot's lease
-            if pinned.pinned(*core.batch_memory):  # the slot itself is page-locked
-                pinned.counts["zero_copy_batches"] += 1
-            else:  # a private copy: copied into memory torch's host allocator pins
-                images, labels, indices = images.pin_memory(), labels.pin_memory(), indices.pin_memory()
-                pinned.counts["host_copies"] += 1
-            if self._to_device is not None:
-                return self._to_device(self._assemble(images, labels, indices, raw_fields), host)
-            pinned.handed_out(host)  # held until the copies enqueued from it are done
-        elif self._copy:
-            if self._torch:
-                images, labels, indices = images.clone(), labels.clone(), indices.clone()
-            else:
-                images, labels, indices = images.copy(), labels.copy(), indices.copy()
-        return self._assemble(images, labels, indices, raw_fields)
-
-    def _assemble(self, images, labels, indices, raw_fields):
-        """The batch as handed out: a tuple, or a dict of fields."""
-        if self._records is not None:
-            batch = self._records.batch(images, labels, indices, raw_fields)
-            pair = getattr(self, "_pair", None)
-            if pair and isinstance(batch, dict):
-                out = (batch[pair[0]], batch[pair[1]])
-                return out + (batch["__index__"],) if self._return_indices else out
-            if self._tuple and isinstance(batch, dict):
-                out = (batch["image"], batch["label"])
-                return out + (batch["__index__"],) if self._return_indices else out
-            return batch
-        if self._return_indices:
-            return images, labels, indices
-        return images, labels
-
-    def _show_epoch_end(self, core):
-        """The progress bar's end, once per epoch (the cursor says when: after
-        its last batch, whether or not the caller then asks for the end)."""
-        if self._progress is not None and core.epoch_over:
-            self._progress.finish(self, core.epoch)
 
     def __len__(self):
         """Batches per epoch for this rank (the last one partial unless ``drop_last``).
