@@ -63,6 +63,13 @@ def record(path, batches, steps=8, model=None, timings=None):
     return path
 
 
+def steady_steps(timings):
+    """The traced steps the analysis averages (its steady ones: the first
+    pays the profiler's start, the last is cut where it stops), so that a
+    busy machine's uneven steps are compared one for one."""
+    return timings[1:-1] if len(timings) >= 4 else timings
+
+
 def one_thread(fn, *args, **kw):
     """fn under one intra-op torch thread (two on two busy cores fight each
     other and the machine, which is not what these traces are about)."""
@@ -98,7 +105,8 @@ def test_a_dataloader_without_workers_is_its_wait_and_free_data_removes_it(inlin
     assert t.path["data"] >= BATCH * 0.004
     # The share of the step the trace says was waiting for data is the share
     # the loop measured (the machine's load changes both alike).
-    waited = sum(w for w, _ in inline_trace.timings) / sum(s for _, s in inline_trace.timings)
+    steady = steady_steps(inline_trace.timings)
+    waited = sum(w for w, _ in steady) / sum(s for _, s in steady)
     assert t.stall == pytest.approx(waited, abs=0.1), inline_trace.timings
     assert t.stall > 0.5 and t.critical == "data"
     # The replayed trace reproduces the traced steps.
@@ -126,7 +134,8 @@ def test_workers_beside_the_loop_show_their_period(tmp_path):
     assert t.facts["loader"] == "beside" and t.facts["loader_period_seen"]
     # The loop is bound by the workers: its step, as measured beside the
     # trace, is their period (on a busy machine both stretch alike).
-    measured = sum(s for _, s in timings) / len(timings)
+    steady = steady_steps(timings)
+    measured = sum(s for _, s in steady) / len(steady)
     # (No less than the workers' sleeps allow, but for batches the workers
     # had ready before the traced steps, which shorten the period seen.)
     assert t.facts["loader_period_s"] >= BATCH * 0.006 / 2 * 0.8
@@ -134,12 +143,16 @@ def test_workers_beside_the_loop_show_their_period(tmp_path):
     assert t.step_s == pytest.approx(measured, rel=0.1), timings
     # Twice as fast a loader: the step is bound by whichever is slower, the
     # loader or the loop's own work and taking each batch from the workers
-    # (the least wait seen: on a busy machine, milliseconds).
+    # (the least wait seen: on a busy machine, milliseconds). The workers
+    # still share the cores, so the loop's work is as contended as traced:
+    # "loader free" takes it at its least contended (x least_contended).
     fast = t.predict(loader_speedup=2)
     free = t.predict(loader="free")
-    loop = free["step_s"] + t.facts["wait_floor_s"]
+    contended = free["step_s"] / t.facts["least_contended"]
+    loop = contended + t.facts["wait_floor_s"]
     assert fast["step_s"] == pytest.approx(max(t.facts["loader_period_s"] / 2, loop), rel=0.2), \
-        (fast["step_s"], t.facts["loader_period_s"], free["step_s"], t.facts["wait_floor_s"])
+        (fast["step_s"], t.facts["loader_period_s"], free["step_s"], t.facts["least_contended"],
+         t.facts["wait_floor_s"])
     # Replacing a worker-process loader takes the loop's CPU at its least contended.
     assert 0 < t.facts["least_contended"] <= 1
 
