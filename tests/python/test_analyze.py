@@ -116,11 +116,15 @@ def test_fetch_bound_on_slow_storage(small_pngs):
     assert a.profile["cold_rate"] < 110  # one 10 ms read at a time
     assert a.profile["cached_rate"] > 3 * a.profile["cold_rate"]
     assert a.breakdown["fetch_stall"] > 0.6
-    # More reads in flight hide the latency; so does a cache.
+    # More reads in flight hide the latency; so does a cache: 4x (2x) the
+    # rate, unless another resource this run measured binds first (the
+    # cores or the step's rate, on a busy machine).
+    now = a.result["predicted"]
+    others = [v for k, v in now["limits"].items() if k != "latency" and v]
     assert a.predict(reads_in_flight=4)["rate"] == pytest.approx(
-        4 * a.result["predicted"]["rate"], rel=0.05)
+        min([4 * now["rate"]] + others), rel=0.05), now["limits"]
     assert a.predict(cache_fraction=0.5)["rate"] == pytest.approx(
-        2 * a.result["predicted"]["rate"], rel=0.05)
+        min([2 * now["rate"]] + others), rel=0.05), now["limits"]
     # Storage measured as unlimited bandwidth: hide the latency with reads
     # in flight for the step's rate (~8000/s x 10 ms on an idle machine;
     # what the step's sleeps took here sets the rate).
