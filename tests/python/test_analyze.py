@@ -136,6 +136,20 @@ def test_fetch_bound_on_slow_storage(small_pngs):
     assert f"reads_in_flight={start['reads_in_flight']}" in a.table()
 
 
+def test_the_report_gives_the_step_timings_their_own_spread(small_pngs):
+    from nostall._report import disagreement_notes
+
+    a = run({"source": str(small_pngs), "batch_size": 16, "mode": "L"}, sleeper(0.002), items=64)
+    r = json.loads(a.to_json())
+    # Three timings within 3% of each other, the noise raised to 53% by a
+    # real-data run faster than the step alone (its own note says that).
+    r["run"]["step_timings"] = [1000.0, 1030.0, 1010.0]
+    r["profile"]["noise"] = 0.53
+    assert not any("apart" in n for n in disagreement_notes(r)), disagreement_notes(r)
+    r["run"]["step_timings"] = [1000.0, 1500.0, 1010.0]  # 500 over a mean of 1,170
+    assert any("1,500, 1,010 samples/s" in n and "43% apart" in n for n in disagreement_notes(r))
+
+
 def test_a_job_on_several_nodes_is_told_to_pool_their_caches(small_pngs):
     """Storage bandwidth binds; the job has 4 ranks: a cache across the 4
     nodes gives the hit rate of one 4 times the size on each."""
