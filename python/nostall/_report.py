@@ -104,7 +104,11 @@ def _recommendation_lines(r):
     if c["reads_in_flight"] > m["reads_in_flight"]:
         now = (f"now adaptive, about {r['predicted']['reads_in_flight']:.0f}"
                if m["reads_in_flight"] == 0 else f"now {m['reads_in_flight']}")
-        lines.append(f"reads_in_flight={c['reads_in_flight']} ({now})")
+        room = rec.get("reads_in_flight")  # what the batch slots let that setting keep
+        held = (f"; at most {room:.0f} are in flight at once, each read needing room in a "
+                "batch slot: a larger prefetch= or batch_size= gives the rest room"
+                if room is not None and room < c["reads_in_flight"] else "")
+        lines.append(f"reads_in_flight={c['reads_in_flight']} ({now}{held})")
     if c["cores"] > m["cores"] or c["prep_threads"] > m["prep_threads"]:
         lines.append(f"{c['cores']:.0f} cores (now {m['cores']:.0f}), "
                      f"num_threads={c['prep_threads']}")

@@ -129,7 +129,14 @@ def test_fetch_bound_on_slow_storage(small_pngs):
     # in flight for the step's rate (~8000/s x 10 ms on an idle machine;
     # what the step's sleeps took here sets the rate).
     enough = 0.5 * a.profile["step_rate"] * m["latency_s"]
-    assert a.recommendation["config"]["reads_in_flight"] > enough, (enough, a.recommendation)
+    rec = a.recommendation
+    assert rec["config"]["reads_in_flight"] > enough, (enough, rec)
+    # The table gives the setting the JSON gives, and says where the batch
+    # slots (3 of 16 items here) keep fewer of its reads in flight.
+    assert f"reads_in_flight={rec['config']['reads_in_flight']} " in a.table()
+    assert rec["reads_in_flight"] <= 3 * 16
+    if rec["reads_in_flight"] < rec["config"]["reads_in_flight"]:
+        assert f"at most {rec['reads_in_flight']:.0f} are in flight" in a.table(), a.table()
     # The autotuner would start with reads for the step's rate (Little's law), not 1.
     start = a.result["autotune_start"]
     assert start["reads_in_flight"] > enough and start["prefetch"] == 2, (enough, start)
