@@ -76,13 +76,16 @@ def _recommendation_lines(r):
     rec = r["recommendation"]
     c = rec["config"]
     g = r["predicted"]["limits"]["compute"] or prof["step_rate"]
-    lines = []
+    lines = _step_threads_lines(r)
     if r["bottleneck"] == "compute":
+        if lines:
+            return lines + [f"-> predicted {rec['rate']:,.0f} samples/s (now "
+                            f"{r['predicted']['rate']:,.0f})"]
         where = ("the step's own rate" if g >= prof["step_rate"] * 0.995
                  else "the step's rate in the training loop")
         return [f"nothing: {where} ({g:,.0f} samples/s) is the limit; "
                 "the data pipeline keeps up."]
-    if not _changes(rec, m):
+    if not _changes(rec, m) and not lines:
         cold = prof["cold_rate"]
         return [f"the model finds nothing to change, yet a {r['bottleneck']} stall was measured: "
                 f"it predicts {r['predicted']['rate']:,.0f} samples/s where {cold:,.0f} were "
@@ -116,6 +119,20 @@ def _recommendation_lines(r):
                else f"of the step's {g:,.0f}: more than 4x the cores would be needed")
     lines.append(f"-> predicted {rec['rate']:,.0f} samples/s {verdict}")
     return lines
+
+
+def _step_threads_lines(r):
+    """The step's own intra-op threads, where the recommendation changes them."""
+    prof = r["profile"]
+    k = r["recommendation"]["config"].get("step_threads", 0)
+    now = prof.get("step_threads", 1)
+    if not k or k == now:
+        return []
+    one = prof.get("step_rate_1", 0)
+    seen = (f": the step alone ran at {one:,.0f} samples/s on one thread against "
+            f"{prof['step_rate']:,.0f} on {now}" if one else "")
+    return [f"torch.set_num_threads({k}) in the training process (now {now}; its intra-op "
+            f"threads and the prep threads share the cores){seen}"]
 
 
 def _reading_on_busy_cores(r):
@@ -238,6 +255,10 @@ def render_table(r) -> str:
     row("bandwidth", curves["bandwidth"],
         lambda x: f"{x / 1e6:,.0f}MB/s" if x >= 10e6 else f"{x / 1e6:.2g}MB/s")
     row("latency", curves["latency_s"], lambda x: f"{x * 1e3:g}ms")
+    if "reads_in_flight" in curves:
+        row("reads", curves["reads_in_flight"], lambda x: f"{x:.0f}")
+    if "step_threads" in curves:
+        row("step thr.", curves["step_threads"], lambda x: f"{x:.0f}")
     if "cache_nodes" in curves:
         nodes = curves["cache_nodes"]
         per = nodes[0]["hit_rate"]
@@ -418,6 +439,14 @@ def render_html(r) -> str:
                    series=[("shared", "shared_bottleneck"),
                            ("independent", "independent_bottleneck")]),
     ]
+    if "reads_in_flight" in curves:
+        charts.append(_svg_chart("vs reads in flight", curves["reads_in_flight"],
+                                 "reads in flight (a batch slot each read needs bounds them)",
+                                 lambda x: f"{x:.0f}", g, logx=True))
+    if "step_threads" in curves:
+        charts.append(_svg_chart("vs the step's own threads (torch.set_num_threads)",
+                                 curves["step_threads"], "intra-op threads of the step",
+                                 lambda x: f"{x:.0f}", g))
     rec = "".join(f"<li>{e(line)}</li>" for line in _recommendation_lines(r))
     notes = "".join(f"<li>{e(n)}</li>" for n in disagreement_notes(r) + run.get("notes", []))
     key = "".join(f'<span style="background:{c}"></span>{e(n)}-bound' for n, c in _COLORS.items())

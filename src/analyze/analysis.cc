@@ -107,9 +107,33 @@ Efficiency Calibrate(const Profile& p) {
   return eff;
 }
 
+namespace {
+
+// The step's own intra-op threads (torch.set_num_threads) that run the job
+// fastest at `c`, where that is measurably faster than the threads measured
+// (a step whose threads fight the prep threads for the cores runs faster on
+// fewer); 0: keep them. Needs the step timed on one thread as well.
+int BestStepThreads(const Profile& p, const Efficiency& eff, Config c) {
+  const int measured = std::max(1, p.step_threads);
+  if (measured <= 1 || p.step_rate_1 <= 0) return 0;
+  c.step_threads = 0;
+  const double now = Predict(p, c, eff).rate;
+  int best = 0;
+  double best_rate = now * (1 + Noise(p));
+  for (int k = 1; k < measured; ++k) {
+    c.step_threads = k;
+    const double rate = Predict(p, c, eff).rate;
+    if (rate > best_rate) best = k, best_rate = rate;
+  }
+  return best;
+}
+
+}  // namespace
+
 Recommendation Recommend(const Profile& p, const Efficiency& eff) {
   Recommendation r;
   Config c = p.measured;
+  c.step_threads = BestStepThreads(p, eff, c);  // first: it moves the step's rate
   // Aim at the step's rate, or, when even 4x the cores with everything cached
   // cannot feed it, at the most those cores can do.
   const double max_cores = 4 * std::max(1.0, p.measured.cores);
@@ -278,6 +302,28 @@ json Curves(const Profile& p, const Efficiency& eff) {
     lat.push_back(Point(c.latency, Predict(p, c, eff)));
   }
   curves["latency_s"] = lat;
+  // The step's own intra-op threads (measured on its threads and on one).
+  if (p.step_threads > 1 && p.step_rate_1 > 0) {
+    json threads = json::array();
+    for (int k = 1; k <= p.step_threads; ++k) {
+      Config c = m;
+      c.step_threads = k;
+      threads.push_back(Point(k, Predict(p, c, eff)));
+    }
+    curves["step_threads"] = threads;
+  }
+  // Reads in flight, where reads are made (a fixed setting; 0 adapts).
+  if (p.item_bytes > 0) {
+    json reads = json::array();
+    for (int n : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
+      Config c = m;
+      c.reads_in_flight = n;
+      json point = Point(n, Predict(p, c, eff));
+      point["in_flight"] = ReadsInFlight(p, c);
+      reads.push_back(point);
+    }
+    curves["reads_in_flight"] = reads;
+  }
   json jobs = json::array();
   for (int n = 1; n <= 8; ++n) {
     Config shared = m, own = m;
@@ -355,6 +401,9 @@ std::string AnalysisJson(const Profile& p) {
     r.cache_bytes = HitRate(p.measured) * p.dataset_bytes;
     r.rate = now.rate;
     r.reaches_step_rate = true;
+    // The step itself may still run faster on fewer threads of its own.
+    r.config.step_threads = BestStepThreads(p, eff, r.config);
+    if (r.config.step_threads > 0) r.rate = Predict(p, r.config, eff).rate;
   }
   out["recommendation"] = {{"config", ConfigToJson(r.config)},
                            {"cache_bytes", r.cache_bytes},

@@ -453,6 +453,32 @@ TEST(ModelTest, NoStallBeyondTheNoiseRecommendsNothingWhateverTheModelAdds) {
   EXPECT_GT(j["recommendation"]["config"]["cores"].get<double>(), 1);
 }
 
+TEST(ModelTest, AStepFasterOnFewerOfItsOwnThreadsIsToldToUseThem) {
+  // The step on its 2 threads at 100/s, on one at 2,000/s (its threads fight
+  // for busy cores): compute-bound as measured, and the recommendation is
+  // one intra-op thread, predicted at what the pipeline then allows.
+  Profile p = TorchLike();
+  p.step_rate = 100;
+  p.step_cpu = 0.02;
+  p.step_rate_1 = 2000;
+  p.step_cpu_1 = 0.0005;
+  p.cached_rate = p.cold_rate = 99;
+  auto j = nlohmann::json::parse(AnalysisJson(p));
+  EXPECT_EQ(j["bottleneck"], "compute");
+  EXPECT_EQ(j["recommendation"]["config"]["step_threads"], 1);
+  Config one = p.measured;
+  one.step_threads = 1;
+  EXPECT_NEAR(j["recommendation"]["rate"].get<double>(), Predict(p, one, Calibrate(p)).rate, 1e-6);
+  EXPECT_GT(j["recommendation"]["rate"].get<double>(), 4 * j["predicted"]["rate"].get<double>());
+  ASSERT_EQ(j["curves"]["step_threads"].size(), 2u);
+  // Cores to spare, and the step faster on its 2 threads: they stay.
+  p = TorchLike();
+  p.measured.cores = 16;
+  p.measured.prep_threads = 16;
+  j = nlohmann::json::parse(AnalysisJson(p));
+  EXPECT_EQ(j["recommendation"]["config"]["step_threads"], 0);
+}
+
 TEST(ModelTest, ProfileJsonRoundTripsAndRejectsNonsense) {
   Profile p = Example();
   Profile q = Profile::FromJson(p.ToJson()).value();

@@ -157,6 +157,44 @@ def test_the_report_gives_the_step_timings_their_own_spread(small_pngs):
     assert any("1,500, 1,010 samples/s" in n and "43% apart" in n for n in disagreement_notes(r))
 
 
+def test_a_step_faster_on_fewer_threads_of_its_own_is_told_so(small_pngs, tmp_path):
+    import torch
+
+    m = torch.randn(384, 384)
+
+    def step(images, labels):
+        if torch.get_num_threads() > 1:
+            for _ in range(4):  # keeps both intra-op threads busy...
+                m @ m
+            time.sleep(0.1)  # ...and loses what threads fighting for busy cores lose
+        else:
+            m @ m
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        a = run({"source": str(small_pngs), "batch_size": 16, "mode": "L"}, step, items=128)
+    finally:
+        torch.set_num_threads(before)
+    prof = a.profile
+    assert prof["step_threads"] == 2 and prof["step_rate_1"] > 3 * prof["step_rate"], prof
+    rec = a.recommendation
+    assert rec["config"]["step_threads"] == 1, (rec, prof, a.result["predicted"])
+    assert "torch.set_num_threads(1)" in a.table(), a.table()
+    # One thread: faster than now by more than the analysis's noise, and no
+    # faster than the step ran on one thread (the pipeline may bind first).
+    one = a.predict(step_threads=1)
+    assert rec["rate"] == pytest.approx(one["rate"], rel=1e-6)
+    now = a.result["predicted"]["rate"]
+    assert now * (1 + prof["noise"]) < one["rate"] <= prof["step_rate_1"] * 1.05, (now, one, prof)
+    # The what-if curve over the step's threads, in the table and the HTML.
+    curve = {p["x"]: p["rate"] for p in a.result["curves"]["step_threads"]}
+    assert curve[1] > 3 * curve[2]
+    a.save_html(tmp_path / "r.html")
+    html = (tmp_path / "r.html").read_text()
+    assert "torch.set_num_threads(1)" in html and "the step&#x27;s own threads" in html
+
+
 def test_a_job_on_several_nodes_is_told_to_pool_their_caches(small_pngs):
     """Storage bandwidth binds; the job has 4 ranks: a cache across the 4
     nodes gives the hit rate of one 4 times the size on each."""
@@ -188,13 +226,14 @@ def test_reports_json_and_self_contained_html(small_pngs, tmp_path):
     a.save_html(tmp_path / "a.html")
     data = json.loads((tmp_path / "a.json").read_text())
     assert data["bottleneck"] == a.bottleneck
+    # (the step sleeps: one thread of its own, so no curve over its threads)
     assert set(data["curves"]) == {"cache_fraction", "cache_nodes", "cores", "bandwidth",
-                                   "latency_s", "jobs"}
+                                   "latency_s", "jobs", "reads_in_flight"}
     page = (tmp_path / "a.html").read_text()
     # Nothing fetched from anywhere: no scripts, links, images or url() styles.
     assert not re.search(r"<script|<link|<img|src=|href=|url\(", page)
     svgs = re.findall(r"<svg.*?</svg>", page, flags=re.S)
-    assert len(svgs) == 7  # the breakdown bar and six what-if charts
+    assert len(svgs) == 8  # the breakdown bar and seven what-if charts
     for svg in svgs:
         ET.fromstring(svg)  # well-formed
     assert "What removes the stall" in page
