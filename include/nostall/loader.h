@@ -111,8 +111,8 @@ class Batch {
   virtual bool copied() const { return false; }
   // The whole memory the batch lives in (its ring slot: images, labels,
   // indices and fields), for registering with a device driver as page-locked
-  // once per slot; {nullptr, 0} for a private copy or a consumer's view of a
-  // served ring (read-only to it).
+  // once per slot; {nullptr, 0} for a private copy. A shared loader's
+  // consumer's view is of the producer's slot, mapped read-only there.
   virtual std::pair<const void*, size_t> memory() const { return {nullptr, 0}; }
   // Sample `pos`'s bytes of extra field `f` (the spec's fields besides the
   // image and the label, in their order; nostall/record.h): absent when the

@@ -23,6 +23,9 @@ import warnings
 
 # cudaHostRegisterPortable: page-locked for every CUDA context, not only the current one.
 _PORTABLE = 1
+# cudaHostRegisterReadOnly: memory the device only reads (a served slot,
+# mapped read-only in a consumer).
+_READ_ONLY = 8
 
 
 class PinnedSlots:
@@ -43,16 +46,18 @@ class PinnedSlots:
     def registered_bytes(self) -> int:
         return sum(self._registered.values())
 
-    def pinned(self, address: int, nbytes: int) -> bool:
+    def pinned(self, address: int, nbytes: int, read_only: bool = False) -> bool:
         """Whether slot memory [address, address + nbytes) is page-locked
-        (registered now if it was not); False for a batch not in a slot."""
+        (registered now if it was not, read-only to the device where this
+        process may only read it); False for a batch not in a slot."""
         if not address or not nbytes:
             return False
         if address in self._registered:
             return True
         if self._failed is not None:
             return False
-        err = self._cudart.cudaHostRegister(address, nbytes, _PORTABLE)
+        err = self._cudart.cudaHostRegister(address, nbytes,
+                                            _PORTABLE | (_READ_ONLY if read_only else 0))
         if int(getattr(err, "value", err)) != 0:
             # Said once; the loader then copies into pinned memory, as torch's DataLoader does.
             self._failed = err

@@ -165,7 +165,12 @@ def _handed_out(self, core, images, labels, indices, copied, raw_fields):
     pinned = self._pinned
     if pinned is not None:
         host = (images, labels, indices)  # they hold the slot's lease
-        if pinned.pinned(*core.batch_memory):  # the slot itself is page-locked
+        # The slot itself page-locked. A served slot is read-only here: only
+        # the device reads it in place (host batches given to the caller are
+        # copies, which an in-place edit may change).
+        shared = self._shared is not None
+        if (not shared or self._to_device is not None) and pinned.pinned(
+                *core.batch_memory, read_only=shared):
             pinned.counts["zero_copy_batches"] += 1
         else:  # a private copy: copied into memory torch's host allocator pins
             images, labels, indices = images.pin_memory(), labels.pin_memory(), indices.pin_memory()

@@ -301,11 +301,15 @@ class Loader(Closeable):
             kills the process with SIGSEGV).
 
         return_indices, output, progress: as for the constructor.
-        pin_memory, device: as for the constructor, but the served slots are
-            the producer's, read-only here: each batch is copied once into
-            pinned memory (``stats()["cuda"]["host_copies"]``), then to the
-            device with ``device``. The served spec decides the pixels (a
-            Normalize stays where the producer runs it). Every consumer's
+        pin_memory, device: as for the constructor. The served slots are
+            the producer's, read-only here: with ``device`` they are
+            registered page-locked read-only to the device
+            (``cudaHostRegisterReadOnly``) and copied from in place; a batch
+            that is a copy (a batch size that does not divide the producer's
+            chunks), and every batch with ``pin_memory`` alone (host tensors
+            the caller may edit in place), is copied into pinned memory
+            (``stats()["cuda"]["host_copies"]``). The served spec decides
+            the pixels (a Normalize stays where the producer runs it). Every consumer's
             device memory is its own process's: a consumer that dies frees
             it, and the others go on (docs/gpu.md).
         transforms, batch_transform, hook_threads: the Python callables this

@@ -32,6 +32,13 @@ class ConsumerBatch final : public Batch {
   FieldView field(int f, int64_t pos) const override {
     return lease ? lease->field(f, lease_offset + pos) : own_fields.Get(f, pos);
   }
+  // A view's whole slot: the producer's (read-only here), or the private
+  // pipeline's where this consumer fell back to one; none for a copy.
+  std::pair<const void*, size_t> memory() const override {
+    if (!lease) return {nullptr, 0};
+    if (lease->private_batch) return lease->private_batch->memory();
+    return {lease->seg->images(lease->slot), lease->seg->g.slot_stride};
+  }
 
   std::shared_ptr<ChunkLease> lease;  // zero-copy: a view into this chunk
   int64_t lease_offset = 0;           // where the batch begins in it

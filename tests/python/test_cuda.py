@@ -136,5 +136,6 @@ def test_a_consumer_on_the_gpu_gets_every_sample_once(jpeg_folder):
                 batches += 1
             cuda = consumer.stats()["cuda"]
     assert sorted(seen) == list(range(36))
-    # The served slots are read-only here: one pinned copy per batch, counted.
-    assert cuda["device_batches"] == batches and cuda["host_copies"] == batches
+    # The served slots, read-only here, are registered read-only: no copy.
+    assert cuda["device_batches"] == batches == cuda["zero_copy_batches"]
+    assert cuda["host_copies"] == 0
