@@ -436,7 +436,11 @@ def test_short_epochs_are_timed_within_what_storage_allows(small_pngs):
     assert a.profile["cold_rate"] <= 100 * 1.04, a.table()
     assert a.result["run"]["windows"]["cold"]["batches"] >= 8  # widened to enough batches
     assert a.bottleneck == "fetch"
-    assert a.result["efficiency"]["storage"] <= 1.05
+    # Nor faster than the store the probe measured allows (on a busy machine
+    # the probe's reads take longer than the 20 ms the store adds: the
+    # model's storage limit, and so its efficiency, move with them).
+    latency = a.profile["measured"]["latency_s"]
+    assert a.result["efficiency"]["storage"] <= 1.05 * max(1.0, latency / 0.020), latency
 
 
 def test_too_few_batches_to_time_is_a_clear_error(small_pngs):
