@@ -84,6 +84,92 @@ double Duration(const Trace& t, const Node& n, const Change& c) {
   return n.dur;
 }
 
+// The loader beside the loop, as the replay runs it: it makes a batch every
+// `period` once it has made the one before and the loop has taken the one
+// `prefetch` back (a free slot); taking a made batch costs `take`.
+struct BesideLoader {
+  double period = 0, take = 0;
+  int prefetch = 2;
+  int ready_at_start = 0;     // batches the traced loop found ready when the trace began
+  std::vector<double> made;   // when the loader finished batch b
+  std::vector<double> taken;  // when the loop took batch b
+
+  // The loop asks for batch `b` at `st`: when it has it (`*late`: the
+  // loader, not the loop, decided when).
+  double Take(int b, double st, bool* late) {
+    if (static_cast<int>(made.size()) <= b) made.resize(b + 1, 0), taken.resize(b + 1, 0);
+    double begin = 0;
+    if (b >= ready_at_start) {
+      begin = b > 0 ? made[b - 1] : 0;
+      if (b >= prefetch) begin = std::max(begin, taken[b - prefetch]);
+      made[b] = begin + period;
+    } else {
+      made[b] = 0;
+    }
+    *late = made[b] + take > st + take;
+    taken[b] = std::max(st + take, made[b] + take);
+    return taken[b];
+  }
+};
+
+BesideLoader LoaderFor(const Trace& t, const Change& c) {
+  BesideLoader l;
+  l.period = t.loader_period;
+  if (c.loader_period >= 0) l.period = c.loader_period;
+  else if (c.loader_free) l.period = 0;
+  else l.period /= c.loader_speedup;
+  l.prefetch = c.loader_prefetch > 0 ? c.loader_prefetch : 2;
+  l.take = t.loader == LoaderKind::kBeside && c.loader_period < 0 && !c.loader_free ? t.wait_floor
+                                                                                      : kTakeSeconds;
+  // The waits before the first long one: batches ready when the trace began.
+  if (t.loader == LoaderKind::kBeside) {
+    for (const Node& nd : t.nodes) {
+      if (nd.role != Role::kWait) continue;
+      if (nd.dur > t.wait_floor + 1e-3) break;
+      if (++l.ready_at_start >= l.prefetch) break;
+    }
+  }
+  return l;
+}
+
+// Node `i` replayed, its inputs done: when it starts (after the latest of
+// its inputs) and ends (its duration under the change; a sync also waits
+// for the copy it syncs; a wait for a batch, for the loader beside).
+void ReplayNode(const Trace& t, const Change& c, uint32_t i, BesideLoader* loader, Sim* s,
+                const std::vector<bool>& visited) {
+  const Node& nd = t.nodes[i];
+  double st = -1e300;
+  int64_t by = -1;
+  double end_floor = -1e300;
+  int64_t end_by = -1;
+  for (uint32_t k = t.in_begin[i]; k < t.in_begin[i + 1]; ++k) {
+    const Edge& e = t.edges[k];
+    if (!visited[e.from]) continue;
+    if (e.type == EdgeType::kEndAfterEnd) {
+      if (c.pinned_copies && nd.own_copy) continue;  // no longer waits for the copy
+      if (s->end[e.from] > end_floor) end_floor = s->end[e.from], end_by = e.from;
+      continue;
+    }
+    const double at = e.type == EdgeType::kAfterEnd ? s->end[e.from] : s->start[e.from] + e.lag;
+    if (at > st) st = at, by = e.from;
+  }
+  if (by < 0) st = nd.start;  // a first node: where the trace has it
+  s->start[i] = st;
+  s->start_by[i] = by;
+  const double d = Duration(t, nd, c);
+  double en = st + d;
+  if (nd.role == Role::kSync && end_floor > -1e300 && !(c.pinned_copies && nd.own_copy)) {
+    const double waited = std::max(st, end_floor) + d;
+    if (waited > en) en = waited, s->end_by[i] = end_by;
+  }
+  if (nd.role == Role::kWait && loader != nullptr) {
+    bool late = false;
+    en = loader->Take(nd.batch, st, &late);
+    if (late) s->end_by[i] = -2;
+  }
+  s->end[i] = en;
+}
+
 Sim Replay(const Trace& t, const Change& c) {
   const size_t n = t.nodes.size();
   Sim s;
@@ -91,29 +177,9 @@ Sim Replay(const Trace& t, const Change& c) {
   s.end.assign(n, 0);
   s.start_by.assign(n, -1);
   s.end_by.assign(n, -1);
-  // The loader beside the loop: its period and how far ahead it may work.
   const bool beside = !Inline(t, c) && (t.loader != LoaderKind::kNone || c.loader_period >= 0);
-  double period = t.loader_period;
-  if (c.loader_period >= 0) period = c.loader_period;
-  else if (c.loader_free) period = 0;
-  else period /= c.loader_speedup;
-  s.period = beside ? period : 0;
-  const int prefetch = c.loader_prefetch > 0 ? c.loader_prefetch : 2;
-  const double take = t.loader == LoaderKind::kBeside && c.loader_period < 0 && !c.loader_free
-                          ? t.wait_floor
-                          : kTakeSeconds;
-  std::vector<double> made;      // when the loader finished batch b
-  std::vector<double> taken;     // when the loop took batch b
-  // Batches the traced loop found ready when the trace began: the waits
-  // before the first long one.
-  int ready_at_start = 0;
-  if (t.loader == LoaderKind::kBeside) {
-    for (const Node& nd : t.nodes) {
-      if (nd.role != Role::kWait) continue;
-      if (nd.dur > t.wait_floor + 1e-3) break;
-      if (++ready_at_start >= prefetch) break;
-    }
-  }
+  BesideLoader loader = LoaderFor(t, c);
+  s.period = beside ? loader.period : 0;
 
   // Kahn's order over the edges.
   std::vector<uint32_t> indeg(n, 0);
@@ -142,49 +208,7 @@ Sim Replay(const Trace& t, const Change& c) {
     if (visited[i]) continue;
     visited[i] = true;
     ++done;
-    const Node& nd = t.nodes[i];
-    double st = -1e300;
-    int64_t by = -1;
-    double end_floor = -1e300;
-    int64_t end_by = -1;
-    for (uint32_t k = t.in_begin[i]; k < t.in_begin[i + 1]; ++k) {
-      const Edge& e = t.edges[k];
-      if (!visited[e.from]) continue;
-      if (e.type == EdgeType::kEndAfterEnd) {
-        if (c.pinned_copies && nd.own_copy) continue;  // no longer waits for the copy
-        if (s.end[e.from] > end_floor) end_floor = s.end[e.from], end_by = e.from;
-        continue;
-      }
-      const double at = e.type == EdgeType::kAfterEnd ? s.end[e.from] : s.start[e.from] + e.lag;
-      if (at > st) st = at, by = e.from;
-    }
-    if (by < 0) st = nd.start;  // a first node: where the trace has it
-    s.start[i] = st;
-    s.start_by[i] = by;
-    const double d = Duration(t, nd, c);
-    double en = st + d;
-    if (nd.role == Role::kSync && end_floor > -1e300 && !(c.pinned_copies && nd.own_copy)) {
-      const double waited = std::max(st, end_floor) + d;
-      if (waited > en) en = waited, s.end_by[i] = end_by;
-    }
-    if (nd.role == Role::kWait && beside) {
-      const int b = nd.batch;
-      if (static_cast<int>(made.size()) <= b) made.resize(b + 1, 0), taken.resize(b + 1, 0);
-      // The loader starts batch b when it has made b - 1 and the loop has
-      // taken b - prefetch (a free slot).
-      double begin = 0;
-      if (b >= ready_at_start) {
-        begin = b > 0 ? made[b - 1] : 0;
-        if (b >= prefetch) begin = std::max(begin, taken[b - prefetch]);
-        made[b] = begin + period;
-      } else {
-        made[b] = 0;
-      }
-      en = std::max(st + take, made[b] + take);
-      if (made[b] + take > st + take) s.end_by[i] = -2;
-      taken[b] = en;
-    }
-    s.end[i] = en;
+    ReplayNode(t, c, i, beside ? &loader : nullptr, &s, visited);
     for (uint32_t to : out[i])
       if (--indeg[to] == 0) ready.emplace(t.nodes[to].start, to);
   }
