@@ -252,8 +252,35 @@ void CheckAgainstRuns(const Profile& p, const Efficiency& eff, json* check, json
   }
 }
 
+// The knobs' curves: the step's own intra-op threads (where it was timed
+// on its threads and on one) and reads in flight (where reads are made).
+void KnobCurves(const Profile& p, const Efficiency& eff, json* curves) {
+  const Config& m = p.measured;
+  if (p.step_threads > 1 && p.step_rate_1 > 0) {
+    json threads = json::array();
+    for (int k = 1; k <= p.step_threads; ++k) {
+      Config c = m;
+      c.step_threads = k;
+      threads.push_back(Point(k, Predict(p, c, eff)));
+    }
+    (*curves)["step_threads"] = threads;
+  }
+  // Reads in flight, where reads are made (a fixed setting; 0 adapts).
+  if (p.item_bytes > 0) {
+    json reads = json::array();
+    for (int n : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
+      Config c = m;
+      c.reads_in_flight = n;
+      json point = Point(n, Predict(p, c, eff));
+      point["in_flight"] = ReadsInFlight(p, c);
+      reads.push_back(point);
+    }
+    (*curves)["reads_in_flight"] = reads;
+  }
+}
+
 // The what-if curves: the rate as one thing changes (cache, cores,
-// bandwidth, latency, jobs sharing a pipeline or not).
+// bandwidth, latency, jobs sharing a pipeline or not; the knobs: KnobCurves).
 json Curves(const Profile& p, const Efficiency& eff) {
   const Config& m = p.measured;
   json curves;
@@ -302,28 +329,7 @@ json Curves(const Profile& p, const Efficiency& eff) {
     lat.push_back(Point(c.latency, Predict(p, c, eff)));
   }
   curves["latency_s"] = lat;
-  // The step's own intra-op threads (measured on its threads and on one).
-  if (p.step_threads > 1 && p.step_rate_1 > 0) {
-    json threads = json::array();
-    for (int k = 1; k <= p.step_threads; ++k) {
-      Config c = m;
-      c.step_threads = k;
-      threads.push_back(Point(k, Predict(p, c, eff)));
-    }
-    curves["step_threads"] = threads;
-  }
-  // Reads in flight, where reads are made (a fixed setting; 0 adapts).
-  if (p.item_bytes > 0) {
-    json reads = json::array();
-    for (int n : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
-      Config c = m;
-      c.reads_in_flight = n;
-      json point = Point(n, Predict(p, c, eff));
-      point["in_flight"] = ReadsInFlight(p, c);
-      reads.push_back(point);
-    }
-    curves["reads_in_flight"] = reads;
-  }
+  KnobCurves(p, eff, &curves);
   json jobs = json::array();
   for (int n = 1; n <= 8; ++n) {
     Config shared = m, own = m;

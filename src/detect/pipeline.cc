@@ -430,11 +430,8 @@ void PixelOps(const Spec& spec, bool before, int first_geometry, const ImageView
 // The image: the source region the canvas covers decoded once (padded with
 // the fill where the canvas lies outside the source), pixel ops before the
 // geometry run on it, then one resample to the output.
-Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, size_t size, int width,
-                   int height, const State& s, const SampleKey& key, void* dst, PrepScratch* scratch) {
-  const int c = prep.channels();
-  const int out_w = s.cw, out_h = s.ch;
-  uint8_t fill[3] = {0, 0, 0};
+// The fill a ZoomOut paints around the image (its last one's), gray for one channel.
+void ZoomFill(const Spec& spec, int c, uint8_t fill[3]) {
   for (const Step& st : spec.steps) {
     if (st.kind != StepKind::kZoomOut) continue;
     for (int k = 0; k < 3; ++k) {
@@ -443,6 +440,63 @@ Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, 
     }
     if (c == 1) fill[0] = static_cast<uint8_t>((fill[0] * 299 + fill[1] * 587 + fill[2] * 114 + 500) / 1000);
   }
+}
+
+// Rows [0, h) of `row_bytes` each, upside down in place.
+void FlipRows(uint8_t* px, int row_bytes, int h, std::vector<uint8_t>* tmp) {
+  const size_t row = static_cast<size_t>(row_bytes);
+  tmp->resize(row);
+  for (int y = 0; y < h / 2; ++y) {
+    uint8_t* a = px + static_cast<size_t>(y) * row;
+    uint8_t* b = px + static_cast<size_t>(h - 1 - y) * row;
+    std::memcpy(tmp->data(), a, row);
+    std::memcpy(a, b, row);
+    std::memcpy(b, tmp->data(), row);
+  }
+}
+
+// Where the image's pixels go on a canvas: its size, and their corner.
+struct Placement {
+  int cw = 0, ch = 0, ox = 0, oy = 0;
+};
+
+// The image's decoded pixels (bw x bh of `c` channels, rows `stride` apart
+// from `px`) on a canvas as `at` says, filled with `fill` around them where
+// given, the pixel ops before the geometry applied to the image's pixels
+// alone first (`pre_ops`). Returns the canvas (in the scratch), rows
+// cw * c apart.
+const uint8_t* OnCanvas(const Spec& spec, int first_geometry, bool pre_ops, const uint8_t* fill,
+                        const uint8_t* px, size_t stride, int bw, int bh, int c, Placement at,
+                        Philox& rng, PrepScratch* scratch) {
+  const int cw = at.cw, ch = at.ch, ox = at.ox, oy = at.oy;
+  std::vector<uint8_t>& canvas = KindScratchOf<Scratch>(scratch).canvas;
+  canvas.resize(static_cast<size_t>(cw) * ch * c + 4);
+  if (fill != nullptr) {
+    for (size_t i = 0; i < static_cast<size_t>(cw) * ch; ++i) {
+      for (int k = 0; k < c; ++k) canvas[i * c + k] = fill[k];
+    }
+  }
+  // Pixel ops before the geometry see the image's pixels only.
+  std::vector<uint8_t>& own = scratch->ops.tmp2;
+  own.resize(static_cast<size_t>(bw) * bh * c + 4);
+  for (int y = 0; y < bh; ++y) {
+    std::memcpy(own.data() + static_cast<size_t>(y) * bw * c, px + static_cast<size_t>(y) * stride,
+                static_cast<size_t>(bw) * c);
+  }
+  if (pre_ops) PixelOps(spec, true, first_geometry, ImageView{own.data(), bh, bw, c}, rng, scratch->ops);
+  for (int y = 0; y < bh; ++y) {
+    std::memcpy(canvas.data() + (static_cast<size_t>(oy + y) * cw + ox) * c,
+                own.data() + static_cast<size_t>(y) * bw * c, static_cast<size_t>(bw) * c);
+  }
+  return canvas.data();
+}
+
+Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, size_t size, int width,
+                   int height, const State& s, const SampleKey& key, void* dst, PrepScratch* scratch) {
+  const int c = prep.channels();
+  const int out_w = s.cw, out_h = s.ch;
+  uint8_t fill[3] = {0, 0, 0};
+  ZoomFill(spec, c, fill);
   // The source rectangle the output covers, and its mirroring.
   const double x0 = s.bx, x1 = s.ax * s.cw + s.bx, y0 = s.by, y1 = s.ay * s.ch + s.by;
   const bool flip_x = x1 < x0, flip_y = y1 < y0;
@@ -502,46 +556,15 @@ Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, 
       }
       const int ox = std::clamp(static_cast<int>(std::lround((ix0 - px0) * sx)), 0, cw - bw);
       const int oy = std::clamp(static_cast<int>(std::lround((iy0 - py0) * sy)), 0, ch - bh);
-      std::vector<uint8_t>& canvas = KindScratchOf<Scratch>(scratch).canvas;
-      canvas.resize(static_cast<size_t>(cw) * ch * c + 4);
-      if (padded) {
-        for (size_t i = 0; i < static_cast<size_t>(cw) * ch; ++i) {
-          for (int k = 0; k < c; ++k) canvas[i * c + k] = fill[k];
-        }
-      }
-      // Pixel ops before the geometry see the image's pixels only.
-      std::vector<uint8_t>& img = scratch->ops.tmp2;
-      img.resize(static_cast<size_t>(bw) * bh * c + 4);
-      for (int y = 0; y < bh; ++y) {
-        std::memcpy(img.data() + static_cast<size_t>(y) * bw * c, src + static_cast<size_t>(y) * r.stride,
-                    static_cast<size_t>(bw) * c);
-      }
-      if (pre_ops) PixelOps(spec, true, s.first_geometry, ImageView{img.data(), bh, bw, c}, ops_rng, scratch->ops);
-      for (int y = 0; y < bh; ++y) {
-        std::memcpy(canvas.data() + (static_cast<size_t>(oy + y) * cw + ox) * c,
-                    img.data() + static_cast<size_t>(y) * bw * c, static_cast<size_t>(bw) * c);
-      }
-      src = canvas.data();
+      src = OnCanvas(spec, s.first_geometry, pre_ops, padded ? fill : nullptr, src, r.stride, bw, bh, c,
+                     Placement{cw, ch, ox, oy}, ops_rng, scratch);
       stride = static_cast<size_t>(cw) * c;
       src_w = cw, src_h = ch;
-      box_x = (rx - px0) * sx;
-      box_y = (ry - py0) * sy;
-      if (!padded) box_x = (rx - ix0) * sx, box_y = (ry - iy0) * sy;
+      if (padded) box_x = (rx - px0) * sx, box_y = (ry - py0) * sy;
     }
     ResampleBox(src, src_w, src_h, stride, c, box_x, box_y, rw * sx, rh * sy, resized.data(), out_w,
                 out_h, &scratch->resample, flip_x);
-    if (flip_y) {
-      const size_t row = static_cast<size_t>(out_w) * c;
-      std::vector<uint8_t>& tmp = scratch->ops.tmp;
-      tmp.resize(row);
-      for (int y = 0; y < out_h / 2; ++y) {
-        uint8_t* a = resized.data() + static_cast<size_t>(y) * row;
-        uint8_t* b = resized.data() + static_cast<size_t>(out_h - 1 - y) * row;
-        std::memcpy(tmp.data(), a, row);
-        std::memcpy(a, b, row);
-        std::memcpy(b, tmp.data(), row);
-      }
-    }
+    if (flip_y) FlipRows(resized.data(), out_w * c, out_h, &scratch->ops.tmp);
   }
   PixelOps(spec, false, s.first_geometry, ImageView{resized.data(), out_h, out_w, c}, ops_rng, scratch->ops);
   WriteOut(spec, prep, resized.data(), out_h, out_w, dst);
