@@ -65,6 +65,80 @@ Status ReadBoxStep(const json& e, size_t i, const std::string& type, Step* step,
 
 }  // namespace
 
+namespace {
+
+// The step an image transform is in a detection spec (boxes and masks
+// follow the geometry; an op that moves pixels otherwise is refused).
+Status StepOf(const Transform& t, const std::string& where, Step* step) {
+  switch (t.kind) {
+    case TransformKind::kRandomResizedCrop:
+      step->kind = StepKind::kResizedCrop;
+      step->height = t.height, step->width = t.width;
+      step->scale_min = t.scale_min, step->scale_max = t.scale_max;
+      step->ratio_min = t.ratio_min, step->ratio_max = t.ratio_max;
+      break;
+    case TransformKind::kResize:
+      step->kind = StepKind::kResize;
+      step->height = t.height, step->width = t.width;
+      step->short_side = t.short_side, step->max_size = t.max_size;
+      break;
+    case TransformKind::kCenterCrop:
+      step->kind = StepKind::kCenterCrop;
+      step->height = t.height, step->width = t.width;
+      break;
+    case TransformKind::kRandomHorizontalFlip:
+      step->kind = StepKind::kHFlip;
+      step->p = t.p;
+      break;
+    case TransformKind::kNormalize:
+      step->kind = StepKind::kNormalize;
+      break;
+    case TransformKind::kOp:
+      if (t.op_name == "RandomVerticalFlip") {
+        step->kind = StepKind::kVFlip;
+        step->p = json::parse(t.op_args).value("p", 0.5);
+      } else if (SchemaOf(t).moves_pixels) {
+        return InvalidArgument(where + " (" + t.op_name +
+                               "): it moves pixels, and boxes and masks do not follow it in a "
+                               "detection spec; use RandomZoomOut, RandomIoUCrop, "
+                               "RandomResizedCrop, Resize, CenterCrop or the flips");
+      } else {
+        step->kind = StepKind::kPixelOp;
+      }
+      break;
+  }
+  return Status::OK();
+}
+
+// The output size the steps end at (0 x 0: each sample its own).
+void OutputSize(const std::vector<Step>& steps, int* h, int* w) {
+  *h = *w = 0;
+  for (const Step& s : steps) {
+    if (s.kind == StepKind::kResizedCrop || s.kind == StepKind::kCenterCrop ||
+        (s.kind == StepKind::kResize && s.short_side <= 0)) {
+      *h = s.height, *w = s.width;
+    } else if (s.kind == StepKind::kResize || s.kind == StepKind::kZoomOut || s.kind == StepKind::kIoUCrop) {
+      *h = *w = 0;
+    }
+  }
+}
+
+// The rules every transform list keeps (ops/order.cc); a step of its own
+// (the box steps) is checked by its role alone.
+Status CheckRules(const Spec& spec, const PrepSpec& prep) {
+  std::vector<ListEntry> entries;
+  for (const Step& s : spec.steps) {
+    const bool own = s.kind == StepKind::kZoomOut || s.kind == StepKind::kIoUCrop ||
+                     s.kind == StepKind::kSanitize || s.kind == StepKind::kClamp;
+    entries.push_back({own ? nullptr : &s.transform, FindTransformSchema(s.name)});
+  }
+  return CheckTransformList(
+      entries, prep.dtype, prep.channels(), /*geometry_first=*/false,
+      [](size_t i) { return "detection.transforms[" + std::to_string(i) + "]: "; });
+}
+
+}  // namespace
+
 Result<std::shared_ptr<const Spec>> SpecFromJson(const json& j, const PrepSpec& prep, bool fixed) {
   if (!j.is_object()) {
     return InvalidArgument("\"detection\" must be an object {\"transforms\": [...], \"box_format\": "
@@ -96,43 +170,7 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& j, const PrepSpec& 
       NOSTALL_ASSIGN_OR_RETURN(Transform t, TransformFromJson(e, i));
       r = TransformToJson(t);
       step.name = type;
-      switch (t.kind) {
-        case TransformKind::kRandomResizedCrop:
-          step.kind = StepKind::kResizedCrop;
-          step.height = t.height, step.width = t.width;
-          step.scale_min = t.scale_min, step.scale_max = t.scale_max;
-          step.ratio_min = t.ratio_min, step.ratio_max = t.ratio_max;
-          break;
-        case TransformKind::kResize:
-          step.kind = StepKind::kResize;
-          step.height = t.height, step.width = t.width;
-          step.short_side = t.short_side, step.max_size = t.max_size;
-          break;
-        case TransformKind::kCenterCrop:
-          step.kind = StepKind::kCenterCrop;
-          step.height = t.height, step.width = t.width;
-          break;
-        case TransformKind::kRandomHorizontalFlip:
-          step.kind = StepKind::kHFlip;
-          step.p = t.p;
-          break;
-        case TransformKind::kNormalize:
-          step.kind = StepKind::kNormalize;
-          break;
-        case TransformKind::kOp:
-          if (t.op_name == "RandomVerticalFlip") {
-            step.kind = StepKind::kVFlip;
-            step.p = json::parse(t.op_args).value("p", 0.5);
-          } else if (SchemaOf(t).moves_pixels) {
-            return InvalidArgument(where + " (" + t.op_name +
-                                   "): it moves pixels, and boxes and masks do not follow it in a "
-                                   "detection spec; use RandomZoomOut, RandomIoUCrop, "
-                                   "RandomResizedCrop, Resize, CenterCrop or the flips");
-          } else {
-            step.kind = StepKind::kPixelOp;
-          }
-          break;
-      }
+      NOSTALL_RETURN_IF_ERROR(StepOf(t, where, &step));
       step.transform = t;
     }
     step.moves_pixels = FindTransformSchema(type)->moves_pixels;
@@ -141,14 +179,7 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& j, const PrepSpec& 
   }
   // The output size, which the batch needs fixed.
   int h = 0, w = 0;
-  for (const Step& s : spec->steps) {
-    if (s.kind == StepKind::kResizedCrop || s.kind == StepKind::kCenterCrop ||
-        (s.kind == StepKind::kResize && s.short_side <= 0)) {
-      h = s.height, w = s.width;
-    } else if (s.kind == StepKind::kResize || s.kind == StepKind::kZoomOut || s.kind == StepKind::kIoUCrop) {
-      h = w = 0;
-    }
-  }
+  OutputSize(spec->steps, &h, &w);
   if (fixed && (h <= 0 || w <= 0)) {
     return InvalidArgument(
         "detection.transforms must give every sample one size, for one batch tensor: end the "
@@ -158,17 +189,7 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& j, const PrepSpec& 
   }
   spec->out_h = h;
   spec->out_w = w;
-  // The rules every transform list keeps (ops/order.cc); a step of its own
-  // (the box steps) is checked by its role alone.
-  std::vector<ListEntry> entries;
-  for (const Step& s : spec->steps) {
-    const bool own = s.kind == StepKind::kZoomOut || s.kind == StepKind::kIoUCrop ||
-                     s.kind == StepKind::kSanitize || s.kind == StepKind::kClamp;
-    entries.push_back({own ? nullptr : &s.transform, FindTransformSchema(s.name)});
-  }
-  NOSTALL_RETURN_IF_ERROR(CheckTransformList(
-      entries, prep.dtype, prep.channels(), /*geometry_first=*/false,
-      [](size_t i) { return "detection.transforms[" + std::to_string(i) + "]: "; }));
+  NOSTALL_RETURN_IF_ERROR(CheckRules(*spec, prep));
   spec->resolved = {{"transforms", resolved},
                     {"box_format", annotations::BoxFormatName(spec->box_format)},
                     {"masks", spec->masks}};
