@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 
 namespace nostall {
@@ -30,6 +31,7 @@ std::string Env(const EnvLookup& getenv, const char* name) {
 // exist is empty; one that cannot be parsed line by line keeps what it can
 // (as the AWS tools do, lines without '=' are ignored).
 using Ini = std::map<std::string, std::map<std::string, std::string>>;
+using IniSection = std::map<std::string, std::string>;
 Ini ReadIni(const std::string& path) {
   Ini ini;
   std::ifstream in(path);
@@ -117,6 +119,58 @@ static Result<double> PositiveNumber(const char* name, const std::string& text, 
   return v;
 }
 
+namespace {
+
+// The credentials: the environment's, else the profile's section of the
+// credentials file, then of the config file (`sections`: each with its file).
+void FindCredentials(const EnvLookup& getenv,
+                     std::initializer_list<std::pair<const IniSection*, std::string>> sections,
+                     const std::string& profile, S3Config* c) {
+  const std::string env_key = Env(getenv, "AWS_ACCESS_KEY_ID");
+  const std::string env_secret = Env(getenv, "AWS_SECRET_ACCESS_KEY");
+  if (!env_key.empty() && !env_secret.empty()) {
+    c->access_key = env_key;
+    c->secret_key = env_secret;
+    c->session_token = Env(getenv, "AWS_SESSION_TOKEN");
+    c->credentials_from = "environment";
+    return;
+  }
+  for (const auto& [section, path] : sections) {
+    if (!Get(section, "aws_access_key_id").empty() && !Get(section, "aws_secret_access_key").empty()) {
+      c->access_key = Get(section, "aws_access_key_id");
+      c->secret_key = Get(section, "aws_secret_access_key");
+      c->session_token = Get(section, "aws_session_token");
+      c->credentials_from = path + " [" + profile + "]";
+      return;
+    }
+  }
+  c->credentials_from = "none found";
+}
+
+// Attempts per request and the timeouts: the options', else the
+// environment's, else the profile's.
+Status ReadRetries(const S3Options& options, const EnvLookup& getenv, const IniSection* conf_section,
+                   S3Config* c) {
+  const std::string attempts =
+      !Env(getenv, "AWS_MAX_ATTEMPTS").empty() ? Env(getenv, "AWS_MAX_ATTEMPTS") : Get(conf_section, "max_attempts");
+  if (options.max_attempts > 0) {
+    c->max_attempts = options.max_attempts;
+  } else if (!attempts.empty()) {
+    NOSTALL_ASSIGN_OR_RETURN(double n, PositiveNumber("AWS_MAX_ATTEMPTS", attempts, 1, 100));
+    c->max_attempts = static_cast<int>(n);
+  }
+  for (auto [name, field] : {std::pair{"NOSTALL_S3_CONNECT_TIMEOUT", &c->connect_timeout_s},
+                             std::pair{"NOSTALL_S3_READ_TIMEOUT", &c->read_timeout_s},
+                             std::pair{"NOSTALL_S3_REQUEST_TIMEOUT", &c->request_timeout_s}}) {
+    if (!Env(getenv, name).empty()) {
+      NOSTALL_ASSIGN_OR_RETURN(*field, PositiveNumber(name, Env(getenv, name), 0.05, 3600));
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<S3Config> ResolveS3Config(const S3Options& options, const EnvLookup& getenv) {
   if (options.addressing != "auto" && options.addressing != "path" &&
       options.addressing != "virtual") {
@@ -160,43 +214,9 @@ Result<S3Config> ResolveS3Config(const S3Options& options, const EnvLookup& gete
   }
   c.path_style = options.addressing == "path" || (options.addressing == "auto" && !IsAws(c.endpoint));
 
-  const std::string env_key = Env(getenv, "AWS_ACCESS_KEY_ID");
-  const std::string env_secret = Env(getenv, "AWS_SECRET_ACCESS_KEY");
-  if (!env_key.empty() && !env_secret.empty()) {
-    c.access_key = env_key;
-    c.secret_key = env_secret;
-    c.session_token = Env(getenv, "AWS_SESSION_TOKEN");
-    c.credentials_from = "environment";
-  } else {
-    for (const auto& [section, path] :
-         {std::pair{cred_section, credentials_path}, std::pair{conf_section, config_path}}) {
-      if (!Get(section, "aws_access_key_id").empty() &&
-          !Get(section, "aws_secret_access_key").empty()) {
-        c.access_key = Get(section, "aws_access_key_id");
-        c.secret_key = Get(section, "aws_secret_access_key");
-        c.session_token = Get(section, "aws_session_token");
-        c.credentials_from = path + " [" + profile + "]";
-        break;
-      }
-    }
-  }
+  FindCredentials(getenv, {{cred_section, credentials_path}, {conf_section, config_path}}, profile, &c);
   c.sign = !options.unsigned_requests && !c.access_key.empty();
-  const std::string attempts =
-      !Env(getenv, "AWS_MAX_ATTEMPTS").empty() ? Env(getenv, "AWS_MAX_ATTEMPTS") : Get(conf_section, "max_attempts");
-  if (options.max_attempts > 0) {
-    c.max_attempts = options.max_attempts;
-  } else if (!attempts.empty()) {
-    NOSTALL_ASSIGN_OR_RETURN(double n, PositiveNumber("AWS_MAX_ATTEMPTS", attempts, 1, 100));
-    c.max_attempts = static_cast<int>(n);
-  }
-  for (auto [name, field] : {std::pair{"NOSTALL_S3_CONNECT_TIMEOUT", &c.connect_timeout_s},
-                             std::pair{"NOSTALL_S3_READ_TIMEOUT", &c.read_timeout_s},
-                             std::pair{"NOSTALL_S3_REQUEST_TIMEOUT", &c.request_timeout_s}}) {
-    if (!Env(getenv, name).empty()) {
-      NOSTALL_ASSIGN_OR_RETURN(*field, PositiveNumber(name, Env(getenv, name), 0.05, 3600));
-    }
-  }
-  if (c.credentials_from.empty()) c.credentials_from = "none found";
+  NOSTALL_RETURN_IF_ERROR(ReadRetries(options, getenv, conf_section, &c));
   return c;
 }
 
