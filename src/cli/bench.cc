@@ -79,26 +79,26 @@ nostall::LoaderSpec DefaultBenchSpec(int size) {
 
 }  // namespace
 
-int Bench(const Args& args) {
-  if (args.positional.empty() && !args.options.count("--spec")) {
-    return UsageError(kBench, "missing PATH (an image folder, tar shards or s3://...; or --spec FILE)");
-  }
-  nostall::LoaderSpec spec;
+// The spec `nostall bench` runs: --spec's or the default one, with the
+// path and the options given; and how long (--epochs, --max-batches).
+// 0, or the exit status of what was wrong.
+int BenchSpec(const Args& args, nostall::LoaderSpec* spec, long long* epochs, long long* max_batches) {
   if (auto it = args.options.find("--spec"); it != args.options.end()) {
     auto parsed = ReadSpecFile(it->second);
     if (!parsed.ok()) return Fail(parsed.status());
-    spec = parsed.value();
+    *spec = parsed.value();
   } else {
     long long size = 224;
     if (!IntOption(args, "--size", 1, &size)) return 2;
-    spec = DefaultBenchSpec(static_cast<int>(size));
+    *spec = DefaultBenchSpec(static_cast<int>(size));
   }
-  long long batch = spec.batch_size, threads = spec.num_threads, reads = spec.reads_in_flight,
-            prefetch = spec.prefetch, epochs = 1, max_batches = 0;
+  long long batch = spec->batch_size, threads = spec->num_threads, reads = spec->reads_in_flight,
+            prefetch = spec->prefetch;
+  *epochs = 1, *max_batches = 0;
   if (!IntOption(args, "--batch-size", 1, &batch) || !IntOption(args, "--threads", 0, &threads) ||
       !IntOption(args, "--reads-in-flight", 0, &reads) ||
-      !IntOption(args, "--prefetch", 0, &prefetch) || !IntOption(args, "--epochs", 1, &epochs) ||
-      !IntOption(args, "--max-batches", 0, &max_batches, 1LL << 40)) {
+      !IntOption(args, "--prefetch", 0, &prefetch) || !IntOption(args, "--epochs", 1, epochs) ||
+      !IntOption(args, "--max-batches", 0, max_batches, 1LL << 40)) {
     return 2;
   }
   long long bandwidth = 0, latency = 0;
@@ -110,7 +110,7 @@ int Bench(const Args& args) {
     // A path given replaces the spec's (its driver found again; the
     // options kept, checked by that driver), and the throttle is the local
     // drivers' option: the spec is read again with them.
-    nlohmann::json j = nlohmann::json::parse(spec.ToJson());
+    nlohmann::json j = nlohmann::json::parse(spec->ToJson());
     if (!args.positional.empty()) {
       j["source"]["uri"] = args.positional[0];
       j["source"].erase("driver");
@@ -119,18 +119,51 @@ int Bench(const Args& args) {
     if (latency > 0) j["source"]["options"]["throttle_latency_ms"] = static_cast<double>(latency);
     auto again = nostall::LoaderSpec::FromJson(j.dump());
     if (!again.ok()) return Fail(again.status());
-    spec = again.value();
+    *spec = again.value();
   }
-  spec.batch_size = batch;
-  spec.num_threads = static_cast<int>(threads);
-  spec.reads_in_flight = static_cast<int>(reads);
-  spec.prefetch = static_cast<int>(prefetch);
+  spec->batch_size = batch;
+  spec->num_threads = static_cast<int>(threads);
+  spec->reads_in_flight = static_cast<int>(reads);
+  spec->prefetch = static_cast<int>(prefetch);
   if (Has(args, "--autotune") && Has(args, "--no-autotune")) {
     std::fputs("nostall bench: --autotune and --no-autotune contradict each other\n", stderr);
     return 2;
   }
-  if (Has(args, "--autotune")) spec.autotune = "on";
-  if (Has(args, "--no-autotune")) spec.autotune = "off";
+  if (Has(args, "--autotune")) spec->autotune = "on";
+  if (Has(args, "--no-autotune")) spec->autotune = "off";
+  return 0;
+}
+
+// What `nostall bench` prints of a run (without --json): the rate, the
+// stages' table, and with --autotune what the tuner chose and why.
+void PrintBench(const nostall::LoaderSpec& spec, const nostall::ThroughputResult& res,
+                const char* unit, bool autotune) {
+  const std::string reads_text =
+      res.stats.has_storage && spec.reads_in_flight == 0
+          ? "reads in flight adaptive, " + std::to_string(res.stats.reads_in_flight_target) + " at the end"
+          : std::to_string(res.stats.fetch.threads) + " reads in flight";
+  std::printf("%s: %lld %s in %.2f s = %.1f %s/s (batch %lld, %d prep threads, %s)\n\n%s",
+              spec.source.c_str(), static_cast<long long>(res.images), unit, res.seconds,
+              res.images_per_second(), unit, static_cast<long long>(spec.batch_size),
+              res.stats.prep.threads, reads_text.c_str(), res.stats.ToTable().c_str());
+  if (res.stats.has_autotune && autotune) {
+    std::printf("\nautotune chose: --threads %d --reads-in-flight %d --prefetch %d (%lld changes)\n",
+                res.stats.autotune_threads, res.stats.autotune_reads, res.stats.autotune_prefetch,
+                static_cast<long long>(res.stats.autotune_changes));
+    for (const auto& d : res.stats.autotune_decisions) {
+      std::printf("  %6.1f s  %-15s %d -> %d: %s\n", d.time_s, d.knob.c_str(), d.from, d.to,
+                  d.why.c_str());
+    }
+  }
+}
+
+int Bench(const Args& args) {
+  if (args.positional.empty() && !args.options.count("--spec")) {
+    return UsageError(kBench, "missing PATH (an image folder, tar shards or s3://...; or --spec FILE)");
+  }
+  nostall::LoaderSpec spec;
+  long long epochs = 1, max_batches = 0;
+  if (int status = BenchSpec(args, &spec, &epochs, &max_batches); status != 0) return status;
   const bool json = Has(args, "--json");
   const bool show_progress = !Has(args, "--quiet") && !json && isatty(STDERR_FILENO);
   // An audio pipeline's samples are clips, not images.
@@ -152,23 +185,7 @@ int Bench(const Args& args) {
                 res.seconds, res.images_per_second(), res.stats.ToJson().c_str());
     return 0;
   }
-  const std::string reads_text =
-      res.stats.has_storage && spec.reads_in_flight == 0
-          ? "reads in flight adaptive, " + std::to_string(res.stats.reads_in_flight_target) + " at the end"
-          : std::to_string(res.stats.fetch.threads) + " reads in flight";
-  std::printf("%s: %lld %s in %.2f s = %.1f %s/s (batch %lld, %d prep threads, %s)\n\n%s",
-              spec.source.c_str(), static_cast<long long>(res.images), unit, res.seconds,
-              res.images_per_second(), unit, static_cast<long long>(spec.batch_size),
-              res.stats.prep.threads, reads_text.c_str(), res.stats.ToTable().c_str());
-  if (res.stats.has_autotune && Has(args, "--autotune")) {
-    std::printf("\nautotune chose: --threads %d --reads-in-flight %d --prefetch %d (%lld changes)\n",
-                res.stats.autotune_threads, res.stats.autotune_reads, res.stats.autotune_prefetch,
-                static_cast<long long>(res.stats.autotune_changes));
-    for (const auto& d : res.stats.autotune_decisions) {
-      std::printf("  %6.1f s  %-15s %d -> %d: %s\n", d.time_s, d.knob.c_str(), d.from, d.to,
-                  d.why.c_str());
-    }
-  }
+  PrintBench(spec, res, unit, Has(args, "--autotune"));
   return 0;
 }
 
