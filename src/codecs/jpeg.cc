@@ -195,6 +195,23 @@ Status JpegReadInfo(const uint8_t* data, size_t size, ImageInfo* info) {
   return Status::OK();
 }
 
+namespace {
+
+// The decode scale, in eighths, for a w x h region wanted at least
+// min_w x min_h (0: full scale): the smallest of 1/8, 2/8, 4/8 that keeps
+// it that large, else 8/8. The other factors (3/8, 5/8, 6/8, 7/8) are slower
+// than decoding at full scale: libjpeg-turbo has no SIMD for their IDCTs,
+// and their chroma goes through a double-size IDCT (measured: 5/8-7/8 take
+// 1.2-1.8x the full-scale time on 300-800 px photos).
+int ScaleEighths(double w, double h, int min_w, int min_h) {
+  for (int candidate : {1, 2, 4}) {
+    if (min_w > 0 && w * candidate / 8.0 >= min_w && h * candidate / 8.0 >= min_h) return candidate;
+  }
+  return 8;
+}
+
+}  // namespace
+
 Status JpegDecodeRegion(const uint8_t* data, size_t size, int channels, double x, double y,
                         double w, double h, int min_w, int min_h, std::vector<uint8_t>* buf,
                         DecodedRegion* out) {
@@ -214,19 +231,7 @@ Status JpegDecodeRegion(const uint8_t* data, size_t size, int channels, double x
   const bool cmyk = c.jpeg_color_space == JCS_CMYK || c.jpeg_color_space == JCS_YCCK;
   if (cmyk && c.num_components != 4) return DataError("bad JPEG: CMYK with " + std::to_string(c.num_components) + " components");
   c.out_color_space = cmyk ? JCS_CMYK : channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
-  // Smallest of 1/8, 2/8, 4/8 that keeps the region at least the output
-  // size, else full scale. The other factors (3/8, 5/8, 6/8, 7/8) are slower
-  // than decoding at full scale: libjpeg-turbo has no SIMD for their IDCTs,
-  // and their chroma goes through a double-size IDCT (measured: 5/8-7/8 take
-  // 1.2-1.8x the full-scale time on 300-800 px photos).
-  int num = 8;
-  for (int candidate : {1, 2, 4}) {
-    if (min_w > 0 && w * candidate / 8.0 >= min_w && h * candidate / 8.0 >= min_h) {
-      num = candidate;
-      break;
-    }
-  }
-  c.scale_num = static_cast<unsigned>(num);
+  c.scale_num = static_cast<unsigned>(ScaleEighths(w, h, min_w, min_h));
   c.scale_denom = 8;
   jpeg_start_decompress(&c);
   const double fx = static_cast<double>(c.output_width) / c.image_width;
