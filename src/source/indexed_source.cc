@@ -221,6 +221,30 @@ Status WriteBeside(const IndexedDataset& d, Index index) {
 // Local shards indexed as read: a few ahead of the first epoch.
 constexpr int kLazyShardsAtOnce = 4;
 
+// The index already made, beside the data (`beside`) or in the index cache,
+// where the mode lets it be read and its files' stamps still hold; null to
+// build. `cache_path`: where the index cache keeps it (empty: no cache).
+IndexViewPtr IndexFound(const IndexedDataset& d, const SourceOptions& options, bool beside,
+                        std::string* cache_path, std::string* origin, std::string* note) {
+  const bool rebuild = options.index_beside == "rebuild";
+  if (options.use_index_cache) {
+    const std::string key = std::string(d.kind) + "\n" + d.canonical + IndexVariant(options);
+    *cache_path = IndexCachePath(options.index_cache_dir, key);
+  }
+  if (rebuild) return nullptr;
+  if (beside) {
+    IndexViewPtr index = ReadBeside(d, note);
+    if (index != nullptr) {
+      *origin = "beside the data: " + d.beside;
+      return index;
+    }
+  }
+  if (!options.use_index_cache) return nullptr;
+  Result<IndexViewPtr> cached = MapIndexFile(*cache_path, d.root);
+  if (!cached.ok() || !StampsStillHold(*cached.value())) return nullptr;
+  *origin = "the index cache: " + *cache_path;
+  return std::move(cached).value();
+}
 
 }  // namespace
 
@@ -237,23 +261,8 @@ Result<std::unique_ptr<Source>> OpenIndexed(const IndexedDataset& d, const Sourc
     return InvalidArgument("this dataset's layout has no place for an index beside it (tar shards "
                            "in more than one folder)");
   }
-  const std::string key = std::string(d.kind) + "\n" + d.canonical + IndexVariant(options);
   std::string cache_path, origin, note;
-  IndexViewPtr index;
-  if (beside && mode != "rebuild") {
-    index = ReadBeside(d, &note);
-    if (index != nullptr) origin = "beside the data: " + d.beside;
-  }
-  if (index == nullptr && options.use_index_cache && mode != "rebuild") {
-    cache_path = IndexCachePath(options.index_cache_dir, key);
-    Result<IndexViewPtr> cached = MapIndexFile(cache_path, d.root);
-    if (cached.ok() && StampsStillHold(*cached.value())) {
-      index = std::move(cached).value();
-      origin = "the index cache: " + cache_path;
-    }
-  } else if (options.use_index_cache) {
-    cache_path = IndexCachePath(options.index_cache_dir, key);
-  }
+  IndexViewPtr index = IndexFound(d, options, beside, &cache_path, &origin, &note);
   const auto t0 = std::chrono::steady_clock::now();
   const bool write_beside = beside && mode != "read";
   // The built index: written beside the data as asked, then saved and
