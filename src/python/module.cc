@@ -24,16 +24,14 @@
 #include "nostall/shared.h"
 #include "nostall/trace.h"
 #include "nostall/transforms.h"
-#include "annotations/targets.h"
-#include "audio/pipeline.h"
-#include "detect/detect.h"
 #include "common/interrupt.h"
+#include "python/binding.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace nostall {
-namespace {
+namespace py {
 
 // Text from the engine as a Python str. Messages and paths may hold bytes
 // that are not UTF-8 (a file name, a label read from a file): a path keeps
@@ -82,15 +80,11 @@ bool PythonInterrupted() {
   throw nb::python_error();
 }
 
-void RaiseIfError(const Status& st) {
-  if (!st.ok()) RaiseStatus(st);
-}
+}  // namespace py
 
-template <typename T>
-T ValueOrRaise(Result<T> r) {
-  if (!r.ok()) RaiseStatus(r.status());
-  return std::move(r).value();
-}
+namespace {
+
+using namespace py;  // NOLINT: the binding's own helpers (binding.h)
 
 // An array over the batch's memory whose owner keeps the batch leased.
 nb::object View(const std::shared_ptr<Batch>& batch, const void* data, std::vector<size_t> shape,
@@ -101,19 +95,6 @@ nb::object View(const std::shared_ptr<Batch>& batch, const void* data, std::vect
                                          owner, nullptr, dtype));
 }
 
-// An array owning `v` (moved in).
-template <typename T>
-nb::object Owned(std::vector<T> v, std::vector<size_t> shape) {
-  auto* held = new std::vector<T>(std::move(v));
-  nb::capsule owner(held, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  return nb::cast(nb::ndarray<nb::numpy, T>(held->data(), shape.size(), shape.data(), owner));
-}
-
-std::shared_ptr<const nostall::audio::Spec> AudioSpecOf(const std::string& list_json, bool fixed) {
-  const nlohmann::json j = nlohmann::json::parse(list_json, nullptr, false);
-  if (j.is_discarded()) RaiseStatus(nostall::InvalidArgument("audio transforms: not JSON"));
-  return ValueOrRaise(nostall::audio::SpecFromJson(j, fixed));
-}
 
 class PyLoader {
  public:
@@ -461,160 +442,6 @@ void BindServer(nb::module_& m) {
       .def("close", &PyServer::Close);
 }
 
-// A detection spec ({"transforms", "box_format", "masks"}) read for one
-// sample's work outside a loader (uint8 RGB or L, NHWC).
-std::shared_ptr<const detect::Spec> DetectionSpecOf(const std::string& spec_json, const std::string& mode,
-                                                    PrepSpec* prep, bool fixed = false) {
-  nlohmann::json j = nlohmann::json::parse(spec_json, nullptr, false);
-  if (j.is_discarded()) RaiseStatus(InvalidArgument("detection spec: not JSON"));
-  prep->layout = Layout::kNHWC;
-  prep->mode = mode == "L" ? ColorMode::kGray : ColorMode::kRGB;
-  for (const auto& t : j.value("transforms", nlohmann::json::array())) {
-    if (t.is_object() && t.value("type", nlohmann::json()) == "Normalize") prep->dtype = DType::kFloat32;
-  }
-  auto spec = ValueOrRaise(detect::SpecFromJson(j, *prep, fixed));
-  prep->kind = detect::MakeKind(spec);
-  return spec;
-}
-
-// nostall.detection's functions (docs/detection.md).
-void BindDetection(nb::module_& m) {
-  m.def("detection_trace", [](const std::string& spec_json, int width, int height, nb::bytes record,
-                              uint64_t seed, int64_t epoch, int64_t index) {
-    PrepSpec prep;
-    auto spec = DetectionSpecOf(spec_json, "RGB", &prep);
-    nlohmann::json out;
-    RaiseIfError(detect::Trace(*spec, width, height, reinterpret_cast<const uint8_t*>(record.c_str()),
-                               record.size(), {seed, epoch, index}, &out));
-    return out.dump();
-  });
-  m.def("detection_apply", [](const std::string& spec_json, nb::bytes image, nb::bytes record, uint64_t seed,
-                              int64_t epoch, int64_t index, const std::string& mode, bool dct_scaling) {
-    PrepSpec prep;
-    prep.dct_scaling = dct_scaling;
-    auto spec = DetectionSpecOf(spec_json, mode, &prep);
-    // The sample's own size (a spec need not fix one for a single sample).
-    const auto* rec = reinterpret_cast<const uint8_t*>(record.c_str());
-    int src_w = 0, src_h = 0;
-    RaiseIfError(ProbeImageSize(reinterpret_cast<const uint8_t*>(image.c_str()), image.size(), &src_w, &src_h));
-    nlohmann::json trace;
-    RaiseIfError(detect::Trace(*spec, src_w, src_h, rec, record.size(), {seed, epoch, index}, &trace));
-    const int h = trace["size"][0].get<int>(), w = trace["size"][1].get<int>(), c = prep.channels();
-    const bool f32 = prep.dtype == DType::kFloat32;
-    std::vector<uint8_t> pixels(static_cast<size_t>(h) * w * c * (f32 ? 4 : 1));
-    // Room for every annotation the record holds.
-    annotations::Targets t;
-    if (record.size() > 0) RaiseIfError(annotations::DecodeTargets(rec, record.size(), false, &t));
-    std::vector<uint8_t> targets(detect::TargetsRoom(*spec, static_cast<uint32_t>(t.instances.size()), h, w));
-    int64_t len = 0;
-    PrepScratch scratch;
-    Status st;
-    {
-      nb::gil_scoped_release release;
-      st = detect::Prepare(*spec, prep, reinterpret_cast<const uint8_t*>(image.c_str()), image.size(), rec,
-                           record.size(), {seed, epoch, index}, h, w, pixels.data(), targets.data(),
-                           targets.size(), &len, &scratch);
-    }
-    RaiseIfError(st);
-    nb::object img;
-    if (f32) {
-      std::vector<float> fl(pixels.size() / 4);
-      std::memcpy(fl.data(), pixels.data(), pixels.size());
-      img = Owned(std::move(fl), {static_cast<size_t>(h), static_cast<size_t>(w), static_cast<size_t>(c)});
-    } else {
-      img = Owned(std::move(pixels), {static_cast<size_t>(h), static_cast<size_t>(w), static_cast<size_t>(c)});
-    }
-    return std::make_tuple(img, nb::bytes(reinterpret_cast<const char*>(targets.data()), static_cast<size_t>(len)));
-  });
-  m.def("targets_record", [](const std::string& json_text) {
-    annotations::Targets t;
-    RaiseIfError(annotations::ParseTargetsJson(reinterpret_cast<const uint8_t*>(json_text.data()),
-                                               json_text.size(), true, &t));
-    const std::string rec = annotations::EncodeTargets(t);
-    return nb::bytes(rec.data(), rec.size());
-  });
-  m.def("targets_masks", [](nb::bytes record, uint32_t height, uint32_t width) {
-    annotations::Targets t;
-    RaiseIfError(annotations::DecodeTargets(reinterpret_cast<const uint8_t*>(record.c_str()), record.size(),
-                                            true, &t));
-    std::vector<uint8_t> all, one;
-    for (const annotations::Instance& inst : t.instances) {
-      RaiseIfError(annotations::RasterizeInstance(inst, height, width, &one));
-      all.insert(all.end(), one.begin(), one.end());
-    }
-    return Owned(std::move(all), {t.instances.size(), static_cast<size_t>(height), static_cast<size_t>(width)});
-  });
-}
-
-// nostall.audio's functions: a file's header, its frames, one sample's
-// transforms (docs/audio.md).
-void BindAudio(nb::module_& m) {
-  m.def("audio_info", [](nb::bytes data) {
-    audio::AudioInfo info;
-    RaiseIfError(audio::ProbeAudio(reinterpret_cast<const uint8_t*>(data.c_str()), data.size(), &info));
-    return std::make_tuple(info.frames, info.sample_rate, info.channels, info.format);
-  });
-  m.def("audio_decode", [](nb::bytes data, int64_t start, int64_t count, bool mono, bool int16) {
-    const uint8_t* p = reinterpret_cast<const uint8_t*>(data.c_str());
-    const size_t size = data.size();
-    audio::AudioInfo info;
-    RaiseIfError(audio::ProbeAudio(p, size, &info));
-    if (count < 0) count = std::max<int64_t>(0, info.frames - start);
-    if (start < 0) RaiseStatus(InvalidArgument("start must be >= 0"));
-    Status st;
-    if (int16) {
-      std::vector<int16_t> v;
-      {
-        nb::gil_scoped_release release;
-        st = audio::DecodeFramesInt16(p, size, start, count, &v, &info);
-      }
-      RaiseIfError(st);
-      return Owned(std::move(v), {static_cast<size_t>(count), static_cast<size_t>(info.channels)});
-    }
-    std::vector<float> v;
-    {
-      nb::gil_scoped_release release;
-      st = audio::DecodeFrames(p, size, start, count, mono, &v, &info);
-    }
-    RaiseIfError(st);
-    return Owned(std::move(v), {static_cast<size_t>(mono ? 1 : info.channels), static_cast<size_t>(count)});
-  });
-  m.def("audio_check", [](const std::string& list_json, bool fixed) {
-    auto spec = AudioSpecOf(list_json, fixed);
-    return std::make_tuple(spec->ToJson().dump(), spec->Shape());
-  });
-  m.def("audio_apply", [](const std::string& list_json, nb::bytes data, uint64_t seed, int64_t epoch,
-                          int64_t index) {
-    auto spec = AudioSpecOf(list_json, false);
-    std::vector<float> out;
-    std::vector<int64_t> shape;
-    nlohmann::json trace;
-    Status st;
-    {
-      nb::gil_scoped_release release;
-      st = audio::Apply(*spec, reinterpret_cast<const uint8_t*>(data.c_str()), data.size(),
-                                 {seed, epoch, index}, &out, &shape, &trace);
-    }
-    RaiseIfError(st);
-    std::vector<size_t> dims(shape.begin(), shape.end());
-    return std::make_tuple(Owned(std::move(out), dims), trace.dump());
-  });
-  m.def("audio_trace", [](const std::string& list_json, int64_t frames, int sample_rate, int channels,
-                          uint64_t seed, int64_t epoch, int64_t index) {
-    auto spec = AudioSpecOf(list_json, false);
-    audio::AudioInfo info;
-    info.frames = frames;
-    info.sample_rate = sample_rate;
-    info.channels = channels;
-    if (frames < 0 || sample_rate < 1 || channels < 1) {
-      RaiseStatus(InvalidArgument("frames >= 0, sample_rate >= 1 and channels >= 1"));
-    }
-    nlohmann::json out;
-    RaiseIfError(audio::Trace(*spec, info, {seed, epoch, index}, &out));
-    return out.dump();
-  });
-}
-
 // A profiler trace read once (nostall/trace.h); predictions replay its graph.
 struct TraceHandle {
   std::shared_ptr<const trace::Trace> t;
@@ -642,9 +469,9 @@ void BindTrace(nb::module_& m) {
 
 NB_MODULE(_nostall, m) {
   m.doc() = "nostall's native core. Use the `nostall` package, not this module.";
-  nostall::g_main_thread = nb::cast<unsigned long>(
+  nostall::py::g_main_thread = nb::cast<unsigned long>(
       nb::module_::import_("threading").attr("main_thread")().attr("ident"));
-  nostall::SetInterruptCheck(&nostall::PythonInterrupted);
+  nostall::SetInterruptCheck(&nostall::py::PythonInterrupted);
   nostall::BindLoader(m);
   nostall::BindServer(m);
   m.def("list_shared", &nostall::ListShared);
@@ -681,8 +508,8 @@ NB_MODULE(_nostall, m) {
     return nostall::ValueOrRaise(
         nostall::TraceSampleJson(spec.prep, width, height, spec.seed, epoch, index));
   });
-  nostall::BindAudio(m);
-  nostall::BindDetection(m);
+  nostall::py::BindAudio(m);
+  nostall::py::BindDetection(m);
   nostall::BindTrace(m);
   m.attr("__version__") = NOSTALL_VERSION;
   m.def("predict_json", [](const std::string& profile_json, const std::string& config_json) {
