@@ -176,6 +176,55 @@ SegmentKind CacheKind(const std::string& name) {
 }
 }  // namespace
 
+namespace {
+
+// Creates the cache's segment (`*created`), or opens the one there; one of
+// another user's is refused, naming its owner.
+Result<UniqueFd> OpenCacheShm(const std::string& seg, const std::string& name, bool* created) {
+  int raw = ::shm_open(seg.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (raw >= 0) {
+    *created = true;
+  } else if (errno == EEXIST) {
+    raw = ::shm_open(seg.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  }
+  if (raw < 0 && errno == EACCES) {
+    struct stat st;
+    const bool seen = ::stat(("/dev/shm" + seg).c_str(), &st) == 0;
+    return PermissionDenied("shared memory " + seg + " (cache '" + name + "') exists and is not yours" +
+                            (seen ? " (owned by " + UserText(st.st_uid) + ", mode " + ModeText(st.st_mode) + ")"
+                                  : std::string()) +
+                            ": nostall will not use it; ask its owner or root to remove it, or "
+                            "pick another name");
+  }
+  if (raw < 0) return ErrnoError("cannot open shared-memory cache " + seg, errno);
+  return UniqueFd(raw);
+}
+
+// An existing cache's header: of this dataset, and with the layout this
+// process computes for its item count, inside the mapping's `size` bytes (a
+// damaged or hostile header is refused, never followed out of bounds).
+// `*budget`: the data's bytes, as read once and checked (another process
+// may write the header at any time).
+Status CheckHeader(const Header& h, const std::string& name, uint64_t dataset_fingerprint,
+                   int64_t num_items, uint64_t data_offset, uint64_t size, uint64_t* budget) {
+  if (h.dataset_fingerprint != dataset_fingerprint || h.num_items != num_items) {
+    return FailedPrecondition("cache '" + name + "' holds another dataset (" +
+                              std::to_string(h.num_items) + " items); use another name or "
+                              "remove it (nostall cache rm " + name + ")");
+  }
+  const uint64_t claimed_offset = h.data_offset, claimed_budget = h.budget_bytes;
+  if (claimed_offset != data_offset || claimed_budget % 4096 != 0 ||
+      claimed_budget > size - data_offset) {
+    return FailedPrecondition("cache '" + name + "' is damaged or truncated (its layout does "
+                              "not fit its " + std::to_string(size) + " bytes); remove it "
+                              "(nostall cache rm " + name + ")");
+  }
+  *budget = claimed_budget;
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<MinioCache>> MinioCache::Open(const std::string& name,
                                                      uint64_t budget_bytes,
                                                      uint64_t dataset_fingerprint,
@@ -192,23 +241,7 @@ Result<std::unique_ptr<MinioCache>> MinioCache::Open(const std::string& name,
   const uint64_t total = data_offset + RoundUp(budget_bytes, 4096);
 
   bool created = false;
-  int raw = ::shm_open(seg.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (raw >= 0) {
-    created = true;
-  } else if (errno == EEXIST) {
-    raw = ::shm_open(seg.c_str(), O_RDWR | O_CLOEXEC, 0600);
-  }
-  if (raw < 0 && errno == EACCES) {
-    struct stat st;
-    const bool seen = ::stat(("/dev/shm" + seg).c_str(), &st) == 0;
-    return PermissionDenied("shared memory " + seg + " (cache '" + name + "') exists and is not yours" +
-                            (seen ? " (owned by " + UserText(st.st_uid) + ", mode " + ModeText(st.st_mode) + ")"
-                                  : std::string()) +
-                            ": nostall will not use it; ask its owner or root to remove it, or "
-                            "pick another name");
-  }
-  if (raw < 0) return ErrnoError("cannot open shared-memory cache " + seg, errno);
-  UniqueFd fd(raw);
+  NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenCacheShm(seg, name, &created));
   uint64_t size = total;
   uint64_t budget = RoundUp(budget_bytes, 4096);
   if (created) {
@@ -249,22 +282,8 @@ Result<std::unique_ptr<MinioCache>> MinioCache::Open(const std::string& name,
     std::atomic_thread_fence(std::memory_order_release);
     std::memcpy(h->magic, kMagic, sizeof kMagic);  // last: the header is complete
   } else {
-    if (h->dataset_fingerprint != dataset_fingerprint || h->num_items != num_items) {
-      return FailedPrecondition("cache '" + name + "' holds another dataset (" +
-                                std::to_string(h->num_items) + " items); use another name or "
-                                "remove it (nostall cache rm " + name + ")");
-    }
-    // The layout the header claims must be the one this process computes
-    // for its item count, and lie inside the mapping: a damaged or hostile
-    // header is refused, never followed out of bounds.
-    const uint64_t claimed_offset = h->data_offset, claimed_budget = h->budget_bytes;
-    if (claimed_offset != data_offset || claimed_budget % 4096 != 0 ||
-        claimed_budget > size - data_offset) {
-      return FailedPrecondition("cache '" + name + "' is damaged or truncated (its layout does "
-                                "not fit its " + std::to_string(size) + " bytes); remove it "
-                                "(nostall cache rm " + name + ")");
-    }
-    budget = claimed_budget;
+    NOSTALL_RETURN_IF_ERROR(
+        CheckHeader(*h, name, dataset_fingerprint, num_items, data_offset, size, &budget));
   }
   impl->header = h;
   impl->num_items = num_items;
