@@ -350,6 +350,15 @@ class ParquetSource final : public Source {
       if (dict_cached != nullptr) d = dict_cached->blob;
       return finish(std::move(s), std::move(d), std::move(b));
     }
+    FetchRemote(file, dict, u.data, dict_cached, std::move(finish));
+  }
+
+  // The unit's dictionary (unless cached: `dict_cached`) and data pages by
+  // ranged GETs in flight; `finish` runs on a decode thread once both are
+  // in, or one failed.
+  void FetchRemote(size_t file, const pq::Range& dict, const pq::Range& data,
+                   std::shared_ptr<const pq::Values> dict_cached,
+                   std::function<void(Status, std::string, std::string)> finish) const {
     struct Fetch {
       std::atomic<int> left{2};
       std::string parts[2];
@@ -370,7 +379,7 @@ class ParquetSource final : public Source {
       });
     };
     for (int part = 0; part < 2; ++part) {
-      const pq::Range r = part == 0 ? dict : u.data;
+      const pq::Range r = part == 0 ? dict : data;
       if (r.length == 0) {
         arrived();
         continue;
