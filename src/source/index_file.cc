@@ -312,6 +312,50 @@ struct IndexViewAccess {
     bool checked = true;
     bool relative_only = false;
   };
+  // The small tables of the meta section into `v` (the stamps, classes,
+  // shards, folders, what was left out, members' extensions, the variant),
+  // paths resolved against `root`; `stored`: every path as stored. False
+  // where they do not parse, whole.
+  static bool ReadTables(std::string_view meta, const std::string& root, IndexView* v,
+                         std::vector<std::string>* stored) {
+    Reader r(meta);
+    uint64_t n = 0;
+    bool ok = r.Count(&n);
+    for (uint64_t i = 0; ok && i < n; ++i) {
+      IndexStamp s;
+      ok = r.Str(&s.path) && r.I64(&s.mtime_ns) && r.I64(&s.size) && r.I64(&s.ctime_ns) &&
+           r.U64(&s.inode) && r.U64(&s.content);
+      stored->push_back(s.path);
+      s.path = Resolve(s.path, root);
+      v->stamps_.push_back(std::move(s));
+    }
+    auto strings = [&](std::vector<std::string>* out, bool paths) {
+      ok = ok && r.Count(&n);
+      for (uint64_t i = 0; ok && i < n; ++i) {
+        std::string s;
+        ok = r.Str(&s);
+        if (paths) {
+          stored->push_back(s);
+          s = Resolve(s, root);
+        }
+        out->push_back(std::move(s));
+      }
+    };
+    strings(&v->classes_, false);
+    strings(&v->shards_, true);
+    strings(&v->dirs_, true);
+    ok = ok && r.I64(&v->skipped_);
+    ok = ok && r.Count(&n);
+    for (uint64_t i = 0; ok && i < n; ++i) {
+      std::pair<std::string, int64_t> e;
+      ok = r.Str(&e.first) && r.I64(&e.second);
+      v->left_out_.push_back(std::move(e));
+    }
+    strings(&v->member_exts_, false);
+    ok = ok && r.Str(&v->variant_);
+    return ok && r.AtEnd();
+  }
+
   // Lays `v` over its bytes (v->base_, v->len_): the header, the sections,
   // the small tables read into the process; with `trust.checked`, the hash
   // and every item checked.
@@ -359,43 +403,8 @@ struct IndexViewAccess {
     v->pool_bytes_ = h.pool_bytes;
     v->root_ = root;
 
-    Reader r(meta);
-    uint64_t n = 0;
-    bool ok = r.Count(&n);
     std::vector<std::string> stored;  // every path as stored
-    for (uint64_t i = 0; ok && i < n; ++i) {
-      IndexStamp s;
-      ok = r.Str(&s.path) && r.I64(&s.mtime_ns) && r.I64(&s.size) && r.I64(&s.ctime_ns) &&
-           r.U64(&s.inode) && r.U64(&s.content);
-      stored.push_back(s.path);
-      s.path = Resolve(s.path, root);
-      v->stamps_.push_back(std::move(s));
-    }
-    auto strings = [&](std::vector<std::string>* out, bool paths) {
-      ok = ok && r.Count(&n);
-      for (uint64_t i = 0; ok && i < n; ++i) {
-        std::string s;
-        ok = r.Str(&s);
-        if (paths) {
-          stored.push_back(s);
-          s = Resolve(s, root);
-        }
-        out->push_back(std::move(s));
-      }
-    };
-    strings(&v->classes_, false);
-    strings(&v->shards_, true);
-    strings(&v->dirs_, true);
-    ok = ok && r.I64(&v->skipped_);
-    ok = ok && r.Count(&n);
-    for (uint64_t i = 0; ok && i < n; ++i) {
-      std::pair<std::string, int64_t> e;
-      ok = r.Str(&e.first) && r.I64(&e.second);
-      v->left_out_.push_back(std::move(e));
-    }
-    strings(&v->member_exts_, false);
-    ok = ok && r.Str(&v->variant_);
-    if (!ok || !r.AtEnd()) return corrupt("its tables do not parse");
+    if (!ReadTables(meta, root, v, &stored)) return corrupt("its tables do not parse");
     // What identifies the dataset: the items, and where their shards and
     // folders are now.
     uint64_t fp = h.fingerprint;
