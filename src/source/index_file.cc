@@ -197,6 +197,42 @@ uint64_t IndexFileHash(const std::string& bytes) {
   return HashBytes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
 }
 
+namespace {
+
+// The meta section: the stamps, classes, shards, folders (`dirs`), what was
+// left out, members' extensions and the variant, paths relative to `root`
+// (what ReadTables reads back).
+std::string MetaSection(const Index& index, const std::vector<std::string>& dirs, const std::string& root) {
+  Writer meta;
+  meta.U64(index.stamps.size());
+  for (const auto& s : index.stamps) {
+    meta.Str(Relative(s.path, root));
+    meta.I64(s.mtime_ns);
+    meta.I64(s.size);
+    meta.I64(s.ctime_ns);
+    meta.U64(s.inode);
+    meta.U64(s.content);
+  }
+  meta.U64(index.classes.size());
+  for (const auto& c : index.classes) meta.Str(c);
+  meta.U64(index.shards.size());
+  for (const auto& s : index.shards) meta.Str(Relative(s, root));
+  meta.U64(dirs.size());
+  for (const auto& d : dirs) meta.Str(Relative(d, root));
+  meta.I64(index.skipped);
+  meta.U64(index.left_out.size());
+  for (const auto& [ext, count] : index.left_out) {
+    meta.Str(ext);
+    meta.I64(count);
+  }
+  meta.U64(index.member_exts.size());
+  for (const auto& e : index.member_exts) meta.Str(e);
+  meta.Str(index.variant);
+  return std::move(meta.buf());
+}
+
+}  // namespace
+
 std::string SerializeIndex(const Index& index, const std::string& root) {
   const bool folder = index.shards.empty();
   // Items: a folder's keys split into their directory (one list) and name;
@@ -228,31 +264,7 @@ std::string SerializeIndex(const Index& index, const std::string& root) {
     items[i] = {e.offset, e.size, pool.size(), static_cast<int32_t>(e.label), container};
     pool.append(name.data(), name.size());
   }
-  Writer meta;
-  meta.U64(index.stamps.size());
-  for (const auto& s : index.stamps) {
-    meta.Str(Relative(s.path, root));
-    meta.I64(s.mtime_ns);
-    meta.I64(s.size);
-    meta.I64(s.ctime_ns);
-    meta.U64(s.inode);
-    meta.U64(s.content);
-  }
-  meta.U64(index.classes.size());
-  for (const auto& c : index.classes) meta.Str(c);
-  meta.U64(index.shards.size());
-  for (const auto& s : index.shards) meta.Str(Relative(s, root));
-  meta.U64(dirs.size());
-  for (const auto& d : dirs) meta.Str(Relative(d, root));
-  meta.I64(index.skipped);
-  meta.U64(index.left_out.size());
-  for (const auto& [ext, count] : index.left_out) {
-    meta.Str(ext);
-    meta.I64(count);
-  }
-  meta.U64(index.member_exts.size());
-  for (const auto& e : index.member_exts) meta.Str(e);
-  meta.Str(index.variant);
+  const std::string meta = MetaSection(index, dirs, root);
 
   Header h{};
   std::memcpy(h.magic, kMagic, 8);
@@ -260,14 +272,14 @@ std::string SerializeIndex(const Index& index, const std::string& root) {
   h.flags = folder ? kFolderFlag : 0;
   h.items = items.size();
   h.members = index.members.size();
-  h.meta_bytes = meta.buf().size();
+  h.meta_bytes = meta.size();
   h.pool_bytes = pool.size();
   // The items' names, labels and spans, and in which shard or folder.
   h.fingerprint = XXH3_64bits_withSeed(pool.data(), pool.size(),
                                        XXH3_64bits(items.data(), items.size() * sizeof(IndexView::Item)));
   Writer w;
   w.Raw(&h, sizeof h);
-  w.Raw(meta.buf().data(), meta.buf().size());
+  w.Raw(meta.data(), meta.size());
   w.Pad8();
   w.Raw(items.data(), items.size() * sizeof(IndexView::Item));
   if (!index.members.empty()) {
