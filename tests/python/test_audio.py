@@ -14,7 +14,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -365,20 +364,8 @@ def test_amplitude_to_db_matches_torchaudio(speech, kw):
     assert rel_err(ours, ref) <= 1e-4
 
 
-def _librosa():
-    """librosa, its numba functions run as Python: compiling them costs ~30 s
-    in a fresh environment, running them on one 4 s clip a fraction of it."""
-    if "numba" not in sys.modules:
-        os.environ["NUMBA_DISABLE_JIT"] = "1"  # (numba reads it when imported)
-        try:
-            pytest.importorskip("numba")
-        finally:
-            del os.environ["NUMBA_DISABLE_JIT"]
-    return pytest.importorskip("librosa")
-
-
 def test_mel_spectrogram_matches_librosa_where_it_has_the_same_options(speech):
-    librosa = _librosa()
+    librosa = pytest.importorskip("librosa")
     data, x, rate = speech
     mono = x.T.mean(axis=0).astype(np.float32)
     ours, _ = audio.apply([audio.MelSpectrogram(sample_rate=rate, n_fft=1024, hop_length=256, n_mels=80,
