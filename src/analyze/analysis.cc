@@ -402,14 +402,16 @@ std::string AnalysisJson(const Profile& p) {
   // add on paper (the report says so, and the notes say where it differs).
   Recommendation r = Recommend(p, eff);
   if (named == Bottleneck::kCompute) {
+    // The step itself may still run faster on fewer threads of its own
+    // (Recommend chose them first, from the measured configuration).
+    const int step_threads = r.config.step_threads;
     r = Recommendation{};
     r.config = p.measured;
     r.cache_bytes = HitRate(p.measured) * p.dataset_bytes;
     r.rate = now.rate;
     r.reaches_step_rate = true;
-    // The step itself may still run faster on fewer threads of its own.
-    r.config.step_threads = BestStepThreads(p, eff, r.config);
-    if (r.config.step_threads > 0) r.rate = Predict(p, r.config, eff).rate;
+    r.config.step_threads = step_threads;
+    if (step_threads > 0) r.rate = Predict(p, r.config, eff).rate;
   }
   out["recommendation"] = {{"config", ConfigToJson(r.config)},
                            {"cache_bytes", r.cache_bytes},
