@@ -29,6 +29,9 @@ Marks, for blocks that need more than the workspace:
   Python script's ``--help`` must name every option the block gives it.
 - ``gpu``: a block that needs a CUDA device: skipped, with the reason,
   where torch sees none.
+- ``after_previous``: a block that uses what the block before it made (a
+  file it wrote): its test runs that block first, in the same workspace, so
+  that it passes wherever and in whatever order the tests run.
 - ``slow``: a block that takes many seconds (a training, a whole analysis):
   its test is marked ``slow``, which ``make check`` leaves out (``make test``
   runs it).
@@ -66,6 +69,7 @@ class Snippet:
     syntax: str
     code: str
     marks: list = field(default_factory=list)  # (name, args, kwargs)
+    previous: "Snippet | None" = None  # run first (``after_previous``)
 
     def mark(self, name):
         for m in self.marks:
@@ -95,9 +99,16 @@ def _parse_marks(marks):
 
 
 def _snippets(blocks, where):
-    return [Snippet(f"{where}:{b.lineno}" if isinstance(b.lineno, int) else where,
+    out = []
+    for b in blocks:
+        s = Snippet(f"{where}:{b.lineno}" if isinstance(b.lineno, int) else where,
                     (b.syntax or "").strip(), b.code, _parse_marks(b.marks))
-            for b in blocks]
+        if s.mark("after_previous"):
+            if not out:
+                raise ValueError(f"{s.where}: marked after_previous, but it is the first block")
+            s.previous = out[-1]
+        out.append(s)
+    return out
 
 
 def markdown_snippets(path: Path):
@@ -331,6 +342,8 @@ def _fail(snippet, code, result_text):
 def run_snippet(snippet: Snippet, root: Path, timeout=300):
     """Runs one block in the workspace `root`; raises SnippetFailed with the
     block's place, its code and its output when it does not succeed."""
+    if snippet.previous is not None:
+        run_snippet(snippet.previous, root, timeout)
     if snippet.syntax not in LANGUAGES:
         raise SnippetFailed(f"{snippet.where}: a code block must say its language "
                             f"({', '.join(LANGUAGES)}), not {snippet.syntax!r}")
@@ -359,8 +372,11 @@ def run_snippet(snippet: Snippet, root: Path, timeout=300):
             _run_until_sigterm(snippet, code, argv, root, env, ready[2]["ready"], timeout)
             return
         try:
-            r = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True,
-                               timeout=timeout, stdin=subprocess.DEVNULL)
+            if snippet.syntax == "python":
+                r = _ZYGOTE.run(argv[1], root, env, timeout)
+            else:
+                r = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True,
+                                   timeout=timeout, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as e:
             _fail(snippet, code, f"still running after {timeout} s\n{e.stdout or ''}{e.stderr or ''}")
         if r.returncode != 0:
@@ -368,6 +384,53 @@ def run_snippet(snippet: Snippet, root: Path, timeout=300):
         return r
     finally:
         servers.stop()
+
+
+class _Zygote:
+    """docs_zygote.py, started once per test process: a Python block runs in
+    a process forked from it, torch and nostall already imported (seconds a
+    block saved), and otherwise as `python snippet.py` runs it."""
+
+    def __init__(self):
+        self.proc = None
+
+    def _start(self):
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", JE_ARROW_MALLOC_CONF="background_thread:false")
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "docs_zygote.py")],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+    def _read(self, deadline):
+        import select
+
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not select.select([self.proc.stdout], [], [], left)[0]:
+            return None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"docs_zygote.py ended (status {self.proc.wait()})")
+        return json.loads(line)
+
+    def run(self, script, root: Path, env: dict, timeout: float):
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        out, err = root / "snippet.stdout", root / "snippet.stderr"
+        self.proc.stdin.write(json.dumps({"script": str(script), "cwd": str(root), "env": env,
+                                          "out": str(out), "err": str(err)}) + "\n")
+        self.proc.stdin.flush()
+        pid = self._read(None)["pid"]
+        done = self._read(time.monotonic() + timeout)
+        if done is None:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._read(None)
+            raise subprocess.TimeoutExpired(script, timeout, out.read_text(), err.read_text())
+        return subprocess.CompletedProcess([sys.executable, script], done["status"],
+                                           out.read_text(), err.read_text())
+
+
+_ZYGOTE = _Zygote()
 
 
 def _run_until_sigterm(snippet, code, argv, root, env, ready, timeout):

@@ -71,6 +71,32 @@ def test_a_broken_python_block_fails_naming_its_place(workspace, tmp_path):
         run_snippet(broken, workspace)
 
 
+def test_a_block_after_the_previous_one_runs_it_first_wherever_it_runs(tmp_path):
+    # pytest-xdist may run two blocks of one page on two workers, each with
+    # its own workspace: a block that reads what the one before it wrote
+    # says so, and its test runs that block first.
+    writes, reads, alone = _broken_doc(tmp_path, """\
+        ```python
+        open("made.txt", "w").write("made")
+        ```
+
+        <!--pytest.mark.after_previous-->
+        ```sh
+        test "$(cat made.txt)" = made
+        ```
+
+        ```sh
+        cat made.txt
+        ```
+        """)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    run_snippet(reads, tmp_path / "a")  # a workspace where nothing ran before
+    assert (tmp_path / "a" / "made.txt").read_text() == "made"
+    with pytest.raises(SnippetFailed, match="made.txt: No such file"):
+        run_snippet(alone, tmp_path / "b")
+
+
 def test_a_broken_shell_block_and_an_unlabelled_block_fail(workspace, tmp_path):
     sh, unlabelled = _broken_doc(tmp_path, """\
         ```sh
