@@ -192,7 +192,7 @@ fuzz: .make/venv .make/clang
 
 fuzz-smoke: .make/venv .make/clang
 	$(ASAN_TREE)
-	PATH=$(CURDIR)/$(BIN):$$PATH FUZZ_SECONDS=10 FUZZ_BUILD=build/asan fuzz/run.sh
+	PATH=$(CURDIR)/$(BIN):$$PATH FUZZ_SECONDS=6 FUZZ_BUILD=build/asan fuzz/run.sh
 
 bench: install
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/cmake -S . -B build/bench -G Ninja \
