@@ -54,6 +54,12 @@ Status CheckTransformList(const std::vector<ListEntry>& list, DType dtype, int c
       case OpRole::kGeometry:
       case OpRole::kBoxes:
         break;
+      case OpRole::kAudioDecode:
+      case OpRole::kWaveform:
+      case OpRole::kFeatures:
+      case OpRole::kSpectrum:
+        return InvalidArgument(at + schema.name + " is an audio transform: give it in the "
+                               "spec's \"audio\" list (transforms={\"audio\": [...]})");
     }
     if (t != nullptr && t->kind == TransformKind::kOp) {
       NOSTALL_RETURN_IF_ERROR(CheckOp(*t, at, dtype, channels));

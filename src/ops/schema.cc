@@ -96,6 +96,16 @@ ArgSchema Ignored(ArgSchema arg) {
   return arg;
 }
 
+ArgSchema Nullable(ArgSchema arg) {
+  arg.nullable = true;
+  return arg;
+}
+
+ArgSchema Default(ArgSchema arg, json def) {
+  arg.def = std::move(def);
+  return arg;
+}
+
 const std::vector<OpSchema>& TransformSchemas() {
   static const std::vector<OpSchema> all = [] {
     std::vector<OpSchema> v = GeometrySchemas();
@@ -140,19 +150,26 @@ const char* OpRoleName(OpRole role) {
     case OpRole::kNormalize: return "normalize";
     case OpRole::kTensor: return "tensor";
     case OpRole::kBoxes: return "boxes";
+    case OpRole::kAudioDecode: return "decode";
+    case OpRole::kWaveform: return "waveform";
+    case OpRole::kFeatures: return "features";
+    case OpRole::kSpectrum: return "spectrum";
   }
   return "?";
 }
 
-std::string TransformSchemasJson() {
+std::string TransformSchemasJson() { return SchemasJson(TransformSchemas()); }
+
+std::string SchemasJson(const std::vector<OpSchema>& schemas) {
   json out = json::array();
-  for (const OpSchema& s : TransformSchemas()) {
+  for (const OpSchema& s : schemas) {
     json args = json::array();
     for (const ArgSchema& a : s.args) {
       args.push_back({{"name", a.name}, {"type", TypeName(a.type)}, {"default", a.def},
                       {"required", a.required}, {"lo", Bound(a.lo)}, {"hi", Bound(a.hi)},
                       {"choices", a.choices}, {"py", a.py}, {"doc", a.doc},
-                      {"accepted_only", a.accepted_only}, {"ignored", a.ignored}});
+                      {"accepted_only", a.accepted_only}, {"ignored", a.ignored},
+                      {"nullable", a.nullable}});
     }
     out.push_back({{"name", s.name}, {"doc", s.doc}, {"args", args}, {"role", OpRoleName(s.role)},
                    {"moves_pixels", s.moves_pixels}, {"needs_boxes", s.needs_boxes}});

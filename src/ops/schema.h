@@ -46,6 +46,9 @@ struct ArgSchema {
   // changes nothing (e.g. inplace: batches are written once); not written
   // back to the spec.
   bool ignored = false;
+  // None (null) is a value of its own, kept as given (MFCC's norm=None: no
+  // normalisation), where the default is another.
+  bool nullable = false;
 };
 
 // Where a transform works. Declared once, in its schema, and read by every
@@ -57,6 +60,12 @@ enum class OpRole {
   kNormalize,  // the pixels to the normalised float32 tensor
   kTensor,     // on the laid-out tensor, after Normalize (RandomErasing)
   kBoxes,      // on the boxes alone (SanitizeBoundingBoxes, ClampBoundingBoxes)
+  // Audio (src/audio): how files are decoded; on the waveform; a waveform to
+  // a spectrogram (features); on a spectrogram.
+  kAudioDecode,
+  kWaveform,
+  kFeatures,
+  kSpectrum,
 };
 const char* OpRoleName(OpRole role);
 
@@ -89,15 +98,22 @@ ArgSchema AnyArg(std::string name, nlohmann::json def, std::string py, std::stri
 ArgSchema Required(ArgSchema arg);
 ArgSchema AcceptedOnly(ArgSchema arg);
 ArgSchema Ignored(ArgSchema arg);
+// `arg` with None a value of its own (ArgSchema::nullable).
+ArgSchema Nullable(ArgSchema arg);
+// `arg` with another default (a JSON value: a pair, null).
+ArgSchema Default(ArgSchema arg, nlohmann::json def);
 
 // Every transform a spec takes: the geometry and Normalize, then the ops of
 // the registry (NOSTALL_IMAGE_OPS), in order.
 const std::vector<OpSchema>& TransformSchemas();
 const OpSchema* FindTransformSchema(const std::string& name);
 // [{"name", "doc", "args": [{"name", "type", "default", "required", "lo",
-// "hi", "choices", "py", "doc", "accepted_only", "ignored"}]}]: what the generator
+// "hi", "choices", "py", "doc", "accepted_only", "ignored", "nullable"}], "role",
+// "moves_pixels", "needs_boxes"}]: what the generator
 // reads.
 std::string TransformSchemasJson();
+// The same, of any list of schemas (the audio transforms': src/audio).
+std::string SchemasJson(const std::vector<OpSchema>& schemas);
 
 }  // namespace nostall
 
