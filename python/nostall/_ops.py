@@ -150,7 +150,7 @@ class RandomIoUCrop(_Op):
             height
         sampler_options (Sequence[float] | None; default None): the minimum IoUs drawn from
             (None: [0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0])
-        trials (int; default 40, in [1.0, 100000.0]): crops tried per drawn IoU
+        trials (int; default 40, in [1, 100000]): crops tried per drawn IoU
     """
 
     def __init__(
@@ -230,7 +230,7 @@ class Grayscale(_Op):
     """Gray as PIL's convert("L") (0.299 R + 0.587 G + 0.114 B).
 
     Args:
-        num_output_channels (int; default 1, in [1.0, 3.0]): 1 (load with mode="L") or 3 (RGB
+        num_output_channels (int; default 1, in [1, 3]): 1 (load with mode="L") or 3 (RGB
             batches, the gray value in each channel)
     """
 
@@ -299,7 +299,7 @@ class TrivialAugmentWide(_Op):
     """One of torchvision's TrivialAugmentWide ops per sample, at a magnitude drawn from the grid.
 
     Args:
-        num_magnitude_bins (int; default 31, in [2.0, 1000.0]): the magnitudes' grid
+        num_magnitude_bins (int; default 31, in [2, 1000]): the magnitudes' grid
         interpolation (str; default 'nearest', one of 'nearest', 'bilinear'): NEAREST (the
             default) or BILINEAR, for the geometric ops
         fill (float | Sequence[float] | None; default None): the area a geometric op uncovers: a
@@ -323,9 +323,9 @@ class RandAugment(_Op):
     """num_ops ops drawn per sample from torchvision's RandAugment list.
 
     Args:
-        num_ops (int; default 2, in [0.0, 100.0]): ops per sample
-        magnitude (int; default 9, in [0.0, 999.0]): the magnitude, below num_magnitude_bins
-        num_magnitude_bins (int; default 31, in [2.0, 1000.0]): the magnitudes' grid
+        num_ops (int; default 2, in [0, 100]): ops per sample
+        magnitude (int; default 9, in [0, 999]): the magnitude, below num_magnitude_bins
+        num_magnitude_bins (int; default 31, in [2, 1000]): the magnitudes' grid
         interpolation (str; default 'nearest', one of 'nearest', 'bilinear'): NEAREST (the
             default) or BILINEAR, for the geometric ops
         fill (float | Sequence[float] | None; default None): the area a geometric op uncovers: a
@@ -470,7 +470,7 @@ class RandomPosterize(_Op):
     """With probability p, keep only the top bits of each channel.
 
     Args:
-        bits (int; required, in [0.0, 8.0]): the bits kept, 0-8
+        bits (int; required, in [0, 8]): the bits kept, 0-8
         p (float; default 0.5, in [0.0, 1.0]): the probability it is applied
     """
 

@@ -85,3 +85,43 @@ class _Op(Transform):
 
     def to_dict(self):
         return dict(self._resolved)
+
+
+def _audio_plain(v):
+    """An audio argument as JSON holds it: paths as strings, tuples as lists."""
+    import os
+
+    if isinstance(v, os.PathLike):
+        return os.fspath(v)
+    if isinstance(v, (tuple, list)):
+        return [_audio_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _audio_plain(x) for k, x in v.items()}
+    if type(v).__module__ == "numpy" and hasattr(v, "item"):
+        return v.item()
+    return v
+
+
+class AudioTransform:
+    """An audio transform: its arguments, as the spec's ``audio`` list holds them.
+
+    The classes (``nostall.audio``) are generated from the C++ schemas
+    (src/audio/schemas.cc), where the arguments are checked when a loader, or
+    ``nostall.audio.check``, reads the list.
+    """
+
+    def __init__(self, **args):
+        self._args = {k: _audio_plain(v) for k, v in args.items()}
+
+    def to_dict(self) -> dict:
+        """The spec entry: ``{"type": name, argument: value, ...}``."""
+        return {"type": type(self).__name__, **self._args}
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self._args.items())
+        return f"{type(self).__name__}({args})"
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"{type(self).__name__} is run by the loader's C++ threads; pass it in "
+                        "transforms={'audio': [...]}, or run a list on one file with "
+                        "nostall.audio.apply")

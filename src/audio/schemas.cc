@@ -52,12 +52,16 @@ std::vector<ArgSchema> StftArgs(bool mel) {
   return v;
 }
 
+// torchaudio's MelSpectrogram's arguments, in its order.
 std::vector<ArgSchema> MelArgs() {
-  std::vector<ArgSchema> v = {RateArg("the audio's rate (None: the rate the list fixes there; given, it must agree).")};
-  for (ArgSchema& a : StftArgs(true)) v.push_back(std::move(a));
-  v.push_back(FloatArg("f_min", 0.0, 0.0, kInf, "lowest frequency."));
-  v.push_back(OptionalFloat("f_max", 0.0, kInf, "highest frequency (None: sample_rate // 2)."));
-  v.push_back(IntArg("n_mels", 128, 1, 4096, "mel bands."));
+  std::vector<ArgSchema> stft = StftArgs(true);  // n_fft, win, hop, pad, power, normalized, center, pad_mode, onesided
+  std::vector<ArgSchema> v = {RateArg("the audio's rate (None: the rate the list fixes there; given, it must agree)."),
+                              stft[0], stft[1], stft[2],
+                              FloatArg("f_min", 0.0, 0.0, kInf, "lowest frequency."),
+                              OptionalFloat("f_max", 0.0, kInf, "highest frequency (None: sample_rate // 2)."),
+                              stft[3],
+                              IntArg("n_mels", 128, 1, 4096, "mel bands.")};
+  for (size_t i = 4; i < stft.size(); ++i) v.push_back(stft[i]);
   v.push_back(Default(ChoiceArg("norm", "", {"slaney"}, "None or \"slaney\" (area normalisation of the bands)."),
                       nullptr));
   v.push_back(ChoiceArg("mel_scale", "htk", {"htk", "slaney"}, "\"htk\" or \"slaney\"."));

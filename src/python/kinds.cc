@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "annotations/targets.h"
+#include "audio/ops.h"
 #include "audio/pipeline.h"
 #include "detect/detect.h"
 #include "nostall/transforms.h"
@@ -148,6 +149,7 @@ void BindAudio(nb::module_& m) {
     RaiseIfError(st);
     return Owned(std::move(v), {static_cast<size_t>(mono ? 1 : info.channels), static_cast<size_t>(count)});
   });
+  m.def("audio_schemas", &audio::AudioSchemasJson);
   m.def("audio_check", [](const std::string& list_json, bool fixed) {
     auto spec = AudioSpecOf(list_json, fixed);
     return std::make_tuple(spec->ToJson().dump(), spec->Shape());

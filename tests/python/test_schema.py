@@ -11,10 +11,12 @@ import pytest
 
 import nostall
 from nostall import _nostall
+from nostall import audio
 from nostall import transforms as T
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = json.loads(_nostall.transform_schemas())
+AUDIO = json.loads(_nostall.audio_schemas())
 
 
 def test_the_generated_classes_and_docs_are_current():
@@ -23,9 +25,11 @@ def test_the_generated_classes_and_docs_are_current():
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("schema", SCHEMAS, ids=[s["name"] for s in SCHEMAS])
-def test_each_class_has_its_schemas_signature_and_doc(schema):
-    cls = getattr(T, schema["name"])
+@pytest.mark.parametrize("module, schema, doc", [(T, s, "transforms.md") for s in SCHEMAS] +
+                         [(audio, s, "audio.md") for s in AUDIO],
+                         ids=[s["name"] for s in SCHEMAS] + ["audio." + s["name"] for s in AUDIO])
+def test_each_class_has_its_schemas_signature_and_doc(module, schema, doc):
+    cls = getattr(module, schema["name"])
     params = list(inspect.signature(cls).parameters.values())
     assert [p.name for p in params] == [a["name"] for a in schema["args"]]
     for p, a in zip(params, schema["args"]):
@@ -37,7 +41,7 @@ def test_each_class_has_its_schemas_signature_and_doc(schema):
         assert a["name"] in cls.__doc__ and a["doc"].split()[0] in cls.__doc__
     assert cls.__doc__.startswith(schema["doc"].split(".")[0][:40])
     # The docs table names every argument of it.
-    table = (ROOT / "docs" / "transforms.md").read_text().split("## Arguments", 1)[1]
+    table = (ROOT / "docs" / doc).read_text().split("# Arguments", 1)[1]
     assert f"**{schema['name']}**" in table
     for a in schema["args"]:
         assert f"`{a['name']}`" in table
@@ -80,3 +84,17 @@ def test_classes_hold_their_arguments_resolved():
     assert T.RandomErasing(inplace=True).to_dict()["p"] == 0.5  # accepted, changes nothing
     with pytest.raises(AttributeError, match="no argument 'sigma'"):
         T.RandomHorizontalFlip().sigma
+
+
+def test_an_audio_transform_has_one_default_for_python_and_a_spec_written_by_hand():
+    # Gain's and AddNoise's ranges were defaults in Python but required in a
+    # spec; from one schema, both have them.
+    def by_hand(entries):  # what a loader does with a spec's "audio" list
+        return json.loads(_nostall.audio_check(json.dumps(entries), False)[0])
+
+    assert by_hand([{"type": "Gain"}])[1] == {"type": "Gain", "gain_db": [-6.0, 6.0]}
+    assert by_hand([{"type": "Gain"}]) == audio.check([audio.Gain()], fixed=False)[0]
+    with pytest.raises(ValueError, match=r"audio\[0\] Gain: unknown argument 'gain'.*it takes gain_db"):
+        by_hand([{"type": "Gain", "gain": 3}])
+    with pytest.raises(ValueError, match=r"audio\[1\] Gain: works on a waveform"):
+        audio.check([audio.Spectrogram(), audio.Gain()], fixed=False)
