@@ -201,29 +201,14 @@ def _parts(b):
     return parts + [("prep_stall", "prep stall"), ("fetch_stall", "fetch stall")]
 
 
-def render_table(r) -> str:
-    prof = r["profile"]
-    m = prof["measured"]
-    run = r.get("run", {})
-    b = r["breakdown"]
-    t_cold = 1.0 / prof["cold_rate"] if prof["cold_rate"] else 0.0
-    total_ms = 1e3 * max(t_cold, 1.0 / prof["step_rate"] + prof.get("loop_overhead", 0.0))
-    out = []
-    out.append(f"nostall analyze: {run.get('source', '?')} "
-               f"({run.get('items', '?'):,} of {run.get('dataset_items', '?'):,} items sampled; "
-               f"batch {run.get('batch_size', '?')}; {m['cores']:.0f} cores)")
-    out.append("")
-    out.append("where the time goes (per sample, storage cold)")
-    for key, name in _parts(b):
-        out.append(f"  {name:<22} {b[key] * total_ms:8.3f} ms  {b[key]:6.1%}")
-    pred = r["predicted"]
-    out.append(f"bottleneck: {_bottleneck_line(r)}")
-    out.append("")
-    out.append(f"{'measured':<30} {'samples/s':>10} {'model':>10} {'uncalibrated':>13}")
+def _measured_lines(r) -> list:
+    """The measured rates beside the model's: the step alone, in the loop, cached, cold."""
+    prof, pred, m = r["profile"], r["predicted"], r["profile"]["measured"]
+    out = [f"{'measured':<30} {'samples/s':>10} {'model':>10} {'uncalibrated':>13}"]
     threads = prof.get("step_threads", 1)
     alone = "step alone (G)" + (f", {threads} threads" if threads > 1 else "")
     out.append(f"  {alone:<28} {prof['step_rate']:10,.0f}")
-    loop = r["predicted"]["limits"]["compute"]
+    loop = pred["limits"]["compute"]
     if loop is not None and loop < prof["step_rate"] * 0.995:
         out.append(f"  {'step in the loop, no stall':<28} {'':>10} {loop:10,.0f}"
                    f"   (+{prof['loop_overhead'] * 1e3:.3f} ms per sample taking batches)")
@@ -233,16 +218,12 @@ def render_table(r) -> str:
                    f"{chk.get('uncalibrated', chk['model']):13,.0f}")
     out.append(f"  {'predicted as configured':<28} {'':>10} {pred['rate']:10,.0f}"
                f"   (cache {m['cache_fraction']:.0%})")
-    out.append("")
-    out.append(f"per sample: prep {prof['prep_cpu'] * 1e3:.2f} ms CPU; fetch "
-               f"{prof['fetch_cpu_miss'] * 1e3:.3f} ms CPU from storage, "
-               f"{prof['fetch_cpu_hit'] * 1e3:.3f} ms from cache; step "
-               f"{prof['step_cpu'] * 1e3:.3f} ms CPU; {_bytes(prof['item_bytes'])} encoded")
-    out.append(f"storage: {_bw(m['bandwidth'])}, {m['latency_s'] * 1e3:.2f} ms per read, "
-               f"{_reads_words(r)}; dataset {_bytes(prof['dataset_bytes'])}")
-    out.append("")
-    out.append("what if (predicted samples/s per job; bottleneck initial: c/p/f)")
-    curves = r["curves"]
+    return out
+
+
+def _what_if_lines(curves) -> list:
+    """The what-if curves, a row each: x:rate and the bottleneck's initial."""
+    out = ["what if (predicted samples/s per job; bottleneck initial: c/p/f)"]
 
     def row(label, points, fmt):
         cells = [f"{fmt(p['x'])}:{p['rate']:,.0f}{p['bottleneck'][0]}" for p in points]
@@ -262,14 +243,41 @@ def render_table(r) -> str:
     if "cache_nodes" in curves:
         nodes = curves["cache_nodes"]
         per = nodes[0]["hit_rate"]
-        out.append(f"  nodes      " + "  ".join(
+        out.append("  nodes      " + "  ".join(
             f"{p['x']:.0f}:{p['rate']:,.0f}{p['bottleneck'][0]}" for p in nodes)
             + f"   (a cache of {per:.0%} per node pooled across N nodes: hit rate "
             "min(1, N x that), peers over a 10 Gb/s network)")
-    jobs = curves["jobs"]
     out.append("  jobs       " + "  ".join(
-        f"{p['x']}:{p['shared']:,.0f}/{p['independent']:,.0f}" for p in jobs)
+        f"{p['x']}:{p['shared']:,.0f}/{p['independent']:,.0f}" for p in curves["jobs"])
         + "   (shared pipeline / one loader each)")
+    return out
+
+
+def render_table(r) -> str:
+    prof = r["profile"]
+    m = prof["measured"]
+    run = r.get("run", {})
+    b = r["breakdown"]
+    t_cold = 1.0 / prof["cold_rate"] if prof["cold_rate"] else 0.0
+    total_ms = 1e3 * max(t_cold, 1.0 / prof["step_rate"] + prof.get("loop_overhead", 0.0))
+    out = [f"nostall analyze: {run.get('source', '?')} "
+           f"({run.get('items', '?'):,} of {run.get('dataset_items', '?'):,} items sampled; "
+           f"batch {run.get('batch_size', '?')}; {m['cores']:.0f} cores)", "",
+           "where the time goes (per sample, storage cold)"]
+    for key, name in _parts(b):
+        out.append(f"  {name:<22} {b[key] * total_ms:8.3f} ms  {b[key]:6.1%}")
+    out.append(f"bottleneck: {_bottleneck_line(r)}")
+    out.append("")
+    out += _measured_lines(r)
+    out.append("")
+    out.append(f"per sample: prep {prof['prep_cpu'] * 1e3:.2f} ms CPU; fetch "
+               f"{prof['fetch_cpu_miss'] * 1e3:.3f} ms CPU from storage, "
+               f"{prof['fetch_cpu_hit'] * 1e3:.3f} ms from cache; step "
+               f"{prof['step_cpu'] * 1e3:.3f} ms CPU; {_bytes(prof['item_bytes'])} encoded")
+    out.append(f"storage: {_bw(m['bandwidth'])}, {m['latency_s'] * 1e3:.2f} ms per read, "
+               f"{_reads_words(r)}; dataset {_bytes(prof['dataset_bytes'])}")
+    out.append("")
+    out += _what_if_lines(r["curves"])
     out.append("")
     out.append("what removes the stall:")
     for line in _recommendation_lines(r):
@@ -394,32 +402,8 @@ ul{margin:6px 0}code{background:#f2f2f2;padding:1px 4px}
 """
 
 
-def render_html(r) -> str:
-    e = html.escape
-    prof = r["profile"]
-    m = prof["measured"]
-    run = r.get("run", {})
-    g = r["predicted"]["limits"]["compute"] or prof["step_rate"]
-    curves = r["curves"]
-    pred = r["predicted"]
-    chk = r["check"]
-    rows = [("step alone, in-memory batches (G)", prof["step_rate"], None, None),
-            ("step in the training loop, no stall (loop overhead "
-             f"{prof.get('loop_overhead', 0) * 1e3:.3f} ms per sample)", None, g, None),
-            ("real data, all cached", prof["cached_rate"], chk["cached"]["model"],
-             chk["cached"].get("uncalibrated")),
-            ("real data, cold storage", prof["cold_rate"], chk["cold"]["model"],
-             chk["cold"].get("uncalibrated")),
-            (f"as configured (cache {m['cache_fraction']:.0%})", None, pred["rate"], None)]
-
-    def cell(x):
-        return "" if x is None else f"{x:,.0f}"
-
-    table = "".join(
-        f"<tr><td>{e(name)}</td><td>{cell(meas)}</td><td>{cell(model)}</td><td>{cell(raw)}</td></tr>"
-        for name, meas, model, raw in rows)
-    words = _bottleneck_line(r)
-    limit = e(words[len(_BOTTLENECK_WORDS[r["bottleneck"]]):])
+def _charts(curves, g) -> list:
+    """The what-if curves drawn, one SVG chart each; g: the step's rate."""
     charts = [
         _svg_chart("vs cache size (MinIO)", curves["cache_fraction"], "fraction of dataset cached",
                    lambda x: f"{x:.0%}", g),
@@ -447,6 +431,36 @@ def render_html(r) -> str:
         charts.append(_svg_chart("vs the step's own threads (torch.set_num_threads)",
                                  curves["step_threads"], "intra-op threads of the step",
                                  lambda x: f"{x:.0f}", g))
+    return charts
+
+
+def render_html(r) -> str:
+    e = html.escape
+    prof = r["profile"]
+    m = prof["measured"]
+    run = r.get("run", {})
+    g = r["predicted"]["limits"]["compute"] or prof["step_rate"]
+    curves = r["curves"]
+    pred = r["predicted"]
+    chk = r["check"]
+    rows = [("step alone, in-memory batches (G)", prof["step_rate"], None, None),
+            ("step in the training loop, no stall (loop overhead "
+             f"{prof.get('loop_overhead', 0) * 1e3:.3f} ms per sample)", None, g, None),
+            ("real data, all cached", prof["cached_rate"], chk["cached"]["model"],
+             chk["cached"].get("uncalibrated")),
+            ("real data, cold storage", prof["cold_rate"], chk["cold"]["model"],
+             chk["cold"].get("uncalibrated")),
+            (f"as configured (cache {m['cache_fraction']:.0%})", None, pred["rate"], None)]
+
+    def cell(x):
+        return "" if x is None else f"{x:,.0f}"
+
+    table = "".join(
+        f"<tr><td>{e(name)}</td><td>{cell(meas)}</td><td>{cell(model)}</td><td>{cell(raw)}</td></tr>"
+        for name, meas, model, raw in rows)
+    words = _bottleneck_line(r)
+    limit = e(words[len(_BOTTLENECK_WORDS[r["bottleneck"]]):])
+    charts = _charts(curves, g)
     rec = "".join(f"<li>{e(line)}</li>" for line in _recommendation_lines(r))
     notes = "".join(f"<li>{e(n)}</li>" for n in disagreement_notes(r) + run.get("notes", []))
     key = "".join(f'<span style="background:{c}"></span>{e(n)}-bound' for n, c in _COLORS.items())

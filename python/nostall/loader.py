@@ -19,6 +19,22 @@ from .records import Records
 from .transforms import Transform
 
 
+
+def _attach_core(name, batch_size, on_producer_exit, producer_timeout, spec, wait, output):
+    """The C++ consumer of the shared loader `name` (Loader.attach's arguments checked)."""
+    if on_producer_exit not in ("raise", "private"):
+        raise ValueError(f'on_producer_exit must be "raise" or "private", not {on_producer_exit!r}')
+    batch_size = _integer("batch_size", batch_size)  # C++ checks its range
+    expect, expect_spec = 0, ""
+    if spec is not None:
+        spec = spec.spec if isinstance(spec, Loader) else spec
+        expect_spec = spec if isinstance(spec, str) else json.dumps(spec)
+        expect = _nostall.spec_fingerprint(expect_spec)
+    if output == "torch":
+        import torch  # noqa: F401  (before attaching: its import takes a while)
+    return _nostall.Loader.attach(name, batch_size, float(producer_timeout),
+                                  on_producer_exit == "private", expect, float(wait), expect_spec)
+
 class Loader(Closeable):
     """Loads, decodes, augments and batches images with C++ threads.
 
@@ -325,18 +341,7 @@ class Loader(Closeable):
         next epoch. ``state_dict()`` / ``load_state_dict()`` resume a consumer
         mid-epoch (in a new process too): the same batches, in the same order.
         """
-        if on_producer_exit not in ("raise", "private"):
-            raise ValueError(f'on_producer_exit must be "raise" or "private", not {on_producer_exit!r}')
-        batch_size = _integer("batch_size", batch_size)  # C++ checks its range
-        expect, expect_spec = 0, ""
-        if spec is not None:
-            spec = spec.spec if isinstance(spec, Loader) else spec
-            expect_spec = spec if isinstance(spec, str) else json.dumps(spec)
-            expect = _nostall.spec_fingerprint(expect_spec)
-        if output == "torch":
-            import torch  # noqa: F401  (before attaching: its import takes a while)
-        core = _nostall.Loader.attach(name, batch_size, float(producer_timeout),
-                                      on_producer_exit == "private", expect, float(wait), expect_spec)
+        core = _attach_core(name, batch_size, on_producer_exit, producer_timeout, spec, wait, output)
         self = cls.__new__(cls)
         if copy is None:  # (a pinned or device copy is the consumer's own already)
             copy = output == "torch" and not pin_memory and device in (None, "cpu")

@@ -139,6 +139,55 @@ Status AddAnnotation(const json& a, const CocoOptions& options,
   return Status::OK();
 }
 
+// One element of "images": its id, file name (inside the image folder) and size.
+Status ImageFromJson(const json& obj, int64_t id, CocoImage* img) {
+  img->id = id;
+  const auto file = obj.find("file_name");
+  if (file == obj.end() || !file->is_string() || file->get<std::string>().empty()) {
+    return DataError(Named("image", obj) + ": \"file_name\" must be a non-empty string");
+  }
+  img->file_name = file->get<std::string>();
+  const std::string& f = img->file_name;
+  if (f.find('\0') != std::string::npos || f[0] == '/' || f == ".." || f.rfind("../", 0) == 0 ||
+      f.find("/../") != std::string::npos) {
+    return DataError(Named("image", obj) + ": file_name \"" + f + "\" leads out of the image folder");
+  }
+  for (const char* k : {"width", "height"}) {
+    const auto v = obj.find(k);
+    if (v != obj.end() && (!v->is_number_unsigned() || v->get<uint64_t>() > (1u << 20))) {
+      return DataError(Named("image", obj) + ": \"" + k + "\" must be a pixel count");
+    }
+    if (v != obj.end()) (k[0] == 'w' ? img->width : img->height) = v->get<uint32_t>();
+  }
+  return Status::OK();
+}
+
+// The images sorted by id, each with its record of annotations; the ones
+// without any dropped unless kept.
+void Finish(std::unordered_map<int64_t, Pending>& pending, const CocoOptions& options, CocoTable* table) {
+  std::sort(table->images.begin(), table->images.end(),
+            [](const CocoImage& a, const CocoImage& b) { return a.id < b.id; });
+  std::sort(table->categories.begin(), table->categories.end());
+  std::vector<CocoImage> kept;
+  kept.reserve(table->images.size());
+  for (CocoImage& img : table->images) {
+    const auto it = pending.find(img.id);
+    Pending empty;
+    const Pending& p = it == pending.end() ? empty : it->second;
+    if (p.count == 0 && !options.keep_empty) {
+      ++table->dropped_empty;
+      continue;
+    }
+    std::string rec = RecordHeader(p.count, img.width, img.height);
+    rec += p.boxes;
+    rec += p.segs;
+    img.record = std::move(rec);
+    img.count = p.count;
+    kept.push_back(std::move(img));
+  }
+  table->images = std::move(kept);
+}
+
 Result<CocoTable> Parse(const char* begin, const char* end, const CocoOptions& options,
                         const std::string& name) {
   CocoTable table;
@@ -167,25 +216,7 @@ Result<CocoTable> Parse(const char* begin, const char* end, const CocoOptions& o
       return Status::OK();
     }
     CocoImage img;
-    img.id = id->get<int64_t>();
-    const auto file = obj.find("file_name");
-    if (file == obj.end() || !file->is_string() || file->get<std::string>().empty()) {
-      return DataError(Named("image", obj) + ": \"file_name\" must be a non-empty string");
-    }
-    img.file_name = file->get<std::string>();
-    if (img.file_name.find('\0') != std::string::npos || img.file_name[0] == '/' ||
-        img.file_name == ".." || img.file_name.rfind("../", 0) == 0 ||
-        img.file_name.find("/../") != std::string::npos) {
-      return DataError(Named("image", obj) + ": file_name \"" + img.file_name +
-                       "\" leads out of the image folder");
-    }
-    for (const char* k : {"width", "height"}) {
-      const auto v = obj.find(k);
-      if (v != obj.end() && (!v->is_number_unsigned() || v->get<uint64_t>() > (1u << 20))) {
-        return DataError(Named("image", obj) + ": \"" + k + "\" must be a pixel count");
-      }
-      if (v != obj.end()) (k[0] == 'w' ? img.width : img.height) = v->get<uint32_t>();
-    }
+    NOSTALL_RETURN_IF_ERROR(ImageFromJson(obj, id->get<int64_t>(), &img));
     if (!image_at.emplace(img.id, table.images.size()).second) {
       return DataError(Named("image", obj) + " is listed twice");
     }
@@ -204,27 +235,7 @@ Result<CocoTable> Parse(const char* begin, const char* end, const CocoOptions& o
                        ", which \"images\" does not list");
     }
   }
-  std::sort(table.images.begin(), table.images.end(),
-            [](const CocoImage& a, const CocoImage& b) { return a.id < b.id; });
-  std::sort(table.categories.begin(), table.categories.end());
-  std::vector<CocoImage> kept;
-  kept.reserve(table.images.size());
-  for (CocoImage& img : table.images) {
-    const auto it = pending.find(img.id);
-    Pending empty;
-    const Pending& p = it == pending.end() ? empty : it->second;
-    if (p.count == 0 && !options.keep_empty) {
-      ++table.dropped_empty;
-      continue;
-    }
-    std::string rec = RecordHeader(p.count, img.width, img.height);
-    rec += p.boxes;
-    rec += p.segs;
-    img.record = std::move(rec);
-    img.count = p.count;
-    kept.push_back(std::move(img));
-  }
-  table.images = std::move(kept);
+  Finish(pending, options, &table);
   return table;
 }
 

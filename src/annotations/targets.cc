@@ -257,50 +257,60 @@ Status InstanceFromCoco(const nlohmann::json& a, bool with_segments, const std::
   return Status::OK();
 }
 
-Status ParseTargetsJson(const uint8_t* data, size_t size, bool with_segments, Targets* out) {
-  out->instances.clear();
-  nlohmann::json j = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return DataError("the annotations are not a JSON object");
-  auto dim = [&](const char* key, uint32_t* v) -> Status {
-    const auto it = j.find(key);
-    if (it == j.end()) return Status::OK();
-    if (!it->is_number_unsigned() || it->get<uint64_t>() > (1u << 20)) {
-      return DataError(std::string("annotations: \"") + key + "\" must be a pixel count");
-    }
-    *v = it->get<uint32_t>();
-    return Status::OK();
-  };
-  NOSTALL_RETURN_IF_ERROR(dim("width", &out->width));
-  NOSTALL_RETURN_IF_ERROR(dim("height", &out->height));
-  auto box_of = [](const nlohmann::json& b, float* box) {
-    if (!b.is_array() || b.size() != 4) return false;
-    for (int k = 0; k < 4; ++k) {
-      if (!b[k].is_number()) return false;
-      box[k] = static_cast<float>(b[k].get<double>());
-    }
-    return Finite(box);
-  };
-  if (const auto anns = j.find("annotations"); anns != j.end()) {
-    if (!anns->is_array()) return DataError("annotations: \"annotations\" must be a list");
-    if (anns->size() > kMaxAnnotations) {
-      return DataError(std::to_string(anns->size()) + " annotations, over the limit of " +
-                       std::to_string(kMaxAnnotations));
-    }
-    for (size_t i = 0; i < anns->size(); ++i) {
-      Instance inst;
-      NOSTALL_RETURN_IF_ERROR(InstanceFromCoco((*anns)[i], with_segments, Nth(i), &inst));
-      out->instances.push_back(std::move(inst));
-    }
-    return Status::OK();
+namespace {
+
+Status CheckCount(size_t n) {
+  if (n <= kMaxAnnotations) return Status::OK();
+  return DataError(std::to_string(n) + " annotations, over the limit of " + std::to_string(kMaxAnnotations));
+}
+
+// {"annotations": [COCO annotation, ...]}.
+Status CocoListFromJson(const nlohmann::json& anns, bool with_segments, Targets* out) {
+  if (!anns.is_array()) return DataError("annotations: \"annotations\" must be a list");
+  NOSTALL_RETURN_IF_ERROR(CheckCount(anns.size()));
+  for (size_t i = 0; i < anns.size(); ++i) {
+    Instance inst;
+    NOSTALL_RETURN_IF_ERROR(InstanceFromCoco(anns[i], with_segments, Nth(i), &inst));
+    out->instances.push_back(std::move(inst));
   }
-  const auto boxes = j.find("boxes");
-  if (boxes == j.end() || !boxes->is_array()) {
-    return DataError("the annotations JSON has neither \"annotations\" nor \"boxes\"");
+  return Status::OK();
+}
+
+// Box i, 4 finite numbers in `format`, as x1, y1, x2, y2.
+Status BoxFromJson(const nlohmann::json& j, BoxFormat format, size_t i, float box[4]) {
+  float b[4];
+  bool ok = j.is_array() && j.size() == 4;
+  for (int k = 0; ok && k < 4; ++k) {
+    ok = j[k].is_number();
+    if (ok) b[k] = static_cast<float>(j[k].get<double>());
   }
-  if (boxes->size() > kMaxAnnotations) {
-    return DataError(std::to_string(boxes->size()) + " annotations, over the limit of " +
-                     std::to_string(kMaxAnnotations));
+  if (!ok || !Finite(b)) return DataError("box #" + std::to_string(i) + " must be 4 finite numbers");
+  switch (format) {
+    case BoxFormat::kXYXY: std::copy(b, b + 4, box); break;
+    case BoxFormat::kXYWH: box[0] = b[0], box[1] = b[1], box[2] = b[0] + b[2], box[3] = b[1] + b[3]; break;
+    case BoxFormat::kCXCYWH:
+      box[0] = b[0] - b[2] / 2, box[1] = b[1] - b[3] / 2;
+      box[2] = b[0] + b[2] / 2, box[3] = b[1] + b[3] / 2;
+      break;
   }
+  if (!Finite(box)) return DataError("box #" + std::to_string(i) + ": its corners are beyond float32's range");
+  return Status::OK();
+}
+
+// A list beside "boxes" (labels, iscrowd, segmentation): absent, or one per box.
+Status Beside(const nlohmann::json& j, const char* key, size_t boxes, const nlohmann::json** out) {
+  const auto it = j.find(key);
+  *out = it == j.end() ? nullptr : &*it;
+  if (*out != nullptr && (!(*out)->is_array() || (*out)->size() != boxes)) {
+    return DataError(std::string("annotations: \"") + key + "\" must be a list as long as \"boxes\"");
+  }
+  return Status::OK();
+}
+
+// {"boxes": [[...], ...], "format", "labels", "iscrowd", "segmentation"}.
+Status BoxListFromJson(const nlohmann::json& j, const nlohmann::json& boxes, bool with_segments, Targets* out) {
+  if (!boxes.is_array()) return DataError("the annotations JSON has neither \"annotations\" nor \"boxes\"");
+  NOSTALL_RETURN_IF_ERROR(CheckCount(boxes.size()));
   BoxFormat format = BoxFormat::kXYXY;
   if (const auto f = j.find("format"); f != j.end()) {
     if (!f->is_string()) return DataError("annotations: \"format\" must be a string");
@@ -308,46 +318,42 @@ Status ParseTargetsJson(const uint8_t* data, size_t size, bool with_segments, Ta
     if (!r.ok()) return DataError("annotations: " + r.status().message());
     format = *r;
   }
-  const auto labels = j.find("labels");
-  if (labels != j.end() && (!labels->is_array() || labels->size() != boxes->size())) {
-    return DataError("annotations: \"labels\" must be a list as long as \"boxes\"");
-  }
-  const auto crowds = j.find("iscrowd");
-  if (crowds != j.end() && (!crowds->is_array() || crowds->size() != boxes->size())) {
-    return DataError("annotations: \"iscrowd\" must be a list as long as \"boxes\"");
-  }
-  const auto segs = j.find("segmentation");
-  if (with_segments && segs != j.end() && (!segs->is_array() || segs->size() != boxes->size())) {
-    return DataError("annotations: \"segmentation\" must be a list as long as \"boxes\"");
-  }
-  for (size_t i = 0; i < boxes->size(); ++i) {
+  const nlohmann::json *labels, *crowds, *segs = nullptr;
+  NOSTALL_RETURN_IF_ERROR(Beside(j, "labels", boxes.size(), &labels));
+  NOSTALL_RETURN_IF_ERROR(Beside(j, "iscrowd", boxes.size(), &crowds));
+  if (with_segments) NOSTALL_RETURN_IF_ERROR(Beside(j, "segmentation", boxes.size(), &segs));
+  for (size_t i = 0; i < boxes.size(); ++i) {
     Instance inst;
-    float b[4];
-    if (!box_of((*boxes)[i], b)) return DataError("box #" + std::to_string(i) + " must be 4 finite numbers");
-    switch (format) {
-      case BoxFormat::kXYXY: std::copy(b, b + 4, inst.box); break;
-      case BoxFormat::kXYWH:
-        inst.box[0] = b[0], inst.box[1] = b[1], inst.box[2] = b[0] + b[2], inst.box[3] = b[1] + b[3];
-        break;
-      case BoxFormat::kCXCYWH:
-        inst.box[0] = b[0] - b[2] / 2, inst.box[1] = b[1] - b[3] / 2;
-        inst.box[2] = b[0] + b[2] / 2, inst.box[3] = b[1] + b[3] / 2;
-        break;
-    }
-    if (!Finite(inst.box)) {
-      return DataError("box #" + std::to_string(i) + ": its corners are beyond float32's range");
-    }
-    if (labels != j.end()) {
-      NOSTALL_RETURN_IF_ERROR(LabelOf((*labels)[i], "label #" + std::to_string(i), &inst.label));
-    }
-    if (crowds != j.end()) inst.crowd = (*crowds)[i].is_number() && (*crowds)[i].get<double>() != 0;
-    if (with_segments && segs != j.end() && !(*segs)[i].is_null()) {
+    NOSTALL_RETURN_IF_ERROR(BoxFromJson(boxes[i], format, i, inst.box));
+    if (labels != nullptr) NOSTALL_RETURN_IF_ERROR(LabelOf((*labels)[i], "label #" + std::to_string(i), &inst.label));
+    if (crowds != nullptr) inst.crowd = (*crowds)[i].is_number() && (*crowds)[i].get<double>() != 0;
+    if (segs != nullptr && !(*segs)[i].is_null()) {
       NOSTALL_RETURN_IF_ERROR(SegmentFromJson((*segs)[i], Nth(i), &inst));
       NOSTALL_RETURN_IF_ERROR(CheckSegmentSizes(inst, Nth(i)));
     }
     out->instances.push_back(std::move(inst));
   }
   return Status::OK();
+}
+
+}  // namespace
+
+Status ParseTargetsJson(const uint8_t* data, size_t size, bool with_segments, Targets* out) {
+  out->instances.clear();
+  nlohmann::json j = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return DataError("the annotations are not a JSON object");
+  for (auto [key, v] : {std::pair{"width", &out->width}, std::pair{"height", &out->height}}) {
+    const auto it = j.find(key);
+    if (it == j.end()) continue;
+    if (!it->is_number_unsigned() || it->get<uint64_t>() > (1u << 20)) {
+      return DataError(std::string("annotations: \"") + key + "\" must be a pixel count");
+    }
+    *v = it->get<uint32_t>();
+  }
+  if (const auto anns = j.find("annotations"); anns != j.end()) return CocoListFromJson(*anns, with_segments, out);
+  const auto boxes = j.find("boxes");
+  if (boxes == j.end()) return DataError("the annotations JSON has neither \"annotations\" nor \"boxes\"");
+  return BoxListFromJson(j, *boxes, with_segments, out);
 }
 
 Status RunsFromString(const std::string& s, std::vector<uint32_t>* counts) {

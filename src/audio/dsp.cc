@@ -137,6 +137,44 @@ struct Stft::Plan {
 Stft::Stft() = default;
 Stft::~Stft() = default;
 
+namespace {
+
+// |X|^power of each frame's one-sided spectrum (`frames` rows of nfft/2 + 1),
+// time-major, `bins` a row (two-sided: the other half mirrors, a real
+// signal's conjugate symmetry).
+void PowerRows(const std::complex<float>* spectra, int64_t frames, int nfft, int bins, double power,
+               float scale2, float* rows) {
+  const int half = nfft / 2 + 1;
+  for (int64_t t = 0; t < frames; ++t) {
+    const std::complex<float>* c = spectra + t * half;
+    float* row = rows + t * bins;
+    for (int k = 0; k < half; ++k) row[k] = (c[k].real() * c[k].real() + c[k].imag() * c[k].imag()) * scale2;
+    for (int k = half; k < bins; ++k) row[k] = row[nfft - k];
+    if (power == 1.0) {
+      for (int k = 0; k < bins; ++k) row[k] = std::sqrt(row[k]);
+    } else if (power != 2.0) {
+      const float e = static_cast<float>(power / 2);
+      for (int k = 0; k < bins; ++k) row[k] = std::pow(row[k], e);
+    }
+  }
+}
+
+// frames x bins rows into bins x frames, in cache-sized blocks.
+void TransposeBlocks(const float* rows, int64_t frames, int bins, float* out) {
+  constexpr int64_t kBlock = 32;
+  for (int64_t t0 = 0; t0 < frames; t0 += kBlock) {
+    const int64_t t1 = std::min(frames, t0 + kBlock);
+    for (int64_t k0 = 0; k0 < bins; k0 += kBlock) {
+      const int64_t k1 = std::min<int64_t>(bins, k0 + kBlock);
+      for (int64_t k = k0; k < k1; ++k) {
+        for (int64_t t = t0; t < t1; ++t) out[k * frames + t] = rows[static_cast<size_t>(t * bins + k)];
+      }
+    }
+  }
+}
+
+}  // namespace
+
 Status Stft::Run(const StftParams& p, const float* x, int64_t n, float* out) {
   const int nfft = p.n_fft, win = p.win(), hop = p.hop();
   if (!plan_ || plan_->n_fft != nfft || plan_->win != win) {
@@ -178,8 +216,8 @@ Status Stft::Run(const StftParams& p, const float* x, int64_t n, float* out) {
     norm = static_cast<float>(1.0 / std::sqrt(e));
   }
   // Every frame windowed, then one batched real FFT (PocketFFT runs
-  // several frames per SIMD vector); |X|^power time-major, then transposed
-  // into bins x frames in blocks.
+  // several frames per SIMD vector); |X|^power time-major (PowerRows), then
+  // transposed into bins x frames in blocks.
   const int bins = p.bins();
   const int half = nfft / 2 + 1;
   pl.frames.resize(static_cast<size_t>(frames) * nfft);
@@ -195,30 +233,8 @@ Status Stft::Run(const StftParams& p, const float* x, int64_t n, float* out) {
                                        sizeof(std::complex<float>)};
   pocketfft::r2c(shape, in_stride, out_stride, 1, pocketfft::FORWARD, pl.frames.data(), pl.spectra.data(), 1.0f, 1);
   pl.power.resize(static_cast<size_t>(frames) * bins);
-  const float scale2 = norm * norm;
-  for (int64_t t = 0; t < frames; ++t) {
-    const std::complex<float>* c = pl.spectra.data() + t * half;
-    float* row = pl.power.data() + t * bins;
-    for (int k = 0; k < half; ++k) row[k] = (c[k].real() * c[k].real() + c[k].imag() * c[k].imag()) * scale2;
-    // Two-sided: the other half mirrors (a real signal's conjugate symmetry).
-    for (int k = half; k < bins; ++k) row[k] = row[nfft - k];
-    if (p.power == 1.0) {
-      for (int k = 0; k < bins; ++k) row[k] = std::sqrt(row[k]);
-    } else if (p.power != 2.0) {
-      const float e = static_cast<float>(p.power / 2);
-      for (int k = 0; k < bins; ++k) row[k] = std::pow(row[k], e);
-    }
-  }
-  constexpr int64_t kBlock = 32;
-  for (int64_t t0 = 0; t0 < frames; t0 += kBlock) {
-    const int64_t t1 = std::min(frames, t0 + kBlock);
-    for (int64_t k0 = 0; k0 < bins; k0 += kBlock) {
-      const int64_t k1 = std::min<int64_t>(bins, k0 + kBlock);
-      for (int64_t k = k0; k < k1; ++k) {
-        for (int64_t t = t0; t < t1; ++t) out[k * frames + t] = pl.power[static_cast<size_t>(t * bins + k)];
-      }
-    }
-  }
+  PowerRows(pl.spectra.data(), frames, nfft, bins, p.power, norm * norm, pl.power.data());
+  TransposeBlocks(pl.power.data(), frames, bins, out);
   return Status::OK();
 }
 

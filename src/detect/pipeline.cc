@@ -491,6 +491,21 @@ const uint8_t* OnCanvas(const Spec& spec, int first_geometry, bool pre_ops, cons
   return canvas.data();
 }
 
+// Whether pixel ops (not on the tensor) come before the first geometric step.
+bool PixelOpsBefore(const Spec& spec, int first_geometry) {
+  for (int i = 0; i < first_geometry; ++i) {
+    const Step& st = spec.steps[static_cast<size_t>(i)];
+    if (st.kind == StepKind::kPixelOp && !OnTensor(st.transform)) return true;
+  }
+  return false;
+}
+
+void FillPixels(uint8_t* out, size_t pixels, int c, const uint8_t fill[3]) {
+  for (size_t i = 0; i < pixels; ++i) {
+    for (int k = 0; k < c; ++k) out[i * c + k] = fill[k];
+  }
+}
+
 Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, size_t size, int width,
                    int height, const State& s, const SampleKey& key, void* dst, PrepScratch* scratch) {
   const int c = prep.channels();
@@ -509,9 +524,7 @@ Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, 
   std::vector<uint8_t>& resized = scratch->resized;
   resized.resize(static_cast<size_t>(out_h) * out_w * c + 4);
   if (ix1 <= ix0 || iy1 <= iy0) {  // the output shows none of the image
-    for (size_t i = 0; i < static_cast<size_t>(out_h) * out_w; ++i) {
-      for (int k = 0; k < c; ++k) resized[i * c + k] = fill[k];
-    }
+    FillPixels(resized.data(), static_cast<size_t>(out_h) * out_w, c, fill);
   } else {
     const int iw = ix1 - ix0, ih = iy1 - iy0;
     DecodedRegion r;
@@ -534,13 +547,7 @@ Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, 
     const int by0 = std::clamp(static_cast<int>(std::lround(r.y)), 0, r.height);
     const int bw = std::clamp(static_cast<int>(std::lround(r.w)), 1, r.width - bx0);
     const int bh = std::clamp(static_cast<int>(std::lround(r.h)), 1, r.height - by0);
-    const bool pre_ops = [&] {
-      for (int i = 0; i < s.first_geometry; ++i) {
-        const Step& st = spec.steps[static_cast<size_t>(i)];
-        if (st.kind == StepKind::kPixelOp && !OnTensor(st.transform)) return true;
-      }
-      return false;
-    }();
+    const bool pre_ops = PixelOpsBefore(spec, s.first_geometry);
     const bool padded = px0 < 0 || py0 < 0 || px1 > width || py1 > height;
     const uint8_t* src = r.pixels + static_cast<size_t>(by0) * r.stride + static_cast<size_t>(bx0) * c;
     size_t stride = r.stride;

@@ -308,143 +308,175 @@ bool CheckFixed(const double a[6], int w, int h) {
 
 }  // namespace
 
-void AffineTransform(const ImageView& img, const double a[6], bool bilinear,
-                     const std::vector<double>& fill, KernelScratch& scratch) {
-  const int w = img.w, h = img.h, c = img.c;
-  // A copy of the image, with slack: the vectorised bilinear path reads each
-  // tap as 4 bytes.
-  scratch.tmp.resize(img.bytes() + 4);
-  std::copy(img.data, img.data + img.bytes(), scratch.tmp.begin());
-  const uint8_t* in = scratch.tmp.data();
-  uint8_t fillpx[3] = {0, 0, 0};
-  for (int k = 0; k < c; ++k) {
-    fillpx[k] = static_cast<uint8_t>(
-        std::clamp(static_cast<int>(fill.empty() ? 0 : fill[fill.size() == 1 ? 0 : k]), 0, 255));
+namespace {
+
+// The source image (a copy, with 4 bytes of slack: the vectorised bilinear
+// path reads each tap as 4 bytes), the output and the fill pixel.
+struct AffineIo {
+  const uint8_t* in;
+  const ImageView& img;
+  uint8_t fill[3];
+  size_t row() const { return static_cast<size_t>(img.w) * img.c; }
+  void Fill(uint8_t* out) const { std::memcpy(out, fill, img.c); }
+};
+
+bool WholePixelTranslation(const double a[6]) {
+  return a[0] == 1.0 && a[1] == 0.0 && a[3] == 0.0 && a[4] == 1.0 && a[2] == std::floor(a[2]) &&
+         a[5] == std::floor(a[5]) && std::fabs(a[2]) < 1e6 && std::fabs(a[5]) < 1e6;
+}
+
+// A whole-pixel translation (TranslateX/Y): every output pixel is the
+// source pixel (x + a[2], y + a[5]) or fill, for nearest and bilinear
+// alike (the bilinear weights are exactly 0 and 1): copy rows.
+void AffineTranslate(const AffineIo& io, const double a[6]) {
+  const int w = io.img.w, h = io.img.h, c = io.img.c;
+  const size_t row = io.row();
+  const int tx = static_cast<int>(a[2]), ty = static_cast<int>(a[5]);
+  for (int y = 0; y < h; ++y) {
+    uint8_t* out = io.img.data + y * row;
+    const int sy = y + ty;
+    for (int x = 0; x < w; ++x) {
+      const int sx = x + tx;
+      if (sy < 0 || sy >= h || sx < 0 || sx >= w) io.Fill(out + x * c);
+    }
+    if (sy < 0 || sy >= h) continue;
+    const int x0 = std::max(0, -tx), x1 = std::min(w, w - tx);
+    if (x0 < x1) std::memcpy(out + x0 * c, io.in + sy * row + (x0 + tx) * c, (x1 - x0) * c);
   }
-  auto put_fill = [&](uint8_t* out) { std::memcpy(out, fillpx, c); };
-  const size_t row = static_cast<size_t>(w) * c;
-  if (a[0] == 1.0 && a[1] == 0.0 && a[3] == 0.0 && a[4] == 1.0 && a[2] == std::floor(a[2]) &&
-      a[5] == std::floor(a[5]) && std::fabs(a[2]) < 1e6 && std::fabs(a[5]) < 1e6) {
-    // A whole-pixel translation (TranslateX/Y): every output pixel is the
-    // source pixel (x + a[2], y + a[5]) or fill, for nearest and bilinear
-    // alike (the bilinear weights are exactly 0 and 1): copy rows.
-    const int tx = static_cast<int>(a[2]), ty = static_cast<int>(a[5]);
-    for (int y = 0; y < h; ++y) {
-      uint8_t* out = img.data + y * row;
-      const int sy = y + ty;
-      for (int x = 0; x < w; ++x) {
-        const int sx = x + tx;
-        if (sy < 0 || sy >= h || sx < 0 || sx >= w) put_fill(out + x * c);
-      }
-      if (sy < 0 || sy >= h) continue;
-      const int x0 = std::max(0, -tx), x1 = std::min(w, w - tx);
-      if (x0 < x1) std::memcpy(out + x0 * c, in + sy * row + (x0 + tx) * c, (x1 - x0) * c);
+}
+
+// One RGB pixel whose four taps lie inside: no clamping, the same arithmetic.
+void BilinearInsideRgb(const uint8_t* p0, size_t row, double dx, double dy, uint8_t* out) {
+  const uint8_t* p1 = p0 + row;
+  if (dx == 0.0) {  // a shear along y: one column
+    for (int k = 0; k < 3; ++k) {
+      const double v1 = p0[k], v2 = p1[k];
+      out[k] = static_cast<uint8_t>(v1 + (v2 - v1) * dy);
     }
     return;
   }
-  if (bilinear && c == 3 && img.bytes() < (size_t{1} << 30) &&
-      AffineBilinearRgbSimd(in, w, h, a, fillpx, img.data)) {
+  if (dy == 0.0) {  // a shear along x: one row (v1 + (v2 - v1) * 0 is v1)
+    for (int k = 0; k < 3; ++k) out[k] = static_cast<uint8_t>(p0[k] + (p0[k + 3] - p0[k]) * dx);
     return;
   }
-  if (bilinear) {
-    // ImagingGenericTransform with bilinear_filter: samples at the pixel's
-    // centre, outside the image is fill, taps clamped to the edge, truncated.
-    for (int y = 0; y < h; ++y) {
-      uint8_t* out = img.data + y * row;
-      for (int x = 0; x < w; ++x, out += c) {
-        double xin = a[0] * (x + 0.5) + a[1] * (y + 0.5) + a[2];
-        double yin = a[3] * (x + 0.5) + a[4] * (y + 0.5) + a[5];
-        if (xin < 0.0 || xin >= w || yin < 0.0 || yin >= h) {
-          put_fill(out);
-          continue;
-        }
-        xin -= 0.5;
-        yin -= 0.5;
-        const int x0 = Floor(xin), y0 = Floor(yin);
-        const double dx = xin - x0, dy = yin - y0;
-        if (c == 3 && x0 >= 0 && x0 + 1 < w && y0 >= 0 && y0 + 1 < h) {
-          // Inside: no clamping, the same arithmetic.
-          const uint8_t* p0 = in + y0 * row + x0 * 3;
-          const uint8_t* p1 = p0 + row;
-          if (dx == 0.0) {  // a shear along y: one column
-            for (int k = 0; k < 3; ++k) {
-              const double v1 = p0[k], v2 = p1[k];
-              out[k] = static_cast<uint8_t>(v1 + (v2 - v1) * dy);
-            }
-            continue;
-          }
-          if (dy == 0.0) {  // a shear along x: one row (v1 + (v2 - v1) * 0 is v1)
-            for (int k = 0; k < 3; ++k) {
-              out[k] = static_cast<uint8_t>(p0[k] + (p0[k + 3] - p0[k]) * dx);
-            }
-            continue;
-          }
-          for (int k = 0; k < 3; ++k) {
-            const double v1 = p0[k] + (p0[k + 3] - p0[k]) * dx;
-            const double v2 = p1[k] + (p1[k + 3] - p1[k]) * dx;
-            out[k] = static_cast<uint8_t>(v1 + (v2 - v1) * dy);
-          }
-          continue;
-        }
-        const int xa = std::clamp(x0, 0, w - 1) * c, xb = std::clamp(x0 + 1, 0, w - 1) * c;
-        const uint8_t* r0 = in + std::clamp(y0, 0, h - 1) * row;
-        const bool has_r1 = y0 + 1 >= 0 && y0 + 1 < h;
-        const uint8_t* r1 = has_r1 ? in + (y0 + 1) * row : r0;
-        for (int k = 0; k < c; ++k) {
-          double v1 = r0[xa + k] + (r0[xb + k] - r0[xa + k]) * dx;
-          double v2 = has_r1 ? r1[xa + k] + (r1[xb + k] - r1[xa + k]) * dx : v1;
-          out[k] = static_cast<uint8_t>(v1 + (v2 - v1) * dy);
-        }
+  for (int k = 0; k < 3; ++k) {
+    const double v1 = p0[k] + (p0[k + 3] - p0[k]) * dx;
+    const double v2 = p1[k] + (p1[k + 3] - p1[k]) * dx;
+    out[k] = static_cast<uint8_t>(v1 + (v2 - v1) * dy);
+  }
+}
+
+// ImagingGenericTransform with bilinear_filter: samples at the pixel's
+// centre, outside the image is fill, taps clamped to the edge, truncated.
+void AffineBilinear(const AffineIo& io, const double a[6]) {
+  const int w = io.img.w, h = io.img.h, c = io.img.c;
+  const size_t row = io.row();
+  for (int y = 0; y < h; ++y) {
+    uint8_t* out = io.img.data + y * row;
+    for (int x = 0; x < w; ++x, out += c) {
+      double xin = a[0] * (x + 0.5) + a[1] * (y + 0.5) + a[2];
+      double yin = a[3] * (x + 0.5) + a[4] * (y + 0.5) + a[5];
+      if (xin < 0.0 || xin >= w || yin < 0.0 || yin >= h) {
+        io.Fill(out);
+        continue;
+      }
+      xin -= 0.5;
+      yin -= 0.5;
+      const int x0 = Floor(xin), y0 = Floor(yin);
+      const double dx = xin - x0, dy = yin - y0;
+      if (c == 3 && x0 >= 0 && x0 + 1 < w && y0 >= 0 && y0 + 1 < h) {
+        BilinearInsideRgb(io.in + y0 * row + x0 * 3, row, dx, dy, out);
+        continue;
+      }
+      const int xa = std::clamp(x0, 0, w - 1) * c, xb = std::clamp(x0 + 1, 0, w - 1) * c;
+      const uint8_t* r0 = io.in + std::clamp(y0, 0, h - 1) * row;
+      const bool has_r1 = y0 + 1 >= 0 && y0 + 1 < h;
+      const uint8_t* r1 = has_r1 ? io.in + (y0 + 1) * row : r0;
+      for (int k = 0; k < c; ++k) {
+        double v1 = r0[xa + k] + (r0[xb + k] - r0[xa + k]) * dx;
+        double v2 = has_r1 ? r1[xa + k] + (r1[xb + k] - r1[xa + k]) * dx : v1;
+        out[k] = static_cast<uint8_t>(v1 + (v2 - v1) * dy);
       }
     }
-    return;
   }
-  if (CheckFixed(a, w, h)) {
-    // affine_fixed: 16.16 fixed point, FIX(v) = FLOOR(v * 65536 + 0.5).
-    auto fix = [](double v) { return Floor(v * 65536.0 + 0.5); };
-    const int a0 = fix(a[0]), a1 = fix(a[1]), a3 = fix(a[3]), a4 = fix(a[4]);
-    int a2 = fix(a[2] + a[1] * 0.5 + a[0] * 0.5);
-    int a5 = fix(a[5] + a[4] * 0.5 + a[3] * 0.5);
-    for (int y = 0; y < h; ++y) {
-      uint8_t* out = img.data + y * row;
-      int xx = a2, yy = a5;
-      for (int x = 0; x < w; ++x, out += c) {
-        const int xin = xx >> 16, yin = yy >> 16;
-        if (xin >= 0 && xin < w && yin >= 0 && yin < h) {
-          const uint8_t* p = in + yin * row + xin * c;
-          out[0] = p[0];
-          if (c == 3) {
-            out[1] = p[1];
-            out[2] = p[2];
-          }
-        } else {
-          put_fill(out);
+}
+
+// affine_fixed: nearest in 16.16 fixed point, FIX(v) = FLOOR(v * 65536 + 0.5).
+void AffineNearestFixed(const AffineIo& io, const double a[6]) {
+  const int w = io.img.w, h = io.img.h, c = io.img.c;
+  const size_t row = io.row();
+  auto fix = [](double v) { return Floor(v * 65536.0 + 0.5); };
+  const int a0 = fix(a[0]), a1 = fix(a[1]), a3 = fix(a[3]), a4 = fix(a[4]);
+  int a2 = fix(a[2] + a[1] * 0.5 + a[0] * 0.5);
+  int a5 = fix(a[5] + a[4] * 0.5 + a[3] * 0.5);
+  for (int y = 0; y < h; ++y) {
+    uint8_t* out = io.img.data + y * row;
+    int xx = a2, yy = a5;
+    for (int x = 0; x < w; ++x, out += c) {
+      const int xin = xx >> 16, yin = yy >> 16;
+      if (xin >= 0 && xin < w && yin >= 0 && yin < h) {
+        const uint8_t* p = io.in + yin * row + xin * c;
+        out[0] = p[0];
+        if (c == 3) {
+          out[1] = p[1];
+          out[2] = p[2];
         }
-        xx += a0;
-        yy += a3;
+      } else {
+        io.Fill(out);
       }
-      a2 += a1;
-      a5 += a4;
+      xx += a0;
+      yy += a3;
     }
-    return;
+    a2 += a1;
+    a5 += a4;
   }
-  // The floating-point path PIL takes for coordinates past 16.16's range.
+}
+
+// The floating-point nearest path PIL takes for coordinates past 16.16's range.
+void AffineNearestFloat(const AffineIo& io, const double a[6]) {
+  const int w = io.img.w, h = io.img.h, c = io.img.c;
+  const size_t row = io.row();
   double xo = a[2] + a[1] * 0.5 + a[0] * 0.5, yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
   for (int y = 0; y < h; ++y) {
-    uint8_t* out = img.data + y * row;
+    uint8_t* out = io.img.data + y * row;
     double xx = xo, yy = yo;
     for (int x = 0; x < w; ++x, out += c) {
       const int xin = Coord(xx), yin = Coord(yy);
       if (xin >= 0 && xin < w && yin >= 0 && yin < h) {
-        std::memcpy(out, in + yin * row + xin * c, c);
+        std::memcpy(out, io.in + yin * row + xin * c, c);
       } else {
-        put_fill(out);
+        io.Fill(out);
       }
       xx += a[0];
       yy += a[3];
     }
     xo += a[1];
     yo += a[4];
+  }
+}
+
+}  // namespace
+
+void AffineTransform(const ImageView& img, const double a[6], bool bilinear,
+                     const std::vector<double>& fill, KernelScratch& scratch) {
+  scratch.tmp.resize(img.bytes() + 4);
+  std::copy(img.data, img.data + img.bytes(), scratch.tmp.begin());
+  AffineIo io{scratch.tmp.data(), img, {0, 0, 0}};
+  for (int k = 0; k < img.c; ++k) {
+    io.fill[k] = static_cast<uint8_t>(
+        std::clamp(static_cast<int>(fill.empty() ? 0 : fill[fill.size() == 1 ? 0 : k]), 0, 255));
+  }
+  if (WholePixelTranslation(a)) {
+    AffineTranslate(io, a);
+  } else if (bilinear && img.c == 3 && img.bytes() < (size_t{1} << 30) &&
+             AffineBilinearRgbSimd(io.in, img.w, img.h, a, io.fill, img.data)) {
+    return;
+  } else if (bilinear) {
+    AffineBilinear(io, a);
+  } else if (CheckFixed(a, img.w, img.h)) {
+    AffineNearestFixed(io, a);
+  } else {
+    AffineNearestFloat(io, a);
   }
 }
 

@@ -264,6 +264,40 @@ Result<AnnotationFile> FindAnnotations(const CocoOptions& o, S3Client* client) {
   return f;
 }
 
+// The node's lock on parsing the file whose table goes to `cache_path`:
+// one process parses, the others (the ranks of one job, started together)
+// wait for its table rather than each parsing the file. Invalid when the
+// lock file cannot be made (then each parses).
+UniqueFd ParseLock(const std::string& cache_path) {
+  const std::string dir = cache_path.substr(0, cache_path.rfind('/'));
+  ::mkdir(dir.c_str(), 0700);
+  UniqueFd lock(::open((cache_path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (lock.valid()) {
+    while (::flock(lock.get(), LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
+  return lock;
+}
+
+// The annotation file parsed, with a progress line, into the table's bytes;
+// `took` says how long it took.
+Result<std::string> ParseTable(AnnotationFile& file, const CocoOptions& o, const std::string& key,
+                               std::string* took) {
+  const auto t0 = std::chrono::steady_clock::now();
+  annotations::CocoTable table;
+  {
+    IndexProgress progress(o.annotations, "annotation files", 1);
+    NOSTALL_ASSIGN_OR_RETURN(table, file.parse());
+    progress.Done(file.size, static_cast<int64_t>(table.images.size()));
+  }
+  std::string bytes = annotations::SerializeCoco(table, file.size, file.stamp, key);
+  char text[64];
+  std::snprintf(text, sizeof text, "parsed in %.1f s",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  *took = text;
+  return bytes;
+}
+
 Result<std::unique_ptr<Source>> CocoOpen(const std::string& uri, const SourceOptions& options) {
   NOSTALL_ASSIGN_OR_RETURN(nlohmann::json j, DriverOptionsJson(options, "coco"));
   NOSTALL_ASSIGN_OR_RETURN(CocoOptions o, CocoReadOptions(j));
@@ -307,16 +341,11 @@ Result<std::unique_ptr<Source>> CocoOpen(const std::string& uri, const SourceOpt
       return make("", std::move(map), view, "the index cache: " + cache_path);
     }
   }
-  // One process of the node parses; the others (the ranks of one job,
-  // started together) wait for its table rather than each parsing the file.
+  // One process of the node parses; the others wait for its table.
   UniqueFd lock;
   if (!cache_path.empty()) {
-    const std::string dir = cache_path.substr(0, cache_path.rfind('/'));
-    ::mkdir(dir.c_str(), 0700);
-    lock = UniqueFd(::open((cache_path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+    lock = ParseLock(cache_path);
     if (lock.valid()) {
-      while (::flock(lock.get(), LOCK_EX) != 0 && errno == EINTR) {
-      }
       auto mapped = MapTable(cache_path, file.size, file.stamp, key);
       if (mapped.ok()) {
         auto [map, view] = std::move(mapped).value();
@@ -324,29 +353,19 @@ Result<std::unique_ptr<Source>> CocoOpen(const std::string& uri, const SourceOpt
       }
     }
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  annotations::CocoTable table;
-  {
-    IndexProgress progress(o.annotations, "annotation files", 1);
-    NOSTALL_ASSIGN_OR_RETURN(table, file.parse());
-    progress.Done(file.size, static_cast<int64_t>(table.images.size()));
-  }
-  std::string bytes = annotations::SerializeCoco(table, file.size, file.stamp, key);
-  table = annotations::CocoTable();
-  char took[64];
-  std::snprintf(took, sizeof took, "parsed in %.1f s",
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  std::string took;
+  NOSTALL_ASSIGN_OR_RETURN(std::string bytes, ParseTable(file, o, key, &took));
   if (!cache_path.empty() && WriteIndexFile(cache_path, bytes).ok()) {
     auto mapped = MapTable(cache_path, file.size, file.stamp, key);
     if (mapped.ok()) {
       auto [map, view] = std::move(mapped).value();
-      return make("", std::move(map), view, std::string(took) + "; saved to " + cache_path);
+      return make("", std::move(map), view, took + "; saved to " + cache_path);
     }
   }
   NOSTALL_ASSIGN_OR_RETURN(annotations::CocoView view, annotations::CocoView::Open(bytes, file.size, file.stamp, key));
   // The view points into `bytes`, which the source keeps (a moved
   // std::string keeps its heap buffer; the table is never short).
-  return make(std::move(bytes), Mapping(), view, std::string(took) + "; held in memory");
+  return make(std::move(bytes), Mapping(), view, took + "; held in memory");
 }
 
 }  // namespace

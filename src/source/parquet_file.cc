@@ -406,6 +406,25 @@ namespace {
 // Arrow's page reader, with where each page ends in the chunk noted as it
 // is read: a chunk without an offset index learns its pages by being
 // decoded once.
+// The physical types nostall reads, and their values read.
+bool Readable(parquet::Type::type t) {
+  return t == parquet::Type::BYTE_ARRAY || t == parquet::Type::INT32 || t == parquet::Type::INT64 ||
+         t == parquet::Type::BOOLEAN || t == parquet::Type::FLOAT || t == parquet::Type::DOUBLE;
+}
+
+Status ReadValues(parquet::Type::type t, parquet::ColumnReader* reader, const Leaf& leaf, int64_t rows,
+                  Values* out) {
+  switch (t) {
+    case parquet::Type::BYTE_ARRAY: return ReadAll<parquet::ByteArrayType>(reader, leaf, rows, out);
+    case parquet::Type::INT32: return ReadAll<parquet::Int32Type>(reader, leaf, rows, out);
+    case parquet::Type::INT64: return ReadAll<parquet::Int64Type>(reader, leaf, rows, out);
+    case parquet::Type::BOOLEAN: return ReadAll<parquet::BooleanType>(reader, leaf, rows, out);
+    case parquet::Type::FLOAT: return ReadAll<parquet::FloatType>(reader, leaf, rows, out);
+    case parquet::Type::DOUBLE: return ReadAll<parquet::DoubleType>(reader, leaf, rows, out);
+    default: return InvalidArgument("unreadable physical type");
+  }
+}
+
 class NotingPageReader final : public parquet::PageReader {
  public:
   NotingPageReader(std::unique_ptr<parquet::PageReader> inner, std::shared_ptr<arrow::io::BufferReader> stream)
@@ -447,6 +466,25 @@ class NotingPageReader final : public parquet::PageReader {
 int64_t File::pages_learned() const {
   MutexLock lock(&learned_mu_);
   return static_cast<int64_t>(learned_.size());
+}
+
+void File::Learn(const Unit& u, uint64_t data_start,
+                 const std::vector<std::tuple<uint64_t, uint64_t, int64_t>>& pages, size_t data_size,
+                 int64_t rows) const {
+  auto learned = std::make_shared<Learned>();
+  learned->data_start = u.data.offset + data_start;
+  uint64_t next_at = data_start;
+  int64_t last_row = -1;
+  bool tiles = true;
+  for (const auto& [at, size, first] : pages) {
+    tiles &= at == next_at && size > 0 && first > last_row && (last_row >= 0 || first == 0);
+    next_at = at + size;
+    last_row = first;
+    learned->pages.push_back({u.data.offset + at, size, first});
+  }
+  if (!tiles || next_at != data_size || rows != u.rows) return;
+  MutexLock lock(&learned_mu_);
+  learned_.emplace(std::make_pair(u.row_group, u.leaf), std::move(learned));
 }
 
 Result<Values> File::Decode(const Unit& u, const std::string& dictionary, const std::string& data) const {
@@ -492,30 +530,11 @@ Result<Values> File::Decode(const Unit& u, const std::string& dictionary, const 
     // Values of binary columns (images) are about the page's size: room for
     // them at once, not a copy at each doubling.
     if (descr->physical_type() == parquet::Type::BYTE_ARRAY) out.blob.reserve(bytes.size());
-    Status st;
-    switch (descr->physical_type()) {
-      case parquet::Type::BYTE_ARRAY:
-        st = ReadAll<parquet::ByteArrayType>(reader.get(), leaf, u.rows, &out);
-        break;
-      case parquet::Type::INT32:
-        st = ReadAll<parquet::Int32Type>(reader.get(), leaf, u.rows, &out);
-        break;
-      case parquet::Type::INT64:
-        st = ReadAll<parquet::Int64Type>(reader.get(), leaf, u.rows, &out);
-        break;
-      case parquet::Type::BOOLEAN:
-        st = ReadAll<parquet::BooleanType>(reader.get(), leaf, u.rows, &out);
-        break;
-      case parquet::Type::FLOAT:
-        st = ReadAll<parquet::FloatType>(reader.get(), leaf, u.rows, &out);
-        break;
-      case parquet::Type::DOUBLE:
-        st = ReadAll<parquet::DoubleType>(reader.get(), leaf, u.rows, &out);
-        break;
-      default:
-        return InvalidArgument(Where(u.row_group, u.leaf) + ": a column of physical type " +
-                               parquet::TypeToString(descr->physical_type()) + ", which nostall does not read");
+    if (!Readable(descr->physical_type())) {
+      return InvalidArgument(Where(u.row_group, u.leaf) + ": a column of physical type " +
+                             parquet::TypeToString(descr->physical_type()) + ", which nostall does not read");
     }
+    Status st = ReadValues(descr->physical_type(), reader.get(), leaf, u.rows, &out);
     if (st.ok() && reader->HasNext()) {
       st = DataError("it holds more values than the " + std::to_string(u.rows) + " rows " +
                      (u.page >= 0 ? "the offset index gives the page" : "of the row group"));
@@ -525,24 +544,7 @@ Result<Values> File::Decode(const Unit& u, const std::string& dictionary, const 
                        ": " + st.message());
     }
     if (noting != nullptr && noting->ok() && !noting->pages().empty() && dictionary.empty()) {
-      // Kept only when the pages tile the chunk from its first data page to
-      // its end and hold its rows, first rows rising from 0.
-      auto learned = std::make_shared<Learned>();
-      learned->data_start = u.data.offset + noting->data_start();
-      uint64_t next_at = noting->data_start();
-      int64_t last_row = -1;
-      bool tiles = true;
-      for (const auto& [at, size, first] : noting->pages()) {
-        tiles &= at == next_at && size > 0 && first > last_row && (last_row >= 0 || first == 0);
-        next_at = at + size;
-        last_row = first;
-        learned->pages.push_back({u.data.offset + at, size, first});
-      }
-      tiles &= next_at == data.size() && noting->rows() == u.rows;
-      if (tiles) {
-        MutexLock lock(&learned_mu_);
-        learned_.emplace(std::make_pair(u.row_group, u.leaf), std::move(learned));
-      }
+      Learn(u, noting->data_start(), noting->pages(), data.size(), noting->rows());
     }
   } catch (const std::exception& e) {
     return DataError(Where(u.row_group, u.leaf) + (u.page >= 0 ? ", page " + std::to_string(u.page) : "") + ": " +

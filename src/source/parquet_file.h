@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/mutex.h"
@@ -148,6 +149,11 @@ class File {
     uint64_t data_start = 0;
     std::vector<Page> pages;
   };
+  // Keeps the pages a whole chunk's decoding found (at `data_start`, each
+  // (offset, bytes, first row) from there) when they tile the chunk's
+  // `data_size` bytes and hold its `rows`, first rows rising from 0.
+  void Learn(const Unit& u, uint64_t data_start, const std::vector<std::tuple<uint64_t, uint64_t, int64_t>>& pages,
+             size_t data_size, int64_t rows) const;
   mutable Mutex learned_mu_;
   mutable std::map<std::pair<int, int>, std::shared_ptr<const Learned>> learned_ GUARDED_BY(learned_mu_);
 };

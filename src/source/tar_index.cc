@@ -198,6 +198,47 @@ void SplitMemberName(const std::string& path, std::string* key, std::string* ext
   }
 }
 
+namespace {
+
+// A header's member name: ustar's prefix, a slash, its name.
+std::string HeaderName(const uint8_t h[512]) {
+  std::string name = CString(h, 100);
+  if (std::memcmp(h + 257, "ustar", 5) == 0 && h[345] != 0) name = CString(h + 345, 155) + "/" + name;
+  return name;
+}
+
+// A regular member (`size` bytes at `data`) of the sample `pending` is
+// gathering: its label (.cls), its media file, or another extension's.
+Status AddMember(const std::string& name, const std::string& ext, uint64_t data, uint64_t size,
+                 const ReadAt& read, const TarIndexOptions& options, PendingSample* pending) {
+  if (ext == "cls") {
+    char buf[32] = {};
+    if (size == 0 || size >= sizeof(buf)) {
+      pending->label_error = "bad .cls label member (empty or too long)";
+      return Status::OK();
+    }
+    NOSTALL_RETURN_IF_ERROR(read(data, size, reinterpret_cast<uint8_t*>(buf)));
+    if (std::memchr(buf, '\0', size) != nullptr) {
+      pending->label_error = "bad .cls label member (holds a NUL byte)";
+    } else {
+      ParseLabel(buf, pending);
+    }
+  } else if (IsMediaExtension(ext, options.audio) && !pending->has_image) {
+    pending->has_image = true;
+    pending->offset = data;
+    pending->size = static_cast<int64_t>(size);
+    pending->member = name;
+  } else if (!ext.empty() && pending->others.size() < 64 &&
+             std::none_of(pending->others.begin(), pending->others.end(),
+                          [&](const auto& o) { return o.first == ext; })) {
+    // The first member of each other extension (64 at most a sample).
+    pending->others.push_back({ext, IndexMember{0, data, static_cast<int64_t>(size)}});
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Status IndexTarShard(const std::string& path, int32_t shard, uint64_t file_size,
                      const ReadAt& read, const TarIndexOptions& options, Index* index) {
   PendingSample pending;
@@ -223,16 +264,8 @@ Status IndexTarShard(const std::string& path, int32_t shard, uint64_t file_size,
     const uint64_t data = pos + 512;
     if (size > file_size - data) return bad("tar member runs past the end of the shard");
     const char type = static_cast<char>(h[156]);
-    std::string name;
-    if (!long_name.empty()) {
-      name = long_name;
-      long_name.clear();
-    } else {
-      name = CString(h, 100);
-      if (std::memcmp(h + 257, "ustar", 5) == 0 && h[345] != 0) {
-        name = CString(h + 345, 155) + "/" + name;
-      }
-    }
+    std::string name = long_name.empty() ? HeaderName(h) : std::move(long_name);
+    long_name.clear();
     if (type == 'L' || type == 'x') {
       if (size > (1u << 20)) return bad("oversized tar extended header");
       std::vector<uint8_t> buf(size);
@@ -249,29 +282,7 @@ Status IndexTarShard(const std::string& path, int32_t shard, uint64_t file_size,
         NOSTALL_RETURN_IF_ERROR(FlushSample(path, shard, &pending, options, index));
         pending.key = key;
       }
-      if (ext == "cls") {
-        char buf[32] = {};
-        if (size == 0 || size >= sizeof(buf)) {
-          pending.label_error = "bad .cls label member (empty or too long)";
-        } else {
-          NOSTALL_RETURN_IF_ERROR(read(data, size, reinterpret_cast<uint8_t*>(buf)));
-          if (std::memchr(buf, '\0', size) != nullptr) {
-            pending.label_error = "bad .cls label member (holds a NUL byte)";
-          } else {
-            ParseLabel(buf, &pending);
-          }
-        }
-      } else if (IsMediaExtension(ext, options.audio) && !pending.has_image) {
-        pending.has_image = true;
-        pending.offset = data;
-        pending.size = static_cast<int64_t>(size);
-        pending.member = name;
-      } else if (!ext.empty() && pending.others.size() < 64 &&
-                 std::none_of(pending.others.begin(), pending.others.end(),
-                              [&](const auto& o) { return o.first == ext; })) {
-        // The first member of each other extension (64 at most a sample).
-        pending.others.push_back({ext, IndexMember{0, data, static_cast<int64_t>(size)}});
-      }
+      NOSTALL_RETURN_IF_ERROR(AddMember(name, ext, data, size, read, options, &pending));
     }
     // size <= file_size - data, so this neither wraps nor passes the end by
     // more than the padding; the check at the top of the loop sees the rest.

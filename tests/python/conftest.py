@@ -191,3 +191,17 @@ class Memcached:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
+
+
+# The modules whose tests take longest (tens of seconds: trainings, the
+# documentation's analyses, launchers starting processes), run first, each
+# whole: pytest-xdist's workers then end together on the short tests
+# instead of one waiting for a long test started last. Within a module the
+# order is its own, so its module-scoped fixtures are made once per worker.
+_LONG_FIRST = ("test_training.py", "test_trainers.py", "test_launchers.py", "test_docs.py",
+               "test_analyze.py", "test_s3.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(_LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
