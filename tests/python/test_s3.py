@@ -513,10 +513,15 @@ def test_analyze_on_s3_sees_the_latency_and_predicts_more_reads_in_flight(s3):
     # Reads in flight: 8 fixed predict 4x. Left to adapt, the loader would
     # keep more than these tiny images need, but a read needs room in a batch
     # slot: 3 batches of 4 ahead of the one in use hold 12.
-    assert a.predict(reads_in_flight=8)["rate"] == pytest.approx(4 * a.predict()["rate"], rel=0.01)
+    # 4x (6x), unless another resource this run measured binds first (the
+    # cores, on a busy machine: a loaded run measured prep at 14 batches/s).
+    now = a.result["predicted"]
+    others = [v for k, v in now["limits"].items() if k != "latency" and v]
+    assert a.predict(reads_in_flight=8)["rate"] == pytest.approx(
+        min([4 * now["rate"]] + others), rel=0.01), now["limits"]
     adaptive = a.predict(reads_in_flight=0)
     assert adaptive["reads_in_flight"] == 12
-    assert adaptive["rate"] == pytest.approx(6 * a.predict()["rate"], rel=0.01)
+    assert adaptive["rate"] == pytest.approx(min([6 * now["rate"]] + others), rel=0.01), now["limits"]
     assert a.recommendation["config"]["reads_in_flight"] > 2
     assert "reads_in_flight=" in a.table()
 
