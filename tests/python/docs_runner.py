@@ -39,6 +39,7 @@ Marks, for blocks that need more than the workspace:
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import os
@@ -430,7 +431,19 @@ class _Zygote:
                                            out.read_text(), err.read_text())
 
 
+    def close(self):
+        """Ends docs_zygote.py (end of its input), as the test process exits."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
 _ZYGOTE = _Zygote()
+atexit.register(_ZYGOTE.close)
 
 
 def _run_until_sigterm(snippet, code, argv, root, env, ready, timeout):
