@@ -156,6 +156,7 @@ struct S3Client::Impl {
       }
       code = CURLE_OK;
     }
+    if (code == CURLE_ABORTED_BY_CALLBACK && r->stalled) code = CURLE_OPERATION_TIMEDOUT;
     const RetryCause cause = Classify(code, r->http);
     ++r->attempt;  // tries so far
     if (cause != RetryCause::kNone) {

@@ -26,6 +26,7 @@ constexpr uint64_t kIgnoredRangeLimit = uint64_t{64} << 20;
 size_t WriteBody(char* data, size_t size, size_t n, void* user) {
   auto* r = static_cast<Request*>(user);
   const size_t bytes = size * n;
+  r->last_byte_ns = NowNs();
   if (r->body.empty() && !r->range.empty()) {
     long http = 0;
     curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &http);
@@ -64,9 +65,21 @@ std::string Sha256Hex(const std::string& bytes) {
 
 size_t ReadHeader(char* data, size_t size, size_t n, void* user) {
   auto* r = static_cast<Request*>(user);
+  r->last_byte_ns = NowNs();
   const double after = ParseRetryAfter(std::string_view(data, size * n));
   if (after >= 0) r->retry_after_s = after;
   return size * n;
+}
+
+// Called by curl at least once a second while a transfer is open (the
+// low-speed check's timer): an answer begun and then silent for the read
+// timeout is ended here (a timeout, retried as one). Before its first byte
+// curl's low-speed check is exact, and stays in charge.
+int WatchStall(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  auto* r = static_cast<Request*>(user);
+  if (r->last_byte_ns == 0 || NowNs() - r->last_byte_ns <= r->read_timeout_ns) return 0;
+  r->stalled = true;
+  return 1;
 }
 
 }  // namespace
@@ -93,6 +106,9 @@ RetryCause Classify(CURLcode code, long http) {
 CURL* StartAttempt(Request* r, const S3Config& config) {
   r->body.clear();
   r->stopped = Stopped::kNo;
+  r->last_byte_ns = 0;
+  r->stalled = false;
+  r->read_timeout_ns = static_cast<int64_t>(std::max(0.001, config.read_timeout_s) * 1e9);
   r->retry_after_s = -1;
   r->http = 0;
   CURL* e = curl_easy_init();
@@ -118,6 +134,9 @@ CURL* StartAttempt(Request* r, const S3Config& config) {
   curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME,
                    std::max(1L, static_cast<long>(std::lround(config.read_timeout_s))));
+  curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, WatchStall);
+  curl_easy_setopt(e, CURLOPT_XFERINFODATA, r);
+  curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
   if (!r->range.empty()) curl_easy_setopt(e, CURLOPT_RANGE, r->range.c_str());
   if (r->put) {
     // The body is given whole, so SigV4 signs its SHA-256. (Every header

@@ -37,6 +37,13 @@ struct Request {
   bool absent_ok = false;
   uint64_t max_body = 0;  // the most bytes taken in (MaxBodyBytes)
   Stopped stopped = Stopped::kNo;
+  // When the attempt last received a byte (0: none yet), and how long a
+  // body may go without one (the read timeout): curl's own low-speed check
+  // averages over five seconds, so a body that stalls after a burst would
+  // be waited on for about that long whatever the timeout.
+  int64_t last_byte_ns = 0;
+  int64_t read_timeout_ns = 0;
+  bool stalled = false;
   int64_t deadline_ns = 0;  // the request fails for good past this, retries included
   double retry_after_s = -1;
   int attempt = 0;

@@ -39,7 +39,6 @@ Marks, for blocks that need more than the workspace:
 
 from __future__ import annotations
 
-import atexit
 import io
 import json
 import os
@@ -58,6 +57,7 @@ from pytest_codeblocks import extract_from_buffer, extract_from_file
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import Memcached, fresh_bucket, moto_endpoint, write_jpeg_folder  # noqa: E402
+import warm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 LANGUAGES = ("python", "sh", "json", "text")
@@ -374,7 +374,7 @@ def run_snippet(snippet: Snippet, root: Path, timeout=300):
             return
         try:
             if snippet.syntax == "python":
-                r = _ZYGOTE.run(argv[1], root, env, timeout)
+                r = warm.run(argv[1], env=env, cwd=root, timeout=timeout)
             else:
                 r = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True,
                                    timeout=timeout, stdin=subprocess.DEVNULL)
@@ -385,65 +385,6 @@ def run_snippet(snippet: Snippet, root: Path, timeout=300):
         return r
     finally:
         servers.stop()
-
-
-class _Zygote:
-    """docs_zygote.py, started once per test process: a Python block runs in
-    a process forked from it, torch and nostall already imported (seconds a
-    block saved), and otherwise as `python snippet.py` runs it."""
-
-    def __init__(self):
-        self.proc = None
-
-    def _start(self):
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", JE_ARROW_MALLOC_CONF="background_thread:false")
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).parent / "docs_zygote.py")],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-
-    def _read(self, deadline):
-        import select
-
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not select.select([self.proc.stdout], [], [], left)[0]:
-            return None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"docs_zygote.py ended (status {self.proc.wait()})")
-        return json.loads(line)
-
-    def run(self, script, root: Path, env: dict, timeout: float):
-        if self.proc is None or self.proc.poll() is not None:
-            self._start()
-        out, err = root / "snippet.stdout", root / "snippet.stderr"
-        self.proc.stdin.write(json.dumps({"script": str(script), "cwd": str(root), "env": env,
-                                          "out": str(out), "err": str(err)}) + "\n")
-        self.proc.stdin.flush()
-        pid = self._read(None)["pid"]
-        done = self._read(time.monotonic() + timeout)
-        if done is None:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self._read(None)
-            raise subprocess.TimeoutExpired(script, timeout, out.read_text(), err.read_text())
-        return subprocess.CompletedProcess([sys.executable, script], done["status"],
-                                           out.read_text(), err.read_text())
-
-
-    def close(self):
-        """Ends docs_zygote.py (end of its input), as the test process exits."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-_ZYGOTE = _Zygote()
-atexit.register(_ZYGOTE.close)
 
 
 def _run_until_sigterm(snippet, code, argv, root, env, ready, timeout):

@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -11,6 +9,7 @@ import torch
 
 import nostall
 from nostall.datasets import fashion_mnist_to_folder
+import warm
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +81,8 @@ def test_a_second_process_hits_on_its_first_epoch(small_items, cache_name):
             pass
         print(json.dumps(loader.stats()["cache"]["epochs"][0]))
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=120, check=True)
+    out = warm.run(code=script, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
     epoch0 = json.loads(out.stdout.strip().splitlines()[-1])
     assert epoch0["epoch"] == 0 and epoch0["hit_rate"] == 1.0
 

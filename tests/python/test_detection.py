@@ -15,6 +15,7 @@ from PIL import Image
 import nostall
 from nostall import detection
 from nostall.datasets import Coco, make_detection_scenes, natural_image
+import warm
 from nostall.transforms import (
     CenterCrop,
     ClampBoundingBoxes,
@@ -732,8 +733,6 @@ def test_ranks_starting_together_parse_the_file_once(tmp_path):
     """Processes opening the same new annotation file at once: one parses
     it, the others wait for its table and map it."""
     import os
-    import subprocess
-    import sys
 
     d, _ = _one_image(tmp_path)
     rng = np.random.default_rng(0)
@@ -745,8 +744,7 @@ def test_ranks_starting_together_parse_the_file_once(tmp_path):
               f"l = nostall.Loader(Coco({str(d)!r}, {str(p)!r}), transforms=[nostall.Resize((8, 8))])\n"
               "print(l.index_origin)\n")
     env = dict(os.environ, NOSTALL_CACHE_DIR=str(tmp_path / "cache"))
-    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
-             for _ in range(3)]
+    procs = [warm.popen(code=script, env=env) for _ in range(3)]
     origins = [proc.communicate(timeout=120)[0].strip() for proc in procs]
     assert all(proc.returncode == 0 for proc in procs)
     assert sum(o.startswith("parsed in") for o in origins) == 1, origins

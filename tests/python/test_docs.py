@@ -4,13 +4,13 @@ every public name has a docstring."""
 
 import inspect
 import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from docs_runner import (BIN, ROOT, SnippetFailed, docstring_snippets, make_workspace,
                          markdown_files, markdown_snippets, public_objects, run_snippet)
+import warm
 
 SNIPPETS = [s for path in markdown_files() for s in markdown_snippets(path)] + docstring_snippets()
 
@@ -200,9 +200,8 @@ def test_every_code_block_is_fenced_and_found():
 @pytest.mark.slow
 def test_the_demo_runs_as_the_readme_says(workspace):
     # `make demo` on fewer images (the README's first command, above, is checked with make -n)
-    r = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py"), "--images", "512",
-                        "--data", str(workspace / "fashion-mnist"), "--no-analyze"],
-                       cwd=workspace, capture_output=True, text=True, timeout=600)
+    r = warm.run(ROOT / "examples" / "demo.py", ["--images", "512", "--data", workspace / "fashion-mnist",
+                                                 "--no-analyze"], cwd=workspace, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "images/s" in r.stdout and "stall" in r.stdout, r.stdout
 

@@ -2,9 +2,7 @@
 numbers, resume states, names and image files built to crash, hang or
 exhaust the process. Each is a clear error, in bounded time and memory."""
 import io
-import json
 import os
-import resource
 import struct
 import subprocess
 import sys
@@ -19,6 +17,7 @@ from PIL import Image
 import nostall
 from nostall import _nostall
 from conftest import write_jpeg_folder
+import warm
 
 NOSTALL = Path(sys.executable).parent / "nostall"
 
@@ -177,10 +176,9 @@ def test_a_progressive_jpeg_of_too_many_scans_is_refused(tmp_path):
     code = ("import sys, nostall\n"
             f"l = nostall.Loader({str(tmp_path / 'data')!r}, batch_size=1, transforms=[nostall.Resize((8, 8))])\n"
             "try:\n    print('decoded', len(list(l)))\nexcept nostall.DataError as e:\n    print('error', e)\n")
-    fine = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    fine = warm.run(code=code, timeout=60)
     assert fine.stdout.startswith("decoded 1"), (fine.stdout, fine.stderr)
-    limited = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                             env={**os.environ, "NOSTALL_JPEG_MAX_SCANS": "50"})
+    limited = warm.run(code=code, timeout=60, env={**os.environ, "NOSTALL_JPEG_MAX_SCANS": "50"})
     assert "over 50 scans" in limited.stdout, (limited.stdout, limited.stderr)
 
 

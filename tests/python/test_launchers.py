@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import nostall
+import warm
 from conftest import free_port, write_jpeg_folder
 
 HERE = Path(__file__).resolve().parent
@@ -87,9 +88,9 @@ def test_torchrun_with_torch_distributed_initialised(folder, tmp_path):
 @pytest.mark.slow
 def test_each_launchers_environment_gives_each_process_its_shard(folder, tmp_path, launcher,
                                                                   variables):
-    procs = [subprocess.Popen([sys.executable, str(HERE / "rank_epochs.py"), str(folder),
-                               str(tmp_path)], env=child_env(**variables(r, 3)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Three processes at once, each started as its launcher would (python
+    # rank_epochs.py) with torch already imported (warm.py).
+    procs = [warm.popen(HERE / "rank_epochs.py", [folder, tmp_path], env=child_env(**variables(r, 3)))
              for r in range(3)]
     errs = run_all(procs)
     ranks = read_ranks(tmp_path)

@@ -85,14 +85,13 @@ def test_inplace_gives_the_same_batch_in_the_same_memory(op):
 
 @pytest.mark.slow
 def test_the_recipe_example_trains(jpeg_folder):
-    import subprocess
-    import sys
     from pathlib import Path
 
+    import warm
+
     example = Path(__file__).resolve().parents[2] / "examples" / "imagenet_recipe.py"
-    out = subprocess.run([sys.executable, str(example), "--data", str(jpeg_folder), "--steps", "3",
-                          "--batch-size", "8", "--crop", "64"], capture_output=True, text=True,
-                         timeout=300)
+    out = warm.run(example, ["--data", jpeg_folder, "--steps", "3", "--batch-size", "8", "--crop", "64"],
+                   timeout=300)
     assert out.returncode == 0, out.stderr
     assert "TrivialAugmentWide" in out.stdout and "images/s" in out.stdout
 

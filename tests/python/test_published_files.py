@@ -2,8 +2,6 @@
 where in it), a skip under on_error="skip", never a crash, never another
 sample's data (docs/security.md)."""
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,6 +11,7 @@ import pytest
 import nostall
 from nostall.datasets import folder_to_parquet, make_detection_scenes
 from conftest import write_jpeg_folder
+import warm
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +39,7 @@ def test_huggingface_metadata_nested_300000_deep_is_an_error_naming_the_file(fol
             f"        nostall.Loader({str(bad)!r}, batch_size=4, on_error=on_error)\n"
             "    except nostall.DataError as e:\n"
             "        print('DataError:', e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = warm.run(code=code, timeout=120)
     assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
     lines = out.stdout.splitlines()
     assert len(lines) == 2, out.stdout

@@ -2,10 +2,7 @@
 naming the item or field; never a hang, a crash or a silent wrong answer."""
 
 import io
-import json
 import os
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -14,6 +11,7 @@ import pytest
 from PIL import Image
 
 import nostall
+import warm
 from nostall.datasets import natural_image
 
 DATA = Path(__file__).parent / "data"
@@ -102,7 +100,7 @@ except nostall.DataError as e:
     print("error", e.item, e.stage, str(e))
 """
     # In a child process with a timeout: a hang fails the test instead of the suite.
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = warm.run(code=code, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "skipped 1 seen 10" in out.stdout
     assert f"error {fifo} fetch" in out.stdout and "FIFO" in out.stdout
@@ -112,7 +110,7 @@ def test_fifo_named_as_a_tar_shard_is_an_error_not_a_hang(tmp_path):
     fifo = tmp_path / "x.tar"
     os.mkfifo(fifo)
     code = f"import nostall\ntry:\n  nostall.Loader({str(fifo)!r}, batch_size=2)\nexcept Exception as e:\n  print(type(e).__name__, e)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = warm.run(code=code, timeout=60)
     assert "DataError" in out.stdout and "FIFO" in out.stdout, out
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import nostall
+import warm
 from nostall.datasets import fashion_mnist_to_folder
 
 HERE = Path(__file__).resolve().parent
@@ -341,13 +342,11 @@ def test_a_consumers_in_place_edit_never_reaches_another_consumer(tmp_path, pngs
                 "n = nostall.Loader.attach(sys.argv[1], 64, output='numpy')\n"
                 "x, y = next(iter(n))\n"
                 "try:\n    x[...] = 0\nexcept ValueError:\n    print('read-only')\n")
-        done = subprocess.run([sys.executable, "-c", edit, name, "copy"], capture_output=True, text=True,
-                              timeout=120)
+        done = warm.run(code=edit, args=[name, "copy"], timeout=120)
         assert done.stdout.split() == ["edited", "read-only"], (done.stdout, done.stderr)
         # Zero-copy, asked for: the edit cannot land; the process dies
         # (SIGSEGV), as attach() documents, and no one else sees it.
-        forced = subprocess.run([sys.executable, "-c", edit, name, "zero-copy"], capture_output=True,
-                                text=True, timeout=120)
+        forced = warm.run(code=edit, args=[name, "zero-copy"], timeout=120)
         assert forced.returncode == -11, (forced.returncode, forced.stderr[-2000:])
         mine = nostall.Loader.attach(name, 64, return_indices=True, output="numpy")
         for x, y, idx in mine:
@@ -372,6 +371,5 @@ def test_a_failed_producer_dropped_without_close_does_not_end_the_process(tmp_pa
             "    time.sleep(0.05)\n"
             "del core\n"
             "print('survived')\n")
-    done = subprocess.run([sys.executable, "-c", code, str(data), name], capture_output=True, text=True,
-                          timeout=120)
+    done = warm.run(code=code, args=[data, name], timeout=120)
     assert done.returncode == 0 and "survived" in done.stdout, (done.returncode, done.stderr[-2000:])

@@ -208,21 +208,18 @@ def test_a_state_taken_after_a_break_resumes_where_the_open_iterator_stood(folde
 
 @pytest.mark.slow
 def test_the_lightning_example_trains_and_resumes(folder, tmp_path):
-    import subprocess
-    import sys
     from pathlib import Path
 
+    import warm
+
     example = Path(__file__).resolve().parents[2] / "examples" / "lightning_train.py"
-    common = [sys.executable, str(example), "--data", str(folder), "--batch-size", "4",
-              "--crop", "16", "--ckpt-dir", str(tmp_path / "ckpt")]
-    out = subprocess.run(common + ["--epochs", "2"], capture_output=True, text=True, timeout=300,
-                         cwd=tmp_path)
+    common = ["--data", folder, "--batch-size", "4", "--crop", "16", "--ckpt-dir", tmp_path / "ckpt"]
+    out = warm.run(example, common + ["--epochs", "2"], timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "2 epoch(s) through nostall: epoch 0" in out.stdout and "epoch 1" in out.stdout
     last = tmp_path / "ckpt" / "last.ckpt"
     assert last.exists()
-    again = subprocess.run(common + ["--epochs", "3", "--resume", str(last)], capture_output=True,
-                           text=True, timeout=300, cwd=tmp_path)
+    again = warm.run(example, common + ["--epochs", "3", "--resume", last], timeout=300, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     # The last checkpoint is step 10 of 7-batch epochs: epoch 1 after its 3rd
     # batch. The resumed run trains epoch 1's other 4 batches, then epoch 2.

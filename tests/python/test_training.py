@@ -61,8 +61,18 @@ class FolderDataset(torch.utils.data.Dataset):
         return ((x - MEAN) / STD)[None], label
 
 
+@pytest.fixture
+def one_torch_thread():
+    """The two trainings on one intra-op thread: the suite runs a test per
+    core, and a second thread would only contend with the other test."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
 @pytest.mark.slow
-def test_accuracy_matches_torch_dataloader(fmnist):
+def test_accuracy_matches_torch_dataloader(fmnist, one_torch_thread):
     loader = nostall.Loader(fmnist, batch_size=BATCH, shuffle=True, seed=0, mode="L",
                             transforms=[nostall.Normalize([MEAN], [STD])])
     assert loader.classes[0] == "0-t-shirt" and len(loader.classes) == 10
