@@ -62,6 +62,7 @@ Result<nlohmann::json> DriverOptionsJson(const SourceOptions& options, const cha
 // The drivers, one line each (X(Name) defines `SourceDriver NameDriver()`).
 #define NOSTALL_SOURCE_DRIVERS(X) \
   X(Parquet)                      \
+  X(Arrow)                        \
   X(S3Folder)                     \
   X(S3Tar)                        \
   X(ImageFolder)                  \

@@ -26,6 +26,7 @@
 //   options: decoded_cache_mb  the decoded-page cache (default 256)
 //            endpoint, region, profile, addressing, unsigned, max_attempts:
 //                              the S3 options (docs/s3.md), for s3:// paths
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -97,6 +98,16 @@ bool ParquetClaims(const std::string& uri) {
   const std::string suffix = ".parquet";
   return uri.size() > suffix.size() && uri.compare(uri.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
+
+// A folder `datasets` saved (`save_to_disk`): its state.json and
+// dataset_info.json beside the data-*.arrow files.
+bool IsSavedDataset(const std::string& uri) {
+  struct stat st;
+  return !IsS3(uri) && ::stat((uri + "/state.json").c_str(), &st) == 0 &&
+         ::stat((uri + "/dataset_info.json").c_str(), &st) == 0;
+}
+
+bool ArrowClaims(const std::string& uri) { return pq::IsArrowIpcName(uri) || IsSavedDataset(uri); }
 
 class ParquetSource final : public Source {
  public:
@@ -179,7 +190,8 @@ class ParquetSource final : public Source {
     if (client_ == nullptr) return std::nullopt;
     return client_->Stats();
   }
-  const char* kind() const override { return kDriver; }
+  const char* kind() const override { return kind_; }
+  void set_kind(const char* kind) { kind_ = kind; }
 
   Status Read(int64_t i, std::vector<uint8_t>* out) const override {
     Plan plan = PlanOf(i);
@@ -478,6 +490,7 @@ class ParquetSource final : public Source {
   mutable std::map<UnitCache::Key, std::vector<Waiter>> pending_ GUARDED_BY(pending_mu_);
   const uint64_t max_item_bytes_;
   const std::string origin_;
+  const char* kind_ = kDriver;
   std::vector<int64_t> file_first_;
   int64_t size_ = 0;
   uint64_t fingerprint_ = 0;
@@ -555,8 +568,11 @@ void RecordSpans(const std::vector<int64_t>& sizes, int64_t total, int extra, st
 }
 
 
-Result<std::unique_ptr<Source>> ParquetOpen(const std::string& uri, const SourceOptions& options) {
-  NOSTALL_ASSIGN_OR_RETURN(nlohmann::json j, DriverOptionsJson(options, kDriver));
+// The files `uri` names, Parquet or Arrow IPC (File::Open tells them apart
+// by name), as the source of kind `kind`.
+Result<std::unique_ptr<Source>> OpenColumnFiles(const std::string& uri, const SourceOptions& options,
+                                                const char* kind) {
+  NOSTALL_ASSIGN_OR_RETURN(nlohmann::json j, DriverOptionsJson(options, kind));
   NOSTALL_ASSIGN_OR_RETURN(ParquetOptions o, ParquetReadOptions(j));
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<S3Client> client;
@@ -596,12 +612,13 @@ Result<std::unique_ptr<Source>> ParquetOpen(const std::string& uri, const Source
     in.file_first.push_back(in.total);
     in.total += f->rows();
   }
-  if (in.total == 0) return InvalidArgument("the Parquet files " + uri + " hold no rows");
+  if (in.total == 0) return InvalidArgument("the files " + uri + " hold no rows");
   std::string origin;
   saved = Fitting(std::move(saved), files, cols, in.total);
   if (!saved) {
     NOSTALL_ASSIGN_OR_RETURN(saved, pq::BuildIndex(in, cols, hf));
-    origin = "read from " + std::to_string(files.size()) + " Parquet file" + (files.size() == 1 ? "" : "s") +
+    origin = "read from " + std::to_string(files.size()) + (std::string(kind) == kDriver ? " Parquet file" : " Arrow IPC file") +
+             (files.size() == 1 ? "" : "s") +
              " in " + SecondsSince(t0);
     if (!cache_path.empty()) {
       Status w = WriteIndexFile(cache_path, pq::SerializeSaved(refs, *saved));
@@ -613,15 +630,34 @@ Result<std::unique_ptr<Source>> ParquetOpen(const std::string& uri, const Source
   std::vector<FieldSpan> spans;
   std::vector<int64_t> room;
   RecordSpans(saved->sizes, in.total, cols.extra(), &spans, &room);
-  return std::unique_ptr<Source>(new ParquetSource(std::move(files), std::move(refs), std::move(cols.columns),
-                                                   std::move(saved->labels), std::move(saved->classes),
-                                                   std::move(spans), std::move(room), std::move(client),
-                                                   std::move(bucket), o, options.max_item_bytes, origin,
-                                                   options.shard_order));
+  auto source = std::make_unique<ParquetSource>(std::move(files), std::move(refs), std::move(cols.columns),
+                                                std::move(saved->labels), std::move(saved->classes),
+                                                std::move(spans), std::move(room), std::move(client),
+                                                std::move(bucket), o, options.max_item_bytes, origin,
+                                                options.shard_order);
+  source->set_kind(kind);
+  return std::unique_ptr<Source>(std::move(source));
+}
+
+Result<std::unique_ptr<Source>> ParquetOpen(const std::string& uri, const SourceOptions& options) {
+  return OpenColumnFiles(uri, options, kDriver);
+}
+
+// Arrow IPC files: a file, a glob or brace pattern of them, a folder
+// `datasets` saved, or on S3 a prefix ending in "/" (its *.arrow objects).
+Result<std::unique_ptr<Source>> ArrowOpen(const std::string& uri, const SourceOptions& options) {
+  std::string files = uri;
+  if (IsSavedDataset(uri) || (IsS3(uri) && !uri.empty() && uri.back() == '/')) {
+    while (files.size() > 1 && files.back() == '/') files.pop_back();
+    files += "/*.arrow";
+  }
+  return OpenColumnFiles(files, options, "arrow");
 }
 
 }  // namespace
 
 SourceDriver ParquetDriver() { return {kDriver, ParquetClaims, ParquetOpen, ParquetResolveOptions}; }
+
+SourceDriver ArrowDriver() { return {"arrow", ArrowClaims, ArrowOpen, ParquetResolveOptions}; }
 
 }  // namespace nostall

@@ -21,6 +21,9 @@ namespace {
 
 bool HasWildcard(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
+// "Parquet" or "Arrow IPC", for messages about the files `uri` names.
+std::string FormatOf(const std::string& uri) { return IsArrowIpcName(uri) ? "Arrow IPC" : "Parquet"; }
+
 }  // namespace
 
 Result<std::vector<FileRef>> LocalFiles(const std::string& uri) {
@@ -43,12 +46,12 @@ Result<std::vector<FileRef>> LocalFiles(const std::string& uri) {
   for (const std::string& n : names) {
     struct stat st;
     if (::stat(n.c_str(), &st) != 0) {
-      return NotFound("Parquet file does not exist: " + n);
+      return NotFound(FormatOf(n) + " file does not exist: " + n);
     }
     if (!S_ISREG(st.st_mode)) return InvalidArgument(n + " is not a file");
     out.push_back({n, "", static_cast<uint64_t>(st.st_size), FileStamp(n, st)});
   }
-  if (out.empty()) return NotFound("no Parquet file matches " + uri);
+  if (out.empty()) return NotFound("no " + FormatOf(uri) + " file matches " + uri);
   return out;
 }
 
@@ -58,7 +61,7 @@ Result<std::vector<FileRef>> S3Files(const std::string& uri, S3Client* client, s
   for (const std::string& p : patterns) {
     NOSTALL_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(p));
     if (bucket->empty()) *bucket = loc.bucket;
-    if (loc.bucket != *bucket) return InvalidArgument("Parquet files in two buckets: " + uri);
+    if (loc.bucket != *bucket) return InvalidArgument(FormatOf(uri) + " files in two buckets: " + uri);
     const size_t wild = loc.key.find_first_of("*?[");
     const std::string prefix = loc.key.substr(0, wild);
     NOSTALL_ASSIGN_OR_RETURN(std::vector<S3Object> listed, client->List(loc.bucket, prefix));
@@ -72,12 +75,12 @@ Result<std::vector<FileRef>> S3Files(const std::string& uri, S3Client* client, s
                         static_cast<int64_t>(h)};
     }
     if (wild == std::string::npos && found.find(loc.key) == found.end()) {
-      return NotFound("Parquet file does not exist: " + p);
+      return NotFound(FormatOf(p) + " file does not exist: " + p);
     }
   }
   std::vector<FileRef> out;
   for (auto& [k, f] : found) out.push_back(std::move(f));
-  if (out.empty()) return NotFound("no Parquet file matches " + uri);
+  if (out.empty()) return NotFound("no " + FormatOf(uri) + " file matches " + uri);
   return out;
 }
 

@@ -18,7 +18,56 @@
 #include <parquet/properties.h>
 #include <parquet/schema.h>
 
+#include "common/mutex.h"
+
 namespace nostall::pq {
+
+// A Parquet file (File).
+class ParquetFile final : public File {
+ public:
+  static Result<std::shared_ptr<File>> Open(const std::string& name, uint64_t size, const ReadAt& read);
+  static Result<std::shared_ptr<File>> FromSaved(const std::string& name, uint64_t size,
+                                                 const std::string& footer);
+  std::string Metadata(const std::string& key) const override;
+  Status ReadOffsetIndexes(const std::vector<int>& leaves, const ReadAt& read, std::string* saved,
+                           uint64_t* at) override;
+  Status SetOffsetIndexes(const std::vector<int>& leaves, const std::string& bytes, uint64_t at) override;
+  bool has_page_index(int leaf) const override;
+  int64_t pages_learned() const override EXCLUDES(learned_mu_);
+  Result<Unit> ChunkUnit(int rg, int leaf) const override;
+  int64_t ChunkBytes(int rg, int leaf) const override;
+  Result<Unit> UnitOf(int rg, int leaf, int64_t row) const override;
+  Result<Values> Decode(const Unit& u, const std::string& dictionary, const std::string& data) const override;
+  std::string Where(int rg, int leaf) const override;
+
+ private:
+  ParquetFile() = default;
+  Status Init();
+  // The file range holding the offset indexes of `leaves` (length 0: none).
+  Range OffsetIndexRange(const std::vector<int>& leaves) const;
+  std::shared_ptr<parquet::FileMetaData> meta_;
+  // [rg][leaf]: the chunk's offset index, when read.
+  std::vector<std::vector<std::shared_ptr<parquet::OffsetIndex>>> offsets_;
+  // A chunk's pages as its decoding found them: where each begins (file
+  // offset), its bytes and first row; and where its data pages begin.
+  struct Page {
+    uint64_t offset;
+    uint64_t size;
+    int64_t first_row;
+  };
+  struct Learned {
+    uint64_t data_start = 0;
+    std::vector<Page> pages;
+  };
+  // Keeps the pages a whole chunk's decoding found (at `data_start`, each
+  // (offset, bytes, first row) from there) when they tile the chunk's
+  // `data_size` bytes and hold its `rows`, first rows rising from 0.
+  void Learn(const Unit& u, uint64_t data_start, const std::vector<std::tuple<uint64_t, uint64_t, int64_t>>& pages,
+             size_t data_size, int64_t rows) const;
+  mutable Mutex learned_mu_;
+  mutable std::map<std::pair<int, int>, std::shared_ptr<const Learned>> learned_ GUARDED_BY(learned_mu_);
+};
+
 namespace {
 
 constexpr uint64_t kMaxFooter = 256ull << 20;  // a footer larger than this is not believed
@@ -75,6 +124,19 @@ void AppendNumber(T v, Values* out) {
   out->blob.append(buf, r.ptr);
 }
 
+template <typename T>
+void AppendFloating(T x, Values* out) {
+  if (x != x) {
+    out->blob += "NaN";  // JSON's reading of a float column, as Python's json writes it
+  } else if (x == std::numeric_limits<T>::infinity() || x == -std::numeric_limits<T>::infinity()) {
+    out->blob += x > 0 ? "Infinity" : "-Infinity";
+  } else {
+    const size_t at = out->blob.size();
+    AppendNumber(x, out);
+    if (out->blob.find_first_of(".e", at) == std::string::npos) out->blob += ".0";  // a float stays one
+  }
+}
+
 // Reads every value of a column reader positioned at its first row into
 // `out` (rows values; non-repeated leaves: one level per row).
 template <typename DType>
@@ -102,19 +164,11 @@ Status ReadAll(parquet::ColumnReader* base, const Leaf& leaf, int64_t rows, Valu
         if constexpr (std::is_same_v<DType, parquet::ByteArrayType>) {
           out->blob.append(reinterpret_cast<const char*>(x.ptr), x.len);
         } else if constexpr (std::is_same_v<DType, parquet::BooleanType>) {
-          out->blob += x ? "true" : "false";
-          out->ints.push_back(x ? 1 : 0);
+          AppendBoolean(x, out);
         } else if constexpr (std::is_integral_v<T>) {
-          AppendNumber(x, out);
-          out->ints.push_back(static_cast<int64_t>(x));
-        } else if (x != x) {
-          out->blob += "NaN";  // JSON's reading of a float column, as Python's json writes it
-        } else if (x == std::numeric_limits<T>::infinity() || x == -std::numeric_limits<T>::infinity()) {
-          out->blob += x > 0 ? "Infinity" : "-Infinity";
+          AppendInteger(static_cast<int64_t>(x), out);
         } else {
-          const size_t at = out->blob.size();
-          AppendNumber(x, out);
-          if (out->blob.find_first_of(".e", at) == std::string::npos) out->blob += ".0";  // a float stays one
+          AppendReal(x, out);
         }
       } else if constexpr (std::is_integral_v<T> || std::is_same_v<DType, parquet::BooleanType>) {
         out->ints.push_back(0);
@@ -128,7 +182,47 @@ Status ReadAll(parquet::ColumnReader* base, const Leaf& leaf, int64_t rows, Valu
 
 }  // namespace
 
+void AppendInteger(int64_t v, Values* out) {
+  AppendNumber(v, out);
+  out->ints.push_back(v);
+}
+
+void AppendBoolean(bool v, Values* out) {
+  out->blob += v ? "true" : "false";
+  out->ints.push_back(v ? 1 : 0);
+}
+
+void AppendReal(float v, Values* out) { AppendFloating(v, out); }
+void AppendReal(double v, Values* out) { AppendFloating(v, out); }
+
 Result<std::shared_ptr<File>> File::Open(const std::string& name, uint64_t size, const ReadAt& read) {
+  if (IsArrowIpcName(name)) return OpenArrowIpc(name, size, read);
+  return ParquetFile::Open(name, size, read);
+}
+
+Result<std::shared_ptr<File>> File::FromSaved(const std::string& name, uint64_t size, const std::string& footer) {
+  if (IsArrowIpcName(name)) return ArrowIpcFromSaved(name, size, footer);
+  return ParquetFile::FromSaved(name, size, footer);
+}
+
+int64_t File::row_group_rows(int rg) const {
+  const size_t g = static_cast<size_t>(rg);
+  return (g + 1 < rg_first_.size() ? rg_first_[g + 1] : rows_) - rg_first_[g];
+}
+
+int File::RowGroupOf(int64_t row) const {
+  auto it = std::upper_bound(rg_first_.begin(), rg_first_.end(), row);
+  return static_cast<int>(it - rg_first_.begin()) - 1;
+}
+
+int File::FindLeaf(const std::string& path) const {
+  for (const Leaf& l : leaves_) {
+    if (l.path == path) return l.index;
+  }
+  return -1;
+}
+
+Result<std::shared_ptr<File>> ParquetFile::Open(const std::string& name, uint64_t size, const ReadAt& read) {
   if (size < 12) {
     return DataError(name + ": not a Parquet file: " + std::to_string(size) + " bytes, fewer than a footer's 12");
   }
@@ -157,16 +251,17 @@ Result<std::shared_ptr<File>> File::Open(const std::string& name, uint64_t size,
   return FromSaved(name, size, footer);
 }
 
-Result<std::shared_ptr<File>> File::FromSaved(const std::string& name, uint64_t size, const std::string& footer) {
-  std::shared_ptr<File> f(new File());
+Result<std::shared_ptr<File>> ParquetFile::FromSaved(const std::string& name, uint64_t size,
+                                                     const std::string& footer) {
+  std::shared_ptr<ParquetFile> f(new ParquetFile());
   f->name_ = name;
   f->size_ = size;
   f->footer_ = footer;
   NOSTALL_RETURN_IF_ERROR(f->Init());
-  return f;
+  return std::shared_ptr<File>(std::move(f));
 }
 
-Status File::Init() {
+Status ParquetFile::Init() {
   try {
     meta_ = parquet::FileMetaData::Make(footer_.data(), static_cast<int64_t>(footer_.size()), Properties());
     const parquet::SchemaDescriptor* schema = meta_->schema();
@@ -220,35 +315,18 @@ Status File::Init() {
   return Status::OK();
 }
 
-int64_t File::row_group_rows(int rg) const {
-  const size_t g = static_cast<size_t>(rg);
-  return (g + 1 < rg_first_.size() ? rg_first_[g + 1] : rows_) - rg_first_[g];
-}
-
-int File::RowGroupOf(int64_t row) const {
-  auto it = std::upper_bound(rg_first_.begin(), rg_first_.end(), row);
-  return static_cast<int>(it - rg_first_.begin()) - 1;
-}
-
-int File::FindLeaf(const std::string& path) const {
-  for (const Leaf& l : leaves_) {
-    if (l.path == path) return l.index;
-  }
-  return -1;
-}
-
-std::string File::Metadata(const std::string& key) const {
+std::string ParquetFile::Metadata(const std::string& key) const {
   const auto& kv = meta_->key_value_metadata();
   if (kv == nullptr) return "";
   const int i = kv->FindKey(key);
   return i < 0 ? "" : kv->value(i);
 }
 
-std::string File::Where(int rg, int leaf) const {
+std::string ParquetFile::Where(int rg, int leaf) const {
   return name_ + " (row group " + std::to_string(rg) + ", column " + leaves_[static_cast<size_t>(leaf)].path + ")";
 }
 
-Range File::OffsetIndexRange(const std::vector<int>& leaves) const {
+Range ParquetFile::OffsetIndexRange(const std::vector<int>& leaves) const {
   uint64_t lo = UINT64_MAX, hi = 0;
   try {
     for (int g = 0; g < row_groups(); ++g) {
@@ -267,16 +345,20 @@ Range File::OffsetIndexRange(const std::vector<int>& leaves) const {
   return {lo, hi - lo};
 }
 
-Status File::ReadOffsetIndexes(const std::vector<int>& leaves, const ReadAt& read) {
+Status ParquetFile::ReadOffsetIndexes(const std::vector<int>& leaves, const ReadAt& read, std::string* saved,
+                                      uint64_t* at) {
   const Range r = OffsetIndexRange(leaves);
+  if (at != nullptr) *at = r.offset;
   if (r.length == 0) return Status::OK();
   if (r.length > kMaxFooter) return DataError(name_ + ": its offset indexes span more than 256 MiB");
   std::string bytes;
   NOSTALL_RETURN_IF_ERROR(read(r.offset, r.length, &bytes));
-  return SetOffsetIndexes(leaves, bytes, r.offset);
+  NOSTALL_RETURN_IF_ERROR(SetOffsetIndexes(leaves, bytes, r.offset));
+  if (saved != nullptr) *saved = std::move(bytes);
+  return Status::OK();
 }
 
-Status File::SetOffsetIndexes(const std::vector<int>& leaves, const std::string& bytes, uint64_t at) {
+Status ParquetFile::SetOffsetIndexes(const std::vector<int>& leaves, const std::string& bytes, uint64_t at) {
   for (int g = 0; g < row_groups(); ++g) {
     for (int leaf : leaves) {
       try {
@@ -324,16 +406,16 @@ Status File::SetOffsetIndexes(const std::vector<int>& leaves, const std::string&
   return Status::OK();
 }
 
-bool File::has_page_index(int leaf) const {
+bool ParquetFile::has_page_index(int leaf) const {
   for (const auto& rg : offsets_) {
     if (rg[static_cast<size_t>(leaf)] == nullptr) return false;
   }
   return !offsets_.empty();
 }
 
-Result<Unit> File::ChunkUnit(int rg, int leaf) const { return UnitOf(rg, leaf, -1); }
+Result<Unit> ParquetFile::ChunkUnit(int rg, int leaf) const { return UnitOf(rg, leaf, -1); }
 
-int64_t File::ChunkBytes(int rg, int leaf) const {
+int64_t ParquetFile::ChunkBytes(int rg, int leaf) const {
   try {
     return std::max<int64_t>(0, meta_->RowGroup(rg)->ColumnChunk(leaf)->total_uncompressed_size());
   } catch (const std::exception&) {
@@ -342,7 +424,7 @@ int64_t File::ChunkBytes(int rg, int leaf) const {
 }
 
 // row -1: the whole chunk.
-Result<Unit> File::UnitOf(int rg, int leaf, int64_t row) const {
+Result<Unit> ParquetFile::UnitOf(int rg, int leaf, int64_t row) const {
   Unit u;
   u.row_group = rg;
   u.leaf = leaf;
@@ -463,12 +545,12 @@ class NotingPageReader final : public parquet::PageReader {
 
 }  // namespace
 
-int64_t File::pages_learned() const {
+int64_t ParquetFile::pages_learned() const {
   MutexLock lock(&learned_mu_);
   return static_cast<int64_t>(learned_.size());
 }
 
-void File::Learn(const Unit& u, uint64_t data_start,
+void ParquetFile::Learn(const Unit& u, uint64_t data_start,
                  const std::vector<std::tuple<uint64_t, uint64_t, int64_t>>& pages, size_t data_size,
                  int64_t rows) const {
   auto learned = std::make_shared<Learned>();
@@ -487,7 +569,7 @@ void File::Learn(const Unit& u, uint64_t data_start,
   learned_.emplace(std::make_pair(u.row_group, u.leaf), std::move(learned));
 }
 
-Result<Values> File::Decode(const Unit& u, const std::string& dictionary, const std::string& data) const {
+Result<Values> ParquetFile::Decode(const Unit& u, const std::string& dictionary, const std::string& data) const {
   const Leaf& leaf = leaves_[static_cast<size_t>(u.leaf)];
   if (leaf.max_rep > 0) {
     return InvalidArgument(Where(u.row_group, u.leaf) + ": a repeated (list) column; nostall reads "

@@ -1,9 +1,10 @@
-// One Parquet file as the parquet driver reads it (docs/parquet.md), on
-// Apache Arrow's C++ Parquet library: the footer and the offset indexes are
+// One file as the parquet driver reads it (docs/parquet.md): a Parquet file
+// on Apache Arrow's C++ Parquet library (the footer and the offset indexes
 // parsed by parquet::FileMetaData and parquet::OffsetIndex, pages decoded by
-// its PageReader and ColumnReader. What is nostall's: which bytes to fetch
-// (the storage, local or S3, is the caller's ReadAt), so that a row costs
-// its page, not its row group, where the file has an offset index.
+// its PageReader and ColumnReader), or an Arrow IPC file on Arrow's IPC
+// reader. What is nostall's: which bytes to fetch (the storage, local or
+// S3, is the caller's ReadAt), so that a row costs its page, not its row
+// group, where the file has an offset index.
 //
 // Every error names the file, and where it is about a column chunk, the row
 // group and the column. Arrow's exceptions never leave this file.
@@ -18,13 +19,7 @@
 #include <tuple>
 #include <vector>
 
-#include "common/mutex.h"
 #include "nostall/status.h"
-
-namespace parquet {
-class FileMetaData;
-class OffsetIndex;
-}  // namespace parquet
 
 namespace nostall::pq {
 
@@ -71,14 +66,19 @@ struct Values {
   size_t bytes() const { return blob.size() + off.size() * 8 + present.size() + ints.size() * 8; }
 };
 
+// A file of rows in columns, as the parquet driver reads it: a Parquet
+// file (parquet_file.cc) or an Arrow IPC file, what Hugging Face's
+// `datasets` writes (`save_to_disk`, its cache; arrow_ipc_file.cc). Row
+// groups are Parquet's row groups or Arrow's record batches; leaves are
+// the columns' values by dotted path; a unit is what one read fetches.
 class File {
  public:
-  // Reads the footer of `name` (`size` bytes) through `read`: the magic,
-  // the metadata and, for the leaves `wanted` (dotted paths; "" = none yet),
-  // their offset indexes. `footer` and `indexes`, when given, are the saved
-  // bytes of an earlier read (File::saved_*), so nothing is read.
+  virtual ~File() = default;
+  // Reads what describes `name` (`size` bytes) through `read`: a Parquet
+  // footer, or an Arrow IPC file's schema and record batch headers (by
+  // the name: ".arrow" is Arrow IPC, anything else Parquet).
   static Result<std::shared_ptr<File>> Open(const std::string& name, uint64_t size, const ReadAt& read);
-  // From saved footer bytes (the index cache), nothing read.
+  // From saved bytes (footer(), the index cache), nothing read.
   static Result<std::shared_ptr<File>> FromSaved(const std::string& name, uint64_t size,
                                                  const std::string& footer);
 
@@ -96,67 +96,60 @@ class File {
   // The leaf of dotted path `path`, -1 if none.
   int FindLeaf(const std::string& path) const;
   // The schema's key/value metadata entry `key` ("" if none).
-  std::string Metadata(const std::string& key) const;
-  // The footer as stored (for the index cache).
+  virtual std::string Metadata(const std::string& key) const = 0;
+  // What describes the file, as stored (for the index cache).
   const std::string& footer() const { return footer_; }
 
-  // Reads the offset indexes of `leaves` (every row group), if the file has
-  // them: one read covering them all. Without them (or for a chunk without
-  // one) a unit is the whole chunk.
-  Status ReadOffsetIndexes(const std::vector<int>& leaves, const ReadAt& read);
-  // The same from bytes saved earlier (their file range: OffsetIndexRange).
-  Status SetOffsetIndexes(const std::vector<int>& leaves, const std::string& bytes, uint64_t at);
-  // The file range holding the offset indexes of `leaves` (length 0: none).
-  Range OffsetIndexRange(const std::vector<int>& leaves) const;
-  bool has_page_index(int leaf) const;
+  // Reads what finds a row of `leaves` without its whole chunk (every row
+  // group): Parquet's offset indexes, if the file has them (one read
+  // covering them all), an Arrow IPC file's value offsets. Without them (or
+  // for a chunk without one) a unit is the whole chunk. `saved` and `at`
+  // (when given) are set to the bytes to save for SetOffsetIndexes.
+  virtual Status ReadOffsetIndexes(const std::vector<int>& leaves, const ReadAt& read,
+                                   std::string* saved = nullptr, uint64_t* at = nullptr) = 0;
+  // The same from bytes saved earlier.
+  virtual Status SetOffsetIndexes(const std::vector<int>& leaves, const std::string& bytes, uint64_t at) = 0;
+  virtual bool has_page_index(int leaf) const = 0;
   // Chunks without an offset index: the pages found when a whole chunk was
   // decoded (Decode of a unit with page -1), by which later rows of that
   // chunk are read by their page. How many chunks are known so.
-  int64_t pages_learned() const EXCLUDES(learned_mu_);
+  virtual int64_t pages_learned() const = 0;
 
   // The whole column chunk of `leaf` in row group `rg`, as one unit.
-  Result<Unit> ChunkUnit(int rg, int leaf) const;
-  // Its uncompressed size (0 if the footer does not say).
-  int64_t ChunkBytes(int rg, int leaf) const;
+  virtual Result<Unit> ChunkUnit(int rg, int leaf) const = 0;
+  // Its uncompressed size (0 if the file does not say).
+  virtual int64_t ChunkBytes(int rg, int leaf) const = 0;
   // The unit holding row `row` (of the row group) of `leaf`.
-  Result<Unit> UnitOf(int rg, int leaf, int64_t row) const;
+  virtual Result<Unit> UnitOf(int rg, int leaf, int64_t row) const = 0;
   // Decodes a unit from its bytes (dictionary then data, as fetched).
-  Result<Values> Decode(const Unit& u, const std::string& dictionary, const std::string& data) const;
+  virtual Result<Values> Decode(const Unit& u, const std::string& dictionary, const std::string& data) const = 0;
   // "file.parquet (row group 3, column image.bytes)".
-  std::string Where(int rg, int leaf) const;
+  virtual std::string Where(int rg, int leaf) const = 0;
 
- private:
+ protected:
   File() = default;
-  Status Init();
   std::string name_;
   uint64_t size_ = 0;
   std::string footer_;
-  std::shared_ptr<parquet::FileMetaData> meta_;
   std::vector<int64_t> rg_first_;
   int64_t rows_ = 0;
   std::vector<Leaf> leaves_;
   std::vector<std::pair<std::string, bool>> columns_;
-  // [rg][leaf]: the chunk's offset index, when read.
-  std::vector<std::vector<std::shared_ptr<parquet::OffsetIndex>>> offsets_;
-  // A chunk's pages as its decoding found them: where each begins (file
-  // offset), its bytes and first row; and where its data pages begin.
-  struct Page {
-    uint64_t offset;
-    uint64_t size;
-    int64_t first_row;
-  };
-  struct Learned {
-    uint64_t data_start = 0;
-    std::vector<Page> pages;
-  };
-  // Keeps the pages a whole chunk's decoding found (at `data_start`, each
-  // (offset, bytes, first row) from there) when they tile the chunk's
-  // `data_size` bytes and hold its `rows`, first rows rising from 0.
-  void Learn(const Unit& u, uint64_t data_start, const std::vector<std::tuple<uint64_t, uint64_t, int64_t>>& pages,
-             size_t data_size, int64_t rows) const;
-  mutable Mutex learned_mu_;
-  mutable std::map<std::pair<int, int>, std::shared_ptr<const Learned>> learned_ GUARDED_BY(learned_mu_);
 };
+
+// A value appended to `out` as the driver reads it: an integer (also in
+// `ints`), a boolean ("true"/"false", 1/0), a float or double (the shortest
+// text that reads back the same, JSON's NaN and Infinity).
+void AppendInteger(int64_t v, Values* out);
+void AppendBoolean(bool v, Values* out);
+void AppendReal(float v, Values* out);
+void AppendReal(double v, Values* out);
+
+// Arrow IPC files (arrow_ipc_file.cc): whether `name` is one, and File::Open
+// and File::FromSaved for them.
+bool IsArrowIpcName(const std::string& name);
+Result<std::shared_ptr<File>> OpenArrowIpc(const std::string& name, uint64_t size, const ReadAt& read);
+Result<std::shared_ptr<File>> ArrowIpcFromSaved(const std::string& name, uint64_t size, const std::string& saved);
 
 }  // namespace nostall::pq
 

@@ -221,13 +221,7 @@ Result<Saved> BuildIndex(const IndexFiles& in, const FieldColumns& c, const HfFe
     File& f = *files[k];
     const ReadAt read = in.reader(k);
     s.footers[k] = f.footer();
-    const Range r = f.OffsetIndexRange(per_item);
-    s.index_at[k] = r.offset;
-    if (r.length > 0) {
-      if (r.length > (256ull << 20)) return DataError(f.name() + ": its offset indexes span more than 256 MiB");
-      NOSTALL_RETURN_IF_ERROR(read(r.offset, r.length, &s.indexes[k]));
-      NOSTALL_RETURN_IF_ERROR(f.SetOffsetIndexes(per_item, s.indexes[k], r.offset));
-    }
+    NOSTALL_RETURN_IF_ERROR(f.ReadOffsetIndexes(per_item, read, &s.indexes[k], &s.index_at[k]));
     return ReadRows(f, read, in.file_first[k], c, strings, in.max_field_bytes, &s, &names);
   }));
   NOSTALL_RETURN_IF_ERROR(ResolveClasses(in, c, hf, strings, names, &s));

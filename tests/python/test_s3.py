@@ -693,6 +693,41 @@ def test_parquet_shards_on_s3_read_by_ranges_give_the_local_batches(s3, tmp_path
         nostall.Loader("s3://train-data/parquet/nothing-*.parquet", batch_size=4)
 
 
+def test_arrow_ipc_files_on_s3_read_a_row_by_its_own_bytes(s3, tmp_path):
+    """A folder `datasets` saved, on S3: the headers and each binary column's
+    offsets read when the loader is made, then each row by one ranged GET of
+    its own bytes (not its record batch of 8), the local files' batches."""
+    datasets = pytest.importorskip("datasets")
+    client, local = s3
+    files = sorted(local.rglob("*.jpg"))
+    classes = sorted({f.parent.name for f in files})
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=classes)})
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": f.read_bytes(), "path": f.name} for f in files],
+                                     "label": [classes.index(f.parent.name) for f in files]}, features=features)
+    ds.save_to_disk(str(tmp_path / "saved"), max_shard_size="200KB", num_proc=None)
+    for f in sorted((tmp_path / "saved").iterdir()):
+        client.upload_file(str(f), "train-data", "saved/" + f.name)
+    kw = dict(batch_size=4, shuffle=True, seed=3, transforms=[nostall.Resize((16, 16))], return_indices=True)
+    # A prefix is read as Arrow IPC files when the spec names the driver (or as "saved/*.arrow").
+    remote = nostall.Loader({"uri": "s3://train-data/saved/", "driver": "arrow", "options": {"decoded_cache_mb": 0}},
+                            **kw)
+    here = nostall.Loader(str(tmp_path / "saved"), **kw)
+    assert remote.spec["source"]["driver"] == "arrow" and remote.classes == here.classes == classes
+    read = []
+    for epoch in (0, 1, 2):
+        a, b = epoch_batches(remote, epoch), epoch_batches(here, epoch)
+        assert len(a) == len(b) == 6
+        for (ia, la, xa), (ib, lb, xb) in zip(a, b):
+            assert torch.equal(ia, ib) and torch.equal(la, lb) and torch.equal(xa, xb)
+        read.append(remote.stats()["storage"]["bytes"])
+    remote.close()
+    # About the images' bytes an epoch (the next epoch's first reads may
+    # have begun): a record batch of ~8 rows read whole would be ~8x.
+    image_bytes = sum(f.stat().st_size for f in files)
+    epoch = read[2] - read[1]
+    assert 0.6 * image_bytes < epoch < 1.4 * image_bytes, (read, image_bytes)
+
+
 def test_parquet_without_an_offset_index_learns_its_pages_from_the_first_read(s3, tmp_path):
     """A file as pyarrow writes it by default (no page index; one row group):
     the first read of the chunk costs the chunk, every later row its page."""
