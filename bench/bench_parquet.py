@@ -1,5 +1,6 @@
-"""nostall reading Parquet shards vs the same images as a folder, and vs
-torch's DataLoader over the same files (pyarrow + PIL, and `datasets`).
+"""nostall reading Parquet shards (and `datasets`' save_to_disk Arrow IPC
+files) vs the same images as a folder, and vs torch's DataLoader over the
+same files (pyarrow + PIL, and `datasets`).
 
     make bench-parquet   # or: .venv/bin/python bench/bench_parquet.py [--rounds 3]
 
@@ -106,7 +107,10 @@ def run_torch(pattern, images, how):
         ds = Table()
     else:
         import datasets
-        d = datasets.load_dataset("parquet", data_files=files, split="train")
+        if how == "load_from_disk":  # a folder save_to_disk wrote (Arrow IPC files)
+            d = datasets.load_from_disk(pattern)
+        else:
+            d = datasets.load_dataset("parquet", data_files=files, split="train")
         d = d.cast_column("image", datasets.Image(decode=False)).select(range(min(images, len(d))))
 
         def tf(batch):
@@ -154,7 +158,8 @@ def main():
     ap.add_argument("--torch-images", type=int, default=768, help="images the (slow) torch runs read")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--write", default=str(ROOT / "docs" / "benchmarks.md"))
-    ap.add_argument("--child", choices=["nostall", "pyarrow", "datasets"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["nostall", "pyarrow", "datasets", "load_from_disk"], help=argparse.SUPPRESS)
+    ap.add_argument("--only", default="", help="run only the runs whose names contain this text")
     ap.add_argument("--path", help=argparse.SUPPRESS)
     ap.add_argument("--options", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -173,7 +178,11 @@ def main():
                for rows in (100, 1000)}
     # As pyarrow writes by default: no offset index (pages of about 1 MiB).
     plain = folder_to_parquet(data, work / "plain100", files=4, row_group_size=100, page_index=False)
-    same = identical(data, list(layouts.values()))
+    # The same rows as `datasets` keeps them on disk: save_to_disk's Arrow IPC files.
+    import datasets
+    datasets.Dataset.from_parquet(sorted(str(f) for f in (work / "rg1000").glob("*.parquet")),
+                                  cache_dir=str(work / "hf-cache")).save_to_disk(str(work / "saved"))
+    same = identical(data, list(layouts.values()) + [str(work / "saved")])
     print(f"batches of the folder and both Parquet layouts identical: {same}", flush=True)
     (work / "s3").mkdir()
     server = Server(work / "s3")
@@ -197,7 +206,12 @@ def main():
                 me + ["--child", "nostall", "--path", f"s3://{BUCKET}/parquet/train-*.parquet"], slow),
             "DataLoader + pyarrow + PIL": (torch_me + ["--child", "pyarrow", "--path", layouts[1000]], server.url),
             "DataLoader + datasets": (torch_me + ["--child", "datasets", "--path", layouts[1000]], server.url),
+            "nostall arrow (datasets' save_to_disk)": (me + ["--child", "nostall", "--path", str(work / "saved")],
+                                                       server.url),
+            "DataLoader + datasets load_from_disk": (
+                torch_me + ["--child", "load_from_disk", "--path", str(work / "saved")], server.url),
         }
+        runs = {k: v for k, v in runs.items() if args.only in k or k == "nostall image folder"}
         results = {k: [] for k in runs}
         firsts = {k: [] for k in runs}
         for r in range(args.rounds):
@@ -216,7 +230,12 @@ def main():
 
     med = {k: statistics.median(v) for k, v in results.items()}
     folder = med["nostall image folder"]
+    if args.only:
+        for k in runs:
+            print(f"{k}: {med[k]:.0f} images/s, {med[k] / folder:.2f} of the image folder")
+        return 0
     local = med["nostall parquet, row groups of 1000"]
+    arrow = med["nostall arrow (datasets' save_to_disk)"]
     lines = ["## Parquet: shards local and on S3 vs the image folder and DataLoader + pyarrow/datasets "
              "(`make bench-parquet`)", "",
              f"{args.images} JPEGs as an image folder and as 4 Parquet shards (Hugging Face's layout, offset "
@@ -240,7 +259,10 @@ def main():
               f"image folder (docs/parquet.md: smaller pages, or shard_shuffle with a cache of shuffle_buffer rows)",
               f"- nostall Parquet / DataLoader + pyarrow + PIL: {local / med['DataLoader + pyarrow + PIL']:.1f}x; "
               f"/ DataLoader + datasets: {local / med['DataLoader + datasets']:.1f}x",
-              f"- batches of the folder and both Parquet layouts byte-identical for one seed: {same}"]
+              f"- Arrow IPC (save_to_disk) / Parquet local: {arrow / local:.2f}; / DataLoader + datasets "
+              f"load_from_disk: {arrow / med['DataLoader + datasets load_from_disk']:.1f}x",
+              f"- batches of the folder, both Parquet layouts and the save_to_disk folder byte-identical for one "
+              f"seed: {same}"]
     text = "\n".join(lines)
     print(text)
     write_block(args.write, "bench_parquet", text)

@@ -184,6 +184,33 @@ def parquet_seeds():
 parquet_seeds()
 
 
+def arrow_ipc_seeds():
+    """Small Arrow IPC files as `datasets` (the stream format) and pyarrow's
+    file format lay them out: an image struct, int and string labels with
+    nulls, a float, a dictionary and a list column beside them, several
+    record batches."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    jpg = encoded(image("RGB", (6, 5)), "JPEG", quality=40)
+    n = 6
+    table = pa.table({"image": pa.array([{"bytes": jpg + bytes([i]), "path": f"{i}.jpg"} for i in range(n)]),
+                      "label": pa.array(list(range(n)), type=pa.int64()),
+                      "name": pa.array([None if i == 2 else f"n{i}" for i in range(n)]),
+                      "score": pa.array([i / 3 for i in range(n)], type=pa.float32()),
+                      "kind": pa.array([f"k{i % 2}" for i in range(n)]).dictionary_encode(),
+                      "boxes": pa.array([[float(i)] * (i % 3) for i in range(n)])})
+    for name, new in [("stream", ipc.new_stream), ("file", ipc.new_file)]:
+        sink = io.BytesIO()
+        with new(sink, table.schema) as w:
+            for b in table.to_batches(max_chunksize=4 if name == "stream" else 2):
+                w.write_batch(b)
+        out("arrow_ipc_fuzz", name + ".arrow", sink.getvalue())
+
+
+arrow_ipc_seeds()
+
+
 def published_file_seeds():
     """Damaged and hostile published files (tests/python/test_published_files.py
     makes each the same way): Parquet metadata nested too deep or of other

@@ -75,7 +75,10 @@ def test_prep_bound_with_one_decode_thread(big_jpegs):
     a = run(spec, instant)
     assert a.bottleneck == "prep", a.table()
     assert a.result["predicted"]["limit"] in ("cpu", "prep_threads")
-    assert a.breakdown["prep_stall"] > 0.5
+    # The prep stall is the largest part of a sample's time (how large
+    # depends on what else the cores run: cold reads cost CPU too).
+    b = a.breakdown
+    assert b["prep_stall"] > max(b["fetch_stall"], b["compute"]), b
     # Prep is CPU work: more threads and cores help, a cache does not.
     now = a.result["predicted"]["rate"]
     # A second thread on the second core nearly doubles it: the two cores
