@@ -27,6 +27,7 @@
 #include <functional>
 #include <map>
 
+#include "source/flat_reader.h"
 #include "source/parquet_file.h"
 
 namespace nostall::pq {
@@ -37,73 +38,6 @@ constexpr uint64_t kIpcMaxHeader = 64 << 20;
 constexpr char kIpcSavedMagic[] = "nostall-arrow-ipc-1";
 enum IpcPhysical { kIpcBoolean = 0, kIpcInt32 = 1, kIpcInt64 = 2, kIpcFloat = 4, kIpcDouble = 5, kIpcBytes = 6,
                    kIpcOther = 7 };
-
-uint32_t IpcLe32(const uint8_t* p) {
-  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
-         static_cast<uint32_t>(p[3]) << 24;
-}
-
-uint64_t IpcLe64(const uint8_t* p) { return IpcLe32(p) | static_cast<uint64_t>(IpcLe32(p + 4)) << 32; }
-
-// A flatbuffer, read with every offset checked against its bytes (the
-// headers are the file's claims).
-class Flat {
- public:
-  explicit Flat(const std::string& b) : p_(reinterpret_cast<const uint8_t*>(b.data())), n_(b.size()) {}
-  // A table: its position; false when it does not fit.
-  bool Root(size_t* table) const { return n_ >= 4 && Table(IpcLe32(p_), table); }
-  // Field `slot`'s position in `table`, 0 when absent.
-  size_t Field(size_t table, int slot) const {
-    const int64_t vt = static_cast<int64_t>(table) - static_cast<int32_t>(IpcLe32(p_ + table));
-    if (vt < 0 || static_cast<uint64_t>(vt) + 4 > n_) return 0;
-    const uint16_t vt_size = Le16(static_cast<size_t>(vt));
-    const size_t entry = static_cast<size_t>(vt) + 4 + 2 * static_cast<size_t>(slot);
-    if (entry + 2 > static_cast<size_t>(vt) + vt_size || entry + 2 > n_) return 0;
-    const uint16_t off = Le16(entry);
-    return off == 0 ? 0 : table + off;
-  }
-  bool Int64(size_t table, int slot, int64_t* v) const {
-    const size_t at = Field(table, slot);
-    if (at == 0) return false;
-    if (at + 8 > n_) return false;
-    *v = static_cast<int64_t>(IpcLe64(p_ + at));
-    return true;
-  }
-  uint8_t Byte(size_t table, int slot) const {
-    const size_t at = Field(table, slot);
-    return at == 0 || at >= n_ ? 0 : p_[at];
-  }
-  // The table a uoffset field points to.
-  bool Child(size_t table, int slot, size_t* out) const {
-    const size_t at = Field(table, slot);
-    return at != 0 && at + 4 <= n_ && Table(at + IpcLe32(p_ + at), out);
-  }
-  // A vector of `width`-byte structs: its first element and length.
-  bool Vector(size_t table, int slot, size_t width, size_t* first, size_t* count) const {
-    const size_t at = Field(table, slot);
-    if (at == 0) {
-      *count = 0;
-      return true;
-    }
-    if (at + 4 > n_) return false;
-    const size_t v = at + IpcLe32(p_ + at);
-    if (v + 4 > n_) return false;
-    *count = IpcLe32(p_ + v);
-    *first = v + 4;
-    return *count <= (n_ - *first) / width;
-  }
-  int64_t At64(size_t pos) const { return static_cast<int64_t>(IpcLe64(p_ + pos)); }
-
- private:
-  bool Table(uint64_t pos, size_t* out) const {
-    if (pos + 4 > n_) return false;
-    *out = static_cast<size_t>(pos);
-    return true;
-  }
-  uint16_t Le16(size_t at) const { return static_cast<uint16_t>(p_[at] | p_[at + 1] << 8); }
-  const uint8_t* p_;
-  size_t n_;
-};
 
 // One field's node and buffers within a batch's body (body-relative):
 // validity (length 0: none), then offsets and data for binary, values (as
@@ -352,10 +286,10 @@ Status ArrowIpcFile::ReadMessages(const ReadAt& read, std::vector<std::pair<std:
     const auto* p = reinterpret_cast<const uint8_t*>(chunk.data());
     if (chunk.size() < 4) return DataError(name_ + ": truncated after byte " + std::to_string(pos));
     uint64_t prefix = 4;
-    uint64_t len = IpcLe32(p);
+    uint64_t len = FlatLe32(p);
     if (len == 0xFFFFFFFFu) {  // the continuation marker, then the length
       if (chunk.size() < 8) return DataError(name_ + ": truncated after byte " + std::to_string(pos));
-      len = IpcLe32(p + 4);
+      len = FlatLe32(p + 4);
       prefix = 8;
     }
     if (len == 0) break;  // the end of the stream
@@ -523,8 +457,8 @@ Status ArrowIpcFile::RowValues(size_t rg, int leaf, const ReadAt& read) {
     if (o == nullptr) return DataError(Where(static_cast<int>(rg), leaf) + ": a short read of its offsets");
     for (uint64_t k = 0; k < n; ++k) {
       const auto* p = reinterpret_cast<const uint8_t*>(o + k * width);
-      const int64_t a = width == 8 ? static_cast<int64_t>(IpcLe64(p)) : static_cast<int32_t>(IpcLe32(p));
-      const int64_t z = width == 8 ? static_cast<int64_t>(IpcLe64(p + width)) : static_cast<int32_t>(IpcLe32(p + width));
+      const int64_t a = width == 8 ? static_cast<int64_t>(FlatLe64(p)) : static_cast<int32_t>(FlatLe32(p));
+      const int64_t z = width == 8 ? static_cast<int64_t>(FlatLe64(p + width)) : static_cast<int32_t>(FlatLe32(p + width));
       if (a < 0 || z < a || static_cast<uint64_t>(z) > x.data.length) {
         return DataError(Where(static_cast<int>(rg), leaf) + ": row " + std::to_string(k) +
                          "'s value lies outside its data buffer");
