@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cctype>
 #include <filesystem>
@@ -21,6 +22,7 @@
 
 #include <arrow/api.h>
 #include <arrow/io/file.h>
+#include <arrow/ipc/writer.h>
 #include <parquet/arrow/writer.h>
 #include <parquet/properties.h>
 
@@ -166,6 +168,40 @@ struct ParquetMaker : LocalMaker {
   static std::string File(const std::string& dir, int f) { return dir + "/part-" + std::to_string(f) + ".parquet"; }
 };
 
+// Arrow IPC: the items as two stream-format files (as `datasets` writes
+// them) of an image column (binary) and an int64 label, record batches of
+// 4 rows; an item cut away is both files truncated.
+struct ArrowIpcMaker : LocalMaker {
+  static constexpr const char* kKind = "arrow";
+  static constexpr bool kKeyHasName = false;  // rows have no names: a key is file[row]
+  static std::string Write(const std::string& dir, const std::vector<Item>& items) {
+    const size_t half = items.size() / 2;
+    auto schema = arrow::schema({arrow::field("image", arrow::binary()), arrow::field("label", arrow::int64())});
+    for (int f = 0; f < 2; ++f) {
+      auto out = arrow::io::FileOutputStream::Open(File(dir, f)).ValueOrDie();
+      auto writer = arrow::ipc::MakeStreamWriter(out, schema).ValueOrDie();
+      const size_t first = f == 0 ? 0 : half, end = f == 0 ? half : items.size();
+      for (size_t at = first; at < end; at += 4) {
+        arrow::BinaryBuilder images;
+        arrow::Int64Builder labels;
+        for (size_t i = at; i < std::min(end, at + 4); ++i) {
+          EXPECT_TRUE(images.Append(items[i].bytes.data(), static_cast<int32_t>(items[i].bytes.size())).ok());
+          EXPECT_TRUE(labels.Append(items[i].label).ok());
+        }
+        std::shared_ptr<arrow::Array> a, b;
+        EXPECT_TRUE(images.Finish(&a).ok() && labels.Finish(&b).ok());
+        EXPECT_TRUE(writer->WriteRecordBatch(*arrow::RecordBatch::Make(schema, a->length(), {a, b})).ok());
+      }
+      EXPECT_TRUE(writer->Close().ok() && out->Close().ok());
+    }
+    return dir + "/part-*.arrow";
+  }
+  static void Remove(const std::string& dir, const Item&) {
+    for (int f = 0; f < 2; ++f) ASSERT_EQ(::truncate(File(dir, f).c_str(), 1024), 0);
+  }
+  static std::string File(const std::string& dir, int f) { return dir + "/part-" + std::to_string(f) + ".arrow"; }
+};
+
 // The S3 drivers, against a real S3-compatible server (moto's server mode
 // on loopback): one bucket per test, named after its data folder.
 struct S3Maker {
@@ -235,7 +271,8 @@ class SourceConformance : public ::testing::Test {
 };
 
 using Makers =
-    ::testing::Types<ImageFolderMaker, TarShardsMaker, CocoMaker, ParquetMaker, S3FolderMaker, S3TarMaker>;
+    ::testing::Types<ImageFolderMaker, TarShardsMaker, CocoMaker, ParquetMaker, ArrowIpcMaker, S3FolderMaker,
+                     S3TarMaker>;
 TYPED_TEST_SUITE(SourceConformance, Makers);
 
 TYPED_TEST(SourceConformance, EveryItemInOrderWithItsLabelAndExactBytes) {
