@@ -102,12 +102,15 @@ Result<Index> BuildFolderIndex(const std::string& root, bool audio) {
   Index index;
   DIR* d = ::opendir(root.c_str());
   if (d == nullptr) return ErrnoError("cannot list dataset folder " + root, errno);
+  std::string columns;  // a file of rows in columns, for the error below
   while (dirent* ent = ::readdir(d)) {
     std::string name = ent->d_name;
     if (name == "." || name == "..") continue;
     struct stat st;
     if (::stat((root + "/" + name).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
       index.classes.push_back(name);
+    } else if (columns.empty() && (name.ends_with(".parquet") || name.ends_with(".arrow"))) {
+      columns = name;
     }
   }
   ::closedir(d);
@@ -115,7 +118,11 @@ Result<Index> BuildFolderIndex(const std::string& root, bool audio) {
   std::sort(index.classes.begin(), index.classes.end());
   if (index.classes.empty()) {
     return NotFound("no class folders in " + root +
-                    " (expected one subfolder per class, as torchvision's ImageFolder)");
+                    " (expected one subfolder per class, as torchvision's ImageFolder)" +
+                    (columns.empty() ? ""
+                                     : "; it holds " + columns + ": read its files with a pattern, " + root +
+                                           (columns.ends_with(".arrow") ? "/*.arrow" : "/*.parquet") +
+                                           " (docs/parquet.md)"));
   }
   struct stat rst;
   ::stat(root.c_str(), &rst);

@@ -163,3 +163,14 @@ def test_a_list_column_asked_for_is_refused_by_name(folder, tmp_path):
     # ... and named when a field asks for it.
     with pytest.raises(ValueError, match="boxes.*list"):
         nostall.Loader(str(path), fields={"image": "image", "boxes": {"ext": "boxes", "kind": "json"}}, batch_size=4)
+
+
+def test_a_folder_of_arrow_files_not_saved_by_datasets_is_told_its_pattern(folder, tmp_path):
+    """A folder of .arrow files without save_to_disk's state.json is not
+    claimed as one dataset (a datasets cache folder holds every split): the
+    image folder's error says how to read them."""
+    with ipc.new_stream(tmp_path / "mnist-train.arrow", table_of(folder).schema) as w:
+        w.write_table(table_of(folder))
+    with pytest.raises(FileNotFoundError, match=r"no class folders.*mnist-train.arrow.*/\*\.arrow"):
+        nostall.Loader(str(tmp_path), batch_size=4)
+    assert nostall.Loader(str(tmp_path / "*.arrow"), batch_size=4).num_items == 30
