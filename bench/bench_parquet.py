@@ -208,6 +208,9 @@ def main():
             "DataLoader + datasets": (torch_me + ["--child", "datasets", "--path", layouts[1000]], server.url),
             "nostall arrow (datasets' save_to_disk)": (me + ["--child", "nostall", "--path", str(work / "saved")],
                                                        server.url),
+            "nostall arrow (datasets' save_to_disk), no decoded cache": (
+                me + ["--child", "nostall", "--path", str(work / "saved"), "--options", '{"decoded_cache_mb": 0}'],
+                server.url),
             "DataLoader + datasets load_from_disk": (
                 torch_me + ["--child", "load_from_disk", "--path", str(work / "saved")], server.url),
         }
@@ -236,6 +239,7 @@ def main():
         return 0
     local = med["nostall parquet, row groups of 1000"]
     arrow = med["nostall arrow (datasets' save_to_disk)"]
+    arrow_uncached = med["nostall arrow (datasets' save_to_disk), no decoded cache"]
     lines = ["## Parquet: shards local and on S3 vs the image folder and DataLoader + pyarrow/datasets "
              "(`make bench-parquet`)", "",
              f"{args.images} JPEGs as an image folder and as 4 Parquet shards (Hugging Face's layout, offset "
@@ -260,7 +264,9 @@ def main():
               f"- nostall Parquet / DataLoader + pyarrow + PIL: {local / med['DataLoader + pyarrow + PIL']:.1f}x; "
               f"/ DataLoader + datasets: {local / med['DataLoader + datasets']:.1f}x",
               f"- Arrow IPC (save_to_disk) / Parquet local: {arrow / local:.2f}; / DataLoader + datasets "
-              f"load_from_disk: {arrow / med['DataLoader + datasets load_from_disk']:.1f}x",
+              f"load_from_disk: {arrow / med['DataLoader + datasets load_from_disk']:.1f}x; without the decoded "
+              f"cache (each row its own read, as an exact shuffle over a large dataset): "
+              f"{arrow_uncached / folder:.2f} of the image folder",
               f"- batches of the folder, both Parquet layouts and the save_to_disk folder byte-identical for one "
               f"seed: {same}"]
     text = "\n".join(lines)
