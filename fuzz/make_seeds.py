@@ -186,9 +186,9 @@ parquet_seeds()
 
 def arrow_ipc_seeds():
     """Small Arrow IPC files as `datasets` (the stream format) and pyarrow's
-    file format lay them out: an image struct, int and string labels with
-    nulls, a float, a dictionary and a list column beside them, several
-    record batches."""
+    file format lay them out (one with each buffer ZSTD-compressed): an image
+    struct, int and string labels with nulls, a float, a dictionary and a
+    list column beside them, several record batches."""
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
@@ -200,9 +200,10 @@ def arrow_ipc_seeds():
                       "score": pa.array([i / 3 for i in range(n)], type=pa.float32()),
                       "kind": pa.array([f"k{i % 2}" for i in range(n)]).dictionary_encode(),
                       "boxes": pa.array([[float(i)] * (i % 3) for i in range(n)])})
-    for name, new in [("stream", ipc.new_stream), ("file", ipc.new_file)]:
+    for name, new in [("stream", ipc.new_stream), ("file", ipc.new_file), ("file-zstd", ipc.new_file)]:
         sink = io.BytesIO()
-        with new(sink, table.schema) as w:
+        options = ipc.IpcWriteOptions(compression="zstd" if name == "file-zstd" else None)
+        with new(sink, table.schema, options=options) as w:
             for b in table.to_batches(max_chunksize=4 if name == "stream" else 2):
                 w.write_batch(b)
         out("arrow_ipc_fuzz", name + ".arrow", sink.getvalue())

@@ -13,19 +13,23 @@
 // batch. Binary and string leaves (images, audio, text) are read a row at a
 // time: their offsets (and the validity of the leaf and the structs above
 // it) are read when the file opens, so a row costs its own bytes, not its
-// batch's; every other leaf is read a batch at a time.
+// batch's; every other leaf is read a batch at a time, and so is every leaf
+// of a compressed batch (each buffer is compressed whole, by Arrow's LZ4 or
+// ZSTD codec).
 #include <arrow/buffer.h>
 #include <arrow/io/memory.h>
 #include <arrow/ipc/dictionary.h>
 #include <arrow/ipc/message.h>
 #include <arrow/ipc/reader.h>
 #include <arrow/type.h>
+#include <arrow/util/compression.h>
 #include <arrow/util/key_value_metadata.h>
 
 #include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <string_view>
 
 #include "source/flat_reader.h"
 #include "source/parquet_file.h"
@@ -54,6 +58,7 @@ struct IpcBatch {
   std::string header;
   uint64_t body = 0, body_length = 0;
   int64_t rows = 0;
+  int codec = -1;  // each buffer compressed: 0 LZ4 frame, 1 ZSTD; -1 none
   std::vector<IpcBuffers> fields;
   std::map<int, std::vector<std::pair<uint64_t, int64_t>>> values;
 };
@@ -179,7 +184,7 @@ class ArrowIpcFile final : public File {
   // from their validity buffers (`bytes` gives a range's bytes, or null
   // when they are not at hand).
   Result<std::vector<uint8_t>> PresentAll(const IpcBatch& b, int f,
-                                          const std::function<const char*(const Range&)>& bytes) const;
+                                          const std::function<std::string_view(const Range&)>& bytes) const;
   Status RowValues(size_t rg, int leaf, const ReadAt& read);
   std::string SaveValues(const std::vector<int>& leaves) const;
 
@@ -222,9 +227,13 @@ Status ArrowIpcFile::ParseBatch(size_t index, IpcBatch* b) const {
   if (!fb.Root(&message) || fb.Byte(message, 1) != 3 || !fb.Child(message, 2, &batch)) {
     return DataError(where + ": a damaged record batch header");
   }
-  if (fb.Field(batch, 3) != 0) {
-    return InvalidArgument(where + ": a compressed body (LZ4 or ZSTD); nostall reads Arrow IPC files "
-                           "written without compression (datasets' default; pyarrow: compression=None)");
+  size_t compression = 0;
+  if (fb.Child(batch, 3, &compression)) {  // BodyCompression: 0 codec, 1 method (0: each buffer)
+    b->codec = fb.Byte(compression, 0);
+    if (b->codec > 1 || fb.Byte(compression, 1) != 0) {
+      return InvalidArgument(where + ": a compression nostall does not read (codec " + std::to_string(b->codec) +
+                             "; LZ4 frame and ZSTD of each buffer are read)");
+    }
   }
   int64_t body = 0;
   if (!fb.Int64(batch, 0, &b->rows) || b->rows < 0 || !fb.Vector(batch, 1, 16, &nodes, &n_nodes) ||
@@ -413,13 +422,47 @@ Range ArrowIpcFile::LeafRange(const IpcBatch& b, int leaf) const {
   return hi > lo ? Range{lo, hi - lo} : Range{};
 }
 
+// A buffer as stored in a batch of codec `codec` (-1: as it is) into *out:
+// Arrow IPC's compressed buffer is its uncompressed length (-1: stored
+// uncompressed), then the codec's bytes.
+Status IpcUnpack(int codec, std::string_view raw, std::string* out) {
+  if (codec < 0 || raw.empty()) {
+    out->assign(raw);
+    return Status::OK();
+  }
+  if (raw.size() < 8) return DataError("a compressed buffer of " + std::to_string(raw.size()) + " bytes");
+  const auto length = static_cast<int64_t>(FlatLe64(reinterpret_cast<const uint8_t*>(raw.data())));
+  if (length == -1) {
+    out->assign(raw.substr(8));
+    return Status::OK();
+  }
+  // A claim: bounded by what the codecs can expand to (not a 2^62 allocation).
+  if (length < 0 || static_cast<uint64_t>(length) > (raw.size() - 8) * 4096 + 4096 ||
+      length > (int64_t{1} << 34)) {
+    return DataError("a compressed buffer claiming " + std::to_string(length) + " bytes from " +
+                     std::to_string(raw.size()) + "");
+  }
+  auto c = arrow::util::Codec::Create(codec == 0 ? arrow::Compression::LZ4_FRAME : arrow::Compression::ZSTD);
+  if (!c.ok()) return InvalidArgument("this Arrow build cannot decompress: " + c.status().message());
+  out->resize(static_cast<size_t>(length));
+  auto n = c.ValueOrDie()->Decompress(static_cast<int64_t>(raw.size() - 8),
+                                      reinterpret_cast<const uint8_t*>(raw.data() + 8), length,
+                                      reinterpret_cast<uint8_t*>(out->data()));
+  if (!n.ok() || n.ValueOrDie() != length) {
+    return DataError("a compressed buffer that does not decompress to its " + std::to_string(length) + " bytes" +
+                     (n.ok() ? "" : ": " + n.status().message()));
+  }
+  return Status::OK();
+}
+
 Result<std::vector<uint8_t>> ArrowIpcFile::PresentAll(
-    const IpcBatch& b, int f, const std::function<const char*(const Range&)>& bytes) const {
+    const IpcBatch& b, int f, const std::function<std::string_view(const Range&)>& bytes) const {
   std::vector<uint8_t> present(static_cast<size_t>(b.fields[static_cast<size_t>(f)].length), 1);
   for (; f >= 0; f = fields_[static_cast<size_t>(f)].parent) {
     const IpcBuffers& x = b.fields[static_cast<size_t>(f)];
     if (x.null_count == 0) continue;
-    const char* bits = x.validity.length * 8 >= present.size() ? bytes(x.validity) : nullptr;
+    const std::string_view view = bytes(x.validity);
+    const char* bits = view.data() != nullptr && view.size() * 8 >= present.size() ? view.data() : nullptr;
     if (bits == nullptr) return DataError("a validity buffer shorter than its values, or outside what was read");
     for (size_t k = 0; k < present.size(); ++k) {
       if ((static_cast<uint8_t>(bits[k / 8]) >> (k % 8) & 1) == 0) present[k] = 0;
@@ -436,10 +479,12 @@ Status ArrowIpcFile::RowValues(size_t rg, int leaf, const ReadAt& read) {
   const IpcBuffers& x = b.fields[static_cast<size_t>(f)];
   std::map<uint64_t, std::string> held;
   Status st;
-  auto fetch = [&](const Range& r) -> const char* {
+  // (Only batches without compression get here: a row's place is in the
+  // data buffer as stored.)
+  auto fetch = [&](const Range& r) -> std::string_view {
     std::string& s = held[r.offset];
     if (s.size() != r.length) st = read(r.offset, r.length, &s);
-    return st.ok() && s.size() == r.length ? s.data() : nullptr;
+    return st.ok() && s.size() == r.length ? std::string_view(s) : std::string_view();
   };
   Result<std::vector<uint8_t>> present = PresentAll(b, f, fetch);
   NOSTALL_RETURN_IF_ERROR(st);
@@ -452,7 +497,7 @@ Status ArrowIpcFile::RowValues(size_t rg, int leaf, const ReadAt& read) {
     if (x.offsets.length < (n + 1) * width) {
       return DataError(Where(static_cast<int>(rg), leaf) + ": an offsets buffer shorter than its values");
     }
-    const char* o = fetch({x.offsets.offset, (n + 1) * width});
+    const char* o = fetch({x.offsets.offset, (n + 1) * width}).data();
     NOSTALL_RETURN_IF_ERROR(st);
     if (o == nullptr) return DataError(Where(static_cast<int>(rg), leaf) + ": a short read of its offsets");
     for (uint64_t k = 0; k < n; ++k) {
@@ -476,6 +521,9 @@ Status ArrowIpcFile::ReadOffsetIndexes(const std::vector<int>& leaves, const Rea
   for (int leaf : leaves) {
     const Leaf& l = leaves_[static_cast<size_t>(leaf)];
     if (l.physical != kIpcBytes || l.max_rep > 0 || batches_.empty() || batches_.front().values.count(leaf)) continue;
+    // A compressed batch's data buffer is decompressed whole: its rows are
+    // read with it (every batch of the file, so a unit is one kind).
+    if (std::any_of(batches_.begin(), batches_.end(), [](const IpcBatch& b) { return b.codec >= 0; })) continue;
     for (size_t g = 0; g < batches_.size(); ++g) NOSTALL_RETURN_IF_ERROR(RowValues(g, leaf, read));
     rows_of.push_back(leaf);
   }
@@ -577,11 +625,18 @@ Result<Values> ArrowIpcFile::Decode(const Unit& u, const std::string&, const std
   }
   const int f = field_of_leaf_[static_cast<size_t>(u.leaf)];
   const IpcBuffers& x = b.fields[static_cast<size_t>(f)];
-  auto bytes = [&](const Range& r) -> const char* {
-    if (r.offset < u.data.offset || r.offset + r.length > u.data.offset + data.size()) return nullptr;
-    return data.data() + (r.offset - u.data.offset);
+  std::map<uint64_t, std::string> unpacked;  // a compressed batch's buffers, decompressed
+  Status unpack;
+  auto bytes = [&](const Range& r) -> std::string_view {
+    if (r.offset < u.data.offset || r.offset + r.length > u.data.offset + data.size()) return {};
+    const std::string_view raw(data.data() + (r.offset - u.data.offset), r.length);
+    if (b.codec < 0) return raw;
+    auto [it, added] = unpacked.try_emplace(r.offset);
+    if (added && unpack.ok()) unpack = IpcUnpack(b.codec, raw, &it->second);
+    return unpack.ok() ? std::string_view(it->second) : std::string_view();
   };
   Result<std::vector<uint8_t>> present = PresentAll(b, f, bytes);
+  if (!unpack.ok()) return DataError(Where(u.row_group, u.leaf) + ": " + unpack.message());
   if (!present.ok()) return DataError(Where(u.row_group, u.leaf) + ": " + present.status().message());
   out.present = std::move(present.value());
   const auto n = static_cast<size_t>(x.length);
@@ -592,8 +647,11 @@ Result<Values> ArrowIpcFile::Decode(const Unit& u, const std::string&, const std
                                                   : static_cast<size_t>(fields_[static_cast<size_t>(f)].type->byte_width());
   const Range values = leaf.physical == kIpcBytes ? x.offsets : x.data;
   const uint64_t need = n == 0 ? 0 : width == 0 ? (n + 7) / 8 : (n + (leaf.physical == kIpcBytes ? 1 : 0)) * width;
-  const char* v = need == 0 ? data.data() : values.length >= need ? bytes({values.offset, need}) : nullptr;
-  const char* d = leaf.physical == kIpcBytes ? bytes(x.data) : nullptr;
+  const std::string_view vbuf = need == 0 ? std::string_view(data) : bytes(values);
+  const std::string_view dbuf = leaf.physical == kIpcBytes ? bytes(x.data) : std::string_view();
+  if (!unpack.ok()) return DataError(Where(u.row_group, u.leaf) + ": " + unpack.message());
+  const char* v = vbuf.size() >= need ? vbuf.data() : nullptr;
+  const char* d = dbuf.data();
   if (v == nullptr || (leaf.physical == kIpcBytes && d == nullptr && x.data.length > 0)) {
     return DataError(Where(u.row_group, u.leaf) + ": a buffer shorter than its values");
   }
@@ -607,7 +665,7 @@ Result<Values> ArrowIpcFile::Decode(const Unit& u, const std::string&, const std
       case arrow::Type::BINARY: case arrow::Type::STRING: case arrow::Type::LARGE_BINARY: case arrow::Type::LARGE_STRING: {
         const int64_t a = large ? IpcValue<int64_t>(v + k * 8) : IpcValue<int32_t>(v + k * 4);
         const int64_t z = large ? IpcValue<int64_t>(v + k * 8 + 8) : IpcValue<int32_t>(v + k * 4 + 4);
-        if (a < 0 || z < a || static_cast<uint64_t>(z) > x.data.length) {
+        if (a < 0 || z < a || static_cast<uint64_t>(z) > dbuf.size()) {
           return DataError(Where(u.row_group, u.leaf) + ": row " + std::to_string(k) + "'s value lies outside its data buffer");
         }
         out.blob.append(d + a, static_cast<size_t>(z - a));

@@ -179,6 +179,12 @@ class ParquetSource final : public Source {
   std::string index_origin() const override { return origin_; }
   std::string index_note() const override {
     if (!whole_chunks_) return "";
+    if (std::string(kind_) != kDriver) {
+      return "these Arrow IPC files are compressed: a row costs its record batch's column, decompressed "
+             "whole (kept in the decoded cache, decoded_cache_mb), so an exact shuffle over more than the "
+             "cache reads a batch for every row. Write them without compression (`datasets` does; pyarrow: "
+             "compression=None) or read with shard_shuffle=True (docs/parquet.md)";
+    }
     return "these Parquet files have no offset index (page index) for the columns read: the first read "
            "of a row group costs its whole column chunk (later ones its page, found then), so an exact "
            "shuffle reads the data about twice in its first epoch. Write the files with an offset index "
