@@ -1,7 +1,7 @@
 // Arrow IPC files as the parquet driver reads them (parquet_file.h): what
 // Hugging Face's `datasets` writes (`save_to_disk`'s data-*.arrow, its cache
-// files), pyarrow's `ipc.new_file`/`new_stream` and Feather v2, without
-// compression.
+// files), pyarrow's `ipc.new_file`/`new_stream` and Feather v2, compressed
+// or not. The layout (fields, buffers, compression) is arrow_ipc_layout.h.
 //
 // The file is a sequence of messages (the stream format; the file format
 // wraps the same sequence in "ARROW1" and a footer): a schema, then record
@@ -22,7 +22,6 @@
 #include <arrow/ipc/message.h>
 #include <arrow/ipc/reader.h>
 #include <arrow/type.h>
-#include <arrow/util/compression.h>
 #include <arrow/util/key_value_metadata.h>
 
 #include <algorithm>
@@ -31,6 +30,7 @@
 #include <map>
 #include <string_view>
 
+#include "source/arrow_ipc_layout.h"
 #include "source/flat_reader.h"
 #include "source/parquet_file.h"
 
@@ -40,105 +40,6 @@ namespace {
 constexpr uint64_t kIpcHeadRead = 64 << 10;  // a message's header: most in one read
 constexpr uint64_t kIpcMaxHeader = 64 << 20;
 constexpr char kIpcSavedMagic[] = "nostall-arrow-ipc-1";
-enum IpcPhysical { kIpcBoolean = 0, kIpcInt32 = 1, kIpcInt64 = 2, kIpcFloat = 4, kIpcDouble = 5, kIpcBytes = 6,
-                   kIpcOther = 7 };
-
-// One field's node and buffers within a batch's body (body-relative):
-// validity (length 0: none), then offsets and data for binary, values (as
-// data) for the rest.
-struct IpcBuffers {
-  Range validity, offsets, data;
-  int64_t length = 0, null_count = 0;
-};
-
-// One record batch: where its header and body lie, its rows, each field's
-// buffers, and for the binary leaves asked for, each row's value (file
-// offset and bytes; bytes -1: absent).
-struct IpcBatch {
-  std::string header;
-  uint64_t body = 0, body_length = 0;
-  int64_t rows = 0;
-  int codec = -1;  // each buffer compressed: 0 LZ4 frame, 1 ZSTD; -1 none
-  std::vector<IpcBuffers> fields;
-  std::map<int, std::vector<std::pair<uint64_t, int64_t>>> values;
-};
-
-// What each field of the schema is, depth first: its buffers' count and,
-// for a leaf the driver may read, its leaf.
-struct IpcField {
-  int buffers = 0;
-  int parent = -1;  // the struct above it, -1 at the top (or inside a list)
-  int leaf = -1;    // its leaf's index, -1 for a struct or inside a list
-  std::shared_ptr<arrow::DataType> type;
-};
-
-Status IpcFieldsOf(const std::string& name, const arrow::FieldVector& fields, int parent,
-                   const std::string& prefix, std::vector<IpcField>* out, std::vector<Leaf>* leaves) {
-  for (const auto& f : fields) {
-    IpcField x;
-    x.parent = parent;
-    x.type = f->type();
-    const std::string path = prefix + f->name();
-    const arrow::Type::type id = f->type()->id();
-    const int self = static_cast<int>(out->size());
-    if (id == arrow::Type::STRUCT) {
-      x.buffers = 1;
-      out->push_back(x);
-      NOSTALL_RETURN_IF_ERROR(IpcFieldsOf(name, f->type()->fields(), self, path + ".", out, leaves));
-      continue;
-    }
-    Leaf l;
-    l.index = static_cast<int>(leaves->size());
-    l.path = path;
-    l.max_def = 1;
-    l.physical = kIpcOther;
-    if (id == arrow::Type::BINARY || id == arrow::Type::STRING || id == arrow::Type::LARGE_BINARY ||
-        id == arrow::Type::LARGE_STRING) {
-      x.buffers = 3;
-      l.physical = kIpcBytes;
-      l.string = id == arrow::Type::STRING || id == arrow::Type::LARGE_STRING;
-    } else if (id == arrow::Type::NA) {
-      x.buffers = 0;
-    } else if (arrow::is_fixed_width(id) && id != arrow::Type::FIXED_SIZE_BINARY && id != arrow::Type::DICTIONARY) {
-      x.buffers = 2;
-      if (id == arrow::Type::BOOL) l.physical = kIpcBoolean;
-      if (id == arrow::Type::INT8 || id == arrow::Type::INT16 || id == arrow::Type::INT32 ||
-          id == arrow::Type::UINT8 || id == arrow::Type::UINT16) {
-        l.physical = kIpcInt32;
-      }
-      if (id == arrow::Type::INT64 || id == arrow::Type::UINT32 || id == arrow::Type::UINT64) l.physical = kIpcInt64;
-      if (id == arrow::Type::FLOAT) l.physical = kIpcFloat;
-      if (id == arrow::Type::DOUBLE) l.physical = kIpcDouble;
-    } else if (id == arrow::Type::FIXED_SIZE_BINARY || id == arrow::Type::DICTIONARY) {
-      x.buffers = 2;  // a dictionary's indices; its values are in messages of their own
-    } else if (id == arrow::Type::LIST || id == arrow::Type::LARGE_LIST || id == arrow::Type::MAP ||
-               id == arrow::Type::FIXED_SIZE_LIST) {
-      // A list: a leaf of its own (max_rep: the driver refuses it by name);
-      // its child's buffers are walked past.
-      x.buffers = id == arrow::Type::FIXED_SIZE_LIST ? 1 : 2;
-      l.max_rep = 1;
-    } else {
-      return InvalidArgument(name + ": the column " + path + " is of Arrow type " + f->type()->ToString() +
-                             ", whose layout nostall does not read (union, view and run-end encoded columns)");
-    }
-    x.leaf = l.index;
-    leaves->push_back(l);
-    out->push_back(x);
-    if (l.max_rep > 0) {
-      // The list's child fields follow it in the batch, depth first.
-      std::vector<IpcField> inner;
-      std::vector<Leaf> ignored;
-      NOSTALL_RETURN_IF_ERROR(IpcFieldsOf(name, f->type()->fields(), -1, path + ".", &inner, &ignored));
-      for (IpcField& c : inner) {
-        c.leaf = -1;
-        c.parent = -1;
-        out->push_back(c);
-      }
-    }
-  }
-  return Status::OK();
-}
-
 class ArrowIpcFile final : public File {
  public:
   static Result<std::shared_ptr<File>> Open(const std::string& name, uint64_t size, const ReadAt& read);
@@ -422,39 +323,6 @@ Range ArrowIpcFile::LeafRange(const IpcBatch& b, int leaf) const {
   return hi > lo ? Range{lo, hi - lo} : Range{};
 }
 
-// A buffer as stored in a batch of codec `codec` (-1: as it is) into *out:
-// Arrow IPC's compressed buffer is its uncompressed length (-1: stored
-// uncompressed), then the codec's bytes.
-Status IpcUnpack(int codec, std::string_view raw, std::string* out) {
-  if (codec < 0 || raw.empty()) {
-    out->assign(raw);
-    return Status::OK();
-  }
-  if (raw.size() < 8) return DataError("a compressed buffer of " + std::to_string(raw.size()) + " bytes");
-  const auto length = static_cast<int64_t>(FlatLe64(reinterpret_cast<const uint8_t*>(raw.data())));
-  if (length == -1) {
-    out->assign(raw.substr(8));
-    return Status::OK();
-  }
-  // A claim: bounded by what the codecs can expand to (not a 2^62 allocation).
-  if (length < 0 || static_cast<uint64_t>(length) > (raw.size() - 8) * 4096 + 4096 ||
-      length > (int64_t{1} << 34)) {
-    return DataError("a compressed buffer claiming " + std::to_string(length) + " bytes from " +
-                     std::to_string(raw.size()) + "");
-  }
-  auto c = arrow::util::Codec::Create(codec == 0 ? arrow::Compression::LZ4_FRAME : arrow::Compression::ZSTD);
-  if (!c.ok()) return InvalidArgument("this Arrow build cannot decompress: " + c.status().message());
-  out->resize(static_cast<size_t>(length));
-  auto n = c.ValueOrDie()->Decompress(static_cast<int64_t>(raw.size() - 8),
-                                      reinterpret_cast<const uint8_t*>(raw.data() + 8), length,
-                                      reinterpret_cast<uint8_t*>(out->data()));
-  if (!n.ok() || n.ValueOrDie() != length) {
-    return DataError("a compressed buffer that does not decompress to its " + std::to_string(length) + " bytes" +
-                     (n.ok() ? "" : ": " + n.status().message()));
-  }
-  return Status::OK();
-}
-
 Result<std::vector<uint8_t>> ArrowIpcFile::PresentAll(
     const IpcBatch& b, int f, const std::function<std::string_view(const Range&)>& bytes) const {
   std::vector<uint8_t> present(static_cast<size_t>(b.fields[static_cast<size_t>(f)].length), 1);
@@ -597,16 +465,6 @@ Result<Unit> ArrowIpcFile::UnitOf(int rg, int leaf, int64_t row) const {
   return u;
 }
 
-namespace {
-
-template <typename T>
-T IpcValue(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-
-}  // namespace
 
 Result<Values> ArrowIpcFile::Decode(const Unit& u, const std::string&, const std::string& data) const {
   const Leaf& leaf = leaves_[static_cast<size_t>(u.leaf)];
@@ -651,8 +509,7 @@ Result<Values> ArrowIpcFile::Decode(const Unit& u, const std::string&, const std
   const std::string_view dbuf = leaf.physical == kIpcBytes ? bytes(x.data) : std::string_view();
   if (!unpack.ok()) return DataError(Where(u.row_group, u.leaf) + ": " + unpack.message());
   const char* v = vbuf.size() >= need ? vbuf.data() : nullptr;
-  const char* d = dbuf.data();
-  if (v == nullptr || (leaf.physical == kIpcBytes && d == nullptr && x.data.length > 0)) {
+  if (v == nullptr || (leaf.physical == kIpcBytes && dbuf.data() == nullptr && x.data.length > 0)) {
     return DataError(Where(u.row_group, u.leaf) + ": a buffer shorter than its values");
   }
   for (size_t k = 0; k < n; ++k) {
@@ -661,32 +518,12 @@ Result<Values> ArrowIpcFile::Decode(const Unit& u, const std::string&, const std
       out.off.push_back(out.blob.size());
       continue;
     }
-    switch (id) {
-      case arrow::Type::BINARY: case arrow::Type::STRING: case arrow::Type::LARGE_BINARY: case arrow::Type::LARGE_STRING: {
-        const int64_t a = large ? IpcValue<int64_t>(v + k * 8) : IpcValue<int32_t>(v + k * 4);
-        const int64_t z = large ? IpcValue<int64_t>(v + k * 8 + 8) : IpcValue<int32_t>(v + k * 4 + 4);
-        if (a < 0 || z < a || static_cast<uint64_t>(z) > dbuf.size()) {
-          return DataError(Where(u.row_group, u.leaf) + ": row " + std::to_string(k) + "'s value lies outside its data buffer");
-        }
-        out.blob.append(d + a, static_cast<size_t>(z - a));
-        break;
-      }
-      case arrow::Type::BOOL: AppendBoolean((static_cast<uint8_t>(v[k / 8]) >> (k % 8) & 1) != 0, &out); break;
-      case arrow::Type::INT8: AppendInteger(IpcValue<int8_t>(v + k), &out); break;
-      case arrow::Type::INT16: AppendInteger(IpcValue<int16_t>(v + k * 2), &out); break;
-      case arrow::Type::INT32: AppendInteger(IpcValue<int32_t>(v + k * 4), &out); break;
-      case arrow::Type::INT64: AppendInteger(IpcValue<int64_t>(v + k * 8), &out); break;
-      case arrow::Type::UINT8: AppendInteger(IpcValue<uint8_t>(v + k), &out); break;
-      case arrow::Type::UINT16: AppendInteger(IpcValue<uint16_t>(v + k * 2), &out); break;
-      case arrow::Type::UINT32: AppendInteger(IpcValue<uint32_t>(v + k * 4), &out); break;
-      case arrow::Type::UINT64: AppendInteger(static_cast<int64_t>(IpcValue<uint64_t>(v + k * 8)), &out); break;
-      case arrow::Type::FLOAT: AppendReal(IpcValue<float>(v + k * 4), &out); break;
-      case arrow::Type::DOUBLE: AppendReal(IpcValue<double>(v + k * 8), &out); break;
-      default:
-        return InvalidArgument(Where(u.row_group, u.leaf) + ": a column of Arrow type " +
-                               fields_[static_cast<size_t>(f)].type->ToString() + ", which nostall does not read" +
-                               (id == arrow::Type::DICTIONARY ? " (a dictionary-encoded column: write it plain, "
-                                                                "as datasets does)" : ""));
+    Status st = IpcAppendValue(id, v, dbuf, large, k, &out);
+    if (!st.ok()) {
+      return Status(st.code(), Where(u.row_group, u.leaf) + ": " + st.message() +
+                                   (st.code() == StatusCode::kInvalidArgument
+                                        ? " (Arrow type " + fields_[static_cast<size_t>(f)].type->ToString() + ")"
+                                        : ""));
     }
     out.off.push_back(out.blob.size());
   }
