@@ -159,7 +159,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--write", default=str(ROOT / "docs" / "benchmarks.md"))
     ap.add_argument("--child", choices=["nostall", "pyarrow", "datasets", "load_from_disk"], help=argparse.SUPPRESS)
-    ap.add_argument("--only", default="", help="run only the runs whose names contain this text")
+    ap.add_argument("--only", default="", help="run only the runs whose names contain one of these "
+                    "comma-separated texts (and the image folder); prints, writes nothing")
     ap.add_argument("--path", help=argparse.SUPPRESS)
     ap.add_argument("--options", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -214,7 +215,9 @@ def main():
             "DataLoader + datasets load_from_disk": (
                 torch_me + ["--child", "load_from_disk", "--path", str(work / "saved")], server.url),
         }
-        runs = {k: v for k, v in runs.items() if args.only in k or k == "nostall image folder"}
+        wanted = [w for w in args.only.split(",") if w]
+        runs = {k: v for k, v in runs.items() if not wanted or any(w in k for w in wanted)
+                or k == "nostall image folder"}
         results = {k: [] for k in runs}
         firsts = {k: [] for k in runs}
         for r in range(args.rounds):
