@@ -26,6 +26,7 @@
 //   options: decoded_cache_mb  the decoded-page cache (default 256)
 //            endpoint, region, profile, addressing, unsigned, max_attempts:
 //                              the S3 options (docs/s3.md), for s3:// paths
+#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -107,7 +108,15 @@ bool IsSavedDataset(const std::string& uri) {
          ::stat((uri + "/dataset_info.json").c_str(), &st) == 0;
 }
 
-bool ArrowClaims(const std::string& uri) { return pq::IsArrowIpcName(uri) || IsSavedDataset(uri); }
+// A folder `datasets` saved from a DatasetDict: one saved folder a split.
+bool IsSavedDatasetDict(const std::string& uri) {
+  struct stat st;
+  return !IsS3(uri) && ::stat((uri + "/dataset_dict.json").c_str(), &st) == 0;
+}
+
+bool ArrowClaims(const std::string& uri) {
+  return pq::IsArrowIpcName(uri) || IsSavedDataset(uri) || IsSavedDatasetDict(uri);
+}
 
 class ParquetSource final : public Source {
  public:
@@ -652,6 +661,20 @@ Result<std::unique_ptr<Source>> ParquetOpen(const std::string& uri, const Source
 // Arrow IPC files: a file, a glob or brace pattern of them, a folder
 // `datasets` saved, or on S3 a prefix ending in "/" (its *.arrow objects).
 Result<std::unique_ptr<Source>> ArrowOpen(const std::string& uri, const SourceOptions& options) {
+  if (IsSavedDatasetDict(uri) && !IsSavedDataset(uri)) {
+    std::string splits;
+    if (DIR* d = ::opendir(uri.c_str())) {
+      while (dirent* e = ::readdir(d)) {
+        const std::string name = e->d_name;
+        if (name != "." && name != ".." && IsSavedDataset(uri + "/" + name)) {
+          splits += (splits.empty() ? "" : ", ") + uri + "/" + name;
+        }
+      }
+      ::closedir(d);
+    }
+    return InvalidArgument(uri + " is a DatasetDict `datasets` saved, a folder a split: read one split" +
+                           (splits.empty() ? std::string() : " (" + splits + ")"));
+  }
   std::string files = uri;
   if (IsSavedDataset(uri) || (IsS3(uri) && !uri.empty() && uri.back() == '/')) {
     while (files.size() > 1 && files.back() == '/') files.pop_back();

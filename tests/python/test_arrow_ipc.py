@@ -95,6 +95,11 @@ def test_a_folder_saved_by_datasets_gives_the_parquet_files_batches(tmp_path):
         for k in fields:
             assert torch.equal(x[k], y[k]) if isinstance(x[k], torch.Tensor) else x[k] == y[k]
     assert a[0]["caption"][:2] == [None, "row 1"] and a[0]["score"][1] == 0.25
+    # A DatasetDict saved: a folder a split, each named.
+    datasets.DatasetDict({"train": ds, "test": ds.select(range(6))}).save_to_disk(str(tmp_path / "dict"))
+    with pytest.raises(ValueError, match=r"DatasetDict.*read one split.*dict/t"):
+        nostall.Loader(str(tmp_path / "dict"), batch_size=4)
+    assert nostall.Loader(str(tmp_path / "dict" / "test"), batch_size=4).num_items == 6
 
 
 @pytest.mark.parametrize("write", ["file", "stream", "feather", "datasets-cache", "lz4", "zstd"])
