@@ -658,6 +658,19 @@ def test_audio_shards_on_s3_give_the_local_shards_samples_buffered_then_exact(s3
     here.close()
 
 
+def same_epochs_reading(remote, here, batches, epochs=3):
+    """Epochs 0.. of `remote` equal `here`'s batch for batch (indices, labels,
+    images); the S3 bytes `remote` had read after each."""
+    read = []
+    for epoch in range(epochs):
+        a, b = epoch_batches(remote, epoch), epoch_batches(here, epoch)
+        assert len(a) == len(b) == batches
+        for (ia, la, xa), (ib, lb, xb) in zip(a, b):
+            assert torch.equal(ia, ib) and torch.equal(la, lb) and torch.equal(xa, xb)
+        read.append(remote.stats()["storage"]["bytes"])
+    return read
+
+
 def test_parquet_shards_on_s3_read_by_ranges_give_the_local_batches(s3, tmp_path):
     """Parquet files on S3: footers and pages by ranged GETs (never a whole
     file), many in flight, the same batches as the same files on disk."""
@@ -674,13 +687,7 @@ def test_parquet_shards_on_s3_read_by_ranges_give_the_local_batches(s3, tmp_path
                             source_options={"decoded_cache_mb": 0}, **kw)
     here = nostall.Loader(pattern, **kw)
     assert remote.spec["source"]["driver"] == "parquet" and remote.classes == here.classes
-    read = []
-    for epoch in (0, 1, 2):
-        a, b = epoch_batches(remote, epoch), epoch_batches(here, epoch)
-        assert len(a) == len(b) == 6
-        for (ia, la, xa), (ib, lb, xb) in zip(a, b):
-            assert torch.equal(ia, ib) and torch.equal(la, lb) and torch.equal(xa, xb)
-        read.append(remote.stats()["storage"]["bytes"])
+    read = same_epochs_reading(remote, here, batches=6)
     storage = remote.stats()["storage"]
     remote.close()
     # Pages of one image each, with their offset index: an epoch reads each
@@ -713,13 +720,7 @@ def test_arrow_ipc_files_on_s3_read_a_row_by_its_own_bytes(s3, tmp_path):
                             **kw)
     here = nostall.Loader(str(tmp_path / "saved"), **kw)
     assert remote.spec["source"]["driver"] == "arrow" and remote.classes == here.classes == classes
-    read = []
-    for epoch in (0, 1, 2):
-        a, b = epoch_batches(remote, epoch), epoch_batches(here, epoch)
-        assert len(a) == len(b) == 6
-        for (ia, la, xa), (ib, lb, xb) in zip(a, b):
-            assert torch.equal(ia, ib) and torch.equal(la, lb) and torch.equal(xa, xb)
-        read.append(remote.stats()["storage"]["bytes"])
+    read = same_epochs_reading(remote, here, batches=6)
     remote.close()
     # About the images' bytes an epoch (the next epoch's first reads may
     # have begun): a record batch of ~8 rows read whole would be ~8x.
