@@ -487,8 +487,21 @@ void FindLoader(Builder& b) {
   if (t.loader != LoaderKind::kBeside) return;
   // Waits well past the floor are the loader's: a batch came when it was
   // made. The period is the time between such batches over their count.
+  // Workers make batches side by side, so they come in bursts (two workers:
+  // in pairs); the loop waits for a burst's first and takes the rest at
+  // once, though on a busy machine a take can be slow. Counting from a
+  // burst's first to a burst's first spans whole bursts, so only waits
+  // above half the way from the floor to the long ones (the 90th
+  // percentile: one stray long wait does not set it) mark the ends.
   const double mean_step = (t.steps.back().end - t.steps.front().start) / static_cast<double>(t.steps.size());
-  const double bound = floor + std::max(1e-3, 0.05 * mean_step);
+  std::vector<double> durs;
+  for (uint32_t w : wait_nodes) durs.push_back(t.nodes[w].dur);
+  std::sort(durs.begin(), durs.end());
+  const double high = durs[static_cast<size_t>(0.9 * static_cast<double>(durs.size() - 1))];
+  const double late = floor + std::max(1e-3, 0.05 * mean_step);
+  const double head = std::max(late, floor + 0.5 * (high - floor));
+  // (with fewer than two such, any wait well past the floor marks an end)
+  const double bound = std::count_if(durs.begin(), durs.end(), [&](double d) { return d > head; }) >= 2 ? head : late;
   int prev = -1;
   double span = 0;
   int batches = 0;

@@ -63,6 +63,38 @@ TEST(TraceTest, ReplayedUnchangedAnInlineLoopGivesItsStepsBack) {
   EXPECT_NEAR(Simulate(t, R"({"threads_from": 1, "threads_to": 2})")["step_s"].get<double>(), 0.007, 1e-9);
 }
 
+// Two DataLoader workers beside the loop: batches come in pairs, one pair
+// every 20 ms (a batch every 10 ms). The loop (6 ms a step) waits for the
+// first of each pair and takes the second at once, in 0.5 ms or, on a busy
+// machine, 3 ms: the trace ends on such a take.
+std::string PairedLoop(int steps) {
+  json ev = json::array();
+  double cur = 0;
+  for (int s = 0; s < steps; ++s) {
+    const double wait = s % 2 == 0 ? 20000.0 * (s / 2 + 1) - cur : (s % 4 == 1 ? 3000.0 : 500.0);
+    ev.push_back({{"ph", "X"}, {"cat", "user_annotation"}, {"name", "ProfilerStep#" + std::to_string(s)},
+                  {"pid", 7}, {"tid", 7}, {"ts", 1000 + cur}, {"dur", wait + 6000}});
+    ev.push_back({{"ph", "X"}, {"cat", "user_annotation"},
+                  {"name", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"},
+                  {"pid", 7}, {"tid", 7}, {"ts", 1000 + cur}, {"dur", wait}});
+    ev.push_back({{"ph", "X"}, {"cat", "cpu_op"}, {"name", "aten::addmm"}, {"pid", 7}, {"tid", 7},
+                  {"ts", 1000 + cur + wait}, {"dur", 6000.0}});
+    cur += wait + 6000;
+  }
+  return json{{"traceEvents", ev}}.dump();
+}
+
+TEST(TraceTest, BatchesInBurstsGiveTheLoadersPeriodNotTheBurstsSpacing) {
+  const Trace t = Build(PairedLoop(10));
+  EXPECT_EQ(t.loader, LoaderKind::kBeside);
+  ASSERT_TRUE(t.period_seen);
+  // From the first batch of one pair to the first of another: whole pairs,
+  // never a pair's second batch taken late at the end.
+  EXPECT_NEAR(t.loader_period, 0.010, 1e-9);
+  // Replayed unchanged, the steady steps take the loader's period.
+  EXPECT_NEAR(Simulate(t, "{}")["step_s"].get<double>(), 0.010, 0.0005);
+}
+
 TEST(TraceTest, ABareListAndStringIdsReadAsTheObjectForm) {
   const json a = Simulate(Build(InlineLoop(4)), "{}");
   const json b = Simulate(Build(InlineLoop(4, true, true)), "{}");
