@@ -51,13 +51,16 @@ def run(spec, step, **kw):
 
 
 def test_compute_bound_when_the_step_is_slow(small_pngs):
-    step = sleeper(0.04)
+    # A step of 80 ms: the pipeline makes a batch of 32 small images in a
+    # few milliseconds, and in under 60 ms with two busy loops beside the
+    # test and its neighbours on two cores, so it keeps up either way.
+    step = sleeper(0.08)
     a = run({"source": str(small_pngs), "batch_size": 32, "mode": "L"}, step, items=384)
     assert a.bottleneck == "compute", a.table()
     g = a.profile["step_rate"]
-    # 32 samples per step of 40 ms or more (as long as the sleeps took): <= 800/s
+    # 32 samples per step of 80 ms or more (as long as the sleeps took): <= 400/s
     import statistics
-    assert g <= 800 * 1.01
+    assert g <= 400 * 1.01
     assert g == pytest.approx(32 / statistics.median(step.took), rel=0.15)
     # The data pipeline keeps up: both real-data runs within 15% of G.
     assert a.profile["cached_rate"] > 0.85 * g
