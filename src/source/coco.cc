@@ -38,8 +38,8 @@
 #include "source/driver.h"
 #include "source/index_file.h"
 #include "source/index_progress.h"
-#include "source/s3_client.h"
-#include "source/s3_config.h"
+#include "store/s3_client.h"
+#include "store/s3_config.h"
 
 namespace nostall {
 namespace {
@@ -307,9 +307,7 @@ Result<std::unique_ptr<Source>> CocoOpen(const std::string& uri, const SourceOpt
   std::unique_ptr<S3Client> client;
   std::string bucket;
   if (s3_images || o.annotations.rfind("s3://", 0) == 0) {
-    SourceOptions s3 = options;
-    s3.driver_options = o.s3.dump();
-    NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(s3, "coco"));
+    NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(o.s3, "coco"));
     NOSTALL_ASSIGN_OR_RETURN(client, S3Client::Create(config));
   }
   if (s3_images) {

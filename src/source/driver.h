@@ -65,6 +65,7 @@ Result<nlohmann::json> DriverOptionsJson(const SourceOptions& options, const cha
   X(Arrow)                        \
   X(S3Folder)                     \
   X(S3Tar)                        \
+  X(HttpTar)                      \
   X(ImageFolder)                  \
   X(TarShards)                    \
   X(Coco)

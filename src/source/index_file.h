@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "nostall/status.h"
+#include "store/file_stamp.h"
 
 namespace nostall {
 
@@ -24,27 +25,6 @@ struct IndexEntry {
   int64_t size;        // bytes; -1 if unknown (whole files are not stat'ed)
 };
 
-// What the index was built from; it is reused only while all of these hold.
-// mtime and size can be set back by anyone (reproducible builds, `touch`,
-// container layers); ctime and the inode cannot, and a shard's first and
-// last 4 KiB are hashed: a shard rewritten under the same stamps is indexed
-// again.
-struct IndexStamp {
-  std::string path;
-  int64_t mtime_ns = 0;
-  int64_t size = 0;  // 0 for directories
-  int64_t ctime_ns = 0;
-  uint64_t inode = 0;
-  uint64_t content = 0;  // FNV-1a of a file's first and last 4 KiB; 0 for directories
-};
-// The stamp of `path`, stat'ed as `st`; `fd` open on it hashes its content
-// (a file's), -1 does not (a directory's).
-IndexStamp StampOf(const std::string& path, const struct stat& st, int fd);
-// StampOf a regular file `path` (stat'ed as `st`, its content hashed) as
-// one number, for what keeps a derived table keyed by it (the COCO table,
-// Parquet's saved index): a file replaced with its size and mtime kept
-// (`cp -p`, `rsync -a`, `tar x`) gets another.
-int64_t FileStamp(const std::string& path, const struct stat& st);
 
 // A member of a tar sample besides its image and its `.cls` label (a
 // `.json`, a `.txt`, a second image ...), kept for the fields a spec may
@@ -212,8 +192,6 @@ bool StampsStillHold(const IndexView& index, bool portable = false);
 uint64_t IndexFileHash(const std::string& bytes);
 inline constexpr size_t kIndexHeaderBytes = 64;
 inline constexpr size_t kIndexHashAt = 56;
-// A file's mtime in nanoseconds, as stamps record it.
-int64_t MtimeNs(const struct stat& st);
 
 }  // namespace nostall
 

@@ -55,8 +55,8 @@
 #include "source/parquet_file.h"
 #include "source/parquet_saved.h"
 #include "source/parquet_units.h"
-#include "source/s3_client.h"
-#include "source/s3_config.h"
+#include "store/object_store.h"
+#include "store/s3_config.h"
 
 namespace nostall {
 namespace {
@@ -65,8 +65,6 @@ using pq::Column;
 using pq::DecodePool;
 using pq::FileRef;
 using pq::HfFeatures;
-using pq::LocalFiles;
-using pq::S3Files;
 using pq::RowGroupShards;
 using pq::Saved;
 using pq::UnitCache;
@@ -93,7 +91,7 @@ Result<nlohmann::json> ParquetResolveOptions(const nlohmann::json& given, bool) 
   return out;
 }
 
-bool IsS3(const std::string& uri) { return uri.rfind("s3://", 0) == 0; }
+bool IsRemote(const std::string& uri) { return store::IsRemoteUri(uri); }
 
 bool ParquetClaims(const std::string& uri) {
   const std::string suffix = ".parquet";
@@ -104,14 +102,14 @@ bool ParquetClaims(const std::string& uri) {
 // dataset_info.json beside the data-*.arrow files.
 bool IsSavedDataset(const std::string& uri) {
   struct stat st;
-  return !IsS3(uri) && ::stat((uri + "/state.json").c_str(), &st) == 0 &&
+  return !IsRemote(uri) && ::stat((uri + "/state.json").c_str(), &st) == 0 &&
          ::stat((uri + "/dataset_info.json").c_str(), &st) == 0;
 }
 
 // A folder `datasets` saved from a DatasetDict: one saved folder a split.
 bool IsSavedDatasetDict(const std::string& uri) {
   struct stat st;
-  return !IsS3(uri) && ::stat((uri + "/dataset_dict.json").c_str(), &st) == 0;
+  return !IsRemote(uri) && ::stat((uri + "/dataset_dict.json").c_str(), &st) == 0;
 }
 
 bool ArrowClaims(const std::string& uri) {
@@ -122,8 +120,8 @@ class ParquetSource final : public Source {
  public:
   ParquetSource(std::vector<std::shared_ptr<pq::File>> files, std::vector<FileRef> refs,
                 std::vector<Column> columns, std::vector<int64_t> labels, std::vector<std::string> classes,
-                std::vector<FieldSpan> spans, std::vector<int64_t> room, std::unique_ptr<S3Client> client,
-                std::string bucket, const ParquetOptions& o, uint64_t max_item_bytes, std::string origin,
+                std::vector<FieldSpan> spans, std::vector<int64_t> room, std::unique_ptr<store::ObjectStore> store,
+                const ParquetOptions& o, uint64_t max_item_bytes, std::string origin,
                 bool shard_order)
       : files_(std::move(files)),
         refs_(std::move(refs)),
@@ -132,8 +130,8 @@ class ParquetSource final : public Source {
         classes_(std::move(classes)),
         spans_(std::move(spans)),
         room_(std::move(room)),
-        client_(std::move(client)),
-        bucket_(std::move(bucket)),
+        store_(std::move(store)),
+        remote_(store_->ReadsAsync()),
         cache_(static_cast<uint64_t>(o.decoded_cache_mb) << 20),
         max_item_bytes_(max_item_bytes),
         origin_(std::move(origin)) {
@@ -155,13 +153,13 @@ class ParquetSource final : public Source {
     for (const FileRef& r : refs_) mix(r.name + "/" + std::to_string(r.size) + "/" + std::to_string(r.stamp));
     for (const Column& c : columns_) mix(c.field + "=" + c.name + "/" + FieldKindName(c.kind));
     fingerprint_ = h;
-    if (client_ != nullptr) pool_ = std::make_unique<DecodePool>(2);
+    if (remote_) pool_ = std::make_unique<DecodePool>(2);
     for (size_t c = 0; c < columns_.size(); ++c) {
       if (!files_.front()->has_page_index(columns_[c].leaf)) whole_chunks_ = !shard_order;
     }
   }
   ~ParquetSource() override {
-    if (client_ != nullptr) client_->CancelAll();
+    store_->CancelAll();
     pool_.reset();  // its jobs finish before the rest goes
   }
 
@@ -202,8 +200,7 @@ class ParquetSource final : public Source {
   }
   std::shared_ptr<ShardedItems> sharded() const override { return shards_; }
   std::optional<StorageStats> storage_stats() const override {
-    if (client_ == nullptr) return std::nullopt;
-    return client_->Stats();
+    return store_->Stats();
   }
   const char* kind() const override { return kind_; }
   void set_kind(const char* kind) { kind_ = kind; }
@@ -219,14 +216,12 @@ class ParquetSource final : public Source {
     return Finish(i, &plan, out);
   }
 
-  bool ReadsAsync() const override { return client_ != nullptr; }
-  double RequestLatencySeconds() const override { return client_ ? client_->LatencySeconds() : 0; }
-  void CancelReads() const override {
-    if (client_) client_->CancelAll();
-  }
+  bool ReadsAsync() const override { return remote_; }
+  double RequestLatencySeconds() const override { return store_->LatencySeconds(); }
+  void CancelReads() const override { store_->CancelAll(); }
 
   void ReadAsync(int64_t i, std::vector<uint8_t> buffer, ReadDone done) const override {
-    if (client_ == nullptr) return Source::ReadAsync(i, std::move(buffer), std::move(done));
+    if (!remote_) return Source::ReadAsync(i, std::move(buffer), std::move(done));
     struct State {
       Plan plan;
       std::vector<uint8_t> buffer;
@@ -370,7 +365,7 @@ class ParquetSource final : public Source {
                       "", "");
       }
     }
-    if (client_ == nullptr) {
+    if (!remote_) {
       std::string d, b;
       Status s = ReadLocal(file, dict, &d);
       if (s.ok()) s = ReadLocal(file, u.data, &b);
@@ -411,7 +406,7 @@ class ParquetSource final : public Source {
         arrived();
         continue;
       }
-      client_->GetAsync(bucket_, refs_[file].key, r.offset, static_cast<int64_t>(r.length), {},
+      store_->ReadAsync(refs_[file].key, r.offset, static_cast<int64_t>(r.length), {},
                         [f, part, r, arrived](Status s, std::vector<uint8_t> bytes) {
                           if (s.ok() && bytes.size() != r.length) s = DataError("a short ranged read");
                           if (s.ok()) {
@@ -427,9 +422,8 @@ class ParquetSource final : public Source {
 
   Status ReadLocal(size_t f, const pq::Range& r, std::string* out) const {
     if (r.length == 0) return Status::OK();
-    NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(refs_[f].name));
     out->resize(r.length);
-    return PreadExact(fd.get(), r.offset, r.length, reinterpret_cast<uint8_t*>(out->data()));
+    return store_->ReadExact(refs_[f].key, r.offset, r.length, reinterpret_cast<uint8_t*>(out->data()));
   }
 
   // A unit's values from its bytes, checked and cached (and its dictionary
@@ -497,8 +491,8 @@ class ParquetSource final : public Source {
   const std::vector<std::string> classes_;
   const std::vector<FieldSpan> spans_;
   const std::vector<int64_t> room_;
-  const std::unique_ptr<S3Client> client_;
-  const std::string bucket_;
+  const std::unique_ptr<store::ObjectStore> store_;
+  const bool remote_;  // reads are requests to a server: many in flight, decoded on the pool
   mutable UnitCache cache_;
   // Units being loaded, and who else waits for each.
   mutable Mutex pending_mu_;
@@ -514,24 +508,16 @@ class ParquetSource final : public Source {
   std::unique_ptr<DecodePool> pool_;
 };
 
-// How the files are read: from S3 with `client` (one round trip a read), or from disk.
-pq::ReadAt FileReader(S3Client* c, const std::string& bucket, const FileRef& r) {
-  return [c, bucket, r](uint64_t offset, uint64_t length, std::string* out) -> Status {
+// How a file is read while it is indexed: through its store (on a remote
+// one each read is a round trip).
+pq::ReadAt FileReader(const store::ObjectStore* s, const FileRef& r) {
+  return [s, r](uint64_t offset, uint64_t length, std::string* out) -> Status {
     if (offset + length > r.size) {
       return DataError(r.name + ": a read past its end (" + std::to_string(offset + length) + " of " +
                        std::to_string(r.size) + " bytes)");
     }
-    if (c != nullptr) {
-      std::vector<uint8_t> bytes;
-      NOSTALL_RETURN_IF_ERROR(c->Get(bucket, r.key, offset, static_cast<int64_t>(length), &bytes));
-      out->assign(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-      return Status::OK();
-    }
-    NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(r.name));
     out->resize(length);
-    Status st = PreadExact(fd.get(), offset, length, reinterpret_cast<uint8_t*>(out->data()));
-    if (!st.ok()) return DataError(r.name + ": " + st.message());
-    return st;
+    return s->ReadExact(r.key, offset, length, reinterpret_cast<uint8_t*>(out->data()));
   };
 }
 
@@ -590,22 +576,12 @@ Result<std::unique_ptr<Source>> OpenColumnFiles(const std::string& uri, const So
   NOSTALL_ASSIGN_OR_RETURN(nlohmann::json j, DriverOptionsJson(options, kind));
   NOSTALL_ASSIGN_OR_RETURN(ParquetOptions o, ParquetReadOptions(j));
   const auto t0 = std::chrono::steady_clock::now();
-  std::unique_ptr<S3Client> client;
-  std::string bucket;
-  std::vector<FileRef> refs;
-  if (IsS3(uri)) {
-    SourceOptions s3 = options;
-    s3.driver_options = o.s3.dump();
-    NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(s3, kDriver));
-    NOSTALL_ASSIGN_OR_RETURN(client, S3Client::Create(config));
-    NOSTALL_ASSIGN_OR_RETURN(refs, S3Files(uri, client.get(), &bucket));
-  } else {
-    NOSTALL_ASSIGN_OR_RETURN(refs, LocalFiles(uri));
-  }
-  S3Client* c = client.get();
+  NOSTALL_ASSIGN_OR_RETURN(store::Located at, store::OpenStore(uri, o.s3, kind));
+  NOSTALL_ASSIGN_OR_RETURN(std::vector<FileRef> refs, pq::StoreFiles(uri, *at.store, at.key));
+  const store::ObjectStore* s = at.store.get();
   pq::IndexFiles in;
-  in.threads = c != nullptr ? 32 : 4;  // files read at once (on S3 each read is a round trip)
-  in.reader = [&](size_t k) { return FileReader(c, bucket, refs[k]); };
+  in.threads = s->ReadsAsync() ? 32 : 4;  // files read at once (remote: each read is a round trip)
+  in.reader = [&](size_t k) { return FileReader(s, refs[k]); };
   in.max_field_bytes = options.max_field_bytes;
   const std::string cache_path =
       options.use_index_cache ? IndexCachePath(options.index_cache_dir, pq::SavedKey(uri, options)) : "";
@@ -647,8 +623,7 @@ Result<std::unique_ptr<Source>> OpenColumnFiles(const std::string& uri, const So
   RecordSpans(saved->sizes, in.total, cols.extra(), &spans, &room);
   auto source = std::make_unique<ParquetSource>(std::move(files), std::move(refs), std::move(cols.columns),
                                                 std::move(saved->labels), std::move(saved->classes),
-                                                std::move(spans), std::move(room), std::move(client),
-                                                std::move(bucket), o, options.max_item_bytes, origin,
+                                                std::move(spans), std::move(room), std::move(at.store), o, options.max_item_bytes, origin,
                                                 options.shard_order);
   source->set_kind(kind);
   return std::unique_ptr<Source>(std::move(source));
@@ -676,7 +651,7 @@ Result<std::unique_ptr<Source>> ArrowOpen(const std::string& uri, const SourceOp
                            (splits.empty() ? std::string() : " (" + splits + ")"));
   }
   std::string files = uri;
-  if (IsSavedDataset(uri) || (IsS3(uri) && !uri.empty() && uri.back() == '/')) {
+  if (IsSavedDataset(uri) || (IsRemote(uri) && !uri.empty() && uri.back() == '/')) {
     while (files.size() > 1 && files.back() == '/') files.pop_back();
     files += "/*.arrow";
   }

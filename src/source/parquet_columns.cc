@@ -1,9 +1,6 @@
 // The files a Parquet path names and the columns a field is (parquet_columns.h).
 #include "source/parquet_columns.h"
 
-#include <fnmatch.h>
-#include <glob.h>
-#include <sys/stat.h>
 
 #include <cctype>
 #include <map>
@@ -13,7 +10,6 @@
 
 #include "common/json_fields.h"
 #include "source/index_file.h"
-#include "source/s3_client.h"
 
 namespace nostall::pq {
 
@@ -26,56 +22,18 @@ std::string FormatOf(const std::string& uri) { return IsArrowIpcName(uri) ? "Arr
 
 }  // namespace
 
-Result<std::vector<FileRef>> LocalFiles(const std::string& uri) {
-  NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> patterns, ExpandBraces(uri));
-  std::set<std::string> names;
-  for (const std::string& p : patterns) {
-    if (!HasWildcard(p)) {
-      names.insert(p);
-      continue;
-    }
-    glob_t g{};
-    const int rc = ::glob(p.c_str(), 0, nullptr, &g);
-    if (rc == 0) {
-      for (size_t k = 0; k < g.gl_pathc; ++k) names.insert(g.gl_pathv[k]);
-    }
-    ::globfree(&g);
-    if (rc != 0 && rc != GLOB_NOMATCH) return IoError("cannot list " + p);
-  }
-  std::vector<FileRef> out;
-  for (const std::string& n : names) {
-    struct stat st;
-    if (::stat(n.c_str(), &st) != 0) {
-      return NotFound(FormatOf(n) + " file does not exist: " + n);
-    }
-    if (!S_ISREG(st.st_mode)) return InvalidArgument(n + " is not a file");
-    out.push_back({n, "", static_cast<uint64_t>(st.st_size), FileStamp(n, st)});
-  }
-  if (out.empty()) return NotFound("no " + FormatOf(uri) + " file matches " + uri);
-  return out;
-}
-
-Result<std::vector<FileRef>> S3Files(const std::string& uri, S3Client* client, std::string* bucket) {
-  NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> patterns, ExpandBraces(uri));
+Result<std::vector<FileRef>> StoreFiles(const std::string& uri, const store::ObjectStore& store,
+                                        const std::string& key) {
+  NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> patterns, ExpandBraces(key));
   std::map<std::string, FileRef> found;
   for (const std::string& p : patterns) {
-    NOSTALL_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(p));
-    if (bucket->empty()) *bucket = loc.bucket;
-    if (loc.bucket != *bucket) return InvalidArgument(FormatOf(uri) + " files in two buckets: " + uri);
-    const size_t wild = loc.key.find_first_of("*?[");
-    const std::string prefix = loc.key.substr(0, wild);
-    NOSTALL_ASSIGN_OR_RETURN(std::vector<S3Object> listed, client->List(loc.bucket, prefix));
-    for (const S3Object& obj : listed) {
-      const bool match = wild == std::string::npos ? obj.key == loc.key
-                                                   : ::fnmatch(loc.key.c_str(), obj.key.c_str(), FNM_PATHNAME) == 0;
-      if (!match) continue;
-      uint64_t h = 1469598103934665603ull;
-      for (char c : obj.etag) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-      found[obj.key] = {"s3://" + loc.bucket + "/" + obj.key, obj.key, static_cast<uint64_t>(obj.size),
-                        static_cast<int64_t>(h)};
+    Result<std::vector<store::ObjectInfo>> matched = store.Match(p);
+    if (matched.status().code() == StatusCode::kNotFound && !HasWildcard(p)) {
+      return NotFound(FormatOf(p) + " file does not exist: " + store.Uri(p));
     }
-    if (wild == std::string::npos && found.find(loc.key) == found.end()) {
-      return NotFound(FormatOf(p) + " file does not exist: " + p);
+    NOSTALL_RETURN_IF_ERROR(matched.status());
+    for (store::ObjectInfo& o : matched.value()) {
+      found[o.key] = {store.Uri(o.key), o.key, o.size, o.version};
     }
   }
   std::vector<FileRef> out;

@@ -14,17 +14,14 @@
 #include "nostall/status.h"
 #include "source/parquet_file.h"
 #include "source/parquet_saved.h"
-
-namespace nostall {
-class S3Client;
-}
+#include "store/object_store.h"
 
 namespace nostall::pq {
 
 // The files a pattern names, in name order: braces expanded, then globs.
-Result<std::vector<FileRef>> LocalFiles(const std::string& uri);
-// The same on S3 (one bucket); `bucket` is set to it.
-Result<std::vector<FileRef>> S3Files(const std::string& uri, S3Client* client, std::string* bucket);
+// `key`: the part of `uri` within `store` (a file, a glob or a brace pattern).
+Result<std::vector<FileRef>> StoreFiles(const std::string& uri, const store::ObjectStore& store,
+                                        const std::string& key);
 
 // One field as the files hold it.
 struct Column {

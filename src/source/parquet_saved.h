@@ -13,8 +13,9 @@
 
 namespace nostall::pq {
 
-// One file of a Parquet dataset: the path or s3://bucket/key, its S3 key,
-// its size and stamp (mtime in ns, or the ETag's hash).
+// One file of a Parquet dataset: its URI (a path, s3://bucket/key,
+// https://host/key), its key in its store, its size and stamp (the store's
+// version: a local file's FileStamp, an ETag's hash).
 struct FileRef {
   std::string name;
   std::string key;

@@ -18,17 +18,20 @@
 #include "common/interrupt.h"
 #include "source/driver.h"
 #include "source/index_progress.h"
-#include "source/s3_source.h"
+#include "source/remote_source.h"
+#include "store/s3_client.h"
+#include "store/s3_config.h"
 
 namespace nostall {
 namespace {
 
-class S3FolderSource final : public S3Source {
+class S3FolderSource final : public RemoteSource {
  public:
-  S3FolderSource(std::unique_ptr<S3Client> client, std::string bucket, IndexViewPtr index,
+  S3FolderSource(std::unique_ptr<S3Client> client, const std::string& bucket, IndexViewPtr index,
                  RecordTable records, uint64_t max_item_bytes)
-      : S3Source(std::move(client), std::move(bucket), std::move(index), std::move(records), max_item_bytes),
-        uri_prefix_("s3://" + bucket_ + "/") {}
+      : RemoteSource(store::MakeS3Store(std::move(client), bucket), std::move(index), std::move(records),
+                     max_item_bytes),
+        uri_prefix_("s3://" + bucket + "/") {}
 
   const char* kind() const override { return "s3-image-folder"; }
 
@@ -130,7 +133,8 @@ Result<std::unique_ptr<Source>> S3FolderOpen(const std::string& uri, const Sourc
     return InvalidArgument("an index beside s3:// data is not written by nostall yet: the S3 "
                            "drivers keep theirs in the index cache (" + uri + ")");
   }
-  NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(options, "s3-image-folder"));
+  NOSTALL_ASSIGN_OR_RETURN(nlohmann::json given, DriverOptionsJson(options, "s3-image-folder"));
+  NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(given, "s3-image-folder"));
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<S3Client> client, S3Client::Create(config));
   Result<std::vector<S3Object>> listed = ListClasses(client.get(), loc.bucket, prefix);
   if (!listed.ok()) {

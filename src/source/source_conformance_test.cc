@@ -28,6 +28,7 @@
 
 #include "nostall/source.h"
 #include "source/driver.h"
+#include "testing/http_server.h"
 #include "testing/s3_server.h"
 #include "testing/test_images.h"
 
@@ -202,6 +203,29 @@ struct ArrowIpcMaker : LocalMaker {
   static std::string File(const std::string& dir, int f) { return dir + "/part-" + std::to_string(f) + ".arrow"; }
 };
 
+// Parquet and Arrow IPC files behind a web server (nginx on loopback): the
+// same files written into its root, read through the http store (ranged
+// GETs; a glob listed from the folder's index page).
+template <typename Files>
+struct BehindWebServer : Files {
+  static std::string Served(const std::string& dir) {
+    return testing::HttpServer::Shared().root() + "/" + std::filesystem::path(dir).filename().string();
+  }
+  static std::string Write(const std::string& dir, const std::vector<Item>& items) {
+    std::filesystem::create_directories(Served(dir));
+    const std::string pattern = Files::Write(Served(dir), items);
+    return testing::HttpServer::Shared().url() + pattern.substr(testing::HttpServer::Shared().root().size());
+  }
+  static void Remove(const std::string& dir, const Item& it) { Files::Remove(Served(dir), it); }
+};
+using HttpParquetMaker = BehindWebServer<ParquetMaker>;
+using HttpArrowIpcMaker = BehindWebServer<ArrowIpcMaker>;
+// WebDataset shards behind a web server: sizes and ETags by HEAD, the index
+// kept in the index cache (a web server is not written to).
+struct HttpTarMaker : BehindWebServer<TarShardsMaker> {
+  static constexpr const char* kKind = "http-tar-shards";
+};
+
 // The S3 drivers, against a real S3-compatible server (moto's server mode
 // on loopback): one bucket per test, named after its data folder.
 struct S3Maker {
@@ -272,7 +296,7 @@ class SourceConformance : public ::testing::Test {
 
 using Makers =
     ::testing::Types<ImageFolderMaker, TarShardsMaker, CocoMaker, ParquetMaker, ArrowIpcMaker, S3FolderMaker,
-                     S3TarMaker>;
+                     S3TarMaker, HttpParquetMaker, HttpArrowIpcMaker, HttpTarMaker>;
 TYPED_TEST_SUITE(SourceConformance, Makers);
 
 TYPED_TEST(SourceConformance, EveryItemInOrderWithItsLabelAndExactBytes) {

@@ -193,6 +193,40 @@ class Memcached:
             self.proc.wait()
 
 
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+
+
+class Nginx:
+    """A real web server on loopback serving `root`: autoindex on (a folder
+    answers with its index page) but under `plain/` (no index page: a folder
+    there is answered 403), Range requests answered as nginx answers them."""
+
+    def __init__(self, root, work):
+        assert os.access(NGINX, os.X_OK), "nginx is not installed (make test installs nginx-light)"
+        work = Path(work)
+        work.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        (work / "nginx.conf").write_text(f"""daemon off; master_process off; worker_processes 1;
+pid {work}/nginx.pid; error_log {work}/error.log;
+events {{ worker_connections 256; }}
+http {{
+  access_log off; client_body_temp_path {work}; proxy_temp_path {work}; fastcgi_temp_path {work};
+  uwsgi_temp_path {work}; scgi_temp_path {work};
+  server {{ listen 127.0.0.1:{self.port}; root {root}; autoindex on; location /plain/ {{ autoindex off; }} }}
+}}
+""")
+        self.proc = subprocess.Popen([NGINX, "-p", str(work), "-c", str(work / "nginx.conf"),
+                                      "-e", str(work / "error.log")],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(self.port, self.proc, "nginx")
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
 # The modules whose tests take longest (tens of seconds: trainings, the
 # documentation's analyses, launchers starting processes), run first, each
 # whole: pytest-xdist's workers then end together on the short tests

@@ -19,6 +19,8 @@ Marks, for blocks that need more than the workspace:
   bucket B, with the environment pointing at it.
 - ``server("memcached", hosts=["node1:11211", ...])``: one memcached per
   host named, each name in the block standing for its server.
+- ``server("http", url="https://host")``: a web server (nginx) serving
+  the workspace, the URL in the block standing for it.
 - ``server("nostall", spec="train.json", name="N")``: ``nostall serve`` of
   that spec under that name, for the block to attach to.
 - ``until_sigterm(ready="TEXT")``: a command that serves until stopped: it
@@ -56,7 +58,7 @@ from pathlib import Path
 from pytest_codeblocks import extract_from_buffer, extract_from_file
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import Memcached, fresh_bucket, moto_endpoint, write_jpeg_folder  # noqa: E402
+from conftest import Memcached, Nginx, fresh_bucket, moto_endpoint, write_jpeg_folder  # noqa: E402
 import warm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -239,6 +241,8 @@ class _Servers:
             elif kind == "memcached":
                 for host in kw["hosts"]:
                     self.code = self.code.replace(host, self._memcached())
+            elif kind == "http":
+                self.code = self.code.replace(kw["url"], self._http(root))
             elif kind == "nostall":
                 self._serve(root, kw["spec"], kw["name"])
             else:
@@ -255,6 +259,11 @@ class _Servers:
             if p.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"nostall serve did not start: {log.read_text()}")
             time.sleep(0.05)
+
+    def _http(self, root):
+        server = Nginx(root, root / ".nginx")
+        self.procs.append(server.proc)
+        return server.url
 
     def _memcached(self):
         server = Memcached()

@@ -92,7 +92,10 @@ def test_only_tests_use_the_test_helpers():
 def test_the_check_sees_an_upward_include():
     assert upward_includes("ring", '#include "nostall/shared.h"\n')
     assert upward_includes("pipeline", '#include "shared/consumer.h"\n')
-    assert upward_includes("source", '#include "cache/driver.h"\n')  # sideways
+    assert upward_includes("source", '#include "ops/op.h"\n')  # sideways
+    # A store knows bytes, not formats: the source layer is above it.
+    assert upward_includes("store", '#include "source/driver.h"\n')
+    assert not upward_includes("source", '#include "store/object_store.h"\n')
     # The model is below the tuner that asks it and the analyzer that calibrates it.
     assert upward_includes("model", '#include "pipeline/autotune.h"\n')
     assert upward_includes("model", '#include "nostall/analyze.h"\n')
@@ -119,7 +122,7 @@ def test_the_public_transforms_header_names_nothing_above_its_layer():
 def test_layers_are_the_ones_docs_design_md_draws():
     assert LAYERS == [["common"], ["annotations", "geometry", "kernels", "model", "ring", "sampler", "stats",
                                    "trace"],
-                      ["cache", "codecs", "source"], ["ops"], ["audio", "detect"], ["pipeline"],
+                      ["cache", "codecs", "store"], ["ops", "source"], ["audio", "detect"], ["pipeline"],
                       ["analyze", "shared"], ["cli", "python"]]
     text = (ROOT / "docs" / "design.md").read_text()
     for i, folders in enumerate(LAYERS):
@@ -188,7 +191,8 @@ def _compile_in(folder, source, tmp_path):
 @pytest.mark.parametrize("folder,upward", [
     ("ring", "shared/consumer.h"), ("ring", "nostall/shared.h"), ("pipeline", "shared/consumer.h"),
     ("source", "cache/driver.h"), ("ops", "nostall/loader.h"), ("common", "stats/stats.h"),
-    ("ops", "audio/pipeline.h"), ("ops", "detect/detect.h"), ("audio", "detect/detect.h")])
+    ("ops", "audio/pipeline.h"), ("ops", "detect/detect.h"), ("audio", "detect/detect.h"),
+    ("store", "source/driver.h"), ("store", "source/parquet_file.h"), ("store", "nostall/source.h")])
 def test_an_upward_include_fails_to_build(folder, upward, tmp_path):
     fine = _compile_in(folder, f'#include "{folder}/{_a_header(folder)}"\n', tmp_path)
     assert fine.returncode == 0, fine.stderr

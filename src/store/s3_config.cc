@@ -1,9 +1,7 @@
 // Resolving an S3 endpoint, region and credentials (s3_config.h).
-#include "source/s3_config.h"
+#include "store/s3_config.h"
 
 #include "common/json_fields.h"
-#include "nostall/source.h"
-#include "source/driver.h"
 
 #include <cctype>
 #include <cstdio>
@@ -266,10 +264,20 @@ Result<nlohmann::json> ResolveS3Options(const nlohmann::json& given, bool /*cach
   return S3OptionsJson(o);
 }
 
-Result<S3Config> ResolveS3Config(const SourceOptions& options, const char* driver) {
-  NOSTALL_ASSIGN_OR_RETURN(nlohmann::json given, DriverOptionsJson(options, driver));
+Result<S3Config> ResolveS3Config(const nlohmann::json& given, const char* driver) {
   NOSTALL_ASSIGN_OR_RETURN(S3Options s3, ReadS3Options(given, driver));
   return ResolveS3Config(s3, [](const char* name) { return static_cast<const char*>(std::getenv(name)); });
+}
+
+Result<S3Config> PlainHttpConfig(const std::string& base, int max_attempts, const EnvLookup& getenv) {
+  S3Config c;
+  c.plain = true;
+  c.endpoint = base;
+  while (!c.endpoint.empty() && c.endpoint.back() == '/') c.endpoint.pop_back();
+  S3Options o;
+  o.max_attempts = max_attempts;
+  NOSTALL_RETURN_IF_ERROR(ReadRetries(o, getenv, nullptr, &c));
+  return c;
 }
 
 std::string S3Config::BucketUrl(const std::string& bucket) const {
@@ -279,10 +287,16 @@ std::string S3Config::BucketUrl(const std::string& bucket) const {
 }
 
 std::string S3Config::ObjectUrl(const std::string& bucket, const std::string& key) const {
+  if (plain) return endpoint + "/" + UriEncode(key, /*keep_slash=*/true);
   return BucketUrl(bucket) + "/" + UriEncode(key, /*keep_slash=*/true);
 }
 
+std::string S3Config::ObjectName(const std::string& bucket, const std::string& key) const {
+  return plain ? endpoint + "/" + key : "s3://" + bucket + "/" + key;
+}
+
 std::string S3Config::Describe() const {
+  if (plain) return "web server " + endpoint;
   return "endpoint " + endpoint + ", region " + region + ", " +
          (path_style ? "path-style" : "virtual-hosted") + ", " +
          (sign ? "signed (credentials from " + credentials_from + ")"

@@ -5,8 +5,8 @@
 // flight, a cost that grew with the reads in flight a distant store needs).
 // One thread runs it (s3_client.cc's I/O thread); Wake may be called from
 // any.
-#ifndef NOSTALL_SOURCE_CURL_EVENTS_H_
-#define NOSTALL_SOURCE_CURL_EVENTS_H_
+#ifndef NOSTALL_STORE_CURL_EVENTS_H_
+#define NOSTALL_STORE_CURL_EVENTS_H_
 
 #include <curl/curl.h>
 
@@ -55,4 +55,4 @@ class CurlEvents {
 
 }  // namespace nostall
 
-#endif  // NOSTALL_SOURCE_CURL_EVENTS_H_
+#endif  // NOSTALL_STORE_CURL_EVENTS_H_

@@ -1,5 +1,5 @@
 // Reading what an S3 server answers (s3_response.h).
-#include "source/s3_response.h"
+#include "store/s3_response.h"
 
 #include <algorithm>
 #include <cctype>

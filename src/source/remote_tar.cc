@@ -1,10 +1,13 @@
-// The S3 tar-shards driver: s3://BUCKET/shards/train-{0000..1023}.tar, as
-// WebDataset shards. The shards' sizes and ETags come from one listing of
-// their prefix; each shard is indexed in one sequential pass over its
-// headers (tar_index.cc), read through 4 MiB ranged GETs; the index is kept
-// in the local index cache under a name made of every shard's key, ETag and
-// size, so it is reused exactly while the objects are unchanged. Each item
-// is one ranged GET of its member's bytes.
+// The remote tar-shards drivers: WebDataset shards in an object store,
+// s3://BUCKET/shards/train-{0000..1023}.tar (s3-tar-shards) or behind a web
+// server, https://HOST/shards/train-{0000..1023}.tar (http-tar-shards); one
+// implementation over the store seam (store/object_store.h). The shards'
+// sizes and ETags come from the store (on S3 one listing of their prefix, on
+// a web server a HEAD each); each shard is indexed in one sequential pass
+// over its headers (tar_index.cc), read through 4 MiB ranged GETs; the index
+// is kept in the local index cache under a name made of every shard's key,
+// ETag and size, so it is reused exactly while the objects are unchanged.
+// Each item is one ranged GET of its member's bytes.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,8 +20,10 @@
 
 #include "source/driver.h"
 #include "source/index_progress.h"
-#include "source/s3_source.h"
+#include "source/remote_source.h"
 #include "source/tar_index.h"
+#include "store/object_store.h"
+#include "store/s3_config.h"
 
 namespace nostall {
 namespace {
@@ -34,18 +39,18 @@ constexpr int kLazyShardsAtOnce = 4;
 constexpr int kLazyWindowsAhead = 3;
 constexpr int kWindowsAhead = 1;
 
-class S3TarSource final : public S3Source {
+class RemoteTarSource final : public RemoteSource {
  public:
-  S3TarSource(std::unique_ptr<S3Client> client, std::string bucket, std::vector<std::string> keys,
-              IndexViewPtr index, RecordTable records, uint64_t max_item_bytes)
-      : S3Source(std::move(client), std::move(bucket), std::move(index), std::move(records), max_item_bytes),
+  RemoteTarSource(const char* kind, std::unique_ptr<store::ObjectStore> store, std::vector<std::string> keys,
+                  IndexViewPtr index, RecordTable records, uint64_t max_item_bytes)
+      : RemoteSource(std::move(store), std::move(index), std::move(records), max_item_bytes),
+        kind_(kind),
         keys_(std::move(keys)) {}
-  S3TarSource(std::unique_ptr<S3Client> client, std::string bucket, std::vector<std::string> keys,
-              std::shared_ptr<LazyShards> lazy, uint64_t max_item_bytes)
-      : S3Source(std::move(client), std::move(bucket), std::move(lazy), max_item_bytes),
-        keys_(std::move(keys)) {}
+  RemoteTarSource(const char* kind, std::unique_ptr<store::ObjectStore> store, std::vector<std::string> keys,
+                  std::shared_ptr<LazyShards> lazy, uint64_t max_item_bytes)
+      : RemoteSource(std::move(store), std::move(lazy), max_item_bytes), kind_(kind), keys_(std::move(keys)) {}
 
-  const char* kind() const override { return "s3-tar-shards"; }
+  const char* kind() const override { return kind_; }
 
  private:
   Result<Span> Where(int64_t i) const override {
@@ -55,6 +60,7 @@ class S3TarSource final : public S3Source {
     }
     return Span{keys_[static_cast<size_t>(w.container)], w.offset, w.size};
   }
+  const char* const kind_;
   const std::vector<std::string> keys_;  // per shard
 };
 
@@ -65,8 +71,8 @@ class S3TarSource final : public S3Source {
 // request, one window at a time spends most of a shard's time waiting).
 class WindowReader {
  public:
-  WindowReader(S3Client* client, std::string bucket, std::string key, uint64_t size, int ahead)
-      : client_(client), bucket_(std::move(bucket)), key_(std::move(key)), size_(size),
+  WindowReader(const store::ObjectStore* store, std::string key, uint64_t size, int ahead)
+      : store_(store), key_(std::move(key)), size_(size),
         ahead_(static_cast<uint64_t>(std::max(0, ahead))) {}
   Status Read(uint64_t offset, size_t n, uint8_t* out) {
     if (offset > size_ || n > size_ - offset) return DataError("read past the end of the shard");
@@ -105,7 +111,7 @@ class WindowReader {
       auto p = std::make_shared<Pending>();
       pending_[j] = p;
       const uint64_t offset = j * kWindow;
-      client_->GetAsync(bucket_, key_, offset, static_cast<int64_t>(std::min(kWindow, size_ - offset)), {},
+      store_->ReadAsync(key_, offset, static_cast<int64_t>(std::min(kWindow, size_ - offset)), {},
                         [p](Status st, std::vector<uint8_t> bytes) {
                           std::lock_guard<std::mutex> lock(p->mu);
                           p->status = std::move(st);
@@ -126,9 +132,9 @@ class WindowReader {
     return Status::OK();
   }
 
-  S3Client* client_;
+  const store::ObjectStore* store_;
   uint64_t fetched_ = 0;
-  const std::string bucket_, key_;
+  const std::string key_;
   const uint64_t size_, ahead_;
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;  // windows asked for, by number
   bool loaded_ = false;
@@ -143,23 +149,25 @@ uint64_t EtagStamp(const std::string& etag) {
   return h | 1;
 }
 
-bool S3TarClaims(const std::string& uri) {
-  return uri.rfind("s3://", 0) == 0 && uri.size() >= 4 && uri.compare(uri.size() - 4, 4, ".tar") == 0;
+bool EndsInTar(const std::string& uri) { return uri.size() >= 4 && uri.compare(uri.size() - 4, 4, ".tar") == 0; }
+bool S3TarClaims(const std::string& uri) { return uri.rfind("s3://", 0) == 0 && EndsInTar(uri); }
+bool HttpTarClaims(const std::string& uri) {
+  return (uri.rfind("http://", 0) == 0 || uri.rfind("https://", 0) == 0) && EndsInTar(uri);
 }
 
 // The shards a pattern names, as one listing of their common prefix gives
 // them (sizes, ETags), and where their index is kept.
 struct S3Shards {
-  std::unique_ptr<S3Client> client;
-  std::string bucket;
+  const char* kind;
+  std::unique_ptr<store::ObjectStore> store;
   std::vector<std::string> keys, etags;
   std::vector<uint64_t> sizes;
   std::string cache_path;  // this node's index cache ("" when off)
   std::string root;        // paths in the index are relative to the first shard's "folder"
   std::string beside_key;  // PATTERN.nostall-index beside them ("" when none)
 
-  std::string uri(size_t s) const { return "s3://" + bucket + "/" + keys[s]; }
-  std::string beside_uri() const { return "s3://" + bucket + "/" + beside_key; }
+  std::string uri(size_t s) const { return store->Uri(keys[s]); }
+  std::string beside_uri() const { return store->Uri(beside_key); }
 
   // A saved index must be of these shards, its members inside them (a file
   // damaged or planted is rebuilt, never followed out of bounds).
@@ -190,40 +198,25 @@ struct S3Shards {
   }
 };
 
-Result<S3Shards> ListShards(const std::string& uri, const SourceOptions& options) {
-  NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> uris, ExpandBraces(uri));
-  NOSTALL_ASSIGN_OR_RETURN(S3Location first, ParseS3Uri(uris.front()));
-  NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(options, "s3-tar-shards"));
+Result<S3Shards> ListShards(const std::string& uri, const SourceOptions& options, const char* kind) {
+  NOSTALL_ASSIGN_OR_RETURN(nlohmann::json given, DriverOptionsJson(options, kind));
+  NOSTALL_ASSIGN_OR_RETURN(store::Located at, store::OpenStore(uri, given, kind));
   S3Shards out;
-  NOSTALL_ASSIGN_OR_RETURN(out.client, S3Client::Create(config));
-  out.bucket = first.bucket;
-  for (const std::string& u : uris) {
-    NOSTALL_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(u));
-    if (loc.bucket != first.bucket) return InvalidArgument("tar shards in more than one bucket: " + uri);
-    out.keys.push_back(loc.key);
-  }
-  // One listing of the shards' common prefix gives every size and ETag.
-  std::string prefix = out.keys.front();
-  for (const std::string& k : out.keys) {
-    size_t n = 0;
-    while (n < prefix.size() && n < k.size() && prefix[n] == k[n]) ++n;
-    prefix.resize(n);
-  }
-  Result<std::vector<S3Object>> listed = out.client->List(first.bucket, prefix);
+  out.kind = kind;
+  out.store = std::move(at.store);
+  NOSTALL_ASSIGN_OR_RETURN(out.keys, ExpandBraces(at.key));
+  // Every size and ETag: on S3 one listing of the shards' common prefix.
+  Result<std::vector<store::ObjectInfo>> listed = out.store->StatAll(out.keys);
   if (!listed.ok()) {
-    return Status(listed.status().code(), listed.status().message() + " [" + out.client->config().Describe() + "]");
+    const std::string what = listed.status().code() == StatusCode::kNotFound ? "tar shard does not exist: " : "";
+    return Status(listed.status().code(), what + listed.status().message() + " [" + out.store->Describe() + "]");
   }
-  std::map<std::string, S3Object> objects;
-  for (S3Object& o : listed.value()) objects[o.key] = std::move(o);
-  std::string canonical = "s3-tar-shards\n";
+  std::string canonical = std::string(kind) + "\n";
   for (size_t s = 0; s < out.keys.size(); ++s) {
-    auto it = objects.find(out.keys[s]);
-    if (it == objects.end()) {
-      return NotFound("tar shard does not exist: " + out.uri(s) + " [" + out.client->config().Describe() + "]");
-    }
-    out.sizes.push_back(static_cast<uint64_t>(it->second.size));
-    out.etags.push_back(it->second.etag);
-    canonical += out.uri(s) + " " + it->second.etag + " " + std::to_string(it->second.size) + "\n";
+    const store::ObjectInfo& o = listed.value()[s];
+    out.sizes.push_back(o.size);
+    out.etags.push_back(o.tag);
+    canonical += out.uri(s) + " " + o.tag + " " + std::to_string(o.size) + "\n";
   }
   canonical += IndexVariant(options);
   // The ETags are part of the cache's name: a saved index is reused only
@@ -255,7 +248,7 @@ Result<S3Shards> ListShards(const std::string& uri, const SourceOptions& options
 IndexViewPtr ReadS3Beside(const S3Shards& sh, const std::string& uri, const SourceOptions& options,
                         std::string* note) {
   std::vector<uint8_t> got;
-  Status st = sh.client->GetIfThere(sh.bucket, sh.beside_key, uint64_t{1} << 36, &got);
+  Status st = sh.store->ReadIfThere(sh.beside_key, uint64_t{1} << 36, &got);
   if (!st.ok()) {
     if (st.code() != StatusCode::kNotFound) *note = "the index beside the data could not be read: " + st.message();
     return nullptr;
@@ -301,10 +294,10 @@ S3IndexBuilder MakeBuilder(const S3Shards& sh, const SourceOptions& options) {
     stamp.content = EtagStamp(sh.etags[s]);
     b.index.stamps.push_back(stamp);
   }
-  S3Client* const c = sh.client.get();
-  b.index_one = [c, bucket = sh.bucket, keys = sh.keys, sizes = sh.sizes, shard_uris = b.index.shards,
+  const store::ObjectStore* const c = sh.store.get();
+  b.index_one = [c, keys = sh.keys, sizes = sh.sizes, shard_uris = b.index.shards,
                  tar_options = TarOptionsOf(options)](size_t s, Index* part, int ahead, uint64_t* fetched) {
-    WindowReader reader(c, bucket, keys[s], sizes[s], ahead);
+    WindowReader reader(c, keys[s], sizes[s], ahead);
     Status st = IndexTarShard(
         shard_uris[s], static_cast<int32_t>(s), sizes[s],
         [&reader](uint64_t offset, size_t size, uint8_t* out) { return reader.Read(offset, size, out); },
@@ -313,8 +306,9 @@ S3IndexBuilder MakeBuilder(const S3Shards& sh, const SourceOptions& options) {
     return st;
   };
   const std::string mode = options.index_beside;
-  const bool write_beside = !sh.beside_key.empty() && mode != "read";
-  b.finish = [c, bucket = sh.bucket, beside_key = sh.beside_key, beside_uri = sh.beside_uri(), write_beside, mode,
+  // (A web server is read, never written: the index stays in the cache.)
+  const bool write_beside = !sh.beside_key.empty() && mode != "read" && c->Writable();
+  b.finish = [c, beside_key = sh.beside_key, beside_uri = sh.beside_uri(), write_beside, mode,
               cache_path = sh.cache_path, root = sh.root,
               t0](Index whole, std::string* origin, std::string* note) -> Result<IndexViewPtr> {
     std::string bytes = SerializeIndex(whole, root);
@@ -324,7 +318,7 @@ S3IndexBuilder MakeBuilder(const S3Shards& sh, const SourceOptions& options) {
                   std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     *origin = std::string("built in ") + took;
     if (write_beside) {
-      Status st = c->Put(bucket, beside_key, bytes);
+      Status st = c->Write(beside_key, bytes);
       if (!st.ok() && mode == "rebuild") return st;
       if (st.ok()) {
         *origin += "; written beside the data: " + beside_uri;
@@ -365,14 +359,19 @@ std::unique_ptr<Source> LazySource(S3Shards sh, S3IndexBuilder b, const SourceOp
       [finish = b.finish, note](Index whole, std::string* origin) mutable {
         return finish(std::move(whole), origin, &note);
       });
-  auto source = std::make_unique<S3TarSource>(std::move(sh.client), sh.bucket, std::move(sh.keys), std::move(lazy),
-                                              options.max_item_bytes);
+  auto source = std::make_unique<RemoteTarSource>(sh.kind, std::move(sh.store), std::move(sh.keys), std::move(lazy),
+                                                  options.max_item_bytes);
   source->SetIndexOrigin("", std::move(note));
   return source;
 }
 
-Result<std::unique_ptr<Source>> S3TarOpen(const std::string& uri, const SourceOptions& options) {
-  NOSTALL_ASSIGN_OR_RETURN(S3Shards sh, ListShards(uri, options));
+Result<std::unique_ptr<Source>> RemoteTarOpen(const std::string& uri, const SourceOptions& options,
+                                              const char* kind) {
+  NOSTALL_ASSIGN_OR_RETURN(S3Shards sh, ListShards(uri, options, kind));
+  if (options.index_beside == "rebuild" && !sh.store->Writable()) {
+    return InvalidArgument(std::string(kind) + ": " + uri + " is read, never written: an index beside it is "
+                           "not written by nostall (it is kept in the index cache)");
+  }
   const bool rebuild = options.index_beside == "rebuild";
   IndexViewPtr view;
   std::string origin, note;
@@ -402,14 +401,39 @@ Result<std::unique_ptr<Source>> S3TarOpen(const std::string& uri, const SourceOp
     NOSTALL_ASSIGN_OR_RETURN(view, BuildNow(std::move(b), uri, sh.keys.size(), &origin, &note));
   }
   NOSTALL_ASSIGN_OR_RETURN(RecordTable records, SelectFields(options, *view));
-  auto source = std::make_unique<S3TarSource>(std::move(sh.client), sh.bucket, std::move(sh.keys), std::move(view),
-                                              std::move(records), options.max_item_bytes);
+  auto source = std::make_unique<RemoteTarSource>(sh.kind, std::move(sh.store), std::move(sh.keys), std::move(view),
+                                                  std::move(records), options.max_item_bytes);
   source->SetIndexOrigin(std::move(origin), std::move(note));
   return std::unique_ptr<Source>(std::move(source));
 }
 
 }  // namespace
 
+Result<std::unique_ptr<Source>> S3TarOpen(const std::string& uri, const SourceOptions& options) {
+  return RemoteTarOpen(uri, options, "s3-tar-shards");
+}
+
+Result<std::unique_ptr<Source>> HttpTarOpen(const std::string& uri, const SourceOptions& options) {
+  return RemoteTarOpen(uri, options, "http-tar-shards");
+}
+
+// A web server's options: the tries of a request (the rest are S3's, refused here).
+Result<nlohmann::json> HttpOptions(const nlohmann::json& given, bool) {
+  if (!given.is_object()) return InvalidArgument("the http-tar-shards driver's options must be an object");
+  for (const auto& [k, v] : given.items()) {
+    if (k != "max_attempts") {
+      return InvalidArgument("source.options." + k + ": not an option of http-tar-shards (its one option: "
+                             "max_attempts)");
+    }
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 100) {
+      return InvalidArgument("source.options.max_attempts must be an integer in [0, 100]");
+    }
+  }
+  return nlohmann::json{{"max_attempts", given.value("max_attempts", 0)}};
+}
+
 SourceDriver S3TarDriver() { return {"s3-tar-shards", S3TarClaims, S3TarOpen, ResolveS3Options}; }
+
+SourceDriver HttpTarDriver() { return {"http-tar-shards", HttpTarClaims, HttpTarOpen, HttpOptions}; }
 
 }  // namespace nostall

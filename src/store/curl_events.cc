@@ -1,4 +1,4 @@
-#include "source/curl_events.h"
+#include "store/curl_events.h"
 
 #include <sys/epoll.h>
 #include <sys/eventfd.h>

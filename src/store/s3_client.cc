@@ -4,7 +4,7 @@
 // which), and calls each request's completion (a waiting caller's, or an
 // asynchronous reader's). The small XML reading of ListObjectsV2 and error
 // bodies (a handful of flat tags) is hand-written: s3_response.cc.
-#include "source/s3_client.h"
+#include "store/s3_client.h"
 
 #include <curl/curl.h>
 
@@ -21,8 +21,8 @@
 #include "common/interrupt.h"
 #include "common/shm.h"
 #include "common/mutex.h"
-#include "source/curl_events.h"
-#include "source/s3_request.h"
+#include "store/curl_events.h"
+#include "store/s3_request.h"
 
 namespace nostall {
 namespace {
@@ -148,6 +148,7 @@ struct S3Client::Impl {
     curl_off_t local_port = 0;
     curl_easy_getinfo(r->easy, CURLINFO_LOCAL_PORT, &local_port);
     Release(r);
+    if (r->head != nullptr) r->head->size = static_cast<int64_t>(announced);
     bytes.fetch_add(static_cast<int64_t>(r->body.size()));
     if (code == CURLE_WRITE_ERROR && r->stopped != Stopped::kNo) {
       if (std::optional<Status> error = StoppedEarly(r)) {
@@ -301,7 +302,7 @@ void S3Client::GetAsync(const std::string& bucket, const std::string& key, uint6
   }
   auto* r = new Request;
   r->url = impl_->config.ObjectUrl(bucket, key);
-  r->what = "s3://" + bucket + "/" + key;
+  r->what = impl_->config.ObjectName(bucket, key);
   r->offset = offset;
   r->length = length;
   if (offset > 0 || length >= 0) {
@@ -328,7 +329,7 @@ Status S3Client::GetIfThere(const std::string& bucket, const std::string& key, u
                             std::vector<uint8_t>* out) {
   auto* r = new Request;
   r->url = impl_->config.ObjectUrl(bucket, key);
-  r->what = "s3://" + bucket + "/" + key;
+  r->what = impl_->config.ObjectName(bucket, key);
   r->absent_ok = true;
   r->max_body = most;
   Waiter w;
@@ -337,10 +338,26 @@ Status S3Client::GetIfThere(const std::string& bucket, const std::string& key, u
   return w.Wait(out);
 }
 
+Result<S3Client::Head> S3Client::HeadOf(const std::string& bucket, const std::string& key) {
+  auto* r = new Request;
+  Head head;
+  r->url = impl_->config.ObjectUrl(bucket, key);
+  r->what = impl_->config.ObjectName(bucket, key);
+  r->absent_ok = true;
+  r->head = &head;  // filled on the I/O thread before the answer is handed back
+  r->max_body = kMaxPageBytes;
+  Waiter w;
+  r->done = w.Callback();
+  impl_->Submit(r);
+  std::vector<uint8_t> none;
+  NOSTALL_RETURN_IF_ERROR(w.Wait(&none));
+  return head;
+}
+
 Status S3Client::Put(const std::string& bucket, const std::string& key, std::string bytes) {
   auto* r = new Request;
   r->url = impl_->config.ObjectUrl(bucket, key);
-  r->what = "s3://" + bucket + "/" + key;
+  r->what = impl_->config.ObjectName(bucket, key);
   r->put = true;
   r->put_body = std::move(bytes);
   r->max_body = kMaxPageBytes;  // the answer: empty, or an error's XML

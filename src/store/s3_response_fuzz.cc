@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "source/s3_response.h"
+#include "store/s3_response.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace nostall;

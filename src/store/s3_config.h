@@ -25,8 +25,8 @@
 //
 // Secrets never leave this struct as text: Describe() and every error name
 // where the keys came from, never the keys.
-#ifndef NOSTALL_SOURCE_S3_CONFIG_H_
-#define NOSTALL_SOURCE_S3_CONFIG_H_
+#ifndef NOSTALL_STORE_S3_CONFIG_H_
+#define NOSTALL_STORE_S3_CONFIG_H_
 
 #include <functional>
 #include <initializer_list>
@@ -67,12 +67,18 @@ struct S3Config {
   std::string access_key, secret_key, session_token;  // never printed
   int max_attempts = 6;
   double connect_timeout_s = 3, read_timeout_s = 10, request_timeout_s = 120;
+  // A plain web server (the http store), not S3: an object's URL is the
+  // endpoint (a base URL, path included) then its key; never signed; no
+  // S3 listings.
+  bool plain = false;
 
   // The URL of an object (the key percent-encoded as S3 expects: every byte
   // but A-Z a-z 0-9 - _ . ~ and '/').
   std::string ObjectUrl(const std::string& bucket, const std::string& key) const;
   // The bucket's URL, for ListObjectsV2 (query appended by the caller).
   std::string BucketUrl(const std::string& bucket) const;
+  // The object as errors name it: s3://bucket/key, or its URL on a plain server.
+  std::string ObjectName(const std::string& bucket, const std::string& key) const;
   // "endpoint http://127.0.0.1:8333, region us-east-1, path-style, signed
   // (credentials from environment)": no secrets.
   std::string Describe() const;
@@ -95,10 +101,14 @@ Status SplitS3Options(const nlohmann::json& given, std::initializer_list<const c
 // The SourceDriver::options of both S3 drivers.
 Result<nlohmann::json> ResolveS3Options(const nlohmann::json& given, bool cached);
 
-// The configuration of a source's s3:// dataset: the driver's options over
-// the process environment.
-struct SourceOptions;
-Result<S3Config> ResolveS3Config(const SourceOptions& options, const char* driver);
+// The configuration of an s3:// dataset: a driver's S3 options as a spec
+// gives them (`driver` names it in errors) over the process environment.
+Result<S3Config> ResolveS3Config(const nlohmann::json& given, const char* driver);
+
+// A plain web server's (the http store): `base`, scheme://host[:port], no
+// signing, the attempts given (0: AWS_MAX_ATTEMPTS, else 6) and the
+// NOSTALL_S3_*_TIMEOUT timeouts, which every HTTP request here keeps.
+Result<S3Config> PlainHttpConfig(const std::string& base, int max_attempts, const EnvLookup& getenv);
 
 // Percent-encodes `s` for a URL path or query value (RFC 3986 unreserved
 // bytes kept; '/' kept when `keep_slash`).
@@ -106,4 +116,4 @@ std::string UriEncode(const std::string& s, bool keep_slash);
 
 }  // namespace nostall
 
-#endif  // NOSTALL_SOURCE_S3_CONFIG_H_
+#endif  // NOSTALL_STORE_S3_CONFIG_H_

@@ -7,8 +7,8 @@
 // jittered exponential backoff, honouring Retry-After, a bounded number of
 // times; the rest (403, 404, a final failure) are errors naming the object
 // and the HTTP status, never the keys.
-#ifndef NOSTALL_SOURCE_S3_CLIENT_H_
-#define NOSTALL_SOURCE_S3_CLIENT_H_
+#ifndef NOSTALL_STORE_S3_CLIENT_H_
+#define NOSTALL_STORE_S3_CLIENT_H_
 
 #include <atomic>
 #include <cstdint>
@@ -19,8 +19,8 @@
 
 #include "nostall/stats.h"
 #include "nostall/status.h"
-#include "source/s3_config.h"
-#include "source/s3_response.h"
+#include "store/s3_config.h"
+#include "store/s3_response.h"
 
 namespace nostall {
 
@@ -47,6 +47,13 @@ class S3Client {
   // no such object (a file that may be there, as an index beside the data).
   Status GetIfThere(const std::string& bucket, const std::string& key, uint64_t most,
                     std::vector<uint8_t>* out);
+  // What a HEAD of `key` answers: its size (-1: not given) and tags.
+  struct Head {
+    int64_t size = -1;
+    std::string etag, last_modified;
+  };
+  // NotFound when there is no such object.
+  Result<Head> HeadOf(const std::string& bucket, const std::string& key);
   // Writes `bytes` as object `key` (one PUT, signed with its SHA-256).
   Status Put(const std::string& bucket, const std::string& key, std::string bytes);
   // Answers every request not yet done with Cancelled, promptly (a Loader
@@ -76,4 +83,4 @@ class S3Client {
 
 }  // namespace nostall
 
-#endif  // NOSTALL_SOURCE_S3_CLIENT_H_
+#endif  // NOSTALL_STORE_S3_CLIENT_H_

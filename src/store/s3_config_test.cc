@@ -1,4 +1,4 @@
-#include "source/s3_config.h"
+#include "store/s3_config.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,9 @@
 // One S3 request's attempts: the body as it comes in, retry causes, final
 // errors (s3_request.h).
-#include "source/s3_request.h"
+#include "store/s3_request.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <new>
@@ -10,7 +11,7 @@
 #include <openssl/evp.h>
 
 #include "common/clock.h"
-#include "source/s3_response.h"
+#include "store/s3_response.h"
 
 namespace nostall {
 namespace {
@@ -18,6 +19,8 @@ namespace {
 // A server that ignores Range answers a read far into an object with the
 // whole object from its start: past this offset that is refused (every read
 // of a tar shard would download the shard again) rather than waded through.
+// A plain web server's is refused at any offset: its files are read by
+// pages, each of which would download the whole file again.
 constexpr uint64_t kIgnoredRangeLimit = uint64_t{64} << 20;
 
 // Takes in at most the bytes the request may need (MaxBodyBytes): a server
@@ -30,7 +33,7 @@ size_t WriteBody(char* data, size_t size, size_t n, void* user) {
   if (r->body.empty() && !r->range.empty()) {
     long http = 0;
     curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &http);
-    if (http == 200 && r->offset > kIgnoredRangeLimit) {
+    if (http == 200 && (r->offset > kIgnoredRangeLimit || r->whole_answer_refused)) {
       r->stopped = Stopped::kIgnoredRange;
       return 0;
     }
@@ -66,8 +69,23 @@ std::string Sha256Hex(const std::string& bytes) {
 size_t ReadHeader(char* data, size_t size, size_t n, void* user) {
   auto* r = static_cast<Request*>(user);
   r->last_byte_ns = NowNs();
-  const double after = ParseRetryAfter(std::string_view(data, size * n));
+  const std::string_view line(data, size * n);
+  const double after = ParseRetryAfter(line);
   if (after >= 0) r->retry_after_s = after;
+  if (r->head != nullptr) {
+    const size_t colon = line.find(':');
+    if (colon != std::string_view::npos && colon < 32) {
+      std::string name(line.substr(0, colon));
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      std::string_view value = line.substr(colon + 1);
+      while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+      while (!value.empty() && (value.back() == '\r' || value.back() == '\n' || value.back() == ' ')) {
+        value.remove_suffix(1);
+      }
+      if (name == "etag") r->head->etag = std::string(value.substr(0, 200));
+      if (name == "last-modified") r->head->last_modified = std::string(value.substr(0, 100));
+    }
+  }
   return size * n;
 }
 
@@ -118,6 +136,11 @@ CURL* StartAttempt(Request* r, const S3Config& config) {
   // would otherwise request "b", another key, signed with the user's keys).
   curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  if (config.plain) {  // a web server or CDN may send a file elsewhere (S3 never does)
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
+    curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  }
   // What is left of the request's deadline (retries included).
   curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
                    static_cast<long>(std::max<int64_t>(1, (r->deadline_ns - NowNs()) / 1000000)));
@@ -138,6 +161,11 @@ CURL* StartAttempt(Request* r, const S3Config& config) {
   curl_easy_setopt(e, CURLOPT_XFERINFODATA, r);
   curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
   if (!r->range.empty()) curl_easy_setopt(e, CURLOPT_RANGE, r->range.c_str());
+  r->whole_answer_refused = config.plain && !r->range.empty();
+  if (r->head != nullptr) {
+    *r->head = S3Client::Head{};
+    curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+  }
   if (r->put) {
     // The body is given whole, so SigV4 signs its SHA-256. (Every header
     // set here is signed as set: an "Expect:" that removes a header would
@@ -212,7 +240,7 @@ Status FinalStatus(const Request* r, CURLcode code, const S3Config& config) {
   if (r->attempt > 1) {
     text += " (after " + std::to_string(r->attempt) + " attempts: " + r->history + ")";
   }
-  if (r->http == 403) {
+  if (r->http == 403 && !config.plain) {
     text += config.sign ? "; signed with credentials from " + config.credentials_from
                         : "; the request was unsigned (" + config.credentials_from + ")";
   }

@@ -2,8 +2,8 @@
 // the body as it comes in (never more than may be needed), why an attempt
 // may be tried again, and the error a request that fails for good returns.
 // Private to the source layer.
-#ifndef NOSTALL_SOURCE_S3_REQUEST_H_
-#define NOSTALL_SOURCE_S3_REQUEST_H_
+#ifndef NOSTALL_STORE_S3_REQUEST_H_
+#define NOSTALL_STORE_S3_REQUEST_H_
 
 #include <curl/curl.h>
 
@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "nostall/status.h"
-#include "source/s3_client.h"
-#include "source/s3_config.h"
+#include "store/s3_client.h"
+#include "store/s3_config.h"
 
 namespace nostall {
 
@@ -35,8 +35,12 @@ struct Request {
   std::string put_body;
   // A 404 is NotFound (an object that may not be there), not a data error.
   bool absent_ok = false;
+  // A HEAD: the object's size and tags are its answer (filled when it succeeds).
+  S3Client::Head* head = nullptr;
   uint64_t max_body = 0;  // the most bytes taken in (MaxBodyBytes)
   Stopped stopped = Stopped::kNo;
+  // A whole object (HTTP 200) for a ranged read is refused at any offset.
+  bool whole_answer_refused = false;
   // When the attempt last received a byte (0: none yet), and how long a
   // body may go without one (the read timeout): curl's own low-speed check
   // averages over five seconds, so a body that stalls after a burst would
@@ -104,4 +108,4 @@ std::string FormatSeconds(double s);
 
 }  // namespace nostall
 
-#endif  // NOSTALL_SOURCE_S3_REQUEST_H_
+#endif  // NOSTALL_STORE_S3_REQUEST_H_

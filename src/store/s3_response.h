@@ -5,8 +5,8 @@
 // a clear error, never a hang, a crash or memory without end). Hand-written:
 // the few flat tags of ListObjectsV2 and of S3's error bodies need no XML
 // library, and the fuzz target s3_response_fuzz runs them.
-#ifndef NOSTALL_SOURCE_S3_RESPONSE_H_
-#define NOSTALL_SOURCE_S3_RESPONSE_H_
+#ifndef NOSTALL_STORE_S3_RESPONSE_H_
+#define NOSTALL_STORE_S3_RESPONSE_H_
 
 #include <cstdint>
 #include <string>
@@ -65,4 +65,4 @@ Status CheckBody(const std::string& what, long http, bool ranged, uint64_t offse
 
 }  // namespace nostall
 
-#endif  // NOSTALL_SOURCE_S3_RESPONSE_H_
+#endif  // NOSTALL_STORE_S3_RESPONSE_H_

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "source/s3_response.h"
+#include "store/s3_response.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace nostall;
