@@ -25,11 +25,9 @@ constexpr size_t kMaxListed = 10'000'000;            // objects one listing may 
 constexpr uint64_t kMaxIndexPage = uint64_t{64} << 20;  // bytes of one index page
 constexpr size_t kHeadsInFlight = 16;
 
-int64_t Version(const S3Client::Head& h) {
-  const std::string tag = !h.etag.empty() ? h.etag : h.last_modified + "/" + std::to_string(h.size);
-  uint64_t v = 1469598103934665603ull;
-  for (char c : tag) v = (v ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  return static_cast<int64_t>(v);
+// A web server's mark of a file's bytes: its ETag, else Last-Modified and the size.
+std::string Tag(const S3Client::Head& h) {
+  return !h.etag.empty() ? h.etag : h.last_modified + "/" + std::to_string(h.size);
 }
 
 class HttpObjectStore final : public ObjectStore {
@@ -55,8 +53,7 @@ class HttpObjectStore final : public ObjectStore {
     if (h.size < 0) {
       return DataError(Uri(key) + ": the server gave no size (Content-Length) for it [" + Describe() + "]");
     }
-    return ObjectInfo{key, static_cast<uint64_t>(h.size), Version(h),
-                      !h.etag.empty() ? h.etag : h.last_modified + "/" + std::to_string(h.size)};
+    return ObjectInfo{key, static_cast<uint64_t>(h.size), VersionOfTag(Tag(h)), Tag(h)};
   }
 
   Status Read(const std::string& key, uint64_t offset, int64_t length, std::vector<uint8_t>* out,

@@ -75,6 +75,12 @@ Result<Located> OpenStore(const std::string& uri, const nlohmann::json& options,
   return InvalidArgument(std::string(who) + ": no store reads " + uri);
 }
 
+int64_t VersionOfTag(const std::string& tag) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : tag) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return static_cast<int64_t>(h);
+}
+
 bool IsRemoteUri(const std::string& uri) {
   for (const StoreKind& k : StoreKinds()) {
     if (k.claims(uri)) return std::string(k.name) != "local";

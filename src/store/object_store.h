@@ -127,6 +127,9 @@ const std::vector<StoreKind>& StoreKinds();
 // with S3's own folder listings first), reading `bucket`.
 std::unique_ptr<ObjectStore> MakeS3Store(std::unique_ptr<S3Client> client, std::string bucket);
 
+// An object's version from the mark its store gives (an ETag): its FNV-1a hash.
+int64_t VersionOfTag(const std::string& tag);
+
 // Whether `uri` is not on this machine (s3://, http(s)://): a store that
 // reads over a network.
 bool IsRemoteUri(const std::string& uri);

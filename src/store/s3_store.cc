@@ -9,12 +9,6 @@
 namespace nostall::store {
 namespace {
 
-int64_t EtagVersion(const std::string& etag) {
-  uint64_t h = 1469598103934665603ull;
-  for (char c : etag) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-  return static_cast<int64_t>(h);
-}
-
 class S3ObjectStore final : public ObjectStore {
  public:
   S3ObjectStore(std::unique_ptr<S3Client> client, std::string bucket)
@@ -29,7 +23,7 @@ class S3ObjectStore final : public ObjectStore {
     std::vector<ObjectInfo> out;
     out.reserve(listed.size());
     for (S3Object& o : listed) {
-      const int64_t version = EtagVersion(o.etag);
+      const int64_t version = VersionOfTag(o.etag);
       out.push_back({std::move(o.key), static_cast<uint64_t>(o.size), version, std::move(o.etag)});
     }
     return out;

@@ -103,6 +103,19 @@ def write_shards(folder, out_dir, shards=2):
     return str(out_dir / ("train-{0..%d}.tar" % (shards - 1)))
 
 
+def save_folder_with_datasets(folder, out):
+    """An image folder as `datasets.Dataset.save_to_disk` writes it (Image
+    and ClassLabel features, shards of 200 KB) at `out`; its classes."""
+    datasets = pytest.importorskip("datasets")
+    files = sorted(Path(folder).rglob("*.jpg"))
+    classes = sorted({f.parent.name for f in files})
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=classes)})
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": f.read_bytes(), "path": f.name} for f in files],
+                                     "label": [classes.index(f.parent.name) for f in files]}, features=features)
+    ds.save_to_disk(str(out), max_shard_size="200KB", num_proc=None)
+    return classes
+
+
 def augment():
     return [nostall.RandomResizedCrop(64), nostall.RandomHorizontalFlip(),
             nostall.Normalize(nostall.IMAGENET_MEAN, nostall.IMAGENET_STD)]

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import nostall
-from conftest import Nginx, epoch_batches, write_shards
+from conftest import Nginx, epoch_batches, save_folder_with_datasets, write_shards
 from nostall.errors import DataError
 
 KW = dict(batch_size=4, shuffle=True, seed=3, transforms=[nostall.Resize((16, 16))], return_indices=True)
@@ -61,14 +61,8 @@ def test_parquet_files_behind_a_web_server_give_the_local_batches(web, jpeg_fold
 
 
 def test_a_saved_arrow_dataset_behind_a_web_server_gives_the_local_batches(web, jpeg_folder, tmp_path):
-    datasets = pytest.importorskip("datasets")
     root, url = web
-    files = sorted(jpeg_folder.rglob("*.jpg"))
-    classes = sorted({f.parent.name for f in files})
-    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=classes)})
-    ds = datasets.Dataset.from_dict({"image": [{"bytes": f.read_bytes(), "path": f.name} for f in files],
-                                     "label": [classes.index(f.parent.name) for f in files]}, features=features)
-    ds.save_to_disk(str(root / "saved"), max_shard_size="200KB", num_proc=None)
+    classes = save_folder_with_datasets(jpeg_folder, root / "saved")
     here = nostall.Loader(str(root / "saved"), **KW)
     remote = nostall.Loader({"uri": f"{url}/saved/", "driver": "arrow"}, **KW)
     assert remote.spec["source"]["driver"] == "arrow" and remote.classes == here.classes == classes

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import nostall
-from conftest import augment, epoch_batches, fresh_bucket, moto_endpoint, write_jpeg_folder, write_shards
+from conftest import (augment, epoch_batches, fresh_bucket, moto_endpoint, save_folder_with_datasets, write_jpeg_folder,
+                      write_shards)
 
 NOSTALL = shutil.which("nostall", path=str(Path(sys.executable).parent)) or shutil.which("nostall")
 
@@ -704,14 +705,9 @@ def test_arrow_ipc_files_on_s3_read_a_row_by_its_own_bytes(s3, tmp_path):
     """A folder `datasets` saved, on S3: the headers and each binary column's
     offsets read when the loader is made, then each row by one ranged GET of
     its own bytes (not its record batch of 8), the local files' batches."""
-    datasets = pytest.importorskip("datasets")
     client, local = s3
     files = sorted(local.rglob("*.jpg"))
-    classes = sorted({f.parent.name for f in files})
-    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=classes)})
-    ds = datasets.Dataset.from_dict({"image": [{"bytes": f.read_bytes(), "path": f.name} for f in files],
-                                     "label": [classes.index(f.parent.name) for f in files]}, features=features)
-    ds.save_to_disk(str(tmp_path / "saved"), max_shard_size="200KB", num_proc=None)
+    classes = save_folder_with_datasets(local, tmp_path / "saved")
     for f in sorted((tmp_path / "saved").iterdir()):
         client.upload_file(str(f), "train-data", "saved/" + f.name)
     kw = dict(batch_size=4, shuffle=True, seed=3, transforms=[nostall.Resize((16, 16))], return_indices=True)
