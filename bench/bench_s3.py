@@ -146,11 +146,14 @@ class Server:
             {"accessKey": KEY, "secretKey": SECRET}], "actions": ["Admin", "Read", "Write", "List"]}]}))
         self.port = weed_port()
         weed = Path(sys.executable).parent / "weed"
-        ports = [weed_port() for _ in range(3)]
+        ports = [weed_port() for _ in range(6)]
+        # (Every listener on a port of its own: the Iceberg and Lance catalogs
+        # and IAM default to fixed ports, which a second SeaweedFS would take.)
         self.proc = subprocess.Popen(
             ["taskset", "-c", str(SERVER_CORE), str(weed), "server", "-s3", "-ip=127.0.0.1",
              "-ip.bind=127.0.0.1", f"-dir={workdir}", f"-s3.config={cfg}", f"-s3.port={self.port}",
-             f"-master.port={ports[0]}", f"-volume.port={ports[1]}", f"-filer.port={ports[2]}"],
+             f"-master.port={ports[0]}", f"-volume.port={ports[1]}", f"-filer.port={ports[2]}",
+             f"-s3.port.iceberg={ports[3]}", f"-s3.port.lance={ports[4]}", f"-iam.port={ports[5]}"],
             stdout=subprocess.DEVNULL, stderr=open(Path(workdir) / "weed.log", "w"))
         self.log = Path(workdir) / "weed.log"
         self.url = f"http://127.0.0.1:{self.port}"

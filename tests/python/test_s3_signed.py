@@ -47,11 +47,14 @@ def weed(tmp_path_factory):
     cfg = work / "s3.json"
     cfg.write_text(json.dumps({"identities": [{"name": "t", "credentials": [
         {"accessKey": KEY, "secretKey": SECRET}], "actions": ["Admin", "Read", "Write", "List"]}]}))
-    s3, master, volume, filer = ports(4)
+    s3, master, volume, filer, iceberg, lance, iam = ports(7)
+    # Every listener on a port of its own (the Iceberg and Lance catalogs
+    # and IAM default to fixed ports: a second SeaweedFS on the machine, as
+    # bench_s3.py starts, would take them).
     proc = subprocess.Popen(
         [str(BIN / "weed"), "server", "-s3", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={work}",
          f"-s3.config={cfg}", f"-s3.port={s3}", f"-master.port={master}", f"-volume.port={volume}",
-         f"-filer.port={filer}"],
+         f"-filer.port={filer}", f"-s3.port.iceberg={iceberg}", f"-s3.port.lance={lance}", f"-iam.port={iam}"],
         stdout=subprocess.DEVNULL, stderr=open(work / "weed.log", "w"))
     url = f"http://127.0.0.1:{s3}"
     client = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id=KEY,
