@@ -91,7 +91,6 @@ Result<nlohmann::json> ParquetResolveOptions(const nlohmann::json& given, bool) 
   return out;
 }
 
-bool IsRemote(const std::string& uri) { return store::IsRemoteUri(uri); }
 
 bool ParquetClaims(const std::string& uri) {
   const std::string suffix = ".parquet";
@@ -102,14 +101,14 @@ bool ParquetClaims(const std::string& uri) {
 // dataset_info.json beside the data-*.arrow files.
 bool IsSavedDataset(const std::string& uri) {
   struct stat st;
-  return !IsRemote(uri) && ::stat((uri + "/state.json").c_str(), &st) == 0 &&
+  return !store::IsRemoteUri(uri) && ::stat((uri + "/state.json").c_str(), &st) == 0 &&
          ::stat((uri + "/dataset_info.json").c_str(), &st) == 0;
 }
 
 // A folder `datasets` saved from a DatasetDict: one saved folder a split.
 bool IsSavedDatasetDict(const std::string& uri) {
   struct stat st;
-  return !IsRemote(uri) && ::stat((uri + "/dataset_dict.json").c_str(), &st) == 0;
+  return !store::IsRemoteUri(uri) && ::stat((uri + "/dataset_dict.json").c_str(), &st) == 0;
 }
 
 bool ArrowClaims(const std::string& uri) {
@@ -651,7 +650,7 @@ Result<std::unique_ptr<Source>> ArrowOpen(const std::string& uri, const SourceOp
                            (splits.empty() ? std::string() : " (" + splits + ")"));
   }
   std::string files = uri;
-  if (IsSavedDataset(uri) || (IsRemote(uri) && !uri.empty() && uri.back() == '/')) {
+  if (IsSavedDataset(uri) || (store::IsRemoteUri(uri) && !uri.empty() && uri.back() == '/')) {
     while (files.size() > 1 && files.back() == '/') files.pop_back();
     files += "/*.arrow";
   }

@@ -83,6 +83,22 @@ struct S3Client::Impl {
   RequestLatencies latencies;
   std::mt19937_64 jitter{std::random_device{}()};
 
+  // A request for object `key`, named in errors as the user names it.
+  Request* ObjectRequest(const std::string& bucket, const std::string& key) const {
+    auto* r = new Request;
+    r->url = config.ObjectUrl(bucket, key);
+    r->what = config.ObjectName(bucket, key);
+    return r;
+  }
+
+  // `r` submitted and waited for: its status, its body in `*out`.
+  Status SubmitAndWait(Request* r, std::vector<uint8_t>* out) {
+    Waiter w;
+    r->done = w.Callback();
+    Submit(r);
+    return w.Wait(out);
+  }
+
   void Submit(Request* r) {
     r->deadline_ns = NowNs() + static_cast<int64_t>(config.request_timeout_s * 1e9);
     if (r->max_body == 0) r->max_body = MaxBodyBytes(r->offset, r->length, kMaxPageBytes);
@@ -300,9 +316,7 @@ void S3Client::GetAsync(const std::string& bucket, const std::string& key, uint6
     done(Status::OK(), std::move(buffer));
     return;
   }
-  auto* r = new Request;
-  r->url = impl_->config.ObjectUrl(bucket, key);
-  r->what = impl_->config.ObjectName(bucket, key);
+  Request* r = impl_->ObjectRequest(bucket, key);
   r->offset = offset;
   r->length = length;
   if (offset > 0 || length >= 0) {
@@ -327,45 +341,37 @@ Status S3Client::Get(const std::string& bucket, const std::string& key, uint64_t
 
 Status S3Client::GetIfThere(const std::string& bucket, const std::string& key, uint64_t most,
                             std::vector<uint8_t>* out) {
-  auto* r = new Request;
-  r->url = impl_->config.ObjectUrl(bucket, key);
-  r->what = impl_->config.ObjectName(bucket, key);
+  Request* r = impl_->ObjectRequest(bucket, key);
   r->absent_ok = true;
   r->max_body = most;
-  Waiter w;
-  r->done = w.Callback();
-  impl_->Submit(r);
-  return w.Wait(out);
+  return impl_->SubmitAndWait(r, out);
 }
 
 Result<S3Client::Head> S3Client::HeadOf(const std::string& bucket, const std::string& key) {
-  auto* r = new Request;
-  Head head;
-  r->url = impl_->config.ObjectUrl(bucket, key);
-  r->what = impl_->config.ObjectName(bucket, key);
+  Request* r = impl_->ObjectRequest(bucket, key);
   r->absent_ok = true;
-  r->head = &head;  // filled on the I/O thread before the answer is handed back
   r->max_body = kMaxPageBytes;
+  // Filled on the I/O thread as the answer comes; shared with the request's
+  // callback, so that a wait given up (Ctrl-C) leaves it alive until then.
+  auto head = std::make_shared<Head>();
+  r->head = head.get();
   Waiter w;
-  r->done = w.Callback();
+  r->done = [answer = w.Callback(), head](Status st, std::vector<uint8_t> body) {
+    answer(std::move(st), std::move(body));
+  };
   impl_->Submit(r);
   std::vector<uint8_t> none;
   NOSTALL_RETURN_IF_ERROR(w.Wait(&none));
-  return head;
+  return *head;
 }
 
 Status S3Client::Put(const std::string& bucket, const std::string& key, std::string bytes) {
-  auto* r = new Request;
-  r->url = impl_->config.ObjectUrl(bucket, key);
-  r->what = impl_->config.ObjectName(bucket, key);
+  Request* r = impl_->ObjectRequest(bucket, key);
   r->put = true;
   r->put_body = std::move(bytes);
   r->max_body = kMaxPageBytes;  // the answer: empty, or an error's XML
-  Waiter w;
-  r->done = w.Callback();
-  impl_->Submit(r);
   std::vector<uint8_t> answer;
-  return w.Wait(&answer);
+  return impl_->SubmitAndWait(r, &answer);
 }
 
 Status S3Client::ListPages(const std::string& bucket, const std::string& prefix, bool folders,
@@ -383,11 +389,8 @@ Status S3Client::ListPages(const std::string& bucket, const std::string& prefix,
     if (folders) r->url += "delimiter=%2F&";
     r->url += "list-type=2&prefix=" + UriEncode(prefix, false);
     r->what = what;
-    Waiter w;
-    r->done = w.Callback();
-    impl_->Submit(r);
     std::vector<uint8_t> body;
-    NOSTALL_RETURN_IF_ERROR(w.Wait(&body));
+    NOSTALL_RETURN_IF_ERROR(impl_->SubmitAndWait(r, &body));
     NOSTALL_ASSIGN_OR_RETURN(
         ListPage p, ParseListPage(std::string_view(reinterpret_cast<const char*>(body.data()), body.size()),
                                   prefix, what));
