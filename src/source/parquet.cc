@@ -158,8 +158,12 @@ class ParquetSource final : public Source {
     }
   }
   ~ParquetSource() override {
+    // In this order: the store's I/O thread answers what is in flight
+    // (Cancelled) and is joined, so nothing posts to the pool any more; then
+    // the pool finishes its jobs, which use this source's members.
     store_->CancelAll();
-    pool_.reset();  // its jobs finish before the rest goes
+    store_.reset();
+    pool_.reset();
   }
 
   int64_t size() const override { return size_; }
@@ -490,7 +494,7 @@ class ParquetSource final : public Source {
   const std::vector<std::string> classes_;
   const std::vector<FieldSpan> spans_;
   const std::vector<int64_t> room_;
-  const std::unique_ptr<store::ObjectStore> store_;
+  std::unique_ptr<store::ObjectStore> store_;  // reset first as this source goes
   const bool remote_;  // reads are requests to a server: many in flight, decoded on the pool
   mutable UnitCache cache_;
   // Units being loaded, and who else waits for each.

@@ -106,11 +106,12 @@ class DecodePool {
     cv_.notify_all();
     for (auto& t : threads_) t.join();
   }
+  // Notified under the lock: a poster may be the last to touch the pool
+  // before it goes (its job done on a pool thread and the owner destroying
+  // it), and the condition variable must outlive the notify.
   void Post(std::function<void()> job) EXCLUDES(mu_) {
-    {
-      MutexLock lock(&mu_);
-      jobs_.push_back(std::move(job));
-    }
+    MutexLock lock(&mu_);
+    jobs_.push_back(std::move(job));
     cv_.notify_one();
   }
 
