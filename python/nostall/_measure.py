@@ -96,6 +96,14 @@ class _Window:
             return 0.0
         return max(0.0, self.machine_cpu - self.process_sys) / self.samples
 
+    def other_cpu_rate(self):
+        """The same per second of the window: what the rest of the machine's
+        kernel work runs at (other programs' system calls, a compile's file
+        I/O) when this run reads nothing from storage."""
+        if self.seconds <= 0 or self.machine_cpu is None:
+            return 0.0
+        return max(0.0, self.machine_cpu - self.process_sys) / self.seconds
+
     def run_epoch(self, loader, step, epoch, warm, phase):
         """One epoch through ``step``; the window covers batch ``warm`` to the last."""
         loader.set_epoch(epoch)
@@ -546,15 +554,20 @@ def _fetch_cpu(cold, cached, cold_storage, storage) -> dict:
     fetch CPU plus the whole difference in CPU per sample, cold minus
     cached, this process and the kernel's work for it, or at least what the
     fetch threads' clocks say. The kernel's work outside the process is
-    counted for local files only (page-cache drops, I/O completion); a
+    counted for local files only (page-cache drops, I/O completion), less
+    the rate the rest of the machine's kernel work ran at beside it; a
     remote store's reads are this process's own (the client's I/O thread
     and its system calls), and anything else in the kernel then belongs to
     other processes."""
     hit = cached.per_item("fetch")
     threads = max(0.0, cold.per_item("fetch") - hit)
     process = max(0.0, cold.cpu_per_sample() - cached.cpu_per_sample())
-    kernel = (max(0.0, cold.other_cpu_per_sample() - cached.other_cpu_per_sample())
-              if cold_storage is None else 0.0)
+    # The kernel's work for the cold reads: the cold run's, less what the
+    # rest of the machine ran at meanwhile (the cached run's rate, per
+    # second: a cold run is slower, so other programs' kernel work counted
+    # per sample would grow with it and be charged to reading).
+    kernel = (max(0.0, cold.other_cpu_per_sample() - cached.other_cpu_rate() * cold.seconds / cold.samples)
+              if cold_storage is None and cold.samples > 0 else 0.0)
     # Encoded bytes per item: what the cold epoch read (the index may not know sizes).
     fetched = cold.delta("fetch", "items")
     mean_bytes = _probed_item_bytes(storage)

@@ -185,7 +185,7 @@ TEST(SpecTest, DriversReadAndWriteTheirOwnOptions) {
                 .find("source.options.addressing must be one of auto, path, virtual"),
             std::string::npos);
   EXPECT_NE(message(R"({"source": {"uri": "d", "driver": "hdfs"}})")
-                .find("source.driver must be one of parquet, arrow, s3-image-folder, s3-tar-shards, http-tar-shards, image-folder, "
+                .find("source.driver must be one of parquet, arrow, s3-image-folder, s3-tar-shards, http-tar-shards, http-image-folder, image-folder, "
                       "tar-shards, coco, not 'hdfs'"),
             std::string::npos);
   // Parquet files, local or on S3: the parquet driver, its own option beside the S3 ones.

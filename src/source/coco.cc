@@ -10,9 +10,10 @@
 // record's table says so (field 1: the annotations, the image to the end),
 // so the caches, the shared loader and resume carry both as one item.
 //
-// The folder may be s3://BUCKET/PREFIX (each image one GET through the S3
-// client, many in flight), and the annotation file a local path or an
-// s3:// object (read whole once; its size and ETag then stamp the saved
+// The folder may be in an object store, s3://BUCKET/PREFIX or
+// https://HOST/PATH (each image one read through the store, many in
+// flight), and the annotation file a local path or a remote object (read
+// whole once; its size and version, from its ETag, then stamp the saved
 // table, as a local file's size and mtime do).
 //
 //   options: annotations  the instances JSON (required)
@@ -20,7 +21,8 @@
 //            crowd        "keep" (default) or "drop": iscrowd annotations
 //            segmentation keep polygons and RLE, for masks (default false)
 //            endpoint, region, profile, addressing, unsigned, max_attempts:
-//                         the S3 options (docs/s3.md), for s3:// paths
+//                         the S3 options (docs/s3.md), for s3:// paths;
+//                         max_attempts for http(s):// ones
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -38,7 +40,7 @@
 #include "source/driver.h"
 #include "source/index_file.h"
 #include "source/index_progress.h"
-#include "store/s3_client.h"
+#include "store/object_store.h"
 #include "store/s3_config.h"
 
 namespace nostall {
@@ -47,7 +49,7 @@ namespace {
 struct CocoOptions {
   std::string annotations;
   annotations::CocoOptions table;
-  nlohmann::json s3 = nlohmann::json::object();  // the S3 options, for s3:// paths
+  nlohmann::json s3 = nlohmann::json::object();  // the store's options, for s3:// and http(s):// paths
 };
 
 Result<CocoOptions> CocoReadOptions(const nlohmann::json& given) {
@@ -93,11 +95,11 @@ std::string OptionsKey(const CocoOptions& o) {
 class CocoSource final : public Source {
  public:
   CocoSource(std::string root, std::string table_bytes, Mapping map, annotations::CocoView view,
-             bool with_targets, std::string origin, std::unique_ptr<S3Client> client = nullptr,
-             std::string bucket = "", uint64_t max_item_bytes = 0)
-      : client_(std::move(client)),
-        bucket_(std::move(bucket)),
+             bool with_targets, std::string origin, std::unique_ptr<store::ObjectStore> store = nullptr,
+             std::string prefix = "", uint64_t max_item_bytes = 0)
+      : store_(std::move(store)),
         max_item_bytes_(max_item_bytes),
+        prefix_(std::move(prefix)),
         root_(std::move(root)),
         held_(std::move(table_bytes)),
         map_(std::move(map)),
@@ -120,11 +122,12 @@ class CocoSource final : public Source {
     // The table's (its names, rows and records), and whether items carry
     // their annotations: a cache of images is not a cache of records.
     fingerprint_ = view_.fingerprint() ^ (with_targets_ ? 0x74617267ull : 0);
-    if (client_) {
-      Result<S3Location> loc = ParseS3Uri(root_);
-      if (loc.ok()) prefix_ = loc->key;
-      if (!prefix_.empty() && prefix_.back() != '/') prefix_ += '/';
-    }
+  }
+  // The store's I/O thread answers what is in flight and is joined before
+  // the table its callbacks read from goes.
+  ~CocoSource() override {
+    if (store_) store_->CancelAll();
+    store_.reset();
   }
 
   int64_t size() const override { return static_cast<int64_t>(view_.size()); }
@@ -143,16 +146,16 @@ class CocoSource final : public Source {
   std::string index_origin() const override { return origin_; }
   const char* kind() const override { return "coco"; }
   std::optional<StorageStats> storage_stats() const override {
-    return client_ ? std::optional<StorageStats>(client_->Stats()) : std::nullopt;
+    return store_ ? store_->Stats() : std::nullopt;
   }
-  bool ReadsAsync() const override { return client_ != nullptr; }
-  double RequestLatencySeconds() const override { return client_ ? client_->LatencySeconds() : 0; }
+  bool ReadsAsync() const override { return store_ != nullptr && store_->ReadsAsync(); }
+  double RequestLatencySeconds() const override { return store_ ? store_->LatencySeconds() : 0; }
   void CancelReads() const override {
-    if (client_) client_->CancelAll();
+    if (store_) store_->CancelAll();
   }
   void ReadAsync(int64_t i, std::vector<uint8_t> buffer, ReadDone done) const override {
-    if (!client_) return Source::ReadAsync(i, std::move(buffer), std::move(done));
-    client_->GetAsync(bucket_, ObjectKey(i), 0, -1, std::move(buffer),
+    if (!store_) return Source::ReadAsync(i, std::move(buffer), std::move(done));
+    store_->ReadAsync(ObjectKey(i), 0, -1, std::move(buffer),
                       [this, i, done = std::move(done)](Status st, std::vector<uint8_t> bytes) {
                         if (st.ok()) Prepend(i, &bytes);
                         done(std::move(st), std::move(bytes));
@@ -161,8 +164,8 @@ class CocoSource final : public Source {
   }
 
   Status Read(int64_t i, std::vector<uint8_t>* out) const override {
-    if (client_) {
-      NOSTALL_RETURN_IF_ERROR(client_->Get(bucket_, ObjectKey(i), 0, -1, out, max_item_bytes_));
+    if (store_) {
+      NOSTALL_RETURN_IF_ERROR(store_->Read(ObjectKey(i), 0, -1, out, max_item_bytes_));
       Prepend(i, out);
       return Status::OK();
     }
@@ -177,7 +180,8 @@ class CocoSource final : public Source {
   }
 
  private:
-  // root_ is s3://BUCKET/PREFIX for images on S3: the object is PREFIX/file_name.
+  // For images in a store, the object is PREFIX/file_name (prefix_: the
+  // root's key in the store, ending in '/', or "").
   std::string ObjectKey(int64_t i) const { return prefix_ + std::string(view_.file_name(static_cast<size_t>(i))); }
   void Prepend(int64_t i, std::vector<uint8_t>* bytes) const {
     if (!with_targets_) return;
@@ -185,10 +189,9 @@ class CocoSource final : public Source {
     bytes->insert(bytes->begin(), rec.begin(), rec.end());
   }
 
-  const std::unique_ptr<S3Client> client_;
-  const std::string bucket_;
+  std::unique_ptr<store::ObjectStore> store_;  // remote images: their store (else null)
   const uint64_t max_item_bytes_;
-  std::string prefix_;
+  const std::string prefix_;
   std::string root_;
   std::string held_;  // the table, when it could not be saved and mapped
   Mapping map_;
@@ -230,25 +233,22 @@ struct AnnotationFile {
   std::function<Result<annotations::CocoTable>()> parse;
 };
 
-Result<AnnotationFile> FindAnnotations(const CocoOptions& o, S3Client* client) {
+Result<AnnotationFile> FindAnnotations(const CocoOptions& o) {
   AnnotationFile f;
-  if (o.annotations.rfind("s3://", 0) == 0) {
-    if (client == nullptr) return InvalidArgument("internal: no S3 client for " + o.annotations);
-    NOSTALL_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(o.annotations));
-    NOSTALL_ASSIGN_OR_RETURN(std::vector<S3Object> listed, client->List(loc.bucket, loc.key));
-    const S3Object* found = nullptr;
-    for (const S3Object& obj : listed) {
-      if (obj.key == loc.key) found = &obj;
+  if (store::IsRemoteUri(o.annotations)) {
+    NOSTALL_ASSIGN_OR_RETURN(store::Located at, store::OpenStore(o.annotations, o.s3, "coco"));
+    Result<store::ObjectInfo> info = at.store->Stat(at.key);
+    if (info.status().code() == StatusCode::kNotFound) {
+      return NotFound("annotation file does not exist: " + o.annotations);
     }
-    if (found == nullptr) return NotFound("annotation file does not exist: " + o.annotations);
-    f.size = static_cast<uint64_t>(found->size);
-    uint64_t h = 1469598103934665603ull;
-    for (char c : found->etag) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-    f.stamp = static_cast<int64_t>(h);
+    NOSTALL_RETURN_IF_ERROR(info.status());
+    f.size = info.value().size;
+    f.stamp = info.value().version;
     f.canonical = o.annotations;
-    f.parse = [o, client, loc, size = f.size]() -> Result<annotations::CocoTable> {
+    std::shared_ptr<store::ObjectStore> held = std::move(at.store);
+    f.parse = [o, held, key = at.key, size = f.size]() -> Result<annotations::CocoTable> {
       std::vector<uint8_t> bytes;
-      NOSTALL_RETURN_IF_ERROR(client->Get(loc.bucket, loc.key, 0, -1, &bytes, size + 1));
+      NOSTALL_RETURN_IF_ERROR(held->Read(key, 0, -1, &bytes, size + 1));
       return annotations::ParseCocoBytes(
           std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), o.table, o.annotations);
     };
@@ -303,23 +303,20 @@ Result<std::unique_ptr<Source>> CocoOpen(const std::string& uri, const SourceOpt
   NOSTALL_ASSIGN_OR_RETURN(CocoOptions o, CocoReadOptions(j));
   std::string root = uri;
   while (root.size() > 1 && root.back() == '/') root.pop_back();
-  const bool s3_images = root.rfind("s3://", 0) == 0;
-  std::unique_ptr<S3Client> client;
-  std::string bucket;
-  if (s3_images || o.annotations.rfind("s3://", 0) == 0) {
-    NOSTALL_ASSIGN_OR_RETURN(S3Config config, ResolveS3Config(o.s3, "coco"));
-    NOSTALL_ASSIGN_OR_RETURN(client, S3Client::Create(config));
-  }
-  if (s3_images) {
-    NOSTALL_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(root));
-    bucket = loc.bucket;
+  std::unique_ptr<store::ObjectStore> images;
+  std::string prefix;
+  if (store::IsRemoteUri(root)) {
+    NOSTALL_ASSIGN_OR_RETURN(store::Located at, store::OpenStore(root, o.s3, "coco"));
+    images = std::move(at.store);
+    prefix = at.key;
+    if (!prefix.empty() && prefix.back() != '/') prefix += '/';
   } else {
     struct stat rst;
     if (::stat(root.c_str(), &rst) != 0 || !S_ISDIR(rst.st_mode)) {
       return NotFound("image folder does not exist: " + root);
     }
   }
-  NOSTALL_ASSIGN_OR_RETURN(AnnotationFile file, FindAnnotations(o, client.get()));
+  NOSTALL_ASSIGN_OR_RETURN(AnnotationFile file, FindAnnotations(o));
   bool with_targets = false;
   for (const FieldSpec& f : options.fields) with_targets |= f.kind == FieldKind::kTargets;
   const std::string key = OptionsKey(o);
@@ -327,9 +324,8 @@ Result<std::unique_ptr<Source>> CocoOpen(const std::string& uri, const SourceOpt
   const std::string cache_path = options.use_index_cache ? IndexCachePath(options.index_cache_dir, canonical) : "";
   // The table's bytes: mapped from the cache, else parsed now (and saved).
   auto make = [&](std::string held, Mapping map, annotations::CocoView view, std::string origin) {
-    std::unique_ptr<S3Client> c = s3_images ? std::move(client) : nullptr;
     return std::unique_ptr<Source>(new CocoSource(root, std::move(held), std::move(map), view, with_targets,
-                                                  std::move(origin), std::move(c), bucket,
+                                                  std::move(origin), std::move(images), prefix,
                                                   options.max_item_bytes));
   };
   if (!cache_path.empty()) {

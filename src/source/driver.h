@@ -66,6 +66,7 @@ Result<nlohmann::json> DriverOptionsJson(const SourceOptions& options, const cha
   X(S3Folder)                     \
   X(S3Tar)                        \
   X(HttpTar)                      \
+  X(HttpFolder)                   \
   X(ImageFolder)                  \
   X(TarShards)                    \
   X(Coco)

@@ -1,4 +1,4 @@
-// What the remote drivers (s3_folder.cc, remote_tar.cc) share: an indexed
+// What the remote drivers (remote_folder.cc, remote_tar.cc) share: an indexed
 // source whose items are whole objects or byte ranges of objects in one
 // object store (S3, a web server), read blocking or with many reads in
 // flight (Source::ReadAsync).

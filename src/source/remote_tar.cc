@@ -417,23 +417,8 @@ Result<std::unique_ptr<Source>> HttpTarOpen(const std::string& uri, const Source
   return RemoteTarOpen(uri, options, "http-tar-shards");
 }
 
-// A web server's options: the tries of a request (the rest are S3's, refused here).
-Result<nlohmann::json> HttpOptions(const nlohmann::json& given, bool) {
-  if (!given.is_object()) return InvalidArgument("the http-tar-shards driver's options must be an object");
-  for (const auto& [k, v] : given.items()) {
-    if (k != "max_attempts") {
-      return InvalidArgument("source.options." + k + ": not an option of http-tar-shards (its one option: "
-                             "max_attempts)");
-    }
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 100) {
-      return InvalidArgument("source.options.max_attempts must be an integer in [0, 100]");
-    }
-  }
-  return nlohmann::json{{"max_attempts", given.value("max_attempts", 0)}};
-}
-
 SourceDriver S3TarDriver() { return {"s3-tar-shards", S3TarClaims, S3TarOpen, ResolveS3Options}; }
 
-SourceDriver HttpTarDriver() { return {"http-tar-shards", HttpTarClaims, HttpTarOpen, HttpOptions}; }
+SourceDriver HttpTarDriver() { return {"http-tar-shards", HttpTarClaims, HttpTarOpen, ResolveHttpOptions}; }
 
 }  // namespace nostall

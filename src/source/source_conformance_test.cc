@@ -226,6 +226,16 @@ struct HttpTarMaker : BehindWebServer<TarShardsMaker> {
   static constexpr const char* kKind = "http-tar-shards";
 };
 
+// An image folder behind a web server: classes from the folder's index
+// page, each class's images listed from its own (sizes by HEAD).
+struct HttpFolderMaker : BehindWebServer<ImageFolderMaker> {
+  static constexpr const char* kKind = "http-image-folder";
+  static constexpr bool kSavesIndex = false;  // a folder's listing is its index
+  static std::string Write(const std::string& dir, const std::vector<Item>& items) {
+    return BehindWebServer<ImageFolderMaker>::Write(dir, items) + "/";
+  }
+};
+
 // The S3 drivers, against a real S3-compatible server (moto's server mode
 // on loopback): one bucket per test, named after its data folder.
 struct S3Maker {
@@ -296,7 +306,7 @@ class SourceConformance : public ::testing::Test {
 
 using Makers =
     ::testing::Types<ImageFolderMaker, TarShardsMaker, CocoMaker, ParquetMaker, ArrowIpcMaker, S3FolderMaker,
-                     S3TarMaker, HttpParquetMaker, HttpArrowIpcMaker, HttpTarMaker>;
+                     S3TarMaker, HttpParquetMaker, HttpArrowIpcMaker, HttpTarMaker, HttpFolderMaker>;
 TYPED_TEST_SUITE(SourceConformance, Makers);
 
 TYPED_TEST(SourceConformance, EveryItemInOrderWithItsLabelAndExactBytes) {

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <system_error>
 #include <thread>
 
 #include "store/http_listing.h"
@@ -48,6 +49,15 @@ class HttpObjectStore final : public ObjectStore {
     return StatEach(keys);
   }
 
+  Result<std::vector<std::string>> ListFolders(const std::string& prefix) const override {
+    NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> names, IndexPage(prefix));
+    std::vector<std::string> out;
+    for (const std::string& n : names) {
+      if (n.back() == '/') out.push_back(prefix + n);
+    }
+    return out;
+  }
+
   Result<ObjectInfo> Stat(const std::string& key) const override {
     NOSTALL_ASSIGN_OR_RETURN(S3Client::Head h, client_->HeadOf("", key));
     if (h.size < 0) {
@@ -81,15 +91,8 @@ class HttpObjectStore final : public ObjectStore {
   Status ListFolder(const std::string& folder, const std::string& prefix, int depth,
                     std::vector<std::string>* keys) const {
     if (depth > kMaxDepth) return Status::OK();
-    std::vector<uint8_t> page;
-    Status s = client_->GetIfThere("", folder, kMaxIndexPage, &page);
-    if (s.code() == StatusCode::kNotFound) {
-      return NotFound(Uri(folder) + ": no such folder (HTTP 404): a folder is listed from its index page; "
-                      "name the files with a brace pattern (train-{00000..00099}.parquet) where the server has none");
-    }
-    NOSTALL_RETURN_IF_ERROR(s);
-    const std::string_view html(reinterpret_cast<const char*>(page.data()), page.size());
-    for (const std::string& name : IndexLinks(html)) {
+    NOSTALL_ASSIGN_OR_RETURN(std::vector<std::string> names, IndexPage(folder));
+    for (const std::string& name : names) {
       const std::string key = folder + name;
       const size_t common = std::min(key.size(), prefix.size());
       if (key.compare(0, common, prefix, 0, common) != 0) continue;
@@ -103,7 +106,20 @@ class HttpObjectStore final : public ObjectStore {
     return Status::OK();
   }
 
-  // Each key's size and version: HEADs, kHeadsInFlight at a time.
+  // The entries of `folder`'s index page (http_listing.h).
+  Result<std::vector<std::string>> IndexPage(const std::string& folder) const {
+    std::vector<uint8_t> page;
+    Status s = client_->GetIfThere("", folder, kMaxIndexPage, &page);
+    if (s.code() == StatusCode::kNotFound) {
+      return NotFound(Uri(folder) + ": no such folder (HTTP 404): a folder is listed from its index page; "
+                      "name the files with a brace pattern (train-{00000..00099}.parquet) where the server has none");
+    }
+    NOSTALL_RETURN_IF_ERROR(s);
+    return IndexLinks(std::string_view(reinterpret_cast<const char*>(page.data()), page.size()));
+  }
+
+  // Each key's size and version: HEADs, kHeadsInFlight at a time (fewer
+  // when the process may start no more threads: slower, not an error).
   Result<std::vector<ObjectInfo>> StatEach(const std::vector<std::string>& keys) const {
     std::vector<Result<ObjectInfo>> each(keys.size(), Result<ObjectInfo>(ObjectInfo{}));
     std::atomic<size_t> next{0};
@@ -115,7 +131,10 @@ class HttpObjectStore final : public ObjectStore {
       }
     };
     std::vector<std::thread> threads;
-    for (size_t t = 1; t < std::min(kHeadsInFlight, keys.size()); ++t) threads.emplace_back(work);
+    try {
+      for (size_t t = 1; t < std::min(kHeadsInFlight, keys.size()); ++t) threads.emplace_back(work);
+    } catch (const std::system_error&) {
+    }
     work();
     for (auto& t : threads) t.join();
     std::vector<ObjectInfo> out;

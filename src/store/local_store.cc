@@ -35,6 +35,22 @@ class LocalFileStore final : public ObjectStore {
     return out;
   }
 
+  Result<std::vector<std::string>> ListFolders(const std::string& prefix) const override {
+    std::vector<std::string> out;
+    DIR* d = ::opendir(prefix.empty() ? "." : prefix.c_str());
+    if (d == nullptr) return out;
+    while (dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      struct stat st;
+      if (n != "." && n != ".." && ::stat((prefix + n).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        out.push_back(prefix + n + "/");
+      }
+    }
+    ::closedir(d);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
   Result<std::vector<ObjectInfo>> Match(const std::string& pattern) const override {
     if (pattern.find_first_of("*?[") == std::string::npos) {
       NOSTALL_ASSIGN_OR_RETURN(ObjectInfo one, Stat(pattern));

@@ -23,6 +23,18 @@ Result<std::vector<ObjectInfo>> ObjectStore::Match(const std::string& pattern) c
   return out;
 }
 
+Result<std::vector<std::string>> ObjectStore::ListFolders(const std::string& prefix) const {
+  NOSTALL_ASSIGN_OR_RETURN(std::vector<ObjectInfo> listed, List(prefix));
+  std::vector<std::string> out;
+  for (const ObjectInfo& o : listed) {
+    const size_t slash = o.key.find('/', prefix.size());
+    if (slash == std::string::npos) continue;
+    std::string folder = o.key.substr(0, slash + 1);
+    if (out.empty() || out.back() != folder) out.push_back(std::move(folder));
+  }
+  return out;
+}
+
 Status ObjectStore::ReadExact(const std::string& key, uint64_t offset, uint64_t length, uint8_t* out) const {
   std::vector<uint8_t> bytes;
   NOSTALL_RETURN_IF_ERROR(Read(key, offset, static_cast<int64_t>(length), &bytes));

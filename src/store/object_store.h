@@ -60,6 +60,11 @@ class ObjectStore {
   // Every object whose key starts with `prefix`, at any depth, in byte order
   // of key. A prefix ending in '/' is a folder.
   virtual Result<std::vector<ObjectInfo>> List(const std::string& prefix) const = 0;
+  // The folders right under `prefix` (a folder: "" or ending in '/'), each
+  // as a key ending in '/', in byte order: S3's common prefixes, a web
+  // server's index page's subfolder links, a local folder's subfolders. By
+  // default taken from List(prefix).
+  virtual Result<std::vector<std::string>> ListFolders(const std::string& prefix) const;
   // The objects matching `pattern` (fnmatch with FNM_PATHNAME: '*' stays
   // within one folder), in key order: listed from the pattern's fixed
   // prefix; a pattern with no wildcard is that object (NotFound when not there).

@@ -304,4 +304,19 @@ std::string S3Config::Describe() const {
                                                   : "unsigned (asked for)");
 }
 
+// A web server's options: the tries of a request (the rest are S3's, refused here).
+Result<nlohmann::json> ResolveHttpOptions(const nlohmann::json& given, bool) {
+  if (!given.is_object()) return InvalidArgument("an http(s):// dataset's options must be an object");
+  for (const auto& [k, v] : given.items()) {
+    if (k != "max_attempts") {
+      return InvalidArgument("source.options." + k + ": not an option of an http(s):// dataset (its one "
+                             "option: max_attempts)");
+    }
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 100) {
+      return InvalidArgument("source.options.max_attempts must be an integer in [0, 100]");
+    }
+  }
+  return nlohmann::json{{"max_attempts", given.value("max_attempts", 0)}};
+}
+
 }  // namespace nostall

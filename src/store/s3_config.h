@@ -109,6 +109,8 @@ Result<S3Config> ResolveS3Config(const nlohmann::json& given, const char* driver
 // signing, the attempts given (0: AWS_MAX_ATTEMPTS, else 6) and the
 // NOSTALL_S3_*_TIMEOUT timeouts, which every HTTP request here keeps.
 Result<S3Config> PlainHttpConfig(const std::string& base, int max_attempts, const EnvLookup& getenv);
+// The SourceDriver::options of the http(s):// drivers: max_attempts, their one option.
+Result<nlohmann::json> ResolveHttpOptions(const nlohmann::json& given, bool cached);
 
 // Percent-encodes `s` for a URL path or query value (RFC 3986 unreserved
 // bytes kept; '/' kept when `keep_slash`).

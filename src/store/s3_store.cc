@@ -29,6 +29,10 @@ class S3ObjectStore final : public ObjectStore {
     return out;
   }
 
+  Result<std::vector<std::string>> ListFolders(const std::string& prefix) const override {
+    return client_->ListFolders(bucket_, prefix);  // one listing with a delimiter
+  }
+
   // From a listing of the key as a prefix, so that its version is the
   // listing's (a HEAD's ETag may be written otherwise).
   Result<ObjectInfo> Stat(const std::string& key) const override {

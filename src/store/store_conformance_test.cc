@@ -108,6 +108,21 @@ TYPED_TEST(StoreConformance, ListingGivesEveryObjectUnderAPrefixInKeyOrderWithIt
   EXPECT_EQ(at.store->Uri(listed.value()[0].key), this->maker_.Root() + "data/a.bin");
 }
 
+TYPED_TEST(StoreConformance, FoldersRightUnderAFolderAreListedOnceEachInKeyOrder) {
+  this->maker_.Put("root/dog/a.jpg", Bytes(10, 1));
+  this->maker_.Put("root/cat/deep/b.jpg", Bytes(10, 2));
+  this->maker_.Put("root/cat/c.jpg", Bytes(10, 3));
+  this->maker_.Put("root/loose.jpg", Bytes(10, 4));
+  this->maker_.Put("rooted/x/d.jpg", Bytes(10, 5));
+  Located at = this->Open("root/");
+  auto folders = at.store->ListFolders(at.key);
+  ASSERT_TRUE(folders.ok()) << folders.status().ToString();
+  EXPECT_EQ(folders.value(), (std::vector<std::string>{at.key + "cat/", at.key + "dog/"}));
+  auto none = at.store->ListFolders(at.key + "dog/");
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_TRUE(none.value().empty());
+}
+
 TYPED_TEST(StoreConformance, PatternsMatchWithinOneFolderAndANameIsOneObjectOrNotFound) {
   for (const char* name : {"train-0.parquet", "train-1.parquet", "test-0.parquet", "sub/train-2.parquet"}) {
     this->maker_.Put(name, Bytes(64, 9));

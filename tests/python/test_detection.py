@@ -647,6 +647,35 @@ def test_coco_on_s3_gives_the_local_batches(scenes, s3_scenes):
     _same(local, _all_batches(shards))
 
 
+def test_coco_behind_a_web_server_gives_the_local_batches(scenes, tmp_path):
+    """Images and the instances JSON behind nginx (the http store: each
+    image one GET, the JSON read once and its table kept, keyed by its
+    ETag): the local batches, masks too."""
+    import shutil
+
+    from conftest import Nginx
+
+    images_dir, ann_path = scenes
+    www = tmp_path / "www"
+    shutil.copytree(images_dir, www / "coco" / "train")
+    shutil.copy(ann_path, www / "coco" / "instances.json")
+    server = Nginx(www, tmp_path / "work")
+    try:
+        kw = dict(transforms=SSD, batch_size=8, shuffle=True, seed=21)
+        local = _all_batches(nostall.Loader(Coco(images_dir, ann_path, masks=True), **kw))
+        remote = nostall.Loader(Coco(f"{server.url}/coco/train", f"{server.url}/coco/instances.json",
+                                     masks=True), **kw)
+        _same(local, _all_batches(remote))
+        assert remote.stats()["storage"]["requests"] >= len(json.loads(ann_path.read_text())["images"])
+        again = nostall.Loader(Coco(f"{server.url}/coco/train", f"{server.url}/coco/instances.json",
+                                    masks=True), **kw)
+        assert "index cache" in again.index_origin
+        with pytest.raises(FileNotFoundError, match="annotation file does not exist"):
+            nostall.Loader(Coco(f"{server.url}/coco/train", f"{server.url}/coco/missing.json"), **kw)
+    finally:
+        server.kill()
+
+
 def test_shared_loader_serves_detection_batches(scenes):
     """Consumers of `nostall serve` get every sample once, with the targets
     a private loader gives for the same index."""

@@ -89,6 +89,29 @@ def test_webdataset_shards_behind_a_web_server_give_the_local_batches(web, jpeg_
         nostall.Loader(f"{url}/shards/train-{{0..7}}.tar", **KW)
 
 
+def test_an_image_folder_behind_a_web_server_gives_the_local_batches(web, jpeg_folder):
+    """https://HOST/train/: the classes from the folder's index page, each
+    class's images from its own (subfolders followed, names as the page
+    escapes them), ordered as the folder on disk: the same batches."""
+    root, url = web
+    shutil.copytree(jpeg_folder, root / "folder")
+    odd = sorted((root / "folder").rglob("*.jpg"))[0]
+    odd.rename(odd.with_name("a b%20&c.jpg"))  # escaped by the index page, read back as named
+    (root / "folder" / sorted(p.name for p in jpeg_folder.iterdir())[0] / "notes.txt").write_text("x")
+    here = nostall.Loader(str(root / "folder"), **KW)
+    remote = nostall.Loader(f"{url}/folder/", **KW)
+    assert remote.spec["source"]["driver"] == "http-image-folder"
+    assert remote.classes == here.classes and len(remote.dataset) == len(here.dataset)
+    same_epochs(remote, here, len(here))
+    remote.close()
+    # A folder with no class folders of images says what it expected.
+    (root / "flat").mkdir()
+    shutil.copy(odd.with_name("a b%20&c.jpg"), root / "flat" / "x.jpg")
+    with pytest.raises(FileNotFoundError, match="PREFIX/CLASS/IMAGE") as e:
+        nostall.Loader(f"{url}/flat/", batch_size=4)
+    assert f"{url}/flat/" in str(e.value)
+
+
 def test_what_the_server_cannot_do_is_said_naming_the_url(web, jpeg_folder, tmp_path):
     from nostall.datasets import folder_to_parquet
 
