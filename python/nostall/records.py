@@ -24,9 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .errors import DataError
 
-_KINDS = ("image", "audio", "label", "bytes", "json", "text", "targets")
-_IMAGE_EXTS = {"jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", "tiff", "webp"}
-_AUDIO_EXTS = {"wav", "flac", "mp3", "ogg", "opus"}
 MEDIA_KINDS = ("image", "audio")
 
 
@@ -50,25 +47,14 @@ def _extensions(value, name):
     return exts
 
 
-# The names Parquet datasets give their columns (docs/parquet.md), and a
-# field's own name when its column's says nothing ("label": "fine_label").
-_NAMED_KINDS = {"cls": "label", "json": "json", "txt": "text", "text": "text", "image": "image",
-                "img": "image", "audio": "audio", "label": "label", "labels": "label"}
-
-
-def _kind_of(exts, name=None):
-    if all(e in _IMAGE_EXTS for e in exts):
-        return "image"
-    if all(e in _AUDIO_EXTS for e in exts):
-        return "audio"
-    return _NAMED_KINDS.get(exts[0]) or _NAMED_KINDS.get(name, "bytes")
-
-
 def field_specs(fields) -> list:
     """``fields`` as the spec's list: each ``{"name", "ext", "kind",
     "optional"}``. A value is extensions (``"jpg;png"``, a list) or a dict
-    with ``ext`` and optionally ``kind`` (image, label, bytes, json, text)
-    and ``optional`` (an absent member is None rather than an error)."""
+    with ``ext`` and optionally ``kind`` (image, audio, label, bytes, json,
+    text, targets) and ``optional`` (an absent member is None rather than an
+    error). A kind not given is the core's to infer (from the extensions,
+    then the field's name), as it infers it for a spec written by hand: the
+    list comes back from it with every kind stated and every field checked."""
     if not isinstance(fields, dict):
         raise TypeError(f"fields must be a dict of field name to member extensions, "
                         f"e.g. {{\"image\": \"jpg;png\", \"label\": \"cls\"}}, not {fields!r}")
@@ -76,6 +62,7 @@ def field_specs(fields) -> list:
     for name, value in fields.items():
         if not isinstance(name, str) or not name:
             raise TypeError(f"a field's name is a non-empty string, not {name!r}")
+        entry = {"name": name, "optional": False}
         if isinstance(value, dict):
             unknown = set(value) - {"ext", "kind", "optional", "batch", "masks", "box_format",
                                     "max_annotations"}
@@ -87,24 +74,16 @@ def field_specs(fields) -> list:
                                  "targets field's (kind \"targets\")")
             if "ext" not in value:
                 raise ValueError(f"fields[{name!r}] needs \"ext\": the member extensions")
-            exts = _extensions(value["ext"], name)
-            kind = value.get("kind", _kind_of(exts, name))
-            optional = value.get("optional", False)
+            entry["ext"] = _extensions(value["ext"], name)
+            entry.update({k: value[k] for k in ("kind", "optional", "batch", "max_annotations") if k in value})
         else:
-            exts, optional = _extensions(value, name), False
-            kind = _kind_of(exts, name)
-        if kind not in _KINDS:
-            raise ValueError(f"fields[{name!r}]: kind must be one of {', '.join(_KINDS)}, "
-                             f"not {kind!r}")
-        if not isinstance(optional, bool):
-            raise TypeError(f"fields[{name!r}]: optional must be True or False, not {optional!r}")
-        entry = {"name": name, "ext": exts, "kind": kind, "optional": optional}
-        if isinstance(value, dict) and "batch" in value:
-            entry["batch"] = value["batch"]  # C++ checks it
-        if isinstance(value, dict) and "max_annotations" in value:
-            entry["max_annotations"] = value["max_annotations"]
+            entry["ext"] = _extensions(value, name)
+        if not isinstance(entry["optional"], bool):
+            raise TypeError(f"fields[{name!r}]: optional must be True or False, not {entry['optional']!r}")
         out.append(entry)
-    return out
+    from . import _nostall
+
+    return json.loads(_nostall.resolve_fields(json.dumps(out)))
 
 
 def detection_options(fields) -> dict:

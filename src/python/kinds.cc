@@ -1,6 +1,7 @@
 // The `_nostall` extension's functions for one sample of a kind, outside a
-// loader: nostall.detection's (trace, apply) and nostall.audio's (a file's
-// header and frames, a sample's transforms). module.cc binds the rest.
+// loader: nostall.detection's (trace, apply), nostall.audio's (a file's
+// header and frames, a sample's transforms) and a spec's fields read as the
+// loader reads them (each field's kind). module.cc binds the rest.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
@@ -16,6 +17,7 @@
 #include "detect/detect.h"
 #include "nostall/transforms.h"
 #include "python/binding.h"
+#include "source/record_json.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -95,6 +97,14 @@ void BindDetection(nb::module_& m) {
       img = Owned(std::move(pixels), {static_cast<size_t>(h), static_cast<size_t>(w), static_cast<size_t>(c)});
     }
     return std::make_tuple(img, nb::bytes(reinterpret_cast<const char*>(targets.data()), static_cast<size_t>(len)));
+  });
+  // A spec's "fields" read and written back as the loader's spec holds
+  // them: every field's kind stated (a kind not given is inferred from the
+  // extensions, then the field's name: InferFieldKind), each field checked.
+  m.def("resolve_fields", [](const std::string& fields_json) {
+    const nlohmann::json j = nlohmann::json::parse(fields_json, nullptr, false);
+    if (j.is_discarded()) RaiseStatus(InvalidArgument("fields: not JSON"));
+    return FieldsJson(ValueOrRaise(ReadFields(j))).dump();
   });
   m.def("targets_record", [](const std::string& json_text) {
     annotations::Targets t;

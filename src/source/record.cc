@@ -200,7 +200,9 @@ Result<FieldSpec> ReadField(const json& v, const std::string& name_given) {
     if (v.contains("kind")) {
       std::string kind;
       NOSTALL_RETURN_IF_ERROR(GetString(v, where, "kind", &kind));
-      NOSTALL_ASSIGN_OR_RETURN(f.kind, FieldKindFromName(kind));
+      Result<FieldKind> named = FieldKindFromName(kind);
+      if (!named.ok()) return InvalidArgument(where + "'" + f.name.substr(0, 60) + "': " + named.status().message());
+      f.kind = named.value();
     }
     return f;
   } else {

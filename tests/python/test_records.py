@@ -444,6 +444,22 @@ def test_the_output_size_is_probed_on_the_records_image(tmp_path):
             assert np.array_equal(batch["image"][p].numpy(), pixels[k]), (source, k)
 
 
+def test_the_loader_and_a_hand_written_spec_give_a_field_the_same_kind(shards):
+    """A field's kind is inferred in one place: Loader(fields=...) states
+    what a spec without kinds gets (from the extensions, then the name), and
+    a bad kind is an error naming the field."""
+    fields = {**FIELDS, "raw": {"ext": "bin", "optional": True}}
+    loader = nostall.Loader(shards, fields=fields, batch_size=4)
+    by_hand = nostall.Loader.from_spec({"source": shards, "batch_size": 4, "fields": fields})
+    kinds = {f["name"]: f["kind"] for f in loader.spec["fields"]}
+    assert kinds == {f["name"]: f["kind"] for f in by_hand.spec["fields"]}
+    assert kinds == {"image": "image", "label": "label", "meta": "json", "caption": "text", "raw": "bytes"}
+    with pytest.raises(ValueError, match="'raw': a field's kind must be one of image, audio"):
+        nostall.Loader(shards, fields={"image": "jpg", "raw": {"ext": "bin", "kind": "blob"}})
+    loader.close()
+    by_hand.close()
+
+
 def test_a_spec_giving_fields_as_an_object_batches_them_as_the_list_does(shards):
     """docs/spec.md: fields may be an object {"NAME": "ext"}; the loader built
     from such a spec gives the same dict batches as the list form."""
