@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -566,15 +567,22 @@ TEST(StorageProbeTest, ReadsColdAndTimesEveryRead) {
   StorageProbe seq = ProbeStorage(*src, items, 1).value();
   ASSERT_EQ(seq.reads.size(), 8u);
   int64_t total = 0;
+  double least = 1e9, most = 0;
   for (const auto& r : seq.reads) {
     total += r.bytes;
     EXPECT_GE(r.seconds, 0.019);
+    least = std::min(least, r.seconds);
+    most = std::max(most, r.seconds);
   }
   EXPECT_EQ(total, 36000);
   StorageProbe conc = ProbeStorage(*src, items, 4).value();
   EXPECT_LT(conc.elapsed_s, seq.elapsed_s * 0.6);  // latency overlaps
+  // The fit's latency is of the reads' own times as this run measured them
+  // (at least the store's 20 ms each; a busy machine stretches them): the
+  // items are a few KB, so nearly all of a read is its latency.
   StorageModel m = FitStorage(seq, conc);
-  EXPECT_NEAR(m.latency, 0.020, 0.005);
+  EXPECT_GE(m.latency, 0.5 * least);
+  EXPECT_LE(m.latency, most);
   EXPECT_FALSE(ProbeStorage(*src, {99}, 1).ok());
   EXPECT_FALSE(ProbeStorage(*src, items, 0).ok());
 }
