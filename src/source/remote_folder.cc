@@ -166,7 +166,9 @@ Result<std::unique_ptr<Source>> RemoteFolderOpen(const std::string& uri, const S
     std::sort(objects.begin(), objects.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     const int64_t label = static_cast<int64_t>(index.classes.size());
     index.classes.push_back(cls);
-    for (auto& [where, o] : objects) index.items.push_back({store.Uri(o.key), label, -1, 0, o.size});
+    for (auto& [where, o] : objects) {
+      index.items.push_back({store.Uri(o.key), label, -1, 0, static_cast<int64_t>(o.size)});
+    }
   }
   listed = Listed{};
   by_class.clear();
