@@ -55,11 +55,9 @@ bool HttpFolderClaims(const std::string& uri) {
 }
 
 // Every object under the class folders of `prefix`: the classes from one
-// folder listing, then each class listed on its own, several at a time: 32
-// on S3 (a listing is one page of 1,000 keys per round trip: ImageNet's
-// 1.28 M objects listed in one sequence take ~1,300 of them), 4 on a web
-// server (whose listing states each file with a HEAD, 16 at once). Objects
-// right under `prefix`, outside any class, are not listed.
+// folder listing, then each class listed on its own, as many at a time as
+// the store says are worth it (ObjectStore::ListsAtOnce). Objects right
+// under `prefix`, outside any class, are not listed.
 using Listed = std::vector<store::ObjectInfo>;
 
 Result<Listed> ListClasses(const store::ObjectStore& store, const std::string& prefix) {
@@ -77,7 +75,7 @@ Result<Listed> ListClasses(const store::ObjectStore& store, const std::string& p
   };
   std::vector<std::thread> threads;
   std::atomic<size_t> helpers_left{0};
-  const size_t n = std::min<size_t>(std::string(store.name()) == "s3" ? 32 : 4, classes.size());
+  const size_t n = std::min<size_t>(static_cast<size_t>(std::max(1, store.ListsAtOnce())), classes.size());
   // Fewer listing threads than asked for (a process at its thread limit)
   // is slower, not an error: this thread lists too.
   try {

@@ -58,6 +58,9 @@ class HttpObjectStore final : public ObjectStore {
     return out;
   }
 
+  // Each List already states its files with kHeadsInFlight HEADs at once.
+  int ListsAtOnce() const override { return 4; }
+
   Result<ObjectInfo> Stat(const std::string& key) const override {
     NOSTALL_ASSIGN_OR_RETURN(S3Client::Head h, client_->HeadOf("", key));
     if (h.size < 0) {

@@ -65,6 +65,10 @@ class ObjectStore {
   // server's index page's subfolder links, a local folder's subfolders. By
   // default taken from List(prefix).
   virtual Result<std::vector<std::string>> ListFolders(const std::string& prefix) const;
+  // How many List calls are worth running at once (a driver listing many
+  // folders): one where a listing is local work; more where each is round
+  // trips to a server.
+  virtual int ListsAtOnce() const { return 1; }
   // The objects matching `pattern` (fnmatch with FNM_PATHNAME: '*' stays
   // within one folder), in key order: listed from the pattern's fixed
   // prefix; a pattern with no wildcard is that object (NotFound when not there).

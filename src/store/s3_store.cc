@@ -33,6 +33,10 @@ class S3ObjectStore final : public ObjectStore {
     return client_->ListFolders(bucket_, prefix);  // one listing with a delimiter
   }
 
+  // A listing is one page of 1,000 keys per round trip: ImageNet's 1.28 M
+  // objects listed in one sequence take ~1,300 of them.
+  int ListsAtOnce() const override { return 32; }
+
   // From a listing of the key as a prefix, so that its version is the
   // listing's (a HEAD's ETag may be written otherwise).
   Result<ObjectInfo> Stat(const std::string& key) const override {
