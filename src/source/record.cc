@@ -8,7 +8,7 @@
 #include <set>
 
 #include "common/json_fields.h"
-#include "source/indexed_source.h"
+#include "source/index/indexed_source.h"
 #include "source/record_json.h"
 
 namespace nostall {

@@ -18,8 +18,8 @@
 #include <sys/types.h>
 
 #include "common/fd.h"
-#include "source/index_file.h"
-#include "source/tar_index.h"
+#include "source/index/index_file.h"
+#include "source/tar/tar_index.h"
 #include "testing/test_images.h"
 
 namespace nostall {

@@ -39,7 +39,15 @@ def _declared_layers():
 
 LAYER, OWNER = _declared_layers()
 LAYERS = [sorted(f for f, n in LAYER.items() if n == i) for i in range(max(LAYER.values()) + 1)]
-INCLUDE = re.compile(r'^#include "([a-z_]+)/([a-z_]+)\.h"', re.M)
+# An include's first folder is its layer: "source/tar/tar_index.h" is the
+# source layer's, whatever subfolder of it holds the file.
+INCLUDE = re.compile(r'^#include "([a-z_]+)/(?:[a-z_]+/)*([a-z_]+)\.h"', re.M)
+
+
+def layer_of(path):
+    """The folder of src/ that holds `path` (a file of a subfolder, such as
+    src/source/tar/tar_index.cc, is its top folder's)."""
+    return path.relative_to(ROOT / "src").parts[0]
 
 
 def owner(directory, name):
@@ -72,10 +80,10 @@ def test_every_folder_and_public_header_has_a_place():
 def test_no_include_goes_up_a_layer():
     problems = []
     for path in sorted((ROOT / "src").rglob("*")):
-        if path.suffix not in (".cc", ".h") or path.parent.name == "testing" or _is_test(path):
+        if path.suffix not in (".cc", ".h") or layer_of(path) == "testing" or _is_test(path):
             continue
-        for bad in upward_includes(path.parent.name, path.read_text()):
-            problems.append(f"{path.relative_to(ROOT)} (layer {LAYER[path.parent.name]}): {bad}")
+        for bad in upward_includes(layer_of(path), path.read_text()):
+            problems.append(f"{path.relative_to(ROOT)} (layer {LAYER[layer_of(path)]}): {bad}")
     for path in sorted((ROOT / "include" / "nostall").glob("*.h")):
         for bad in upward_includes(OWNER[path.stem], path.read_text()):
             problems.append(f"{path.relative_to(ROOT)} ({OWNER[path.stem]}): {bad}")
@@ -84,7 +92,7 @@ def test_no_include_goes_up_a_layer():
 
 def test_only_tests_use_the_test_helpers():
     users = [p.relative_to(ROOT) for p in (ROOT / "src").rglob("*.cc")
-             if p.parent.name != "testing" and not _is_test(p)
+             if layer_of(p) != "testing" and not _is_test(p)
              and '#include "testing/' in p.read_text()]
     assert not users, f"library code including src/testing: {users}"
 
@@ -96,6 +104,11 @@ def test_the_check_sees_an_upward_include():
     # A store knows bytes, not formats: the source layer is above it.
     assert upward_includes("store", '#include "source/driver.h"\n')
     assert not upward_includes("source", '#include "store/object_store.h"\n')
+    # A subfolder is its layer's: the formats in src/source/*/ include the
+    # store below them and each other, never a layer beside or above.
+    assert not upward_includes("source", '#include "source/index/indexed_source.h"\n')
+    assert upward_includes("store", '#include "source/tar/tar_index.h"\n')
+    assert upward_includes("ops", '#include "source/columnar/parquet_file.h"\n')
     # The model is below the tuner that asks it and the analyzer that calibrates it.
     assert upward_includes("model", '#include "pipeline/autotune.h"\n')
     assert upward_includes("model", '#include "nostall/analyze.h"\n')
@@ -164,9 +177,9 @@ def _folder_of(entry):
     (CMakeFiles/TARGET.dir/Unity/unity_N_cxx.cxx) is its target's folder."""
     path = Path(entry["file"])
     if ROOT / "src" in path.parents:
-        if _is_test(path) or path.parent.name == "testing":
+        if _is_test(path) or layer_of(path) == "testing":
             return None
-        return path.parent.name
+        return layer_of(path)
     target = next((p[:-4] for p in path.parts if p.endswith(".dir")), None)
     if path.parent.name != "Unity" or target is None:
         return None
@@ -192,7 +205,8 @@ def _compile_in(folder, source, tmp_path):
     ("ring", "shared/consumer.h"), ("ring", "nostall/shared.h"), ("pipeline", "shared/consumer.h"),
     ("source", "cache/driver.h"), ("ops", "nostall/loader.h"), ("common", "stats/stats.h"),
     ("ops", "audio/pipeline.h"), ("ops", "detect/detect.h"), ("audio", "detect/detect.h"),
-    ("store", "source/driver.h"), ("store", "source/parquet_file.h"), ("store", "nostall/source.h")])
+    ("store", "source/driver.h"), ("store", "source/columnar/parquet_file.h"), ("store", "nostall/source.h"),
+    ("ops", "source/tar/tar_index.h")])
 def test_an_upward_include_fails_to_build(folder, upward, tmp_path):
     fine = _compile_in(folder, f'#include "{folder}/{_a_header(folder)}"\n', tmp_path)
     assert fine.returncode == 0, fine.stderr
