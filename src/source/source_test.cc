@@ -19,7 +19,7 @@
 
 #include "common/fd.h"
 #include "source/index/index_file.h"
-#include "source/tar/tar_index.h"
+#include "source/index/tar_index.h"
 #include "testing/test_images.h"
 
 namespace nostall {

@@ -39,14 +39,14 @@ def _declared_layers():
 
 LAYER, OWNER = _declared_layers()
 LAYERS = [sorted(f for f, n in LAYER.items() if n == i) for i in range(max(LAYER.values()) + 1)]
-# An include's first folder is its layer: "source/tar/tar_index.h" is the
+# An include's first folder is its layer: "source/index/tar_index.h" is the
 # source layer's, whatever subfolder of it holds the file.
 INCLUDE = re.compile(r'^#include "([a-z_]+)/(?:[a-z_]+/)*([a-z_]+)\.h"', re.M)
 
 
 def layer_of(path):
     """The folder of src/ that holds `path` (a file of a subfolder, such as
-    src/source/tar/tar_index.cc, is its top folder's)."""
+    src/source/index/tar_index.cc, is its top folder's)."""
     return path.relative_to(ROOT / "src").parts[0]
 
 
@@ -107,7 +107,7 @@ def test_the_check_sees_an_upward_include():
     # A subfolder is its layer's: the formats in src/source/*/ include the
     # store below them and each other, never a layer beside or above.
     assert not upward_includes("source", '#include "source/index/indexed_source.h"\n')
-    assert upward_includes("store", '#include "source/tar/tar_index.h"\n')
+    assert upward_includes("store", '#include "source/index/tar_index.h"\n')
     assert upward_includes("ops", '#include "source/columnar/parquet_file.h"\n')
     # The model is below the tuner that asks it and the analyzer that calibrates it.
     assert upward_includes("model", '#include "pipeline/autotune.h"\n')
@@ -206,7 +206,7 @@ def _compile_in(folder, source, tmp_path):
     ("source", "cache/driver.h"), ("ops", "nostall/loader.h"), ("common", "stats/stats.h"),
     ("ops", "audio/pipeline.h"), ("ops", "detect/detect.h"), ("audio", "detect/detect.h"),
     ("store", "source/driver.h"), ("store", "source/columnar/parquet_file.h"), ("store", "nostall/source.h"),
-    ("ops", "source/tar/tar_index.h")])
+    ("ops", "source/index/tar_index.h")])
 def test_an_upward_include_fails_to_build(folder, upward, tmp_path):
     fine = _compile_in(folder, f'#include "{folder}/{_a_header(folder)}"\n', tmp_path)
     assert fine.returncode == 0, fine.stderr

@@ -12,8 +12,8 @@
 
 #include "nostall/source.h"
 #include "source/index/index_file.h"
-#include "source/tar/lazy_shards.h"
-#include "source/tar/tar_index.h"
+#include "source/index/lazy_shards.h"
+#include "source/index/tar_index.h"
 
 namespace nostall {
 

@@ -21,7 +21,7 @@
 #include "source/driver.h"
 #include "source/index/index_progress.h"
 #include "source/index/remote_source.h"
-#include "source/tar/tar_index.h"
+#include "source/index/tar_index.h"
 #include "store/object_store.h"
 #include "store/s3_config.h"
 

@@ -16,7 +16,7 @@
 #include "source/local_options.h"
 #include "source/index/index_progress.h"
 #include "source/index/indexed_source.h"
-#include "source/tar/tar_index.h"
+#include "source/index/tar_index.h"
 
 namespace nostall {
 namespace {

@@ -12,8 +12,8 @@
 // and its place in it (ShardMemberKey, beyond every index's item count); once it
 // is complete, by its number in the index. Both name it for good: a packed
 // id handed out early still reads the right sample later.
-#ifndef NOSTALL_SOURCE_TAR_LAZY_SHARDS_H_
-#define NOSTALL_SOURCE_TAR_LAZY_SHARDS_H_
+#ifndef NOSTALL_SOURCE_INDEX_LAZY_SHARDS_H_
+#define NOSTALL_SOURCE_INDEX_LAZY_SHARDS_H_
 
 #include <atomic>
 #include <condition_variable>
@@ -115,4 +115,4 @@ class LazyShards final : public ShardedItems {
 
 }  // namespace nostall
 
-#endif  // NOSTALL_SOURCE_TAR_LAZY_SHARDS_H_
+#endif  // NOSTALL_SOURCE_INDEX_LAZY_SHARDS_H_

@@ -1,4 +1,4 @@
-#include "source/tar/tar_index.h"
+#include "source/index/tar_index.h"
 #include "source/index/indexed_source.h"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // LazyShards (lazy_shards.h): a few shards indexed at a time in the order
 // the buffered epoch asks for, then the whole index put together once.
-#include "source/tar/lazy_shards.h"
+#include "source/index/lazy_shards.h"
 
 #include <malloc.h>
 
@@ -8,7 +8,7 @@
 #include <numeric>
 #include <system_error>
 
-#include "source/tar/tar_index.h"
+#include "source/index/tar_index.h"
 
 namespace nostall {
 

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "source/tar/tar_index.h"
+#include "source/index/tar_index.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace nostall;

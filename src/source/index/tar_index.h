@@ -5,8 +5,8 @@
 // checked against the shard's real size with overflow-safe arithmetic before
 // it is used, so a hostile shard is an error naming the shard and the byte,
 // never a loop, a wrap-around or a huge allocation.
-#ifndef NOSTALL_SOURCE_TAR_TAR_INDEX_H_
-#define NOSTALL_SOURCE_TAR_TAR_INDEX_H_
+#ifndef NOSTALL_SOURCE_INDEX_TAR_INDEX_H_
+#define NOSTALL_SOURCE_INDEX_TAR_INDEX_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -65,4 +65,4 @@ std::string Printable(const std::string& bytes);
 
 }  // namespace nostall
 
-#endif  // NOSTALL_SOURCE_TAR_TAR_INDEX_H_
+#endif  // NOSTALL_SOURCE_INDEX_TAR_INDEX_H_
