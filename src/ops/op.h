@@ -176,6 +176,12 @@ struct ListEntry {
 Status CheckTransformList(const std::vector<ListEntry>& list, DType dtype, int channels,
                           bool geometry_first, const std::function<std::string(size_t)>& where);
 Status CheckOp(const Transform& t, const std::string& where, DType dtype, int channels);
+// The dtype a transform list (a spec's "transforms" or its detection
+// transforms; anything else counts as empty) gives when the spec names
+// none: float32 when it holds Normalize (torchvision's ToTensor +
+// Normalize), else uint8. The one home of that rule: the spec reader and
+// the single-sample functions of nostall.detection ask it.
+DType DefaultDType(const nlohmann::json& transforms);
 // Whether it works on the laid-out tensor (its role is OpRole::kTensor).
 inline bool OnTensor(const Transform& t) { return SchemaOf(t).role == OpRole::kTensor; }
 nlohmann::json TransformToJson(const Transform& t);

@@ -121,6 +121,14 @@ Status ReadGeometry(const std::string& type, OpArgs& args, Transform* t) {
 
 }  // namespace
 
+DType DefaultDType(const nlohmann::json& transforms) {
+  if (!transforms.is_array()) return DType::kUint8;
+  for (const nlohmann::json& t : transforms) {
+    if (t.is_object() && t.value("type", nlohmann::json()) == "Normalize") return DType::kFloat32;
+  }
+  return DType::kUint8;
+}
+
 const std::string& TransformName(const Transform& t) {
   static const std::string names[] = {"RandomResizedCrop", "Resize", "CenterCrop",
                                       "RandomHorizontalFlip", "Normalize"};

@@ -25,35 +25,16 @@ int AvailableCores() {
 
 namespace {
 
-// The spec's counts checked, and which knobs the autotuner moves: "auto"
-// those left unset, "on" all.
+// The spec held to its rules (spec.cc), and which knobs the autotuner
+// moves: "auto" those left unset, "on" all.
 Result<AutotuneLimits> CheckCounts(LoaderSpec* spec) {
-  if (spec->batch_size <= 0) return InvalidArgument("batch_size must be positive");
-  if (spec->prefetch < -1 || spec->prefetch > 64) {
-    return InvalidArgument("prefetch must be in [0, 64] (or -1: tuned)");
-  }
-  if (spec->autotune != "auto" && spec->autotune != "on" && spec->autotune != "off") {
-    return InvalidArgument("autotune must be \"auto\", \"on\" or \"off\" (or true/false), not '" +
-                           spec->autotune + "'");
-  }
+  NOSTALL_RETURN_IF_ERROR(CheckSpecRules(*spec));
   AutotuneLimits tune;
   const bool all = spec->autotune == "on", some = spec->autotune == "auto";
   tune.threads = all || (some && spec->num_threads == 0);
   tune.reads = all || (some && spec->reads_in_flight == 0);
   tune.prefetch = all || (some && spec->prefetch < 0);
   if (spec->prefetch < 0) spec->prefetch = kDefaultPrefetch;
-  if (spec->num_threads < 0 || spec->reads_in_flight < 0) {
-    return InvalidArgument("thread counts must be >= 0 (0 = automatic)");
-  }
-  if (spec->num_threads > kMaxThreads) {
-    return InvalidArgument("num_threads must be at most " + std::to_string(kMaxThreads) +
-                           ", not " + std::to_string(spec->num_threads));
-  }
-  if (spec->reads_in_flight > kMaxReadsInFlight) {
-    return InvalidArgument("reads_in_flight must be at most " +
-                           std::to_string(kMaxReadsInFlight) + ", not " +
-                           std::to_string(spec->reads_in_flight));
-  }
   if (spec->num_threads == 0) spec->num_threads = AvailableCores();
   return tune;
 }
@@ -170,11 +151,6 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in, bool shared) {
       spec.source_options.driver_options = o.dump();
     }
   }
-  if (spec.first_epoch != "auto" && spec.first_epoch != "exact" && spec.first_epoch != "buffered") {
-    return InvalidArgument("first_epoch must be \"auto\", \"exact\" or \"buffered\", not \"" +
-                           spec.first_epoch + "\"");
-  }
-  if (spec.shuffle_buffer < 0) return InvalidArgument("shuffle_buffer must be 0 (the default) or positive");
   spec.source_options.skip_bad_samples = spec.on_error == ErrorPolicy::kSkip;
   spec.source_options.lazy_index = MayBuffer(spec, shared);
   spec.source_options.shard_order = spec.shard_shuffle;

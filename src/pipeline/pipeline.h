@@ -16,6 +16,11 @@
 
 namespace nostall {
 
+// A spec's counts in their ranges (batch_size, thread counts, prefetch, ...)
+// and its named choices among theirs (first_epoch, autotune): the one home
+// of those rules (spec.cc), for a spec read from JSON and one built in C++.
+Status CheckSpecRules(const LoaderSpec& spec);
+
 // Everything a pipeline needs before its threads start (create.cc).
 struct PipelineParts {
   LoaderSpec spec;  // validated, defaults resolved

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "audio/kind.h"
 #include "detect/detect.h"
@@ -10,6 +11,7 @@
 #include "common/json_fields.h"
 #include "nostall/loader.h"
 #include "ops/op.h"
+#include "pipeline/pipeline.h"
 #include "pipeline/spec_legacy.h"
 #include "source/driver.h"
 #include "source/record_json.h"
@@ -119,20 +121,17 @@ Status OutputFromJson(const json& j, LoaderSpec* s) {
       s->prep.transforms.push_back(tr);
     }
   }
-  bool normalizes = false;
-  for (const auto& t : s->prep.transforms) normalizes |= t.kind == TransformKind::kNormalize;
-  s->prep.dtype = normalizes ? DType::kFloat32 : DType::kUint8;
+  const bool detection = j.contains("detection") && !j["detection"].is_null();
+  const json none;
+  s->prep.dtype = DefaultDType(j.value("transforms", none));
+  if (detection && j["detection"].is_object() &&
+      DefaultDType(j["detection"].value("transforms", none)) == DType::kFloat32) {
+    s->prep.dtype = DType::kFloat32;
+  }
   if (j.contains("audio") && !j["audio"].is_null()) {
     NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<const audio::Spec> clips, audio::SpecFromJson(j["audio"]));
     s->prep.kind = audio::MakeKind(std::move(clips));
-    s->prep.dtype = DType::kFloat32;
-  }
-  const bool detection = j.contains("detection") && !j["detection"].is_null();
-  if (detection && j["detection"].is_object() && j["detection"].contains("transforms") &&
-      j["detection"]["transforms"].is_array()) {
-    for (const json& t : j["detection"]["transforms"]) {
-      if (t.is_object() && t.value("type", json()) == "Normalize") s->prep.dtype = DType::kFloat32;
-    }
+    s->prep.dtype = DType::kFloat32;  // audio batches are float32 samples
   }
   NOSTALL_RETURN_IF_ERROR(Enum<DType>(j, "dtype", {{"uint8", DType::kUint8},
                                                    {"float32", DType::kFloat32}},
@@ -152,6 +151,65 @@ Status OutputFromJson(const json& j, LoaderSpec* s) {
 }
 
 }  // namespace
+
+namespace {
+
+// A count of the spec, the values it may take, and where the spec keeps it:
+// the one home of these ranges. The JSON reader reads each through its rule
+// (ReadCount: the error names the key as written), and CheckSpecRules holds
+// every spec to them, one read from JSON or built in C++.
+struct CountRule {
+  const char* key;
+  int64_t lo, hi;
+  int64_t (*of)(const LoaderSpec&);
+};
+constexpr int64_t kMaxCount = int64_t{1} << 40;
+const CountRule kCountRules[] = {
+    {"batch_size", 1, 1 << 20, [](const LoaderSpec& s) { return s.batch_size; }},
+    {"rank", 0, 1 << 20, [](const LoaderSpec& s) { return s.rank; }},
+    {"world_size", 1, 1 << 20, [](const LoaderSpec& s) { return s.world_size; }},
+    {"subset", 0, kMaxCount, [](const LoaderSpec& s) { return s.subset; }},
+    {"shuffle_block", 0, kMaxCount, [](const LoaderSpec& s) { return s.shuffle_block; }},
+    {"shuffle_buffer", 0, kMaxCount, [](const LoaderSpec& s) { return s.shuffle_buffer; }},
+    {"num_threads", 0, kMaxThreads, [](const LoaderSpec& s) -> int64_t { return s.num_threads; }},
+    {"reads_in_flight", 0, kMaxReadsInFlight, [](const LoaderSpec& s) -> int64_t { return s.reads_in_flight; }},
+    {"prefetch", -1, 64, [](const LoaderSpec& s) -> int64_t { return s.prefetch; }},
+    {"max_pixels", 1, kMaxCount, [](const LoaderSpec& s) { return s.prep.max_pixels; }},
+};
+
+const CountRule& RuleOf(std::string_view key) {
+  for (const CountRule& r : kCountRules) {
+    if (key == r.key) return r;
+  }
+  std::abort();  // a key without a rule: a mistake in this file
+}
+
+template <typename T>
+Status ReadCount(const json& j, const char* key, T* out) {
+  const CountRule& r = RuleOf(key);
+  return GetIntAs(j, "", key, r.lo, r.hi, out);
+}
+
+}  // namespace
+
+Status CheckSpecRules(const LoaderSpec& s) {
+  for (const CountRule& r : kCountRules) {
+    const int64_t v = r.of(s);
+    if (v < r.lo || v > r.hi) {
+      return InvalidArgument(std::string(r.key) + " must be in [" + std::to_string(r.lo) + ", " +
+                             std::to_string(r.hi) + "], not " + std::to_string(v));
+    }
+  }
+  if (s.first_epoch != "auto" && s.first_epoch != "exact" && s.first_epoch != "buffered") {
+    return InvalidArgument("\"first_epoch\" must be \"auto\", \"exact\" or \"buffered\", not \"" +
+                           s.first_epoch + "\"");
+  }
+  if (s.autotune != "auto" && s.autotune != "on" && s.autotune != "off") {
+    return InvalidArgument("autotune must be \"auto\", \"on\" or \"off\" (or true/false), not '" +
+                           s.autotune + "'");
+  }
+  return Status::OK();
+}
 
 Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
   const std::vector<std::string>& kKnown = FieldNames();
@@ -177,35 +235,31 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
         m != "read" && m != "write" && m != "rebuild" && m != "off") {
       return InvalidArgument("\"index_beside\" must be \"read\", \"write\", \"rebuild\" or \"off\", not \"" + m + "\"");
     }
-    constexpr int64_t kMaxCount = int64_t{1} << 40;
-    NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "batch_size", 1, 1 << 20, &s.batch_size));
+    NOSTALL_RETURN_IF_ERROR(ReadCount(j, "batch_size", &s.batch_size));
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "shuffle", &s.shuffle));
     NOSTALL_RETURN_IF_ERROR(GetU64(j, w, "seed", &s.seed));
-    NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "rank", 0, 1 << 20, &s.rank));
-    NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "world_size", 1, 1 << 20, &s.world_size));
+    NOSTALL_RETURN_IF_ERROR(ReadCount(j, "rank", &s.rank));
+    NOSTALL_RETURN_IF_ERROR(ReadCount(j, "world_size", &s.world_size));
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "drop_last", &s.drop_last));
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "pad_ranks", &s.pad_ranks));
-    NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "subset", 0, kMaxCount, &s.subset));
-    NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "shuffle_block", 0, kMaxCount, &s.shuffle_block));
+    NOSTALL_RETURN_IF_ERROR(ReadCount(j, "subset", &s.subset));
+    NOSTALL_RETURN_IF_ERROR(ReadCount(j, "shuffle_block", &s.shuffle_block));
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "first_epoch", &s.first_epoch));
-    if (s.first_epoch != "auto" && s.first_epoch != "exact" && s.first_epoch != "buffered") {
-      return InvalidArgument("\"first_epoch\" must be \"auto\", \"exact\" or \"buffered\", not \"" +
-                             s.first_epoch + "\"");
-    }
-    NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "shuffle_buffer", 0, kMaxCount, &s.shuffle_buffer));
+    NOSTALL_RETURN_IF_ERROR(ReadCount(j, "shuffle_buffer", &s.shuffle_buffer));
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "shard_shuffle", &s.shard_shuffle));
-    NOSTALL_RETURN_IF_ERROR(GetIntAs(j, w, "num_threads", 0, kMaxThreads, &s.num_threads));
-    NOSTALL_RETURN_IF_ERROR(GetIntAs(j, w, "reads_in_flight", 0, kMaxReadsInFlight, &s.reads_in_flight));
-    NOSTALL_RETURN_IF_ERROR(GetIntAs(j, w, "prefetch", -1, 64, &s.prefetch));
+    NOSTALL_RETURN_IF_ERROR(ReadCount(j, "num_threads", &s.num_threads));
+    NOSTALL_RETURN_IF_ERROR(ReadCount(j, "reads_in_flight", &s.reads_in_flight));
+    NOSTALL_RETURN_IF_ERROR(ReadCount(j, "prefetch", &s.prefetch));
     if (j.contains("autotune") && j["autotune"].is_boolean()) {
       s.autotune = j["autotune"].get<bool>() ? "on" : "off";
     } else {
       NOSTALL_RETURN_IF_ERROR(GetString(j, w, "autotune", &s.autotune));
     }
-    NOSTALL_RETURN_IF_ERROR(GetInt(j, w, "max_pixels", 1, kMaxCount, &s.prep.max_pixels));
+    NOSTALL_RETURN_IF_ERROR(ReadCount(j, "max_pixels", &s.prep.max_pixels));
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "dct_scaling", &s.prep.dct_scaling));
     NOSTALL_RETURN_IF_ERROR(OutputFromJson(j, &s));
     NOSTALL_RETURN_IF_ERROR(FieldsFromJson(j, &s));
+    NOSTALL_RETURN_IF_ERROR(CheckSpecRules(s));
     return s;
   } catch (const json::exception& e) {
     return InvalidArgument(std::string("bad loader spec: ") + e.what());

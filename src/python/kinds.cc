@@ -39,9 +39,7 @@ std::shared_ptr<const detect::Spec> DetectionSpecOf(const std::string& spec_json
   if (j.is_discarded()) RaiseStatus(InvalidArgument("detection spec: not JSON"));
   prep->layout = Layout::kNHWC;
   prep->mode = mode == "L" ? ColorMode::kGray : ColorMode::kRGB;
-  for (const auto& t : j.value("transforms", nlohmann::json::array())) {
-    if (t.is_object() && t.value("type", nlohmann::json()) == "Normalize") prep->dtype = DType::kFloat32;
-  }
+  prep->dtype = DefaultDType(j.is_object() ? j.value("transforms", nlohmann::json()) : nlohmann::json());
   auto spec = ValueOrRaise(detect::SpecFromJson(j, *prep, fixed));
   prep->kind = detect::MakeKind(spec);
   return spec;
