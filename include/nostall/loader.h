@@ -61,7 +61,10 @@ struct LoaderSpec {
   bool shard_shuffle = false;
   PrepSpec prep;
   int num_threads = 0;      // prep threads; 0 = tuned (autotune), else the cores this process may use
-  int reads_in_flight = 0;  // reads at once; 0 = tuned, else 4 fetch threads (remote: adaptive)
+  // Reads at once: the threads that read a local source (0: 4, moved by
+  // the autotuner), or the requests in flight to a remote one (S3, a web
+  // server; 0: sized by Little's law from the measured latency as it runs).
+  int reads_in_flight = 0;
   int prefetch = -1;        // batches prepared ahead of the one being used; -1 = tuned, else 2
   // The autotuner (src/pipeline/autotune.h): "auto" tunes the knobs above
   // left unset while the pipeline runs; "on" tunes all three, starting from

@@ -51,7 +51,7 @@ namespace nostall {
 struct Config {
   double cores = 1;            // CPUs the job(s) may use
   int prep_threads = 1;        // decode + augment threads per pipeline
-  int reads_in_flight = 4;     // concurrent reads per pipeline; 0: adaptive (AdaptiveReads)
+  int reads_in_flight = 4;     // concurrent reads per pipeline; 0: a remote source's, by Little's law (ReadsInFlight)
   double cache_fraction = 0;   // of the dataset's bytes held in a MinIO cache
   double bandwidth = 0;        // storage bytes/s (0: unlimited)
   double latency = 0;          // storage seconds per read
@@ -173,8 +173,9 @@ int PrepThreadsFor(const Profile& p, Config c, int cores, const Efficiency& eff)
 // ---- Reads in flight: Little's law ----
 // How many reads a remote source keeps in flight when the spec leaves them
 // to adapt (reads_in_flight = 0). The loader applies it as it runs
-// (src/pipeline/pipeline_loader.cc), the autotuner tunes towards it and
-// ReadsInFlight above predicts with it: one rule.
+// (src/pipeline/pipeline_loader.cc, the only controller of a remote
+// source's requests), the autotuner sizes a local source's fetch threads
+// towards it and ReadsInFlight above predicts with it: one rule.
 constexpr int kFirstAutoReads = 16;   // before the first latency is measured
 constexpr int kMinAutoReads = 4;
 constexpr int kMaxAutoReads = 256;

@@ -156,14 +156,19 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in, bool shared) {
   spec.source_options.shard_order = spec.shard_shuffle;
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Source> source,
                            OpenSource(spec.source, spec.source_options));
-  // Local files: 4 fetch threads. Remote sources: 0 stays "adapt to the
-  // measured latency" (pipeline_loader.h, AdaptReadLimit).
-  if (spec.reads_in_flight == 0 && !source->ReadsAsync()) spec.reads_in_flight = 4;
-  // Tuned: prep threads up to the cores this process may use; reads up to
-  // kMaxAutoReads (fetch threads for local files, requests for remote).
+  // `reads_in_flight` is one of two knobs, each with one controller:
+  // - a source read blocking (local files) reads with that many fetch
+  //   threads: 4 unless given, moved by the autotuner (up to kMaxAutoReads);
+  // - a source that sends requests (S3, a web server: Source::ReadsAsync)
+  //   keeps that many in flight: unless given (with autotune "on", from
+  //   the number given), sized by Little's law from the measured latency as it runs
+  //   (PipelineLoader::AdaptReadLimit), never by the autotuner.
   const bool async = source->ReadsAsync();
+  const bool adapt_requests = async && (spec.reads_in_flight == 0 || spec.autotune == "on");
+  tune.reads = tune.reads && !async;
+  if (spec.reads_in_flight == 0 && !async) spec.reads_in_flight = 4;
   tune.max_threads = std::max(AvailableCores(), spec.num_threads);
-  tune.min_reads = async ? 1 : 2;
+  tune.min_reads = 2;
   tune.max_reads = std::max(kMaxAutoReads, spec.reads_in_flight);
   NOSTALL_ASSIGN_OR_RETURN(Sampler sampler, SamplerFor(spec, *source));
   int out_h = 0, out_w = 0;
@@ -176,6 +181,7 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in, bool shared) {
       spec.prefetch, static_cast<int>(std::min<uint64_t>(8, kAutotuneRingBytes / slot_bytes)) - 2);
   PipelineParts parts;
   parts.tune = tune;
+  parts.adapt_requests = adapt_requests;
   parts.spec = std::move(spec);
   parts.source = std::move(source);
   parts.sampler = std::move(sampler);

@@ -31,6 +31,10 @@ struct PipelineParts {
   // The knobs the autotuner moves (none: it does not run); the spec holds
   // their starting values.
   AutotuneLimits tune;
+  // A source that sends requests with `reads_in_flight` left to nostall:
+  // the requests in flight follow Little's law (AdaptReadLimit), the
+  // autotuner leaves them alone.
+  bool adapt_requests = false;
   // The autotuner judges the consumer's waits by this running total instead
   // of the loader's own Next() calls (null): a shared producer's consumers
   // wait on the producer, not on its calls.

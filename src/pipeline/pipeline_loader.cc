@@ -20,6 +20,7 @@ PipelineLoader::PipelineLoader(PipelineParts parts)
       out_w_(parts.out_w),
       created_ns_(NowNs()),
       tune_(parts.tune),
+      adapt_requests_(parts.adapt_requests),
       consumer_waited_ns_(std::move(parts.consumer_waited_ns)),
       fetcher_(*source_, cache_.get()) {}
 
@@ -171,11 +172,12 @@ void PipelineLoader::DispatchLoop() {
   }
 }
 
-// Little's law (nostall/model.h, AutoReadsInFlight): to keep prep fed, reads in flight
-// = the rate prep takes items at x the time a read takes. A fixed
-// reads_in_flight is kept as given.
+// Little's law (nostall/model.h, AutoReadsInFlight): to keep prep fed, requests in
+// flight = the rate prep takes items at x the time a request takes. The one
+// controller of a remote source's requests; a fixed reads_in_flight is kept
+// as given.
 void PipelineLoader::AdaptReadLimit() {
-  if (spec_.reads_in_flight > 0 || tune_.reads) return;  // fixed, or the autotuner's
+  if (!adapt_requests_) return;
   const double latency = source_->RequestLatencySeconds();
   if (latency <= 0) return;
   const StageCounters& prep = preparer_->prep();

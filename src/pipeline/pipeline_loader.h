@@ -88,6 +88,7 @@ class PipelineLoader final : public Loader, public Tunable {
   const int out_h_, out_w_;
   const int64_t created_ns_;
   const AutotuneLimits tune_;
+  const bool adapt_requests_;  // a remote source's requests follow AdaptReadLimit
   // A shared producer's consumers' waits (null: this loader's own callers').
   const std::function<int64_t()> consumer_waited_ns_;
   bool own_ring_ = true;  // not a shared producer's: empty batches dropped, copies made

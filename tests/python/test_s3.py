@@ -398,8 +398,9 @@ def test_keeping_every_batch_of_an_s3_epoch_works_whatever_the_ring(s3, prefetch
 
 def test_reads_in_flight_follow_latency_unless_fixed(s3):
     """100 ms per request: left to adapt, nostall keeps many reads in flight
-    (more than the 4 a local source reads at once); a fixed reads_in_flight
-    is never exceeded."""
+    (more than the 4 a local source reads at once), sized by Little's law
+    alone (the autotuner, which moves a local source's fetch threads,
+    leaves them); a fixed reads_in_flight is never exceeded."""
     proxy = FaultProxy("--latency-ms", "100")
     try:
         peaks = {}
@@ -410,6 +411,9 @@ def test_reads_in_flight_follow_latency_unless_fixed(s3):
             assert sum(int(l.shape[0]) for _, l in loader) == 21
             peaks[fixed] = (loader.stats()["storage"]["peak_in_flight"], time.monotonic() - t0,
                             loader.stats()["storage"]["latency_p50_s"])
+            # One controller: Little's law sizes the requests, the autotuner
+            # moves the prep threads and prefetch only.
+            assert "reads_in_flight" not in loader.stats()["autotune"]["knobs"], loader.stats()["autotune"]
             loader.close()
         assert peaks[0][0] >= 8, peaks
         assert peaks[3][0] <= 3, peaks
