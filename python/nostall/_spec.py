@@ -284,8 +284,6 @@ def build_spec(a: dict):
     spec = _spec_fields(a, source, rank, world_size, routed)
     if field_list is not None:
         spec["fields"] = field_list
-    if routed["audio"]:
-        spec["audio"] = routed["audio"]
     if routed["detection"] is not None:
         spec["detection"] = routed["detection"]
     if a["max_field_bytes"] is not None:
@@ -306,7 +304,7 @@ def _spec_fields(a: dict, source, rank, world_size, routed: dict) -> dict:
         "world_size": _integer("world_size", world_size),
         "drop_last": _plain(a["drop_last"]),
         "pad_ranks": _plain(a["pad_ranks"]),
-        "transforms": [t.to_dict() for t in routed["transforms"]],
+        "transforms": routed["transforms"],
         "layout": a["layout"],
         "mode": a["mode"],
         "max_pixels": _integer("max_pixels", a["max_pixels"]),
@@ -330,9 +328,12 @@ def _spec_fields(a: dict, source, rank, world_size, routed: dict) -> dict:
 
 
 def _route_transforms(transforms, fields, field_list, dtype) -> dict:
-    """Which part of the spec each transform belongs to: {"transforms" (the
-    image list), "audio" (the spec's "audio" list), "detection" (its
-    "detection" object), "hooks" (Python callables, per field), "dtype"}."""
+    """The spec's one "transforms" list, {"transforms", "hooks" (Python
+    callables, per field), "dtype", "detection" (a targets field's
+    box_format and masks, or None)}. The core decides which part of the
+    sample the list runs on (the image, an audio clip, an image and its
+    boxes: spec.cc RouteTransforms); here only the Python objects are
+    checked, each against the field that will run it."""
     hooks = {}
     if isinstance(transforms, dict):
         if field_list is None:
@@ -353,25 +354,22 @@ def _route_transforms(transforms, fields, field_list, dtype) -> dict:
     while (transforms and callable(transforms[-1]) and not isinstance(transforms[-1], Transform)
            and not isinstance(transforms[-1], AudioTransform)):
         hooks.setdefault("image" if media is None else media["name"], []).insert(0, transforms.pop())
-    out = {"hooks": hooks, "audio": None, "detection": None, "dtype": dtype, "transforms": []}
-    # A targets field's transforms: the spec's "detection" object; an audio
-    # field's: the spec's "audio" list.
+    out = {"hooks": hooks, "detection": None, "dtype": dtype}
     if field_list is not None and any(f["kind"] == "targets" for f in field_list):
         bad = [t for t in transforms if not isinstance(t, Transform)]
         if bad:
             raise TypeError(f"a detection loader takes nostall.transforms, not {bad[0]!r}")
-        flat, _ = _flatten(transforms)
-        out["detection"] = dict(detection_options(fields), transforms=[t.to_dict() for t in flat])
-        return out
-    if media is not None and media["kind"] == "audio":
+        transforms, _ = _flatten(transforms)
+        out["detection"] = detection_options(fields)
+    elif media is not None and media["kind"] == "audio":
         bad = [t for t in transforms if not isinstance(t, AudioTransform)]
         if bad:
             raise TypeError(f"the audio field takes nostall.audio transforms, not {bad[0]!r}")
         if dtype not in (None, "float32"):
             raise ValueError(f"audio batches are float32, not dtype={dtype!r}")
-        out["audio"] = [t.to_dict() for t in transforms]
-        return out
-    out["transforms"], out["dtype"] = _image_transforms(transforms, dtype)
+    else:
+        transforms, out["dtype"] = _image_transforms(transforms, dtype)
+    out["transforms"] = [t.to_dict() for t in transforms]
     return out
 
 

@@ -109,10 +109,42 @@ Status FieldsFromJson(const json& j, LoaderSpec* s) {
   return Status::OK();
 }
 
+// The transform lists of a spec: the image list, the "audio" list, the
+// "detection" object.
+struct TransformLists {
+  json image, audio, detection;
+};
+
+// Where the spec's one "transforms" list goes, decided here and nowhere
+// else: a spec whose fields have a targets field runs it on the image and its
+// boxes (the "detection" object's "transforms", beside its box_format and
+// masks), one with an audio field on the clip (the "audio" list; an empty
+// list is none), any other on the image. A spec that writes "audio" or the detection transforms
+// itself keeps them where it put them.
+TransformLists RouteTransforms(const json& j, const std::vector<FieldSpec>& fields) {
+  TransformLists out{j.value("transforms", json()), j.value("audio", json()), j.value("detection", json())};
+  const auto has = [&](FieldKind k) {
+    return std::any_of(fields.begin(), fields.end(), [k](const FieldSpec& f) { return f.kind == k; });
+  };
+  if (!j.contains("transforms")) return out;
+  if (has(FieldKind::kTargets) && (out.detection.is_null() ||
+                                   (out.detection.is_object() && !out.detection.contains("transforms")))) {
+    if (out.detection.is_null()) out.detection = json::object();
+    out.detection["transforms"] = std::move(out.image);
+    out.image = json();
+  } else if (has(FieldKind::kAudio) && out.audio.is_null() && !(out.image.is_array() && out.image.empty())) {
+    out.audio = std::move(out.image);
+    out.image = json();
+  }
+  return out;
+}
+
 // The spec's output fields: the transforms, dtype, layout, mode, on_error.
+// Its fields are read first: they say where the transforms go.
 Status OutputFromJson(const json& j, LoaderSpec* s) {
-  if (j.contains("transforms")) {
-    const json& ts = j["transforms"];
+  const TransformLists lists = RouteTransforms(j, s->source_options.fields);
+  if (!lists.image.is_null()) {
+    const json& ts = lists.image;
     if (!ts.is_array()) {
       return InvalidArgument("transforms must be a list of transforms, not " + Shown(ts));
     }
@@ -121,15 +153,15 @@ Status OutputFromJson(const json& j, LoaderSpec* s) {
       s->prep.transforms.push_back(tr);
     }
   }
-  const bool detection = j.contains("detection") && !j["detection"].is_null();
+  const bool detection = !lists.detection.is_null();
   const json none;
-  s->prep.dtype = DefaultDType(j.value("transforms", none));
-  if (detection && j["detection"].is_object() &&
-      DefaultDType(j["detection"].value("transforms", none)) == DType::kFloat32) {
+  s->prep.dtype = DefaultDType(lists.image);
+  if (detection && lists.detection.is_object() &&
+      DefaultDType(lists.detection.value("transforms", none)) == DType::kFloat32) {
     s->prep.dtype = DType::kFloat32;
   }
-  if (j.contains("audio") && !j["audio"].is_null()) {
-    NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<const audio::Spec> clips, audio::SpecFromJson(j["audio"]));
+  if (!lists.audio.is_null()) {
+    NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<const audio::Spec> clips, audio::SpecFromJson(lists.audio));
     s->prep.kind = audio::MakeKind(std::move(clips));
     s->prep.dtype = DType::kFloat32;  // audio batches are float32 samples
   }
@@ -144,7 +176,7 @@ Status OutputFromJson(const json& j, LoaderSpec* s) {
       j, "on_error", {{"raise", ErrorPolicy::kRaise}, {"skip", ErrorPolicy::kSkip}}, &s->on_error));
   if (detection) {
     if (s->prep.kind) return InvalidArgument("a spec has \"audio\" or \"detection\", not both");
-    NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<const detect::Spec> d, detect::SpecFromJson(j["detection"], s->prep));
+    NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<const detect::Spec> d, detect::SpecFromJson(lists.detection, s->prep));
     s->prep.kind = detect::MakeKind(std::move(d));
   }
   return Status::OK();
@@ -257,8 +289,8 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     }
     NOSTALL_RETURN_IF_ERROR(ReadCount(j, "max_pixels", &s.prep.max_pixels));
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "dct_scaling", &s.prep.dct_scaling));
-    NOSTALL_RETURN_IF_ERROR(OutputFromJson(j, &s));
     NOSTALL_RETURN_IF_ERROR(FieldsFromJson(j, &s));
+    NOSTALL_RETURN_IF_ERROR(OutputFromJson(j, &s));
     NOSTALL_RETURN_IF_ERROR(CheckSpecRules(s));
     return s;
   } catch (const json::exception& e) {

@@ -141,6 +141,41 @@ TEST(SpecTest, FingerprintIgnoresThreadsButNotSeed) {
   EXPECT_NE(a.Fingerprint(), c.Fingerprint());
 }
 
+// One "transforms" list runs where the fields say: on an audio field's clip,
+// on an image and its boxes for a targets field, else on the image; the spec
+// is then the one that writes "audio" or "detection" itself.
+TEST(SpecTest, TheTransformsListGoesWhereTheFieldsSay) {
+  const auto written_back = [](const std::string& text) {
+    auto spec = LoaderSpec::FromJson(text);
+    EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+    return spec.ok() ? nlohmann::json::parse(spec->ToJson()) : nlohmann::json();
+  };
+  const std::string audio_fields = R"("fields": {"audio": "wav", "label": "cls"})";
+  const std::string clip = R"([{"type": "Decode", "sample_rate": 16000}, {"type": "RandomCrop", "seconds": 1.0}])";
+  const nlohmann::json routed = written_back(R"({"source": "d", )" + audio_fields + R"(, "transforms": )" + clip + "}");
+  const nlohmann::json named = written_back(R"({"source": "d", )" + audio_fields + R"(, "audio": )" + clip + "}");
+  EXPECT_EQ(routed, named);
+  EXPECT_EQ(routed["transforms"], nlohmann::json::array());
+  EXPECT_EQ(routed["audio"].size(), 2u);
+  EXPECT_EQ(routed["dtype"], "float32");
+
+  const std::string box_fields = R"("fields": {"image": "jpg", "targets": {"ext": "json", "kind": "targets"}})";
+  const std::string steps = R"([{"type": "Resize", "size": [64, 64]}, {"type": "Normalize", "mean": [0.5, 0.5, 0.5], "std": [0.2, 0.2, 0.2]}])";
+  const nlohmann::json boxes = written_back(R"({"source": "d", )" + box_fields +
+                                            R"(, "detection": {"box_format": "XYWH"}, "transforms": )" + steps + "}");
+  const nlohmann::json boxes_named = written_back(
+      R"({"source": "d", )" + box_fields + R"(, "detection": {"box_format": "XYWH", "transforms": )" + steps + "}}");
+  EXPECT_EQ(boxes, boxes_named);
+  EXPECT_EQ(boxes["detection"]["box_format"], "XYWH");
+  EXPECT_EQ(boxes["detection"]["transforms"].size(), 2u);
+  EXPECT_EQ(boxes["dtype"], "float32");  // Normalize among the detection transforms
+
+  // Without such a field the list is the image's.
+  const nlohmann::json image = written_back(R"({"source": "d", "transforms": )" + steps + "}");
+  EXPECT_EQ(image["transforms"].size(), 2u);
+  EXPECT_FALSE(image.contains("audio") || image.contains("detection"));
+}
+
 TEST(SpecTest, MistakesAreNamed) {
   auto typo = LoaderSpec::FromJson(R"({"source": "d", "batchsize": 3})");
   EXPECT_NE(typo.status().message().find("batchsize"), std::string::npos);
