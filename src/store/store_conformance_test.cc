@@ -121,6 +121,14 @@ TYPED_TEST(StoreConformance, FoldersRightUnderAFolderAreListedOnceEachInKeyOrder
   auto none = at.store->ListFolders(at.key + "dog/");
   ASSERT_TRUE(none.ok()) << none.status().ToString();
   EXPECT_TRUE(none.value().empty());
+  // The default a new store gets (the folders read off its List) agrees with
+  // each store's own answer.
+  auto derived = at.store->ObjectStore::ListFolders(at.key);
+  ASSERT_TRUE(derived.ok()) << derived.status().ToString();
+  EXPECT_EQ(derived.value(), folders.value());
+  auto derived_none = at.store->ObjectStore::ListFolders(at.key + "dog/");
+  ASSERT_TRUE(derived_none.ok()) << derived_none.status().ToString();
+  EXPECT_TRUE(derived_none.value().empty());
 }
 
 TYPED_TEST(StoreConformance, PatternsMatchWithinOneFolderAndANameIsOneObjectOrNotFound) {

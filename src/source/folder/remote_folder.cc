@@ -48,11 +48,8 @@ class RemoteFolderSource final : public RemoteSource {
   const std::string uri_prefix_;  // an item's key less this is its object's
 };
 
-bool NamesATar(const std::string& uri) { return uri.size() >= 4 && uri.compare(uri.size() - 4, 4, ".tar") == 0; }
-bool S3FolderClaims(const std::string& uri) { return uri.rfind("s3://", 0) == 0 && !NamesATar(uri); }
-bool HttpFolderClaims(const std::string& uri) {
-  return (uri.rfind("http://", 0) == 0 || uri.rfind("https://", 0) == 0) && !NamesATar(uri);
-}
+bool S3FolderClaims(const std::string& uri) { return IsS3Uri(uri) && !NamesATar(uri); }
+bool HttpFolderClaims(const std::string& uri) { return IsHttpUri(uri) && !NamesATar(uri); }
 
 // Every object under the class folders of `prefix`: the classes from one
 // folder listing, then each class listed on its own, as many at a time as

@@ -13,6 +13,16 @@
 
 namespace nostall {
 
+// What the remote drivers claim by (a URI's scheme, and whether it names
+// one tar shard rather than a folder).
+inline bool IsS3Uri(const std::string& uri) { return uri.rfind("s3://", 0) == 0; }
+inline bool IsHttpUri(const std::string& uri) {
+  return uri.rfind("http://", 0) == 0 || uri.rfind("https://", 0) == 0;
+}
+inline bool NamesATar(const std::string& uri) {
+  return uri.size() >= 4 && uri.compare(uri.size() - 4, 4, ".tar") == 0;
+}
+
 class RemoteSource : public IndexSource {
  public:
   std::optional<StorageStats> storage_stats() const override { return store_->Stats(); }

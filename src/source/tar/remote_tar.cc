@@ -149,11 +149,8 @@ uint64_t EtagStamp(const std::string& etag) {
   return h | 1;
 }
 
-bool EndsInTar(const std::string& uri) { return uri.size() >= 4 && uri.compare(uri.size() - 4, 4, ".tar") == 0; }
-bool S3TarClaims(const std::string& uri) { return uri.rfind("s3://", 0) == 0 && EndsInTar(uri); }
-bool HttpTarClaims(const std::string& uri) {
-  return (uri.rfind("http://", 0) == 0 || uri.rfind("https://", 0) == 0) && EndsInTar(uri);
-}
+bool S3TarClaims(const std::string& uri) { return IsS3Uri(uri) && NamesATar(uri); }
+bool HttpTarClaims(const std::string& uri) { return IsHttpUri(uri) && NamesATar(uri); }
 
 // The shards a pattern names, as one listing of their common prefix gives
 // them (sizes, ETags), and where their index is kept.
