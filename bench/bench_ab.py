@@ -19,6 +19,8 @@ and the table reports medians and new/old ratios of:
            (row groups of 100 and of 1000, offset index; local disk): images/s
   audio    bench_audio.py's nostall runs: 1 s FLAC clips and 3 s crops of
            10-30 s FLAC/MP3 recordings (samples/s)
+  detection  bench_detection.py's nostall run: SSD's recipe on 400 COCO-style
+           scenes, with instance masks (images/s)
 """
 import argparse
 import json
@@ -171,6 +173,23 @@ def bench_audio(args):
     return rates
 
 
+def bench_detection(args):
+    """bench_detection.py's nostall child: SSD's recipe with masks."""
+    root = HERE.parent / "bench_data" / "detection"
+    ann = root / "instances.json"
+    if not ann.exists() or len(json.loads(ann.read_text())["images"]) != 400:
+        from nostall.datasets import make_detection_scenes
+        make_detection_scenes(root, num_images=400, seed=0, min_side=480, max_side=640)
+    rates = {"old": [], "new": []}
+    for r in range(args.rounds):
+        for build in order(r):
+            cmd = [sys.executable, str(HERE / "bench_detection.py"), "--epochs", "2", "--masks", "--child",
+                   "nostall", str(root / "images"), str(ann)]
+            rates[build].append(run_json(cmd, env_for(build, args.old))["rate"])
+            print(f"detection round {r} {build}: {rates[build][-1]:.0f} images/s", flush=True)
+    return rates
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--old", required=True, help="folder holding the other build's nostall package")
@@ -216,6 +235,10 @@ def main():
         for kind, what in (("clips", "audio, 1 s FLAC clips"), ("long", "audio, 3 s crops of 10-30 s files")):
             o, n = med(r[(kind, "old")]), med(r[(kind, "new")])
             lines.append(f"| {what}, samples/s | {o:.0f} | {n:.0f} | {n / o:.3f} |")
+    if "detection" in which:
+        r = bench_detection(args)
+        lines.append(f"| detection, SSD recipe + masks, images/s | {med(r['old']):.0f} | {med(r['new']):.0f} | "
+                     f"{med(r['new']) / med(r['old']):.3f} |")
     print(f"\nmedians of {args.rounds} rounds, old and new alternating\n")
     print("\n".join(lines))
 
