@@ -201,6 +201,118 @@ class ClampBoundingBoxes(_Op):
         super().__init__()
 
 
+class ScaleJitter(_Op):
+    """Large scale jitter (v2's, the Copy-Paste recipe): resize by min(target_size[1] / height,
+    target_size[0] / width) times a scale drawn from scale_range; boxes and masks follow. Follow
+    it with FixedSizeCrop for batches of one size (the lsj recipe). Detection specs only.
+
+    Args:
+        target_size (tuple[int, int]; required): the base size (height, width)
+        scale_range (tuple[float, float]; default (0.1, 2.0), in [0.001, 64.0]): the scale's
+            range, drawn uniformly
+        interpolation (str; default 'bilinear', one of 'bilinear'): bilinear only: nostall
+            resamples bilinear, antialiased, as torchvision on PIL images
+            (InterpolationMode.BILINEAR, the default)
+        antialias (bool; default True): True only: nostall always antialiases, as torchvision
+            does on PIL images
+    """
+
+    def __init__(
+            self,
+            target_size: tuple[int, int],
+            scale_range: tuple[float, float] = (0.1, 2.0),
+            interpolation: str = 'bilinear',
+            antialias: bool = True,
+    ):
+        super().__init__(
+            target_size=target_size,
+            scale_range=scale_range,
+            interpolation=interpolation,
+            antialias=antialias,
+        )
+
+
+class RandomShortestSize(_Op):
+    """Resize so the shorter side is one of min_size (drawn per sample) and the longer at most
+    max_size; boxes and masks follow (v2's; Faster and Mask R-CNN's multi-scale training).
+    Detection specs only.
+
+    Args:
+        min_size (int | Sequence[int]; required): the shorter side's choices
+        max_size (int | None; default None): a cap on the longer side
+        interpolation (str; default 'bilinear', one of 'bilinear'): bilinear only: nostall
+            resamples bilinear, antialiased, as torchvision on PIL images
+            (InterpolationMode.BILINEAR, the default)
+        antialias (bool; default True): True only: nostall always antialiases, as torchvision
+            does on PIL images
+    """
+
+    def __init__(
+            self,
+            min_size: int | Sequence[int],
+            max_size: int | None = None,
+            interpolation: str = 'bilinear',
+            antialias: bool = True,
+    ):
+        super().__init__(
+            min_size=min_size,
+            max_size=max_size,
+            interpolation=interpolation,
+            antialias=antialias,
+        )
+
+
+class RandomResize(_Op):
+    """Resize the shorter side to a size drawn from [min_size, max_size) (v2's; DETR's multi-scale
+    training); boxes and masks follow. Detection specs only.
+
+    Args:
+        min_size (int; required, in [1, 65536]): the smallest shorter side
+        max_size (int; required, in [2, 65536]): one past the largest shorter side
+        interpolation (str; default 'bilinear', one of 'bilinear'): bilinear only: nostall
+            resamples bilinear, antialiased, as torchvision on PIL images
+            (InterpolationMode.BILINEAR, the default)
+        antialias (bool; default True): True only: nostall always antialiases, as torchvision
+            does on PIL images
+    """
+
+    def __init__(
+            self,
+            min_size: int,
+            max_size: int,
+            interpolation: str = 'bilinear',
+            antialias: bool = True,
+    ):
+        super().__init__(
+            min_size=min_size,
+            max_size=max_size,
+            interpolation=interpolation,
+            antialias=antialias,
+        )
+
+
+class FixedSizeCrop(_Op):
+    """Crop to size at one random place (a single draw for both axes) where the image is larger,
+    then pad the right and bottom with fill where it is smaller; boxes are shifted and clamped,
+    those left empty removed with their labels and masks (torchvision's detection references'
+    FixedSizeCrop, the lsj recipe's). Masks are padded with 0. Detection specs only.
+
+    Args:
+        size (int | tuple[int, int]; required): an int (square) or (height, width)
+        fill (float | Sequence[float] | None; default 0): the padding's colour: a number or one
+            per channel, 0-255
+        padding_mode (str; default 'constant', one of 'constant'): constant only
+    """
+
+    def __init__(
+            self,
+            size: int | tuple[int, int],
+            fill: float | Sequence[float] | None = 0,
+            padding_mode: str = 'constant',
+    ):
+        super().__init__(size=size, fill=fill, padding_mode=padding_mode)
+
+
 class ColorJitter(_Op):
     """Brightness, contrast, saturation and hue factors drawn per sample and applied in a random
     order, as torchvision's ColorJitter on PIL images.
@@ -563,8 +675,9 @@ class RandomPhotometricDistort(_Op):
 
 
 __all__ = ['RandomResizedCrop', 'Resize', 'CenterCrop', 'RandomHorizontalFlip', 'Normalize',
-'RandomZoomOut', 'RandomIoUCrop', 'SanitizeBoundingBoxes', 'ClampBoundingBoxes', 'ColorJitter',
-'Grayscale', 'RandomGrayscale', 'GaussianBlur', 'RandomErasing', 'TrivialAugmentWide',
-'RandAugment', 'AutoAugment', 'RandomRotation', 'RandomAffine', 'RandomVerticalFlip',
-'RandomInvert', 'RandomPosterize', 'RandomSolarize', 'RandomAutocontrast', 'RandomEqualize',
+'RandomZoomOut', 'RandomIoUCrop', 'SanitizeBoundingBoxes', 'ClampBoundingBoxes', 'ScaleJitter',
+'RandomShortestSize', 'RandomResize', 'FixedSizeCrop', 'ColorJitter', 'Grayscale',
+'RandomGrayscale', 'GaussianBlur', 'RandomErasing', 'TrivialAugmentWide', 'RandAugment',
+'AutoAugment', 'RandomRotation', 'RandomAffine', 'RandomVerticalFlip', 'RandomInvert',
+'RandomPosterize', 'RandomSolarize', 'RandomAutocontrast', 'RandomEqualize',
 'RandomAdjustSharpness', 'RandomPhotometricDistort']

@@ -5,7 +5,9 @@
 //
 // A spec's "detection" object names the transforms (the same entries as
 // "transforms", plus the ones that need boxes: RandomZoomOut, RandomIoUCrop,
-// SanitizeBoundingBoxes, ClampBoundingBoxes), the box format of the output
+// SanitizeBoundingBoxes, ClampBoundingBoxes, and the resizes and crop of the
+// multi-scale and large-scale-jitter recipes: ScaleJitter,
+// RandomShortestSize, RandomResize, FixedSizeCrop), the box format of the output
 // and whether masks are made. The geometric transforms (zoom out, crops,
 // resizes, flips) are composed into one map from the source image to the
 // output, so the image is decoded once (only the region the output covers,
@@ -38,6 +40,10 @@ enum class StepKind {
   kResizedCrop,      // RandomResizedCrop(size, scale, ratio)
   kResize,           // Resize(size, max_size)
   kCenterCrop,       // CenterCrop(size)
+  kScaleJitter,      // ScaleJitter(target_size, scale_range)
+  kShortestSize,     // RandomShortestSize(min_size, max_size)
+  kRandomResize,     // RandomResize(min_size, max_size)
+  kFixedSizeCrop,    // FixedSizeCrop(size, fill)
   kHFlip,            // RandomHorizontalFlip(p)
   kVFlip,            // RandomVerticalFlip(p)
   kSanitize,         // SanitizeBoundingBoxes(min_size, min_area)
@@ -53,15 +59,22 @@ struct Step {
   // through its rule; what comes after it is in the output's frame.
   bool moves_pixels = false;
   double p = 0.5;
-  // ZoomOut
+  // ZoomOut, FixedSizeCrop
   std::vector<double> fill;
   double side_min = 1, side_max = 4;
   // IoUCrop
   double min_scale = 0.3, max_scale = 1, min_aspect = 0.5, max_aspect = 2;
   std::vector<double> options;
   int trials = 40;
-  // Resize / crops
+  // Resize / crops (FixedSizeCrop: height x width)
   int height = 0, width = 0, short_side = 0, max_size = 0;
+  // ScaleJitter: target_size and scale_range
+  int target_h = 0, target_w = 0;
+  double jitter_min = 0.1, jitter_max = 2.0;
+  // RandomShortestSize: the shorter side's choices (max_size above, 0: none);
+  // RandomResize: the shorter side drawn from [resize_min, resize_max)
+  std::vector<int> min_sizes;
+  int resize_min = 0, resize_max = 0;
   double scale_min = 0.08, scale_max = 1, ratio_min = 3.0 / 4, ratio_max = 4.0 / 3;
   // Sanitize
   double min_size = 1, min_area = 1;
@@ -87,9 +100,10 @@ struct Spec {
 // `prep` carries dtype, layout and mode.
 // `fixed`: the steps must give every sample one size (a loader's batch);
 // else out_h and out_w are 0 when they do not.
-// Per-thread buffers: a sample's padded canvas, one instance's mask.
+// Per-thread buffers: a sample's padded canvas, one instance's mask, the
+// image resampled into its place of an output padded after it.
 struct Scratch : KindScratch {
-  std::vector<uint8_t> canvas, mask;
+  std::vector<uint8_t> canvas, mask, placed;
 };
 
 Result<std::shared_ptr<const Spec>> SpecFromJson(const nlohmann::json& j, const PrepSpec& prep,

@@ -221,5 +221,43 @@ TEST(Detect, SpecErrorsNameTheTransform) {
   }
 }
 
+// The resizes of many sizes give one batch size only through a FixedSizeCrop
+// after them; it pads with one fill with any RandomZoomOut.
+TEST(Detect, ResizesOfManySizesNeedAFixedSizeCropAfterThem) {
+  PrepSpec prep;
+  const auto message = [&](const char* text) {
+    Result<std::shared_ptr<const detect::Spec>> s = detect::SpecFromJson(nlohmann::json::parse(text), prep);
+    return s.ok() ? std::string() : s.status().message();
+  };
+  EXPECT_NE(message(R"({"transforms": [{"type": "ScaleJitter", "target_size": [64, 64]}]})").find("FixedSizeCrop"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"transforms": [{"type": "FixedSizeCrop", "size": 64},
+                                       {"type": "RandomShortestSize", "min_size": [32, 48]}]})").find("one size"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"transforms": [{"type": "RandomZoomOut", "fill": 10}, {"type": "RandomResize",
+                       "min_size": 40, "max_size": 80}, {"type": "FixedSizeCrop", "size": 64}]})").find("same fill"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"transforms": [{"type": "RandomResize", "min_size": 80, "max_size": 80},
+                                       {"type": "FixedSizeCrop", "size": 64}]})").find("min_size"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"transforms": [{"type": "ScaleJitter", "target_size": 64},
+                                       {"type": "FixedSizeCrop", "size": 64}]})").find("target_size"),
+            std::string::npos);
+  auto lsj = SpecOf(R"({"transforms": [{"type": "ScaleJitter", "target_size": [64, 96]},
+                                        {"type": "FixedSizeCrop", "size": [64, 96], "fill": 7},
+                                        {"type": "RandomHorizontalFlip"}]})");
+  ASSERT_NE(lsj, nullptr);
+  EXPECT_EQ(lsj->out_h, 64);
+  EXPECT_EQ(lsj->out_w, 96);
+  // Every sample comes out 64 x 96 whatever the scale drawn.
+  const std::string rec = R"({"boxes": [[10, 10, 200, 150]], "labels": [1]})";
+  for (int64_t index = 0; index < 20; ++index) {
+    nlohmann::json out;
+    ASSERT_TRUE(detect::Trace(*lsj, 640, 480, reinterpret_cast<const uint8_t*>(rec.data()), rec.size(),
+                              {3, 0, index}, &out).ok());
+    EXPECT_EQ(out["size"], nlohmann::json({64, 96})) << out.dump();
+  }
+}
+
 }  // namespace
 }  // namespace nostall

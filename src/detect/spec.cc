@@ -13,6 +13,59 @@ namespace {
 
 using json = nlohmann::json;
 
+// A side in [1, 2^16], as the resizes take them.
+bool IsSide(const json& v) { return v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= (1 << 16); }
+
+// The multi-scale recipes' steps: ScaleJitter, RandomShortestSize,
+// RandomResize, FixedSizeCrop.
+Status ReadScaleStep(OpArgs& args, const std::string& type, Step* step) {
+  if (type == "FixedSizeCrop") {
+    step->kind = StepKind::kFixedSizeCrop;
+    Transform size;
+    NOSTALL_RETURN_IF_ERROR(ReadSize(args, false, &size));
+    step->height = size.height, step->width = size.width;
+    args.Record("size", {step->height, step->width});
+    return args.Fill("fill", &step->fill);
+  }
+  if (type == "RandomResize") {
+    step->kind = StepKind::kRandomResize;
+    NOSTALL_RETURN_IF_ERROR(args.Int("min_size", &step->resize_min));
+    NOSTALL_RETURN_IF_ERROR(args.Int("max_size", &step->resize_max));
+    if (step->resize_min >= step->resize_max) return args.Error("min_size must be below max_size (drawn from [min_size, max_size))");
+    return Status::OK();
+  }
+  const json* v = nullptr;
+  if (type == "ScaleJitter") {
+    step->kind = StepKind::kScaleJitter;
+    NOSTALL_RETURN_IF_ERROR(args.Raw("target_size", &v));
+    if (!v->is_array() || v->size() != 2 || !IsSide((*v)[0]) || !IsSide((*v)[1])) {
+      return args.Error("target_size must be [height, width], each in [1, 65536], not " + Shown(*v));
+    }
+    step->target_h = (*v)[0].get<int>(), step->target_w = (*v)[1].get<int>();
+    args.Record("target_size", *v);
+    NOSTALL_RETURN_IF_ERROR(args.Pair("scale_range", &step->jitter_min, &step->jitter_max));
+    if (step->jitter_min > step->jitter_max) return args.Error("scale_range's first is over its second");
+    return Status::OK();
+  }
+  step->kind = StepKind::kShortestSize;
+  NOSTALL_RETURN_IF_ERROR(args.Raw("min_size", &v));
+  if (IsSide(*v)) {
+    step->min_sizes = {v->get<int>()};
+  } else if (v->is_array() && !v->empty() && std::all_of(v->begin(), v->end(), IsSide)) {
+    for (const json& s : *v) step->min_sizes.push_back(s.get<int>());
+  } else {
+    return args.Error("min_size must be an integer or a non-empty list of them in [1, 65536], not " + Shown(*v));
+  }
+  args.Record("min_size", step->min_sizes);
+  NOSTALL_RETURN_IF_ERROR(args.Raw("max_size", &v));
+  if (v != nullptr && !v->is_null()) {
+    if (!IsSide(*v)) return args.Error("max_size must be an integer in [1, 65536] or None, not " + Shown(*v));
+    step->max_size = v->get<int>();
+  }
+  args.Record("max_size", step->max_size > 0 ? json(step->max_size) : json());
+  return Status::OK();
+}
+
 Status ReadBoxStep(const json& e, size_t i, const std::string& type, Step* step, json* resolved) {
   const OpSchema* schema = FindTransformSchema(type);
   if (schema == nullptr) return InvalidArgument("detection transform " + type + " has no schema");
@@ -50,6 +103,9 @@ Status ReadBoxStep(const json& e, size_t i, const std::string& type, Step* step,
     }
     if (step->min_scale > step->max_scale) return args.Error("min_scale is over max_scale");
     if (step->min_aspect > step->max_aspect) return args.Error("min_aspect_ratio is over max_aspect_ratio");
+  } else if (type == "ScaleJitter" || type == "RandomShortestSize" || type == "RandomResize" ||
+             type == "FixedSizeCrop") {
+    NOSTALL_RETURN_IF_ERROR(ReadScaleStep(args, type, step));
   } else if (type == "SanitizeBoundingBoxes") {
     step->kind = StepKind::kSanitize;
     NOSTALL_RETURN_IF_ERROR(args.Double("min_size", &step->min_size));
@@ -115,9 +171,11 @@ void OutputSize(const std::vector<Step>& steps, int* h, int* w) {
   *h = *w = 0;
   for (const Step& s : steps) {
     if (s.kind == StepKind::kResizedCrop || s.kind == StepKind::kCenterCrop ||
-        (s.kind == StepKind::kResize && s.short_side <= 0)) {
+        s.kind == StepKind::kFixedSizeCrop || (s.kind == StepKind::kResize && s.short_side <= 0)) {
       *h = s.height, *w = s.width;
-    } else if (s.kind == StepKind::kResize || s.kind == StepKind::kZoomOut || s.kind == StepKind::kIoUCrop) {
+    } else if (s.kind == StepKind::kResize || s.kind == StepKind::kZoomOut || s.kind == StepKind::kIoUCrop ||
+               s.kind == StepKind::kScaleJitter || s.kind == StepKind::kShortestSize ||
+               s.kind == StepKind::kRandomResize) {
       *h = *w = 0;
     }
   }
@@ -128,13 +186,27 @@ void OutputSize(const std::vector<Step>& steps, int* h, int* w) {
 Status CheckRules(const Spec& spec, const PrepSpec& prep) {
   std::vector<ListEntry> entries;
   for (const Step& s : spec.steps) {
-    const bool own = s.kind == StepKind::kZoomOut || s.kind == StepKind::kIoUCrop ||
-                     s.kind == StepKind::kSanitize || s.kind == StepKind::kClamp;
+    const bool own = IsBoxTransform(s.name);
     entries.push_back({own ? nullptr : &s.transform, FindTransformSchema(s.name)});
   }
   return CheckTransformList(
       entries, prep.dtype, prep.channels(), /*geometry_first=*/false,
       [](size_t i) { return "detection.transforms[" + std::to_string(i) + "]: "; });
+}
+
+// RandomZoomOut and FixedSizeCrop paint the canvas outside the image: one
+// colour for all of it.
+Status CheckOneFill(const Spec& spec) {
+  const Step* first = nullptr;
+  for (const Step& s : spec.steps) {
+    if (s.kind != StepKind::kZoomOut && s.kind != StepKind::kFixedSizeCrop) continue;
+    if (first != nullptr && s.fill != first->fill) {
+      return InvalidArgument("detection.transforms: " + first->name + " and " + s.name +
+                             " paint one canvas: give them the same fill");
+    }
+    if (first == nullptr) first = &s;
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -183,13 +255,14 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& j, const PrepSpec& 
   if (fixed && (h <= 0 || w <= 0)) {
     return InvalidArgument(
         "detection.transforms must give every sample one size, for one batch tensor: end the "
-        "geometry with Resize((h, w)), RandomResizedCrop or CenterCrop (after RandomZoomOut, "
-        "RandomIoUCrop and any Resize(int)); batches of images of several sizes, padded, are not "
-        "supported");
+        "geometry with Resize((h, w)), RandomResizedCrop, CenterCrop or FixedSizeCrop (after "
+        "RandomZoomOut, RandomIoUCrop, ScaleJitter, RandomShortestSize, RandomResize and any "
+        "Resize(int)); batches of images of several sizes, padded, are not supported yet");
   }
   spec->out_h = h;
   spec->out_w = w;
   NOSTALL_RETURN_IF_ERROR(CheckRules(*spec, prep));
+  NOSTALL_RETURN_IF_ERROR(CheckOneFill(*spec));
   spec->resolved = {{"transforms", resolved},
                     {"box_format", annotations::BoxFormatName(spec->box_format)},
                     {"masks", spec->masks}};

@@ -1,6 +1,7 @@
 // The schemas of the transforms that need boxes: torchvision.transforms.v2's
-// RandomZoomOut, RandomIoUCrop, SanitizeBoundingBoxes and
-// ClampBoundingBoxes, with v2's names and defaults. They run in a detection
+// RandomZoomOut, RandomIoUCrop, SanitizeBoundingBoxes, ClampBoundingBoxes,
+// ScaleJitter, RandomShortestSize and RandomResize, and the detection
+// references' FixedSizeCrop, with their names and defaults. They run in a detection
 // spec only (src/detect reads them); declared here so the Python classes
 // and the docs' argument tables come from one list with every other
 // transform's.
@@ -41,6 +42,39 @@ std::vector<OpSchema> BoxSchemas() {
        OpRole::kBoxes, false, true},
       {"ClampBoundingBoxes", "Clamp the boxes to the image. Detection specs only.", {},
        OpRole::kBoxes, false, true},
+      // The multi-scale and large-scale-jitter recipes (torchvision's detection
+      // references: multiscale, lsj; DETR's multi-scale training).
+      {"ScaleJitter",
+       "Large scale jitter (v2's, the Copy-Paste recipe): resize by min(target_size[1] / height, "
+       "target_size[0] / width) times a scale drawn from scale_range; boxes and masks follow. "
+       "Follow it with FixedSizeCrop for batches of one size (the lsj recipe). Detection specs only.",
+       {Required(AnyArg("target_size", nullptr, "tuple[int, int]", "the base size (height, width)")),
+        PairArg("scale_range", 0.1, 2.0, 1e-3, 64.0, "the scale's range, drawn uniformly"), Bilinear(),
+        Antialias()},
+       OpRole::kGeometry, true, true},
+      {"RandomShortestSize",
+       "Resize so the shorter side is one of min_size (drawn per sample) and the longer at most "
+       "max_size; boxes and masks follow (v2's; Faster and Mask R-CNN's multi-scale training). "
+       "Detection specs only.",
+       {Required(AnyArg("min_size", nullptr, "int | Sequence[int]", "the shorter side's choices")),
+        AnyArg("max_size", nullptr, "int | None", "a cap on the longer side"), Bilinear(), Antialias()},
+       OpRole::kGeometry, true, true},
+      {"RandomResize",
+       "Resize the shorter side to a size drawn from [min_size, max_size) (v2's; DETR's "
+       "multi-scale training); boxes and masks follow. Detection specs only.",
+       {Required(IntArg("min_size", 1, 1, 1 << 16, "the smallest shorter side")),
+        Required(IntArg("max_size", 2, 2, 1 << 16, "one past the largest shorter side")), Bilinear(),
+        Antialias()},
+       OpRole::kGeometry, true, true},
+      {"FixedSizeCrop",
+       "Crop to size at one random place (a single draw for both axes) where the image is larger, "
+       "then pad the right and bottom with fill where it is smaller; boxes are shifted and clamped, "
+       "those left empty removed with their labels and masks (torchvision's detection references' "
+       "FixedSizeCrop, the lsj recipe's). Masks are padded with 0. Detection specs only.",
+       {SizeArg("an int (square) or (height, width)"),
+        FillArg("fill", 0, "the padding's colour: a number or one per channel, 0-255"),
+        AcceptedOnly(ChoiceArg("padding_mode", "constant", {"constant"}, "constant only"))},
+       OpRole::kGeometry, true, true},
   };
 }
 

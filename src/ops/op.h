@@ -156,6 +156,16 @@ std::vector<OpSchema> GeometrySchemas();
 std::vector<OpSchema> BoxSchemas();
 bool IsBoxTransform(const std::string& type);
 
+// The arguments the resizes and crops share, declared once for the geometry
+// transforms and the detection ones (box_schemas.cc): a required "size"
+// (an int or (height, width)), and interpolation / antialias accepted with
+// torchvision's PIL defaults only. ReadSize reads "size" (one number: the
+// smaller edge when `one_is_short_side`, else a square).
+ArgSchema SizeArg(const char* doc);
+ArgSchema Bilinear();
+ArgSchema Antialias();
+Status ReadSize(OpArgs& args, bool one_is_short_side, Transform* t);
+
 // A spec's transform entry (at `position` of the list) read through its
 // schema, and written back with every default spelled out.
 Result<Transform> TransformFromJson(const nlohmann::json& j, size_t position);

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <string>
 
@@ -167,8 +168,16 @@ TEST(OpsTest, EveryTransformReadsOnlyWhatItsSchemaDeclares) {
   }
   // The box transforms (a detection spec's: src/detect reads them) are
   // checked by their schemas alone, here.
+  // (Their required arguments given.)
+  const std::map<std::string, json> required = {
+      {"ScaleJitter", {{"target_size", {64, 64}}}},
+      {"RandomShortestSize", {{"min_size", {32, 48}}}},
+      {"RandomResize", {{"min_size", 32}, {"max_size", 64}}},
+      {"FixedSizeCrop", {{"size", 64}}}};
   for (const OpSchema& s : BoxSchemas()) {
-    auto checked = CheckTransformJson(json{{"type", s.name}}.dump());
+    json j = required.count(s.name) ? required.at(s.name) : json::object();
+    j["type"] = s.name;
+    auto checked = CheckTransformJson(j.dump());
     ASSERT_TRUE(checked.ok()) << checked.status().ToString();
     auto again = CheckTransformJson(checked.value());
     ASSERT_TRUE(again.ok()) << again.status().ToString();

@@ -17,46 +17,6 @@ bool Side(const json& v) {
   return v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMaxSide;
 }
 
-ArgSchema SizeArg(const char* doc) {
-  return Required(AnyArg("size", nullptr, "int | tuple[int, int]", doc));
-}
-
-ArgSchema Bilinear() {
-  return AcceptedOnly(ChoiceArg("interpolation", "bilinear", {"bilinear"},
-                                "bilinear only: nostall resamples bilinear, antialiased, as "
-                                "torchvision on PIL images (InterpolationMode.BILINEAR, the "
-                                "default)"));
-}
-
-ArgSchema Antialias() {
-  return AcceptedOnly(BoolArg("antialias", true,
-                              "True only: nostall always antialiases, as torchvision does on PIL "
-                              "images"));
-}
-
-// "size": one number (height = width) or [height, width]; a Resize's one
-// number is its smaller edge.
-Status ReadSize(OpArgs& args, bool one_is_short_side, Transform* t) {
-  const json* s = nullptr;
-  NOSTALL_RETURN_IF_ERROR(args.Raw("size", &s));
-  if (Side(*s)) {
-    if (one_is_short_side) {
-      t->short_side = s->get<int>();
-    } else {
-      t->height = t->width = s->get<int>();
-    }
-  } else if (s->is_array() && s->size() == 1 && Side((*s)[0]) && !one_is_short_side) {
-    t->height = t->width = (*s)[0].get<int>();
-  } else if (s->is_array() && s->size() == 2 && Side((*s)[0]) && Side((*s)[1])) {
-    t->height = (*s)[0].get<int>();
-    t->width = (*s)[1].get<int>();
-  } else {
-    return args.Error("size must be an integer or [height, width] in [1, " +
-                      std::to_string(kMaxSide) + "], not " + Shown(*s));
-  }
-  return Status::OK();
-}
-
 Status ReadNumbers(OpArgs& args, const char* key, std::vector<double>* out) {
   const json* v = nullptr;
   NOSTALL_RETURN_IF_ERROR(args.Raw(key, &v));
@@ -120,6 +80,46 @@ Status ReadGeometry(const std::string& type, OpArgs& args, Transform* t) {
 }
 
 }  // namespace
+
+ArgSchema SizeArg(const char* doc) {
+  return Required(AnyArg("size", nullptr, "int | tuple[int, int]", doc));
+}
+
+ArgSchema Bilinear() {
+  return AcceptedOnly(ChoiceArg("interpolation", "bilinear", {"bilinear"},
+                                "bilinear only: nostall resamples bilinear, antialiased, as "
+                                "torchvision on PIL images (InterpolationMode.BILINEAR, the "
+                                "default)"));
+}
+
+ArgSchema Antialias() {
+  return AcceptedOnly(BoolArg("antialias", true,
+                              "True only: nostall always antialiases, as torchvision does on PIL "
+                              "images"));
+}
+
+// "size": one number (height = width) or [height, width]; a Resize's one
+// number is its smaller edge.
+Status ReadSize(OpArgs& args, bool one_is_short_side, Transform* t) {
+  const json* s = nullptr;
+  NOSTALL_RETURN_IF_ERROR(args.Raw("size", &s));
+  if (Side(*s)) {
+    if (one_is_short_side) {
+      t->short_side = s->get<int>();
+    } else {
+      t->height = t->width = s->get<int>();
+    }
+  } else if (s->is_array() && s->size() == 1 && Side((*s)[0]) && !one_is_short_side) {
+    t->height = t->width = (*s)[0].get<int>();
+  } else if (s->is_array() && s->size() == 2 && Side((*s)[0]) && Side((*s)[1])) {
+    t->height = (*s)[0].get<int>();
+    t->width = (*s)[1].get<int>();
+  } else {
+    return args.Error("size must be an integer or [height, width] in [1, " +
+                      std::to_string(kMaxSide) + "], not " + Shown(*s));
+  }
+  return Status::OK();
+}
 
 DType DefaultDType(const nlohmann::json& transforms) {
   if (!transforms.is_array()) return DType::kUint8;

@@ -19,12 +19,16 @@ import warm
 from nostall.transforms import (
     CenterCrop,
     ClampBoundingBoxes,
+    FixedSizeCrop,
     RandomIoUCrop,
     RandomPhotometricDistort,
+    RandomResize,
     RandomResizedCrop,
+    RandomShortestSize,
     RandomVerticalFlip,
     RandomZoomOut,
     SanitizeBoundingBoxes,
+    ScaleJitter,
 )
 
 pycocotools_mask = pytest.importorskip("pycocotools.mask")
@@ -156,6 +160,35 @@ def v2_reference(transforms, trace, boxes, labels, w, h, masks=None):
                 b[:, [1, 3]] = h - b[:, [3, 1]]
                 if m is not None:
                     m = m.flip(-2)
+        elif name in ("ScaleJitter", "RandomShortestSize", "RandomResize"):
+            nh, nw = _drawn_size(t.to_dict(), op["drawn"], h, w)
+            assert op["size"] == [nh, nw], (op, nh, nw)
+            b = _resize(b, h, w, nh, nw)
+            if m is not None:
+                m = _mask_resize(m, nh, nw)
+            h, w = nh, nw
+        elif name == "FixedSizeCrop":
+            size = t.to_dict()["size"]
+            ch, cw = (size, size) if isinstance(size, int) else size
+            nh, nw = min(h, ch), min(w, cw)
+            if (nh, nw) != (h, w):
+                top, left, got_h, got_w = op["crop"]
+                assert (got_h, got_w) == (nh, nw)
+                # one draw r for both: top = int((h - ch) * r), left = int((w - cw) * r)
+                assert 0 <= top <= max(h - ch, 0) and 0 <= left <= max(w - cw, 0)
+                b = _crop(b, top, left, nh, nw)
+                valid = (b[:, 0] < b[:, 2]) & (b[:, 1] < b[:, 3])
+                b, lab = b[valid], lab[valid]
+                if m is not None:
+                    m = _mask_crop(m[valid], top, left, nh, nw)
+            else:
+                assert op["crop"] is None
+            assert op["padding"] == [0, 0, cw - nw, ch - nh]
+            if (nh, nw) != (ch, cw):  # v2's pad of boxes clamps them to the new canvas
+                b = _clamp(b, ch, cw)
+                if m is not None:
+                    m = _mask_pad(m, 0, 0, cw - nw, ch - nh)
+            h, w = ch, cw
         elif name == "SanitizeBoundingBoxes":
             keep = _sanitize_mask(b, h, w, t.to_dict()["min_size"], t.to_dict()["min_area"])
             b, lab = b[keep], lab[keep]
@@ -164,6 +197,28 @@ def v2_reference(transforms, trace, boxes, labels, w, h, masks=None):
         else:
             raise AssertionError(name)
     return b, lab, m, (h, w)
+
+
+def _drawn_size(args, drawn, h, w):
+    """The size v2's make_params gives for the value nostall drew: ScaleJitter's
+    scale (float32 tensors, as v2's), RandomShortestSize's side, RandomResize's
+    short side (F.resize's rule for one int)."""
+    if "target_size" in args:
+        th, tw = args["target_size"]
+        lo, hi = args["scale_range"]
+        assert lo <= drawn <= hi
+        r = min(tw / h, th / w) * torch.tensor([drawn], dtype=torch.float32)
+        return int(h * r), int(w * r)
+    if "min_size" in args and isinstance(args["min_size"], list):
+        assert drawn in args["min_size"]
+        r = drawn / min(h, w)
+        if args["max_size"] is not None:
+            r = min(r, args["max_size"] / max(h, w))
+        return int(h * r), int(w * r)
+    assert args["min_size"] <= drawn < args["max_size"]
+    short, long = (w, h) if w <= h else (h, w)
+    new_short, new_long = drawn, int(drawn * long / short)
+    return (new_long, new_short) if w <= h else (new_short, new_long)
 
 
 def _random_boxes(rng, w, h, n):
@@ -182,6 +237,13 @@ RECIPES = {
             ClampBoundingBoxes(), SanitizeBoundingBoxes(min_size=2, min_area=10)],
     "resize-short+center": [nostall.Resize(256), CenterCrop(224), SanitizeBoundingBoxes()],
     "center-larger": [CenterCrop((500, 400)), ClampBoundingBoxes()],
+    # torchvision's references: lsj (Copy-Paste) and multi-scale resizes ending in one size
+    "lsj": [ScaleJitter(target_size=(320, 320)), FixedSizeCrop(320), nostall.RandomHorizontalFlip(),
+            SanitizeBoundingBoxes()],
+    "lsj-wide": [ScaleJitter(target_size=(240, 400), scale_range=(0.3, 1.7)), FixedSizeCrop((240, 400)),
+                 ClampBoundingBoxes()],
+    "shortest+resize+fixed": [RandomShortestSize([160, 200, 240], max_size=400), RandomResize(150, 260),
+                              FixedSizeCrop((200, 224)), SanitizeBoundingBoxes()],
 }
 
 
@@ -192,7 +254,7 @@ def test_boxes_follow_v2_rules_for_every_draw(recipe):
     drew, within 1e-3 px."""
     transforms = RECIPES[recipe]
     rng = np.random.default_rng(7)
-    checked = 0
+    checked, seen = 0, set()
     for index in range(60):
         w, h = (int(v) for v in rng.integers(100, 700, 2))
         boxes = _random_boxes(rng, w, h, int(rng.integers(0, 12)))
@@ -205,7 +267,14 @@ def test_boxes_follow_v2_rules_for_every_draw(recipe):
         np.testing.assert_allclose(got, b.numpy(), atol=1e-3)
         assert trace["labels"] == lab.tolist()
         checked += len(got)
+        for op in trace["ops"]:
+            if op["op"] == "FixedSizeCrop":
+                seen |= {"crop"} if op["crop"] is not None else set()
+                seen |= {"pad"} if op["padding"] != [0, 0, 0, 0] else set()
+                seen |= {"removed"} if op["removed"] else set()
     assert checked > 50  # the recipes keep boxes, not only drop them
+    if any(type(t).__name__ == "FixedSizeCrop" for t in transforms):
+        assert seen == {"crop", "pad", "removed"}, seen  # every branch of it met
 
 
 def test_iou_crop_draws_meet_the_sampler_rule():
@@ -276,13 +345,23 @@ def test_masks_from_polygons_and_rle_equal_pycocotools(scenes):
     assert checked > 100
 
 
-def test_transformed_masks_equal_v2_steps(scenes):
-    """Masks through zoom out, IoU crop, flips and resize equal v2's
-    pad / crop / flip / resize(nearest) of pycocotools' masks, exactly."""
+MASK_RECIPES = {
+    "ssd": [RandomZoomOut(p=0.8), RandomIoUCrop(), nostall.RandomHorizontalFlip(), RandomVerticalFlip(),
+            nostall.Resize((300, 300)), SanitizeBoundingBoxes()],
+    "lsj": [ScaleJitter(target_size=(256, 256)), FixedSizeCrop(256, fill=(123, 117, 104)),
+            nostall.RandomHorizontalFlip(), SanitizeBoundingBoxes()],
+    "multiscale": [RandomShortestSize([128, 160, 192], max_size=300), FixedSizeCrop((176, 208))],
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(MASK_RECIPES))
+def test_transformed_masks_equal_v2_steps(scenes, recipe):
+    """Masks through zoom out, IoU crop, flips and resize, and through the
+    lsj and multi-scale resizes and fixed-size crop, equal v2's pad / crop /
+    flip / resize(nearest) of pycocotools' masks, exactly."""
     images, ann_path = scenes
     ann = json.loads(ann_path.read_text())
-    transforms = [RandomZoomOut(p=0.8), RandomIoUCrop(), nostall.RandomHorizontalFlip(), RandomVerticalFlip(),
-                  nostall.Resize((300, 300)), SanitizeBoundingBoxes()]
+    transforms = MASK_RECIPES[recipe]
     total = 0
     for k, img in enumerate(ann["images"][:25]):
         mine = [a for a in ann["annotations"] if a["image_id"] == img["id"]]
@@ -298,6 +377,46 @@ def test_transformed_masks_equal_v2_steps(scenes):
         np.testing.assert_array_equal(out["masks"], m.numpy())
         total += int(m.sum())
     assert total > 10000
+
+
+def test_lsj_pixels_equal_pil_resize_crop_and_fill():
+    """ScaleJitter + FixedSizeCrop (+ flips) on a lossless PNG: the image
+    equals PIL's bilinear resize to the drawn size, cropped where drawn,
+    pasted on a canvas of the fill (the image's edge not blended with it, as
+    v2 resizes before it pads), flipped, within one grey level."""
+    rng = np.random.default_rng(11)
+    fill = (123, 117, 104)
+    transforms = [ScaleJitter(target_size=(192, 192), scale_range=(0.5, 1.6)), FixedSizeCrop(192, fill=fill),
+                  nostall.RandomHorizontalFlip(p=0.5), RandomVerticalFlip(p=0.5)]
+    worst, shapes, flips = 0, set(), set()
+    for index in range(16):
+        w, h = (int(v) for v in rng.integers(150, 400, 2))
+        arr = natural_image(rng, w, h)
+        buf = io.BytesIO()
+        Image.fromarray(arr).save(buf, format="PNG")
+        ann = {"boxes": [[w * 0.2, h * 0.2, w * 0.6, h * 0.7]], "labels": [1]}
+        trace = detection.sample_params(transforms, w, h, ann, index=index)
+        got, _ = detection.apply(transforms, buf.getvalue(), ann, index=index)
+        assert got.shape == (192, 192, 3)
+        nh, nw = trace["ops"][0]["size"]
+        im = Image.fromarray(arr).resize((nw, nh), Image.BILINEAR)
+        crop = trace["ops"][1]["crop"]
+        if crop is not None:
+            t, l, ch, cw = crop
+            im = im.crop((l, t, l + cw, t + ch))
+        canvas = Image.new("RGB", (192, 192), fill)
+        canvas.paste(im, (0, 0))
+        if trace["ops"][2]["applied"]:
+            canvas = canvas.transpose(Image.FLIP_LEFT_RIGHT)
+        if trace["ops"][3]["applied"]:
+            canvas = canvas.transpose(Image.FLIP_TOP_BOTTOM)
+        flips.add((trace["ops"][2]["applied"], trace["ops"][3]["applied"]))
+        diff = np.abs(got.astype(int) - np.asarray(canvas).astype(int))
+        worst = max(worst, int(diff.max()))
+        shapes.add((crop is not None, trace["ops"][1]["padding"] != [0, 0, 0, 0]))
+    assert worst <= 1
+    assert {(True, False), (False, True)} <= shapes  # crops and paddings both met
+    assert len(flips) == 4
 
 
 def test_image_pixels_equal_pil_for_zoom_crop_flip_resize(tmp_path):
