@@ -31,7 +31,7 @@ from . import _nostall
 from .records import decode_targets
 from .transforms import Transform, _flatten
 
-__all__ = ["Coco", "sample_params", "apply", "targets_record"]
+__all__ = ["Coco", "recipe", "sample_params", "apply", "targets_record"]
 
 
 class Coco:
@@ -82,6 +82,56 @@ class Coco:
         return {"image": "jpg;jpeg;png",
                 "targets": {"ext": "targets", "kind": "targets", "masks": self.masks,
                             "box_format": self.box_format, "batch": self.batch}}
+
+
+# The mean colour torchvision's detection references fill with (ImageNet's, 0-255).
+_REFERENCE_FILL = (123, 117, 104)
+
+
+def recipe(name: str, size: int = 1024) -> list:
+    """The training transforms of torchvision's detection references
+    (``DetectionPresetTrain(data_augmentation=name)``), as nostall
+    transforms, ending in one output size for a batch:
+
+    - ``"hflip"``: a horizontal flip, then ``Resize((size, size))``;
+    - ``"lsj"``: large scale jitter, ``ScaleJitter((size, size))`` +
+      ``FixedSizeCrop(size, fill=mean)`` + flip (Copy-Paste; Mask R-CNN);
+    - ``"ssd"``: photometric distort, zoom out (fill=mean), IoU crop, flip,
+      ``Resize((size, size))``, sanitize (SSD300: size=300);
+    - ``"ssdlite"``: IoU crop, flip, ``Resize((size, size))``, sanitize
+      (SSDlite320: size=320).
+
+    ``"multiscale"`` (RandomShortestSize(480..800, 1333) without a crop) needs
+    batches of several sizes, padded, which are not built yet: it is refused,
+    naming ``"lsj"`` or a FixedSizeCrop after it.
+
+    ```python
+    import nostall
+    from nostall import detection
+
+    lsj = detection.recipe("lsj", size=512)
+    assert [type(t).__name__ for t in lsj] == ["ScaleJitter", "FixedSizeCrop", "RandomHorizontalFlip"]
+    ```
+    """
+    from . import transforms as T
+
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise ValueError(f"size must be a positive int, not {size!r}")
+    if name == "hflip":
+        return [T.RandomHorizontalFlip(), T.Resize((size, size))]
+    if name == "lsj":
+        return [T.ScaleJitter(target_size=(size, size)), T.FixedSizeCrop(size, fill=_REFERENCE_FILL),
+                T.RandomHorizontalFlip()]
+    if name == "ssd":
+        return [T.RandomPhotometricDistort(), T.RandomZoomOut(fill=_REFERENCE_FILL), T.RandomIoUCrop(),
+                T.RandomHorizontalFlip(), T.Resize((size, size)), T.SanitizeBoundingBoxes()]
+    if name == "ssdlite":
+        return [T.RandomIoUCrop(), T.RandomHorizontalFlip(), T.Resize((size, size)), T.SanitizeBoundingBoxes()]
+    if name == "multiscale":
+        raise ValueError('the "multiscale" recipe gives each image its own size, and batches of several '
+                         'sizes (padded) are not built yet: use "lsj", or follow '
+                         "RandomShortestSize(...) with a FixedSizeCrop")
+    raise ValueError(f'recipe must be "hflip", "lsj", "ssd" or "ssdlite", not {name!r}')
 
 
 def _spec(transforms, masks=False, box_format="XYXY") -> str:

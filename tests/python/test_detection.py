@@ -479,6 +479,40 @@ def test_loader_gives_images_and_target_dicts(scenes):
     assert sorted(seen) == list(range(len(ids)))
 
 
+def test_lsj_recipe_in_a_loader_gives_one_size_with_masks_as_apply(scenes):
+    """torchvision's lsj recipe (detection.recipe): every batch (4, 3, S, S)
+    whatever the scale drawn, masks S x S, and each sample's image, boxes and
+    masks those detection.apply gives for its index; the multiscale recipe
+    is refused until batches of several sizes exist, saying what to use."""
+    images_dir, ann_path = scenes
+    lsj = detection.recipe("lsj", size=160)
+    assert [type(t).__name__ for t in lsj] == ["ScaleJitter", "FixedSizeCrop", "RandomHorizontalFlip"]
+    loader = nostall.Loader(Coco(images_dir, ann_path, masks=True), transforms=lsj, batch_size=4, shuffle=True,
+                            seed=3, return_indices=True)
+    ann = json.loads(ann_path.read_text())
+    ids = sorted(i["id"] for i in ann["images"])
+    by_id = {i["id"]: i for i in ann["images"]}
+    sizes = set()
+    for images, targets, indices in loader:
+        assert images.shape[1:] == (3, 160, 160)
+        for img, t, i in zip(images, targets, indices.tolist()):
+            meta = by_id[ids[i]]
+            mine = [a for a in ann["annotations"] if a["image_id"] == meta["id"]]
+            record = {"width": meta["width"], "height": meta["height"], "annotations": mine}
+            want_img, want = detection.apply(lsj, images_dir / meta["file_name"], record, seed=3, index=i,
+                                             masks=True)
+            np.testing.assert_array_equal(img.permute(1, 2, 0).numpy(), want_img)
+            np.testing.assert_allclose(t["boxes"].numpy(), want["boxes"], atol=1e-4)
+            np.testing.assert_array_equal(t["masks"].numpy(), want["masks"])
+            assert t["masks"].shape[1:] == (160, 160)
+            sizes.add(tuple(detection.sample_params(lsj, meta["width"], meta["height"], record, seed=3,
+                                                    index=i)["ops"][0]["size"]))
+    assert len(sizes) > 10  # the scales drawn differ; the batches' size does not
+    with pytest.raises(ValueError, match="lsj"):
+        detection.recipe("multiscale")
+    assert [type(t).__name__ for t in detection.recipe("ssd", size=300)][-2:] == ["Resize", "SanitizeBoundingBoxes"]
+
+
 def test_masks_padded_batches_and_box_formats(scenes):
     images_dir, ann_path = scenes
     plain = nostall.Loader(Coco(images_dir, ann_path), transforms=[nostall.Resize((128, 128))], batch_size=4)
