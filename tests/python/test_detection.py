@@ -379,6 +379,19 @@ def test_transformed_masks_equal_v2_steps(scenes, recipe):
     assert total > 10000
 
 
+def _one_png_sample(rng, transforms, index):
+    """A natural-looking image of a random size as a lossless PNG, with one
+    box: (its pixels, the draws for `index`, the image nostall makes)."""
+    w, h = (int(v) for v in rng.integers(150, 400, 2))
+    arr = natural_image(rng, w, h)
+    buf = io.BytesIO()
+    Image.fromarray(arr).save(buf, format="PNG")
+    ann = {"boxes": [[w * 0.2, h * 0.2, w * 0.6, h * 0.7]], "labels": [1]}
+    trace = detection.sample_params(transforms, w, h, ann, index=index)
+    got, _ = detection.apply(transforms, buf.getvalue(), ann, index=index)
+    return arr, trace, got
+
+
 def test_lsj_pixels_equal_pil_resize_crop_and_fill():
     """ScaleJitter + FixedSizeCrop (+ flips) on a lossless PNG: the image
     equals PIL's bilinear resize to the drawn size, cropped where drawn,
@@ -390,13 +403,7 @@ def test_lsj_pixels_equal_pil_resize_crop_and_fill():
                   nostall.RandomHorizontalFlip(p=0.5), RandomVerticalFlip(p=0.5)]
     worst, shapes, flips = 0, set(), set()
     for index in range(16):
-        w, h = (int(v) for v in rng.integers(150, 400, 2))
-        arr = natural_image(rng, w, h)
-        buf = io.BytesIO()
-        Image.fromarray(arr).save(buf, format="PNG")
-        ann = {"boxes": [[w * 0.2, h * 0.2, w * 0.6, h * 0.7]], "labels": [1]}
-        trace = detection.sample_params(transforms, w, h, ann, index=index)
-        got, _ = detection.apply(transforms, buf.getvalue(), ann, index=index)
+        arr, trace, got = _one_png_sample(rng, transforms, index)
         assert got.shape == (192, 192, 3)
         nh, nw = trace["ops"][0]["size"]
         im = Image.fromarray(arr).resize((nw, nh), Image.BILINEAR)
@@ -427,13 +434,8 @@ def test_image_pixels_equal_pil_for_zoom_crop_flip_resize(tmp_path):
                   nostall.Resize((200, 240))]
     worst = 0
     for index in range(8):
-        w, h = (int(v) for v in rng.integers(150, 400, 2))
-        arr = natural_image(rng, w, h)
-        buf = io.BytesIO()
-        Image.fromarray(arr).save(buf, format="PNG")
-        ann = {"boxes": [[w * 0.2, h * 0.2, w * 0.6, h * 0.7]], "labels": [1]}
-        trace = detection.sample_params(transforms, w, h, ann, index=index)
-        got, _ = detection.apply(transforms, buf.getvalue(), ann, index=index)
+        arr, trace, got = _one_png_sample(rng, transforms, index)
+        h, w = arr.shape[:2]
         im = Image.fromarray(arr)
         left, top, right, bottom = trace["ops"][0]["padding"]
         canvas = Image.new("RGB", (w + left + right, h + top + bottom), (123, 117, 104))
