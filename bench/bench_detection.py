@@ -2,13 +2,15 @@
 (PIL + the box code torchvision.transforms.v2 runs), on the same cores,
 alternating rounds, medians.
 
-    python bench/bench_detection.py [--rounds 5] [--data DIR] [--images 400]
+    python bench/bench_detection.py [--rounds 5] [--data DIR] [--images 400] [--recipe ssd|lsj]
 
 The SSD recipe: RandomPhotometricDistort, RandomZoomOut(fill=(123, 117, 104)),
 RandomIoUCrop, RandomHorizontalFlip, Resize((300, 300)),
 SanitizeBoundingBoxes, batch 32, on COCO-style scenes (480-640 px JPEGs,
 quality 90, 1-8 objects each, polygons; make_detection_scenes). With
-``--masks``, the instance masks too.
+``--masks``, the instance masks too. ``--recipe lsj``: torchvision's
+detection references' large scale jitter instead, ScaleJitter((1024, 1024)),
+FixedSizeCrop(1024, fill=(123, 117, 104)), RandomHorizontalFlip, batch 8.
 
 The DataLoader side is v2's algorithm on PIL images, written out here as v2
 runs it (torchvision does not import beside this torch): PIL's ImageEnhance
@@ -154,15 +156,66 @@ class V2Ssd:
         return img, target
 
 
+class V2Lsj:
+    """The references' lsj recipe on a PIL image and its targets: v2's
+    ScaleJitter((S, S)) (scale in [0.1, 2.0]), FixedSizeCrop(S, fill),
+    RandomHorizontalFlip."""
+
+    def __init__(self, masks, size=1024):
+        self.masks, self.size = masks, size
+
+    def __call__(self, img, boxes, labels, masks):
+        import torch
+        from PIL import Image, ImageOps
+
+        s = self.size
+        w, h = img.size
+        r = min(s / h, s / w) * (0.1 + torch.rand(1) * 1.9)
+        nw, nh = int(w * r), int(h * r)
+        img = img.resize((nw, nh), Image.BILINEAR)
+        boxes = boxes.mul(torch.tensor([nw / w, nh / h, nw / w, nh / h]))
+        if masks is not None:
+            masks = torch.nn.functional.interpolate(masks[None].float(), size=(nh, nw), mode="nearest")[0] \
+                .to(torch.uint8) if len(masks) else torch.zeros((0, nh, nw), dtype=torch.uint8)
+        ch, cw = min(nh, s), min(nw, s)
+        if (ch, cw) != (nh, nw):
+            rr = float(torch.rand(1))
+            top, left = int(max(nh - s, 0) * rr), int(max(nw - s, 0) * rr)
+            img = img.crop((left, top, left + cw, top + ch))
+            boxes = boxes - torch.tensor([left, top, left, top], dtype=torch.float32)
+            boxes[:, 0::2].clamp_(0, cw)
+            boxes[:, 1::2].clamp_(0, ch)
+            valid = (boxes[:, 0] < boxes[:, 2]) & (boxes[:, 1] < boxes[:, 3])
+            boxes, labels = boxes[valid], labels[valid]
+            if masks is not None:
+                masks = masks[valid][:, top:top + ch, left:left + cw]
+        if (ch, cw) != (s, s):
+            img = ImageOps.expand(img, border=(0, 0, s - cw, s - ch), fill=FILL)
+            if masks is not None:
+                masks = torch.nn.functional.pad(masks, [0, s - cw, 0, s - ch])
+        if torch.rand(1) < 0.5:
+            img = img.transpose(Image.FLIP_LEFT_RIGHT)
+            boxes[:, [0, 2]] = s - boxes[:, [2, 0]]
+            if masks is not None:
+                masks = masks.flip(-1)
+        target = {"boxes": boxes, "labels": labels}
+        if masks is not None:
+            target["masks"] = masks
+        return img, target
+
+
+RECIPES = {"ssd": (V2Ssd, 32), "lsj": (V2Lsj, 8)}
+
+
 class CocoDataset:
-    def __init__(self, root, ann, masks):
+    def __init__(self, root, ann, masks, recipe="ssd"):
         data = json.loads(Path(ann).read_text())
         self.root = Path(root)
         self.images = sorted(data["images"], key=lambda i: i["id"])
         self.anns = {}
         for a in data["annotations"]:
             self.anns.setdefault(a["image_id"], []).append(a)
-        self.transform = V2Ssd(masks)
+        self.transform = RECIPES[recipe][0](masks)
         self.masks = masks
 
     def __len__(self):
@@ -206,11 +259,11 @@ def _init_worker(_):
     torch.set_num_threads(1)
 
 
-def run_dataloader(root, ann, masks, epochs, threads):
+def run_dataloader(root, ann, masks, epochs, threads, recipe):
     import torch
 
-    loader = torch.utils.data.DataLoader(CocoDataset(root, ann, masks), batch_size=32, shuffle=True,
-                                         num_workers=threads, persistent_workers=True,
+    loader = torch.utils.data.DataLoader(CocoDataset(root, ann, masks, recipe), batch_size=RECIPES[recipe][1],
+                                         shuffle=True, num_workers=threads, persistent_workers=True,
                                          worker_init_fn=_init_worker, collate_fn=collate)
     for _ in loader:  # warm-up epoch: the workers start
         pass
@@ -221,16 +274,17 @@ def run_dataloader(root, ann, masks, epochs, threads):
     return n / (time.perf_counter() - start)
 
 
-def run_nostall(root, ann, masks, epochs, threads):
+def run_nostall(root, ann, masks, epochs, threads, recipe):
     import nostall
+    from nostall import detection
     from nostall.datasets import Coco
     from nostall.transforms import RandomIoUCrop, RandomPhotometricDistort, RandomZoomOut, SanitizeBoundingBoxes
 
-    loader = nostall.Loader(Coco(root, ann, masks=masks),
-                            transforms=[RandomPhotometricDistort(), RandomZoomOut(fill=FILL), RandomIoUCrop(),
-                                        nostall.RandomHorizontalFlip(), nostall.Resize((300, 300)),
-                                        SanitizeBoundingBoxes()],
-                            batch_size=32, shuffle=True, num_threads=threads, autotune=False)
+    transforms = detection.recipe("lsj", size=1024) if recipe == "lsj" else \
+        [RandomPhotometricDistort(), RandomZoomOut(fill=FILL), RandomIoUCrop(), nostall.RandomHorizontalFlip(),
+         nostall.Resize((300, 300)), SanitizeBoundingBoxes()]
+    loader = nostall.Loader(Coco(root, ann, masks=masks), transforms=transforms, batch_size=RECIPES[recipe][1],
+                            shuffle=True, num_threads=threads, autotune=False)
     for _ in loader:  # warm-up epoch: the table, the threads
         pass
     start, n = time.perf_counter(), 0
@@ -241,10 +295,10 @@ def run_nostall(root, ann, masks, epochs, threads):
     return n / (time.perf_counter() - start)
 
 
-def child(which, root, ann, masks, epochs):
+def child(which, root, ann, masks, epochs, recipe):
     threads = len(os.sched_getaffinity(0))
     fn = run_nostall if which == "nostall" else run_dataloader
-    print(json.dumps({"rate": fn(root, ann, masks, epochs, threads)}))
+    print(json.dumps({"rate": fn(root, ann, masks, epochs, threads, recipe)}))
 
 
 def main():
@@ -254,11 +308,13 @@ def main():
     parser.add_argument("--images", type=int, default=400)
     parser.add_argument("--epochs", type=int, default=2, help="epochs timed per run")
     parser.add_argument("--masks", action="store_true", help="instance masks too")
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default="ssd",
+                        help="ssd: SSD300's, batch 32; lsj: large scale jitter at 1024, batch 8")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     root = Path(args.data)
     if args.child:
-        child(args.child[0], args.child[1], args.child[2], args.masks, args.epochs)
+        child(args.child[0], args.child[1], args.child[2], args.masks, args.epochs, args.recipe)
         return 0
     ann = root / "instances.json"
     if not ann.exists() or len(json.loads(ann.read_text())["images"]) != args.images:
@@ -266,14 +322,15 @@ def main():
 
         make_detection_scenes(root, num_images=args.images, seed=0, min_side=480, max_side=640)
     cores = len(os.sched_getaffinity(0))
-    print(f"{args.images} scenes (480-640 px JPEG), SSD recipe{' + masks' if args.masks else ''}, "
-          f"batch 32, {cores} cores", flush=True)
+    name = {"ssd": "SSD recipe", "lsj": "lsj recipe (1024)"}[args.recipe]
+    print(f"{args.images} scenes (480-640 px JPEG), {name}{' + masks' if args.masks else ''}, "
+          f"batch {RECIPES[args.recipe][1]}, {cores} cores", flush=True)
     rates = {"nostall": [], "DataLoader": []}
     for r in range(args.rounds):
         order = ["nostall", "DataLoader"] if r % 2 == 0 else ["DataLoader", "nostall"]
         for which in order:
-            cmd = [sys.executable, __file__, "--epochs", str(args.epochs), "--child", which,
-                   str(root / "images"), str(ann)] + (["--masks"] if args.masks else [])
+            cmd = [sys.executable, __file__, "--epochs", str(args.epochs), "--recipe", args.recipe, "--child",
+                   which, str(root / "images"), str(ann)] + (["--masks"] if args.masks else [])
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             rates[which].append(json.loads(out.strip().splitlines()[-1])["rate"])
         print(f"  round {r}: nostall {rates['nostall'][-1]:.0f}/s, DataLoader {rates['DataLoader'][-1]:.0f}/s",
@@ -282,7 +339,7 @@ def main():
     print()
     print("| pipeline | nostall images/s | DataLoader images/s | ratio |")
     print("|---|---:|---:|---:|")
-    print(f"| SSD recipe{' + masks' if args.masks else ''} | {med['nostall']:.0f} | {med['DataLoader']:.0f} | "
+    print(f"| {name}{' + masks' if args.masks else ''} | {med['nostall']:.0f} | {med['DataLoader']:.0f} | "
           f"{med['nostall'] / med['DataLoader']:.2f}x |")
     return 0
 
