@@ -21,10 +21,6 @@ print(nostall.transforms.sample_params(transforms, width=500, height=375, seed=0
 
 from __future__ import annotations
 
-import math
-from typing import Sequence
-
-
 from ._ops import *  # noqa: F401,F403  (the generated classes, one per transform)
 from ._ops import Normalize, __all__ as _generated
 from ._transform import Transform, _Op  # noqa: F401
