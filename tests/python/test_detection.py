@@ -426,6 +426,27 @@ def test_lsj_pixels_equal_pil_resize_crop_and_fill():
     assert len(flips) == 4
 
 
+def test_pixel_ops_before_lsj_leave_the_padding_the_fill():
+    """Pixel ops before the geometry (ColorJitter, RandomPhotometricDistort)
+    change the image, never the padding FixedSizeCrop adds after the resize:
+    it is exactly the fill, and the image's place is exactly where the drawn
+    size puts it."""
+    from nostall.transforms import ColorJitter
+
+    rng = np.random.default_rng(5)
+    fill = (1, 2, 3)
+    transforms = [ColorJitter(brightness=0.5, contrast=0.5), RandomPhotometricDistort(),
+                  ScaleJitter(target_size=(160, 160), scale_range=(0.3, 0.9)), FixedSizeCrop(160, fill=fill)]
+    for index in range(6):
+        arr, trace, got = _one_png_sample(rng, transforms, index)
+        nh, nw = next(op for op in trace["ops"] if op["op"] == "ScaleJitter")["size"]
+        assert got.shape == (160, 160, 3) and nh <= 160 and nw <= 160
+        outside = np.ones((160, 160), bool)
+        outside[:nh, :nw] = False
+        assert (got[outside] == np.array(fill, np.uint8)).all()
+        assert not (got[:nh, :nw] == np.array(fill, np.uint8)).all(-1).all()
+
+
 def test_image_pixels_equal_pil_for_zoom_crop_flip_resize(tmp_path):
     """On a lossless PNG, the image nostall makes equals PIL doing v2's steps
     (pad with the fill, crop, flip, resize bilinear) within one grey level."""
