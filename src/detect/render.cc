@@ -161,18 +161,47 @@ Footprint FootprintOf(const State& s, int width, int height) {
   return f;
 }
 
+// Rows [y0, y1) of `out` (out_w pixels of c channels each), columns
+// [x0, x1), set to `fill`: one row made, then copied.
+void FillRect(uint8_t* out, int out_w, int c, const uint8_t fill[3], int x0, int x1, int y0, int y1,
+              std::vector<uint8_t>* row) {
+  if (x1 <= x0 || y1 <= y0) return;
+  const size_t bytes = static_cast<size_t>(x1 - x0) * c;
+  row->resize(bytes);
+  for (size_t i = 0; i < bytes; ++i) (*row)[i] = fill[i % static_cast<size_t>(c)];
+  for (int y = y0; y < y1; ++y) {
+    std::memcpy(out + (static_cast<size_t>(y) * out_w + x0) * c, row->data(), bytes);
+  }
+}
+
 // The decoded image region (`src`, bw x bh from source pixel (ix0, iy0),
 // sx x sy decoded pixels per source pixel) resampled alone into its
-// footprint of `out` (out_w x out_h, already the fill).
+// footprint of `out` (out_w x out_h), the rest of `out` the fill. Where the
+// footprint spans whole rows it is resampled in place.
 void PlaceImage(const State& s, const Footprint& f, const uint8_t* src, size_t stride, int bw, int bh, int c,
-                int ix0, int iy0, double sx, double sy, uint8_t* out, int out_w, PrepScratch* scratch) {
+                int ix0, int iy0, double sx, double sy, const uint8_t fill[3], uint8_t* out, int out_w, int out_h,
+                PrepScratch* scratch) {
   const int ow = f.u1 - f.u0, oh = f.v1 - f.v0;
-  if (ow <= 0 || oh <= 0) return;
   std::vector<uint8_t>& placed = KindScratchOf<Scratch>(scratch).placed;
-  placed.resize(static_cast<size_t>(ow) * oh * c + 4);
+  std::vector<uint8_t>& row = placed;  // (the fill's row first, then the image when it is not whole rows)
+  if (ow <= 0 || oh <= 0) {
+    FillRect(out, out_w, c, fill, 0, out_w, 0, out_h, &row);
+    return;
+  }
+  FillRect(out, out_w, c, fill, 0, out_w, 0, f.v0, &row);
+  FillRect(out, out_w, c, fill, 0, out_w, f.v1, out_h, &row);
+  FillRect(out, out_w, c, fill, 0, f.u0, f.v0, f.v1, &row);
+  FillRect(out, out_w, c, fill, f.u1, out_w, f.v0, f.v1, &row);
+  const bool whole_rows = ow == out_w;
+  uint8_t* dst = out + static_cast<size_t>(f.v0) * out_w * c;
+  if (!whole_rows) {
+    placed.resize(static_cast<size_t>(ow) * oh * c + 4);
+    dst = placed.data();
+  }
   ResampleBox(src, bw, bh, stride, c, (f.x_lo - ix0) * sx, (f.y_lo - iy0) * sy, (f.x_hi - f.x_lo) * sx,
-              (f.y_hi - f.y_lo) * sy, placed.data(), ow, oh, &scratch->resample, s.ax < 0);
-  if (s.ay < 0) FlipRows(placed.data(), ow * c, oh, &scratch->ops.tmp);
+              (f.y_hi - f.y_lo) * sy, dst, ow, oh, &scratch->resample, s.ax < 0);
+  if (s.ay < 0) FlipRows(dst, ow * c, oh, &scratch->ops.tmp);
+  if (whole_rows) return;
   for (int y = 0; y < oh; ++y) {
     std::memcpy(out + (static_cast<size_t>(f.v0 + y) * out_w + f.u0) * c,
                 placed.data() + static_cast<size_t>(y) * ow * c, static_cast<size_t>(ow) * c);
@@ -240,9 +269,8 @@ Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, 
                        ops_rng, scratch);
         stride = static_cast<size_t>(bw) * c;
       }
-      FillPixels(resized.data(), static_cast<size_t>(out_h) * out_w, c, fill);
-      PlaceImage(s, FootprintOf(s, width, height), src, stride, bw, bh, c, ix0, iy0, sx, sy, resized.data(), out_w,
-                 scratch);
+      PlaceImage(s, FootprintOf(s, width, height), src, stride, bw, bh, c, ix0, iy0, sx, sy, fill, resized.data(),
+                 out_w, out_h, scratch);
     } else if (pre_ops || padded) {
       // The canvas: P at the decoded scale, the fill around I.
       const int cw = padded ? std::max(bw, static_cast<int>(std::lround((px1 - px0) * sx))) : bw;
