@@ -133,12 +133,6 @@ bool PixelOpsBefore(const Spec& spec, int first_geometry) {
   return false;
 }
 
-void FillPixels(uint8_t* out, size_t pixels, int c, const uint8_t fill[3]) {
-  for (size_t i = 0; i < pixels; ++i) {
-    for (int k = 0; k < c; ++k) out[i * c + k] = fill[k];
-  }
-}
-
 // Where the image lands in an output padded after its last resize: whole
 // output pixels [u0, u1) x [v0, v1), and the source rectangle they show.
 struct Footprint {
@@ -245,7 +239,7 @@ Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, 
   std::vector<uint8_t>& resized = scratch->resized;
   resized.resize(static_cast<size_t>(out_h) * out_w * c + 4);
   if (ix1 <= ix0 || iy1 <= iy0) {  // the output shows none of the image
-    FillPixels(resized.data(), static_cast<size_t>(out_h) * out_w, c, fill);
+    FillRect(resized.data(), out_w, c, fill, 0, out_w, 0, out_h, &KindScratchOf<Scratch>(scratch).placed);
   } else {
     const int iw = ix1 - ix0, ih = iy1 - iy0;
     DecodedRegion r;
