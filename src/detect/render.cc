@@ -258,6 +258,7 @@ Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, 
     int src_w = bw, src_h = bh;
     double box_x = (rx - ix0) * sx, box_y = (ry - iy0) * sy;
     if (padded && s.padded_after_resize) {
+      // Padded after the last resize: the image alone into its place.
       if (pre_ops) {
         src = OnCanvas(spec, s.first_geometry, true, nullptr, src, r.stride, bw, bh, c, Placement{bw, bh, 0, 0},
                        ops_rng, scratch);
@@ -265,23 +266,23 @@ Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, 
       }
       PlaceImage(s, FootprintOf(s, width, height), src, stride, bw, bh, c, ix0, iy0, sx, sy, fill, resized.data(),
                  out_w, out_h, scratch);
-    } else if (pre_ops || padded) {
-      // The canvas: P at the decoded scale, the fill around I.
-      const int cw = padded ? std::max(bw, static_cast<int>(std::lround((px1 - px0) * sx))) : bw;
-      const int ch = padded ? std::max(bh, static_cast<int>(std::lround((py1 - py0) * sy))) : bh;
-      if (static_cast<int64_t>(cw) * ch > prep.max_pixels) {
-        return DataError("the zoomed-out canvas of " + std::to_string(cw) + "x" + std::to_string(ch) +
-                         " pixels is over max_pixels");
+    } else {
+      if (pre_ops || padded) {
+        // The canvas: P at the decoded scale, the fill around I.
+        const int cw = padded ? std::max(bw, static_cast<int>(std::lround((px1 - px0) * sx))) : bw;
+        const int ch = padded ? std::max(bh, static_cast<int>(std::lround((py1 - py0) * sy))) : bh;
+        if (static_cast<int64_t>(cw) * ch > prep.max_pixels) {
+          return DataError("the zoomed-out canvas of " + std::to_string(cw) + "x" + std::to_string(ch) +
+                           " pixels is over max_pixels");
+        }
+        const int ox = std::clamp(static_cast<int>(std::lround((ix0 - px0) * sx)), 0, cw - bw);
+        const int oy = std::clamp(static_cast<int>(std::lround((iy0 - py0) * sy)), 0, ch - bh);
+        src = OnCanvas(spec, s.first_geometry, pre_ops, padded ? fill : nullptr, src, r.stride, bw, bh, c,
+                       Placement{cw, ch, ox, oy}, ops_rng, scratch);
+        stride = static_cast<size_t>(cw) * c;
+        src_w = cw, src_h = ch;
+        if (padded) box_x = (rx - px0) * sx, box_y = (ry - py0) * sy;
       }
-      const int ox = std::clamp(static_cast<int>(std::lround((ix0 - px0) * sx)), 0, cw - bw);
-      const int oy = std::clamp(static_cast<int>(std::lround((iy0 - py0) * sy)), 0, ch - bh);
-      src = OnCanvas(spec, s.first_geometry, pre_ops, padded ? fill : nullptr, src, r.stride, bw, bh, c,
-                     Placement{cw, ch, ox, oy}, ops_rng, scratch);
-      stride = static_cast<size_t>(cw) * c;
-      src_w = cw, src_h = ch;
-      if (padded) box_x = (rx - px0) * sx, box_y = (ry - py0) * sy;
-    }
-    if (!(padded && s.padded_after_resize)) {
       ResampleBox(src, src_w, src_h, stride, c, box_x, box_y, rw * sx, rh * sy, resized.data(), out_w,
                   out_h, &scratch->resample, flip_x);
       if (flip_y) FlipRows(resized.data(), out_w * c, out_h, &scratch->ops.tmp);
