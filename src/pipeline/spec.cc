@@ -182,10 +182,6 @@ Status OutputFromJson(const json& j, LoaderSpec* s) {
   return Status::OK();
 }
 
-}  // namespace
-
-namespace {
-
 // A count of the spec, the values it may take, and where the spec keeps it:
 // the one home of these ranges. The JSON reader reads each through its rule
 // (ReadCount: the error names the key as written), and CheckSpecRules holds
