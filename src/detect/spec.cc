@@ -13,9 +13,6 @@ namespace {
 
 using json = nlohmann::json;
 
-// A side in [1, 2^16], as the resizes take them.
-bool IsSide(const json& v) { return v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= (1 << 16); }
-
 // The multi-scale recipes' steps: ScaleJitter, RandomShortestSize,
 // RandomResize, FixedSizeCrop.
 Status ReadScaleStep(OpArgs& args, const std::string& type, Step* step) {
@@ -39,7 +36,7 @@ Status ReadScaleStep(OpArgs& args, const std::string& type, Step* step) {
     step->kind = StepKind::kScaleJitter;
     NOSTALL_RETURN_IF_ERROR(args.Raw("target_size", &v));
     if (!v->is_array() || v->size() != 2 || !IsSide((*v)[0]) || !IsSide((*v)[1])) {
-      return args.Error("target_size must be [height, width], each in [1, 65536], not " + Shown(*v));
+      return args.Error("target_size must be [height, width], each in [1, " + std::to_string(kMaxSide) + "], not " + Shown(*v));
     }
     step->target_h = (*v)[0].get<int>(), step->target_w = (*v)[1].get<int>();
     args.Record("target_size", *v);
@@ -54,12 +51,12 @@ Status ReadScaleStep(OpArgs& args, const std::string& type, Step* step) {
   } else if (v->is_array() && !v->empty() && std::all_of(v->begin(), v->end(), IsSide)) {
     for (const json& s : *v) step->min_sizes.push_back(s.get<int>());
   } else {
-    return args.Error("min_size must be an integer or a non-empty list of them in [1, 65536], not " + Shown(*v));
+    return args.Error("min_size must be an integer or a non-empty list of them in [1, " + std::to_string(kMaxSide) + "], not " + Shown(*v));
   }
   args.Record("min_size", step->min_sizes);
   NOSTALL_RETURN_IF_ERROR(args.Raw("max_size", &v));
   if (v != nullptr && !v->is_null()) {
-    if (!IsSide(*v)) return args.Error("max_size must be an integer in [1, 65536] or None, not " + Shown(*v));
+    if (!IsSide(*v)) return args.Error("max_size must be an integer in [1, " + std::to_string(kMaxSide) + "] or None, not " + Shown(*v));
     step->max_size = v->get<int>();
   }
   args.Record("max_size", step->max_size > 0 ? json(step->max_size) : json());

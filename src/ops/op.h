@@ -161,6 +161,9 @@ bool IsBoxTransform(const std::string& type);
 // (an int or (height, width)), and interpolation / antialias accepted with
 // torchvision's PIL defaults only. ReadSize reads "size" (one number: the
 // smaller edge when `one_is_short_side`, else a square).
+// A side in [1, kMaxSide], as every resize and crop takes them.
+inline constexpr int64_t kMaxSide = 1 << 16;
+bool IsSide(const nlohmann::json& v);
 ArgSchema SizeArg(const char* doc);
 ArgSchema Bilinear();
 ArgSchema Antialias();

@@ -11,11 +11,6 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr int64_t kMaxSide = 1 << 16;
-
-bool Side(const json& v) {
-  return v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMaxSide;
-}
 
 Status ReadNumbers(OpArgs& args, const char* key, std::vector<double>* out) {
   const json* v = nullptr;
@@ -81,6 +76,10 @@ Status ReadGeometry(const std::string& type, OpArgs& args, Transform* t) {
 
 }  // namespace
 
+bool IsSide(const nlohmann::json& v) {
+  return v.is_number_integer() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMaxSide;
+}
+
 ArgSchema SizeArg(const char* doc) {
   return Required(AnyArg("size", nullptr, "int | tuple[int, int]", doc));
 }
@@ -103,15 +102,15 @@ ArgSchema Antialias() {
 Status ReadSize(OpArgs& args, bool one_is_short_side, Transform* t) {
   const json* s = nullptr;
   NOSTALL_RETURN_IF_ERROR(args.Raw("size", &s));
-  if (Side(*s)) {
+  if (IsSide(*s)) {
     if (one_is_short_side) {
       t->short_side = s->get<int>();
     } else {
       t->height = t->width = s->get<int>();
     }
-  } else if (s->is_array() && s->size() == 1 && Side((*s)[0]) && !one_is_short_side) {
+  } else if (s->is_array() && s->size() == 1 && IsSide((*s)[0]) && !one_is_short_side) {
     t->height = t->width = (*s)[0].get<int>();
-  } else if (s->is_array() && s->size() == 2 && Side((*s)[0]) && Side((*s)[1])) {
+  } else if (s->is_array() && s->size() == 2 && IsSide((*s)[0]) && IsSide((*s)[1])) {
     t->height = (*s)[0].get<int>();
     t->width = (*s)[1].get<int>();
   } else {
