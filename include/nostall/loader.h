@@ -125,6 +125,13 @@ class Batch {
     (void)pos;
     return {};
   }
+  // A batch of samples of many sizes (Loader::Ragged): each sample's own
+  // shape, three int64s per sample (SampleShape's rank, then 1s), valid
+  // while the Batch is; and the shape each sample has in images(), padded
+  // to the batch's largest (rounded up as the spec says), three int64s.
+  // Null and empty for a batch of one shape.
+  virtual const int64_t* sample_dims() const { return nullptr; }
+  virtual std::vector<int64_t> padded_shape() const { return {}; }
 };
 
 // The spec's fields besides the image and the label, in order (what

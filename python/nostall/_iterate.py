@@ -132,7 +132,7 @@ def next_batch(self, generation):
         if self._pinned is not None:  # the epoch's last batch is given up too
             self._pinned.given_up()
         raise StopIteration
-    images, labels, indices, copied, _over, raw_fields = out  # _over: core.epoch_over
+    images, labels, indices, copied, _over, raw_fields, dims = out  # _over: core.epoch_over
     if copied and not self._copies_warned:
         self._copies_warned = True
         warnings.warn(
@@ -148,14 +148,20 @@ def next_batch(self, generation):
         # The producer's read-only memory: say so to NumPy.
         for a in (images, labels, indices):
             a.flags.writeable = False
-    return _handed_out(self, core, images, labels, indices, copied, raw_fields)
+    sizes = None
+    if dims is not None:  # samples of many sizes: each one's own, a copy
+        axes = [a for a in range(3) if core.ragged_axes >> a & 1]
+        sizes = dims[:, axes] if len(axes) > 1 else dims[:, axes[0]].copy()
+    return _handed_out(self, core, images, labels, indices, copied, raw_fields, sizes)
 
 
-def _handed_out(self, core, images, labels, indices, copied, raw_fields):
+def _handed_out(self, core, images, labels, indices, copied, raw_fields, sizes):
     """The slot's arrays as the loader hands them out: torch tensors (pinned,
     or on the device), private copies, or views; then as a tuple or dict."""
     if self._torch:
         from_numpy = self._from_numpy
+        if sizes is not None:
+            sizes = from_numpy(sizes)
         if self._shared is not None:
             with warnings.catch_warnings():  # "non-writable": documented in attach()
                 warnings.simplefilter("ignore", UserWarning)
@@ -176,30 +182,33 @@ def _handed_out(self, core, images, labels, indices, copied, raw_fields):
             images, labels, indices = images.pin_memory(), labels.pin_memory(), indices.pin_memory()
             pinned.counts["host_copies"] += 1
         if self._to_device is not None:
-            return self._to_device(assemble(self, images, labels, indices, raw_fields), host)
+            return self._to_device(assemble(self, images, labels, indices, raw_fields, sizes), host)
         pinned.handed_out(host)  # held until the copies enqueued from it are done
     elif self._copy:
         if self._torch:
             images, labels, indices = images.clone(), labels.clone(), indices.clone()
         else:
             images, labels, indices = images.copy(), labels.copy(), indices.copy()
-    return assemble(self, images, labels, indices, raw_fields)
+    return assemble(self, images, labels, indices, raw_fields, sizes)
 
-def assemble(self, images, labels, indices, raw_fields):
-    """The batch as handed out: a tuple, or a dict of fields."""
+def assemble(self, images, labels, indices, raw_fields, sizes=None):
+    """The batch as handed out: a tuple, or a dict of fields. Samples of many
+    sizes come padded, with each one's size: `<field>_sizes` (B, 2) of
+    (height, width) for images, `<field>_lengths` (B,) for audio; in a tuple,
+    after the labels."""
     if self._records is not None:
-        batch = self._records.batch(images, labels, indices, raw_fields)
+        batch = self._records.batch(images, labels, indices, raw_fields, sizes)
         pair = getattr(self, "_pair", None)
+        if self._tuple and not pair:
+            pair = ("image", "label")
         if pair and isinstance(batch, dict):
             out = (batch[pair[0]], batch[pair[1]])
-            return out + (batch["__index__"],) if self._return_indices else out
-        if self._tuple and isinstance(batch, dict):
-            out = (batch["image"], batch["label"])
+            if sizes is not None:  # padded samples: their sizes beside them
+                out += (sizes,)
             return out + (batch["__index__"],) if self._return_indices else out
         return batch
-    if self._return_indices:
-        return images, labels, indices
-    return images, labels
+    out = (images, labels) if sizes is None else (images, labels, sizes)
+    return out + (indices,) if self._return_indices else out
 
 def show_epoch_end(self, core):
     """The progress bar's end, once per epoch (the cursor says when: after

@@ -88,11 +88,16 @@ class Coco:
 _REFERENCE_FILL = (123, 117, 104)
 
 
-def recipe(name: str, size: int = 1024) -> list:
+def recipe(name: str, size: int | None = None) -> list:
     """The training transforms of torchvision's detection references
     (``DetectionPresetTrain(data_augmentation=name)``), as nostall
-    transforms, ending in one output size for a batch:
+    transforms:
 
+    - ``"multiscale"``: ``RandomShortestSize`` (the shorter side one of 480,
+      512, ..., 800, the longer at most ``size``, 1333 by default; the
+      choices scaled with it) and a flip (Faster/Mask R-CNN): each image
+      keeps its own size, and a batch comes padded to its largest (rounded
+      up to 32), with each image's size beside it (docs/detection.md);
     - ``"hflip"``: a horizontal flip, then ``Resize((size, size))``;
     - ``"lsj"``: large scale jitter, ``ScaleJitter((size, size))`` +
       ``FixedSizeCrop(size, fill=mean)`` + flip (Copy-Paste; Mask R-CNN);
@@ -101,9 +106,7 @@ def recipe(name: str, size: int = 1024) -> list:
     - ``"ssdlite"``: IoU crop, flip, ``Resize((size, size))``, sanitize
       (SSDlite320: size=320).
 
-    ``"multiscale"`` (RandomShortestSize(480..800, 1333) without a crop) needs
-    batches of several sizes, padded, which are not built yet: it is refused,
-    naming ``"lsj"`` or a FixedSizeCrop after it.
+    ``size`` is 1024 but for ``"multiscale"``.
 
     ```python
     import nostall
@@ -111,12 +114,19 @@ def recipe(name: str, size: int = 1024) -> list:
 
     lsj = detection.recipe("lsj", size=512)
     assert [type(t).__name__ for t in lsj] == ["ScaleJitter", "FixedSizeCrop", "RandomHorizontalFlip"]
+    multiscale = detection.recipe("multiscale")
+    assert multiscale[0].min_size[-1] == 800 and multiscale[0].max_size == 1333
     ```
     """
     from . import transforms as T
 
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
         raise ValueError(f"size must be a positive int, not {size!r}")
+    if name == "multiscale":
+        longest = 1333 if size is None else size
+        shorter = [max(1, round(s * longest / 1333)) for s in range(480, 801, 32)]
+        return [T.RandomShortestSize(min_size=shorter, max_size=longest), T.RandomHorizontalFlip()]
+    size = 1024 if size is None else size
     if name == "hflip":
         return [T.RandomHorizontalFlip(), T.Resize((size, size))]
     if name == "lsj":
@@ -127,11 +137,7 @@ def recipe(name: str, size: int = 1024) -> list:
                 T.RandomHorizontalFlip(), T.Resize((size, size)), T.SanitizeBoundingBoxes()]
     if name == "ssdlite":
         return [T.RandomIoUCrop(), T.RandomHorizontalFlip(), T.Resize((size, size)), T.SanitizeBoundingBoxes()]
-    if name == "multiscale":
-        raise ValueError('the "multiscale" recipe gives each image its own size, and batches of several '
-                         'sizes (padded) are not built yet: use "lsj", or follow '
-                         "RandomShortestSize(...) with a FixedSizeCrop")
-    raise ValueError(f'recipe must be "hflip", "lsj", "ssd" or "ssdlite", not {name!r}')
+    raise ValueError(f'recipe must be "multiscale", "hflip", "lsj", "ssd" or "ssdlite", not {name!r}')
 
 
 def _spec(transforms, masks=False, box_format="XYXY") -> str:

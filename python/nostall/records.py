@@ -203,7 +203,7 @@ class Records:
         return DataError(f"{key}: field {name!r}: {type(error).__name__}: {error}", key,
                          "hooks" if name in self.hooks or name == "batch" else "decode")
 
-    def batch(self, images, labels, indices, raw_fields):
+    def batch(self, images, labels, indices, raw_fields, sizes=None):
         """The dict of one batch (samples whose fields cannot be decoded
         dropped under on_error="skip", else a DataError naming the sample)."""
         t0 = time.perf_counter_ns()
@@ -240,9 +240,16 @@ class Records:
         t1 = time.perf_counter_ns()
         self.decode_ns += t1 - t0
         batch = {self.image: images}
+        if sizes is not None:  # samples of many sizes, padded: each one's own
+            batch[self.image + ("_lengths" if sizes.ndim == 1 else "_sizes")] = sizes
         if self.label is not None:
             batch[self.label] = labels
         batch.update(values)
+        if sizes is not None and self.image in self.hooks:
+            raise ValueError(
+                f"the samples of {self.image!r} are of many sizes, padded per batch: a per-sample "
+                "hook on them would see the padding; use batch_transform (it gets the batch with "
+                f"{self.image + '_sizes'!r}) or nostall's own transforms")
         if self.hooks:
             for name, fns in self.hooks.items():
                 if name == self.image:

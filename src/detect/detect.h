@@ -87,8 +87,13 @@ struct Spec {
   annotations::BoxFormat box_format = annotations::BoxFormat::kXYXY;
   bool masks = false;
   // Output size when the steps fix it (a last Resize((h, w)), a crop after
-  // every resize); else 0 (the first sample's sets the batch's).
+  // every resize); else, for a loader's spec, the bound on each side of
+  // samples of many sizes (`ragged`: a batch is padded to its largest,
+  // rounded up to `size_divisible`; the bound is a multiple of it), and 0
+  // when the steps set none.
   int out_h = 0, out_w = 0;
+  bool ragged = false;
+  int size_divisible = 32;
   // The largest number of annotations one sample has (the source's): sizes
   // the targets field's room in a batch.
   uint32_t max_count = 0;
@@ -98,8 +103,9 @@ struct Spec {
 // Reads a spec's "detection" object ({"transforms": [...], "box_format":
 // "XYXY", "masks": false}), every error naming the transform and argument.
 // `prep` carries dtype, layout and mode.
-// `fixed`: the steps must give every sample one size (a loader's batch);
-// else out_h and out_w are 0 when they do not.
+// `fixed` (a loader's batch): the steps must give every sample one size, or
+// bound each side (samples of many sizes, padded per batch); else out_h and
+// out_w are 0 when the steps do not fix them.
 // Per-thread buffers: a sample's padded canvas, one instance's mask, the
 // image resampled into its place of an output padded after it.
 struct Scratch : KindScratch {
@@ -113,13 +119,14 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const nlohmann::json& j, const 
 size_t TargetsRoom(const Spec& spec, uint32_t max_count, int out_h, int out_w);
 
 // One sample: the image (`image`) and its annotations in record form
-// (`record`; empty: none) to the out_h x out_w image at `dst` (as `prep`
-// lays it out) and the output targets at `targets` (at most `room` bytes;
-// their length in *targets_len). A sample whose output size is not
-// (out_h, out_w) is a DataError.
-Status Prepare(const Spec& spec, const PrepSpec& prep, const uint8_t* image, size_t image_size,
-               const uint8_t* record, size_t record_size, const SampleKey& key, int out_h, int out_w,
-               void* dst, uint8_t* targets, size_t room, int64_t* targets_len, PrepScratch* scratch);
+// (`record`; empty: none) to the out.out_h x out.out_w image at out.dst (as
+// `prep` lays it out) and the output targets at out.targets (at most
+// out.targets_room bytes; their length in *out.targets_len). A sample whose
+// output size is not (out_h, out_w) is a DataError; for a spec of many
+// sizes (spec.ragged) that is the bound, and the image is written dense in
+// its own size, its shape in out.dims.
+Status Prepare(const Spec& spec, const PrepSpec& prep, const SampleInput& in, const SampleKey& key,
+               const SampleOutput& out, PrepScratch* scratch);
 
 // What sample `key` of a width x height image with these annotations is
 // given, without pixels: each step's draws ({"op": ..., ...}), the output

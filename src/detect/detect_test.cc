@@ -221,18 +221,33 @@ TEST(Detect, SpecErrorsNameTheTransform) {
   }
 }
 
-// The resizes of many sizes give one batch size only through a FixedSizeCrop
-// after them; it pads with one fill with any RandomZoomOut.
-TEST(Detect, ResizesOfManySizesNeedAFixedSizeCropAfterThem) {
+// The resizes of many sizes give samples of many sizes, bounded on each side
+// (padded per batch), or one size through a FixedSizeCrop after them; a
+// resize that bounds no side is refused, naming what bounds one. The crop
+// pads with one fill with any RandomZoomOut.
+TEST(Detect, ResizesOfManySizesAreBoundedOrCroppedToOneSize) {
   PrepSpec prep;
   const auto message = [&](const char* text) {
     Result<std::shared_ptr<const detect::Spec>> s = detect::SpecFromJson(nlohmann::json::parse(text), prep);
     return s.ok() ? std::string() : s.status().message();
   };
-  EXPECT_NE(message(R"({"transforms": [{"type": "ScaleJitter", "target_size": [64, 64]}]})").find("FixedSizeCrop"),
-            std::string::npos);
+  auto jitter = SpecOf(R"({"transforms": [{"type": "ScaleJitter", "target_size": [64, 48]}]})");
+  ASSERT_NE(jitter, nullptr);
+  EXPECT_TRUE(jitter->ragged);
+  EXPECT_EQ(jitter->out_h, 128);  // 48 x 2 (+1) and 64 x 2 (+1), rounded up to 32
+  EXPECT_EQ(jitter->out_w, 160);
+  auto shortest = SpecOf(R"({"transforms": [{"type": "RandomShortestSize", "min_size": [32, 48], "max_size": 100},
+                                            {"type": "RandomHorizontalFlip"}], "size_divisible": 1})");
+  ASSERT_NE(shortest, nullptr);
+  EXPECT_TRUE(shortest->ragged);
+  EXPECT_EQ(shortest->out_h, 100);
+  EXPECT_EQ(shortest->out_w, 100);
   EXPECT_NE(message(R"({"transforms": [{"type": "FixedSizeCrop", "size": 64},
-                                       {"type": "RandomShortestSize", "min_size": [32, 48]}]})").find("one size"),
+                                       {"type": "RandomShortestSize", "min_size": [32, 48]}]})").find("max_size"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"transforms": [{"type": "RandomResize", "min_size": 40, "max_size": 80}]})").find("bound"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"transforms": [{"type": "Resize", "size": 64}], "size_divisible": 0})").find("size_divisible"),
             std::string::npos);
   EXPECT_NE(message(R"({"transforms": [{"type": "RandomZoomOut", "fill": 10}, {"type": "RandomResize",
                        "min_size": 40, "max_size": 80}, {"type": "FixedSizeCrop", "size": 64}]})").find("same fill"),

@@ -37,9 +37,13 @@ class DetectionKind final : public SampleKind {
   bool has_targets() const override { return true; }
   Status Prepare(const PrepSpec& prep, const SampleInput& in, const SampleKey& key, const SampleOutput& out,
                  PrepScratch* scratch) const override {
-    return detect::Prepare(*spec_, prep, in.data, in.size, in.annotations, in.annotations_size, key, out.out_h,
-                           out.out_w, out.dst, out.targets, out.targets_room, out.targets_len, scratch);
+    return detect::Prepare(*spec_, prep, in, key, out, scratch);
   }
+  uint32_t RaggedAxes(const PrepSpec& prep) const override {
+    if (!spec_->ragged) return 0;
+    return prep.layout == Layout::kNCHW ? 6u : 3u;  // (C, H, W) or (H, W, C)
+  }
+  int PadMultiple(const PrepSpec&) const override { return spec_->size_divisible; }
   nlohmann::json ToJson() const override { return spec_->resolved; }
 
  private:

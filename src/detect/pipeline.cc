@@ -83,9 +83,12 @@ Status WriteTargets(const Spec& spec, const Targets& t, const State& s, int widt
 
 }  // namespace
 
-Status Prepare(const Spec& spec, const PrepSpec& prep, const uint8_t* image, size_t image_size,
-               const uint8_t* record, size_t record_size, const SampleKey& key, int out_h, int out_w,
-               void* dst, uint8_t* targets, size_t room, int64_t* targets_len, PrepScratch* scratch) {
+Status Prepare(const Spec& spec, const PrepSpec& prep, const SampleInput& in, const SampleKey& key,
+               const SampleOutput& out, PrepScratch* scratch) {
+  const uint8_t* image = in.data;
+  const size_t image_size = in.size;
+  const uint8_t* record = in.annotations;
+  const size_t record_size = in.annotations_size;
   int width = 0, height = 0;
   NOSTALL_RETURN_IF_ERROR(ProbeImageSize(image, image_size, &width, &height));
   if (width <= 0 || height <= 0) return DataError("image has zero width or height");
@@ -104,12 +107,17 @@ Status Prepare(const Spec& spec, const PrepSpec& prep, const uint8_t* image, siz
   }
   State s;
   NOSTALL_RETURN_IF_ERROR(RunGeometry(spec, width, height, t, key, &s, nullptr));
-  if (s.cw != out_w || s.ch != out_h) {
-    return DataError("the sample is " + std::to_string(s.cw) + "x" + std::to_string(s.ch) +
-                     " but the batch is " + std::to_string(out_w) + "x" + std::to_string(out_h));
+  if (spec.ragged ? s.cw > out.out_w || s.ch > out.out_h : s.cw != out.out_w || s.ch != out.out_h) {
+    return DataError("the sample is " + std::to_string(s.cw) + "x" + std::to_string(s.ch) + " but the batch is " +
+                     (spec.ragged ? "at most " : "") + std::to_string(out.out_w) + "x" + std::to_string(out.out_h));
   }
-  NOSTALL_RETURN_IF_ERROR(RenderImage(spec, prep, image, image_size, width, height, s, key, dst, scratch));
-  return WriteTargets(spec, t, s, width, height, targets, room, targets_len, &KindScratchOf<Scratch>(scratch).mask);
+  if (out.dims != nullptr) {
+    const std::vector<int64_t> shape = ImageKind().SampleShape(prep, s.ch, s.cw);
+    for (size_t a = 0; a < 3; ++a) out.dims[a] = a < shape.size() ? shape[a] : 1;
+  }
+  NOSTALL_RETURN_IF_ERROR(RenderImage(spec, prep, image, image_size, width, height, s, key, out.dst, scratch));
+  return WriteTargets(spec, t, s, width, height, out.targets, out.targets_room, out.targets_len,
+                      &KindScratchOf<Scratch>(scratch).mask);
 }
 
 Status Trace(const Spec& spec, int width, int height, const uint8_t* record, size_t record_size,

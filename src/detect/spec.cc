@@ -163,17 +163,37 @@ Status StepOf(const Transform& t, const std::string& where, Step* step) {
   return Status::OK();
 }
 
-// The output size the steps end at (0 x 0: each sample its own).
-void OutputSize(const std::vector<Step>& steps, int* h, int* w) {
+// The output size the steps end at (0 x 0: each sample its own), and a
+// bound on each side of it (0: none; the same as the size when fixed).
+void OutputSize(const std::vector<Step>& steps, int* h, int* w, int64_t* bound_h, int64_t* bound_w) {
   *h = *w = 0;
+  *bound_h = *bound_w = 0;
+  auto bound = [&](double bh, double bw) {
+    *bound_h = static_cast<int64_t>(std::ceil(bh));
+    *bound_w = static_cast<int64_t>(std::ceil(bw));
+  };
   for (const Step& s : steps) {
     if (s.kind == StepKind::kResizedCrop || s.kind == StepKind::kCenterCrop ||
         s.kind == StepKind::kFixedSizeCrop || (s.kind == StepKind::kResize && s.short_side <= 0)) {
       *h = s.height, *w = s.width;
-    } else if (s.kind == StepKind::kResize || s.kind == StepKind::kZoomOut || s.kind == StepKind::kIoUCrop ||
-               s.kind == StepKind::kScaleJitter || s.kind == StepKind::kShortestSize ||
-               s.kind == StepKind::kRandomResize) {
-      *h = *w = 0;
+      bound(s.height, s.width);
+      continue;
+    }
+    if (s.kind != StepKind::kResize && s.kind != StepKind::kZoomOut && s.kind != StepKind::kScaleJitter &&
+        s.kind != StepKind::kShortestSize && s.kind != StepKind::kRandomResize) {
+      continue;  // (an IoU crop or a flip: within what came before)
+    }
+    *h = *w = 0;
+    if ((s.kind == StepKind::kResize || s.kind == StepKind::kShortestSize) && s.max_size > 0) {
+      bound(s.max_size, s.max_size);  // the longer side, either way round
+    } else if (s.kind == StepKind::kScaleJitter) {
+      // (The height is scaled to target_size[1] at most, the width to [0]:
+      // v2's pairing, geometry.cc; one pixel more for float32's rounding.)
+      bound(s.target_w * s.jitter_max + 1, s.target_h * s.jitter_max + 1);
+    } else if (s.kind == StepKind::kZoomOut && *bound_h > 0) {
+      bound(static_cast<double>(*bound_h) * s.side_max, static_cast<double>(*bound_w) * s.side_max);
+    } else {
+      *bound_h = *bound_w = 0;
     }
   }
 }
@@ -213,7 +233,7 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& j, const PrepSpec& 
     return InvalidArgument("\"detection\" must be an object {\"transforms\": [...], \"box_format\": "
                            "\"XYXY\", \"masks\": false}, not " + Shown(j));
   }
-  NOSTALL_RETURN_IF_ERROR(CheckKeys(j, "\"detection\"", {"transforms", "box_format", "masks"}));
+  NOSTALL_RETURN_IF_ERROR(CheckKeys(j, "\"detection\"", {"transforms", "box_format", "masks", "size_divisible"}));
   auto spec = std::make_shared<Spec>();
   std::string format = "XYXY";
   NOSTALL_RETURN_IF_ERROR(GetString(j, "detection.", "box_format", &format));
@@ -221,6 +241,13 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& j, const PrepSpec& 
   if (!f.ok()) return InvalidArgument("detection.box_format: " + f.status().message());
   spec->box_format = *f;
   NOSTALL_RETURN_IF_ERROR(GetBool(j, "detection.", "masks", &spec->masks));
+  if (j.contains("size_divisible")) {
+    const json& d = j["size_divisible"];
+    if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > 1024) {
+      return InvalidArgument("detection.size_divisible must be an integer from 1 to 1024, not " + Shown(d));
+    }
+    spec->size_divisible = d.get<int>();
+  }
   const json list = j.value("transforms", json::array());
   if (!list.is_array()) return InvalidArgument("detection.transforms must be a list");
   json resolved = json::array();
@@ -246,15 +273,29 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& j, const PrepSpec& 
     resolved.push_back(r);
     spec->steps.push_back(std::move(step));
   }
-  // The output size, which the batch needs fixed.
+  // The output size: one for every sample, or a bound on each side, which
+  // a loader's batch needs (its samples padded per batch to their largest).
   int h = 0, w = 0;
-  OutputSize(spec->steps, &h, &w);
+  int64_t bound_h = 0, bound_w = 0;
+  OutputSize(spec->steps, &h, &w, &bound_h, &bound_w);
   if (fixed && (h <= 0 || w <= 0)) {
-    return InvalidArgument(
-        "detection.transforms must give every sample one size, for one batch tensor: end the "
-        "geometry with Resize((h, w)), RandomResizedCrop, CenterCrop or FixedSizeCrop (after "
-        "RandomZoomOut, RandomIoUCrop, ScaleJitter, RandomShortestSize, RandomResize and any "
-        "Resize(int)); batches of images of several sizes, padded, are not supported yet");
+    if (bound_h <= 0 || bound_w <= 0) {
+      return InvalidArgument(
+          "detection.transforms must bound the size of every sample, for the batch's memory: give "
+          "RandomShortestSize or Resize(int) a max_size (the longer side at most), or end the geometry "
+          "with Resize((h, w)), RandomResizedCrop, CenterCrop or FixedSizeCrop (RandomResize and a "
+          "Resize(int) without max_size bound no side)");
+    }
+    const int64_t m = spec->size_divisible;
+    bound_h = (bound_h + m - 1) / m * m;
+    bound_w = (bound_w + m - 1) / m * m;
+    if (bound_h > kMaxSide || bound_w > kMaxSide) {
+      return InvalidArgument("detection.transforms bound a sample to " + std::to_string(bound_w) + "x" +
+                             std::to_string(bound_h) + ", over the largest side of " + std::to_string(kMaxSide));
+    }
+    spec->ragged = true;
+    h = static_cast<int>(bound_h);
+    w = static_cast<int>(bound_w);
   }
   spec->out_h = h;
   spec->out_w = w;
@@ -263,6 +304,7 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& j, const PrepSpec& 
   spec->resolved = {{"transforms", resolved},
                     {"box_format", annotations::BoxFormatName(spec->box_format)},
                     {"masks", spec->masks}};
+  if (j.contains("size_divisible")) spec->resolved["size_divisible"] = spec->size_divisible;
   return std::shared_ptr<const Spec>(std::move(spec));
 }
 

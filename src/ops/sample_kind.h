@@ -32,11 +32,14 @@ struct SampleInput {
 };
 
 // Where it goes: its place in the batch tensor (out_h x out_w, as the batch
-// is) and, for a kind with targets, the targets field's place, its room and
-// the length written.
+// is; a bound, for a kind of samples of many sizes) and, for a kind with
+// targets, the targets field's place, its room and the length written.
+// A kind of many sizes (RaggedAxes) writes the sample dense in its own
+// shape at `dst` and that shape (SampleShape's rank, then 1s) to `dims`.
 struct SampleOutput {
   void* dst = nullptr;
   int out_h = 0, out_w = 0;
+  int64_t* dims = nullptr;
   uint8_t* targets = nullptr;
   size_t targets_room = 0;
   int64_t* targets_len = nullptr;
@@ -63,6 +66,18 @@ class SampleKind {
   // One sample's tensor shape and bytes in a batch of out_h x out_w.
   virtual std::vector<int64_t> SampleShape(const PrepSpec& spec, int out_h, int out_w) const = 0;
   virtual size_t SampleBytes(const PrepSpec& spec, int out_h, int out_w) const = 0;
+  // Samples of many sizes: the axes of SampleShape a sample may be smaller
+  // on (bit i: axis i; 0, the default: every sample has SampleShape, which
+  // is otherwise the bound), and the multiple a batch is padded up to on
+  // them (the bound is one).
+  virtual uint32_t RaggedAxes(const PrepSpec& spec) const {
+    (void)spec;
+    return 0;
+  }
+  virtual int PadMultiple(const PrepSpec& spec) const {
+    (void)spec;
+    return 1;
+  }
   // Whether a sample carries targets (written to SampleOutput::targets).
   virtual bool has_targets() const { return false; }
   // One sample, from its bytes, into its place; a DataError names what is

@@ -234,8 +234,14 @@ uint64_t FieldRoom(const LoaderSpec& spec, const Source& source, int f, int out_
   return static_cast<uint64_t>(std::max<int64_t>(1, source.field_room(f)));
 }
 
-void SetFieldLayout(const LoaderSpec& spec, const Source& source, int out_h, int out_w,
-                    ring::RingLayout* layout) {
+void SetSampleLayout(const LoaderSpec& spec, const Source& source, int out_h, int out_w,
+                     ring::RingLayout* layout) {
+  layout->sample_bytes = SampleBytes(spec.prep, out_h, out_w);
+  const std::vector<int64_t> shape = SampleShapeOf(spec.prep, out_h, out_w);
+  for (size_t i = 0; i < 3; ++i) layout->shape[i] = i < shape.size() ? shape[i] : 1;
+  layout->dtype = spec.prep.dtype == DType::kFloat32 ? 1 : 0;
+  layout->ragged_axes = spec.prep.sample_kind().RaggedAxes(spec.prep);
+  layout->pad_multiple = static_cast<uint32_t>(spec.prep.sample_kind().PadMultiple(spec.prep));
   static_assert(ring::kMaxFields == kMaxExtraFields, "the ring holds every extra field");
   layout->field_count = static_cast<uint32_t>(source.extra_fields());
   for (int f = 0; f < source.extra_fields(); ++f) {

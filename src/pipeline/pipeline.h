@@ -46,10 +46,12 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& spec, bool shared = fals
 // One sample's shape: (C, H, W) for NCHW, (H, W, C) for NHWC.
 std::vector<int64_t> SampleShapeOf(const PrepSpec& prep, int64_t out_h, int64_t out_w);
 
-// The extra fields' geometry in a ring's slots: their count and each one's
-// room per sample (its largest member in `source`).
-void SetFieldLayout(const LoaderSpec& spec, const Source& source, int out_h, int out_w,
-                    ring::RingLayout* layout);
+// A sample's geometry in a ring's slots: its bytes, shape (the bound, for
+// samples of many sizes: ragged axes and pad multiple), dtype, and the
+// extra fields' count and each one's room per sample (its largest member
+// in `source`).
+void SetSampleLayout(const LoaderSpec& spec, const Source& source, int out_h, int out_w,
+                     ring::RingLayout* layout);
 // Extra field f's room per sample in a batch: the source's largest member,
 // or for a targets field the largest transformed annotations.
 uint64_t FieldRoom(const LoaderSpec& spec, const Source& source, int f, int out_h, int out_w);

@@ -51,10 +51,6 @@ Result<std::shared_ptr<ring::Segment>> PipelineLoader::MakeRing() const {
       static_cast<uint32_t>(tune_.prefetch ? tune_.max_prefetch + 2 : PipelineSlots(spec_)) + 1;
   l.reserved_slots = static_cast<uint32_t>(PipelineSlots(spec_)) + 1;
   l.chunk = spec_.batch_size;
-  l.sample_bytes = SampleBytes(spec_.prep, out_h_, out_w_);
-  const std::vector<int64_t> shape = SampleShape();
-  for (size_t i = 0; i < 3 && i < shape.size(); ++i) l.shape[i] = shape[i];
-  l.dtype = spec_.prep.dtype == DType::kFloat32 ? 1 : 0;
   // (A private ring; while its shards are being indexed these are not
   // known, and no consumer reads them.)
   const bool known = sampler_.counts_known();
@@ -63,7 +59,7 @@ Result<std::shared_ptr<ring::Segment>> PipelineLoader::MakeRing() const {
   l.spec_fingerprint = spec_.Fingerprint();
   l.dataset_fingerprint = known ? source_->fingerprint() : 0;
   l.spec_json = spec_.ToJson();
-  SetFieldLayout(spec_, *source_, out_h_, out_w_, &l);
+  SetSampleLayout(spec_, *source_, out_h_, out_w_, &l);
   return ring::CreateRing("", l);
 }
 
@@ -90,7 +86,6 @@ Status PipelineLoader::Init(std::shared_ptr<ring::Segment> ring) {
   const bool async = fetcher_.async();
   Scheduler::Options o;
   o.batch_size = spec_.batch_size;
-  o.sample_bytes = sample_bytes;
   o.own_ring = own_ring_;
   o.async = async;
   // A named ring (the shared producer's) is all the pipeline's: its owner

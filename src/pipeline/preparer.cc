@@ -1,10 +1,13 @@
 // The preparer (preparer.h).
 #include "pipeline/preparer.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/clock.h"
 #include "ops/sample_kind.h"
+#include "ring/ragged.h"
 
 namespace nostall {
 
@@ -58,6 +61,7 @@ Status Preparer::PrepareOne(const FetchedItem& fi, const FieldSpan* record, cons
   const SampleKind& kind = spec_.prep.sample_kind();
   SampleInput in{fi.bytes.data() + image.offset, static_cast<size_t>(image.size)};
   SampleOutput out{dst, out_h_, out_w_};
+  if (int64_t* dims = seg_.dims(static_cast<uint32_t>(fi.slot))) out.dims = dims + 3 * fi.pos;
   if (!kind.has_targets()) {
     return kind.Prepare(spec_.prep, in, {spec_.seed, fi.epoch, key}, out, scratch);
   }
@@ -127,31 +131,47 @@ Status Preparer::Prepare(const FetchedItem& fi, PrepScratch* scratch) {
 
 int64_t Preparer::FinishBatch(uint64_t s, int64_t count, const std::vector<uint8_t>& bad) {
   const int64_t cpu0 = ThreadCpuNs();
-  int64_t kept = 0;
-  uint8_t* images = seg_.images(s);
-  int64_t* labels = seg_.labels(s);
-  int64_t* indices = seg_.indices(s);
+  const uint32_t slot = static_cast<uint32_t>(s);
+  std::vector<int64_t> keep;
   for (int64_t p = 0; p < count; ++p) {
-    if (bad[static_cast<size_t>(p)]) continue;
-    if (kept != p) {
-      std::memmove(images + kept * sample_bytes_, images + p * sample_bytes_, sample_bytes_);
-      labels[kept] = labels[p];
-      indices[kept] = indices[p];
-      for (uint32_t f = 0; f < extra_.size(); ++f) {
-        const uint32_t slot = static_cast<uint32_t>(s);
-        int64_t* lengths = seg_.field_lengths(slot, f);
-        const uint64_t room = seg_.g.field_room[f];
-        lengths[kept] = lengths[p];
-        if (lengths[p] > 0) {
-          std::memmove(seg_.field_data(slot, f) + kept * room, seg_.field_data(slot, f) + p * room,
-                       static_cast<size_t>(lengths[p]));
-        }
+    if (!bad[static_cast<size_t>(p)]) keep.push_back(p);
+  }
+  const int64_t kept = static_cast<int64_t>(keep.size());
+  uint64_t kept_bytes = static_cast<uint64_t>(kept) * sample_bytes_;
+  if (int64_t* dims = seg_.dims(slot)) {
+    // Samples of many sizes: the batch padded to its largest, in place.
+    std::vector<int64_t> own;
+    for (int64_t p : keep) own.insert(own.end(), dims + 3 * p, dims + 3 * p + 3);
+    int64_t padded[3];
+    const Status st = ring::PaddedShape(seg_.g, own.data(), kept, padded);
+    if (!st.ok()) {  // (a kind writes only shapes within its bound: a bug)
+      std::fprintf(stderr, "nostall: %s\n", st.message().c_str());
+      std::abort();
+    }
+    ring::PadInPlace(seg_.images(slot), sample_bytes_, seg_.g.dtype == 1 ? 4 : 1, dims, keep, padded);
+    kept_bytes = static_cast<uint64_t>(kept * padded[0] * padded[1] * padded[2]) * (seg_.g.dtype == 1 ? 4 : 1);
+  }
+  uint8_t* images = seg_.images(slot);
+  int64_t* labels = seg_.labels(slot);
+  int64_t* indices = seg_.indices(slot);
+  for (int64_t k = 0; k < kept; ++k) {
+    const int64_t p = keep[static_cast<size_t>(k)];
+    if (k == p) continue;
+    if (!seg_.g.ragged()) std::memmove(images + k * sample_bytes_, images + p * sample_bytes_, sample_bytes_);
+    labels[k] = labels[p];
+    indices[k] = indices[p];
+    for (uint32_t f = 0; f < extra_.size(); ++f) {
+      int64_t* lengths = seg_.field_lengths(slot, f);
+      const uint64_t room = seg_.g.field_room[f];
+      lengths[k] = lengths[p];
+      if (lengths[p] > 0) {
+        std::memmove(seg_.field_data(slot, f) + k * room, seg_.field_data(slot, f) + p * room,
+                     static_cast<size_t>(lengths[p]));
       }
     }
-    ++kept;
   }
   batch_.items.fetch_add(1);
-  batch_.bytes.fetch_add(kept * static_cast<int64_t>(sample_bytes_));
+  batch_.bytes.fetch_add(static_cast<int64_t>(kept_bytes));
   batch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
   return kept;
 }

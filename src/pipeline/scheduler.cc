@@ -237,7 +237,7 @@ Status Scheduler::HandOut(uint64_t s, NextStatus* status, std::shared_ptr<Batch>
   met_.batches.fetch_add(1);
   consumer_->Delivered(epoch_, h.count, NowNs());
   *status = NextStatus::kBatch;
-  *out = slots().HandOut(s, index, ring_, opt_.sample_bytes);
+  *out = slots().HandOut(s, index, ring_);
   if ((*out)->copied()) {
     met_.private_copies.fetch_add(1);
     ring_->slot_freed.notify_all();

@@ -162,7 +162,6 @@ class Scheduler {
  public:
   struct Options {
     int64_t batch_size = 1;
-    size_t sample_bytes = 0;
     bool own_ring = true;    // a private ring: may drop empty batches, copy out, open a spare
     bool async = false;      // one dispatcher and reads in flight, not fetch threads
     int64_t slot_limit = 0;  // slots batches may take

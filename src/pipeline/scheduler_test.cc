@@ -59,7 +59,6 @@ struct Board {
     }
     Scheduler::Options o;
     o.batch_size = batch;
-    o.sample_bytes = 4;
     o.slot_limit = slots;
     o.prep_threads = 1;
     o.fetch_threads = 1;

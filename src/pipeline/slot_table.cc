@@ -4,8 +4,19 @@
 #include <algorithm>
 #include <memory>
 
+#include "ring/ragged.h"
+
 namespace nostall {
 namespace {
+
+// The padded shape of the `count` samples of slot `s` (empty: not ragged).
+std::vector<int64_t> PaddedShapeOf(const ring::Segment& seg, uint32_t s, int64_t count) {
+  if (!seg.g.ragged()) return {};
+  int64_t padded[3];
+  // (The pipeline padded the slot to exactly this: PadInPlace.)
+  if (!ring::PaddedShape(seg.g, seg.dims(s), count, padded).ok()) return {};
+  return {padded[0], padded[1], padded[2]};
+}
 
 // A batch handed out in its slot: the slot is freed when the last copy of
 // the shared_ptr goes (RingState::Release), whichever thread drops it.
@@ -13,7 +24,8 @@ class LeasedBatch final : public Batch {
  public:
   LeasedBatch(std::shared_ptr<RingState> ring, uint64_t slot, int64_t epoch, int64_t index,
               int64_t size)
-      : ring_(std::move(ring)), slot_(slot), epoch_(epoch), index_(index), size_(size) {}
+      : ring_(std::move(ring)), slot_(slot), epoch_(epoch), index_(index), size_(size),
+        padded_(PaddedShapeOf(*ring_->seg, static_cast<uint32_t>(slot), size)) {}
   ~LeasedBatch() override { ring_->Release(slot_); }
   int64_t epoch() const override { return epoch_; }
   int64_t index() const override { return index_; }
@@ -27,25 +39,29 @@ class LeasedBatch final : public Batch {
   std::pair<const void*, size_t> memory() const override {
     return {ring_->seg->images(slot_), ring_->seg->g.slot_stride};
   }
+  const int64_t* sample_dims() const override { return ring_->seg->dims(static_cast<uint32_t>(slot_)); }
+  std::vector<int64_t> padded_shape() const override { return padded_; }
 
  private:
   std::shared_ptr<RingState> ring_;
   uint64_t slot_;
   int64_t epoch_, index_, size_;
+  std::vector<int64_t> padded_;
 };
 
 // A batch copied out of its slot (the slot is free again at once): what the
 // caller gets when it holds every other slot, so the pipeline never stops.
 class CopiedBatch final : public Batch {
  public:
-  CopiedBatch(const ring::Segment& seg, uint32_t slot, int64_t epoch, int64_t index, int64_t size,
-              size_t image_bytes)
+  CopiedBatch(const ring::Segment& seg, uint32_t slot, int64_t epoch, int64_t index, int64_t size)
       : epoch_(epoch),
         index_(index),
+        padded_(PaddedShapeOf(seg, slot, size)),
         images_(static_cast<const uint8_t*>(seg.images(slot)),
-                static_cast<const uint8_t*>(seg.images(slot)) + image_bytes),
+                static_cast<const uint8_t*>(seg.images(slot)) + ImageBytes(seg, padded_, size)),
         labels_(seg.labels(slot), seg.labels(slot) + size),
         indices_(seg.indices(slot), seg.indices(slot) + size) {
+    if (const int64_t* dims = seg.dims(slot)) dims_.assign(dims, dims + 3 * size);
     fields_.Resize(static_cast<int>(seg.g.field_count), size);
     for (uint32_t f = 0; f < seg.g.field_count; ++f) {
       for (int64_t p = 0; p < size; ++p) fields_.Set(static_cast<int>(f), p, SlotField(seg, slot, static_cast<int>(f), p));
@@ -59,9 +75,18 @@ class CopiedBatch final : public Batch {
   const int64_t* indices() const override { return indices_.data(); }
   bool copied() const override { return true; }
   FieldView field(int f, int64_t pos) const override { return fields_.Get(f, pos); }
+  const int64_t* sample_dims() const override { return dims_.empty() ? nullptr : dims_.data(); }
+  std::vector<int64_t> padded_shape() const override { return padded_; }
 
  private:
+  // The bytes of `size` samples as the slot holds them.
+  static size_t ImageBytes(const ring::Segment& seg, const std::vector<int64_t>& padded, int64_t size) {
+    if (padded.empty()) return static_cast<size_t>(size) * seg.g.sample_bytes;
+    return static_cast<size_t>(size * padded[0] * padded[1] * padded[2]) * (seg.g.dtype == 1 ? 4 : 1);
+  }
+
   int64_t epoch_, index_;
+  std::vector<int64_t> padded_, dims_;
   std::vector<uint8_t> images_;
   std::vector<int64_t> labels_, indices_;
   FieldCopies fields_;
@@ -157,8 +182,7 @@ bool SlotTable::FillingOtherThan(int64_t epoch) const {
 }
 
 std::shared_ptr<Batch> SlotTable::HandOut(uint64_t s, int64_t index,
-                                          const std::shared_ptr<RingState>& ring,
-                                          size_t sample_bytes) {
+                                          const std::shared_ptr<RingState>& ring) {
   PipelineSlot& h = (*slots_)[s];
   h.state = SlotState::kLeased;
   h.leases = 1;
@@ -167,8 +191,7 @@ std::shared_ptr<Batch> SlotTable::HandOut(uint64_t s, int64_t index,
   // evaluation): this one leaves as a private copy and its slot is
   // refilled, so the pipeline goes on. Zero-copy resumes once the caller
   // lets old batches go.
-  auto copy = std::make_shared<CopiedBatch>(*ring->seg, static_cast<uint32_t>(s), h.epoch, index,
-                                            h.count, static_cast<size_t>(h.count) * sample_bytes);
+  auto copy = std::make_shared<CopiedBatch>(*ring->seg, static_cast<uint32_t>(s), h.epoch, index, h.count);
   h.leases = 0;
   h.state = SlotState::kFree;
   spare_open_ = false;

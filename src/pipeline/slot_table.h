@@ -52,8 +52,7 @@ class SlotTable {
   // caller: a lease on the slot (the slot is freed when the last copy of the
   // Batch goes), or, when the caller holds every other slot, a copy (the
   // slot is free again at once: copied() says so).
-  std::shared_ptr<Batch> HandOut(uint64_t s, int64_t index, const std::shared_ptr<RingState>& ring,
-                                 size_t sample_bytes);
+  std::shared_ptr<Batch> HandOut(uint64_t s, int64_t index, const std::shared_ptr<RingState>& ring);
   // Frees every slot in `from` not holding `epoch` (-1: any epoch).
   void FreeAll(SlotState from, int64_t but_epoch = -1);
   // Frees every slot that is not leased.

@@ -81,9 +81,9 @@ void BindDetection(nb::module_& m) {
     Status st;
     {
       nb::gil_scoped_release release;
-      st = detect::Prepare(*spec, prep, reinterpret_cast<const uint8_t*>(image.c_str()), image.size(), rec,
-                           record.size(), {seed, epoch, index}, h, w, pixels.data(), targets.data(),
-                           targets.size(), &len, &scratch);
+      SampleInput in{reinterpret_cast<const uint8_t*>(image.c_str()), image.size(), rec, record.size()};
+      SampleOutput out{pixels.data(), h, w, nullptr, targets.data(), targets.size(), &len};
+      st = detect::Prepare(*spec, prep, in, {seed, epoch, index}, out, &scratch);
     }
     RaiseIfError(st);
     nb::object img;

@@ -163,8 +163,10 @@ class PyLoader {
   // The last batch's slot memory (address, bytes); (0, 0) for a copy.
   std::pair<uintptr_t, size_t> BatchMemory() const { return batch_memory_; }
 
-  // (images, labels, indices, copied, epoch_over), or None at the end of
-  // the epoch; epoch_over: this batch was the epoch's last. A bad batch
+  // (images, labels, indices, copied, epoch_over, fields, sample_dims), or
+  // None at the end of the epoch; epoch_over: this batch was the epoch's
+  // last; sample_dims: for samples of many sizes, each one's shape (B x 3),
+  // else None. A bad batch
   // raises (and is consumed). A batch of no samples is never returned.
   nb::object Next() {
     NextStatus ns = NextStatus::kTimeout;
@@ -193,7 +195,17 @@ class PyLoader {
     batch_memory_ = {reinterpret_cast<uintptr_t>(memory), memory_bytes};
     const LoaderSpec& spec = Loader().spec();
     std::vector<size_t> shape = {static_cast<size_t>(batch->size())};
-    for (int64_t d : Loader().SampleShape()) shape.push_back(static_cast<size_t>(d));
+    // (A batch of many sizes: its samples padded to its largest, each one's
+    // own shape beside them.)
+    const std::vector<int64_t> padded = batch->padded_shape();
+    const std::vector<int64_t> sample = Loader().SampleShape();
+    for (size_t a = 0; a < sample.size(); ++a) {
+      shape.push_back(static_cast<size_t>(a < padded.size() ? padded[a] : sample[a]));
+    }
+    nb::object dims = nb::none();
+    if (batch->sample_dims() != nullptr) {
+      dims = View(batch, batch->sample_dims(), {static_cast<size_t>(batch->size()), 3}, nb::dtype<int64_t>());
+    }
     nb::dlpack::dtype pixel = spec.prep.dtype == DType::kFloat32 ? nb::dtype<float>()
                                                                 : nb::dtype<uint8_t>();
     std::vector<size_t> n = {static_cast<size_t>(batch->size())};
@@ -202,7 +214,7 @@ class PyLoader {
     return nb::make_tuple(View(batch, batch->images(), shape, pixel),
                           View(batch, batch->labels(), n, nb::dtype<int64_t>()),
                           View(batch, batch->indices(), n, nb::dtype<int64_t>()),
-                          batch->copied(), over, Fields(*batch));
+                          batch->copied(), over, Fields(*batch), dims);
   }
 
   // The batch's extra fields: one list per field (the spec's order) of
@@ -254,6 +266,12 @@ class PyLoader {
     return Loader().source().size();
   }
   std::vector<int64_t> SampleShape() const { return Loader().SampleShape(); }
+  // Samples of many sizes: the axes of sample_shape (then its bound) a
+  // sample may be smaller on, bit i for axis i; 0: every sample has it.
+  uint32_t RaggedAxes() const {
+    const PrepSpec& prep = Loader().spec().prep;
+    return prep.sample_kind().RaggedAxes(prep);
+  }
   nb::object Key(int64_t i) const {
     WaitForIndex();
     // (A buffered epoch's early batches name samples by shard and member.)
@@ -428,6 +446,7 @@ void BindLoader(nb::module_& m) {
       .def_prop_ro("num_items", &PyLoader::NumItems)
       .def_prop_ro("classes", &PyLoader::Classes)
       .def_prop_ro("sample_shape", &PyLoader::SampleShape)
+      .def_prop_ro("ragged_axes", &PyLoader::RaggedAxes)
       .def_prop_ro("fingerprint", &PyLoader::Fingerprint);
 }
 

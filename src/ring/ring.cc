@@ -65,6 +65,8 @@ Geometry ReadGeometry(const Header& h) {
   g.slot_stride = v.slot_stride;
   g.field_count = v.field_count;
   for (uint32_t f = 0; f < kMaxFields; ++f) g.field_room[f] = v.field_room[f];
+  g.ragged_axes = v.ragged_axes;
+  g.pad_multiple = v.pad_multiple;
   return g;
 }
 
@@ -231,12 +233,17 @@ Status CheckGeometry(const Geometry& h, uint64_t size, const std::string& name) 
   }
   if (sample > (uint64_t{1} << 40) / chunk) return bad("slot size");
   if (h.field_count > kMaxFields) return bad("field count");
+  if (h.ragged_axes > 7 || h.pad_multiple < 1 || h.pad_multiple > 4096) return bad("ragged axes");
+  for (int a = 0; a < 3; ++a) {
+    if ((h.ragged_axes >> a & 1) != 0 && h.shape[a] % h.pad_multiple != 0) return bad("ragged bound");
+  }
   uint64_t fields = 0;
   for (uint32_t f = 0; f < h.field_count; ++f) {
     if (h.field_room[f] > (uint64_t{1} << 30)) return bad("field size");
     fields += Segment::FieldBytes(h, f);
   }
-  if (h.slot_stride < RoundUp(chunk * sample, 64) + 2 * chunk * sizeof(int64_t) + fields ||
+  const uint64_t tables = (2 * chunk + Segment::DimsCount(h)) * sizeof(int64_t);
+  if (h.slot_stride < RoundUp(chunk * sample, 64) + tables + fields ||
       h.slot_stride % 64 != 0 || h.slot_stride > (size - h.data_offset) / h.slot_count) {
     return bad("slot size");
   }
@@ -343,6 +350,8 @@ void InitRing(Segment* seg, const RingLayout& l, const Geometry& g) {
   h->slot_stride = g.slot_stride;
   h->field_count = g.field_count;
   for (uint32_t f = 0; f < kMaxFields; ++f) h->field_room[f] = g.field_room[f];
+  h->ragged_axes = g.ragged_axes;
+  h->pad_multiple = g.pad_multiple;
   seg->Bind(ReadGeometry(*h));
   for (uint32_t i = 0; i < g.max_consumers; ++i) {
     new (&seg->consumers[i]) ConsumerRow{};
@@ -398,6 +407,11 @@ Result<std::shared_ptr<Segment>> CreateRing(const std::string& name, const RingL
   const uint64_t chunk = static_cast<uint64_t>(l.chunk);
   if (l.field_count > kMaxFields) return InvalidArgument("over 16 extra fields");
   g.field_count = l.field_count;
+  if (l.ragged_axes > 7 || l.pad_multiple < 1 || l.pad_multiple > 4096) {
+    return InvalidArgument("ragged axes or pad multiple out of range");
+  }
+  g.ragged_axes = l.ragged_axes;
+  g.pad_multiple = l.pad_multiple;
   uint64_t fields = 0;
   for (uint32_t f = 0; f < l.field_count; ++f) {
     if (l.field_room[f] > (uint64_t{1} << 30) / chunk) {
@@ -407,8 +421,8 @@ Result<std::shared_ptr<Segment>> CreateRing(const std::string& name, const RingL
     g.field_room[f] = l.field_room[f];
     fields += Segment::FieldBytes(g, f);
   }
-  g.slot_stride =
-      RoundUp(RoundUp(chunk * l.sample_bytes, 64) + 2 * chunk * sizeof(int64_t) + fields, 4096);
+  const uint64_t tables = (2 * chunk + Segment::DimsCount(g)) * sizeof(int64_t);
+  g.slot_stride = RoundUp(RoundUp(chunk * l.sample_bytes, 64) + tables + fields, 4096);
   const uint64_t total = g.data_offset + g.slot_stride * l.slot_count;
 
   std::string seg_name;

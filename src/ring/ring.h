@@ -25,7 +25,7 @@
 namespace nostall::ring {
 
 constexpr char kMagic[8] = {'N', 'S', 'T', 'R', 'I', 'N', 'G', '2'};
-constexpr uint32_t kVersion = 4;
+constexpr uint32_t kVersion = 5;
 // A slot's extra fields (nostall/record.h) at most: each is, per sample, a
 // length (int64; -1: none) and room for its bytes.
 constexpr uint32_t kMaxFields = 16;
@@ -61,6 +61,11 @@ struct alignas(64) Header {
   uint64_t data_offset, slot_stride;
   uint32_t field_count;
   uint64_t field_room[kMaxFields];  // bytes per sample, per extra field
+  // Samples of many sizes (a ragged ring): the axes of `shape` a sample may
+  // be smaller on (bit i: axis i; 0: every sample is `shape`), and the
+  // multiple a batch's size on them is rounded up to. `shape` is then the
+  // bound, and each slot holds each sample's own shape (Segment::dims).
+  uint32_t ragged_axes, pad_multiple;
   char error[512];
 };
 
@@ -102,6 +107,8 @@ struct Geometry {
            spec_bytes = 0, data_offset = 0, slot_stride = 0;
   uint32_t field_count = 0;
   uint64_t field_room[kMaxFields] = {};
+  uint32_t ragged_axes = 0, pad_multiple = 1;
+  bool ragged() const { return ragged_axes != 0; }
 };
 
 // A mapped segment with typed views; shared by the loader and every lease.
@@ -134,15 +141,23 @@ struct Segment {
     return reinterpret_cast<int64_t*>(images(s) + RoundUp(g.chunk * g.sample_bytes, 64));
   }
   int64_t* indices(uint32_t s) const { return labels(s) + g.chunk; }
+  // A ragged ring's slot `s`: sample p's own shape at [3 * p, 3 * p + 3)
+  // (written dense at p * sample_bytes, then the batch padded in place:
+  // pipeline/ragged.h). Null for a ring of one shape.
+  int64_t* dims(uint32_t s) const { return g.ragged() ? indices(s) + g.chunk : nullptr; }
   // Extra field `f` of slot `s`: each sample's length (-1: none), then its
   // bytes, sample p's at p * g.field_room[f].
   int64_t* field_lengths(uint32_t s, uint32_t f) const {
-    uint8_t* p = reinterpret_cast<uint8_t*>(indices(s) + g.chunk);
+    uint8_t* p = reinterpret_cast<uint8_t*>(indices(s) + g.chunk + DimsCount(g));
     for (uint32_t k = 0; k < f; ++k) p += FieldBytes(g, k);
     return reinterpret_cast<int64_t*>(p);
   }
   uint8_t* field_data(uint32_t s, uint32_t f) const {
     return reinterpret_cast<uint8_t*>(field_lengths(s, f) + g.chunk);
+  }
+  // The int64s of a slot's table of sample shapes (0: not ragged).
+  static uint64_t DimsCount(const Geometry& g) {
+    return g.ragged() ? 3 * static_cast<uint64_t>(g.chunk) : 0;
   }
   static uint64_t FieldBytes(const Geometry& g, uint32_t f) {
     const uint64_t chunk = static_cast<uint64_t>(g.chunk);
@@ -219,6 +234,9 @@ struct RingLayout {
   // Extra fields: how many, and each one's room per sample.
   uint32_t field_count = 0;
   uint64_t field_room[kMaxFields] = {};
+  // Samples of many sizes: Header::ragged_axes and pad_multiple (`shape`
+  // is then each axis's bound, a multiple of pad_multiple on ragged axes).
+  uint32_t ragged_axes = 0, pad_multiple = 1;
   int64_t samples_per_epoch = 0, chunks_per_epoch = 0, block_chunks = 1;
   uint64_t spec_fingerprint = 0, dataset_fingerprint = 0;
   std::string spec_json;

@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/process.h"
+#include "ring/ragged.h"
 #include "shared/chunk_feed.h"
 
 namespace nostall {
@@ -70,6 +71,16 @@ std::shared_ptr<ChunkLease> ChunkFeed::SharedLease(uint32_t s) {
   c->labels = seg_->labels(s);
   c->indices = seg_->indices(s);
   c->count = seg_->slots[s].count;
+  c->elem = seg_->g.dtype == 1 ? 4 : 1;
+  if (seg_->g.ragged()) {
+    // (The count is the producer's to write: never past the slot.)
+    const int64_t n = std::clamp<int64_t>(c->count, 0, seg_->g.chunk);
+    const int64_t* dims = seg_->dims(s);
+    c->dims.assign(dims, dims + 3 * n);
+    int64_t padded[3];
+    c->damaged = PaddedShape(seg_->g, c->dims.data(), n, padded);
+    c->padded.assign(padded, padded + 3);
+  }
   return c;
 }
 
@@ -222,6 +233,12 @@ Status ChunkFeed::FromPrivate(int64_t seq, int64_t deadline, std::shared_ptr<Chu
   c->labels = b->labels();
   c->indices = b->indices();
   c->count = b->size();
+  c->private_sample_bytes = seg_->g.sample_bytes;
+  c->elem = seg_->g.dtype == 1 ? 4 : 1;
+  if (const int64_t* dims = b->sample_dims()) {
+    c->dims.assign(dims, dims + 3 * b->size());
+    c->padded = b->padded_shape();
+  }
   c->private_batch = std::move(b);
   c->live = live_;
   live_->fetch_add(1);

@@ -44,6 +44,19 @@ struct ChunkLease {
   const int64_t* labels = nullptr;
   const int64_t* indices = nullptr;
   int64_t count = 0;
+  // A ragged ring's chunk (ring/ragged.h): each sample's own shape, copied
+  // out of the slot and checked once (a shape past the ring's bound, which
+  // only damage gives, is `damaged`), and the shape its samples are padded
+  // to in `images`. Empty: samples of one shape.
+  std::vector<int64_t> dims, padded;
+  Status damaged;
+  // Bytes of one sample in `images`.
+  uint64_t sample_stride() const {
+    if (padded.empty()) return seg ? seg->g.sample_bytes : private_sample_bytes;
+    return static_cast<uint64_t>(padded[0] * padded[1] * padded[2]) * elem;
+  }
+  uint64_t private_sample_bytes = 0;
+  size_t elem = 1;
   // Sample `pos`'s extra field `f`: from the private batch, else the slot.
   FieldView field(int f, int64_t pos) const {
     return private_batch ? private_batch->field(f, pos) : SlotField(*seg, slot, f, pos);

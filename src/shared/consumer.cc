@@ -23,6 +23,7 @@
 #include "common/fd.h"
 #include "common/process.h"
 #include "common/shm.h"
+#include "ring/ragged.h"
 #include "ring/ring.h"
 #include "shared/consumer.h"
 
@@ -146,18 +147,21 @@ void Consumer::CopyFields(const ChunkLease& c, int64_t from, int64_t to, int64_t
 }
 
 Status Consumer::BatchInOneChunk(int64_t lo, int64_t hi, int64_t first, int64_t deadline, std::shared_ptr<ConsumerBatch>* out) {
-  const uint64_t sb = seg_->g.sample_bytes;
   std::shared_ptr<ChunkLease> c;
   NOSTALL_RETURN_IF_ERROR(feed_.Acquire(EpochBase() + first, deadline, &c));
   if (!c) return Status::OK();
+  NOSTALL_RETURN_IF_ERROR(c->damaged);
+  const uint64_t sb = c->sample_stride();
   auto batch = std::make_shared<ConsumerBatch>(label_epoch_, batch_, hi - lo);
   const int64_t off = lo - prefix_[first];
+  batch->padded_ = c->padded;
   if (feed_.live_views() <= kMaxLiveViews) {
     batch->lease = c;
     batch->lease_offset = off;
     batch->images_ = c->images + off * sb;
     batch->labels_ = c->labels + off;
     batch->indices_ = c->indices + off;
+    if (!c->dims.empty()) batch->dims_ = c->dims.data() + 3 * off;
   } else {
     ++copied_batches_;
     batch->own_images.assign(c->images + off * sb, c->images + (off + hi - lo) * sb);
@@ -167,6 +171,10 @@ Status Consumer::BatchInOneChunk(int64_t lo, int64_t hi, int64_t first, int64_t 
     batch->images_ = batch->own_images.data();
     batch->labels_ = batch->own_labels.data();
     batch->indices_ = batch->own_indices.data();
+    if (!c->dims.empty()) {
+      batch->own_dims.assign(c->dims.begin() + 3 * off, c->dims.begin() + 3 * (off + hi - lo));
+      batch->dims_ = batch->own_dims.data();
+    }
   }
   feed_.Hold(std::move(c), EpochBase() + first);
   *out = std::move(batch);
@@ -174,19 +182,26 @@ Status Consumer::BatchInOneChunk(int64_t lo, int64_t hi, int64_t first, int64_t 
 }
 
 Status Consumer::BatchAcrossChunks(int64_t lo, int64_t hi, int64_t deadline, std::shared_ptr<ConsumerBatch>* out) {
+  // Each sample takes the ring's sample bytes here (the bound, for samples
+  // of many sizes: copied dense in their own shape, the batch padded to its
+  // largest once complete).
   const uint64_t sb = seg_->g.sample_bytes;
+  const bool ragged = seg_->g.ragged();
+  const size_t elem = seg_->g.dtype == 1 ? 4 : 1;
   if (!partial_ || partial_->index() != batch_ || partial_->epoch() != label_epoch_) {
     partial_ = std::make_shared<ConsumerBatch>(label_epoch_, batch_, hi - lo);
     partial_->own_images.resize(static_cast<size_t>(hi - lo) * sb);
     partial_->own_labels.resize(static_cast<size_t>(hi - lo));
     partial_->own_indices.resize(static_cast<size_t>(hi - lo));
     partial_->own_fields.Resize(static_cast<int>(seg_->g.field_count), hi - lo);
+    if (ragged) partial_->own_dims.resize(static_cast<size_t>(3 * (hi - lo)));
     partial_pos_ = lo;
   }
   while (partial_pos_ < hi) {
     const int64_t i = ChunkIndex(partial_pos_);
     std::shared_ptr<ChunkLease> c;
     Status st = feed_.Acquire(EpochBase() + i, deadline, &c);
+    if (st.ok() && c) st = c->damaged;
     if (!st.ok()) {
       partial_.reset();
       return st;
@@ -195,7 +210,17 @@ Status Consumer::BatchAcrossChunks(int64_t lo, int64_t hi, int64_t deadline, std
     const int64_t from = partial_pos_ - prefix_[i];
     const int64_t take = std::min(hi, prefix_[i + 1]) - partial_pos_;
     const int64_t to = partial_pos_ - lo;
-    std::memcpy(partial_->own_images.data() + to * sb, c->images + from * sb, take * sb);
+    uint8_t* images = partial_->own_images.data();
+    if (ragged) {
+      const uint64_t cs = c->sample_stride();
+      for (int64_t k = 0; k < take; ++k) {
+        const int64_t* dims = &c->dims[static_cast<size_t>(3 * (from + k))];
+        std::copy(dims, dims + 3, &partial_->own_dims[static_cast<size_t>(3 * (to + k))]);
+        CopyPadded(c->images + (from + k) * cs, c->padded.data(), dims, images + (to + k) * sb, dims, elem);
+      }
+    } else {
+      std::memcpy(images + to * sb, c->images + from * sb, take * sb);
+    }
     std::memcpy(partial_->own_labels.data() + to, c->labels + from, take * sizeof(int64_t));
     std::memcpy(partial_->own_indices.data() + to, c->indices + from, take * sizeof(int64_t));
     CopyFields(*c, from, to, take, &partial_->own_fields);
@@ -206,6 +231,16 @@ Status Consumer::BatchAcrossChunks(int64_t lo, int64_t hi, int64_t deadline, std
   }
   ++copied_batches_;
   std::shared_ptr<ConsumerBatch> batch = std::move(partial_);
+  if (ragged) {
+    int64_t padded[3];
+    // (Every shape was checked against the bound with its chunk.)
+    NOSTALL_RETURN_IF_ERROR(PaddedShape(seg_->g, batch->own_dims.data(), hi - lo, padded));
+    std::vector<int64_t> all(static_cast<size_t>(hi - lo));
+    for (size_t k = 0; k < all.size(); ++k) all[k] = static_cast<int64_t>(k);
+    PadInPlace(batch->own_images.data(), sb, elem, batch->own_dims.data(), all, padded);
+    batch->padded_.assign(padded, padded + 3);
+    batch->dims_ = batch->own_dims.data();
+  }
   batch->images_ = batch->own_images.data();
   batch->labels_ = batch->own_labels.data();
   batch->indices_ = batch->own_indices.data();

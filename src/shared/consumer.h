@@ -39,6 +39,8 @@ class ConsumerBatch final : public Batch {
     if (lease->private_batch) return lease->private_batch->memory();
     return {lease->seg->images(lease->slot), lease->seg->g.slot_stride};
   }
+  const int64_t* sample_dims() const override { return dims_; }
+  std::vector<int64_t> padded_shape() const override { return padded_; }
 
   std::shared_ptr<ChunkLease> lease;  // zero-copy: a view into this chunk
   int64_t lease_offset = 0;           // where the batch begins in it
@@ -48,6 +50,10 @@ class ConsumerBatch final : public Batch {
   const void* images_ = nullptr;
   const int64_t* labels_ = nullptr;
   const int64_t* indices_ = nullptr;
+  // Samples of many sizes: each one's shape (the lease's, or own_dims) and
+  // the shape they are padded to in images_.
+  std::vector<int64_t> own_dims, padded_;
+  const int64_t* dims_ = nullptr;
 
  private:
   int64_t epoch_, index_, size_;

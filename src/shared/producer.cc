@@ -273,7 +273,6 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   // the segment, and started on the segment's slots once it exists.
   NOSTALL_ASSIGN_OR_RETURN(PipelineParts parts, PreparePipeline(spec, /*shared=*/true));
   const LoaderSpec resolved = parts.spec;
-  const std::vector<int64_t> shape = SampleShapeOf(resolved.prep, parts.out_h, parts.out_w);
   const uint64_t dataset_fingerprint = parts.source->fingerprint();
   const uint64_t depth = PipelineSlots(resolved);
 
@@ -284,9 +283,6 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   layout.max_consumers = static_cast<uint32_t>(options.max_consumers);
   layout.slot_count = kept + static_cast<uint32_t>(depth);
   layout.chunk = resolved.batch_size;
-  layout.sample_bytes = SampleBytes(resolved.prep, parts.out_h, parts.out_w);
-  for (size_t i = 0; i < 3 && i < shape.size(); ++i) layout.shape[i] = shape[i];
-  layout.dtype = resolved.prep.dtype == DType::kFloat32 ? 1 : 0;
   layout.samples_per_epoch = n;
   layout.chunks_per_epoch = k;
   layout.block_chunks = block_chunks;
@@ -294,7 +290,7 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   layout.dataset_fingerprint = dataset_fingerprint;
   layout.spec_json = resolved.ToJson();
   layout.share_gid = options.share_gid;
-  SetFieldLayout(resolved, *parts.source, parts.out_h, parts.out_w, &layout);
+  SetSampleLayout(resolved, *parts.source, parts.out_h, parts.out_w, &layout);
   NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<Segment> seg, CreateRing(name, layout));
   auto waited = std::make_shared<std::atomic<int64_t>>(0);
   parts.consumer_waited_ns = [waited] { return waited->load(); };

@@ -505,8 +505,7 @@ def test_loader_gives_images_and_target_dicts(scenes):
 def test_lsj_recipe_in_a_loader_gives_one_size_with_masks_as_apply(scenes):
     """torchvision's lsj recipe (detection.recipe): every batch (4, 3, S, S)
     whatever the scale drawn, masks S x S, and each sample's image, boxes and
-    masks those detection.apply gives for its index; the multiscale recipe
-    is refused until batches of several sizes exist, saying what to use."""
+    masks those detection.apply gives for its index."""
     images_dir, ann_path = scenes
     lsj = detection.recipe("lsj", size=160)
     assert [type(t).__name__ for t in lsj] == ["ScaleJitter", "FixedSizeCrop", "RandomHorizontalFlip"]
@@ -531,9 +530,45 @@ def test_lsj_recipe_in_a_loader_gives_one_size_with_masks_as_apply(scenes):
             sizes.add(tuple(detection.sample_params(lsj, meta["width"], meta["height"], record, seed=3,
                                                     index=i)["ops"][0]["size"]))
     assert len(sizes) > 10  # the scales drawn differ; the batches' size does not
-    with pytest.raises(ValueError, match="lsj"):
-        detection.recipe("multiscale")
     assert [type(t).__name__ for t in detection.recipe("ssd", size=300)][-2:] == ["Resize", "SanitizeBoundingBoxes"]
+
+
+def test_multiscale_recipe_pads_each_batch_to_its_largest_with_each_size(scenes):
+    """torchvision's multiscale recipe (RandomShortestSize + flip): each image
+    keeps its own size; a batch is its largest, rounded up to 32, with each
+    image's (height, width) beside it; within its size each image, its boxes
+    and masks are detection.apply's for its index, and the padding is zero,
+    float32 (normalized) too."""
+    images_dir, ann_path = scenes
+    multiscale = detection.recipe("multiscale", size=256)
+    ann = json.loads(ann_path.read_text())
+    ids = sorted(i["id"] for i in ann["images"])
+    by_id = {i["id"]: i for i in ann["images"]}
+    for tf, dtype in ((multiscale, np.uint8),
+                      (multiscale + [nostall.Normalize(mean=(0.5, 0.4, 0.3), std=(0.2, 0.25, 0.3))], np.float32)):
+        loader = nostall.Loader(Coco(images_dir, ann_path, masks=True), transforms=tf, batch_size=4, shuffle=True,
+                                seed=5, return_indices=True)
+        shapes = set()
+        for images, targets, sizes, indices in loader:
+            assert sizes.shape == (len(indices), 2) and sizes.dtype == torch.int64
+            assert images.dtype == torch.from_numpy(np.zeros(1, dtype)).dtype
+            h_max, w_max = sizes.max(dim=0).values.tolist()
+            assert images.shape[1:] == (3, -(-h_max // 32) * 32, -(-w_max // 32) * 32)
+            assert images.is_contiguous()
+            shapes.add(tuple(images.shape[2:]))
+            for img, t, (h, w), i in zip(images, targets, sizes.tolist(), indices.tolist()):
+                meta = by_id[ids[i]]
+                mine = [a for a in ann["annotations"] if a["image_id"] == meta["id"]]
+                record = {"width": meta["width"], "height": meta["height"], "annotations": mine}
+                want_img, want = detection.apply(tf, images_dir / meta["file_name"], record, seed=5, index=i,
+                                                 masks=True)
+                assert want_img.shape[:2] == (h, w) and max(h, w) <= 256
+                np.testing.assert_array_equal(img[:, :h, :w].permute(1, 2, 0).numpy(), want_img)
+                assert not img[:, h:, :].any() and not img[:, :, w:].any()
+                np.testing.assert_allclose(t["boxes"].numpy(), want["boxes"], atol=1e-4)
+                np.testing.assert_array_equal(t["masks"].numpy(), want["masks"])
+                assert t["masks"].shape[1:] == (h, w)
+        assert len(shapes) > 3  # the batches' sizes differ
 
 
 def test_masks_padded_batches_and_box_formats(scenes):
