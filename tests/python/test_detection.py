@@ -4,6 +4,7 @@ here in torch (torchvision does not import beside this torch), masks against
 pycocotools, images against PIL (docs/detection.md)."""
 
 import io
+import itertools
 import json
 import tarfile
 
@@ -922,6 +923,73 @@ def test_shared_loader_serves_detection_batches(scenes):
     again = nostall.Loader.from_spec(loader.spec)
     images, targets = next(iter(again))
     assert isinstance(targets, list) and set(targets[0]) >= {"boxes", "labels"}
+
+
+def _own(images, sizes):
+    """Each padded sample cut to its own size (its padding checked zero)."""
+    out = []
+    for img, (h, w) in zip(images, sizes.tolist()):
+        assert not img[:, h:, :].any() and not img[:, :, w:].any()
+        assert images.shape[2] % 32 == 0 and images.shape[3] % 32 == 0
+        out.append(img[:, :h, :w].clone())
+    return out
+
+
+def test_padded_batches_through_serve_cache_and_resume(scenes):
+    """Batches of many sizes (the multiscale recipe) served to consumers of
+    other batch sizes (views of a chunk, and batches copied across chunks and
+    padded again), through the shared-memory cache, and resumed mid-epoch
+    from a state_dict: each sample the plain loader's, at its own size."""
+    images_dir, ann_path = scenes
+    tf = detection.recipe("multiscale", size=256)
+
+    def make(**kw):
+        return nostall.Loader(Coco(images_dir, ann_path), transforms=tf, batch_size=8, shuffle=True, seed=5,
+                              return_indices=True, **kw)
+
+    def samples(loader, limit=None):
+        out = []
+        for images, targets, sizes, indices in itertools.islice(loader, limit):
+            out += zip(indices.tolist(), _own(images, sizes), [t["boxes"].clone() for t in targets])
+        return out
+
+    loader = make()
+    plain = samples(loader)
+    by_index = {i: (img, boxes) for i, img, boxes in plain}
+    assert len({tuple(img.shape) for _, img, _ in plain}) > 10
+
+    def same(got):
+        for i, img, boxes in got:
+            assert torch.equal(img, by_index[i][0]) and torch.equal(boxes, by_index[i][1])
+        return sorted(i for i, _, _ in got)
+
+    import os
+
+    name = f"det-ragged-{os.getpid()}"
+    with nostall.serve(loader.spec, name, block=False, verbose=False):
+        for batch_size in (4, 6):  # within one chunk of 8; across chunks
+            with nostall.Loader.attach(name, batch_size, return_indices=True) as consumer:
+                assert same(samples(consumer)) == sorted(by_index)
+    cache = f"det-ragged-cache-{os.getpid()}"
+    try:
+        for _ in range(2):  # filling the cache, then from it
+            cached = samples(make(cache=nostall.Cache(size=64 << 20, name=cache)))
+            assert [i for i, _, _ in cached] == [i for i, _, _ in plain]
+            same(cached)
+    finally:
+        try:
+            nostall.Cache(cache, 1).remove()
+        except FileNotFoundError:
+            pass
+    first = make()
+    head = samples(first, limit=2)
+    state = first.state_dict()
+    first.close()
+    resumed = make()
+    resumed.load_state_dict(state)
+    rest = samples(resumed)
+    assert [i for i, _, _ in head + rest] == [i for i, _, _ in plain]
+    same(head + rest)
 
 
 def test_analyze_autotune_stats_and_classes_on_a_detection_loader(scenes):
