@@ -2,7 +2,7 @@
 (PIL + the box code torchvision.transforms.v2 runs), on the same cores,
 alternating rounds, medians.
 
-    python bench/bench_detection.py [--rounds 5] [--data DIR] [--images 400] [--recipe ssd|lsj]
+    python bench/bench_detection.py [--rounds 5] [--data DIR] [--images 400] [--recipe ssd|lsj|multiscale]
 
 The SSD recipe: RandomPhotometricDistort, RandomZoomOut(fill=(123, 117, 104)),
 RandomIoUCrop, RandomHorizontalFlip, Resize((300, 300)),
@@ -11,6 +11,10 @@ quality 90, 1-8 objects each, polygons; make_detection_scenes). With
 ``--masks``, the instance masks too. ``--recipe lsj``: torchvision's
 detection references' large scale jitter instead, ScaleJitter((1024, 1024)),
 FixedSizeCrop(1024, fill=(123, 117, 104)), RandomHorizontalFlip, batch 8.
+``--recipe multiscale``: the references' Faster/Mask R-CNN recipe,
+RandomShortestSize(480, 512, ..., 800, max_size=1333) and a flip, batch 8:
+each image its own size; nostall's batch padded to 32 with each image's
+size beside it, the references' collated as lists (their collate_fn).
 
 The DataLoader side is v2's algorithm on PIL images, written out here as v2
 runs it (torchvision does not import beside this torch): PIL's ImageEnhance
@@ -204,7 +208,42 @@ class V2Lsj:
         return img, target
 
 
-RECIPES = {"ssd": (V2Ssd, 32), "lsj": (V2Lsj, 8)}
+class V2Multiscale:
+    """The references' multiscale recipe on a PIL image and its targets: v2's
+    RandomShortestSize(min_size=(480, 512, ..., 800), max_size=1333) and
+    RandomHorizontalFlip; each image keeps its own size (their collate makes
+    lists; the model pads them)."""
+
+    def __init__(self, masks, max_size=1333):
+        self.masks, self.max_size = masks, max_size
+        self.choices = list(range(480, 801, 32))
+
+    def __call__(self, img, boxes, labels, masks):
+        import torch
+        from PIL import Image
+
+        w, h = img.size
+        side = self.choices[int(torch.randint(len(self.choices), (1,)))]
+        r = min(side / min(h, w), self.max_size / max(h, w))
+        nw, nh = int(w * r), int(h * r)
+        img = img.resize((nw, nh), Image.BILINEAR)
+        boxes = boxes.mul(torch.tensor([nw / w, nh / h, nw / w, nh / h]))
+        if masks is not None:
+            masks = torch.nn.functional.interpolate(masks[None].float(), size=(nh, nw), mode="nearest")[0] \
+                .to(torch.uint8) if len(masks) else torch.zeros((0, nh, nw), dtype=torch.uint8)
+        if torch.rand(1) < 0.5:
+            img = img.transpose(Image.FLIP_LEFT_RIGHT)
+            boxes[:, [0, 2]] = nw - boxes[:, [2, 0]]
+            if masks is not None:
+                masks = masks.flip(-1)
+        target = {"boxes": boxes, "labels": labels}
+        if masks is not None:
+            target["masks"] = masks
+        return img, target
+
+
+# recipe: (the v2 pipeline, batch size, the references' collate keeps a list)
+RECIPES = {"ssd": (V2Ssd, 32), "lsj": (V2Lsj, 8), "multiscale": (V2Multiscale, 8)}
 
 
 class CocoDataset:
@@ -253,6 +292,11 @@ def collate(batch):
     return torch.stack([b[0] for b in batch]), [b[1] for b in batch]
 
 
+def collate_lists(batch):
+    """The detection references' collate_fn: tuple(zip(*batch))."""
+    return tuple(zip(*batch))
+
+
 def _init_worker(_):
     import torch
 
@@ -264,7 +308,8 @@ def run_dataloader(root, ann, masks, epochs, threads, recipe):
 
     loader = torch.utils.data.DataLoader(CocoDataset(root, ann, masks, recipe), batch_size=RECIPES[recipe][1],
                                          shuffle=True, num_workers=threads, persistent_workers=True,
-                                         worker_init_fn=_init_worker, collate_fn=collate)
+                                         worker_init_fn=_init_worker,
+                                         collate_fn=collate_lists if recipe == "multiscale" else collate)
     for _ in loader:  # warm-up epoch: the workers start
         pass
     start, n = time.perf_counter(), 0
@@ -280,7 +325,8 @@ def run_nostall(root, ann, masks, epochs, threads, recipe):
     from nostall.datasets import Coco
     from nostall.transforms import RandomIoUCrop, RandomPhotometricDistort, RandomZoomOut, SanitizeBoundingBoxes
 
-    transforms = detection.recipe("lsj", size=1024) if recipe == "lsj" else \
+    transforms = detection.recipe(recipe, size=1024) if recipe == "lsj" else detection.recipe(recipe) \
+        if recipe == "multiscale" else \
         [RandomPhotometricDistort(), RandomZoomOut(fill=FILL), RandomIoUCrop(), nostall.RandomHorizontalFlip(),
          nostall.Resize((300, 300)), SanitizeBoundingBoxes()]
     loader = nostall.Loader(Coco(root, ann, masks=masks), transforms=transforms, batch_size=RECIPES[recipe][1],
@@ -290,8 +336,8 @@ def run_nostall(root, ann, masks, epochs, threads, recipe):
     start, n = time.perf_counter(), 0
     for e in range(epochs):
         loader.set_epoch(e + 1)
-        for images, targets in loader:
-            n += len(targets)
+        for batch in loader:  # (images, targets), and each image's size when padded
+            n += len(batch[1])
     return n / (time.perf_counter() - start)
 
 
@@ -309,7 +355,9 @@ def main():
     parser.add_argument("--epochs", type=int, default=2, help="epochs timed per run")
     parser.add_argument("--masks", action="store_true", help="instance masks too")
     parser.add_argument("--recipe", choices=sorted(RECIPES), default="ssd",
-                        help="ssd: SSD300's, batch 32; lsj: large scale jitter at 1024, batch 8")
+                        help="ssd: SSD300's, batch 32; lsj: large scale jitter at 1024, batch 8; "
+                             "multiscale: RandomShortestSize(480..800, 1333) + flip, batch 8 (nostall's "
+                             "padded to 32, the references' collated as lists)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     root = Path(args.data)
@@ -322,7 +370,7 @@ def main():
 
         make_detection_scenes(root, num_images=args.images, seed=0, min_side=480, max_side=640)
     cores = len(os.sched_getaffinity(0))
-    name = {"ssd": "SSD recipe", "lsj": "lsj recipe (1024)"}[args.recipe]
+    name = {"ssd": "SSD recipe", "lsj": "lsj recipe (1024)", "multiscale": "multiscale recipe"}[args.recipe]
     print(f"{args.images} scenes (480-640 px JPEG), {name}{' + masks' if args.masks else ''}, "
           f"batch {RECIPES[args.recipe][1]}, {cores} cores", flush=True)
     rates = {"nostall": [], "DataLoader": []}

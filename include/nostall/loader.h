@@ -36,6 +36,19 @@ enum class ErrorPolicy { kRaise, kSkip };
 inline constexpr int kMaxThreads = 256;
 inline constexpr int kMaxReadsInFlight = 1024;
 
+// How samples are put together in batches beyond batch_size
+// (docs/sampling.md). `by`: "" (in the epoch's order) or "aspect_ratio":
+// images of one aspect-ratio bin batched together, as torchvision's
+// detection references do (GroupedBatchSampler with
+// create_aspect_ratio_groups(k = group_factor): bins at 2^linspace(-1, 1,
+// 2k + 1) of width / height; k = 0: one edge, at 1), so that a padded batch
+// of images of many sizes pads little. Needs each item's size from the
+// index (a COCO file's).
+struct BucketingSpec {
+  std::string by;
+  int64_t group_factor = 3;
+};
+
 // Everything that defines a pipeline; serialisable to JSON (docs/spec.md).
 struct LoaderSpec {
   std::string source;
@@ -49,6 +62,7 @@ struct LoaderSpec {
   bool pad_ranks = true;  // equal shares per rank (see SamplerOptions)
   int64_t subset = 0;  // > 0: use this many items, a fixed random sample (see SamplerOptions)
   int64_t shuffle_block = 0;  // > 0: shuffle within fixed blocks (see SamplerOptions)
+  BucketingSpec bucketing;
   // Tar shards with no index yet (docs/sampling.md): "buffered" starts at
   // once and indexes each shard as the first epoch reads it, that epoch in
   // WebDataset's order (shards shuffled, samples through a shuffle buffer);

@@ -113,6 +113,14 @@ struct SamplerOptions {
   // whose counts then differ by at most one (evaluation: no sample counted
   // twice in a metric).
   bool pad_ranks = true;
+  // Batches of one group (empty: none): each item's group (an image's
+  // aspect-ratio bin), and each rank's samples dealt, in their order, into
+  // one buffer per group, a batch made whenever a buffer holds batch_size
+  // (torchvision's GroupedBatchSampler); what is left at the epoch's end
+  // makes its last batches, by group. Every sample still comes once, and
+  // every rank still has the same number of batches: only the order within
+  // the rank's share changes.
+  std::vector<int32_t> groups;
 };
 
 class Sampler {

@@ -96,6 +96,13 @@ class Source {
     return nullptr;
   }
   virtual int extra_fields() const { return 0; }
+  // Item i's image size, where the index knows it without reading the item
+  // (a COCO file's width and height): what grouping batches by aspect ratio
+  // reads. False: not known.
+  virtual bool image_size(int64_t i, int* width, int* height) const {
+    (void)i, (void)width, (void)height;
+    return false;
+  }
   // The most annotations one item holds, where the source knows (a COCO
   // dataset's table); -1 otherwise. Sizes a targets field's room.
   virtual int64_t max_annotations() const { return -1; }

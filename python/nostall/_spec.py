@@ -291,6 +291,16 @@ def build_spec(a: dict):
     return spec, routed["hooks"], ranks_from
 
 
+def _bucketing(value):
+    """The spec's "bucketing": None, "aspect_ratio", or its dict."""
+    if value is None or isinstance(value, dict):
+        return value
+    if value == "aspect_ratio":
+        return {"by": "aspect_ratio"}
+    raise ValueError(f'bucketing must be None, "aspect_ratio" or {{"by": "aspect_ratio", "group_factor": 3}}, '
+                     f"not {value!r}")
+
+
 def _spec_fields(a: dict, source, rank, world_size, routed: dict) -> dict:
     """The spec's fields from the constructor's arguments `a`, with the
     transforms `_route_transforms` gave each part of the spec."""
@@ -318,6 +328,7 @@ def _spec_fields(a: dict, source, rank, world_size, routed: dict) -> dict:
         "first_epoch": _plain(a["first_epoch"]),
         "shuffle_buffer": 0 if shuffle_buffer is None else _integer("shuffle_buffer", shuffle_buffer),
         "shard_shuffle": _plain(a["shard_shuffle"]),
+        "bucketing": _bucketing(a["bucketing"]),
         "dct_scaling": _plain(a["dct_scaling"]),
         "cache": _cache_tiers(a["cache"]),
         "subset": _integer("subset", a["subset"]),

@@ -158,6 +158,15 @@ class Loader(Closeable):
             shuffle for Parquet files without a page index, whose rows
             cost their row group's read (docs/parquet.md); off by default
             (every epoch an exact shuffle).
+        bucketing: how samples are put together in batches beyond their
+            order: ``"aspect_ratio"`` (or ``{"by": "aspect_ratio",
+            "group_factor": 3}``) batches images of one aspect-ratio bin
+            together, as torchvision's detection references do
+            (``--aspect-ratio-group-factor 3``): the padded batches of a
+            recipe of many sizes then pad little. Every sample still comes
+            once an epoch, and every rank the same number of batches. Needs
+            each image's size from the index (a COCO dataset's file);
+            docs/sampling.md.
         throttle_bandwidth, throttle_latency_ms, drop_page_cache, s3_endpoint,
             s3_region, s3_profile, s3_addressing, s3_unsigned: deprecated
             (a FutureWarning): the same as ``source_options`` of the
@@ -230,6 +239,7 @@ class Loader(Closeable):
         first_epoch: str = "auto",
         shuffle_buffer: Optional[int] = None,
         shard_shuffle: bool = False,
+        bucketing=None,
         dct_scaling: bool = True,
         throttle_bandwidth: Optional[float] = None,
         throttle_latency_ms: Optional[float] = None,

@@ -409,4 +409,13 @@ std::string_view CocoView::record(size_t i) const {
 
 uint32_t CocoView::count(size_t i) const { return Get<uint32_t>(table_ + i * kTableRow + 12); }
 
+bool CocoView::image_size(size_t i, uint32_t* width, uint32_t* height) const {
+  const std::string_view rec = record(i);
+  if (rec.size() < kRecordHeaderBytes || std::memcmp(rec.data(), kRecordMagic, 4) != 0) return false;
+  const auto* p = reinterpret_cast<const uint8_t*>(rec.data());
+  *width = Get<uint32_t>(p + 12);
+  *height = Get<uint32_t>(p + 16);
+  return *width > 0 && *height > 0;
+}
+
 }  // namespace nostall::annotations

@@ -73,6 +73,8 @@ class CocoView {
   std::string_view file_name(size_t i) const;
   std::string_view record(size_t i) const;
   uint32_t count(size_t i) const;  // annotations of image i
+  // Image i's width and height as the file gives them (false: not given).
+  bool image_size(size_t i, uint32_t* width, uint32_t* height) const;
   uint32_t max_count() const { return max_count_; }
   uint64_t max_record() const { return max_record_; }
   const std::vector<std::pair<int64_t, std::string>>& categories() const { return categories_; }

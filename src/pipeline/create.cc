@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include "nostall/cache.h"
@@ -39,8 +40,38 @@ Result<AutotuneLimits> CheckCounts(LoaderSpec* spec) {
   return tune;
 }
 
+// Each item's aspect-ratio bin, as torchvision's create_aspect_ratio_groups
+// (k = group_factor): bisect_right of width / height in 2^linspace(-1, 1,
+// 2k + 1), or in [1] for k = 0.
+Result<std::vector<int32_t>> AspectRatioGroups(const Source& source, int64_t group_factor) {
+  if (source.sharded() != nullptr) {
+    return InvalidArgument("bucketing by aspect ratio needs each image's size before the epoch; shards "
+                           "do not give it (a COCO dataset does)");
+  }
+  std::vector<double> bins;
+  for (int64_t i = 0; i <= 2 * group_factor; ++i) {
+    bins.push_back(group_factor == 0 ? 1.0 : std::pow(2.0, -1.0 + static_cast<double>(i) / group_factor));
+  }
+  std::vector<int32_t> groups(static_cast<size_t>(source.size()));
+  for (int64_t i = 0; i < source.size(); ++i) {
+    int w = 0, h = 0;
+    if (!source.image_size(i, &w, &h)) {
+      return InvalidArgument("bucketing by aspect ratio needs each image's size from the dataset's index, "
+                             "and " + source.key(i) + " has none (a COCO file's images give their width "
+                             "and height)");
+    }
+    const double ratio = static_cast<double>(w) / h;
+    groups[static_cast<size_t>(i)] =
+        static_cast<int32_t>(std::upper_bound(bins.begin(), bins.end(), ratio) - bins.begin());
+  }
+  return groups;
+}
+
 Result<Sampler> SamplerFor(const LoaderSpec& spec, const Source& source) {
   SamplerOptions so;
+  if (spec.bucketing.by == "aspect_ratio") {
+    NOSTALL_ASSIGN_OR_RETURN(so.groups, AspectRatioGroups(source, spec.bucketing.group_factor));
+  }
   so.shards = source.sharded();
   so.shuffle_buffer = spec.shuffle_buffer;
   so.shard_shuffle = spec.shard_shuffle;

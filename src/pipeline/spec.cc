@@ -50,7 +50,7 @@ const std::vector<std::string>& LoaderSpec::FieldNames() {
       "shuffle_block", "transforms", "dtype", "layout", "mode", "max_pixels", "num_threads",
       "reads_in_flight", "prefetch", "autotune", "on_error", "index_cache_dir", "use_index_cache",
       "index_beside", "dct_scaling", "cache", "fields", "max_field_bytes", "first_epoch",
-      "shuffle_buffer", "shard_shuffle", "audio", "detection"};
+      "shuffle_buffer", "shard_shuffle", "audio", "detection", "bucketing"};
   return kFields;
 }
 
@@ -218,6 +218,20 @@ Status ReadCount(const json& j, const char* key, T* out) {
   return GetIntAs(j, "", key, r.lo, r.hi, out);
 }
 
+// "bucketing": null, or {"by": "aspect_ratio", "group_factor": 3}.
+Status BucketingFromJson(const json& j, BucketingSpec* out) {
+  if (!j.contains("bucketing") || j["bucketing"].is_null()) return Status::OK();
+  const json& b = j["bucketing"];
+  if (!b.is_object()) {
+    return InvalidArgument("\"bucketing\" must be null or an object {\"by\": \"aspect_ratio\", "
+                           "\"group_factor\": 3}, not " + Shown(b));
+  }
+  NOSTALL_RETURN_IF_ERROR(CheckKeys(b, "\"bucketing\"", {"by", "group_factor"}));
+  NOSTALL_RETURN_IF_ERROR(GetString(b, "bucketing.", "by", &out->by));
+  NOSTALL_RETURN_IF_ERROR(GetIntAs(b, "bucketing.", "group_factor", 0, 64, &out->group_factor));
+  return Status::OK();
+}
+
 }  // namespace
 
 Status CheckSpecRules(const LoaderSpec& s) {
@@ -231,6 +245,13 @@ Status CheckSpecRules(const LoaderSpec& s) {
   if (s.first_epoch != "auto" && s.first_epoch != "exact" && s.first_epoch != "buffered") {
     return InvalidArgument("\"first_epoch\" must be \"auto\", \"exact\" or \"buffered\", not \"" +
                            s.first_epoch + "\"");
+  }
+  if (!s.bucketing.by.empty() && s.bucketing.by != "aspect_ratio") {
+    return InvalidArgument("bucketing.by must be \"aspect_ratio\", not \"" + s.bucketing.by + "\"");
+  }
+  if (s.bucketing.group_factor < 0 || s.bucketing.group_factor > 64) {
+    return InvalidArgument("bucketing.group_factor must be in [0, 64], not " +
+                           std::to_string(s.bucketing.group_factor));
   }
   if (s.autotune != "auto" && s.autotune != "on" && s.autotune != "off") {
     return InvalidArgument("autotune must be \"auto\", \"on\" or \"off\" (or true/false), not '" +
@@ -272,6 +293,7 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "pad_ranks", &s.pad_ranks));
     NOSTALL_RETURN_IF_ERROR(ReadCount(j, "subset", &s.subset));
     NOSTALL_RETURN_IF_ERROR(ReadCount(j, "shuffle_block", &s.shuffle_block));
+    NOSTALL_RETURN_IF_ERROR(BucketingFromJson(j, &s.bucketing));
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "first_epoch", &s.first_epoch));
     NOSTALL_RETURN_IF_ERROR(ReadCount(j, "shuffle_buffer", &s.shuffle_buffer));
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "shard_shuffle", &s.shard_shuffle));
@@ -329,6 +351,8 @@ std::string LoaderSpec::ToJson() const {
             {"pad_ranks", pad_ranks},
             {"subset", subset},
             {"shuffle_block", shuffle_block},
+            {"bucketing", bucketing.by.empty() ? json(nullptr)
+                                               : json{{"by", bucketing.by}, {"group_factor", bucketing.group_factor}}},
             {"transforms", t},
             {"dtype", prep.dtype == DType::kUint8 ? "uint8" : "float32"},
             {"layout", prep.layout == Layout::kNCHW ? "NCHW" : "NHWC"},

@@ -1,6 +1,7 @@
 #include "nostall/sampler.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <string>
 
@@ -145,6 +146,26 @@ class BufferedStream final : public EpochStream {
   std::vector<int64_t> first_;  // the stream's first world_size samples
   int64_t taken_ = 0, given_ = 0, mine_ = 0, total_ = 0;
 };
+// `order` reordered into batches of one group where it can
+// (SamplerOptions::groups): full batches as their group's buffer fills,
+// then what the buffers hold, group by group.
+void GroupBatches(const std::vector<int32_t>& groups, int64_t batch_size, std::vector<int64_t>* order) {
+  std::map<int32_t, std::vector<int64_t>> buffers;
+  std::vector<int64_t> out;
+  out.reserve(order->size());
+  for (int64_t item : *order) {
+    const int32_t g = item >= 0 && static_cast<size_t>(item) < groups.size() ? groups[static_cast<size_t>(item)] : -1;
+    std::vector<int64_t>& buffer = buffers[g];
+    buffer.push_back(item);
+    if (static_cast<int64_t>(buffer.size()) == batch_size) {
+      out.insert(out.end(), buffer.begin(), buffer.end());
+      buffer.clear();
+    }
+  }
+  for (const auto& [g, buffer] : buffers) out.insert(out.end(), buffer.begin(), buffer.end());
+  *order = std::move(out);
+}
+
 }  // namespace
 
 std::unique_ptr<EpochStream> BufferedEpochStream(const SamplerOptions& options, int64_t epoch) {
@@ -276,6 +297,7 @@ std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
   mine.reserve(static_cast<size_t>(total / world));
   for (int64_t p = options_.rank; p < total; p += world) mine.push_back(perm[p % n]);
   mine.resize(static_cast<size_t>(SamplesPerEpoch()));
+  if (!options_.groups.empty()) GroupBatches(options_.groups, options_.batch_size, &mine);
   return mine;
 }
 

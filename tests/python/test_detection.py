@@ -764,7 +764,7 @@ def test_not_a_coco_file_and_box_transforms_outside_detection(tmp_path):
     with pytest.raises(ValueError, match="detection spec"):
         nostall.Loader(str(d), transforms=[RandomIoUCrop(), nostall.Resize((32, 32))], batch_size=1)
     p = _coco_file(tmp_path, [img], [])
-    with pytest.raises(ValueError, match="one size"):
+    with pytest.raises(ValueError, match="bound the size of every sample"):
         nostall.Loader(Coco(d, p), transforms=[RandomIoUCrop()], batch_size=1)
 
 
@@ -933,6 +933,53 @@ def _own(images, sizes):
         assert images.shape[2] % 32 == 0 and images.shape[3] % 32 == 0
         out.append(img[:, :h, :w].clone())
     return out
+
+
+def test_aspect_ratio_bucketing_pads_less_and_keeps_every_sample_once_over_3_ranks(scenes):
+    """bucketing="aspect_ratio" (torchvision's GroupedBatchSampler, factor 3):
+    over 3 ranks each rank gets the same number of batches and every image
+    once (the padding aside); a batch holds one aspect-ratio bin (but the
+    epoch's last, of what the bins had left); the padded batches pad less
+    than in the plain order."""
+    images_dir, ann_path = scenes
+    ann = json.loads(ann_path.read_text())
+    ids = sorted(i["id"] for i in ann["images"])
+    ratio = {k: by["width"] / by["height"] for k, by in enumerate(sorted(ann["images"], key=lambda i: i["id"]))}
+    edges = [2 ** (-1 + i / 3) for i in range(7)]
+    bin_of = {k: sum(e <= r for e in edges) for k, r in ratio.items()}
+    assert len(set(bin_of.values())) > 2 and len(ids) == 40
+
+    def padding(bucketing, rank):
+        loader = nostall.Loader(Coco(images_dir, ann_path), transforms=detection.recipe("multiscale", size=256),
+                                batch_size=3, shuffle=True, seed=2, rank=rank, world_size=3, bucketing=bucketing,
+                                return_indices=True)
+        real = padded = 0
+        batches = []
+        for images, _, sizes, indices in loader:
+            real += int((sizes[:, 0] * sizes[:, 1]).sum())
+            padded += images.shape[0] * images.shape[2] * images.shape[3]
+            batches.append(indices.tolist())
+        return batches, padded / real
+
+    grouped = [padding("aspect_ratio", r) for r in range(3)]
+    plain = [padding(None, r) for r in range(3)]
+    assert [len(b) for b, _ in grouped] == [len(b) for b, _ in plain] == [5, 5, 5]  # 14 samples each, batches of 3
+    seen = [i for batches, _ in grouped for b in batches for i in b]
+    assert sorted(set(seen)) == list(range(40)) and len(seen) == 42
+    for (batches, _), (plain_batches, _) in zip(grouped, plain):
+        # GroupedBatchSampler over the rank's plain order: a batch whenever a
+        # bin's buffer holds 3, then the buffers' leftovers, bin by bin.
+        buffers, want = {}, []
+        for i in (i for b in plain_batches for i in b):
+            buffers.setdefault(bin_of[i], []).append(i)
+            if len(buffers[bin_of[i]]) == 3:
+                want += buffers.pop(bin_of[i])
+        for b in sorted(buffers):
+            want += buffers[b]
+        assert [i for b in batches for i in b] == want
+    assert sum(p for _, p in grouped) < sum(p for _, p in plain)
+    with pytest.raises(ValueError, match="bucketing"):
+        nostall.Loader(Coco(images_dir, ann_path), transforms=detection.recipe("multiscale"), bucketing="size")
 
 
 def test_padded_batches_through_serve_cache_and_resume(scenes):

@@ -137,6 +137,13 @@ class CocoSource final : public Source {
   const std::vector<std::string>& classes() const override { return classes_; }
   uint64_t fingerprint() const override { return fingerprint_; }
   int64_t skipped_at_index() const override { return view_.dropped_empty(); }
+  bool image_size(int64_t i, int* width, int* height) const override {
+    uint32_t w = 0, h = 0;
+    if (!view_.image_size(static_cast<size_t>(i), &w, &h) || w > (1u << 30) || h > (1u << 30)) return false;
+    *width = static_cast<int>(w);
+    *height = static_cast<int>(h);
+    return true;
+  }
   const FieldSpan* record(int64_t i) const override {
     return with_targets_ ? &spans_[static_cast<size_t>(i) * 2] : nullptr;
   }
