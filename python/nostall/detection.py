@@ -31,7 +31,7 @@ from . import _nostall
 from .records import decode_targets
 from .transforms import Transform, _flatten
 
-__all__ = ["Coco", "recipe", "sample_params", "apply", "targets_record"]
+__all__ = ["Coco", "recipe", "sample_params", "apply", "targets_record", "padding_mask"]
 
 
 class Coco:
@@ -138,6 +138,20 @@ def recipe(name: str, size: int | None = None) -> list:
     if name == "ssdlite":
         return [T.RandomIoUCrop(), T.RandomHorizontalFlip(), T.Resize((size, size)), T.SanitizeBoundingBoxes()]
     raise ValueError(f'recipe must be "multiscale", "hflip", "lsj", "ssd" or "ssdlite", not {name!r}')
+
+
+def padding_mask(image_sizes, images):
+    """DETR's padding mask of a padded batch (``NestedTensor.mask``): a
+    ``(B, H, W)`` bool tensor, ``True`` where ``images`` (``(B, C, H, W)``, or
+    its ``(H, W)``) is padding, from the ``(B, 2)`` (height, width)
+    ``image_sizes`` the loader gives beside a batch of many sizes."""
+    import torch
+
+    height, width = (images.shape[-2:] if hasattr(images, "shape") else images)
+    sizes = torch.as_tensor(image_sizes)
+    rows = torch.arange(height, device=sizes.device)[None, :, None] >= sizes[:, 0, None, None]
+    cols = torch.arange(width, device=sizes.device)[None, None, :] >= sizes[:, 1, None, None]
+    return rows | cols
 
 
 def _spec(transforms, masks=False, box_format="XYXY") -> str:
