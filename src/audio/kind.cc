@@ -38,7 +38,12 @@ class AudioKind final : public SampleKind {
   Status Prepare(const PrepSpec&, const SampleInput& in, const SampleKey& key, const SampleOutput& out,
                  PrepScratch* scratch) const override {
     return audio::Prepare(*spec_, in.data, in.size, key, static_cast<float*>(out.dst),
-                          &KindScratchOf<AudioScratch>(scratch).audio, nullptr);
+                          &KindScratchOf<AudioScratch>(scratch).audio, nullptr, out.dims);
+  }
+  // (C, T) or (C, bins, frames): the frames vary.
+  uint32_t RaggedAxes(const PrepSpec&) const override {
+    if (!spec_->ragged) return 0;
+    return spec_->out_bins > 0 ? 4u : 2u;
   }
   nlohmann::json ToJson() const override { return spec_->ToJson(); }
 

@@ -68,6 +68,11 @@ struct Chain {
   int channels = 1;
   int bins = 0;
   int64_t frames = 0;
+  // Where frames vary: the most seconds of audio there may be (Decode's
+  // max_seconds, lengthened by the slowest SpeedPerturbation), and, once a
+  // spectrogram, the most frames (0: unknown, the rate not known there).
+  double seconds = 0;
+  int64_t bound = 0;
 };
 
 struct OpDef {

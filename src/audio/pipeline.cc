@@ -97,6 +97,7 @@ Status CheckChannels(const Spec& spec, const AudioInfo& info) {
 // vector of any length (Apply). Neither: the draws alone (Trace).
 struct Sink {
   float* dst = nullptr;
+  int64_t* dims = nullptr;  // a ragged spec's: the sample's own shape
   std::vector<float>* vec = nullptr;
   std::vector<int64_t>* shape = nullptr;
   bool any() const { return dst != nullptr || vec != nullptr; }
@@ -494,10 +495,16 @@ Status WriteOut(const Spec& spec, const Sink& sink, Step& st) {
                                : std::vector<int64_t>{sig.channels, sig.len};
     sink.vec->resize(static_cast<size_t>(sig.channels) * std::max(1, sig.bins) * static_cast<size_t>(got_frames));
     dst = sink.vec->data();
-  } else if (got_frames != spec.out_frames || sig.channels != spec.out_channels) {
+  } else if ((spec.ragged ? got_frames > spec.out_frames || got_frames < 1 : got_frames != spec.out_frames) ||
+             sig.channels != spec.out_channels) {
     return DataError("audio gives a sample of " + std::to_string(sig.channels) + " channels x " +
                      std::to_string(got_frames) + " frames but the batch holds " + std::to_string(spec.out_channels) +
-                     " x " + std::to_string(spec.out_frames));
+                     " x " + (spec.ragged ? "at most " : "") + std::to_string(spec.out_frames) +
+                     (spec.ragged ? " (Decode's max_seconds)" : ""));
+  }
+  if (sink.dims != nullptr) {
+    const int64_t shape[3] = {sig.channels, sig.bins > 0 ? sig.bins : got_frames, sig.bins > 0 ? got_frames : 1};
+    std::copy(shape, shape + 3, sink.dims);
   }
   const size_t n = static_cast<size_t>(sig.channels) * std::max(1, sig.bins) * static_cast<size_t>(got_frames);
   if (sig.bins > 0) {
@@ -549,11 +556,12 @@ Status Run(const Spec& spec, AudioFile* file, const AudioInfo& info, const Sampl
 }  // namespace
 
 Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleKey& key, float* dst,
-               Scratch* scratch, json* trace) {
+               Scratch* scratch, json* trace, int64_t* dims) {
   AudioFile file;
   NOSTALL_RETURN_IF_ERROR(file.Open(data, size));
   Sink sink;
   sink.dst = dst;
+  sink.dims = dims;
   return Run(spec, &file, file.info(), key, sink, scratch, trace);
 }
 

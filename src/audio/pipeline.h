@@ -76,6 +76,10 @@ struct Spec {
   // and frames (0: varies from file to file).
   int out_channels = 1, out_bins = 0;
   int64_t out_frames = 0;
+  // Samples of many lengths (a loader's list without a crop): out_frames is
+  // then the bound (Decode's max_seconds at the output's rate), and each
+  // sample is written dense in its own length, padded per batch.
+  bool ragged = false;
 
   std::vector<int64_t> Shape() const;
   size_t SampleBytes() const;
@@ -83,8 +87,9 @@ struct Spec {
 };
 
 // Reads and checks the list; names the transform and argument at fault.
-// AddNoise's files are read here. `fixed`: every sample must come out one
-// length (a batch's), else an error saying how to crop.
+// AddNoise's files are read here. `fixed` (a loader's batch): every sample
+// must come out one length, or of many lengths bounded (ragged; the rate
+// known at the end), else an error saying how to crop or bound them.
 Result<std::shared_ptr<const Spec>> SpecFromJson(const nlohmann::json& list, bool fixed = true);
 
 // Per-thread buffers and kernels, reused from sample to sample.
@@ -99,8 +104,10 @@ struct Scratch {
 // DataError naming what is wrong with the file. With `trace`, the drawn
 // parameters and the source frames decoded are written there
 // (nostall.audio.sample_params).
+// A ragged spec's sample is written dense in its own shape, which goes to
+// `dims` (3 int64s: Shape()'s rank, then 1s).
 Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleKey& key, float* dst,
-               Scratch* scratch, nlohmann::json* trace);
+               Scratch* scratch, nlohmann::json* trace, int64_t* dims = nullptr);
 
 // One sample of any shape (`fixed` need not hold): nostall.audio.apply.
 Status Apply(const Spec& spec, const uint8_t* data, size_t size, const SampleKey& key, std::vector<float>* out,

@@ -331,7 +331,14 @@ Status ResolveDecode(Args& a, Chain& c, Spec* spec, Op*) {
   spec->channels = spec->mono ? 1 : static_cast<int>(ch);
   c.rate = spec->sample_rate;
   c.channels = spec->channels;
+  c.seconds = spec->max_seconds;
   return Status::OK();
+}
+
+// The most frames a waveform of the chain may have (its rate known): its
+// most seconds at the rate, and the resamplers' rounding.
+int64_t WaveBound(const Chain& c) {
+  return static_cast<int64_t>(std::ceil(c.seconds * c.rate)) + 2;
 }
 
 // orig_freq, checked against the rate reaching the op when both are known.
@@ -391,6 +398,8 @@ Status ResolveSpeedPerturbation(Args& a, Chain& c, Spec*, Op* op) {
   }
   a.Record("factors", op->factors);
   if (op->factors.size() > 1 || op->factors[0] != 1.0) c.frames = 0;
+  // (A speed below 1 lengthens the audio: int(factor * rate) -> rate.)
+  c.seconds /= *std::min_element(op->factors.begin(), op->factors.end());
   return Status::OK();
 }
 
@@ -428,6 +437,16 @@ Status ResolveAddNoise(Args& a, Chain& c, Spec*, Op* op) {
   return Status::OK();
 }
 
+// The frames of a spectrogram of the chain's audio: of its length, or, where
+// that varies, of its bound (the rate known).
+void SpectrogramFrames(const StftParams& stft, Chain* c) {
+  if (c->frames > 0) {
+    c->frames = stft.Frames(c->frames);
+  } else {
+    c->bound = c->rate > 0 ? stft.Frames(WaveBound(*c)) : 0;
+  }
+}
+
 Status ResolveSpectrogram(Args& a, Chain& c, Spec*, Op* op) {
   NOSTALL_RETURN_IF_ERROR(StftArgs(a, &op->stft));
   c.bins = op->stft.bins();
@@ -435,7 +454,7 @@ Status ResolveSpectrogram(Args& a, Chain& c, Spec*, Op* op) {
     NOSTALL_RETURN_IF_ERROR(MelArgs(a, c.rate, op));
     c.bins = op->n_mels;
   }
-  if (c.frames > 0) c.frames = op->stft.Frames(c.frames);
+  SpectrogramFrames(op->stft, &c);
   return Status::OK();
 }
 
@@ -469,7 +488,7 @@ Status ResolveMFCC(Args& a, Chain& c, Spec*, Op* op) {
   op->dct = DctMatrix(op->n_mfcc, op->n_mels, norm);
   op->top_db = 80.0;
   c.bins = op->n_mfcc;
-  if (c.frames > 0) c.frames = op->stft.Frames(c.frames);
+  SpectrogramFrames(op->stft, &c);
   return Status::OK();
 }
 
@@ -568,9 +587,25 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& list, bool fixed) {
   spec->out_bins = chain.bins;
   spec->out_frames = chain.frames;
   if (chain.frames == 0 && fixed) {
-    return InvalidArgument("the audio transforms do not give every sample one length: add "
-                           "RandomCrop(seconds=...) or CenterCrop(seconds=...) (after any "
-                           "SpeedPerturbation), with the rate known (Resample or Decode(sample_rate=...))");
+    // Samples of many lengths, each batch padded to its longest: bounded by
+    // Decode's max_seconds at the output's rate.
+    const int64_t bound = chain.bins > 0 ? chain.bound : chain.rate > 0 ? WaveBound(chain) : 0;
+    if (bound <= 0) {
+      return InvalidArgument("the audio transforms give samples of many lengths, and the batch's memory "
+                             "is sized from the longest: the rate must be known at the end (Resample or "
+                             "Decode(sample_rate=...)); or give every sample one length with "
+                             "RandomCrop(seconds=...) or CenterCrop(seconds=...)");
+    }
+    const uint64_t bytes = static_cast<uint64_t>(bound) * std::max(1, chain.bins) *
+                           static_cast<uint64_t>(std::max(1, spec->out_channels)) * sizeof(float);
+    if (bytes > (uint64_t{64} << 20)) {
+      return InvalidArgument("samples of many lengths are padded per batch, and the batch's memory holds "
+                             "each at its longest: Decode's max_seconds (" + std::to_string(spec->max_seconds) +
+                             " s) makes that " + std::to_string(bytes >> 20) + " MiB a sample; give "
+                             "Decode(max_seconds=...) the longest you keep (e.g. 20), or crop");
+    }
+    spec->out_frames = bound;
+    spec->ragged = true;
   }
   return std::shared_ptr<const Spec>(std::move(spec));
 }

@@ -154,8 +154,9 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in, bool shared) {
   const bool audio_field = std::any_of(fields.begin(), fields.end(),
                                        [](const FieldSpec& f) { return f.kind == FieldKind::kAudio; });
   if (audio_field && !audio::SpecOf(spec.prep)) {
-    return InvalidArgument("an audio field needs the spec's \"audio\" transforms, with a crop that gives "
-                           "every sample one length (e.g. RandomCrop(seconds=1.0)); docs/audio.md");
+    return InvalidArgument("an audio field needs the spec's \"audio\" transforms: a crop that gives every "
+                           "sample one length (e.g. RandomCrop(seconds=1.0)), or a bound on the lengths "
+                           "(Decode(sample_rate=16000, max_seconds=20)); docs/audio.md");
   }
   if (!audio_field && audio::SpecOf(spec.prep)) {
     return InvalidArgument("\"audio\" transforms need an audio field in fields (e.g. \"audio\": "

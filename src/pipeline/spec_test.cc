@@ -43,6 +43,7 @@ TEST(SpecTest, EveryFieldRoundTrips) {
       {"pad_ranks", false},
       {"subset", 500},
       {"shuffle_block", 256},
+      {"bucketing", {{"by", "aspect_ratio"}, {"group_factor", 2}}},
       {"transforms", nlohmann::json::array({{{"type", "RandomHorizontalFlip"}, {"p", 0.25}}})},
       {"dtype", "float32"},
       {"layout", "NHWC"},

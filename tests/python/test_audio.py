@@ -459,8 +459,14 @@ def test_bad_transform_lists_name_the_transform_and_argument():
         audio.check([audio.RandomCrop(seconds=1.0)])
     with pytest.raises(ValueError, match="comes after the spectrogram"):
         audio.check([audio.Resample(16000), audio.MelSpectrogram(), audio.Resample(8000)])
-    with pytest.raises(ValueError, match="do not give every sample one length"):
+    # Without a crop: samples of many lengths, bounded by Decode's max_seconds.
+    with pytest.raises(ValueError, match=r"give Decode\(max_seconds=...\) the longest you keep"):
         audio.check([audio.Resample(16000)])
+    with pytest.raises(ValueError, match="the rate must be known at the end"):
+        audio.check([audio.Decode(max_seconds=5)])
+    assert audio.check([audio.Decode(max_seconds=10), audio.Resample(16000)])[1] == (1, 160002)
+    assert audio.check([audio.Decode(max_seconds=10), audio.Resample(16000), audio.SpeedPerturbation([0.5, 1.0]),
+                        audio.MelSpectrogram(n_mels=40)])[1] == (1, 40, 1601)  # 20 s at hop 200
     with pytest.raises(ValueError, match="sample_rate=22050 but the audio reaching it is at 16000"):
         audio.check([audio.Resample(16000), audio.RandomCrop(seconds=1.0), audio.MelSpectrogram(sample_rate=22050)])
     with pytest.raises(ValueError, match="n_mfcc .* cannot exceed n_mels"):
@@ -491,6 +497,35 @@ def epoch(loader, epoch=0):
 
 def by_name(batches):
     return {k.split("/")[-1].rsplit(".", 1)[0]: v for k, v in batches.items()}
+
+
+def test_utterances_of_many_lengths_come_padded_with_their_lengths(tmp_path):
+    """Without a crop each clip keeps its length: a batch is padded (zeros) to
+    its longest, with `audio_lengths` beside it, waveforms and spectrograms;
+    each clip, within its length, is what audio.apply gives for its index;
+    a broken file in a batch is skipped (on_error="skip") and the rest close
+    up around it."""
+    root = datasets.make_spoken_words(tmp_path / "w", words=datasets.SPOKEN_WORDS[:6], voices=2,
+                                      speeds=(120, 200), rates=(16000, 22050), formats=("flac", "wav"),
+                                      seconds=0.1)
+    (root / datasets.SPOKEN_WORDS[0] / "broken.flac").write_bytes(b"fLaC" + bytes(60))
+    for chain in ([audio.Decode(max_seconds=4), audio.Resample(16000)],
+                  [audio.Decode(max_seconds=4), audio.Resample(16000), audio.MelSpectrogram(n_mels=40)]):
+        loader = nostall.Loader(str(root), fields=FIELDS, transforms={"audio": chain}, batch_size=5, shuffle=True,
+                                seed=3, on_error="skip", return_indices=True)
+        lengths, seen = set(), 0
+        for b in loader:
+            x, n = b["audio"], b["audio_lengths"]
+            assert x.shape[-1] == int(n.max()) and x.shape[0] == len(n) == len(b["label"])
+            for i, key in enumerate(b["__index__"].tolist()):
+                want, _ = audio.apply(chain, str(root / loader.key(key)), seed=3, index=key)
+                assert want.shape[-1] == n[i]
+                np.testing.assert_array_equal(x[i, ..., :n[i]].numpy(), want)
+                assert not x[i, ..., n[i]:].any()
+                lengths.add(int(n[i]))
+                seen += 1
+        assert seen == 24 and len(lengths) > 12
+        assert loader.stats()["skipped"] == 1
 
 
 def test_the_loader_batches_every_clip_of_an_audio_folder_and_of_its_shards_alike(words, tmp_path):
