@@ -17,9 +17,10 @@ namespace {
 
 // The uint8 HWC image `src` (out_h x out_w) laid out as `prep` says, and
 // normalised when a Normalize step asks.
-void WriteOut(const Spec& spec, const PrepSpec& prep, const uint8_t* src, int h, int w, void* dst) {
-  const int c = prep.channels();
-  float a[3] = {1.0f / 255, 1.0f / 255, 1.0f / 255}, b[3] = {0, 0, 0};
+// What a float32 output's value v is written as, v * a[k] + b[k]: scaled to
+// [0, 1], or as a Normalize step says.
+void OutputScale(const Spec& spec, int c, float a[3], float b[3]) {
+  for (int k = 0; k < 3; ++k) a[k] = 1.0f / 255, b[k] = 0;
   for (const Step& s : spec.steps) {
     if (s.kind != StepKind::kNormalize) continue;
     for (int k = 0; k < c; ++k) {
@@ -27,8 +28,20 @@ void WriteOut(const Spec& spec, const PrepSpec& prep, const uint8_t* src, int h,
       b[k] = static_cast<float>(-s.transform.mean[k] / s.transform.std[k]);
     }
   }
+}
+
+void WriteOut(const Spec& spec, const PrepSpec& prep, const uint8_t* src, int h, int w, void* dst) {
+  const int c = prep.channels();
+  float a[3], b[3];
+  OutputScale(spec, c, a, b);
   const bool nchw = prep.layout == Layout::kNCHW;
   const size_t plane = static_cast<size_t>(h) * w;
+  if (nchw && c == 3) {  // (the kernel's SIMD planes; `src` has the byte past its end)
+    const bool f32 = prep.dtype != DType::kUint8;
+    InterleavedToPlanes(src, w, h, a, b, f32 ? static_cast<float*>(dst) : nullptr,
+                        f32 ? nullptr : static_cast<uint8_t*>(dst));
+    return;
+  }
   if (prep.dtype == DType::kUint8) {
     auto* out = static_cast<uint8_t*>(dst);
     if (!nchw) {
@@ -125,6 +138,16 @@ const uint8_t* OnCanvas(const Spec& spec, int first_geometry, bool pre_ops, cons
 }
 
 // Whether pixel ops (not on the tensor) come before the first geometric step.
+// Whether pixel ops run on the resampled image (before the output's own).
+bool PixelOpsAfter(const Spec& spec, int first_geometry) {
+  for (size_t i = 0; i < spec.steps.size(); ++i) {
+    const Step& st = spec.steps[i];
+    const bool after = first_geometry < 0 || static_cast<int>(i) >= first_geometry;
+    if (after && st.kind == StepKind::kPixelOp && !OnTensor(st.transform)) return true;
+  }
+  return false;
+}
+
 bool PixelOpsBefore(const Spec& spec, int first_geometry) {
   for (int i = 0; i < first_geometry; ++i) {
     const Step& st = spec.steps[static_cast<size_t>(i)];
@@ -219,6 +242,16 @@ Status DecodeRegion(const PrepSpec& prep, const uint8_t* data, size_t size, int 
   return Status::OK();
 }
 
+// The ops that run on the output tensor (RandomErasing after Normalize).
+Status OutputOps(const Spec& spec, const PrepSpec& prep, void* dst, int out_h, int out_w, Philox& ops_rng) {
+  const OutputView out{dst, prep.dtype == DType::kFloat32, prep.layout == Layout::kNCHW, out_h, out_w,
+                       prep.channels()};
+  for (const Step& st : spec.steps) {
+    if (st.kind == StepKind::kPixelOp && OnTensor(st.transform)) st.transform.op->ApplyOutput(out, ops_rng, nullptr);
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, size_t size, int width,
@@ -283,6 +316,18 @@ Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, 
         src_w = cw, src_h = ch;
         if (padded) box_x = (rx - px0) * sx, box_y = (ry - py0) * sy;
       }
+      if (!flip_y && prep.layout == Layout::kNCHW && !PixelOpsAfter(spec, s.first_geometry)) {
+        // Nothing between the resample and the output: resampled straight
+        // into the output's planes (normalized when asked), written once.
+        float a[3], b[3];
+        OutputScale(spec, c, a, b);
+        const bool f32 = prep.dtype == DType::kFloat32;
+        if (ResampleBoxPlanar(src, src_w, src_h, stride, c, box_x, box_y, rw * sx, rh * sy, out_w, out_h, flip_x,
+                              a, b, f32 ? static_cast<float*>(dst) : nullptr,
+                              f32 ? nullptr : static_cast<uint8_t*>(dst), &scratch->resample)) {
+          return OutputOps(spec, prep, dst, out_h, out_w, ops_rng);
+        }
+      }
       ResampleBox(src, src_w, src_h, stride, c, box_x, box_y, rw * sx, rh * sy, resized.data(), out_w,
                   out_h, &scratch->resample, flip_x);
       if (flip_y) FlipRows(resized.data(), out_w * c, out_h, &scratch->ops.tmp);
@@ -290,11 +335,7 @@ Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, 
   }
   PixelOps(spec, false, s.first_geometry, ImageView{resized.data(), out_h, out_w, c}, ops_rng, scratch->ops);
   WriteOut(spec, prep, resized.data(), out_h, out_w, dst);
-  const OutputView out{dst, prep.dtype == DType::kFloat32, prep.layout == Layout::kNCHW, out_h, out_w, c};
-  for (const Step& st : spec.steps) {
-    if (st.kind == StepKind::kPixelOp && OnTensor(st.transform)) st.transform.op->ApplyOutput(out, ops_rng, nullptr);
-  }
-  return Status::OK();
+  return OutputOps(spec, prep, dst, out_h, out_w, ops_rng);
 }
 
 }  // namespace nostall::detect
