@@ -4,7 +4,9 @@
   (1/f-spectrum texture, shapes, lighting) at ImageNet-like sizes (300-800 px,
   quality 90, about 80-150 KB each).
 - :func:`make_spoken_words` and :func:`make_long_recordings` write speech
-  (espeak-ng) as audio folders; :func:`folder_to_shards` writes any folder as
+  (espeak-ng) as audio folders; :func:`make_speech_corpus` writes spoken
+  sentences of 1-20 s with their transcripts beside them (a LibriSpeech-like
+  speech-recognition set); :func:`folder_to_shards` writes any folder as
   WebDataset shards.
 - :func:`make_detection_scenes` writes a COCO-style dataset (an image folder
   and its instances JSON) of generated scenes whose boxes, polygons and RLE
@@ -253,6 +255,66 @@ def make_long_recordings(root, count=8, seconds=(10, 30), rate=16000, formats=("
         _write_audio(root / cls / f"rec_{i:03d}.{formats[i % len(formats)]}",
                      np.clip(clip, -1, 1), rate, formats[i % len(formats)])
     done.touch()
+    return root
+
+
+SENTENCE_WORDS = SPOKEN_WORDS + [
+    "the", "a", "and", "of", "to", "in", "is", "it", "that", "was", "for", "with", "he", "she", "they",
+    "we", "you", "this", "from", "at", "by", "not", "but", "what", "all", "were", "when", "there", "can",
+    "an", "your", "which", "their", "said", "if", "will", "each", "about", "how", "many", "then", "them",
+    "would", "like", "so", "these", "her", "long", "make", "thing", "see", "him", "has", "look", "more",
+    "day", "could", "come", "did", "number", "sound", "most", "people", "over", "know", "water", "than",
+    "call", "first", "who", "may", "side", "been", "now", "find", "any", "new", "work", "part", "take",
+    "get", "place", "made", "live", "where", "after", "back", "little", "only", "round", "man", "year",
+    "came", "show", "every", "good", "give", "our", "under", "name", "very", "through", "just", "form",
+    "sentence", "great", "think", "say", "help", "low", "line", "differ", "turn", "cause", "much", "mean",
+    "before", "move", "boy", "old", "too", "same", "tell", "does", "set", "three", "want", "air", "well",
+    "also", "play", "small", "end", "put", "home", "read", "hand", "port", "large", "spell", "add", "even",
+    "land", "here", "must", "big", "high", "such", "follow", "act", "why", "ask", "men", "change", "went",
+    "light", "kind", "need", "picture", "try", "us", "again", "animal", "point", "mother", "world",
+    "near", "build", "self", "earth", "father", "head", "stand", "own", "page", "should", "country",
+    "found", "answer", "school", "grow", "study", "still", "learn", "plant", "cover", "food", "sun",
+    "four", "between", "state", "keep", "eye", "never", "last", "let", "thought", "city", "tree",
+    "cross", "farm", "hard", "start", "might", "story", "saw", "far", "sea", "draw", "river"]
+
+
+def make_speech_corpus(root, count=200, seconds=(1.0, 20.0), rate=16000, formats=("flac",), speakers=6,
+                       seed=0):
+    """Writes a speech-recognition set: ``root/<speaker>/<speaker>-<nnnn>.<fmt>``
+    with ``<speaker>-<nnnn>.txt`` beside each, its transcript (lower-case words,
+    one line), as LibriSpeech lays a chapter out.
+
+    Each utterance is a sentence of random common words read by Debian's
+    ``espeak-ng`` (one voice per speaker, the speed and pitch drawn), long
+    enough for a length drawn uniformly in ``seconds`` (espeak's own timing
+    decides the exact length), over faint noise. Needs ``espeak-ng`` and
+    ``soundfile``; reuses a complete earlier run of the same arguments.
+    Returns ``root``.
+    """
+    root = Path(root)
+    done = root / ".complete"
+    want = f"{count} {seconds} {rate} {formats} {speakers} {seed}"
+    if done.exists() and done.read_text() == want:
+        return root
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        speaker = f"spk{i % speakers}"
+        voice = ESPEAK_VOICES[i % speakers % len(ESPEAK_VOICES)]
+        speed = int(rng.integers(140, 200))
+        target = float(rng.uniform(*seconds))
+        # (espeak reads these short words at about 1.6 times `speed` a minute)
+        words = [SENTENCE_WORDS[int(k)] for k in rng.integers(len(SENTENCE_WORDS), size=max(1, round(
+            1.6 * target * speed / 60)))]
+        text = " ".join(words)
+        x, r = _speak(text, voice, speed, int(rng.integers(30, 70)))
+        x = _resample_np(x, r, rate)
+        x = np.clip(x + (0.003 * rng.standard_normal(len(x))).astype(np.float32), -1, 1)
+        fmt = formats[i % len(formats)]
+        (root / speaker).mkdir(parents=True, exist_ok=True)
+        name = f"{speaker}-{i:04d}"
+        _write_audio(root / speaker / f"{name}.{fmt}", x, rate, fmt)
+        (root / speaker / f"{name}.txt").write_text(text + "\n")
+    done.write_text(want)
     return root
 
 

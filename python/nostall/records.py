@@ -263,6 +263,10 @@ class Records:
         if drop:
             self.skipped += len(drop)  # counted with the core's skips in stats()
             batch, indices = _without(batch, indices, drop)
+        for name, fns in self.hooks.items():  # a hook that batches its field (a tokenizer)
+            collate = getattr(fns[-1], "collate", None)
+            if collate is not None and name != self.image:
+                batch[name] = collate(batch[name])
         if self.return_indices:
             batch["__index__"] = indices
         if self.batch_transform is not None:
