@@ -37,16 +37,27 @@ inline constexpr int kMaxThreads = 256;
 inline constexpr int kMaxReadsInFlight = 1024;
 
 // How samples are put together in batches beyond batch_size
-// (docs/sampling.md). `by`: "" (in the epoch's order) or "aspect_ratio":
-// images of one aspect-ratio bin batched together, as torchvision's
-// detection references do (GroupedBatchSampler with
-// create_aspect_ratio_groups(k = group_factor): bins at 2^linspace(-1, 1,
-// 2k + 1) of width / height; k = 0: one edge, at 1), so that a padded batch
-// of images of many sizes pads little. Needs each item's size from the
-// index (a COCO file's).
+// (docs/sampling.md). `by`:
+//   ""             in the epoch's order;
+//   "aspect_ratio" images of one aspect-ratio bin batched together, as
+//                  torchvision's detection references do
+//                  (GroupedBatchSampler with create_aspect_ratio_groups(k =
+//                  group_factor): bins at 2^linspace(-1, 1, 2k + 1) of
+//                  width / height; k = 0: one edge, at 1), so that a padded
+//                  batch of images of many sizes pads little; needs each
+//                  item's size from the index (a COCO file's);
+//   "duration"     clips of similar durations batched together, as many as
+//                  fit max_duration seconds padded (SamplerOptions'
+//                  durations: num_buckets, quadratic_duration), at most
+//                  batch_size: batches of varying counts, the same number
+//                  on every rank; each item's duration read from its header
+//                  when the loader is made.
 struct BucketingSpec {
   std::string by;
   int64_t group_factor = 3;
+  double max_duration = 0;
+  int64_t num_buckets = 10;
+  double quadratic_duration = 0;
 };
 
 // Everything that defines a pipeline; serialisable to JSON (docs/spec.md).

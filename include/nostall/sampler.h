@@ -121,6 +121,22 @@ struct SamplerOptions {
   // every rank still has the same number of batches: only the order within
   // the rank's share changes.
   std::vector<int32_t> groups;
+  // Batches of similar durations (durations empty: none; docs/sampling.md):
+  // each item's duration, seconds. The items are dealt, by duration, into
+  // `num_buckets` buckets of about equal total duration (their edges from
+  // the data, once); a bucket's batches hold as many samples as fit
+  // `max_duration` padded to the bucket's longest (each costing d +
+  // d^2 / quadratic_duration where that is > 0), at most batch_size. Each
+  // epoch every bucket's items are shuffled by (seed, epoch) and cut into
+  // its batches, the batches shuffled, and dealt to the ranks in turn,
+  // padded with the epoch's first batches to a multiple of world_size:
+  // every rank the same number of batches, every item once (the padding
+  // aside), a count that is the same every epoch. A batch of fewer samples
+  // than batch_size fills its positions with -1 (no sample).
+  std::vector<float> durations;
+  double max_duration = 0;
+  int64_t num_buckets = 10;
+  double quadratic_duration = 0;
 };
 
 class Sampler {
@@ -153,15 +169,24 @@ class Sampler {
   // Whether the item count is known now (without waiting).
   bool counts_known() const;
 
+  // Batches of similar durations: the buckets, fixed once (internal).
+  struct Buckets {
+    std::vector<std::vector<int64_t>> items;  // each bucket's, ascending
+    std::vector<int64_t> per_batch;           // samples a batch of it holds
+    int64_t batches = 0;                      // all ranks', an epoch
+  };
+
  private:
   struct Lazy {
     std::atomic<int64_t> buffered_epoch{-1};
     std::atomic<int64_t> num_items{0};
   };
+  std::vector<int64_t> BucketedOrder(int64_t epoch) const;
   explicit Sampler(const SamplerOptions& o) : options_(o), lazy_(std::make_shared<Lazy>()) {}
   int64_t Items64() const;
   SamplerOptions options_;
   std::shared_ptr<Lazy> lazy_;  // shared by copies
+  std::shared_ptr<const Buckets> buckets_;
 };
 
 // The buffered epoch's order for one rank (docs/sampling.md), a shard at a

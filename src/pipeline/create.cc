@@ -12,6 +12,7 @@
 #include "audio/kind.h"
 #include "detect/detect.h"
 #include "ops/prep.h"
+#include "pipeline/durations.h"
 #include "pipeline/pipeline.h"
 #include "nostall/model.h"
 
@@ -71,6 +72,14 @@ Result<Sampler> SamplerFor(const LoaderSpec& spec, const Source& source) {
   SamplerOptions so;
   if (spec.bucketing.by == "aspect_ratio") {
     NOSTALL_ASSIGN_OR_RETURN(so.groups, AspectRatioGroups(source, spec.bucketing.group_factor));
+  } else if (spec.bucketing.by == "duration") {
+    if (!audio::SpecOf(spec.prep)) {
+      return InvalidArgument("bucketing by duration is for audio: the spec has no audio field");
+    }
+    NOSTALL_ASSIGN_OR_RETURN(so.durations, ItemDurations(spec, source));
+    so.max_duration = spec.bucketing.max_duration;
+    so.num_buckets = spec.bucketing.num_buckets;
+    so.quadratic_duration = spec.bucketing.quadratic_duration;
   }
   so.shards = source.sharded();
   so.shuffle_buffer = spec.shuffle_buffer;

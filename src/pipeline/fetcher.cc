@@ -25,6 +25,11 @@ void Fetcher::PrefetchFromCache(FetchedItem* fi) {
 }
 
 void Fetcher::Fetch(FetchedItem fi, const Done& done) {
+  if (fi.item == kHole) {  // nothing to read: on to the batch, which closes up around it
+    PrefetchFromCache(&fi);
+    done(std::move(fi));
+    return;
+  }
   const int64_t cpu0 = ThreadCpuNs(), wall0 = NowNs();
   PrefetchFromCache(&fi);
   // A tier that cannot answer costs a hit, never the item: it is read from storage.

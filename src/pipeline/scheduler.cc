@@ -379,7 +379,7 @@ Scheduler::PrepTurn Scheduler::PrepStep(int index, FetchedItem* fi, const Status
   MutexLock lock(&ring_->mu);
   if (result != nullptr) {
     prep_queue_.Recycle(std::move(fi->bytes));
-    if (slots().SampleDone(fi->slot, fi->pos, *result, opt_.on_error_skip)) {
+    if (slots().SampleDone(fi->slot, fi->pos, *result, opt_.on_error_skip, fi->item == kHole)) {
       // The slot is this thread's alone until published: StartEpoch waits
       // for it (active_preps_ stays counted).
       *finished = Finished{fi->slot, slots()[fi->slot].count, &slots().work(fi->slot).bad};

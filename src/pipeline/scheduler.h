@@ -104,7 +104,7 @@ class FetchOrder {
   // Appends batch `b`'s items (none past what is known).
   void AppendBatch(int64_t b, std::vector<int64_t>* out) const {
     for (int64_t p = b * bs_; p < std::min(samples(), (b + 1) * bs_); ++p) {
-      out->push_back(order_[static_cast<size_t>(p)]);
+      if (order_[static_cast<size_t>(p)] != kHole) out->push_back(order_[static_cast<size_t>(p)]);
     }
   }
 

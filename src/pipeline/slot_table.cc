@@ -140,12 +140,16 @@ void SlotTable::Claim(uint64_t s, int64_t epoch, int64_t batch, int64_t count) {
   w.error_pos = -1;
   w.bad_items = 0;
   w.skipped = 0;
+  w.holes = 0;
   std::fill(w.bad.begin(), w.bad.end(), 0);
 }
 
-bool SlotTable::SampleDone(uint64_t s, int64_t pos, const Status& result, bool skip) {
+bool SlotTable::SampleDone(uint64_t s, int64_t pos, const Status& result, bool skip, bool hole) {
   SlotWork& w = work_[s];
-  if (!result.ok()) {
+  if (hole) {
+    w.bad[static_cast<size_t>(pos)] = 1;
+    ++w.holes;
+  } else if (!result.ok()) {
     ++w.bad_items;
     if (skip) {
       w.bad[static_cast<size_t>(pos)] = 1;
@@ -159,7 +163,7 @@ bool SlotTable::SampleDone(uint64_t s, int64_t pos, const Status& result, bool s
 
 void SlotTable::Complete(uint64_t s, int64_t count, int64_t kept) {
   (*slots_)[s].count = kept;
-  work_[s].skipped = count - kept;
+  work_[s].skipped = count - kept - work_[s].holes;
 }
 
 void SlotTable::FreeAll(SlotState from, int64_t but_epoch) {

@@ -45,7 +45,7 @@ class SlotTable {
   // The sample at `pos` of slot `s` was prepared with `result` (`skip`: a
   // bad one is dropped, else the first by position is the batch's error).
   // True when it was the batch's last.
-  bool SampleDone(uint64_t s, int64_t pos, const Status& result, bool skip);
+  bool SampleDone(uint64_t s, int64_t pos, const Status& result, bool skip, bool hole = false);
   // The batch in `s` is complete with `kept` samples of `count`.
   void Complete(uint64_t s, int64_t count, int64_t kept);
   // Hands the ready batch in `s` (number `index` of its epoch) to the

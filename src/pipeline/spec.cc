@@ -218,18 +218,35 @@ Status ReadCount(const json& j, const char* key, T* out) {
   return GetIntAs(j, "", key, r.lo, r.hi, out);
 }
 
-// "bucketing": null, or {"by": "aspect_ratio", "group_factor": 3}.
+// "bucketing": null, {"by": "aspect_ratio", "group_factor": 3}, or {"by":
+// "duration", "max_duration": 200, "num_buckets": 10, "quadratic_duration": 0}.
 Status BucketingFromJson(const json& j, BucketingSpec* out) {
   if (!j.contains("bucketing") || j["bucketing"].is_null()) return Status::OK();
   const json& b = j["bucketing"];
   if (!b.is_object()) {
-    return InvalidArgument("\"bucketing\" must be null or an object {\"by\": \"aspect_ratio\", "
-                           "\"group_factor\": 3}, not " + Shown(b));
+    return InvalidArgument("\"bucketing\" must be null, {\"by\": \"aspect_ratio\", \"group_factor\": 3} or "
+                           "{\"by\": \"duration\", \"max_duration\": seconds, ...}, not " + Shown(b));
+  }
+  NOSTALL_RETURN_IF_ERROR(GetString(b, "bucketing.", "by", &out->by));
+  if (out->by == "duration") {
+    NOSTALL_RETURN_IF_ERROR(CheckKeys(b, "\"bucketing\"", {"by", "max_duration", "num_buckets", "quadratic_duration"}));
+    NOSTALL_RETURN_IF_ERROR(GetDouble(b, "bucketing.", "max_duration", &out->max_duration));
+    NOSTALL_RETURN_IF_ERROR(GetIntAs(b, "bucketing.", "num_buckets", 1, 1000, &out->num_buckets));
+    NOSTALL_RETURN_IF_ERROR(GetDouble(b, "bucketing.", "quadratic_duration", &out->quadratic_duration));
+    return Status::OK();
   }
   NOSTALL_RETURN_IF_ERROR(CheckKeys(b, "\"bucketing\"", {"by", "group_factor"}));
-  NOSTALL_RETURN_IF_ERROR(GetString(b, "bucketing.", "by", &out->by));
   NOSTALL_RETURN_IF_ERROR(GetIntAs(b, "bucketing.", "group_factor", 0, 64, &out->group_factor));
   return Status::OK();
+}
+
+json BucketingToJson(const BucketingSpec& b) {
+  if (b.by.empty()) return nullptr;
+  if (b.by == "duration") {
+    return {{"by", b.by}, {"max_duration", b.max_duration}, {"num_buckets", b.num_buckets},
+            {"quadratic_duration", b.quadratic_duration}};
+  }
+  return {{"by", b.by}, {"group_factor", b.group_factor}};
 }
 
 }  // namespace
@@ -246,8 +263,15 @@ Status CheckSpecRules(const LoaderSpec& s) {
     return InvalidArgument("\"first_epoch\" must be \"auto\", \"exact\" or \"buffered\", not \"" +
                            s.first_epoch + "\"");
   }
-  if (!s.bucketing.by.empty() && s.bucketing.by != "aspect_ratio") {
-    return InvalidArgument("bucketing.by must be \"aspect_ratio\", not \"" + s.bucketing.by + "\"");
+  if (!s.bucketing.by.empty() && s.bucketing.by != "aspect_ratio" && s.bucketing.by != "duration") {
+    return InvalidArgument("bucketing.by must be \"aspect_ratio\" or \"duration\", not \"" + s.bucketing.by + "\"");
+  }
+  if (s.bucketing.by == "duration" &&
+      (!(s.bucketing.max_duration > 0) || !std::isfinite(s.bucketing.max_duration) ||
+       s.bucketing.num_buckets < 1 || s.bucketing.num_buckets > 1000 ||
+       !(s.bucketing.quadratic_duration >= 0) || !std::isfinite(s.bucketing.quadratic_duration))) {
+    return InvalidArgument("bucketing by duration needs max_duration > 0 (seconds a batch holds, padded), "
+                           "num_buckets in [1, 1000] and quadratic_duration >= 0 (0: none)");
   }
   if (s.bucketing.group_factor < 0 || s.bucketing.group_factor > 64) {
     return InvalidArgument("bucketing.group_factor must be in [0, 64], not " +
@@ -351,8 +375,7 @@ std::string LoaderSpec::ToJson() const {
             {"pad_ranks", pad_ranks},
             {"subset", subset},
             {"shuffle_block", shuffle_block},
-            {"bucketing", bucketing.by.empty() ? json(nullptr)
-                                               : json{{"by", bucketing.by}, {"group_factor", bucketing.group_factor}}},
+            {"bucketing", BucketingToJson(bucketing)},
             {"transforms", t},
             {"dtype", prep.dtype == DType::kUint8 ? "uint8" : "float32"},
             {"layout", prep.layout == Layout::kNCHW ? "NCHW" : "NHWC"},

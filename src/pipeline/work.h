@@ -35,6 +35,11 @@ struct StageCounters {
   }
 };
 
+// A position of a batch that holds fewer samples than its slot (batches of
+// similar durations, whose counts vary: sampler.h): nothing is read or
+// prepared there, and the batch closes up around it (not a skip).
+inline constexpr int64_t kHole = -1;
+
 struct FetchedItem {
   uint64_t generation;
   int64_t epoch;
@@ -59,6 +64,7 @@ struct SlotWork {
   int64_t error_pos = -1;
   int64_t bad_items = 0;        // counted into the stats when handed out
   int64_t skipped = 0;
+  int64_t holes = 0;            // positions of no sample (kHole)
 };
 
 // A slot's life in the pipeline (docs/ring_format.md):

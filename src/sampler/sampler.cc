@@ -1,6 +1,7 @@
 #include "nostall/sampler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
 #include <string>
@@ -13,6 +14,7 @@ namespace {
 constexpr uint64_t kShuffleStream = 0x5348554646ull;  // "SHUFF"
 constexpr uint64_t kSubsetStream = 0x5355425345ull;   // "SUBSE"
 constexpr uint64_t kBlockStream = 0x424c4f434b000000ull;  // "BLOCK", + block number
+constexpr uint64_t kBucketStream = 0x4255434b00000000ull;  // "BUCK", + bucket number (the batches' order: - 1)
 constexpr uint64_t kShardStream = 0x5348415244ull;   // "SHARD": the buffered epoch's shards
 constexpr uint64_t kBufferStream = 0x4255464645ull;  // "BUFFE": its shuffle buffer
 constexpr int64_t kDefaultShuffleBuffer = 8192;
@@ -146,6 +148,49 @@ class BufferedStream final : public EpochStream {
   std::vector<int64_t> first_;  // the stream's first world_size samples
   int64_t taken_ = 0, given_ = 0, mine_ = 0, total_ = 0;
 };
+// The buckets of batches of similar durations (SamplerOptions::durations):
+// `items` sorted by duration, cut where the running total passes each
+// 1/num_buckets of the whole (a bucket's items all of one duration stay
+// together), and how many samples a batch of each holds.
+Result<std::shared_ptr<const Sampler::Buckets>> MakeBuckets(const SamplerOptions& o, std::vector<int64_t> items) {
+  if (o.durations.size() != static_cast<size_t>(o.num_items)) {
+    return InvalidArgument("batches of similar durations need one duration per item: " +
+                           std::to_string(o.durations.size()) + " for " + std::to_string(o.num_items));
+  }
+  if (!(o.max_duration > 0) || o.num_buckets < 1 || o.num_buckets > 1000 || o.quadratic_duration < 0) {
+    return InvalidArgument("batches of similar durations need max_duration > 0, num_buckets in [1, 1000] "
+                           "and quadratic_duration >= 0");
+  }
+  auto dur = [&](int64_t i) { return static_cast<double>(o.durations[static_cast<size_t>(i)]); };
+  for (int64_t i : items) {
+    if (!(dur(i) >= 0) || !std::isfinite(dur(i))) {
+      return InvalidArgument("item " + std::to_string(i) + " has no duration (" + std::to_string(dur(i)) + ")");
+    }
+  }
+  std::stable_sort(items.begin(), items.end(), [&](int64_t a, int64_t b) { return dur(a) < dur(b); });
+  double total = 0;
+  for (int64_t i : items) total += dur(i);
+  auto b = std::make_shared<Sampler::Buckets>();
+  double running = 0;
+  for (size_t at = 0; at < items.size(); ++at) {
+    const bool next = !b->items.empty() && static_cast<int64_t>(b->items.size()) < o.num_buckets &&
+                      running >= total * static_cast<double>(b->items.size()) / o.num_buckets &&
+                      dur(items[at]) > dur(items[at - 1]);
+    if (b->items.empty() || next) b->items.emplace_back();
+    b->items.back().push_back(items[at]);
+    running += dur(items[at]);
+  }
+  for (std::vector<int64_t>& bucket : b->items) {
+    const double longest = dur(bucket.back());
+    const double cost = longest + (o.quadratic_duration > 0 ? longest * longest / o.quadratic_duration : 0);
+    const int64_t fit = cost > 0 ? static_cast<int64_t>(o.max_duration / cost) : o.batch_size;
+    b->per_batch.push_back(std::clamp<int64_t>(fit, 1, o.batch_size));
+    b->batches += (static_cast<int64_t>(bucket.size()) + b->per_batch.back() - 1) / b->per_batch.back();
+    std::sort(bucket.begin(), bucket.end());
+  }
+  return std::shared_ptr<const Sampler::Buckets>(std::move(b));
+}
+
 // `order` reordered into batches of one group where it can
 // (SamplerOptions::groups): full batches as their group's buffer fills,
 // then what the buffers hold, group by group.
@@ -196,6 +241,10 @@ Result<Sampler> Sampler::Create(const SamplerOptions& o) {
     return InvalidArgument("shard_shuffle has no subset or shuffle_block");
   }
   Sampler s(o);
+  if (!o.durations.empty()) {
+    if (lazy) return InvalidArgument("batches of similar durations need every item's duration: no shards being indexed");
+    NOSTALL_ASSIGN_OR_RETURN(s.buckets_, MakeBuckets(o, s.Items()));
+  }
   if (lazy) return s;  // counts known when the shards are
   if (s.BatchesPerEpoch() == 0) {
     return InvalidArgument("drop_last with batch_size " + std::to_string(o.batch_size) +
@@ -247,10 +296,41 @@ std::unique_ptr<EpochStream> Sampler::OpenEpoch(int64_t epoch) const {
   return std::make_unique<FixedStream>(EpochOrder(epoch));
 }
 
-int64_t Sampler::SamplesPerEpoch() const { return PerRank(options_, Items64()); }
+int64_t Sampler::SamplesPerEpoch() const {
+  if (buckets_) return BatchesPerEpoch() * options_.batch_size;  // positions, the holes counted
+  return PerRank(options_, Items64());
+}
 
 int64_t Sampler::BatchesPerEpoch() const {
+  if (buckets_) {
+    const int64_t k = buckets_->batches, w = options_.world_size;
+    return options_.pad_ranks ? (k + w - 1) / w : k / w + (options_.rank < k % w ? 1 : 0);
+  }
   return (SamplesPerEpoch() + options_.batch_size - 1) / options_.batch_size;
+}
+
+std::vector<int64_t> Sampler::BucketedOrder(int64_t epoch) const {
+  const Buckets& b = *buckets_;
+  std::vector<std::vector<int64_t>> batches;
+  for (size_t k = 0; k < b.items.size(); ++k) {
+    std::vector<int64_t> items = b.items[k];
+    if (options_.shuffle) Shuffle(&items, options_.seed, kBucketStream + k, static_cast<uint64_t>(epoch));
+    for (size_t at = 0; at < items.size(); at += static_cast<size_t>(b.per_batch[k])) {
+      const size_t end = std::min(items.size(), at + static_cast<size_t>(b.per_batch[k]));
+      batches.emplace_back(items.begin() + static_cast<ptrdiff_t>(at), items.begin() + static_cast<ptrdiff_t>(end));
+    }
+  }
+  std::vector<int64_t> order(batches.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (options_.shuffle) Shuffle(&order, options_.seed, kBucketStream - 1, static_cast<uint64_t>(epoch));
+  const int64_t k = static_cast<int64_t>(batches.size()), w = options_.world_size;
+  std::vector<int64_t> out;
+  for (int64_t j = 0; j < BatchesPerEpoch(); ++j) {
+    const std::vector<int64_t>& batch = batches[static_cast<size_t>(order[static_cast<size_t>((options_.rank + j * w) % k)])];
+    out.insert(out.end(), batch.begin(), batch.end());
+    out.resize(out.size() + static_cast<size_t>(options_.batch_size) - batch.size(), -1);
+  }
+  return out;
 }
 
 std::vector<int64_t> Sampler::Items() const {
@@ -266,6 +346,7 @@ std::vector<int64_t> Sampler::Items() const {
 }
 
 std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
+  if (buckets_) return BucketedOrder(epoch);
   if (options_.shards != nullptr && Buffered(epoch)) {
     std::vector<int64_t> out;
     std::unique_ptr<EpochStream> stream = BufferedEpochStream(options_, epoch);

@@ -66,6 +66,52 @@ TEST(SamplerTest, GroupedBatchesAreOfOneGroupWithEqualCountsPerRank) {
   for (int64_t i = 0; i < n; ++i) EXPECT_GE(seen.count(i), 1u);
 }
 
+// Batches of similar durations over 3 ranks: the same number of batches
+// on every rank and in every epoch, every item once (the padding aside),
+// no batch over max_duration once padded to its longest (but a lone item
+// longer than it), little padding, the same order again for (seed, epoch).
+TEST(SamplerTest, DurationBucketsGiveEqualBatchCountsWithinTheBudget) {
+  const int64_t n = 997, batch = 64, world = 3;
+  std::vector<float> durations(n);
+  for (int64_t i = 0; i < n; ++i) durations[i] = 1.0f + static_cast<float>((i * 7919) % 1900) / 100.0f;  // 1-20 s
+  durations[5] = 31.0f;  // longer than the budget alone
+  std::multiset<int64_t> seen;
+  int64_t batches_per_rank = -1;
+  double real = 0, padded = 0;
+  for (int64_t rank = 0; rank < world; ++rank) {
+    SamplerOptions o{n, batch, true, 4, rank, world, false};
+    o.durations = durations;
+    o.max_duration = 30.0;
+    o.num_buckets = 8;
+    Sampler s = Sampler::Create(o).value();
+    if (batches_per_rank < 0) batches_per_rank = s.BatchesPerEpoch();
+    EXPECT_EQ(s.BatchesPerEpoch(), batches_per_rank);
+    for (int64_t epoch = 0; epoch < 3; ++epoch) {
+      const std::vector<int64_t> order = s.EpochOrder(epoch);
+      ASSERT_EQ(static_cast<int64_t>(order.size()), batches_per_rank * batch);
+      EXPECT_EQ(order, s.EpochOrder(epoch));
+      for (int64_t b = 0; b < batches_per_rank; ++b) {
+        float longest = 0, sum = 0;
+        int64_t count = 0;
+        for (int64_t k = b * batch; k < (b + 1) * batch; ++k) {
+          if (order[k] < 0) continue;
+          ++count;
+          longest = std::max(longest, durations[order[k]]);
+          sum += durations[order[k]];
+          if (epoch == 1) seen.insert(order[k]);
+        }
+        ASSERT_GE(count, 1);
+        EXPECT_TRUE(longest * count <= 30.0f || count == 1) << longest << " x " << count;
+        real += sum;
+        padded += longest * count;
+      }
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) EXPECT_GE(seen.count(i), 1u) << i;
+  EXPECT_LE(seen.size(), static_cast<size_t>(n + (world - 1) * batch));  // the padding: world - 1 batches again at most
+  EXPECT_LT(padded / real, 1.25);  // buckets of similar lengths: little padding
+}
+
 TEST(SamplerTest, RanksAreDisjointAndCoverTheDataset) {
   std::set<int64_t> all;
   size_t total = 0;

@@ -271,6 +271,10 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   if (spec.shuffle) spec.shuffle_block = block_chunks * spec.batch_size;
   // The pipeline is prepared (spec resolved, output shape known) to size
   // the segment, and started on the segment's slots once it exists.
+  if (spec.bucketing.by == "duration") {
+    return InvalidArgument("a served loader's chunks hold one count of samples; batches of similar durations "
+                           "(bucketing by duration) vary in count: serve without it, or give each job its own loader");
+  }
   NOSTALL_ASSIGN_OR_RETURN(PipelineParts parts, PreparePipeline(spec, /*shared=*/true));
   const LoaderSpec resolved = parts.spec;
   const uint64_t dataset_fingerprint = parts.source->fingerprint();

@@ -10,6 +10,7 @@ soundfile's to the last bit.
 """
 
 import io
+import itertools
 import math
 import os
 import shutil
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import nostall
-from nostall import audio, datasets
+from nostall import audio, datasets, text
 from conftest import cached_data
 
 pytestmark = pytest.mark.skipif(shutil.which("espeak-ng") is None,
@@ -526,6 +527,64 @@ def test_utterances_of_many_lengths_come_padded_with_their_lengths(tmp_path):
                 seen += 1
         assert seen == 24 and len(lengths) > 12
         assert loader.stats()["skipped"] == 1
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """36 spoken sentences of 1-8 s with their transcripts beside them."""
+    return datasets.make_speech_corpus(tmp_path_factory.mktemp("corpus"), count=36, seconds=(1.0, 8.0))
+
+
+def test_duration_buckets_over_3_ranks_equal_counts_every_utterance_once_and_resume(corpus):
+    """bucketing by duration (max_duration 20 s padded) over 3 ranks: every
+    rank the same number of batches, every utterance once (the padding aside)
+    with its transcript's ids, no batch over 20 s once padded (but a lone
+    utterance), less padding than batches of the plain order; a loader
+    resumed mid-epoch gives the rest of the very batches."""
+    tok = text.CharTokenizer()
+    chain = [audio.Decode(sample_rate=16000, max_seconds=20)]
+
+    def loader(rank, bucketing, **kw):
+        return nostall.Loader(str(corpus), fields={"audio": "flac", "text": "txt"},
+                              transforms={"audio": chain, "text": tok}, batch_size=16, shuffle=True, seed=7,
+                              rank=rank, world_size=3, bucketing=bucketing, return_indices=True, **kw)
+
+    def batches(ld, limit=None):
+        out = []
+        for b in itertools.islice(ld, limit):
+            n = b["audio_lengths"]
+            ids, id_lengths = b["text"]
+            assert b["audio"].shape[-1] == int(n.max()) and len(id_lengths) == len(n)
+            for k, i in enumerate(b["__index__"].tolist()):
+                want = (corpus / ld.key(i)).with_suffix(".txt").read_text().strip()
+                assert tok.decode(ids[k][:id_lengths[k]]) == want
+            out.append((b["__index__"].tolist(), n.tolist()))
+        return out
+
+    budget = {"by": "duration", "max_duration": 20.0, "num_buckets": 4}
+    ranks = [batches(loader(r, budget)) for r in range(3)]
+    assert len({len(r) for r in ranks}) == 1
+    seen = [i for r in ranks for idx, _ in r for i in idx]
+    assert set(seen) == set(range(36)) and len(seen) - 36 < 2 * 16
+    padded = real = 0
+    for r in ranks:
+        for idx, n in r:
+            assert max(n) * len(n) <= 20 * 16000 or len(n) == 1
+            padded, real = padded + max(n) * len(n), real + sum(n)
+    plain_padded = plain_real = 0
+    for r in range(3):
+        for b in nostall.Loader(str(corpus), fields={"audio": "flac", "text": "txt"}, transforms={"audio": chain}, batch_size=3,
+                                shuffle=True, seed=7, rank=r, world_size=3):
+            plain_padded += b["audio"].shape[0] * b["audio"].shape[-1]
+            plain_real += int(b["audio_lengths"].sum())
+    assert padded / real < plain_padded / plain_real
+    first = loader(1, budget)
+    head = batches(first, limit=2)
+    state = first.state_dict()
+    first.close()
+    again = loader(1, budget)
+    again.load_state_dict(state)
+    assert head + batches(again) == ranks[1]
 
 
 def test_the_loader_batches_every_clip_of_an_audio_folder_and_of_its_shards_alike(words, tmp_path):
