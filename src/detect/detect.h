@@ -109,7 +109,7 @@ struct Spec {
 // Per-thread buffers: a sample's padded canvas, one instance's mask, the
 // image resampled into its place of an output padded after it.
 struct Scratch : KindScratch {
-  std::vector<uint8_t> canvas, mask, placed;
+  std::vector<uint8_t> canvas, mask, placed, full_mask;
 };
 
 Result<std::shared_ptr<const Spec>> SpecFromJson(const nlohmann::json& j, const PrepSpec& prep,

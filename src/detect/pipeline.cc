@@ -23,9 +23,46 @@ void Put(uint8_t*& p, T v) {
   p += sizeof(T);
 }
 
+// The source-size mask `mask` (`width` columns, bytes 0 or not) at the
+// output's size: output pixel (x, y) is source pixel (xs[x], ys[y]), none
+// where either is negative; 0 or 1 per byte in `out` (rows repeated by an
+// upscale are copied, not gathered again).
+void ResampleMask(const std::vector<uint8_t>& mask, int width, const std::vector<int>& xs,
+                  const std::vector<int>& ys, std::vector<uint8_t>* out) {
+  const size_t mw = xs.size(), mh = ys.size();
+  out->resize(mh * mw + 8);
+  uint8_t* o = out->data();
+  for (size_t y = 0; y < mh; ++y, o += mw) {
+    const int sy = ys[y];
+    if (sy < 0) {
+      std::memset(o, 0, mw);
+    } else if (y > 0 && sy == ys[y - 1]) {
+      std::memcpy(o, o - mw, mw);
+    } else {
+      const uint8_t* row = mask.data() + static_cast<size_t>(sy) * width;
+      for (size_t x = 0; x < mw; ++x) o[x] = xs[x] >= 0 && row[xs[x]] != 0;
+    }
+  }
+  out->resize(mh * mw);
+}
+
+// Bytes of 0 or 1 as bits, the first byte's the most significant (numpy's
+// unpackbits order), into `bytes` of `out` (zeros past the last bit).
+void PackBits(const uint8_t* in, size_t n, uint8_t* out, size_t bytes) {
+  std::memset(out, 0, bytes);
+  size_t j = 0;
+  for (; 8 * j + 8 <= n; ++j) {
+    uint64_t x;
+    std::memcpy(&x, in + 8 * j, 8);  // (little-endian: the first byte lowest)
+    // Byte i's bit lands at bit 63 - i: distinct powers of two, no carries.
+    out[j] = static_cast<uint8_t>((x * 0x8040201008040201ull) >> 56);
+  }
+  for (size_t b = 8 * j; b < n; ++b) out[b >> 3] |= static_cast<uint8_t>((in[b] & 1u) << (7 - (b & 7)));
+}
+
 // The output targets (targets.h's output form).
 Status WriteTargets(const Spec& spec, const Targets& t, const State& s, int width, int height,
-                    uint8_t* out, size_t room, int64_t* len, std::vector<uint8_t>* mask) {
+                    uint8_t* out, size_t room, int64_t* len, std::vector<uint8_t>* mask, std::vector<uint8_t>* full) {
   const uint32_t n = static_cast<uint32_t>(s.boxes.size());
   const uint32_t mh = spec.masks ? static_cast<uint32_t>(s.ch) : 0;
   const uint32_t mw = spec.masks ? static_cast<uint32_t>(s.cw) : 0;
@@ -63,17 +100,8 @@ Status WriteTargets(const Spec& spec, const Targets& t, const State& s, int widt
       const Instance& inst = t.instances[static_cast<size_t>(s.kept[k])];
       NOSTALL_RETURN_IF_ERROR(annotations::RasterizeInstance(inst, static_cast<uint32_t>(height),
                                                              static_cast<uint32_t>(width), mask));
-      std::memset(p, 0, mask_bytes);
-      size_t bit = 0;
-      for (uint32_t y = 0; y < mh; ++y) {
-        const int sy = ys[y];
-        for (uint32_t x = 0; x < mw; ++x, ++bit) {
-          const int sx = xs[x];
-          if (sy >= 0 && sx >= 0 && (*mask)[static_cast<size_t>(sy) * width + sx]) {
-            p[bit >> 3] |= static_cast<uint8_t>(0x80u >> (bit & 7));  // numpy's unpackbits order
-          }
-        }
-      }
+      ResampleMask(*mask, width, xs, ys, full);
+      PackBits(full->data(), full->size(), p, mask_bytes);
       p += mask_bytes;
     }
   }
@@ -116,8 +144,9 @@ Status Prepare(const Spec& spec, const PrepSpec& prep, const SampleInput& in, co
     for (size_t a = 0; a < 3; ++a) out.dims[a] = a < shape.size() ? shape[a] : 1;
   }
   NOSTALL_RETURN_IF_ERROR(RenderImage(spec, prep, image, image_size, width, height, s, key, out.dst, scratch));
-  return WriteTargets(spec, t, s, width, height, out.targets, out.targets_room, out.targets_len,
-                      &KindScratchOf<Scratch>(scratch).mask);
+  Scratch& own = KindScratchOf<Scratch>(scratch);
+  return WriteTargets(spec, t, s, width, height, out.targets, out.targets_room, out.targets_len, &own.mask,
+                      &own.full_mask);
 }
 
 Status Trace(const Spec& spec, int width, int height, const uint8_t* record, size_t record_size,
