@@ -320,25 +320,30 @@ def make_speech_corpus(root, count=200, seconds=(1.0, 20.0), rate=16000, formats
 
 def folder_to_shards(folder, out_dir, shards=4, name="train"):
     """Writes an image or audio folder as WebDataset shards
-    ``out_dir/<name>-XXXX.tar`` (each sample its file and a ``.cls`` label,
-    classes numbered in sorted order, samples in sorted order dealt round the
-    shards). Returns the brace pattern nostall reads."""
+    ``out_dir/<name>-XXXX.tar``: each sample its files (those of one stem in
+    a class folder: an utterance's ``.flac`` and ``.txt`` together) and a
+    ``.cls`` label, classes numbered in sorted order, samples in sorted order
+    dealt round the shards. Returns the brace pattern nostall reads."""
+    import io
     import tarfile
 
     folder, out_dir = Path(folder), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     classes = sorted(p.name for p in folder.iterdir() if p.is_dir())
-    files = [(c, f) for i, c in enumerate(classes)
-             for f in sorted((folder / c).iterdir()) if f.is_file()]
+    samples = {}
+    for c in classes:
+        for f in sorted((folder / c).iterdir()):
+            if f.is_file():
+                samples.setdefault((c, f.stem), []).append(f)
     tars = [tarfile.open(out_dir / f"{name}-{s:04d}.tar", "w") for s in range(shards)]
-    for k, (c, f) in enumerate(files):
+    for k, ((c, stem), members) in enumerate(sorted(samples.items())):
         tar = tars[k % shards]
-        key = f"{c}/{f.stem}"
-        tar.add(f, arcname=f"{key}{f.suffix.lower()}")
+        key = f"{c}/{stem}"
+        for f in members:
+            tar.add(f, arcname=f"{key}{f.suffix.lower()}")
         label = str(classes.index(c)).encode()
         info = tarfile.TarInfo(f"{key}.cls")
         info.size = len(label)
-        import io
         tar.addfile(info, io.BytesIO(label))
     for t in tars:
         t.close()
@@ -388,6 +393,44 @@ def folder_to_parquet(folder, out_dir, files=1, name="train", row_group_size=100
                        data_page_size=max_page_bytes,
                        # pages cut within a few values of max_page_bytes
                        write_batch_size=1 if max_page_bytes < (1 << 20) else 64)
+    return str(out_dir / f"{name}-*-of-{files:05d}.parquet")
+
+
+def speech_to_parquet(folder, out_dir, files=1, name="train", row_group_size=50):
+    """Writes a speech-recognition folder (make_speech_corpus's layout: audio
+    files with a ``.txt`` transcript beside each, one folder per speaker) as
+    Parquet shards the way the Hugging Face Hub publishes LibriSpeech
+    (``openslr/librispeech_asr``): ``file`` and ``id`` strings, ``audio`` an
+    Audio feature (a struct of ``bytes`` and ``path``), ``text``, and
+    ``speaker_id`` int64, the features in the schema's ``huggingface``
+    metadata. Returns the glob pattern nostall reads. Needs pyarrow."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder, out_dir = Path(folder), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    speakers = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    rows = [(k, f) for k, sp in enumerate(speakers) for f in sorted((folder / sp).iterdir())
+            if f.is_file() and f.suffix != ".txt" and f.with_suffix(".txt").exists()]
+    per = -(-len(rows) // files)
+    features = {"file": {"dtype": "string", "_type": "Value"}, "audio": {"_type": "Audio"},
+                "text": {"dtype": "string", "_type": "Value"}, "speaker_id": {"dtype": "int64", "_type": "Value"},
+                "id": {"dtype": "string", "_type": "Value"}}
+    meta = {b"huggingface": json.dumps({"info": {"features": features}}).encode()}
+    for k in range(files):
+        part = rows[k * per:(k + 1) * per]
+        table = pa.table({
+            "file": pa.array([f.name for _, f in part], type=pa.string()),
+            "audio": pa.array([{"bytes": f.read_bytes(), "path": f.name} for _, f in part],
+                              type=pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+            "text": pa.array([f.with_suffix(".txt").read_text().strip() for _, f in part], type=pa.string()),
+            "speaker_id": pa.array([s for s, _ in part], type=pa.int64()),
+            "id": pa.array([f.stem for _, f in part], type=pa.string()),
+        }).replace_schema_metadata(meta)
+        pq.write_table(table, out_dir / f"{name}-{k:05d}-of-{files:05d}.parquet", row_group_size=row_group_size,
+                       write_page_index=True)
     return str(out_dir / f"{name}-*-of-{files:05d}.parquet")
 
 

@@ -535,6 +535,33 @@ def corpus(tmp_path_factory):
     return datasets.make_speech_corpus(tmp_path_factory.mktemp("corpus"), count=36, seconds=(1.0, 8.0))
 
 
+def test_utterances_and_transcripts_from_a_folder_shards_and_hub_parquet_alike(corpus, tmp_path):
+    """The same utterances, whole, with their transcripts' ids, from the
+    folder (a .txt beside each file), WebDataset shards (flac + txt) and
+    Parquet as the Hub publishes LibriSpeech (an Audio and a text column)."""
+    tok = text.CharTokenizer()
+    chain = [audio.Decode(sample_rate=16000, max_seconds=20), audio.MelSpectrogram(n_mels=40)]
+    shards = datasets.folder_to_shards(corpus, tmp_path / "shards", shards=3)
+    parquet = datasets.speech_to_parquet(corpus, tmp_path / "parquet", files=2, row_group_size=7)
+    got = []
+    for source, fields in ((str(corpus), {"audio": "flac", "text": "txt"}),
+                           (shards, {"audio": "flac", "text": "txt"}),
+                           (parquet, {"audio": "audio", "text": "text"})):
+        loader = nostall.Loader(source, fields=fields, transforms={"audio": chain, "text": tok}, batch_size=5,
+                                return_indices=True)
+        out = {}
+        for b in loader:
+            ids, id_lengths = b["text"]
+            for k, i in enumerate(b["__index__"].tolist()):
+                n = int(b["audio_lengths"][k])
+                words = tok.decode(ids[k][:id_lengths[k]])
+                out[words] = b["audio"][k, ..., :n].clone()
+        got.append(out)
+    assert len(got[0]) == 36 and got[0].keys() == got[1].keys() == got[2].keys()
+    for words, x in got[0].items():
+        assert torch.equal(x, got[1][words]) and torch.equal(x, got[2][words])
+
+
 def test_duration_buckets_over_3_ranks_equal_counts_every_utterance_once_and_resume(corpus):
     """bucketing by duration (max_duration 20 s padded) over 3 ranks: every
     rank the same number of batches, every utterance once (the padding aside)
