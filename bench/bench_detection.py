@@ -160,6 +160,37 @@ class V2Ssd:
         return img, target
 
 
+def _resized(img, boxes, masks, nw, nh):
+    """v2's resize of a PIL image (bilinear), its boxes and masks (nearest)."""
+    import torch
+    from PIL import Image
+
+    w, h = img.size
+    img = img.resize((nw, nh), Image.BILINEAR)
+    boxes = boxes.mul(torch.tensor([nw / w, nh / h, nw / w, nh / h]))
+    if masks is not None:
+        masks = torch.nn.functional.interpolate(masks[None].float(), size=(nh, nw), mode="nearest")[0] \
+            .to(torch.uint8) if len(masks) else torch.zeros((0, nh, nw), dtype=torch.uint8)
+    return img, boxes, masks
+
+
+def _flipped(img, boxes, labels, masks, width):
+    """v2's RandomHorizontalFlip (p=0.5) of an image `width` wide, and the
+    target dict."""
+    import torch
+    from PIL import Image
+
+    if torch.rand(1) < 0.5:
+        img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        boxes[:, [0, 2]] = width - boxes[:, [2, 0]]
+        if masks is not None:
+            masks = masks.flip(-1)
+    target = {"boxes": boxes, "labels": labels}
+    if masks is not None:
+        target["masks"] = masks
+    return img, target
+
+
 class V2Lsj:
     """The references' lsj recipe on a PIL image and its targets: v2's
     ScaleJitter((S, S)) (scale in [0.1, 2.0]), FixedSizeCrop(S, fill),
@@ -170,17 +201,13 @@ class V2Lsj:
 
     def __call__(self, img, boxes, labels, masks):
         import torch
-        from PIL import Image, ImageOps
+        from PIL import ImageOps
 
         s = self.size
         w, h = img.size
         r = min(s / h, s / w) * (0.1 + torch.rand(1) * 1.9)
         nw, nh = int(w * r), int(h * r)
-        img = img.resize((nw, nh), Image.BILINEAR)
-        boxes = boxes.mul(torch.tensor([nw / w, nh / h, nw / w, nh / h]))
-        if masks is not None:
-            masks = torch.nn.functional.interpolate(masks[None].float(), size=(nh, nw), mode="nearest")[0] \
-                .to(torch.uint8) if len(masks) else torch.zeros((0, nh, nw), dtype=torch.uint8)
+        img, boxes, masks = _resized(img, boxes, masks, nw, nh)
         ch, cw = min(nh, s), min(nw, s)
         if (ch, cw) != (nh, nw):
             rr = float(torch.rand(1))
@@ -197,15 +224,7 @@ class V2Lsj:
             img = ImageOps.expand(img, border=(0, 0, s - cw, s - ch), fill=FILL)
             if masks is not None:
                 masks = torch.nn.functional.pad(masks, [0, s - cw, 0, s - ch])
-        if torch.rand(1) < 0.5:
-            img = img.transpose(Image.FLIP_LEFT_RIGHT)
-            boxes[:, [0, 2]] = s - boxes[:, [2, 0]]
-            if masks is not None:
-                masks = masks.flip(-1)
-        target = {"boxes": boxes, "labels": labels}
-        if masks is not None:
-            target["masks"] = masks
-        return img, target
+        return _flipped(img, boxes, labels, masks, s)
 
 
 class V2Multiscale:
@@ -220,26 +239,13 @@ class V2Multiscale:
 
     def __call__(self, img, boxes, labels, masks):
         import torch
-        from PIL import Image
 
         w, h = img.size
         side = self.choices[int(torch.randint(len(self.choices), (1,)))]
         r = min(side / min(h, w), self.max_size / max(h, w))
         nw, nh = int(w * r), int(h * r)
-        img = img.resize((nw, nh), Image.BILINEAR)
-        boxes = boxes.mul(torch.tensor([nw / w, nh / h, nw / w, nh / h]))
-        if masks is not None:
-            masks = torch.nn.functional.interpolate(masks[None].float(), size=(nh, nw), mode="nearest")[0] \
-                .to(torch.uint8) if len(masks) else torch.zeros((0, nh, nw), dtype=torch.uint8)
-        if torch.rand(1) < 0.5:
-            img = img.transpose(Image.FLIP_LEFT_RIGHT)
-            boxes[:, [0, 2]] = nw - boxes[:, [2, 0]]
-            if masks is not None:
-                masks = masks.flip(-1)
-        target = {"boxes": boxes, "labels": labels}
-        if masks is not None:
-            target["masks"] = masks
-        return img, target
+        img, boxes, masks = _resized(img, boxes, masks, nw, nh)
+        return _flipped(img, boxes, labels, masks, nw)
 
 
 # recipe: (the v2 pipeline, batch size, the references' collate keeps a list)

@@ -252,6 +252,23 @@ Status OutputOps(const Spec& spec, const PrepSpec& prep, void* dst, int out_h, i
   return Status::OK();
 }
 
+// Nothing between the resample and the output (no vertical flip, no pixel
+// ops on the resampled image, planes out): the box (x, y, w, h) of `src`
+// resampled straight into the output's planes, normalized when asked,
+// written once. False, nothing written: not this case.
+bool ResampleIntoPlanes(const Spec& spec, const PrepSpec& prep, const State& s, const uint8_t* src, int src_w,
+                        int src_h, size_t stride, const double box[4], bool flip_x, bool flip_y, void* dst,
+                        PrepScratch* scratch) {
+  if (flip_y || prep.layout != Layout::kNCHW || PixelOpsAfter(spec, s.first_geometry)) return false;
+  const int c = prep.channels();
+  float a[3], b[3];
+  OutputScale(spec, c, a, b);
+  const bool f32 = prep.dtype == DType::kFloat32;
+  return ResampleBoxPlanar(src, src_w, src_h, stride, c, box[0], box[1], box[2], box[3], s.cw, s.ch, flip_x, a, b,
+                           f32 ? static_cast<float*>(dst) : nullptr, f32 ? nullptr : static_cast<uint8_t*>(dst),
+                           &scratch->resample);
+}
+
 }  // namespace
 
 Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, size_t size, int width,
@@ -316,19 +333,11 @@ Status RenderImage(const Spec& spec, const PrepSpec& prep, const uint8_t* data, 
         src_w = cw, src_h = ch;
         if (padded) box_x = (rx - px0) * sx, box_y = (ry - py0) * sy;
       }
-      if (!flip_y && prep.layout == Layout::kNCHW && !PixelOpsAfter(spec, s.first_geometry)) {
-        // Nothing between the resample and the output: resampled straight
-        // into the output's planes (normalized when asked), written once.
-        float a[3], b[3];
-        OutputScale(spec, c, a, b);
-        const bool f32 = prep.dtype == DType::kFloat32;
-        if (ResampleBoxPlanar(src, src_w, src_h, stride, c, box_x, box_y, rw * sx, rh * sy, out_w, out_h, flip_x,
-                              a, b, f32 ? static_cast<float*>(dst) : nullptr,
-                              f32 ? nullptr : static_cast<uint8_t*>(dst), &scratch->resample)) {
-          return OutputOps(spec, prep, dst, out_h, out_w, ops_rng);
-        }
+      const double box[4] = {box_x, box_y, rw * sx, rh * sy};
+      if (ResampleIntoPlanes(spec, prep, s, src, src_w, src_h, stride, box, flip_x, flip_y, dst, scratch)) {
+        return OutputOps(spec, prep, dst, out_h, out_w, ops_rng);
       }
-      ResampleBox(src, src_w, src_h, stride, c, box_x, box_y, rw * sx, rh * sy, resized.data(), out_w,
+      ResampleBox(src, src_w, src_h, stride, c, box[0], box[1], box[2], box[3], resized.data(), out_w,
                   out_h, &scratch->resample, flip_x);
       if (flip_y) FlipRows(resized.data(), out_w * c, out_h, &scratch->ops.tmp);
     }
