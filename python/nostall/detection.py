@@ -98,6 +98,11 @@ def recipe(name: str, size: int | None = None) -> list:
       choices scaled with it) and a flip (Faster/Mask R-CNN): each image
       keeps its own size, and a batch comes padded to its largest (rounded
       up to 32), with each image's size beside it (docs/detection.md);
+    - ``"detr"``: DETR's multi-scale training, its first branch: a flip,
+      then the shorter side one of 480, 512, ..., 800 and the longer at most
+      ``size`` (1333; DETR's ``RandomResize(scales, max_size)`` is
+      RandomShortestSize), batches padded as for ``"multiscale"`` (DETR's
+      other branch, a random crop between two resizes, is not here);
     - ``"hflip"``: a horizontal flip, then ``Resize((size, size))``;
     - ``"lsj"``: large scale jitter, ``ScaleJitter((size, size))`` +
       ``FixedSizeCrop(size, fill=mean)`` + flip (Copy-Paste; Mask R-CNN);
@@ -106,7 +111,7 @@ def recipe(name: str, size: int | None = None) -> list:
     - ``"ssdlite"``: IoU crop, flip, ``Resize((size, size))``, sanitize
       (SSDlite320: size=320).
 
-    ``size`` is 1024 but for ``"multiscale"``.
+    ``size`` is 1024 but for ``"multiscale"`` and ``"detr"`` (1333).
 
     ```python
     import nostall
@@ -122,10 +127,11 @@ def recipe(name: str, size: int | None = None) -> list:
 
     if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 1):
         raise ValueError(f"size must be a positive int, not {size!r}")
-    if name == "multiscale":
+    if name in ("multiscale", "detr"):
         longest = 1333 if size is None else size
         shorter = [max(1, round(s * longest / 1333)) for s in range(480, 801, 32)]
-        return [T.RandomShortestSize(min_size=shorter, max_size=longest), T.RandomHorizontalFlip()]
+        resize = T.RandomShortestSize(min_size=shorter, max_size=longest)
+        return [resize, T.RandomHorizontalFlip()] if name == "multiscale" else [T.RandomHorizontalFlip(), resize]
     size = 1024 if size is None else size
     if name == "hflip":
         return [T.RandomHorizontalFlip(), T.Resize((size, size))]
@@ -137,7 +143,7 @@ def recipe(name: str, size: int | None = None) -> list:
                 T.RandomHorizontalFlip(), T.Resize((size, size)), T.SanitizeBoundingBoxes()]
     if name == "ssdlite":
         return [T.RandomIoUCrop(), T.RandomHorizontalFlip(), T.Resize((size, size)), T.SanitizeBoundingBoxes()]
-    raise ValueError(f'recipe must be "multiscale", "hflip", "lsj", "ssd" or "ssdlite", not {name!r}')
+    raise ValueError(f'recipe must be "multiscale", "detr", "hflip", "lsj", "ssd" or "ssdlite", not {name!r}')
 
 
 def padding_mask(image_sizes, images):

@@ -938,6 +938,31 @@ def _own(images, sizes):
     return out
 
 
+def test_detr_recipe_channels_last_float_batches_pad_the_rows_and_columns(scenes):
+    """DETR's recipe (flip, then RandomShortestSize) normalized, channels
+    last (NHWC, float32): each image within its size equals apply's, the
+    padding is zero, and padding_mask marks exactly the padding."""
+    images_dir, ann_path = scenes
+    tf = detection.recipe("detr", size=256) + [nostall.Normalize(mean=nostall.IMAGENET_MEAN, std=nostall.IMAGENET_STD)]
+    assert [type(t).__name__ for t in tf] == ["RandomHorizontalFlip", "RandomShortestSize", "Normalize"]
+    loader = nostall.Loader(Coco(images_dir, ann_path), transforms=tf, batch_size=5, shuffle=True, seed=8,
+                            layout="NHWC", return_indices=True)
+    ann = json.loads(ann_path.read_text())
+    by_id = {k: i for k, i in enumerate(sorted(ann["images"], key=lambda i: i["id"]))}
+    for images, targets, sizes, indices in itertools.islice(loader, 3):
+        assert images.dtype == torch.float32 and images.shape[3] == 3
+        assert images.shape[1] % 32 == 0 and images.shape[2] % 32 == 0
+        mask = detection.padding_mask(sizes, images.shape[1:3])
+        for img, m, (h, w), i in zip(images, mask, sizes.tolist(), indices.tolist()):
+            meta = by_id[i]
+            mine = [a for a in ann["annotations"] if a["image_id"] == meta["id"]]
+            record = {"width": meta["width"], "height": meta["height"], "annotations": mine}
+            want, _ = detection.apply(tf, images_dir / meta["file_name"], record, seed=8, index=i)
+            np.testing.assert_allclose(img[:h, :w].numpy(), want, rtol=0, atol=1e-6)
+            assert not img[h:].any() and not img[:, w:].any()
+            assert not m[:h, :w].any() and m.sum() == m.numel() - h * w
+
+
 def test_aspect_ratio_bucketing_pads_less_and_keeps_every_sample_once_over_3_ranks(scenes):
     """bucketing="aspect_ratio" (torchvision's GroupedBatchSampler, factor 3):
     over 3 ranks each rank gets the same number of batches and every image
