@@ -103,6 +103,12 @@ class Source {
     (void)i, (void)width, (void)height;
     return false;
   }
+  // Item i's image id in its annotations (a COCO file's), what evaluators
+  // match predictions by. False: none.
+  virtual bool image_id(int64_t i, int64_t* id) const {
+    (void)i, (void)id;
+    return false;
+  }
   // The most annotations one item holds, where the source knows (a COCO
   // dataset's table); -1 otherwise. Sizes a targets field's room.
   virtual int64_t max_annotations() const { return -1; }

@@ -431,7 +431,7 @@ class Loader(Closeable):
                 self._tuple = False
             self._records = Records(fields, hooks, batch_transform, hook_threads,
                                     spec.get("on_error", "raise"), self.key, return_indices,
-                                    torch=output == "torch")
+                                    torch=output == "torch", image_meta=self._core.image_meta)
         self.sampler = _EpochHook(self)
         # The epoch, the position in it and a loaded state are the core's
         # epoch cursor (nostall/epoch_cursor.h), as for the CLI and serve.

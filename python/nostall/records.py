@@ -128,7 +128,9 @@ def decode_targets(raw, torch=True) -> dict:
 def pad_targets(samples, torch=True) -> dict:
     """A batch's targets as padded tensors: ``boxes`` (B, M, 4), ``labels``
     (B, M) (-1 past a sample's count), ``iscrowd`` (B, M), ``counts`` (B,),
-    and ``masks`` (B, M, H, W) when asked; M is the batch's largest count."""
+    ``masks`` (B, M, H, W) when asked (images of many sizes: each sample's at
+    the top left, zeros around), and ``image_id`` (B,) and ``orig_size``
+    (B, 2) where the dataset gives them; M is the batch's largest count."""
     import numpy as np
 
     b = len(samples)
@@ -137,7 +139,11 @@ def pad_targets(samples, torch=True) -> dict:
            "iscrowd": np.zeros((b, m), np.int64), "counts": np.zeros(b, np.int64)}
     masks = [s.get("masks") for s in samples]
     if b and masks[0] is not None:
-        out["masks"] = np.zeros((b, m) + tuple(masks[0].shape[1:]), np.uint8)
+        h, w = max(x.shape[1] for x in masks), max(x.shape[2] for x in masks)
+        out["masks"] = np.zeros((b, m, h, w), np.uint8)
+    if b and "image_id" in samples[0]:
+        out["image_id"] = np.stack([s["image_id"] for s in samples])
+        out["orig_size"] = np.stack([s["orig_size"] for s in samples])
     for i, s in enumerate(samples):
         n = len(s["labels"])
         out["counts"][i] = n
@@ -145,7 +151,8 @@ def pad_targets(samples, torch=True) -> dict:
         out["labels"][i, :n] = np.asarray(s["labels"])
         out["iscrowd"][i, :n] = np.asarray(s["iscrowd"])
         if "masks" in out:
-            out["masks"][i, :n] = np.asarray(s["masks"])
+            mask = np.asarray(s["masks"])
+            out["masks"][i, :n, :mask.shape[1], :mask.shape[2]] = mask
     if torch:
         import torch as _torch
 
@@ -167,7 +174,7 @@ class Records:
     """Turns the core's batches into dicts of fields, and runs the hooks."""
 
     def __init__(self, fields, hooks, batch_transform, hook_threads, on_error, key_of,
-                 return_indices, torch=True):
+                 return_indices, torch=True, image_meta=None):
         self.fields = fields
         self.torch = torch
         self.image = media_field(fields)["name"]
@@ -185,6 +192,9 @@ class Records:
         self.hook_ns = 0
         self.decode_ns = 0
         self.skipped = 0  # samples dropped here (on_error="skip")
+        # Each item's image id and (height, width), read once when targets
+        # first need them (a COCO dataset's; None: the source has none).
+        self._image_meta, self._meta = image_meta, False
 
     def close(self):
         if self._pool is not None:
@@ -211,6 +221,7 @@ class Records:
         for f, raw in zip(self.extra, raw_fields or [[] for _ in self.extra]):
             if f["kind"] == "targets":
                 samples = [decode_targets(r, torch=False) for r in raw]
+                self._add_image_meta(samples, indices)
                 if f.get("batch") == "padded":
                     values[f["name"]] = pad_targets(samples, torch=self.torch)
                 elif self.torch:
@@ -274,6 +285,21 @@ class Records:
             self.hook_batches += 1
         self.hook_ns += time.perf_counter_ns() - t1
         return batch
+
+    def _add_image_meta(self, samples, indices):
+        """torchvision's and DETR's target keys: ``image_id`` (the COCO id)
+        and ``orig_size`` ((height, width) before the transforms)."""
+        import numpy as np
+
+        if self._meta is False:
+            self._meta = self._image_meta() if self._image_meta is not None else None
+        if self._meta is None:
+            return
+        ids, sizes = self._meta
+        for s, i in zip(samples, np.asarray(indices).tolist()):
+            if 0 <= i < len(ids):  # (a buffered epoch's keys name shards: none there)
+                s["image_id"] = np.array(ids[i], dtype=np.int64)
+                s["orig_size"] = sizes[i].copy()
 
     def _padded(self, raw):
         """A padded field: (B, longest) uint8 and (B,) int64 lengths (-1: absent)."""

@@ -239,11 +239,12 @@ Result<CocoTable> Parse(const char* begin, const char* end, const CocoOptions& o
   return table;
 }
 
-constexpr char kTableMagic[8] = {'N', 'S', 'C', 'O', 'C', 'O', '1', '\0'};
+constexpr char kTableMagic[8] = {'N', 'S', 'C', 'O', 'C', 'O', '2', '\0'};
 // Header: magic, source size, mtime, options hash, count, categories,
 // max count, 0, max record, dropped empty, records hash (72), table hash (80).
 constexpr size_t kTableHeader = kCocoHeaderBytes;
-constexpr size_t kTableRow = 32;  // u64 name at, u32 name bytes, u32 count, u64 record at, u64 record bytes
+// u64 name at, u32 name bytes, u32 count, u64 record at, u64 record bytes, i64 image id
+constexpr size_t kTableRow = kCocoTableRowBytes;
 
 uint64_t KeyHash(std::string_view s) { return CocoHash(s); }
 
@@ -305,6 +306,7 @@ std::string SerializeCoco(const CocoTable& table, uint64_t source_size, int64_t 
     Put<uint32_t>(&rows, img.count);
     Put<uint64_t>(&rows, records.size());
     Put<uint64_t>(&rows, img.record.size());
+    Put<int64_t>(&rows, img.id);
     names += img.file_name;
     records += img.record;
     max_count = std::max(max_count, img.count);
@@ -408,6 +410,8 @@ std::string_view CocoView::record(size_t i) const {
 }
 
 uint32_t CocoView::count(size_t i) const { return Get<uint32_t>(table_ + i * kTableRow + 12); }
+
+int64_t CocoView::image_id(size_t i) const { return Get<int64_t>(table_ + i * kTableRow + 32); }
 
 bool CocoView::image_size(size_t i, uint32_t* width, uint32_t* height) const {
   const std::string_view rec = record(i);

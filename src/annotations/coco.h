@@ -62,6 +62,7 @@ uint64_t CocoHash(std::string_view bytes);
 // checks behind it.)
 uint64_t CocoTableHash(std::string_view bytes);
 inline constexpr size_t kCocoHeaderBytes = 88;
+inline constexpr size_t kCocoTableRowBytes = 40;
 
 class CocoView {
  public:
@@ -73,6 +74,8 @@ class CocoView {
   std::string_view file_name(size_t i) const;
   std::string_view record(size_t i) const;
   uint32_t count(size_t i) const;  // annotations of image i
+  // Image i's id in the file (torchvision's order is by it).
+  int64_t image_id(size_t i) const;
   // Image i's width and height as the file gives them (false: not given).
   bool image_size(size_t i, uint32_t* width, uint32_t* height) const;
   uint32_t max_count() const { return max_count_; }

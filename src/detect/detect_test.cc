@@ -139,7 +139,7 @@ TEST(Coco, TableIsCheckedAndStamped) {
   // The rows, names and categories are hashed: a flipped bit there is found
   // when the table is opened (and the table rebuilt).
   std::string damaged = bytes;
-  damaged[annotations::kCocoHeaderBytes + 3 * 32 + 8 + 1] ^= 1;  // in the names
+  damaged[annotations::kCocoHeaderBytes + 3 * annotations::kCocoTableRowBytes + 8 + 1] ^= 1;  // in the names
   EXPECT_FALSE(annotations::CocoView::Open(damaged, 100, 7, "k").ok());
   // A record is checked when it is decoded: a damaged one is an error or
   // other valid annotations, never a read outside it.

@@ -272,6 +272,23 @@ class PyLoader {
     const PrepSpec& prep = Loader().spec().prep;
     return prep.sample_kind().RaggedAxes(prep);
   }
+  // Each item's image id and (height, width) in its annotations (a COCO
+  // file's), as int64 arrays, or None where the source has none: the
+  // targets' image_id and orig_size.
+  nb::object ImageMeta() const {
+    WaitForIndex();
+    const Source& source = Loader().source();
+    const int64_t n = source.size();
+    std::vector<int64_t> ids(static_cast<size_t>(n)), sizes(static_cast<size_t>(2 * n));
+    for (int64_t i = 0; i < n; ++i) {
+      int w = 0, h = 0;
+      if (!source.image_id(i, &ids[static_cast<size_t>(i)]) || !source.image_size(i, &w, &h)) return nb::none();
+      sizes[static_cast<size_t>(2 * i)] = h;
+      sizes[static_cast<size_t>(2 * i + 1)] = w;
+    }
+    return nb::make_tuple(Owned(std::move(ids), {static_cast<size_t>(n)}),
+                          Owned(std::move(sizes), {static_cast<size_t>(n), 2}));
+  }
   nb::object Key(int64_t i) const {
     WaitForIndex();
     // (A buffered epoch's early batches name samples by shard and member.)
@@ -447,6 +464,7 @@ void BindLoader(nb::module_& m) {
       .def_prop_ro("classes", &PyLoader::Classes)
       .def_prop_ro("sample_shape", &PyLoader::SampleShape)
       .def_prop_ro("ragged_axes", &PyLoader::RaggedAxes)
+      .def("image_meta", &PyLoader::ImageMeta)
       .def_prop_ro("fingerprint", &PyLoader::Fingerprint);
 }
 

@@ -836,7 +836,10 @@ def _same(a, b):
     for (ia, ta), (ib, tb) in zip(a, b):
         assert torch.equal(ia, ib)
         for x, y in zip(ta, tb):
-            assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+            # (a COCO file gives image_id and orig_size; shards' .json members do not)
+            shared = x.keys() & y.keys()
+            assert {"boxes", "labels", "iscrowd"} <= shared and x.keys() ^ y.keys() <= {"image_id", "orig_size"}
+            assert all(torch.equal(x[k], y[k]) for k in shared)
 
 
 def test_coco_on_s3_gives_the_local_batches(scenes, s3_scenes):
@@ -936,6 +939,26 @@ def _own(images, sizes):
         assert images.shape[2] % 32 == 0 and images.shape[3] % 32 == 0
         out.append(img[:, :h, :w].clone())
     return out
+
+
+def test_targets_carry_the_coco_image_id_and_original_size_padded_too(scenes):
+    """Each target has the COCO file's image_id and orig_size (height, width
+    before the transforms), as torchvision's and DETR's datasets give them;
+    padded targets of images of many sizes too, masks at the top left."""
+    images_dir, ann_path = scenes
+    images = sorted(json.loads(ann_path.read_text())["images"], key=lambda i: i["id"])
+    tf = detection.recipe("multiscale", size=200)
+    loader = nostall.Loader(Coco(images_dir, ann_path, masks=True), transforms=tf, batch_size=4, shuffle=True,
+                            seed=2, return_indices=True)
+    padded = nostall.Loader(Coco(images_dir, ann_path, masks=True, batch="padded"), transforms=tf, batch_size=4,
+                            shuffle=True, seed=2, return_indices=True)
+    for (_, targets, sizes, idx), (_, p, psizes, pidx) in itertools.islice(zip(loader, padded), 4):
+        assert torch.equal(idx, pidx) and torch.equal(sizes, psizes)
+        for k, (t, i) in enumerate(zip(targets, idx.tolist())):
+            assert int(t["image_id"]) == images[i]["id"] == int(p["image_id"][k])
+            assert t["orig_size"].tolist() == [images[i]["height"], images[i]["width"]] == p["orig_size"][k].tolist()
+            n, (h, w) = len(t["labels"]), sizes[k].tolist()
+            assert torch.equal(p["masks"][k, :n, :h, :w], t["masks"]) and not p["masks"][k, :, h:].any()
 
 
 def test_detr_recipe_channels_last_float_batches_pad_the_rows_and_columns(scenes):

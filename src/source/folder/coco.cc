@@ -137,6 +137,10 @@ class CocoSource final : public Source {
   const std::vector<std::string>& classes() const override { return classes_; }
   uint64_t fingerprint() const override { return fingerprint_; }
   int64_t skipped_at_index() const override { return view_.dropped_empty(); }
+  bool image_id(int64_t i, int64_t* id) const override {
+    *id = view_.image_id(static_cast<size_t>(i));
+    return true;
+  }
   bool image_size(int64_t i, int* width, int* height) const override {
     uint32_t w = 0, h = 0;
     if (!view_.image_size(static_cast<size_t>(i), &w, &h) || w > (1u << 30) || h > (1u << 30)) return false;
