@@ -149,8 +149,8 @@ int64_t Preparer::FinishBatch(uint64_t s, int64_t count, const std::vector<uint8
       std::fprintf(stderr, "nostall: %s\n", st.message().c_str());
       std::abort();
     }
-    ring::PadInPlace(seg_.images(slot), sample_bytes_, seg_.g.dtype == 1 ? 4 : 1, dims, keep, padded);
-    kept_bytes = static_cast<uint64_t>(kept * padded[0] * padded[1] * padded[2]) * (seg_.g.dtype == 1 ? 4 : 1);
+    ring::PadInPlace(seg_.images(slot), sample_bytes_, seg_.g.elem_bytes(), dims, keep, padded);
+    kept_bytes = static_cast<uint64_t>(kept) * seg_.g.padded_bytes(padded);
   }
   uint8_t* images = seg_.images(slot);
   int64_t* labels = seg_.labels(slot);

@@ -82,7 +82,7 @@ class CopiedBatch final : public Batch {
   // The bytes of `size` samples as the slot holds them.
   static size_t ImageBytes(const ring::Segment& seg, const std::vector<int64_t>& padded, int64_t size) {
     if (padded.empty()) return static_cast<size_t>(size) * seg.g.sample_bytes;
-    return static_cast<size_t>(size * padded[0] * padded[1] * padded[2]) * (seg.g.dtype == 1 ? 4 : 1);
+    return static_cast<size_t>(size) * seg.g.padded_bytes(padded.data());
   }
 
   int64_t epoch_, index_;

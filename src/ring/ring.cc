@@ -208,7 +208,7 @@ Status CheckGeometry(const Geometry& h, uint64_t size, const std::string& name) 
   if (h.samples_per_epoch < 1 || h.samples_per_epoch > kMaxCount) return bad("epoch size");
   if (h.chunks_per_epoch != (h.samples_per_epoch + h.chunk - 1) / h.chunk) return bad("chunks per epoch");
   if (h.block_chunks < 1 || h.block_chunks > h.chunks_per_epoch) return bad("shuffle block");
-  uint64_t sample = h.dtype == 1 ? 4 : 1;
+  uint64_t sample = h.elem_bytes();
   for (int64_t d : h.shape) {
     if (d < 1 || d > (1 << 16)) return bad("sample shape");
     sample *= static_cast<uint64_t>(d);

@@ -109,6 +109,12 @@ struct Geometry {
   uint64_t field_room[kMaxFields] = {};
   uint32_t ragged_axes = 0, pad_multiple = 1;
   bool ragged() const { return ragged_axes != 0; }
+  // Bytes of one value of the batch tensor (dtype 1: float32).
+  size_t elem_bytes() const { return dtype == 1 ? 4 : 1; }
+  // Bytes of one sample of shape `padded` (a ragged batch's, PaddedShape).
+  uint64_t padded_bytes(const int64_t padded[3]) const {
+    return static_cast<uint64_t>(padded[0] * padded[1] * padded[2]) * elem_bytes();
+  }
 };
 
 // A mapped segment with typed views; shared by the loader and every lease.

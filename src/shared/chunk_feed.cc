@@ -71,7 +71,7 @@ std::shared_ptr<ChunkLease> ChunkFeed::SharedLease(uint32_t s) {
   c->labels = seg_->labels(s);
   c->indices = seg_->indices(s);
   c->count = seg_->slots[s].count;
-  c->elem = seg_->g.dtype == 1 ? 4 : 1;
+  c->stride = seg_->g.sample_bytes;
   if (seg_->g.ragged()) {
     // (The count is the producer's to write: never past the slot.)
     const int64_t n = std::clamp<int64_t>(c->count, 0, seg_->g.chunk);
@@ -80,6 +80,7 @@ std::shared_ptr<ChunkLease> ChunkFeed::SharedLease(uint32_t s) {
     int64_t padded[3];
     c->damaged = PaddedShape(seg_->g, c->dims.data(), n, padded);
     c->padded.assign(padded, padded + 3);
+    if (c->damaged.ok()) c->stride = seg_->g.padded_bytes(padded);
   }
   return c;
 }
@@ -233,11 +234,11 @@ Status ChunkFeed::FromPrivate(int64_t seq, int64_t deadline, std::shared_ptr<Chu
   c->labels = b->labels();
   c->indices = b->indices();
   c->count = b->size();
-  c->private_sample_bytes = seg_->g.sample_bytes;
-  c->elem = seg_->g.dtype == 1 ? 4 : 1;
+  c->stride = seg_->g.sample_bytes;
   if (const int64_t* dims = b->sample_dims()) {
     c->dims.assign(dims, dims + 3 * b->size());
     c->padded = b->padded_shape();
+    c->stride = seg_->g.padded_bytes(c->padded.data());
   }
   c->private_batch = std::move(b);
   c->live = live_;

@@ -50,13 +50,7 @@ struct ChunkLease {
   // to in `images`. Empty: samples of one shape.
   std::vector<int64_t> dims, padded;
   Status damaged;
-  // Bytes of one sample in `images`.
-  uint64_t sample_stride() const {
-    if (padded.empty()) return seg ? seg->g.sample_bytes : private_sample_bytes;
-    return static_cast<uint64_t>(padded[0] * padded[1] * padded[2]) * elem;
-  }
-  uint64_t private_sample_bytes = 0;
-  size_t elem = 1;
+  uint64_t stride = 0;  // bytes of one sample in `images`
   // Sample `pos`'s extra field `f`: from the private batch, else the slot.
   FieldView field(int f, int64_t pos) const {
     return private_batch ? private_batch->field(f, pos) : SlotField(*seg, slot, f, pos);

@@ -151,7 +151,7 @@ Status Consumer::BatchInOneChunk(int64_t lo, int64_t hi, int64_t first, int64_t 
   NOSTALL_RETURN_IF_ERROR(feed_.Acquire(EpochBase() + first, deadline, &c));
   if (!c) return Status::OK();
   NOSTALL_RETURN_IF_ERROR(c->damaged);
-  const uint64_t sb = c->sample_stride();
+  const uint64_t sb = c->stride;
   auto batch = std::make_shared<ConsumerBatch>(label_epoch_, batch_, hi - lo);
   const int64_t off = lo - prefix_[first];
   batch->padded_ = c->padded;
@@ -187,7 +187,7 @@ Status Consumer::BatchAcrossChunks(int64_t lo, int64_t hi, int64_t deadline, std
   // largest once complete).
   const uint64_t sb = seg_->g.sample_bytes;
   const bool ragged = seg_->g.ragged();
-  const size_t elem = seg_->g.dtype == 1 ? 4 : 1;
+  const size_t elem = seg_->g.elem_bytes();
   if (!partial_ || partial_->index() != batch_ || partial_->epoch() != label_epoch_) {
     partial_ = std::make_shared<ConsumerBatch>(label_epoch_, batch_, hi - lo);
     partial_->own_images.resize(static_cast<size_t>(hi - lo) * sb);
@@ -212,7 +212,7 @@ Status Consumer::BatchAcrossChunks(int64_t lo, int64_t hi, int64_t deadline, std
     const int64_t to = partial_pos_ - lo;
     uint8_t* images = partial_->own_images.data();
     if (ragged) {
-      const uint64_t cs = c->sample_stride();
+      const uint64_t cs = c->stride;
       for (int64_t k = 0; k < take; ++k) {
         const int64_t* dims = &c->dims[static_cast<size_t>(3 * (from + k))];
         std::copy(dims, dims + 3, &partial_->own_dims[static_cast<size_t>(3 * (to + k))]);
