@@ -13,8 +13,11 @@ detection references' large scale jitter instead, ScaleJitter((1024, 1024)),
 FixedSizeCrop(1024, fill=(123, 117, 104)), RandomHorizontalFlip, batch 8.
 ``--recipe multiscale``: the references' Faster/Mask R-CNN recipe,
 RandomShortestSize(480, 512, ..., 800, max_size=1333) and a flip, batch 8:
-each image its own size; nostall's batch padded to 32 with each image's
-size beside it, the references' collated as lists (their collate_fn).
+each image its own size, batches grouped by aspect ratio (the references'
+default --aspect-ratio-group-factor 3: their GroupedBatchSampler, written
+out here; nostall's bucketing="aspect_ratio"); nostall's batch padded to
+32 with each image's size beside it, the references' collated as lists
+(their collate_fn).
 
 The DataLoader side is v2's algorithm on PIL images, written out here as v2
 runs it (torchvision does not import beside this torch): PIL's ImageEnhance
@@ -292,6 +295,44 @@ class CocoDataset:
         return torch.from_numpy(np.asarray(img)).permute(2, 0, 1), target
 
 
+class GroupedBatchSampler:
+    """The references' sampler (--aspect-ratio-group-factor 3, their default):
+    a random order dealt into one buffer per aspect-ratio bin
+    (create_aspect_ratio_groups: edges 2^linspace(-1, 1, 2k + 1)), a batch
+    whenever a buffer fills; the epoch's last batches filled from the
+    leftovers, repeating images of the same bin as theirs does."""
+
+    def __init__(self, dataset, batch_size, k=3):
+        import bisect
+
+        import numpy as np
+
+        edges = sorted((2 ** np.linspace(-1, 1, 2 * k + 1)).tolist())
+        self.groups = [bisect.bisect_right(edges, i["width"] / i["height"]) for i in dataset.images]
+        self.batch_size = batch_size
+
+    def __len__(self):
+        return (len(self.groups) + self.batch_size - 1) // self.batch_size
+
+    def __iter__(self):
+        import torch
+
+        buffers, n = {}, 0
+        for i in torch.randperm(len(self.groups)).tolist():
+            buf = buffers.setdefault(self.groups[i], [])
+            buf.append(i)
+            if len(buf) == self.batch_size:
+                yield buf[:]
+                buf.clear()
+                n += 1
+        for g, buf in sorted(buffers.items(), key=lambda kv: -len(kv[1])):
+            if n == len(self) or not buf:
+                continue
+            same = [i for i, gi in enumerate(self.groups) if gi == g]
+            yield (buf + same * self.batch_size)[:self.batch_size]
+            n += 1
+
+
 def collate(batch):
     import torch
 
@@ -312,10 +353,13 @@ def _init_worker(_):
 def run_dataloader(root, ann, masks, epochs, threads, recipe):
     import torch
 
-    loader = torch.utils.data.DataLoader(CocoDataset(root, ann, masks, recipe), batch_size=RECIPES[recipe][1],
-                                         shuffle=True, num_workers=threads, persistent_workers=True,
-                                         worker_init_fn=_init_worker,
-                                         collate_fn=collate_lists if recipe == "multiscale" else collate)
+    dataset = CocoDataset(root, ann, masks, recipe)
+    if recipe == "multiscale":  # each image its own size: the references group them by aspect ratio
+        batching = {"batch_sampler": GroupedBatchSampler(dataset, RECIPES[recipe][1]), "collate_fn": collate_lists}
+    else:
+        batching = {"batch_size": RECIPES[recipe][1], "shuffle": True, "collate_fn": collate}
+    loader = torch.utils.data.DataLoader(dataset, num_workers=threads, persistent_workers=True,
+                                         worker_init_fn=_init_worker, **batching)
     for _ in loader:  # warm-up epoch: the workers start
         pass
     start, n = time.perf_counter(), 0
@@ -336,7 +380,8 @@ def run_nostall(root, ann, masks, epochs, threads, recipe):
         [RandomPhotometricDistort(), RandomZoomOut(fill=FILL), RandomIoUCrop(), nostall.RandomHorizontalFlip(),
          nostall.Resize((300, 300)), SanitizeBoundingBoxes()]
     loader = nostall.Loader(Coco(root, ann, masks=masks), transforms=transforms, batch_size=RECIPES[recipe][1],
-                            shuffle=True, num_threads=threads, autotune=False)
+                            shuffle=True, num_threads=threads, autotune=False,
+                            bucketing="aspect_ratio" if recipe == "multiscale" else None)
     for _ in loader:  # warm-up epoch: the table, the threads
         pass
     start, n = time.perf_counter(), 0

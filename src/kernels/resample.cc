@@ -69,11 +69,11 @@ float ScalarSum(const float* in, const int* start, const float* weights, int kx,
 }
 
 void HorizontalRgbPlanar(const float* rows, size_t row_floats, const int* start,
-                         const float* weights, int kx, int out_w, int out_h, bool flip,
-                         const float* a, const float* b, float* out_f, uint8_t* out_u8) {
+                         const float* weights, int kx, int out_w, int out_h, int y0, int n,
+                         bool flip, const float* a, const float* b, float* out_f, uint8_t* out_u8) {
   const size_t plane = static_cast<size_t>(out_w) * out_h;
-  for (int yy = 0; yy < out_h; ++yy) {
-    const float* in = rows + static_cast<size_t>(yy) * row_floats;
+  for (int yy = y0; yy < y0 + n; ++yy) {
+    const float* in = rows + static_cast<size_t>(yy - y0) * row_floats;
     for (int xx = 0; xx < out_w; ++xx) {
       const size_t at = static_cast<size_t>(yy) * out_w + (flip ? out_w - 1 - xx : xx);
       for (int k = 0; k < 3; ++k) {
@@ -140,6 +140,19 @@ HWY_INLINE hn::Vec<D4> Round8(hn::Vec<D4> v) {
                  hn::Set(d, 255.0f));
 }
 
+// The same rounding to int32 lanes. floor(v + 0.5) clamped is the
+// truncation of v + 0.5 clamped to [0, 255], and a value in range needs no
+// overflow fix-up (the generic conversion's), so x86 converts it directly.
+HWY_INLINE hn::Vec<hn::Rebind<int32_t, D4>> Round8ToInt(hn::Vec<D4> v) {
+  const D4 d;
+  const auto in_range = hn::Min(hn::Max(hn::Add(v, hn::Set(d, 0.5f)), hn::Zero(d)), hn::Set(d, 255.0f));
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_EMU128
+  return hn::Vec<hn::Rebind<int32_t, D4>>{_mm_cvttps_epi32(in_range.raw)};
+#else
+  return hn::ConvertTo(hn::Rebind<int32_t, D4>(), in_range);
+#endif
+}
+
 // [R G B x] of 4 pixels -> the R, G and B of the 4 (a 4x4 transpose).
 HWY_INLINE void Transpose4(hn::Vec<D4> p0, hn::Vec<D4> p1, hn::Vec<D4> p2, hn::Vec<D4> p3,
                            hn::Vec<D4>* r, hn::Vec<D4>* g, hn::Vec<D4>* b) {
@@ -162,15 +175,14 @@ struct Planes {
   const float* a;
   const float* b;
 
-  // Four consecutive values of channel k at `at`.
+  // Four consecutive values of channel k at `at`, before rounding.
   HWY_INLINE void Store4(int k, hn::Vec<D4> v, size_t at) const {
     const D4 d;
     if (f) {
-      hn::StoreU(hn::MulAdd(v, hn::Set(d, a[k]), hn::Set(d, b[k])), d, f + k * plane + at);
+      hn::StoreU(hn::MulAdd(Round8(v), hn::Set(d, a[k]), hn::Set(d, b[k])), d, f + k * plane + at);
     } else {
-      const hn::Rebind<int32_t, D4> di;
       const hn::Rebind<uint8_t, D4> d8;
-      hn::StoreU(hn::DemoteTo(d8, hn::ConvertTo(di, v)), d8, u8 + k * plane + at);
+      hn::StoreU(hn::DemoteTo(d8, Round8ToInt(v)), d8, u8 + k * plane + at);
     }
   }
   // One pixel's three values.
@@ -185,17 +197,18 @@ struct Planes {
   }
 };
 
-// Rows of `span` interleaved RGB floats -> out_h x out_w planes. Float
-// planes get v * a[k] + b[k]; uint8 planes the rounded value. `flip`
-// mirrors the columns.
+// Rows of `span` interleaved RGB floats -> rows y0 .. y0 + n - 1 of out_h x
+// out_w planes. Float planes get v * a[k] + b[k]; uint8 planes the rounded
+// value. `flip` mirrors the columns.
 template <int kKx>
 void HorizontalRgbPlanarK(const float* rows, size_t row_floats, const int* start,
-                          const float* weights, int kx, int out_w, int out_h, bool flip,
-                          const float* a, const float* b, float* out_f, uint8_t* out_u8) {
+                          const float* weights, int kx, int out_w, int out_h, int y0, int n,
+                          bool flip, const float* a, const float* b, float* out_f,
+                          uint8_t* out_u8) {
   const D4 d;
   const Planes out{out_f, out_u8, static_cast<size_t>(out_w) * out_h, a, b};
-  for (int yy = 0; yy < out_h; ++yy) {
-    const float* in = rows + static_cast<size_t>(yy) * row_floats;
+  for (int yy = y0; yy < y0 + n; ++yy) {
+    const float* in = rows + static_cast<size_t>(yy - y0) * row_floats;
     const size_t row0 = static_cast<size_t>(yy) * out_w;
     int xx = 0;
     for (; xx + 4 <= out_w; xx += 4) {
@@ -203,9 +216,6 @@ void HorizontalRgbPlanarK(const float* rows, size_t row_floats, const int* start
       Transpose4(Pixel<kKx>(in, start, weights, kx, xx), Pixel<kKx>(in, start, weights, kx, xx + 1),
                  Pixel<kKx>(in, start, weights, kx, xx + 2),
                  Pixel<kKx>(in, start, weights, kx, xx + 3), &r, &g, &bl);
-      r = Round8(r);
-      g = Round8(g);
-      bl = Round8(bl);
       size_t at = row0 + xx;
       if (flip) {
         r = hn::Reverse(d, r);
@@ -226,19 +236,28 @@ void HorizontalRgbPlanarK(const float* rows, size_t row_floats, const int* start
 }
 
 void HorizontalRgbPlanar(const float* rows, size_t row_floats, const int* start,
-                         const float* weights, int kx, int out_w, int out_h, bool flip,
-                         const float* a, const float* b, float* out_f, uint8_t* out_u8) {
-  // 3 taps: upscaling; 5: shrinking up to 2x (every crop DCT scaling leaves).
+                         const float* weights, int kx, int out_w, int out_h, int y0, int n,
+                         bool flip, const float* a, const float* b, float* out_f, uint8_t* out_u8) {
+  // 2 taps: upscaling; 3 to 5: shrinking up to 2x (every crop DCT scaling
+  // leaves).
+  if (kx == 2) {
+    return HorizontalRgbPlanarK<2>(rows, row_floats, start, weights, kx, out_w, out_h, y0, n,
+                                   flip, a, b, out_f, out_u8);
+  }
+  if (kx == 4) {
+    return HorizontalRgbPlanarK<4>(rows, row_floats, start, weights, kx, out_w, out_h, y0, n,
+                                   flip, a, b, out_f, out_u8);
+  }
   if (kx == 3) {
-    return HorizontalRgbPlanarK<3>(rows, row_floats, start, weights, kx, out_w, out_h, flip, a, b,
-                                   out_f, out_u8);
+    return HorizontalRgbPlanarK<3>(rows, row_floats, start, weights, kx, out_w, out_h, y0, n,
+                                   flip, a, b, out_f, out_u8);
   }
   if (kx == 5) {
-    return HorizontalRgbPlanarK<5>(rows, row_floats, start, weights, kx, out_w, out_h, flip, a, b,
-                                   out_f, out_u8);
+    return HorizontalRgbPlanarK<5>(rows, row_floats, start, weights, kx, out_w, out_h, y0, n,
+                                   flip, a, b, out_f, out_u8);
   }
-  HorizontalRgbPlanarK<0>(rows, row_floats, start, weights, kx, out_w, out_h, flip, a, b, out_f,
-                          out_u8);
+  HorizontalRgbPlanarK<0>(rows, row_floats, start, weights, kx, out_w, out_h, y0, n, flip, a, b,
+                          out_f, out_u8);
 }
 
 // Interleaved uint8 RGB (HWC, w x h) -> planes: float v * a[k] + b[k], or
@@ -297,6 +316,14 @@ void HorizontalRgbInterleavedK(const float* rows, size_t row_floats, const int* 
 void HorizontalRgbInterleaved(const float* rows, size_t row_floats, const int* start,
                               const float* weights, int kx, int out_w, int out_h, bool flip,
                               uint8_t* out) {
+  if (kx == 2) {
+    return HorizontalRgbInterleavedK<2>(rows, row_floats, start, weights, kx, out_w, out_h, flip,
+                                        out);
+  }
+  if (kx == 4) {
+    return HorizontalRgbInterleavedK<4>(rows, row_floats, start, weights, kx, out_w, out_h, flip,
+                                        out);
+  }
   if (kx == 3) {
     return HorizontalRgbInterleavedK<3>(rows, row_floats, start, weights, kx, out_w, out_h, flip,
                                         out);
@@ -323,6 +350,23 @@ HWY_EXPORT(HorizontalRgbInterleaved);
 HWY_EXPORT(HwcToPlanes);
 
 namespace {
+
+// The weights kept `ksize` apart, of which no output pixel uses more than
+// its bounds' count: repacked that many apart (an upscale's window holds 3
+// pixels, its taps are never more than 2), so the passes' fixed-tap loops
+// skip the weights that are always zero. The sums are unchanged (each
+// dropped term was 0 x a finite value). Returns the new spacing.
+int TrimTaps(const std::vector<int>& bounds, int out_size, int ksize, std::vector<float>* weights) {
+  int used = 1;
+  for (int xx = 0; xx < out_size; ++xx) used = std::max(used, bounds[xx * 2 + 1]);
+  if (used >= ksize) return ksize;
+  for (int xx = 0; xx < out_size; ++xx) {
+    std::copy_n(weights->data() + static_cast<size_t>(xx) * ksize, used,
+                weights->data() + static_cast<size_t>(xx) * used);
+  }
+  weights->resize(static_cast<size_t>(out_size) * used);
+  return used;
+}
 
 // PIL's precompute_coeffs for the bilinear filter (support 1): for each
 // output pixel, the first input pixel, the tap count and normalised weights.
@@ -358,41 +402,54 @@ int PrecomputeWeights(int in_size, double in0, double in1, int out_size, std::ve
     (*bounds)[xx * 2] = xmin;
     (*bounds)[xx * 2 + 1] = xmax;
   }
-  return ksize;
+  return TrimTaps(*bounds, out_size, ksize, weights);
 }
 
+// Rows of the vertical pass's output held at a time: a block stays in the
+// cache between the two passes (the whole intermediate of a large output
+// is megabytes, written out to memory and read back).
+constexpr size_t kBlockBytes = 64 << 10;
+
 struct Passes {
-  int kx = 0, col0 = 0;
-  size_t row_floats = 0;
+  int kx = 0, ky = 0, col0 = 0, block = 0;
+  size_t row_floats = 0, span = 0;
 };
 
-// Weights for both directions and the vertical pass into s->rows; the
-// horizontal pass's first tap per output pixel (relative to col0) in s->start.
-Passes Vertical(const uint8_t* src, int width, int height, size_t stride, int c, double x,
-                double y, double w, double h, int out_w, int out_h, ResampleScratch* s) {
+// Weights for both directions; the horizontal pass's first tap per output
+// pixel (relative to col0) in s->start; s->rows sized for a block of rows.
+Passes Plan(int width, int height, int c, double x, double y, double w, double h, int out_w,
+            int out_h, ResampleScratch* s) {
   Passes p;
   p.kx = PrecomputeWeights(width, x, x + w, out_w, &s->bounds_x, &s->weights_x);
-  const int ky = PrecomputeWeights(height, y, y + h, out_h, &s->bounds_y, &s->weights_y);
+  p.ky = PrecomputeWeights(height, y, y + h, out_h, &s->bounds_y, &s->weights_y);
   p.col0 = s->bounds_x[0];
   int col1 = p.col0;
   for (int xx = 0; xx < out_w; ++xx) {
     col1 = std::max(col1, s->bounds_x[xx * 2] + s->bounds_x[xx * 2 + 1]);
   }
-  const size_t span = static_cast<size_t>(std::max(col1 - p.col0, 1)) * c;
+  p.span = static_cast<size_t>(std::max(col1 - p.col0, 1)) * c;
   // Each row padded so that a pixel's fixed kx taps (weights past its own
   // taps are zero) and the 4-float loads stay inside finite values.
-  p.row_floats = span + static_cast<size_t>(p.kx) * c + 4;
-  s->rows.resize(p.row_floats * out_h);
-  for (int yy = 0; yy < out_h; ++yy) {
+  p.row_floats = p.span + static_cast<size_t>(p.kx) * c + 4;
+  p.block = static_cast<int>(std::clamp<size_t>(kBlockBytes / (p.row_floats * sizeof(float)), 1,
+                                                static_cast<size_t>(std::max(out_h, 1))));
+  s->rows.resize(p.row_floats * p.block);
+  for (int yy = 0; yy < p.block; ++yy) {
     float* row = s->rows.data() + static_cast<size_t>(yy) * p.row_floats;
-    std::fill(row + span, row + p.row_floats, 0.0f);
+    std::fill(row + p.span, row + p.row_floats, 0.0f);
   }
   s->start.resize(out_w);
   for (int xx = 0; xx < out_w; ++xx) s->start[xx] = s->bounds_x[xx * 2] - p.col0;
-  HWY_DYNAMIC_DISPATCH(VerticalPass)(src, stride, static_cast<size_t>(p.col0) * c, span,
-                                     s->bounds_y.data(), s->weights_y.data(), ky, out_h,
-                                     p.row_floats, s->rows.data());
   return p;
+}
+
+// The vertical pass for output rows y0 .. y0 + n - 1, into s->rows.
+void Vertical(const uint8_t* src, size_t stride, int c, const Passes& p, int y0, int n,
+              ResampleScratch* s) {
+  HWY_DYNAMIC_DISPATCH(VerticalPass)(src, stride, static_cast<size_t>(p.col0) * c, p.span,
+                                     s->bounds_y.data() + 2 * y0,
+                                     s->weights_y.data() + static_cast<size_t>(y0) * p.ky, p.ky, n,
+                                     p.row_floats, s->rows.data());
 }
 
 }  // namespace
@@ -401,25 +458,30 @@ void ResampleBox(const uint8_t* src, int width, int height, size_t stride, int c
                  double y, double w, double h, uint8_t* dst, int out_w, int out_h,
                  ResampleScratch* s, bool flip) {
   const int c = channels;
-  const Passes p = Vertical(src, width, height, stride, c, x, y, w, h, out_w, out_h, s);
-  if (c == 3) {
-    HWY_DYNAMIC_DISPATCH(HorizontalRgbInterleaved)(s->rows.data(), p.row_floats, s->start.data(),
-                                                   s->weights_x.data(), p.kx, out_w, out_h, flip,
-                                                   dst);
-    return;
-  }
-  // Other channel counts: the same sum, scalar.
-  for (int yy = 0; yy < out_h; ++yy) {
-    const float* in = s->rows.data() + static_cast<size_t>(yy) * p.row_floats;
-    uint8_t* out = dst + static_cast<size_t>(yy) * out_w * c;
-    for (int xx = 0; xx < out_w; ++xx) {
-      const float* k = s->weights_x.data() + static_cast<size_t>(xx) * p.kx;
-      const float* q = in + static_cast<size_t>(s->start[xx]) * c;
-      const int at = flip ? out_w - 1 - xx : xx;
-      for (int ch = 0; ch < c; ++ch) {
-        float a = 0.5f;
-        for (int i = 0; i < p.kx; ++i) a += k[i] * q[i * c + ch];
-        out[at * c + ch] = static_cast<uint8_t>(std::clamp(a, 0.0f, 255.0f));
+  const Passes p = Plan(width, height, c, x, y, w, h, out_w, out_h, s);
+  for (int y0 = 0; y0 < out_h; y0 += p.block) {
+    const int n = std::min(p.block, out_h - y0);
+    Vertical(src, stride, c, p, y0, n, s);
+    uint8_t* out_rows = dst + static_cast<size_t>(y0) * out_w * c;
+    if (c == 3) {
+      HWY_DYNAMIC_DISPATCH(HorizontalRgbInterleaved)(s->rows.data(), p.row_floats, s->start.data(),
+                                                     s->weights_x.data(), p.kx, out_w, n, flip,
+                                                     out_rows);
+      continue;
+    }
+    // Other channel counts: the same sum, scalar.
+    for (int yy = 0; yy < n; ++yy) {
+      const float* in = s->rows.data() + static_cast<size_t>(yy) * p.row_floats;
+      uint8_t* out = out_rows + static_cast<size_t>(yy) * out_w * c;
+      for (int xx = 0; xx < out_w; ++xx) {
+        const float* k = s->weights_x.data() + static_cast<size_t>(xx) * p.kx;
+        const float* q = in + static_cast<size_t>(s->start[xx]) * c;
+        const int at = flip ? out_w - 1 - xx : xx;
+        for (int ch = 0; ch < c; ++ch) {
+          float a = 0.5f;
+          for (int i = 0; i < p.kx; ++i) a += k[i] * q[i * c + ch];
+          out[at * c + ch] = static_cast<uint8_t>(std::clamp(a, 0.0f, 255.0f));
+        }
       }
     }
   }
@@ -430,10 +492,14 @@ bool ResampleBoxPlanar(const uint8_t* src, int width, int height, size_t stride,
                        const float* a, const float* b, float* dst_f32, uint8_t* dst_u8,
                        ResampleScratch* s) {
   if (channels != 3) return false;
-  const Passes p = Vertical(src, width, height, stride, 3, x, y, w, h, out_w, out_h, s);
-  HWY_DYNAMIC_DISPATCH(HorizontalRgbPlanar)(s->rows.data(), p.row_floats, s->start.data(),
-                                            s->weights_x.data(), p.kx, out_w, out_h, flip, a, b,
-                                            dst_f32, dst_u8);
+  const Passes p = Plan(width, height, 3, x, y, w, h, out_w, out_h, s);
+  for (int y0 = 0; y0 < out_h; y0 += p.block) {
+    const int n = std::min(p.block, out_h - y0);
+    Vertical(src, stride, 3, p, y0, n, s);
+    HWY_DYNAMIC_DISPATCH(HorizontalRgbPlanar)(s->rows.data(), p.row_floats, s->start.data(),
+                                              s->weights_x.data(), p.kx, out_w, out_h, y0, n, flip,
+                                              a, b, dst_f32, dst_u8);
+  }
   return true;
 }
 

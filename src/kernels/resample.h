@@ -5,8 +5,8 @@
 // filter whose support widens with the downscale factor. OpenCV's resize
 // takes only whole-pixel regions and has no such filter; cropping to whole
 // pixels first shifts the output by up to half a pixel. Two separable passes
-// (vertical, then horizontal) over a float intermediate, vectorised with
-// Google Highway (resample.cc).
+// (vertical, then horizontal, a block of rows at a time) over a float
+// intermediate, vectorised with Google Highway (resample.cc).
 #ifndef NOSTALL_KERNELS_RESAMPLE_H_
 #define NOSTALL_KERNELS_RESAMPLE_H_
 
@@ -17,7 +17,7 @@
 namespace nostall {
 
 struct ResampleScratch {
-  std::vector<float> rows;       // vertical pass output
+  std::vector<float> rows;       // vertical pass output, a block of rows
   std::vector<float> weights_x, weights_y;
   std::vector<int> bounds_x, bounds_y;  // per output pixel: first tap, tap count
   std::vector<int> start;               // per output column: first tap in `rows`
