@@ -32,11 +32,16 @@
 
 namespace nostall {
 
-enum class FieldKind { kImage, kLabel, kBytes, kJson, kText, kAudio, kTargets };
+enum class FieldKind { kImage, kLabel, kBytes, kJson, kText, kAudio, kTargets, kVideo };
 
-// The field a batch's tensor is made from: an image, or an audio file
-// decoded and transformed by the spec's "audio" list (docs/audio.md).
-inline bool IsMediaKind(FieldKind k) { return k == FieldKind::kImage || k == FieldKind::kAudio; }
+// The field a batch's tensor is made from: an image, an audio file decoded
+// and transformed by the spec's "audio" list (docs/audio.md), or a video
+// file's clip, by the "video" list (docs/video.md).
+inline bool IsMediaKind(FieldKind k) {
+  return k == FieldKind::kImage || k == FieldKind::kAudio || k == FieldKind::kVideo;
+}
+// What a dataset's items are: images, audio files or video files.
+enum class Media { kImage, kAudio, kVideo };
 
 struct FieldSpec {
   std::string name;                     // the key of the batch's dict

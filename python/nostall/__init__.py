@@ -20,7 +20,7 @@ and torchvision onto it.
 """
 
 from . import _arrow  # noqa: F401  (Arrow's libraries, before the module that needs them)
-from . import audio, detection
+from . import audio, detection, video
 from . import _nostall
 from ._nostall import available_cores
 from .analyze import Analysis, analyze
@@ -45,5 +45,5 @@ __version__ = _nostall.__version__
 __all__ = [
     "Loader", "Cache", "DataError", "NostallError", "ResourceError", "Transform", "RandomResizedCrop",
     "Resize", "CenterCrop", "RandomHorizontalFlip", "Normalize", "IMAGENET_MEAN", "IMAGENET_STD",
-    "available_cores", "audio", "detection", "analyze", "Analysis", "analyze_trace", "TraceAnalysis", "serve", "Server", "list_shared",
+    "available_cores", "audio", "detection", "video", "analyze", "Analysis", "analyze_trace", "TraceAnalysis", "serve", "Server", "list_shared",
 ]

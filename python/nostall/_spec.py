@@ -279,6 +279,10 @@ def build_spec(a: dict):
     if a["output"] not in ("torch", "numpy"):
         raise ValueError(f'output must be "torch" or "numpy", not {a["output"]!r}')
     rank, world_size, ranks_from = _sharding(a["rank"], a["world_size"])
+    if fields is None and _is_video_list(a["transforms"]):  # a Clip: the folder's items are videos
+        from .video import EXTENSIONS
+
+        fields = {"video": EXTENSIONS, "label": "cls"}
     field_list = field_specs(fields) if fields is not None else None
     routed = _route_transforms(a["transforms"], fields, field_list, _dtype_name(a["dtype"]))
     spec = _spec_fields(a, source, rank, world_size, routed)
@@ -289,6 +293,15 @@ def build_spec(a: dict):
     if a["max_field_bytes"] is not None:
         spec["max_field_bytes"] = _integer("max_field_bytes", a["max_field_bytes"])
     return spec, routed["hooks"], ranks_from
+
+
+def _is_video_list(transforms) -> bool:
+    from .video import Clip
+
+    try:
+        return isinstance(transforms, (list, tuple)) and any(isinstance(t, Clip) for t in transforms)
+    except TypeError:
+        return False
 
 
 def _bucketing(value):
@@ -372,6 +385,12 @@ def _route_transforms(transforms, fields, field_list, dtype) -> dict:
             raise TypeError(f"a detection loader takes nostall.transforms, not {bad[0]!r}")
         transforms, _ = _flatten(transforms)
         out["detection"] = detection_options(fields)
+    elif media is not None and media["kind"] == "video":
+        from .video import VideoTransform
+
+        bad = [t for t in transforms if not isinstance(t, (VideoTransform, Transform))]
+        if bad:
+            raise TypeError(f"the video field takes nostall.video and nostall.transforms objects, not {bad[0]!r}")
     elif media is not None and media["kind"] == "audio":
         bad = [t for t in transforms if not isinstance(t, AudioTransform)]
         if bad:

@@ -262,6 +262,8 @@ class Loader(Closeable):
         given = dict(locals())
         del given["self"]
         spec, hooks, ranks_from = build_spec(given)
+        # A folder of videos read through a Clip, fields not given: (clips, labels), as images.
+        self._video_pair = given.get("fields") is None and "video" in {f.get("kind") for f in spec.get("fields") or []}
         _check_hook_args(batch_transform, hook_threads)
         self._hooks = (hooks, batch_transform, hook_threads)
         self._init(spec, copy=copy, return_indices=return_indices, output=output,
@@ -422,7 +424,7 @@ class Loader(Closeable):
         # object, {"image": "jpg", ...}; the core's spec is the list).
         resolved = json.loads(self._core.spec_json())
         fields = resolved.get("fields") if spec.get("fields") else None
-        self._pair = _batch_pair(resolved)
+        self._pair = _batch_pair(resolved) or (("video", "label") if getattr(self, "_video_pair", False) else None)
         if fields or hooks or batch_transform is not None:
             if not fields:  # hooks on a loader of (images, labels): the tuple stays
                 fields = [{"name": "image", "kind": "image"}, {"name": "label", "kind": "label"}]

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from .errors import DataError
 
-MEDIA_KINDS = ("image", "audio")
+MEDIA_KINDS = ("image", "audio", "video")
 
 
 def media_field(fields) -> dict:

@@ -17,6 +17,7 @@ enum class SampleStream : uint64_t {
   kGeometry = 0,                      // crops, resizes, flips, zoom-outs (and boxes with them)
   kPixelOps = 0x6f70735f72616e64ULL,  // "ops_rand": the ops on pixels and tensors
   kAudio = 0x617564696f5f7267ULL,     // "audio_rg": an audio sample's transforms
+  kVideo = 0x766964656f5f7267ULL,     // "video_rg": a video clip's frames and geometry
 };
 
 struct SampleKey {

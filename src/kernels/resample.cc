@@ -69,9 +69,8 @@ float ScalarSum(const float* in, const int* start, const float* weights, int kx,
 }
 
 void HorizontalRgbPlanar(const float* rows, size_t row_floats, const int* start,
-                         const float* weights, int kx, int out_w, int out_h, int y0, int n,
+                         const float* weights, int kx, int out_w, size_t plane, int y0, int n,
                          bool flip, const float* a, const float* b, float* out_f, uint8_t* out_u8) {
-  const size_t plane = static_cast<size_t>(out_w) * out_h;
   for (int yy = y0; yy < y0 + n; ++yy) {
     const float* in = rows + static_cast<size_t>(yy - y0) * row_floats;
     for (int xx = 0; xx < out_w; ++xx) {
@@ -197,16 +196,16 @@ struct Planes {
   }
 };
 
-// Rows of `span` interleaved RGB floats -> rows y0 .. y0 + n - 1 of out_h x
-// out_w planes. Float planes get v * a[k] + b[k]; uint8 planes the rounded
+// Rows of `span` interleaved RGB floats -> rows y0 .. y0 + n - 1 of three
+// planes of out_w columns, `plane` values apart. Float planes get v * a[k] + b[k]; uint8 planes the rounded
 // value. `flip` mirrors the columns.
 template <int kKx>
 void HorizontalRgbPlanarK(const float* rows, size_t row_floats, const int* start,
-                          const float* weights, int kx, int out_w, int out_h, int y0, int n,
+                          const float* weights, int kx, int out_w, size_t plane, int y0, int n,
                           bool flip, const float* a, const float* b, float* out_f,
                           uint8_t* out_u8) {
   const D4 d;
-  const Planes out{out_f, out_u8, static_cast<size_t>(out_w) * out_h, a, b};
+  const Planes out{out_f, out_u8, plane, a, b};
   for (int yy = y0; yy < y0 + n; ++yy) {
     const float* in = rows + static_cast<size_t>(yy - y0) * row_floats;
     const size_t row0 = static_cast<size_t>(yy) * out_w;
@@ -236,27 +235,27 @@ void HorizontalRgbPlanarK(const float* rows, size_t row_floats, const int* start
 }
 
 void HorizontalRgbPlanar(const float* rows, size_t row_floats, const int* start,
-                         const float* weights, int kx, int out_w, int out_h, int y0, int n,
+                         const float* weights, int kx, int out_w, size_t plane, int y0, int n,
                          bool flip, const float* a, const float* b, float* out_f, uint8_t* out_u8) {
   // 2 taps: upscaling; 3 to 5: shrinking up to 2x (every crop DCT scaling
   // leaves).
   if (kx == 2) {
-    return HorizontalRgbPlanarK<2>(rows, row_floats, start, weights, kx, out_w, out_h, y0, n,
+    return HorizontalRgbPlanarK<2>(rows, row_floats, start, weights, kx, out_w, plane, y0, n,
                                    flip, a, b, out_f, out_u8);
   }
   if (kx == 4) {
-    return HorizontalRgbPlanarK<4>(rows, row_floats, start, weights, kx, out_w, out_h, y0, n,
+    return HorizontalRgbPlanarK<4>(rows, row_floats, start, weights, kx, out_w, plane, y0, n,
                                    flip, a, b, out_f, out_u8);
   }
   if (kx == 3) {
-    return HorizontalRgbPlanarK<3>(rows, row_floats, start, weights, kx, out_w, out_h, y0, n,
+    return HorizontalRgbPlanarK<3>(rows, row_floats, start, weights, kx, out_w, plane, y0, n,
                                    flip, a, b, out_f, out_u8);
   }
   if (kx == 5) {
-    return HorizontalRgbPlanarK<5>(rows, row_floats, start, weights, kx, out_w, out_h, y0, n,
+    return HorizontalRgbPlanarK<5>(rows, row_floats, start, weights, kx, out_w, plane, y0, n,
                                    flip, a, b, out_f, out_u8);
   }
-  HorizontalRgbPlanarK<0>(rows, row_floats, start, weights, kx, out_w, out_h, y0, n, flip, a, b,
+  HorizontalRgbPlanarK<0>(rows, row_floats, start, weights, kx, out_w, plane, y0, n, flip, a, b,
                           out_f, out_u8);
 }
 
@@ -490,14 +489,15 @@ void ResampleBox(const uint8_t* src, int width, int height, size_t stride, int c
 bool ResampleBoxPlanar(const uint8_t* src, int width, int height, size_t stride, int channels,
                        double x, double y, double w, double h, int out_w, int out_h, bool flip,
                        const float* a, const float* b, float* dst_f32, uint8_t* dst_u8,
-                       ResampleScratch* s) {
+                       ResampleScratch* s, size_t plane_stride) {
   if (channels != 3) return false;
+  const size_t plane = plane_stride != 0 ? plane_stride : static_cast<size_t>(out_w) * out_h;
   const Passes p = Plan(width, height, 3, x, y, w, h, out_w, out_h, s);
   for (int y0 = 0; y0 < out_h; y0 += p.block) {
     const int n = std::min(p.block, out_h - y0);
     Vertical(src, stride, 3, p, y0, n, s);
     HWY_DYNAMIC_DISPATCH(HorizontalRgbPlanar)(s->rows.data(), p.row_floats, s->start.data(),
-                                              s->weights_x.data(), p.kx, out_w, out_h, y0, n, flip,
+                                              s->weights_x.data(), p.kx, out_w, plane, y0, n, flip,
                                               a, b, dst_f32, dst_u8);
   }
   return true;

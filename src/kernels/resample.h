@@ -35,12 +35,14 @@ void ResampleBox(const uint8_t* src, int width, int height, size_t stride, int c
 // The same resample written as planes (CHW), fused with what follows it:
 // each rounded value v becomes v * a[k] + b[k] in float32 planes (dst_f32),
 // or v in uint8 planes (dst_u8, when dst_f32 is null); `flip` mirrors the
-// columns. Pixels are written once, into `dst`. False (nothing written) for
+// columns. Pixels are written once, into `dst`; the planes `plane_stride`
+// values apart (0: out_w x out_h, one after the other; a clip's (C, T, H, W)
+// puts a frame's planes T x H x W apart). False (nothing written) for
 // channel counts other than 3.
 bool ResampleBoxPlanar(const uint8_t* src, int width, int height, size_t stride, int channels,
                        double x, double y, double w, double h, int out_w, int out_h, bool flip,
                        const float* a, const float* b, float* dst_f32, uint8_t* dst_u8,
-                       ResampleScratch* scratch);
+                       ResampleScratch* scratch, size_t plane_stride = 0);
 
 // Interleaved RGB (w x h, HWC) to planes (CHW), as ResampleBoxPlanar writes
 // them (float32 v * a[k] + b[k], or uint8 when dst_f32 is null). Reads one

@@ -10,6 +10,7 @@
 #include "nostall/cache.h"
 #include "nostall/loader.h"
 #include "audio/kind.h"
+#include "video/kind.h"
 #include "detect/detect.h"
 #include "ops/prep.h"
 #include "pipeline/durations.h"
@@ -170,6 +171,14 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in, bool shared) {
   if (!audio_field && audio::SpecOf(spec.prep)) {
     return InvalidArgument("\"audio\" transforms need an audio field in fields (e.g. \"audio\": "
                            "\"flac;wav;mp3;ogg;opus\")");
+  }
+  const bool video_field = std::any_of(fields.begin(), fields.end(),
+                                       [](const FieldSpec& f) { return f.kind == FieldKind::kVideo; });
+  if (video_field != (video::SpecOf(spec.prep) != nullptr)) {
+    return InvalidArgument(video_field ? "a video field needs the spec's \"video\" transforms: a Clip and a size "
+                                         "(e.g. Clip(16, step=4), Resize(128), RandomCrop(112)); docs/video.md"
+                                       : "\"video\" transforms need a video field in fields (e.g. \"video\": "
+                                         "\"mp4;mkv;webm;avi\")");
   }
   const bool targets_field = std::any_of(fields.begin(), fields.end(),
                                          [](const FieldSpec& f) { return f.kind == FieldKind::kTargets; });

@@ -7,6 +7,7 @@
 
 #include "audio/kind.h"
 #include "detect/detect.h"
+#include "video/kind.h"
 #include "cache/driver.h"
 #include "common/json_fields.h"
 #include "nostall/loader.h"
@@ -50,7 +51,7 @@ const std::vector<std::string>& LoaderSpec::FieldNames() {
       "shuffle_block", "transforms", "dtype", "layout", "mode", "max_pixels", "num_threads",
       "reads_in_flight", "prefetch", "autotune", "on_error", "index_cache_dir", "use_index_cache",
       "index_beside", "dct_scaling", "cache", "fields", "max_field_bytes", "first_epoch",
-      "shuffle_buffer", "shard_shuffle", "audio", "detection", "bucketing"};
+      "shuffle_buffer", "shard_shuffle", "audio", "detection", "bucketing", "video"};
   return kFields;
 }
 
@@ -112,7 +113,7 @@ Status FieldsFromJson(const json& j, LoaderSpec* s) {
 // The transform lists of a spec: the image list, the "audio" list, the
 // "detection" object.
 struct TransformLists {
-  json image, audio, detection;
+  json image, audio, detection, video;
 };
 
 // Where the spec's one "transforms" list goes, decided here and nowhere
@@ -122,7 +123,8 @@ struct TransformLists {
 // list is none), any other on the image. A spec that writes "audio" or the detection transforms
 // itself keeps them where it put them.
 TransformLists RouteTransforms(const json& j, const std::vector<FieldSpec>& fields) {
-  TransformLists out{j.value("transforms", json()), j.value("audio", json()), j.value("detection", json())};
+  TransformLists out{j.value("transforms", json()), j.value("audio", json()), j.value("detection", json()),
+                     j.value("video", json())};
   const auto has = [&](FieldKind k) {
     return std::any_of(fields.begin(), fields.end(), [k](const FieldSpec& f) { return f.kind == k; });
   };
@@ -134,6 +136,9 @@ TransformLists RouteTransforms(const json& j, const std::vector<FieldSpec>& fiel
     out.image = json();
   } else if (has(FieldKind::kAudio) && out.audio.is_null() && !(out.image.is_array() && out.image.empty())) {
     out.audio = std::move(out.image);
+    out.image = json();
+  } else if (has(FieldKind::kVideo) && out.video.is_null()) {
+    out.video = std::move(out.image);
     out.image = json();
   }
   return out;
@@ -174,8 +179,15 @@ Status OutputFromJson(const json& j, LoaderSpec* s) {
       Enum<ColorMode>(j, "mode", {{"RGB", ColorMode::kRGB}, {"L", ColorMode::kGray}}, &s->prep.mode));
   NOSTALL_RETURN_IF_ERROR(Enum<ErrorPolicy>(
       j, "on_error", {{"raise", ErrorPolicy::kRaise}, {"skip", ErrorPolicy::kSkip}}, &s->on_error));
+  if (!lists.video.is_null()) {
+    if (s->prep.kind) return InvalidArgument("a spec has one of \"audio\", \"video\" and \"detection\"");
+    NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<const video::Spec> clips, video::SpecFromJson(lists.video));
+    const bool f32 = clips->normalize;
+    s->prep.kind = video::MakeKind(std::move(clips));
+    if (f32 && !j.contains("dtype")) s->prep.dtype = DType::kFloat32;
+  }
   if (detection) {
-    if (s->prep.kind) return InvalidArgument("a spec has \"audio\" or \"detection\", not both");
+    if (s->prep.kind) return InvalidArgument("a spec has one of \"audio\", \"video\" and \"detection\"");
     NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<const detect::Spec> d, detect::SpecFromJson(lists.detection, s->prep));
     s->prep.kind = detect::MakeKind(std::move(d));
   }

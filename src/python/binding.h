@@ -46,6 +46,8 @@ nb::object Owned(std::vector<T> v, std::vector<size_t> shape) {
 // nostall.detection's and nostall.audio's functions (kinds.cc).
 void BindDetection(nb::module_& m);
 void BindAudio(nb::module_& m);
+// nostall.video's (video.cc).
+void BindVideo(nb::module_& m);
 
 }  // namespace nostall::py
 

@@ -546,6 +546,7 @@ NB_MODULE(_nostall, m) {
         nostall::TraceSampleJson(spec.prep, width, height, spec.seed, epoch, index));
   });
   nostall::py::BindAudio(m);
+  nostall::py::BindVideo(m);
   nostall::py::BindDetection(m);
   nostall::BindTrace(m);
   m.attr("__version__") = NOSTALL_VERSION;

@@ -22,16 +22,17 @@ const char* FieldKindName(FieldKind kind) {
     case FieldKind::kText: return "text";
     case FieldKind::kAudio: return "audio";
     case FieldKind::kTargets: return "targets";
+    case FieldKind::kVideo: return "video";
   }
   return "?";
 }
 
 Result<FieldKind> FieldKindFromName(const std::string& name) {
   for (FieldKind k : {FieldKind::kImage, FieldKind::kLabel, FieldKind::kBytes, FieldKind::kJson,
-                      FieldKind::kText, FieldKind::kAudio, FieldKind::kTargets}) {
+                      FieldKind::kText, FieldKind::kAudio, FieldKind::kTargets, FieldKind::kVideo}) {
     if (name == FieldKindName(k)) return k;
   }
-  return InvalidArgument("a field's kind must be one of image, audio, label, bytes, json, text, targets, not '" +
+  return InvalidArgument("a field's kind must be one of image, audio, video, label, bytes, json, text, targets, not '" +
                          name.substr(0, 40) + "'");
 }
 
@@ -41,6 +42,7 @@ namespace {
 std::optional<FieldKind> NamedKind(const std::string& e) {
   if (e == "image" || e == "img") return FieldKind::kImage;
   if (e == "audio") return FieldKind::kAudio;
+  if (e == "video") return FieldKind::kVideo;
   if (e == "cls" || e == "label" || e == "labels") return FieldKind::kLabel;
   if (e == "json") return FieldKind::kJson;
   if (e == "txt" || e == "text") return FieldKind::kText;
@@ -57,6 +59,9 @@ FieldKind InferFieldKind(const std::vector<std::string>& extensions, const std::
   bool audio = true;
   for (const std::string& e : extensions) audio &= IsAudioExtension(e);
   if (audio) return FieldKind::kAudio;
+  bool video = true;
+  for (const std::string& e : extensions) video &= IsVideoExtension(e);
+  if (video) return FieldKind::kVideo;
   if (std::optional<FieldKind> k = NamedKind(extensions.front())) return *k;
   return NamedKind(name).value_or(FieldKind::kBytes);
 }

@@ -29,7 +29,7 @@ struct WalkState {
   // The files that are not images, by directory: what a sample's fields
   // may take from beside its image (STEM.EXT).
   std::map<std::string, std::vector<std::string>> others;
-  bool audio = false;  // items are audio files, not images
+  Media media = Media::kImage;  // what the items are
 };
 
 // Collects (dir, file) pairs under `dir`, following symlinks like os.walk
@@ -55,7 +55,7 @@ Status Walk(const std::string& dir, bool top, WalkState* ws,
     }
     if (is_dir) {
       subdirs.push_back(path);
-    } else if (IsMediaFileName(name, ws->audio)) {
+    } else if (IsMediaFileName(name, ws->media)) {
       files->emplace_back(dir, name);
     } else {
       ++ws->left_out[FileExtension(name)];
@@ -98,7 +98,7 @@ void KeepFilesBeside(std::map<std::string, std::vector<std::string>>* others, In
   index->member_begin = std::move(begin);
 }
 
-Result<Index> BuildFolderIndex(const std::string& root, bool audio) {
+Result<Index> BuildFolderIndex(const std::string& root, Media media) {
   Index index;
   DIR* d = ::opendir(root.c_str());
   if (d == nullptr) return ErrnoError("cannot list dataset folder " + root, errno);
@@ -128,7 +128,7 @@ Result<Index> BuildFolderIndex(const std::string& root, bool audio) {
   ::stat(root.c_str(), &rst);
   index.stamps.push_back(StampOf(root, rst, -1));
   WalkState ws{{}, &index.stamps};
-  ws.audio = audio;
+  ws.media = media;
   ws.seen.insert({rst.st_dev, rst.st_ino});
   for (const std::string& cls : index.classes) {
     struct stat cst;
@@ -173,11 +173,13 @@ Result<std::unique_ptr<Source>> FolderOpen(const std::string& uri, const SourceO
   // files beside each image too.)
   // The folder's index is the same whatever the error policy: built
   // strictest.
-  // An audio folder's index (its items the audio files) is its own.
-  const bool audio = AudioMedia(options);
-  return OpenIndexed({"image-folder", root + "\nbeside" + (audio ? "\naudio" : ""), root,
-                      root + "/" + kIndexBesideName, audio ? "raise audio" : "raise",
-                      [&] { return BuildFolderIndex(root, audio); }},
+  // An audio (video) folder's index (its items the audio (video) files) is
+  // its own.
+  const Media media = MediaOf(options);
+  const std::string suffix = MediaSuffix(media);  // " audio", " video", ""
+  return OpenIndexed({"image-folder", root + "\nbeside" + (suffix.empty() ? "" : "\n" + suffix.substr(1)), root,
+                      root + "/" + kIndexBesideName, "raise" + suffix,
+                      [&] { return BuildFolderIndex(root, media); }},
                      options);
 }
 

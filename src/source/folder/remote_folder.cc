@@ -144,7 +144,7 @@ Result<std::unique_ptr<Source>> RemoteFolderOpen(const std::string& uri, const S
     const std::string cls = rel.substr(0, slash);
     const size_t last = o.key.rfind('/');
     const std::string name = o.key.substr(last + 1);
-    if (!IsMediaFileName(name, AudioMedia(options))) {
+    if (!IsMediaFileName(name, MediaOf(options))) {
       ++left_out[FileExtension(name)];
       continue;
     }

@@ -137,28 +137,49 @@ bool IsAudioExtension(const std::string& ext) {
   return lower == "wav" || lower == "flac" || lower == "mp3" || lower == "ogg" || lower == "opus";
 }
 
-bool IsMediaExtension(const std::string& ext, bool audio) {
-  return audio ? IsAudioExtension(ext) : IsImageExtension(ext);
+bool IsVideoExtension(const std::string& ext) {
+  std::string lower = ext;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower == "mp4" || lower == "mkv" || lower == "webm" || lower == "avi" || lower == "mov" || lower == "m4v";
 }
 
-bool IsMediaFileName(const std::string& name, bool audio) {
-  return IsMediaExtension(FileExtension(name), audio);
+bool IsMediaExtension(const std::string& ext, Media media) {
+  switch (media) {
+    case Media::kAudio: return IsAudioExtension(ext);
+    case Media::kVideo: return IsVideoExtension(ext);
+    case Media::kImage: break;
+  }
+  return IsImageExtension(ext);
 }
 
-bool AudioMedia(const SourceOptions& options) {
-  return std::any_of(options.fields.begin(), options.fields.end(),
-                     [](const FieldSpec& f) { return f.kind == FieldKind::kAudio; });
+bool IsMediaFileName(const std::string& name, Media media) {
+  return IsMediaExtension(FileExtension(name), media);
+}
+
+Media MediaOf(const SourceOptions& options) {
+  for (const FieldSpec& f : options.fields) {
+    if (f.kind == FieldKind::kAudio) return Media::kAudio;
+    if (f.kind == FieldKind::kVideo) return Media::kVideo;
+  }
+  return Media::kImage;
+}
+
+const char* MediaSuffix(Media media) {
+  return media == Media::kAudio ? " audio" : media == Media::kVideo ? " video" : "";
 }
 
 bool VariantServes(const std::string& built, const std::string& wanted) {
-  // An index of audio items serves only audio, and one of images only
-  // images; within each, the strictest build ("raise") serves every policy.
-  const std::string kAudio = " audio";
-  auto audio = [&](const std::string& v) {
-    return v.size() >= kAudio.size() && v.compare(v.size() - kAudio.size(), kAudio.size(), kAudio) == 0;
+  // An index of audio (video) items serves only audio (video), and one of
+  // images only images; within each, the strictest build ("raise") serves
+  // every policy.
+  auto media = [](const std::string& v) -> std::string {
+    for (const std::string s : {" audio", " video"}) {
+      if (v.size() >= s.size() && v.compare(v.size() - s.size(), s.size(), s) == 0) return s;
+    }
+    return "";
   };
-  if (audio(built) != audio(wanted)) return false;
-  const std::string b = audio(built) ? built.substr(0, built.size() - kAudio.size()) : built;
+  if (media(built) != media(wanted)) return false;
+  const std::string b = built.substr(0, built.size() - media(built).size());
   return built == wanted || b == "raise";
 }
 
@@ -320,7 +341,7 @@ Result<std::unique_ptr<Source>> OpenIndexed(const IndexedDataset& d, const Sourc
 TarIndexOptions TarOptionsOf(const SourceOptions& options) {
   TarIndexOptions t;
   t.skip_bad = options.skip_bad_samples;
-  t.audio = AudioMedia(options);
+  t.media = MediaOf(options);
   t.need_label = options.fields.empty() ||
                  std::any_of(options.fields.begin(), options.fields.end(),
                              [](const FieldSpec& f) { return f.kind == FieldKind::kLabel; });
@@ -329,7 +350,7 @@ TarIndexOptions TarOptionsOf(const SourceOptions& options) {
 
 std::string IndexVariant(const SourceOptions& options) {
   return std::string(options.skip_bad_samples ? "skip" : "raise") +
-         (TarOptionsOf(options).need_label ? "" : " nolabel") + (AudioMedia(options) ? " audio" : "");
+         (TarOptionsOf(options).need_label ? "" : " nolabel") + MediaSuffix(MediaOf(options));
 }
 
 namespace {

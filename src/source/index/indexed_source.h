@@ -166,12 +166,16 @@ std::string FileExtension(const std::string& name);
 bool IsImageExtension(const std::string& ext);  // any case
 // The audio files nostall reads (wav, flac, mp3, ogg, opus), as above.
 bool IsAudioExtension(const std::string& ext);
+// The video files (mp4, mkv, webm, avi, mov, m4v), as above.
+bool IsVideoExtension(const std::string& ext);
 // What makes an item of a folder or a tar sample: an image, or, when the
-// spec's fields hold an audio field (`audio`), an audio file.
-bool IsMediaExtension(const std::string& ext, bool audio);
-bool IsMediaFileName(const std::string& name, bool audio);
-// Whether the options' fields make items of audio files.
-bool AudioMedia(const SourceOptions& options);
+// spec's fields hold an audio (video) field, an audio (video) file.
+bool IsMediaExtension(const std::string& ext, Media media);
+bool IsMediaFileName(const std::string& name, Media media);
+// What the options' fields make items of.
+Media MediaOf(const SourceOptions& options);
+// " audio", " video", or "" (images): an index's variant says which.
+const char* MediaSuffix(Media media);
 
 // A local dataset as OpenIndexed opens it.
 struct IndexedDataset {

@@ -90,8 +90,9 @@ Status FlushSample(const std::string& shard_path, int32_t shard, PendingSample* 
   if (s->key.empty()) return Status::OK();
   std::string why;
   if (!s->has_image) {
-    why = options.audio ? "sample has no audio member (.wav, .flac, .mp3, .ogg, .opus)"
-                        : "sample has no image member (.jpg, .png, .webp, .tif, .bmp, .ppm, ...)";
+    why = options.media == Media::kAudio   ? "sample has no audio member (.wav, .flac, .mp3, .ogg, .opus)"
+          : options.media == Media::kVideo ? "sample has no video member (.mp4, .mkv, .webm, .avi, .mov)"
+                                           : "sample has no image member (.jpg, .png, .webp, .tif, .bmp, .ppm, ...)";
   }
   else if (options.need_label && !s->label_error.empty()) why = s->label_error;
   else if (options.need_label && !s->has_label) why = "sample has no .cls label member";
@@ -223,7 +224,7 @@ Status AddMember(const std::string& name, const std::string& ext, uint64_t data,
     } else {
       ParseLabel(buf, pending);
     }
-  } else if (IsMediaExtension(ext, options.audio) && !pending->has_image) {
+  } else if (IsMediaExtension(ext, options.media) && !pending->has_image) {
     pending->has_image = true;
     pending->offset = data;
     pending->size = static_cast<int64_t>(size);

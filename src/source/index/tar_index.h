@@ -28,8 +28,9 @@ struct TarIndexOptions {
   // label field; a missing or bad one gives label -1).
   bool need_label = true;
   // A sample's item is its first audio member (wav, flac, mp3, ogg, opus)
-  // rather than its first image member.
-  bool audio = false;
+  // or video member (mp4, mkv, webm, avi, mov) rather than its first image
+  // member.
+  Media media = Media::kImage;
 };
 
 // Appends the samples of one shard (`file_size` bytes, read through `read`)

@@ -1,0 +1,129 @@
+"""Video clips for action recognition, decoded by FFmpeg's libraries in the
+loader's C++ threads.
+
+A clip is ``num_frames`` frames ``step`` apart, its start drawn at random
+(training) or central (``sampling="uniform"``, evaluation); the decoder
+starts at the keyframe before the clip, stops after its last frame, and
+skips the frames nothing else needs. Every frame of a clip gets the same
+draw of the geometry; the batch is ``(B, C, T, H, W)`` (``layout="CTHW"``,
+what torchvision's video models take) or ``(B, T, C, H, W)``.
+
+```python
+import nostall
+from nostall import video
+
+loader = nostall.Loader("videos/train", transforms=[
+    video.Clip(num_frames=16, step=4), nostall.Resize(128), video.RandomCrop(112),
+    nostall.RandomHorizontalFlip(),
+    nostall.Normalize(mean=[0.43, 0.39, 0.38], std=[0.23, 0.22, 0.22])], batch_size=8)
+for clips, labels in loader:   # (8, 3, 16, 112, 112) float32, (8,)
+    ...
+```
+
+The list takes a :class:`Clip` first, then optionally ``nostall.Resize``
+(short side, or (h, w)), one crop (:class:`RandomCrop`, ``nostall.CenterCrop``,
+``nostall.RandomResizedCrop``), ``nostall.RandomHorizontalFlip`` and
+``nostall.Normalize``, in that order. A folder of class folders holding
+``.mp4``, ``.mkv``, ``.webm``, ``.avi``, ``.mov`` files is read as a video
+dataset when the list starts with a Clip; tar shards name the member:
+``fields={"video": "mp4", "label": "cls"}``. docs/video.md says more.
+"""
+
+from __future__ import annotations
+
+import json
+
+from . import _nostall
+from ._transform import Transform
+
+__all__ = ["VideoTransform", "Clip", "RandomCrop", "EXTENSIONS", "backend", "info", "frames", "apply"]
+
+# The members a video field takes by default.
+EXTENSIONS = "mp4;mkv;webm;avi;mov;m4v"
+
+
+class VideoTransform:
+    """A transform only a video list takes (the others are nostall.transforms')."""
+
+    def __init__(self, **args):
+        self._args = args
+
+    def to_dict(self) -> dict:
+        return {"type": type(self).__name__, **self._args}
+
+    def __repr__(self):
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self._args.items())})"
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"{type(self).__name__} is run by the loader's C++ threads; pass it in a loader's "
+                        "transforms, or run a list on one file with nostall.video.apply")
+
+
+class Clip(VideoTransform):
+    """``num_frames`` frames, ``step`` frames apart (torchvision's
+    ``frames_per_clip`` and ``step_between_frames``, torchcodec's
+    ``num_indices_between_frames``); the start drawn uniformly over the
+    video (``"random"``: torchcodec's ``clips_at_random_indices``) or the
+    central clip (``"uniform"``). A video shorter than the clip repeats its
+    last frame. ``layout``: ``"CTHW"`` or ``"TCHW"`` per sample."""
+
+    def __init__(self, num_frames: int = 16, step: int = 1, sampling: str = "random", layout: str = "CTHW"):
+        if sampling not in ("random", "uniform"):
+            raise ValueError(f'sampling is "random" or "uniform", not {sampling!r}')
+        if layout not in ("CTHW", "TCHW"):
+            raise ValueError(f'layout is "CTHW" or "TCHW", not {layout!r}')
+        super().__init__(num_frames=int(num_frames), step=int(step), sampling=sampling, layout=layout)
+
+
+class RandomCrop(VideoTransform):
+    """torchvision's ``RandomCrop(size)`` without padding: the same window
+    of every frame of the clip."""
+
+    def __init__(self, size):
+        size = [int(size), int(size)] if isinstance(size, int) else [int(s) for s in size]
+        super().__init__(size=size)
+
+
+def _list_json(transforms) -> str:
+    items = []
+    for t in transforms:
+        if not isinstance(t, (VideoTransform, Transform)):
+            raise TypeError(f"a video list takes nostall.video and nostall.transforms objects, not {t!r}")
+        items.append(t.to_dict())
+    return json.dumps(items)
+
+
+def _bytes(source) -> bytes:
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return bytes(source)
+    with open(source, "rb") as f:
+        return f.read()
+
+
+def backend() -> str:
+    """The FFmpeg nostall decodes with (raises, saying what to install, when
+    its libraries are missing)."""
+    return _nostall.video_backend()
+
+
+def info(source) -> dict:
+    """A video's stream: ``{"frames", "fps", "width", "height", "duration",
+    "codec", "keyframes"}`` (frames counted from its packets, not trusted
+    from the header). ``source`` is a path or the file's bytes."""
+    return json.loads(_nostall.video_info(_bytes(source)))
+
+
+def frames(source, indices):
+    """The frames at ``indices`` (presentation order), RGB uint8, as a
+    NumPy array (n, h, w, 3), and how many frames the decoder produced to
+    get them: what the loader's decoder does for a clip."""
+    return _nostall.video_frames(_bytes(source), sorted(int(i) for i in indices))
+
+
+def apply(transforms, source, seed: int = 0, epoch: int = 0, index: int = 0, dtype=None):
+    """One clip of ``source`` through a video list, as a loader with this
+    seed makes item ``index`` in ``epoch``: a NumPy array of the sample's
+    shape, and the draws (``{"frames", "box", "flip", "decoded"}``)."""
+    array, params = _nostall.video_apply(_list_json(transforms), _bytes(source), int(seed), int(epoch),
+                                         int(index), dtype in ("float32", float))
+    return array, json.loads(params)

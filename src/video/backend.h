@@ -1,0 +1,79 @@
+// Video decoding behind an interface: the kind (video/kind.h) asks for the
+// frames a clip needs; FFmpeg's libraries do the demuxing, decoding and
+// YUV -> RGB conversion (video/ffmpeg.cc, nothing hand-written).
+//
+// The FFmpeg side is its own shared library (_nostall_video.so beside the
+// module), loaded the first time a video spec is made, so that the rest of
+// nostall loads on a machine without FFmpeg's libraries, and the binary
+// wheel ships none of them (nor the codecs they link, some under the GPL):
+// video uses the system's FFmpeg, as torchcodec does. Tests and fuzz
+// targets link it directly (RegisterBackend).
+#ifndef NOSTALL_VIDEO_BACKEND_H_
+#define NOSTALL_VIDEO_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nostall/status.h"
+
+namespace nostall::video {
+
+// What the container and the stream say, and what one scan of the packets
+// (no decoding) found: each frame's presentation time, in order, and which
+// of them a decoder can start at.
+struct StreamInfo {
+  int width = 0, height = 0;
+  int64_t frames = 0;         // frames in presentation order
+  double fps = 0;             // average frame rate
+  double duration = 0;        // seconds
+  std::string codec;          // "h264", "vp9", ...
+  int64_t keyframes = 0;
+};
+
+// One decoded frame: packed RGB24 rows.
+struct Frame {
+  const uint8_t* rgb = nullptr;
+  size_t stride = 0;
+  int width = 0, height = 0;
+};
+
+// Called for each wanted frame in order: k-th of the indices asked for.
+using FrameSink = std::function<Status(int k, const Frame& frame)>;
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  virtual const StreamInfo& info() const = 0;
+  // Decodes the frames at `indices` (presentation order, ascending; repeats
+  // allowed) and hands each to `sink`: from the keyframe before the first,
+  // stopping after the last, seeking again where a later keyframe is nearer,
+  // and skipping frames no other frame needs that are not wanted.
+  // `decoded` (if given) gets the count of frames the decoder produced.
+  virtual Status Decode(const int64_t* indices, int count, const FrameSink& sink, int64_t* decoded) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // Opens a video held in memory (the bytes outlive the decoder); a
+  // DataError says what is wrong with them.
+  virtual Result<std::unique_ptr<Decoder>> Open(const uint8_t* data, size_t size) const = 0;
+  // "FFmpeg 5.1.x (libavformat 59.x, libavcodec 59.x)".
+  virtual std::string version() const = 0;
+};
+
+// The backend: one registered, or else the plugin beside the module (or at
+// $NOSTALL_VIDEO_PLUGIN), loaded once. An error says what to install.
+Result<const Backend*> GetBackend();
+void RegisterBackend(const Backend* backend);
+
+}  // namespace nostall::video
+
+// The plugin's one entry point.
+extern "C" const nostall::video::Backend* nostall_video_backend();
+
+#endif  // NOSTALL_VIDEO_BACKEND_H_

@@ -1,0 +1,316 @@
+// Video decoding with FFmpeg's libraries (video/backend.h): libavformat
+// demuxes from memory, libavcodec decodes on the calling thread (the prep
+// threads are the decoder's threads: no second pool), libswscale converts
+// to RGB24 with the frame's own colour matrix and range.
+#include "video_ffmpeg/ffmpeg.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/imgutils.h>
+#include <libavutil/log.h>
+#include <libswscale/swscale.h>
+}
+
+namespace nostall::video {
+namespace {
+
+std::string AvError(int err) {
+  char buf[AV_ERROR_MAX_STRING_SIZE] = {0};
+  av_strerror(err, buf, sizeof(buf));
+  return buf;
+}
+
+// The bytes as libavformat's input: reads and seeks within them.
+struct Memory {
+  const uint8_t* data;
+  size_t size, pos = 0;
+};
+
+int ReadPacket(void* opaque, uint8_t* buf, int len) {
+  auto* m = static_cast<Memory*>(opaque);
+  const size_t n = std::min(static_cast<size_t>(len), m->size - m->pos);
+  if (n == 0) return AVERROR_EOF;
+  std::memcpy(buf, m->data + m->pos, n);
+  m->pos += n;
+  return static_cast<int>(n);
+}
+
+int64_t Seek(void* opaque, int64_t offset, int whence) {
+  auto* m = static_cast<Memory*>(opaque);
+  if ((whence & AVSEEK_SIZE) != 0) return static_cast<int64_t>(m->size);
+  int64_t to = offset;
+  switch (whence & ~AVSEEK_FORCE) {
+    case SEEK_SET: break;
+    case SEEK_CUR: to += static_cast<int64_t>(m->pos); break;
+    case SEEK_END: to += static_cast<int64_t>(m->size); break;
+    default: return -1;
+  }
+  if (to < 0 || to > static_cast<int64_t>(m->size)) return -1;
+  m->pos = static_cast<size_t>(to);
+  return to;
+}
+
+// One packet as the scan saw it.
+struct PacketMark {
+  int64_t pts, dts;
+  bool key;
+};
+
+class FfmpegDecoder final : public Decoder {
+ public:
+  FfmpegDecoder(const uint8_t* data, size_t size) : mem_{data, size} {}
+  ~FfmpegDecoder() override {
+    sws_freeContext(sws_);
+    av_frame_free(&frame_);
+    av_packet_free(&packet_);
+    avcodec_free_context(&codec_);
+    avformat_close_input(&fmt_);
+    if (io_ != nullptr) av_freep(&io_->buffer);
+    avio_context_free(&io_);
+  }
+
+  Status Open();
+  const StreamInfo& info() const override { return info_; }
+  Status Decode(const int64_t* indices, int count, const FrameSink& sink, int64_t* decoded) override;
+
+ private:
+  Status Scan();
+  Status SeekTo(size_t key);
+  Status Convert(const FrameSink& sink, int k);
+  Status Receive(const int64_t* want, int count, int* k, const FrameSink& sink, int64_t* decoded);
+
+  Memory mem_;
+  AVIOContext* io_ = nullptr;
+  AVFormatContext* fmt_ = nullptr;
+  AVCodecContext* codec_ = nullptr;
+  AVPacket* packet_ = nullptr;
+  AVFrame* frame_ = nullptr;
+  SwsContext* sws_ = nullptr;
+  int stream_ = -1;
+  StreamInfo info_;
+  std::vector<int64_t> pts_;      // each frame's presentation time, ascending
+  std::vector<size_t> key_at_;    // per frame: the index in keys_ of the last keyframe at or before it
+  std::vector<PacketMark> keys_;  // keyframes, by presentation time
+  std::vector<uint8_t> rgb_;
+};
+
+Status FfmpegDecoder::Open() {
+  constexpr int kIoBuffer = 1 << 16;
+  auto* buffer = static_cast<uint8_t*>(av_malloc(kIoBuffer));
+  if (buffer == nullptr) return ResourceExhausted("out of memory for the video's reader");
+  io_ = avio_alloc_context(buffer, kIoBuffer, 0, &mem_, ReadPacket, nullptr, Seek);
+  if (io_ == nullptr) {
+    av_free(buffer);
+    return ResourceExhausted("out of memory for the video's reader");
+  }
+  fmt_ = avformat_alloc_context();
+  if (fmt_ == nullptr) return ResourceExhausted("out of memory for the video's demuxer");
+  fmt_->pb = io_;
+  fmt_->flags |= AVFMT_FLAG_CUSTOM_IO;
+  int err = avformat_open_input(&fmt_, nullptr, nullptr, nullptr);
+  if (err < 0) return DataError("not a video container FFmpeg reads (" + AvError(err) + ")");
+  stream_ = av_find_best_stream(fmt_, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+  AVStream* st = stream_ >= 0 ? fmt_->streams[stream_] : nullptr;
+  if (st != nullptr && (st->codecpar->width <= 0 || st->codecpar->format < 0)) {
+    avformat_find_stream_info(fmt_, nullptr);  // headers alone do not say: probe
+  }
+  if (st == nullptr) return DataError("no video stream in the file");
+  const AVCodec* dec = avcodec_find_decoder(st->codecpar->codec_id);
+  if (dec == nullptr) {
+    return DataError(std::string("no decoder for its video codec (") + avcodec_get_name(st->codecpar->codec_id) +
+                     ")");
+  }
+  codec_ = avcodec_alloc_context3(dec);
+  if (codec_ == nullptr) return ResourceExhausted("out of memory for the video's decoder");
+  err = avcodec_parameters_to_context(codec_, st->codecpar);
+  if (err < 0) return DataError("the video stream's parameters: " + AvError(err));
+  codec_->thread_count = 1;  // the prep threads decode in parallel
+  codec_->pkt_timebase = st->time_base;
+  err = avcodec_open2(codec_, dec, nullptr);
+  if (err < 0) return DataError("the video decoder does not open: " + AvError(err));
+  packet_ = av_packet_alloc();
+  frame_ = av_frame_alloc();
+  if (packet_ == nullptr || frame_ == nullptr) return ResourceExhausted("out of memory for video frames");
+  info_.width = st->codecpar->width;
+  info_.height = st->codecpar->height;
+  info_.codec = dec->name;
+  if (info_.width <= 0 || info_.height <= 0 || info_.width > 16384 || info_.height > 16384) {
+    return DataError("the video's frame size (" + std::to_string(info_.width) + " x " +
+                     std::to_string(info_.height) + ") is not one nostall decodes");
+  }
+  return Scan();
+}
+
+// Every packet of the stream, read (not decoded) once: the frames'
+// presentation times and the keyframes among them.
+Status FfmpegDecoder::Scan() {
+  std::vector<PacketMark> marks;
+  int err = 0;
+  while ((err = av_read_frame(fmt_, packet_)) >= 0) {
+    if (packet_->stream_index == stream_) {
+      const int64_t pts = packet_->pts != AV_NOPTS_VALUE ? packet_->pts : packet_->dts;
+      if (pts != AV_NOPTS_VALUE && (packet_->flags & AV_PKT_FLAG_DISCARD) == 0) {
+        marks.push_back({pts, packet_->dts, (packet_->flags & AV_PKT_FLAG_KEY) != 0});
+      }
+    }
+    av_packet_unref(packet_);
+  }
+  if (err != AVERROR_EOF && marks.empty()) return DataError("the video's packets do not read: " + AvError(err));
+  if (marks.empty()) return DataError("the video stream has no frames");
+  std::sort(marks.begin(), marks.end(), [](const PacketMark& a, const PacketMark& b) { return a.pts < b.pts; });
+  marks.erase(std::unique(marks.begin(), marks.end(),
+                          [](const PacketMark& a, const PacketMark& b) { return a.pts == b.pts; }),
+              marks.end());
+  if (!marks.front().key) {
+    // A stream whose first frame is not marked a keyframe (some AVI and
+    // raw streams): decoding starts at the file's start.
+    marks.front().key = true;
+  }
+  pts_.reserve(marks.size());
+  key_at_.reserve(marks.size());
+  for (const PacketMark& m : marks) {
+    if (m.key) keys_.push_back(m);
+    pts_.push_back(m.pts);
+    key_at_.push_back(keys_.size() - 1);
+  }
+  const AVStream* st = fmt_->streams[stream_];
+  info_.frames = static_cast<int64_t>(pts_.size());
+  info_.keyframes = static_cast<int64_t>(keys_.size());
+  const AVRational rate = st->avg_frame_rate.num > 0 ? st->avg_frame_rate : st->r_frame_rate;
+  info_.fps = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0;
+  info_.duration = static_cast<double>(pts_.back() - pts_.front()) * av_q2d(st->time_base) +
+                   (info_.fps > 0 ? 1.0 / info_.fps : 0);
+  return Status::OK();
+}
+
+Status FfmpegDecoder::SeekTo(size_t key) {
+  const PacketMark& k = keys_[key];
+  const int64_t ts = k.dts != AV_NOPTS_VALUE ? std::min(k.dts, k.pts) : k.pts;
+  int err = av_seek_frame(fmt_, stream_, ts, AVSEEK_FLAG_BACKWARD);
+  if (err < 0) err = av_seek_frame(fmt_, stream_, INT64_MIN, AVSEEK_FLAG_BACKWARD | AVSEEK_FLAG_ANY);
+  if (err < 0) return DataError("the video does not seek: " + AvError(err));
+  avcodec_flush_buffers(codec_);
+  return Status::OK();
+}
+
+Status FfmpegDecoder::Convert(const FrameSink& sink, int k) {
+  const int w = frame_->width, h = frame_->height;
+  if (w != info_.width || h != info_.height) {
+    return DataError("a frame's size (" + std::to_string(w) + " x " + std::to_string(h) +
+                     ") differs from the stream's: nostall decodes videos of one frame size");
+  }
+  const auto fmt = static_cast<AVPixelFormat>(frame_->format);
+  sws_ = sws_getCachedContext(sws_, w, h, fmt, w, h, AV_PIX_FMT_RGB24, SWS_BICUBIC, nullptr, nullptr, nullptr);
+  if (sws_ == nullptr) return DataError("no conversion from the frames' pixel format to RGB");
+  // The frame's own colour matrix and range (BT.601 when it states none).
+  const int space = frame_->colorspace != AVCOL_SPC_UNSPECIFIED ? frame_->colorspace : SWS_CS_DEFAULT;
+  const int full = frame_->color_range == AVCOL_RANGE_JPEG ? 1 : 0;
+  sws_setColorspaceDetails(sws_, sws_getCoefficients(space), full, sws_getCoefficients(SWS_CS_DEFAULT), 1, 0,
+                           1 << 16, 1 << 16);
+  const size_t stride = static_cast<size_t>(w) * 3;
+  rgb_.resize(stride * h + 32);  // + the resampler's one-pixel over-read
+  uint8_t* dst[4] = {rgb_.data(), nullptr, nullptr, nullptr};
+  int dst_stride[4] = {static_cast<int>(stride), 0, 0, 0};
+  if (sws_scale(sws_, frame_->data, frame_->linesize, 0, h, dst, dst_stride) != h) {
+    return DataError("a frame's conversion to RGB failed");
+  }
+  return sink(k, Frame{rgb_.data(), stride, w, h});
+}
+
+// Frames out of the decoder: each wanted one converted and handed over
+// (several when an index repeats).
+Status FfmpegDecoder::Receive(const int64_t* want, int count, int* k, const FrameSink& sink, int64_t* decoded) {
+  for (;;) {
+    const int err = avcodec_receive_frame(codec_, frame_);
+    if (err == AVERROR(EAGAIN) || err == AVERROR_EOF) return Status::OK();
+    if (err < 0) return DataError("a frame does not decode: " + AvError(err));
+    ++*decoded;
+    const int64_t pts = frame_->best_effort_timestamp != AV_NOPTS_VALUE ? frame_->best_effort_timestamp : frame_->pts;
+    while (*k < count && pts_[want[*k]] == pts) {
+      NOSTALL_RETURN_IF_ERROR(Convert(sink, *k));
+      ++*k;
+    }
+    av_frame_unref(frame_);
+  }
+}
+
+Status FfmpegDecoder::Decode(const int64_t* indices, int count, const FrameSink& sink, int64_t* decoded) {
+  std::vector<int64_t> want(static_cast<size_t>(count));  // the wanted frames' times, ascending
+  for (int i = 0; i < count; ++i) {
+    if (indices[i] < 0 || indices[i] >= info_.frames || (i > 0 && indices[i] < indices[i - 1])) {
+      return InvalidArgument("frame indices must be ascending, within the video's " +
+                             std::to_string(info_.frames) + " frames");
+    }
+    want[i] = pts_[indices[i]];
+  }
+  int64_t produced = 0;
+  int k = 0;
+  int64_t run_key = AV_NOPTS_VALUE;  // the last keyframe sent in this run of packets
+  while (k < count) {
+    // Start (again) at the keyframe before the next wanted frame unless the
+    // run under way has reached it: the frames between are not decoded.
+    const PacketMark& key = keys_[key_at_[indices[k]]];
+    if (run_key == AV_NOPTS_VALUE || key.pts > run_key) {
+      NOSTALL_RETURN_IF_ERROR(SeekTo(key_at_[indices[k]]));
+      run_key = key.pts;
+    }
+    int err = av_read_frame(fmt_, packet_);
+    if (err == AVERROR_EOF) {
+      avcodec_send_packet(codec_, nullptr);  // drain
+      NOSTALL_RETURN_IF_ERROR(Receive(indices, count, &k, sink, &produced));
+      if (k < count) {
+        return DataError("the video ends before frame " + std::to_string(indices[k]) + " of its " +
+                         std::to_string(info_.frames) + " (truncated?)");
+      }
+      break;
+    }
+    if (err < 0) return DataError("the video's packets do not read: " + AvError(err));
+    if (packet_->stream_index != stream_) {
+      av_packet_unref(packet_);
+      continue;
+    }
+    const int64_t pts = packet_->pts != AV_NOPTS_VALUE ? packet_->pts : packet_->dts;
+    if ((packet_->flags & AV_PKT_FLAG_KEY) != 0 && pts != AV_NOPTS_VALUE) run_key = std::max(run_key, pts);
+    // A frame no other frame refers to, and not wanted, is not decoded.
+    const bool wanted = std::binary_search(want.begin() + k, want.end(), pts);
+    codec_->skip_frame = wanted ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
+    err = avcodec_send_packet(codec_, packet_);
+    av_packet_unref(packet_);
+    if (err < 0 && err != AVERROR(EAGAIN) && err != AVERROR_INVALIDDATA) {
+      return DataError("a packet does not decode: " + AvError(err));
+    }
+    NOSTALL_RETURN_IF_ERROR(Receive(indices, count, &k, sink, &produced));
+  }
+  if (decoded != nullptr) *decoded = produced;
+  return Status::OK();
+}
+
+class FfmpegBackendImpl final : public Backend {
+ public:
+  FfmpegBackendImpl() { av_log_set_level(AV_LOG_QUIET); }
+  Result<std::unique_ptr<Decoder>> Open(const uint8_t* data, size_t size) const override {
+    if (size == 0) return DataError("the video file is empty");
+    auto d = std::make_unique<FfmpegDecoder>(data, size);
+    NOSTALL_RETURN_IF_ERROR(d->Open());
+    return std::unique_ptr<Decoder>(std::move(d));
+  }
+  std::string version() const override {
+    return std::string("FFmpeg ") + av_version_info() + " (libavformat " + AV_STRINGIFY(LIBAVFORMAT_VERSION) +
+           ", libavcodec " + AV_STRINGIFY(LIBAVCODEC_VERSION) + ")";
+  }
+};
+
+}  // namespace
+
+const Backend& FfmpegBackend() {
+  static const FfmpegBackendImpl backend;
+  return backend;
+}
+
+}  // namespace nostall::video
