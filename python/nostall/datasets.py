@@ -445,6 +445,53 @@ def _rle_counts(mask):
     return runs
 
 
+# FFmpeg's test sources a video set's classes are drawn from.
+VIDEO_SOURCES = ("testsrc2", "mandelbrot", "life", "cellauto", "rgbtestsrc", "smptehdbars", "gradients", "noise")
+
+
+def make_videos(root, per_class=4, classes=4, seconds=(5.0, 20.0), sizes=((320, 240), (640, 360), (1280, 720)),
+                codecs=(("h264", "mp4"), ("vp9", "webm")), gops=(12, 250), fps=(25, 30), seed=0):
+    """Writes a video set: ``root/<class>/<class>_<k>.<ext>``.
+
+    Each class is one of FFmpeg's test sources (``testsrc2``, ``mandelbrot``,
+    ``life``, ...) with moving noise blended in, so that frames differ and
+    compress as real footage does; durations in ``seconds``, frame sizes,
+    codecs (H.264 in MP4 with B-frames, VP9 in WebM, and ``("mpeg4", "avi")``
+    or ``("h264", "mkv")`` when asked), GOP lengths and frame rates are cycled
+    over the files. Needs the ``ffmpeg`` program; reuses a complete earlier
+    run. Returns ``root``.
+    """
+    import subprocess
+
+    root = Path(root)
+    done = root / ".complete"
+    if done.exists():
+        return root
+    rng = np.random.default_rng(seed)
+    k = 0
+    for c in range(classes):
+        src = VIDEO_SOURCES[c % len(VIDEO_SOURCES)]
+        name = f"{src}{c // len(VIDEO_SOURCES) or ''}"
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            w, h = sizes[k % len(sizes)]
+            codec, ext = codecs[k % len(codecs)]
+            gop, rate = gops[k % len(gops)], fps[k % len(fps)]
+            k += 1
+            secs = float(rng.uniform(*seconds))
+            lavfi = (f"{src}=size={w}x{h}:rate={rate}" if src != "noise" else
+                     f"color=c=gray:size={w}x{h}:rate={rate},noise=alls=60:allf=t")
+            enc = {"h264": ["-c:v", "libx264", "-preset", "veryfast", "-crf", "23", "-bf", "3"],
+                   "vp9": ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-b:v", "800k"],
+                   "mpeg4": ["-c:v", "mpeg4", "-q:v", "5"]}[codec]
+            out = root / name / f"{name}_{i}.{ext}"
+            subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", lavfi, "-t", f"{secs:.2f}",
+                            "-vf", f"noise=alls={int(rng.integers(5, 20))}:allf=t", *enc, "-g", str(gop),
+                            "-keyint_min", str(gop), "-pix_fmt", "yuv420p", str(out)], check=True)
+    done.touch()
+    return root
+
+
 def make_detection_scenes(root, num_images=200, seed=0, min_side=320, max_side=640, quality=90,
                           max_objects=8, crowd_every=10, empty_every=25):
     """Writes ``root/images/*.jpg`` and ``root/instances.json`` (COCO's

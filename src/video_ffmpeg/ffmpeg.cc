@@ -98,6 +98,7 @@ class FfmpegDecoder final : public Decoder {
   std::vector<size_t> key_at_;    // per frame: the index in keys_ of the last keyframe at or before it
   std::vector<PacketMark> keys_;  // keyframes, by presentation time
   std::vector<uint8_t> rgb_;
+  bool overshot_ = false;  // a frame came out after a wanted one that never did
 };
 
 Status FfmpegDecoder::Open() {
@@ -191,7 +192,7 @@ Status FfmpegDecoder::Scan() {
 
 Status FfmpegDecoder::SeekTo(size_t key) {
   const PacketMark& k = keys_[key];
-  const int64_t ts = k.dts != AV_NOPTS_VALUE ? std::min(k.dts, k.pts) : k.pts;
+  const int64_t ts = k.pts;
   int err = av_seek_frame(fmt_, stream_, ts, AVSEEK_FLAG_BACKWARD);
   if (err < 0) err = av_seek_frame(fmt_, stream_, INT64_MIN, AVSEEK_FLAG_BACKWARD | AVSEEK_FLAG_ANY);
   if (err < 0) return DataError("the video does not seek: " + AvError(err));
@@ -236,6 +237,7 @@ Status FfmpegDecoder::Receive(const int64_t* want, int count, int* k, const Fram
       NOSTALL_RETURN_IF_ERROR(Convert(sink, *k));
       ++*k;
     }
+    if (*k < count && pts > pts_[want[*k]]) overshot_ = true;  // the seek landed past it
     av_frame_unref(frame_);
   }
 }
@@ -252,7 +254,16 @@ Status FfmpegDecoder::Decode(const int64_t* indices, int count, const FrameSink&
   int64_t produced = 0;
   int k = 0;
   int64_t run_key = AV_NOPTS_VALUE;  // the last keyframe sent in this run of packets
+  overshot_ = false;
+  bool from_start = false;
   while (k < count) {
+    if (overshot_ && !from_start) {
+      // A container whose seek lands after the keyframe asked for: decode
+      // from the start, seeking no more.
+      NOSTALL_RETURN_IF_ERROR(SeekTo(0));
+      from_start = true;
+      run_key = INT64_MAX;
+    }
     // Start (again) at the keyframe before the next wanted frame unless the
     // run under way has reached it: the frames between are not decoded.
     const PacketMark& key = keys_[key_at_[indices[k]]];

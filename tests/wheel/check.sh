@@ -63,7 +63,7 @@ PY
 # pyarrow's) or one the manylinux policy lets a wheel take from the system.
 arrow=$(venv/bin/python -c "import pyarrow; print(pyarrow.get_library_dirs()[0])")
 policy='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|libz|libresolv|libutil|libnsl|libcrypt|libexpat)\.so'
-for elf in venv/lib/python3*/site-packages/nostall/_nostall*.so venv/lib/python3*/site-packages/nostall/_bin/nostall \
+for elf in venv/lib/python3*/site-packages/nostall/_nostall.*so venv/lib/python3*/site-packages/nostall/_bin/nostall \
            venv/lib/python3*/site-packages/nostall.libs/*.so*; do
   LD_LIBRARY_PATH=$arrow ldd "$elf" | while read -r name arrow_ path _; do
     [ "$arrow_" = "=>" ] || continue
@@ -75,6 +75,15 @@ for elf in venv/lib/python3*/site-packages/nostall/_nostall*.so venv/lib/python3
   done
 done
 echo "every library is in the wheel, in pyarrow, or in the manylinux policy: ok"
+# The video plugin alone takes FFmpeg's libraries from the system (nothing
+# else loads it until a video spec is made): it needs them and no more.
+video=$(echo venv/lib/python3*/site-packages/nostall/_nostall_video.so)
+needed=$(readelf -d "$video" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p')
+for name in $needed; do
+  echo "$name" | grep -qE "$policy|^lib(avformat|avcodec|avutil|swscale|swresample)\.so" || {
+    echo "$0: the video plugin needs $name: more than FFmpeg's libraries" >&2; exit 1; }
+done
+echo "the video plugin needs FFmpeg's libraries and nothing else from the system: ok"
 venv/bin/nostall --version
 venv/bin/nostall bench data --batch-size 4 > bench.txt
 grep -q "images/s" bench.txt

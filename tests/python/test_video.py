@@ -1,0 +1,155 @@
+"""Video clips (docs/video.md): frames as FFmpeg's own program decodes them,
+the clip's draws, the loader's batches, damaged files."""
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import nostall
+from nostall import video
+from nostall.datasets import make_videos
+
+pytestmark = pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg program (apt-get install ffmpeg)")
+
+KINETICS = [video.Clip(8, step=4), nostall.Resize(64), video.RandomCrop(56), nostall.RandomHorizontalFlip()]
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory):
+    """Three classes: H.264 in MP4 (B-frames, GOP 12) and VP9 in WebM (GOP 25),
+    MPEG-4 in AVI and H.264 in Matroska, 2-4 s, two frame sizes."""
+    root = tmp_path_factory.mktemp("videos")
+    return make_videos(root, per_class=4, classes=3, seconds=(2.0, 4.0), sizes=((320, 240), (256, 320)),
+                       codecs=(("h264", "mp4"), ("vp9", "webm"), ("mpeg4", "avi"), ("h264", "mkv")),
+                       gops=(12, 25), fps=(25, 30))
+
+
+def ffmpeg_frames(path, indices, w, h):
+    """The frames FFmpeg's own program gives for these indices (n: the
+    frame's number in presentation order), RGB24."""
+    sel = "+".join(f"eq(n\\,{i})" for i in indices)
+    out = subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-vf", f"select={sel}", "-vsync", "0", "-f",
+                          "rawvideo", "-pix_fmt", "rgb24", "-"], capture_output=True, check=True).stdout
+    return np.frombuffer(out, np.uint8).reshape(-1, h, w, 3)
+
+
+def all_files(root):
+    return sorted(p for p in root.glob("*/*") if p.suffix in (".mp4", ".webm", ".avi", ".mkv"))
+
+
+def test_frames_equal_ffmpegs_own_decode(videos):
+    files = all_files(videos)
+    assert {p.suffix for p in files} == {".mp4", ".webm", ".avi", ".mkv"}
+    for path in files:
+        info = video.info(path)
+        n = info["frames"]
+        assert n > 40 and info["keyframes"] >= 2, info
+        wanted = [0, 7, n // 2, n // 2 + 1, n - 1]
+        ours, decoded = video.frames(path, wanted)
+        ref = ffmpeg_frames(path, wanted, info["width"], info["height"])
+        assert ours.shape == ref.shape == (5, info["height"], info["width"], 3)
+        assert np.array_equal(ours, ref), f"{path.name}: frames differ from ffmpeg's"
+        assert decoded >= 5
+
+
+def test_a_clip_decodes_little_more_than_its_frames_on_gop_12(videos):
+    """The waste: frames the decoder produced per frame of the clip, on
+    H.264 with keyframes every 12 frames (the frames before the clip back to
+    its keyframe; the frames between a strided clip's that nothing refers
+    to are skipped)."""
+    mp4 = [p for p in all_files(videos) if p.suffix == ".mp4"]
+    ratios = []
+    for path in mp4:
+        n = video.info(path)["frames"]
+        for start in range(0, n - 16, 5):
+            _, decoded = video.frames(path, list(range(start, start + 16)))
+            ratios.append(decoded / 16)
+    assert np.mean(ratios) <= 1.5, np.mean(ratios)
+    assert min(ratios) == 1.0  # a clip starting at a keyframe decodes only its own
+
+
+def test_clip_is_resize_and_crop_of_ffmpegs_frames(videos):
+    from PIL import Image
+
+    path = next(p for p in all_files(videos) if p.suffix == ".mp4")
+    info = video.info(path)
+    clip, params = video.apply(KINETICS, path, seed=3, epoch=1, index=2)
+    assert clip.shape == (3, 8, 56, 56) and clip.dtype == np.uint8
+    frames = params["frames"]
+    assert np.all(np.diff(frames) == 4) and 0 <= frames[0] and frames[-1] < info["frames"]
+    ref = ffmpeg_frames(path, frames, info["width"], info["height"])
+    w, h = info["width"], info["height"]
+    rw, rh = (64, int(64 * h / w)) if w <= h else (int(64 * w / h), 64)  # torchvision's Resize(64)
+    x, y = params["box"][0] * rw / w, params["box"][1] * rh / h
+    left, top = round(x), round(y)
+    for t in range(8):
+        img = Image.fromarray(ref[t]).resize((rw, rh), Image.BILINEAR).crop((left, top, left + 56, top + 56))
+        want = np.asarray(img)
+        if params["flip"]:
+            want = want[:, ::-1]
+        got = clip[:, t].transpose(1, 2, 0)
+        assert np.abs(got.astype(int) - want.astype(int)).max() <= 1, f"frame {t}"
+
+
+def test_loader_batches_are_the_clips_apply_makes(videos):
+    files = all_files(videos)
+    seen = 0
+    for clips, labels, indices in nostall.Loader(str(videos), transforms=KINETICS, batch_size=4, shuffle=True,
+                                                  seed=7, num_threads=2, return_indices=True):
+        assert clips.shape[1:] == (3, 8, 56, 56) and clips.dtype.is_floating_point is False
+        for b in range(len(indices)):
+            one, _ = video.apply(KINETICS, files[int(indices[b])], seed=7, epoch=0, index=int(indices[b]))
+            assert np.array_equal(clips[b].numpy(), one)
+            assert int(labels[b]) == sorted({p.parent.name for p in files}).index(files[int(indices[b])].parent.name)
+            seen += 1
+    assert seen == len(files)
+
+
+def test_normalized_clips_in_either_layout(videos):
+    norm = nostall.Normalize(mean=[0.45, 0.45, 0.45], std=[0.225, 0.225, 0.225])
+    a = next(iter(nostall.Loader(str(videos), transforms=[video.Clip(4, step=2, sampling="uniform"), nostall.Resize((48, 64)), norm],
+                                 batch_size=2)))[0]
+    b = next(iter(nostall.Loader(str(videos), transforms=[video.Clip(4, step=2, sampling="uniform", layout="TCHW"),
+                                                          nostall.Resize((48, 64)), norm], batch_size=2)))[0]
+    assert a.shape == (2, 3, 4, 48, 64) and b.shape == (2, 4, 3, 48, 64) and a.dtype == b.dtype
+    assert str(a.dtype) == "torch.float32"
+    assert np.allclose(a.permute(0, 2, 1, 3, 4).numpy(), b.numpy())
+    assert -2.5 < float(a.min()) < float(a.max()) < 2.5
+
+
+def test_a_short_video_repeats_its_last_frame(videos):
+    path = next(p for p in all_files(videos) if p.suffix == ".mp4")
+    n = video.info(path)["frames"]
+    clip, params = video.apply([video.Clip(20, step=n // 10), nostall.Resize((32, 32))], path)
+    assert params["frames"][-1] == n - 1 and params["frames"].count(n - 1) >= 2
+    assert np.array_equal(clip[:, -1], clip[:, -2])
+
+
+def test_damaged_videos_are_data_errors_naming_the_file(videos, tmp_path):
+    root = tmp_path / "set"
+    shutil.copytree(videos, root)
+    victim = next(p for p in all_files(root) if p.suffix == ".mp4")
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 3])  # truncated: the moov atom (at the end) is gone
+    with pytest.raises(nostall.DataError, match=victim.name):
+        for _ in nostall.Loader(str(root), transforms=KINETICS, batch_size=4):
+            pass
+    n = sum(len(b[1]) for b in nostall.Loader(str(root), transforms=KINETICS, batch_size=4, on_error="skip"))
+    assert n == len(all_files(root)) - 1
+    with pytest.raises(nostall.DataError):
+        video.info(b"\x00\x00\x00\x18ftypmp42" + bytes(range(256)) * 8)
+    with pytest.raises(nostall.DataError, match="empty"):
+        video.info(b"")
+
+
+def test_bad_lists_say_what_is_wrong(videos):
+    with pytest.raises(ValueError, match="starts with a Clip"):
+        nostall.Loader(str(videos), transforms=[nostall.Resize(64)], fields={"video": "mp4;webm;avi;mkv", "label": "cls"})
+    with pytest.raises(ValueError, match="one frame size"):
+        nostall.Loader(str(videos), transforms=[video.Clip(4), nostall.Resize(64)])
+    with pytest.raises(ValueError, match="order"):
+        nostall.Loader(str(videos), transforms=[video.Clip(4), video.RandomCrop(32), nostall.Resize(64)])
+    path = all_files(videos)[0]
+    with pytest.raises(nostall.DataError, match="larger than"):
+        video.apply([video.Clip(2), video.RandomCrop(4000)], path)
