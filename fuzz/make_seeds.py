@@ -261,6 +261,13 @@ def published_file_seeds():
         import soundfile
         soundfile.write(os.path.join(d, "e.wav"), np.zeros(0, dtype="float32"), 16000)
         out("audio_fuzz", "wav-empty", open(os.path.join(d, "e.wav"), "rb").read() + b"\x00")
+    with tempfile.TemporaryDirectory() as d:  # tiny videos of each container, from ffmpeg's testsrc
+        for enc, ext in ((["libx264", "-bf", "2", "-g", "4"], "mp4"), (["libvpx-vp9", "-g", "4"], "webm"),
+                         (["mpeg4", "-g", "4"], "avi"), (["libx264", "-g", "3"], "mkv")):
+            path = os.path.join(d, "seed." + ext)
+            subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=10", "-t",
+                            "1", "-c:v", *enc, "-pix_fmt", "yuv420p", path], check=True)
+            out("video_fuzz", ext, open(path, "rb").read() + b"\x2a")
     events = []
     for s in range(100):
         t0 = 1000 + s * 100.0

@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-300}
 JOBS=${FUZZ_JOBS:-2}
-TARGETS=${FUZZ_TARGETS:-"tar_index_fuzz decode_fuzz spec_fuzz minio_cache_fuzz shared_fuzz s3_listing_fuzz s3_response_fuzz index_file_fuzz memcached_value_fuzz audio_fuzz annotations_fuzz parquet_fuzz arrow_ipc_fuzz http_listing_fuzz trace_fuzz"}
+TARGETS=${FUZZ_TARGETS:-"tar_index_fuzz decode_fuzz spec_fuzz minio_cache_fuzz shared_fuzz s3_listing_fuzz s3_response_fuzz index_file_fuzz memcached_value_fuzz audio_fuzz annotations_fuzz parquet_fuzz arrow_ipc_fuzz http_listing_fuzz trace_fuzz video_fuzz"}
 CMAKE=${CMAKE:-cmake}
 for tool in clang-16 clang++-16 "$CMAKE" ninja; do
   if ! command -v "$tool" >/dev/null; then

@@ -141,7 +141,8 @@ Status FfmpegDecoder::Open() {
   info_.width = st->codecpar->width;
   info_.height = st->codecpar->height;
   info_.codec = dec->name;
-  if (info_.width <= 0 || info_.height <= 0 || info_.width > 16384 || info_.height > 16384) {
+  if (info_.width <= 0 || info_.height <= 0 || info_.width > 16384 || info_.height > 16384 ||
+      int64_t{info_.width} * info_.height > int64_t{8192} * 8192) {
     return DataError("the video's frame size (" + std::to_string(info_.width) + " x " +
                      std::to_string(info_.height) + ") is not one nostall decodes");
   }

@@ -178,8 +178,8 @@ def docstring_snippets():
 def make_workspace(root: Path):
     """What the documentation's blocks name: data/train (4 classes of 16
     natural-looking JPEGs), train.json (a spec over it), train.py (a step),
-    speech/ (spoken words as a folder and as shards), parquet/ (data/train
-    as Parquet shards)."""
+    speech/ (spoken words as a folder and as shards), videos/train (short
+    H.264 videos in class folders), parquet/ (data/train as Parquet shards)."""
     write_jpeg_folder(root / "data" / "train", classes=4, per_class=16, seed=3,
                       min_side=120, max_side=320)
     spec = {"source": "data/train", "batch_size": 16, "shuffle": True, "seed": 0,
@@ -195,6 +195,9 @@ def make_workspace(root: Path):
                                voices=2, speeds=(150, 200), rates=(16000, 22050),
                                formats=("flac", "wav", "mp3", "ogg"))
     datasets.folder_to_shards(root / "speech" / "words", root / "speech", shards=4)
+    # videos/train: 2 classes of 2 short H.264 videos (docs/video.md).
+    datasets.make_videos(root / "videos" / "train", per_class=2, classes=2, seconds=(2.0, 3.0),
+                         sizes=((320, 240),), codecs=(("h264", "mp4"),), gops=(12,))
     # parquet/train-0000{0,1}-of-00002.parquet: data/train as Hugging Face's shards.
     datasets.folder_to_parquet(root / "data" / "train", root / "parquet", files=2, row_group_size=16)
     (root / "train.py").write_text(textwrap.dedent('''\

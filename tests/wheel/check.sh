@@ -84,6 +84,7 @@ for name in $needed; do
     echo "$0: the video plugin needs $name: more than FFmpeg's libraries" >&2; exit 1; }
 done
 echo "the video plugin needs FFmpeg's libraries and nothing else from the system: ok"
+venv/bin/python -c "from nostall import video; print('the video plugin loads:', video.backend())"
 venv/bin/nostall --version
 venv/bin/nostall bench data --batch-size 4 > bench.txt
 grep -q "images/s" bench.txt

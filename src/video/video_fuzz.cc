@@ -1,0 +1,31 @@
+// libFuzzer target: FFmpeg's demuxers and decoders behind nostall's
+// in-memory reader (video_ffmpeg/ffmpeg.cc), through a clip: the packet
+// scan, a seek to a keyframe, the decode and the resample. The last input
+// byte picks the clip; the rest is the file. Seeds: tiny H.264/MP4,
+// VP9/WebM, MPEG-4/AVI and H.264/MKV files made by ffmpeg's testsrc
+// (fuzz/make_seeds.py).
+#include <vector>
+
+#include "video/backend.h"
+#include "video/kind.h"
+#include "video_ffmpeg/ffmpeg.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace nostall;
+  static const bool registered = (video::RegisterBackend(&video::FfmpegBackend()), true);
+  (void)registered;
+  if (size < 1) return 0;
+  const uint8_t pick = data[size - 1];
+  --size;
+  nlohmann::json list = nlohmann::json::array(
+      {{{"type", "Clip"}, {"num_frames", 1 + (pick & 7)}, {"step", 1 + ((pick >> 3) & 3)},
+        {"sampling", (pick & 32) ? "random" : "uniform"}},
+       {{"type", "Resize"}, {"size", {12, 16}}}});
+  if (pick & 64) list.push_back({{"type", "RandomHorizontalFlip"}, {"p", 0.5}});
+  auto spec = video::SpecFromJson(list);
+  if (!spec.ok()) return 0;
+  std::vector<uint8_t> out(spec.value()->SampleBytes(DType::kUint8));
+  auto scratch = video::NewScratch();
+  (void)video::Prepare(*spec.value(), data, size, {1, 0, pick}, DType::kUint8, out.data(), scratch.get());
+  return 0;
+}
