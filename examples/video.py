@@ -65,7 +65,7 @@ def main():
             opt.zero_grad()
             loss.backward()
             opt.step()
-            total += float(loss) * len(labels)
+            total += float(loss.detach()) * len(labels)
             right += int((out.argmax(1) == labels).sum())
             n += len(labels)
         seen += n
@@ -74,7 +74,7 @@ def main():
     elapsed = time.perf_counter() - start
     print(f"{seen / elapsed:.1f} clips/s over {args.epochs} epochs")
     print("where the time went (nostall stall report):")
-    print(loader.report())
+    print(loader.stats_table())
     return 0
 
 
