@@ -76,6 +76,8 @@ TEST(SpecTest, EveryFieldRoundTrips) {
       {"detection", nlohmann::json::parse(
                         R"({"box_format":"XYWH","masks":true,"transforms":[{"fill":[0.0],"p":0.3,)"
                         R"("side_range":[1.0,4.0],"type":"RandomZoomOut"},{"size":[300,300],"type":"Resize"}]})")},
+      {"video", nlohmann::json::parse(R"([{"type":"Clip","num_frames":4,"step":2,"sampling":"uniform",)"
+                                      R"("layout":"TCHW"},{"type":"Resize","size":[32,48]}])")},
   };
   for (const std::string& field : LoaderSpec::FieldNames()) {
     SCOPED_TRACE(field);

@@ -1,5 +1,5 @@
 // libFuzzer target: FFmpeg's demuxers and decoders behind nostall's
-// in-memory reader (video_ffmpeg/ffmpeg.cc), through a clip: the packet
+// in-memory reader (video/plugin/ffmpeg.cc), through a clip: the packet
 // scan, a seek to a keyframe, the decode and the resample. The last input
 // byte picks the clip; the rest is the file. Seeds: tiny H.264/MP4,
 // VP9/WebM, MPEG-4/AVI and H.264/MKV files made by ffmpeg's testsrc
@@ -8,7 +8,7 @@
 
 #include "video/backend.h"
 #include "video/kind.h"
-#include "video_ffmpeg/ffmpeg.h"
+#include "video/plugin/ffmpeg.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace nostall;

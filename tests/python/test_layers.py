@@ -135,7 +135,7 @@ def test_the_public_transforms_header_names_nothing_above_its_layer():
 def test_layers_are_the_ones_docs_design_md_draws():
     assert LAYERS == [["common"], ["annotations", "geometry", "kernels", "model", "ring", "sampler", "stats",
                                    "trace"],
-                      ["cache", "codecs", "store"], ["ops", "source"], ["audio", "detect"], ["pipeline"],
+                      ["cache", "codecs", "store"], ["ops", "source"], ["audio", "detect", "video"], ["pipeline"],
                       ["analyze", "shared"], ["cli", "python"]]
     text = (ROOT / "docs" / "design.md").read_text()
     for i, folders in enumerate(LAYERS):

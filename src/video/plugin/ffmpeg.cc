@@ -2,7 +2,7 @@
 // demuxes from memory, libavcodec decodes on the calling thread (the prep
 // threads are the decoder's threads: no second pool), libswscale converts
 // to RGB24 with the frame's own colour matrix and range.
-#include "video_ffmpeg/ffmpeg.h"
+#include "video/plugin/ffmpeg.h"
 
 #include <algorithm>
 #include <cstring>
