@@ -153,3 +153,47 @@ def test_bad_lists_say_what_is_wrong(videos):
     path = all_files(videos)[0]
     with pytest.raises(nostall.DataError, match="larger than"):
         video.apply([video.Clip(2), video.RandomCrop(4000)], path)
+
+
+def _clips(loader, limit=None):
+    import itertools
+
+    out = []
+    for b in itertools.islice(loader, limit):  # (takes no batch past the limit)
+        clips = b["video"] if isinstance(b, dict) else b[0]
+        out.append(clips.numpy().copy())
+    return out
+
+
+def test_shards_a_cache_and_a_resume_give_the_folders_clips(videos, tmp_path):
+    import uuid
+
+    from nostall import datasets
+
+    small = [video.Clip(4, step=3), nostall.Resize(40), video.RandomCrop(32), nostall.RandomHorizontalFlip()]
+    kw = dict(transforms=small, batch_size=3, shuffle=True, seed=11, num_threads=2)
+    folder = _clips(nostall.Loader(str(videos), **kw))
+    shards = datasets.folder_to_shards(videos, tmp_path / "shards", shards=3)
+    by_index = {}
+    for b in nostall.Loader(shards, fields={"video": video.EXTENSIONS, "label": "cls"}, return_indices=True, **kw):
+        assert b["video"].shape[1:] == (3, 4, 32, 32)
+        by_index.update({int(i): c for i, c in zip(b["__index__"], b["video"].numpy())})
+    assert len(by_index) == len(all_files(videos))
+    cache = nostall.Cache(f"video-{uuid.uuid4().hex[:8]}", "64MB")
+    try:
+        cached = nostall.Loader(str(videos), cache=cache, **kw)
+        for e in range(2):  # the second epoch from the cache
+            cached.set_epoch(0)
+            assert all(np.array_equal(a, b) for a, b in zip(_clips(cached), folder))
+        cached.close()
+    finally:
+        cache.remove()
+    first = nostall.Loader(str(videos), **kw)
+    head = _clips(first, limit=2)
+    state = first.state_dict()
+    first.close()
+    again = nostall.Loader(str(videos), **kw)
+    again.load_state_dict(state)
+    rest = _clips(again)
+    assert len(head + rest) == len(folder)
+    assert all(np.array_equal(a, b) for a, b in zip(head + rest, folder))
