@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/resample.h"
 
@@ -234,29 +235,27 @@ void HorizontalRgbPlanarK(const float* rows, size_t row_floats, const int* start
   }
 }
 
+// Calls f with the tap count as a constant where one is compiled in (2:
+// upscaling; 3 to 5: shrinking up to 2x, every crop DCT scaling leaves), or
+// 0 (the count read at run time).
+template <typename F>
+HWY_INLINE void WithTaps(int kx, const F& f) {
+  switch (kx) {
+    case 2: return f(std::integral_constant<int, 2>());
+    case 3: return f(std::integral_constant<int, 3>());
+    case 4: return f(std::integral_constant<int, 4>());
+    case 5: return f(std::integral_constant<int, 5>());
+    default: return f(std::integral_constant<int, 0>());
+  }
+}
+
 void HorizontalRgbPlanar(const float* rows, size_t row_floats, const int* start,
                          const float* weights, int kx, int out_w, size_t plane, int y0, int n,
                          bool flip, const float* a, const float* b, float* out_f, uint8_t* out_u8) {
-  // 2 taps: upscaling; 3 to 5: shrinking up to 2x (every crop DCT scaling
-  // leaves).
-  if (kx == 2) {
-    return HorizontalRgbPlanarK<2>(rows, row_floats, start, weights, kx, out_w, plane, y0, n,
-                                   flip, a, b, out_f, out_u8);
-  }
-  if (kx == 4) {
-    return HorizontalRgbPlanarK<4>(rows, row_floats, start, weights, kx, out_w, plane, y0, n,
-                                   flip, a, b, out_f, out_u8);
-  }
-  if (kx == 3) {
-    return HorizontalRgbPlanarK<3>(rows, row_floats, start, weights, kx, out_w, plane, y0, n,
-                                   flip, a, b, out_f, out_u8);
-  }
-  if (kx == 5) {
-    return HorizontalRgbPlanarK<5>(rows, row_floats, start, weights, kx, out_w, plane, y0, n,
-                                   flip, a, b, out_f, out_u8);
-  }
-  HorizontalRgbPlanarK<0>(rows, row_floats, start, weights, kx, out_w, plane, y0, n, flip, a, b,
-                          out_f, out_u8);
+  WithTaps(kx, [&](auto taps) {
+    HorizontalRgbPlanarK<decltype(taps)::value>(rows, row_floats, start, weights, kx, out_w, plane, y0, n, flip, a,
+                                                b, out_f, out_u8);
+  });
 }
 
 // Interleaved uint8 RGB (HWC, w x h) -> planes: float v * a[k] + b[k], or
@@ -315,23 +314,9 @@ void HorizontalRgbInterleavedK(const float* rows, size_t row_floats, const int* 
 void HorizontalRgbInterleaved(const float* rows, size_t row_floats, const int* start,
                               const float* weights, int kx, int out_w, int out_h, bool flip,
                               uint8_t* out) {
-  if (kx == 2) {
-    return HorizontalRgbInterleavedK<2>(rows, row_floats, start, weights, kx, out_w, out_h, flip,
-                                        out);
-  }
-  if (kx == 4) {
-    return HorizontalRgbInterleavedK<4>(rows, row_floats, start, weights, kx, out_w, out_h, flip,
-                                        out);
-  }
-  if (kx == 3) {
-    return HorizontalRgbInterleavedK<3>(rows, row_floats, start, weights, kx, out_w, out_h, flip,
-                                        out);
-  }
-  if (kx == 5) {
-    return HorizontalRgbInterleavedK<5>(rows, row_floats, start, weights, kx, out_w, out_h, flip,
-                                        out);
-  }
-  HorizontalRgbInterleavedK<0>(rows, row_floats, start, weights, kx, out_w, out_h, flip, out);
+  WithTaps(kx, [&](auto taps) {
+    HorizontalRgbInterleavedK<decltype(taps)::value>(rows, row_floats, start, weights, kx, out_w, out_h, flip, out);
+  });
 }
 
 #endif  // HWY_TARGET == HWY_SCALAR
