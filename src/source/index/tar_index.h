@@ -13,6 +13,7 @@
 #include <functional>
 #include <string>
 
+#include "nostall/record.h"
 #include "nostall/status.h"
 #include "source/index/index_file.h"
 
