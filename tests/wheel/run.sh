@@ -8,7 +8,8 @@
 #   servers: test_s3, test_s3_signed, test_hostile_s3 (an S3 server),
 #     test_cluster_cache, test_newcomer (memcached), and every test whose
 #     name says s3 or memcached;
-#   programs from Debian: test_audio (espeak-ng speaks its words);
+#   programs from Debian: test_audio (espeak-ng speaks its words), test_video
+#     (ffmpeg makes its videos and is the reference: it skips, saying so);
 #   the build tree or make: test_docs, test_layers;
 #   other users: test_two_users (useradd inside the chroot);
 #   the trainers' packages: test_trainers (lightning, accelerate), and the
