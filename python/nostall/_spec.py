@@ -375,8 +375,10 @@ def _route_transforms(transforms, fields, field_list, dtype) -> dict:
     transforms = _torchvision.resolve(transforms)  # torchvision's: nostall's namesakes
     media = media_field(field_list) if field_list is not None else None
     # Python callables after nostall's transforms: hooks on each image.
-    while (transforms and callable(transforms[-1]) and not isinstance(transforms[-1], Transform)
-           and not isinstance(transforms[-1], AudioTransform)):
+    from .video import VideoTransform
+
+    while (transforms and callable(transforms[-1])
+           and not isinstance(transforms[-1], (Transform, AudioTransform, VideoTransform))):
         hooks.setdefault("image" if media is None else media["name"], []).insert(0, transforms.pop())
     out = {"hooks": hooks, "detection": None, "dtype": dtype}
     if field_list is not None and any(f["kind"] == "targets" for f in field_list):

@@ -757,3 +757,20 @@ def test_parquet_without_an_offset_index_learns_its_pages_from_the_first_read(s3
     image_bytes = sum(f.stat().st_size for f in sorted(local.rglob("*.jpg")))
     # Without the pages learned, each of the 21 rows would read the whole chunk.
     assert 0.6 * image_bytes < read[2] - read[1] < 1.4 * image_bytes, (read, image_bytes)
+
+
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg program (apt-get install ffmpeg)")
+def test_a_video_folder_on_s3_gives_the_local_folders_clips(s3, tmp_path):
+    from nostall import datasets, video
+
+    client, _ = s3
+    local = datasets.make_videos(tmp_path / "videos", per_class=2, classes=2, seconds=(2.0, 3.0),
+                                 sizes=((320, 240),), codecs=(("h264", "mp4"), ("vp9", "webm")))
+    for path in sorted(p for p in local.rglob("*") if p.suffix in (".mp4", ".webm")):
+        client.upload_file(str(path), "train-data", "videos/" + str(path.relative_to(local)))
+    kw = dict(transforms=[video.Clip(4, step=3), nostall.Resize(40), video.RandomCrop(32)], batch_size=2,
+              shuffle=True, seed=4)
+    remote = [c.numpy() for c, _ in nostall.Loader("s3://train-data/videos/", **kw)]
+    here = [c.numpy() for c, _ in nostall.Loader(str(local), **kw)]
+    assert len(remote) == len(here) == 2
+    assert all((a == b).all() for a, b in zip(remote, here))

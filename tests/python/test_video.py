@@ -197,3 +197,12 @@ def test_shards_a_cache_and_a_resume_give_the_folders_clips(videos, tmp_path):
     rest = _clips(again)
     assert len(head + rest) == len(folder)
     assert all(np.array_equal(a, b) for a, b in zip(head + rest, folder))
+
+
+def test_a_list_ending_in_a_video_transform_keeps_it(videos):
+    """(A video transform is not a Python hook on the batch, wherever it stands.)"""
+    loader = nostall.Loader(str(videos), transforms=[video.Clip(4), nostall.Resize(64), video.RandomCrop(40)],
+                            batch_size=2)
+    assert tuple(loader.sample_shape) == (3, 4, 40, 40)
+    clips, labels = next(iter(loader))
+    assert clips.shape == (2, 3, 4, 40, 40)
