@@ -89,9 +89,8 @@ void HorizontalRgbPlanar(const float* rows, size_t row_floats, const int* start,
 }
 
 void HwcToPlanes(const uint8_t* src, int w, int h, const float* a, const float* b, float* out_f,
-                 uint8_t* out_u8) {
-  const size_t plane = static_cast<size_t>(w) * h;
-  for (size_t i = 0; i < plane; ++i) {
+                 uint8_t* out_u8, size_t plane) {
+  for (size_t i = 0; i < static_cast<size_t>(w) * h; ++i) {
     for (int k = 0; k < 3; ++k) {
       if (out_f) {
         out_f[k * plane + i] = src[i * 3 + k] * a[k] + b[k];
@@ -261,21 +260,22 @@ void HorizontalRgbPlanar(const float* rows, size_t row_floats, const int* start,
 // Interleaved uint8 RGB (HWC, w x h) -> planes: float v * a[k] + b[k], or
 // uint8. Reads one byte past the last pixel (the caller pads the buffer).
 void HwcToPlanes(const uint8_t* src, int w, int h, const float* a, const float* b, float* out_f,
-                 uint8_t* out_u8) {
+                 uint8_t* out_u8, size_t plane) {
   const D4 d;
   const hn::Rebind<int32_t, D4> di;
   const hn::Rebind<uint8_t, D4> d8;
-  const Planes out{out_f, out_u8, static_cast<size_t>(w) * h, a, b};
+  const Planes out{out_f, out_u8, plane, a, b};
+  const size_t count = static_cast<size_t>(w) * h;
   auto px = [&](size_t i) { return hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(d8, src + i * 3))); };
   size_t i = 0;
-  for (; i + 4 <= out.plane; i += 4) {
+  for (; i + 4 <= count; i += 4) {
     hn::Vec<D4> r, g, bl;
     Transpose4(px(i), px(i + 1), px(i + 2), px(i + 3), &r, &g, &bl);
     out.Store4(0, r, i);
     out.Store4(1, g, i);
     out.Store4(2, bl, i);
   }
-  for (; i < out.plane; ++i) {
+  for (; i < count; ++i) {
     const float v[3] = {static_cast<float>(src[i * 3]), static_cast<float>(src[i * 3 + 1]),
                         static_cast<float>(src[i * 3 + 2])};
     out.Store1(v, i);
@@ -489,8 +489,9 @@ bool ResampleBoxPlanar(const uint8_t* src, int width, int height, size_t stride,
 }
 
 void InterleavedToPlanes(const uint8_t* src, int w, int h, const float* a, const float* b,
-                         float* dst_f32, uint8_t* dst_u8) {
-  HWY_DYNAMIC_DISPATCH(HwcToPlanes)(src, w, h, a, b, dst_f32, dst_u8);
+                         float* dst_f32, uint8_t* dst_u8, size_t plane_stride) {
+  HWY_DYNAMIC_DISPATCH(HwcToPlanes)(src, w, h, a, b, dst_f32, dst_u8,
+                                    plane_stride != 0 ? plane_stride : static_cast<size_t>(w) * h);
 }
 
 }  // namespace nostall

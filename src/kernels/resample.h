@@ -45,10 +45,11 @@ bool ResampleBoxPlanar(const uint8_t* src, int width, int height, size_t stride,
                        ResampleScratch* scratch, size_t plane_stride = 0);
 
 // Interleaved RGB (w x h, HWC) to planes (CHW), as ResampleBoxPlanar writes
-// them (float32 v * a[k] + b[k], or uint8 when dst_f32 is null). Reads one
-// byte past the last pixel: `src` must have it.
+// them (float32 v * a[k] + b[k], or uint8 when dst_f32 is null), the planes
+// `plane_stride` values apart (0: w x h). Reads one byte past the last
+// pixel: `src` must have it.
 void InterleavedToPlanes(const uint8_t* src, int w, int h, const float* a, const float* b,
-                         float* dst_f32, uint8_t* dst_u8);
+                         float* dst_f32, uint8_t* dst_u8, size_t plane_stride = 0);
 
 }  // namespace nostall
 

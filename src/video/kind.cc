@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/resample.h"
+#include "ops/op.h"
 #include "ops/plan.h"
 #include "ops/prep.h"
 #include "video/backend.h"
@@ -73,20 +74,37 @@ Status ClipFromJson(const json& t, Spec* s) {
   return Status::OK();
 }
 
+// An op of the image registry on the clip's pixels: one that works on the
+// resampled uint8 RGB pixels in place (its schema's role "pixels"), keeps
+// three channels and needs no float32 image.
+Status PixelOpFromJson(const json& t, size_t position, Spec* s) {
+  Result<Transform> op = TransformFromJson(t, position);
+  if (!op.ok()) {
+    return InvalidArgument("a video list takes Clip, Resize, RandomCrop, CenterCrop, RandomResizedCrop, "
+                           "RandomHorizontalFlip, ops on the pixels (ColorJitter, ...) and Normalize: " +
+                           op.status().message());
+  }
+  const Transform& tr = op.value();
+  if (tr.kind != TransformKind::kOp || SchemaOf(tr).role != OpRole::kPixels || tr.op == nullptr ||
+      tr.op->output_channels() > 0 || !tr.op->needs_float32().empty()) {
+    return InvalidArgument("video clips take ops on the pixels that keep 3 channels (ColorJitter, RandomGrayscale, "
+                           "RandomPosterize, ...), not " + Shown(t));
+  }
+  s->ops.push_back(tr);
+  return Status::OK();
+}
+
 // The transforms after the Clip, in their one order.
-Status StepFromJson(const json& t, int* stage, Spec* s) {
+Status StepFromJson(const json& t, size_t position, int* stage, Spec* s) {
   const std::string type = t.value("type", std::string());
   const int order = type == "Resize" ? 1 : type == "RandomCrop" || type == "CenterCrop" || type == "RandomResizedCrop" ? 2
-                    : type == "RandomHorizontalFlip" ? 3 : type == "Normalize" ? 4 : 0;
-  if (order == 0) {
-    return InvalidArgument("a video list takes Clip, Resize, RandomCrop, CenterCrop, RandomResizedCrop, "
-                           "RandomHorizontalFlip and Normalize, not " + Shown(t));
-  }
-  if (order <= *stage) {
-    return InvalidArgument("video transforms go in the order Clip, Resize, a crop, RandomHorizontalFlip, "
-                           "Normalize, each at most once: " + type + " is out of place");
+                    : type == "RandomHorizontalFlip" ? 3 : type == "Normalize" ? 5 : 4;
+  if (order <= *stage && !(order == 4 && *stage == 4)) {
+    return InvalidArgument("video transforms go in the order Clip, Resize, a crop, RandomHorizontalFlip, ops on "
+                           "the pixels, Normalize, each but the ops at most once: " + type + " is out of place");
   }
   *stage = order;
+  if (order == 4) return PixelOpFromJson(t, position, s);
   if (type == "Resize") {
     const json& size = t.contains("size") ? t["size"] : json();
     if (size.is_number_integer() && size.get<int64_t>() > 0 && size.get<int64_t>() <= 16384) {
@@ -149,7 +167,7 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& list) {
   int stage = 0;
   for (size_t i = 1; i < list.size(); ++i) {
     if (!list[i].is_object()) return InvalidArgument("a video transform is an object, not " + Shown(list[i]));
-    NOSTALL_RETURN_IF_ERROR(StepFromJson(list[i], &stage, s.get()));
+    NOSTALL_RETURN_IF_ERROR(StepFromJson(list[i], i, &stage, s.get()));
   }
   if (s->crop != CropKind::kNone) {
     s->out_h = s->crop_h;
@@ -181,6 +199,8 @@ std::vector<int64_t> ClipIndices(const Spec& spec, int64_t frames, Philox& rng) 
 
 struct Scratch {
   ResampleScratch resample;
+  OpScratch ops;
+  std::vector<uint8_t> frame;  // a frame resampled, interleaved, when ops run on it
 };
 void ScratchDeleter::operator()(Scratch* s) const { delete s; }
 std::unique_ptr<Scratch, ScratchDeleter> NewScratch() { return std::unique_ptr<Scratch, ScratchDeleter>(new Scratch); }
@@ -256,14 +276,25 @@ Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleK
     b = zero;
   }
   const int t_count = spec.num_frames;
+  const Philox ops_rng = key.Stream(SampleStream::kPixelOps);  // one draw: each frame starts from it
   auto sink = [&](int k, const Frame& f) -> Status {
     // Frame k's planes: (C, T, H, W) puts them T x H x W apart.
     const size_t first = spec.tchw ? static_cast<size_t>(k) * 3 * plane : static_cast<size_t>(k) * plane;
     const size_t stride = spec.tchw ? plane : plane * t_count;
     float* out_f = f32 ? static_cast<float*>(dst) + first : nullptr;
     uint8_t* out_u8 = f32 ? nullptr : static_cast<uint8_t*>(dst) + first;
-    ResampleBoxPlanar(f.rgb, f.width, f.height, f.stride, 3, d->x, d->y, d->w, d->h, spec.out_w, spec.out_h, d->flip, a,
-                      b, out_f, out_u8, &scratch->resample, stride);
+    if (spec.ops.empty()) {  // resampled straight into the planes
+      ResampleBoxPlanar(f.rgb, f.width, f.height, f.stride, 3, d->x, d->y, d->w, d->h, spec.out_w, spec.out_h,
+                        d->flip, a, b, out_f, out_u8, &scratch->resample, stride);
+      return Status::OK();
+    }
+    scratch->frame.resize(plane * 3 + 4);  // (+ the byte InterleavedToPlanes reads past the last pixel)
+    ResampleBox(f.rgb, f.width, f.height, f.stride, 3, d->x, d->y, d->w, d->h, scratch->frame.data(), spec.out_w,
+                spec.out_h, &scratch->resample, d->flip);
+    const ImageView img{scratch->frame.data(), spec.out_h, spec.out_w, 3};
+    Philox rng = ops_rng;
+    for (const Transform& t : spec.ops) t.op->Apply(img, rng, scratch->ops, nullptr);
+    InterleavedToPlanes(scratch->frame.data(), spec.out_w, spec.out_h, a, b, out_f, out_u8, stride);
     return Status::OK();
   };
   return decoder->Decode(d->indices.data(), t_count, sink, &d->decoded);

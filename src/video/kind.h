@@ -5,8 +5,8 @@
 // The list: a Clip first ({"type": "Clip", "num_frames": 16, "step": 4,
 // "sampling": "random" | "uniform", "layout": "CTHW" | "TCHW"}), then
 // optionally Resize (a short side, or (h, w)), one crop (RandomCrop,
-// CenterCrop, RandomResizedCrop), RandomHorizontalFlip and Normalize, in
-// that order (docs/video.md). The geometry becomes one box of the source
+// CenterCrop, RandomResizedCrop), RandomHorizontalFlip, ops on the pixels
+// (ColorJitter, ...) and Normalize, in that order (docs/video.md). The geometry becomes one box of the source
 // frame resampled to the output: Resize then a crop is one resample.
 #ifndef NOSTALL_VIDEO_KIND_H_
 #define NOSTALL_VIDEO_KIND_H_
@@ -36,6 +36,9 @@ struct Spec {
   int crop_h = 0, crop_w = 0;
   double scale_min = 0.08, scale_max = 1, ratio_min = 3.0 / 4, ratio_max = 4.0 / 3;
   double flip_p = 0;
+  // Ops on the pixels (ColorJitter, RandomGrayscale, ...: the image ops of
+  // role "pixels"), after the flip, one draw for the whole clip.
+  std::vector<Transform> ops;
   bool normalize = false;
   float mul[3] = {1, 1, 1}, add[3] = {0, 0, 0};  // x -> x * mul + add (Normalize on x / 255)
   int out_h = 0, out_w = 0;

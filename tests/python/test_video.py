@@ -206,3 +206,24 @@ def test_a_list_ending_in_a_video_transform_keeps_it(videos):
     assert tuple(loader.sample_shape) == (3, 4, 40, 40)
     clips, labels = next(iter(loader))
     assert clips.shape == (2, 3, 4, 40, 40)
+
+
+def test_color_jitter_draws_once_for_the_whole_clip(videos):
+    from nostall import transforms as T
+
+    path = next(p for p in all_files(videos) if p.suffix == ".mp4")
+    base = [video.Clip(6, step=3), nostall.Resize((48, 64))]
+    factors = []
+    for seed in range(4):
+        plain, _ = video.apply(base, path, seed=seed, index=1)
+        jit, _ = video.apply(base + [T.ColorJitter(brightness=0.6)], path, seed=seed, index=1)
+        per_frame = []
+        for t in range(6):
+            p, j = plain[:, t].astype(float), jit[:, t].astype(float)
+            mid = (p > 30) & (p < 150)  # neither end clips at a factor in [0.4, 1.6]
+            per_frame.append(float(np.median(j[mid] / p[mid])))
+        assert max(per_frame) - min(per_frame) < 0.03, per_frame
+        factors.append(per_frame[0])
+    assert max(factors) - min(factors) > 0.05  # each clip its own draw
+    with pytest.raises(ValueError, match="keep 3 channels"):
+        video.apply(base + [T.RandomErasing()], path)
