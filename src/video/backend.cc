@@ -1,3 +1,5 @@
+// The decoder registry (video/backend.h): one registered by a test or fuzz
+// target, else the plugin beside the module, dlopened once.
 #include "video/backend.h"
 
 #include <dlfcn.h>
