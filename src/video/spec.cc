@@ -1,0 +1,183 @@
+// The "video" list read and checked (video/kind.h says what it takes).
+#include <string>
+
+#include "ops/op.h"
+#include "video/kind.h"
+
+namespace nostall::video {
+
+using nlohmann::json;
+
+namespace {
+
+std::string Shown(const json& j) { return j.dump().substr(0, 80); }
+
+Status SizeArg(const json& t, const char* name, int* h, int* w) {
+  const json& s = t.contains("size") ? t["size"] : json();
+  if (s.is_number_integer() && s.get<int64_t>() > 0 && s.get<int64_t>() <= 16384) {
+    *h = *w = s.get<int>();
+    return Status::OK();
+  }
+  if (s.is_array() && s.size() == 2 && s[0].is_number_integer() && s[1].is_number_integer() && s[0].get<int64_t>() > 0 &&
+      s[1].get<int64_t>() > 0 && s[0].get<int64_t>() <= 16384 && s[1].get<int64_t>() <= 16384) {
+    *h = s[0].get<int>();
+    *w = s[1].get<int>();
+    return Status::OK();
+  }
+  return InvalidArgument(std::string("video ") + name + ": size must be a positive int or (h, w), not " + Shown(s));
+}
+
+Status PairArg(const json& t, const char* key, double* lo, double* hi) {
+  if (!t.contains(key)) return Status::OK();
+  const json& v = t[key];
+  if (!v.is_array() || v.size() != 2 || !v[0].is_number() || !v[1].is_number()) {
+    return InvalidArgument(std::string("video RandomResizedCrop: ") + key + " must be (lo, hi), not " + Shown(v));
+  }
+  *lo = v[0].get<double>();
+  *hi = v[1].get<double>();
+  if (!(*lo > 0 && *lo <= *hi)) return InvalidArgument(std::string("video RandomResizedCrop: ") + key + " must be 0 < lo <= hi");
+  return Status::OK();
+}
+
+Status ClipFromJson(const json& t, Spec* s) {
+  for (auto it = t.begin(); it != t.end(); ++it) {
+    const std::string& k = it.key();
+    if (k != "type" && k != "num_frames" && k != "step" && k != "sampling" && k != "layout") {
+      return InvalidArgument("video Clip has no argument '" + k + "' (num_frames, step, sampling, layout)");
+    }
+  }
+  const json n = t.value("num_frames", json(16)), step = t.value("step", json(1));
+  if (!n.is_number_integer() || n.get<int64_t>() < 1 || n.get<int64_t>() > 4096) {
+    return InvalidArgument("video Clip: num_frames must be an int in [1, 4096], not " + Shown(n));
+  }
+  if (!step.is_number_integer() || step.get<int64_t>() < 1 || step.get<int64_t>() > 1000) {
+    return InvalidArgument("video Clip: step must be an int in [1, 1000], not " + Shown(step));
+  }
+  s->num_frames = n.get<int>();
+  s->step = step.get<int>();
+  const std::string sampling = t.value("sampling", std::string("random"));
+  if (sampling != "random" && sampling != "uniform") {
+    return InvalidArgument("video Clip: sampling is \"random\" or \"uniform\", not \"" + sampling + "\"");
+  }
+  s->sampling = sampling == "random" ? Sampling::kRandom : Sampling::kUniform;
+  const std::string layout = t.value("layout", std::string("CTHW"));
+  if (layout != "CTHW" && layout != "TCHW") {
+    return InvalidArgument("video Clip: layout is \"CTHW\" or \"TCHW\", not \"" + layout + "\"");
+  }
+  s->tchw = layout == "TCHW";
+  return Status::OK();
+}
+
+// An op of the image registry on the clip's pixels: one that works on the
+// resampled uint8 RGB pixels in place (its schema's role "pixels"), keeps
+// three channels and needs no float32 image.
+Status PixelOpFromJson(const json& t, size_t position, Spec* s) {
+  Result<Transform> op = TransformFromJson(t, position);
+  if (!op.ok()) {
+    return InvalidArgument("a video list takes Clip, Resize, RandomCrop, CenterCrop, RandomResizedCrop, "
+                           "RandomHorizontalFlip, ops on the pixels (ColorJitter, ...) and Normalize: " +
+                           op.status().message());
+  }
+  const Transform& tr = op.value();
+  if (tr.kind != TransformKind::kOp || SchemaOf(tr).role != OpRole::kPixels || tr.op == nullptr ||
+      tr.op->output_channels() > 0 || !tr.op->needs_float32().empty()) {
+    return InvalidArgument("video clips take ops on the pixels that keep 3 channels (ColorJitter, RandomGrayscale, "
+                           "RandomPosterize, ...), not " + Shown(t));
+  }
+  s->ops.push_back(tr);
+  return Status::OK();
+}
+
+// The transforms after the Clip, in their one order.
+Status StepFromJson(const json& t, size_t position, int* stage, Spec* s) {
+  const std::string type = t.value("type", std::string());
+  const int order = type == "Resize" ? 1 : type == "RandomCrop" || type == "CenterCrop" || type == "RandomResizedCrop" ? 2
+                    : type == "RandomHorizontalFlip" ? 3 : type == "Normalize" ? 5 : 4;
+  if (order <= *stage && !(order == 4 && *stage == 4)) {
+    return InvalidArgument("video transforms go in the order Clip, Resize, a crop, RandomHorizontalFlip, ops on "
+                           "the pixels, Normalize, each but the ops at most once: " + type + " is out of place");
+  }
+  *stage = order;
+  if (order == 4) return PixelOpFromJson(t, position, s);
+  if (type == "Resize") {
+    const json& size = t.contains("size") ? t["size"] : json();
+    if (size.is_number_integer() && size.get<int64_t>() > 0 && size.get<int64_t>() <= 16384) {
+      s->resize_short = size.get<int>();
+      const json m = t.value("max_size", json());
+      if (m.is_number_integer()) s->max_size = m.get<int>();
+      return Status::OK();
+    }
+    return SizeArg(t, "Resize", &s->resize_h, &s->resize_w);
+  }
+  if (order == 2) {
+    s->crop = type == "RandomCrop" ? CropKind::kRandom : type == "CenterCrop" ? CropKind::kCenter : CropKind::kRandomResized;
+    NOSTALL_RETURN_IF_ERROR(SizeArg(t, type.c_str(), &s->crop_h, &s->crop_w));
+    NOSTALL_RETURN_IF_ERROR(PairArg(t, "scale", &s->scale_min, &s->scale_max));
+    NOSTALL_RETURN_IF_ERROR(PairArg(t, "ratio", &s->ratio_min, &s->ratio_max));
+    if (s->scale_max > 1) return InvalidArgument("video RandomResizedCrop: scale must be within (0, 1]");
+    return Status::OK();
+  }
+  if (order == 3) {
+    const json p = t.value("p", json(0.5));
+    if (!p.is_number() || p.get<double>() < 0 || p.get<double>() > 1) {
+      return InvalidArgument("video RandomHorizontalFlip: p must be in [0, 1], not " + Shown(p));
+    }
+    s->flip_p = p.get<double>();
+    return Status::OK();
+  }
+  const json mean = t.value("mean", json()), std = t.value("std", json());
+  if (!mean.is_array() || !std.is_array() || mean.size() != 3 || std.size() != 3) {
+    return InvalidArgument("video Normalize: mean and std are three numbers each (RGB), not " + Shown(t));
+  }
+  for (int k = 0; k < 3; ++k) {
+    if (!mean[k].is_number() || !std[k].is_number() || !(std[k].get<double>() > 0)) {
+      return InvalidArgument("video Normalize: mean and std are numbers, std > 0: " + Shown(t));
+    }
+    s->mul[k] = static_cast<float>(1.0 / (255.0 * std[k].get<double>()));
+    s->add[k] = static_cast<float>(-mean[k].get<double>() / std[k].get<double>());
+  }
+  s->normalize = true;
+  return Status::OK();
+}
+
+}  // namespace
+
+std::vector<int64_t> Spec::Shape() const {
+  if (tchw) return {num_frames, 3, out_h, out_w};
+  return {3, num_frames, out_h, out_w};
+}
+
+size_t Spec::SampleBytes(DType dtype) const {
+  return static_cast<size_t>(3) * num_frames * out_h * out_w * (dtype == DType::kFloat32 ? 4 : 1);
+}
+
+Result<std::shared_ptr<const Spec>> SpecFromJson(const json& list) {
+  if (!list.is_array() || list.empty() || !list[0].is_object() || list[0].value("type", std::string()) != "Clip") {
+    return InvalidArgument("a video list starts with a Clip (nostall.video.Clip(num_frames=16, step=4)), not " +
+                           Shown(list));
+  }
+  auto s = std::make_shared<Spec>();
+  NOSTALL_RETURN_IF_ERROR(ClipFromJson(list[0], s.get()));
+  int stage = 0;
+  for (size_t i = 1; i < list.size(); ++i) {
+    if (!list[i].is_object()) return InvalidArgument("a video transform is an object, not " + Shown(list[i]));
+    NOSTALL_RETURN_IF_ERROR(StepFromJson(list[i], i, &stage, s.get()));
+  }
+  if (s->crop != CropKind::kNone) {
+    s->out_h = s->crop_h;
+    s->out_w = s->crop_w;
+  } else if (s->resize_h > 0) {
+    s->out_h = s->resize_h;
+    s->out_w = s->resize_w;
+  } else {
+    return InvalidArgument("a video list needs a crop or Resize((h, w)) that gives every clip one frame size "
+                           "(e.g. Resize(128), RandomCrop(112))");
+  }
+  if (s->SampleBytes(DType::kFloat32) > (size_t{1} << 31)) {
+    return InvalidArgument("a video clip over 2 GiB (num_frames x 3 x h x w x 4 bytes)");
+  }
+  s->resolved = list;
+  return std::shared_ptr<const Spec>(std::move(s));
+}
+
+}  // namespace nostall::video
