@@ -18,9 +18,9 @@ KINETICS = [video.Clip(8, step=4), nostall.Resize(64), video.RandomCrop(56), nos
 @pytest.fixture(scope="module")
 def videos(tmp_path_factory):
     """Three classes: H.264 in MP4 (B-frames, GOP 12) and VP9 in WebM (GOP 25),
-    MPEG-4 in AVI and H.264 in Matroska, 2-4 s, two frame sizes."""
+    MPEG-4 in AVI and H.264 in Matroska, 2-3 s, two frame sizes."""
     root = tmp_path_factory.mktemp("videos")
-    return make_videos(root, per_class=4, classes=3, seconds=(2.0, 4.0), sizes=((320, 240), (256, 320)),
+    return make_videos(root, per_class=4, classes=3, seconds=(2.0, 3.0), sizes=((320, 240), (256, 320)),
                        codecs=(("h264", "mp4"), ("vp9", "webm"), ("mpeg4", "avi"), ("h264", "mkv")),
                        gops=(12, 25), fps=(25, 30))
 
