@@ -287,7 +287,14 @@ uint64_t FieldRoom(const LoaderSpec& spec, const Source& source, int f, int out_
 void SetSampleLayout(const LoaderSpec& spec, const Source& source, int out_h, int out_w,
                      ring::RingLayout* layout) {
   layout->sample_bytes = SampleBytes(spec.prep, out_h, out_w);
-  const std::vector<int64_t> shape = SampleShapeOf(spec.prep, out_h, out_w);
+  std::vector<int64_t> shape = SampleShapeOf(spec.prep, out_h, out_w);
+  // The ring keeps three axes: a sample of more (a video clip's (C, T, H, W))
+  // has its leading ones folded into the first (its kind is never ragged on
+  // them; the batch's shape is the kind's, from the spec).
+  while (shape.size() > 3) {
+    shape[1] *= shape[0];
+    shape.erase(shape.begin());
+  }
   for (size_t i = 0; i < 3; ++i) layout->shape[i] = i < shape.size() ? shape[i] : 1;
   layout->dtype = spec.prep.dtype == DType::kFloat32 ? 1 : 0;
   layout->ragged_axes = spec.prep.sample_kind().RaggedAxes(spec.prep);

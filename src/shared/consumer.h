@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "nostall/shared.h"
+#include "ops/sample_kind.h"
 #include "ring/ring.h"
 #include "shared/chunk_feed.h"
 #include "stats/consumer_recorder.h"
@@ -121,8 +122,18 @@ class Consumer final : public Loader {
   const Source& source() const override { return *source_; }
   const Sampler& sampler() const override { return sampler_; }
   const LoaderSpec& spec() const override { return spec_; }
+  // The ring's three axes, or the kind's own shape where the ring folded
+  // more into them (a video clip's (C, T, H, W)) and the two agree in size.
   std::vector<int64_t> SampleShape() const override {
-    return {seg_->g.shape[0], seg_->g.shape[1], seg_->g.shape[2]};
+    const std::vector<int64_t> ring = {seg_->g.shape[0], seg_->g.shape[1], seg_->g.shape[2]};
+    int h = 0, w = 0;
+    if (!spec_.prep.FixedOutputSize(&h, &w)) return ring;
+    const std::vector<int64_t> own = spec_.prep.sample_kind().SampleShape(spec_.prep, h, w);
+    int64_t a = 1, b = 1;
+    for (int64_t d : own) a *= d;
+    for (int64_t d : ring) b *= d;
+    return own.size() > 3 && a == b && own[own.size() - 1] == ring[2] && own[own.size() - 2] == ring[1] ? own
+                                                                                                        : ring;
   }
 
  private:

@@ -227,3 +227,30 @@ def test_color_jitter_draws_once_for_the_whole_clip(videos):
     assert max(factors) - min(factors) > 0.05  # each clip its own draw
     with pytest.raises(ValueError, match="keep 3 channels"):
         video.apply(base + [T.RandomErasing()], path)
+
+
+def test_a_served_video_loader_hands_each_consumer_the_clips_of_its_own(videos):
+    import os
+
+    import torch
+
+    kw = dict(transforms=[video.Clip(4, step=2), nostall.Resize(40), video.RandomCrop(32)], batch_size=3,
+              shuffle=True, seed=2)
+    own = nostall.Loader(str(videos), return_indices=True, **kw)
+    mine = {}
+    for clips, labels, indices in own:
+        mine.update({int(k): clips[i].clone() for i, k in enumerate(indices)})
+    name = f"video-shared-{os.getpid()}"
+    with nostall.serve(own.spec, name, chunk=3, block=False, verbose=False):
+        attached = nostall.Loader.attach(name, 3, return_indices=True)
+        seen = {}
+        for b in attached:
+            x, idx = (b["video"], b["__index__"]) if isinstance(b, dict) else (b[0], b[-1])
+            for i, k in enumerate(idx.tolist()):
+                assert k not in seen
+                seen[k] = x[i].clone()
+        attached.close()
+    own.close()
+    assert sorted(seen) == sorted(mine) == list(range(len(all_files(videos))))
+    for k in mine:
+        assert torch.equal(seen[k], mine[k])
