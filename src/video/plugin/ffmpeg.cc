@@ -56,6 +56,9 @@ int64_t Seek(void* opaque, int64_t offset, int whence) {
   return to;
 }
 
+// A packet's presentation time (its decoding time where it has none).
+int64_t PacketTime(const AVPacket* p) { return p->pts != AV_NOPTS_VALUE ? p->pts : p->dts; }
+
 // One packet as the scan saw it.
 struct PacketMark {
   int64_t pts, dts;
@@ -83,7 +86,7 @@ class FfmpegDecoder final : public Decoder {
   Status Scan();
   Status SeekTo(size_t key);
   Status Convert(const FrameSink& sink, int k);
-  Status Receive(const int64_t* want, int count, int* k, const FrameSink& sink, int64_t* decoded);
+  Status Receive(const std::vector<int64_t>& want, int* k, const FrameSink& sink, int64_t* decoded);
 
   Memory mem_;
   AVIOContext* io_ = nullptr;
@@ -92,6 +95,7 @@ class FfmpegDecoder final : public Decoder {
   AVPacket* packet_ = nullptr;
   AVFrame* frame_ = nullptr;
   SwsContext* sws_ = nullptr;
+  int sws_format_ = -1, sws_space_ = -1, sws_full_ = -1;  // what sws_ was made and given for
   int stream_ = -1;
   StreamInfo info_;
   std::vector<int64_t> pts_;      // each frame's presentation time, ascending
@@ -156,7 +160,7 @@ Status FfmpegDecoder::Scan() {
   int err = 0;
   while ((err = av_read_frame(fmt_, packet_)) >= 0) {
     if (packet_->stream_index == stream_) {
-      const int64_t pts = packet_->pts != AV_NOPTS_VALUE ? packet_->pts : packet_->dts;
+      const int64_t pts = PacketTime(packet_);
       if (pts != AV_NOPTS_VALUE && (packet_->flags & AV_PKT_FLAG_DISCARD) == 0) {
         marks.push_back({pts, packet_->dts, (packet_->flags & AV_PKT_FLAG_KEY) != 0});
       }
@@ -210,11 +214,18 @@ Status FfmpegDecoder::Convert(const FrameSink& sink, int k) {
   const auto fmt = static_cast<AVPixelFormat>(frame_->format);
   sws_ = sws_getCachedContext(sws_, w, h, fmt, w, h, AV_PIX_FMT_RGB24, SWS_BICUBIC, nullptr, nullptr, nullptr);
   if (sws_ == nullptr) return DataError("no conversion from the frames' pixel format to RGB");
-  // The frame's own colour matrix and range (BT.601 when it states none).
+  // The frame's own colour matrix and range (BT.601 when it states none),
+  // set again when they or the pixel format (a new context: the frame size
+  // is the stream's) change.
   const int space = frame_->colorspace != AVCOL_SPC_UNSPECIFIED ? frame_->colorspace : SWS_CS_DEFAULT;
   const int full = frame_->color_range == AVCOL_RANGE_JPEG ? 1 : 0;
-  sws_setColorspaceDetails(sws_, sws_getCoefficients(space), full, sws_getCoefficients(SWS_CS_DEFAULT), 1, 0,
-                           1 << 16, 1 << 16);
+  if (fmt != sws_format_ || space != sws_space_ || full != sws_full_) {
+    sws_setColorspaceDetails(sws_, sws_getCoefficients(space), full, sws_getCoefficients(SWS_CS_DEFAULT), 1, 0,
+                             1 << 16, 1 << 16);
+    sws_format_ = fmt;
+    sws_space_ = space;
+    sws_full_ = full;
+  }
   const size_t stride = static_cast<size_t>(w) * 3;
   rgb_.resize(stride * h + 32);  // + the resampler's one-pixel over-read
   uint8_t* dst[4] = {rgb_.data(), nullptr, nullptr, nullptr};
@@ -225,20 +236,21 @@ Status FfmpegDecoder::Convert(const FrameSink& sink, int k) {
   return sink(k, Frame{rgb_.data(), stride, w, h});
 }
 
-// Frames out of the decoder: each wanted one converted and handed over
-// (several when an index repeats).
-Status FfmpegDecoder::Receive(const int64_t* want, int count, int* k, const FrameSink& sink, int64_t* decoded) {
+// Frames out of the decoder: each wanted one (its time in `want`, from
+// `*k` on) converted and handed over (several when an index repeats).
+Status FfmpegDecoder::Receive(const std::vector<int64_t>& want, int* k, const FrameSink& sink, int64_t* decoded) {
+  const int count = static_cast<int>(want.size());
   for (;;) {
     const int err = avcodec_receive_frame(codec_, frame_);
     if (err == AVERROR(EAGAIN) || err == AVERROR_EOF) return Status::OK();
     if (err < 0) return DataError("a frame does not decode: " + AvError(err));
     ++*decoded;
     const int64_t pts = frame_->best_effort_timestamp != AV_NOPTS_VALUE ? frame_->best_effort_timestamp : frame_->pts;
-    while (*k < count && pts_[want[*k]] == pts) {
+    while (*k < count && want[*k] == pts) {
       NOSTALL_RETURN_IF_ERROR(Convert(sink, *k));
       ++*k;
     }
-    if (*k < count && pts > pts_[want[*k]]) overshot_ = true;  // the seek landed past it
+    if (*k < count && pts > want[*k]) overshot_ = true;  // the seek landed past it
     av_frame_unref(frame_);
   }
 }
@@ -275,7 +287,7 @@ Status FfmpegDecoder::Decode(const int64_t* indices, int count, const FrameSink&
     int err = av_read_frame(fmt_, packet_);
     if (err == AVERROR_EOF) {
       avcodec_send_packet(codec_, nullptr);  // drain
-      NOSTALL_RETURN_IF_ERROR(Receive(indices, count, &k, sink, &produced));
+      NOSTALL_RETURN_IF_ERROR(Receive(want, &k, sink, &produced));
       if (k < count) {
         return DataError("the video ends before frame " + std::to_string(indices[k]) + " of its " +
                          std::to_string(info_.frames) + " (truncated?)");
@@ -287,7 +299,7 @@ Status FfmpegDecoder::Decode(const int64_t* indices, int count, const FrameSink&
       av_packet_unref(packet_);
       continue;
     }
-    const int64_t pts = packet_->pts != AV_NOPTS_VALUE ? packet_->pts : packet_->dts;
+    const int64_t pts = PacketTime(packet_);
     if ((packet_->flags & AV_PKT_FLAG_KEY) != 0 && pts != AV_NOPTS_VALUE) run_key = std::max(run_key, pts);
     // A frame no other frame refers to, and not wanted, is not decoded.
     const bool wanted = std::binary_search(want.begin() + k, want.end(), pts);
@@ -297,7 +309,7 @@ Status FfmpegDecoder::Decode(const int64_t* indices, int count, const FrameSink&
     if (err < 0 && err != AVERROR(EAGAIN) && err != AVERROR_INVALIDDATA) {
       return DataError("a packet does not decode: " + AvError(err));
     }
-    NOSTALL_RETURN_IF_ERROR(Receive(indices, count, &k, sink, &produced));
+    NOSTALL_RETURN_IF_ERROR(Receive(want, &k, sink, &produced));
   }
   if (decoded != nullptr) *decoded = produced;
   return Status::OK();
