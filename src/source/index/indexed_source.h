@@ -164,6 +164,8 @@ bool IsImageFileName(const std::string& name);
 const std::vector<std::string>& ImageExtensions();
 std::string FileExtension(const std::string& name);
 bool IsImageExtension(const std::string& ext);  // any case
+// `s` with ASCII letters lower case (extensions compare so).
+std::string LowerAscii(std::string s);
 // The audio files nostall reads (wav, flac, mp3, ogg, opus), as above.
 bool IsAudioExtension(const std::string& ext);
 // The video files (mp4, mkv, webm, avi, mov, m4v), as above.
