@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "nostall/loader.h"
 #include "nostall/resume.h"
@@ -67,6 +68,7 @@ class EpochCursor {
   std::optional<int64_t> finished_;   // the epoch whose last batch was handed out
   std::optional<ResumePoint> resume_;  // loaded, not yet begun
   std::optional<ResumePoint> began_at_;  // the loaded state this pass began at
+  std::vector<ElasticStep> elastic_;     // this pass's epoch is elastic (sampler.h)
 };
 
 }  // namespace nostall

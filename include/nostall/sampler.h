@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "nostall/status.h"
@@ -139,6 +140,15 @@ struct SamplerOptions {
   double quadratic_duration = 0;
 };
 
+// A stretch of an epoch already read before a resume at another number of
+// ranks (docs/sampling.md, "Elastic resume"): `world_size` ranks had each
+// taken `batch` batches of their share of what was left.
+struct ElasticStep {
+  int64_t world_size = 1;
+  int64_t batch = 0;
+  bool operator==(const ElasticStep&) const = default;
+};
+
 class Sampler {
  public:
   static Result<Sampler> Create(const SamplerOptions& options);
@@ -166,6 +176,20 @@ class Sampler {
     return (options_.shard_shuffle && options_.shards != nullptr) || lazy_->buffered_epoch.load() == epoch;
   }
   Status SetBufferedEpoch(int64_t epoch) const;
+  // Elastic resume: `epoch` holds only what the ranks of `steps` left
+  // unread (each step read by its own number of ranks, in turn), dealt to
+  // this loader's ranks as a whole epoch is: each remaining sample once over
+  // them (the padding to equal counts aside), the order a function of
+  // (seed, epoch, steps) alone. Other epochs are whole. Empty steps: none.
+  // Not with batches of similar durations (InvalidArgument).
+  Status SetElastic(int64_t epoch, std::vector<ElasticStep> steps) const;
+  // This rank's batches in `epoch`: BatchesPerEpoch(), or fewer in an
+  // elastic epoch.
+  int64_t BatchesInEpoch(int64_t epoch) const;
+  bool Elastic(int64_t epoch) const {
+    std::lock_guard<std::mutex> lock(lazy_->mu);
+    return lazy_->elastic_epoch == epoch && !lazy_->elastic_steps.empty();
+  }
   // Whether the item count is known now (without waiting).
   bool counts_known() const;
 
@@ -180,8 +204,17 @@ class Sampler {
   struct Lazy {
     std::atomic<int64_t> buffered_epoch{-1};
     std::atomic<int64_t> num_items{0};
+    std::mutex mu;  // the elastic epoch
+    int64_t elastic_epoch = -1;
+    std::vector<ElasticStep> elastic_steps;
+    int64_t elastic_batches = -1;  // computed once
   };
   std::vector<int64_t> BucketedOrder(int64_t epoch) const;
+  // The epoch's sequence before it is dealt to the ranks (the permutation).
+  std::vector<int64_t> Sequence(int64_t epoch) const;
+  // `rank` of `world`'s share of `seq`, as a whole epoch's is dealt.
+  std::vector<int64_t> Deal(const std::vector<int64_t>& seq, int64_t rank, int64_t world) const;
+  std::vector<int64_t> ElasticOrder(int64_t epoch, const std::vector<ElasticStep>& steps) const;
   explicit Sampler(const SamplerOptions& o) : options_(o), lazy_(std::make_shared<Lazy>()) {}
   int64_t Items64() const;
   SamplerOptions options_;

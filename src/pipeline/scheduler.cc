@@ -69,6 +69,7 @@ Status Scheduler::StartEpoch(int64_t epoch, int64_t first_batch) {
 // slot not holding this epoch (or leased) is freed. False: they did not.
 bool Scheduler::RunOnInto(std::unique_lock<std::mutex>& native, int64_t epoch) {
   if (!started_ || order_.epoch() != epoch || epoch_ == epoch) return false;
+  if (sampler_.Elastic(epoch)) return false;  // run on into as a whole epoch: not this one
   while (!cancelled_ && slots().FillingOtherThan(epoch)) ready_cv_.wait(native);
   slots().FreeAll(SlotState::kReady, /*but_epoch=*/epoch);
   epoch_ = epoch;

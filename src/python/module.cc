@@ -255,7 +255,7 @@ class PyLoader {
   bool CountsKnown() const { return Loader().sampler().counts_known(); }
   int64_t BatchesPerEpoch() const {
     WaitForIndex();
-    return Loader().sampler().BatchesPerEpoch();
+    return Cursor().batches_per_epoch();  // an elastic epoch's own count
   }
   int64_t SamplesPerEpoch() const {
     WaitForIndex();

@@ -5,6 +5,7 @@
 #include <map>
 #include <numeric>
 #include <string>
+#include <unordered_set>
 
 #include "common/philox.h"
 
@@ -347,6 +348,12 @@ std::vector<int64_t> Sampler::Items() const {
 
 std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
   if (buckets_) return BucketedOrder(epoch);
+  {
+    std::lock_guard<std::mutex> lock(lazy_->mu);
+    if (lazy_->elastic_epoch == epoch && !lazy_->elastic_steps.empty()) {
+      return ElasticOrder(epoch, lazy_->elastic_steps);
+    }
+  }
   if (options_.shards != nullptr && Buffered(epoch)) {
     std::vector<int64_t> out;
     std::unique_ptr<EpochStream> stream = BufferedEpochStream(options_, epoch);
@@ -356,9 +363,14 @@ std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
     out.resize(static_cast<size_t>(stream->total()));
     return out;
   }
+  std::vector<int64_t> perm = Sequence(epoch);
+  if (perm.empty()) return {};  // a failed index (its error comes with the batches)
+  return Deal(perm, options_.rank, options_.world_size);
+}
+
+std::vector<int64_t> Sampler::Sequence(int64_t epoch) const {
   std::vector<int64_t> perm = Items();
   const int64_t n = static_cast<int64_t>(perm.size());
-  if (n == 0) return {};  // a failed index (its error comes with the batches)
   if (options_.shuffle && options_.shuffle_block > 0) {
     // Fixed blocks (dealt once by seed), each shuffled within per epoch.
     Shuffle(&perm, options_.seed, kBlockStream, 0);
@@ -372,14 +384,109 @@ std::vector<int64_t> Sampler::EpochOrder(int64_t epoch) const {
   } else if (options_.shuffle) {
     Shuffle(&perm, options_.seed, kShuffleStream, static_cast<uint64_t>(epoch));
   }
-  const int64_t world = options_.world_size;
+  return perm;
+}
+
+std::vector<int64_t> Sampler::Deal(const std::vector<int64_t>& seq, int64_t rank, int64_t world) const {
+  const int64_t n = static_cast<int64_t>(seq.size());
+  if (n == 0) return {};
   const int64_t total = options_.pad_ranks ? ((n + world - 1) / world) * world : n;
   std::vector<int64_t> mine;
   mine.reserve(static_cast<size_t>(total / world));
-  for (int64_t p = options_.rank; p < total; p += world) mine.push_back(perm[p % n]);
-  mine.resize(static_cast<size_t>(SamplesPerEpoch()));
+  for (int64_t p = rank; p < total; p += world) mine.push_back(seq[static_cast<size_t>(p % n)]);
+  SamplerOptions o = options_;
+  o.rank = rank;
+  o.world_size = world;
+  mine.resize(static_cast<size_t>(PerRank(o, n)));
   if (!options_.groups.empty()) GroupBatches(options_.groups, options_.batch_size, &mine);
   return mine;
+}
+
+// What each step's ranks left unread, in turn: step i's ranks each read the
+// first `batch` batches of their share of what step i - 1 left; what is
+// left is their shares' rest, taken a position of each rank at a time (so
+// at the same number of ranks it is the sequence's tail), less the padding
+// (samples read already, or met twice), then what no share held (drop_last's
+// incomplete batches), in the sequence's order.
+std::vector<int64_t> Sampler::ElasticOrder(int64_t epoch, const std::vector<ElasticStep>& steps) const {
+  // A buffered epoch's sequence is its stream's (rank 0 of 1 holds it all).
+  const bool buffered = options_.shards != nullptr && Buffered(epoch);
+  std::vector<int64_t> seq;
+  if (buffered) {
+    SamplerOptions o = options_;
+    o.rank = 0;
+    o.world_size = 1;
+    o.drop_last = false;
+    Sampler whole(o);
+    whole.lazy_->buffered_epoch.store(lazy_->buffered_epoch.load());
+    seq = whole.EpochOrder(epoch);
+  } else {
+    seq = Sequence(epoch);
+  }
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const int64_t w = steps[i].world_size;
+    std::vector<std::vector<int64_t>> shares(static_cast<size_t>(w));
+    for (int64_t r = 0; r < w; ++r) {
+      if (i == 0 && buffered) {
+        SamplerOptions o = options_;
+        o.rank = r;
+        o.world_size = w;
+        Sampler whole(o);
+        whole.lazy_->buffered_epoch.store(lazy_->buffered_epoch.load());
+        shares[static_cast<size_t>(r)] = whole.EpochOrder(epoch);
+      } else {
+        shares[static_cast<size_t>(r)] = Deal(seq, r, w);
+      }
+    }
+    const size_t read = static_cast<size_t>(steps[i].batch * options_.batch_size);
+    std::unordered_set<int64_t> seen;
+    for (const std::vector<int64_t>& share : shares) {
+      seen.insert(share.begin(), share.begin() + static_cast<ptrdiff_t>(std::min(read, share.size())));
+    }
+    std::vector<int64_t> left;
+    for (size_t at = read;; ++at) {
+      bool any = false;
+      for (const std::vector<int64_t>& share : shares) {
+        if (at >= share.size()) continue;
+        any = true;
+        if (seen.insert(share[at]).second) left.push_back(share[at]);
+      }
+      if (!any) break;
+    }
+    for (int64_t item : seq) {
+      if (seen.insert(item).second) left.push_back(item);
+    }
+    seq = std::move(left);
+  }
+  return Deal(seq, options_.rank, options_.world_size);
+}
+
+Status Sampler::SetElastic(int64_t epoch, std::vector<ElasticStep> steps) const {
+  if (!steps.empty() && buckets_) {
+    return InvalidArgument("batches of similar durations resume only at the number of ranks they were "
+                           "saved at (" + std::to_string(steps.back().world_size) + ")");
+  }
+  for (const ElasticStep& s : steps) {
+    if (s.world_size < 1 || s.batch < 0) return InvalidArgument("an elastic step needs world_size >= 1, batch >= 0");
+  }
+  std::lock_guard<std::mutex> lock(lazy_->mu);
+  lazy_->elastic_epoch = steps.empty() ? -1 : epoch;
+  lazy_->elastic_steps = std::move(steps);
+  lazy_->elastic_batches = -1;
+  return Status::OK();
+}
+
+int64_t Sampler::BatchesInEpoch(int64_t epoch) const {
+  {
+    std::lock_guard<std::mutex> lock(lazy_->mu);
+    if (lazy_->elastic_epoch != epoch || lazy_->elastic_steps.empty()) return BatchesPerEpoch();
+    if (lazy_->elastic_batches >= 0) return lazy_->elastic_batches;
+  }
+  const int64_t n = static_cast<int64_t>(EpochOrder(epoch).size());
+  const int64_t b = (n + options_.batch_size - 1) / options_.batch_size;
+  std::lock_guard<std::mutex> lock(lazy_->mu);
+  if (lazy_->elastic_epoch == epoch) lazy_->elastic_batches = b;
+  return b;
 }
 
 }  // namespace nostall

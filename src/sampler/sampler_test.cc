@@ -204,6 +204,58 @@ TEST(SamplerTest, BlockShuffleRotationsHoldEveryItemOnce) {
   EXPECT_GT(b0.back() - b0.front(), 50);  // blocks are dealt at random, not ranges
 }
 
+// Elastic resume: 4 ranks read 3 batches each, 3 ranks read 2 of what was
+// left, then 2 ranks read the rest: each sample once over all of them
+// (but the last step's padding), with groups, block shuffle, no padding or
+// drop_last alike; the order a function of (seed, epoch, steps) only.
+TEST(SamplerTest, ElasticStepsLeaveEachUnreadSampleOnce) {
+  const int64_t n = 503, batch = 4;
+  std::vector<int32_t> groups(n);
+  for (int64_t i = 0; i < n; ++i) groups[i] = static_cast<int32_t>(i % 3);
+  for (int variant = 0; variant < 4; ++variant) {
+    auto options = [&](int64_t rank, int64_t world) {
+      SamplerOptions o{n, batch, true, 5, rank, world, variant == 3};
+      if (variant == 1) o.groups = groups;
+      if (variant == 2) o.shuffle_block = 64;
+      if (variant == 3) o.pad_ranks = false;
+      return o;
+    };
+    std::multiset<int64_t> seen;
+    auto take = [&](const std::vector<int64_t>& order, int64_t batches) {
+      const size_t k = static_cast<size_t>(std::min<int64_t>(batches * batch, order.size()));
+      seen.insert(order.begin(), order.begin() + static_cast<ptrdiff_t>(k));
+    };
+    for (int64_t r = 0; r < 4; ++r) take(Sampler::Create(options(r, 4)).value().EpochOrder(1), 3);
+    std::set<int64_t> counts;
+    for (int64_t r = 0; r < 3; ++r) {
+      Sampler s = Sampler::Create(options(r, 3)).value();
+      ASSERT_TRUE(s.SetElastic(1, {{4, 3}}).ok());
+      take(s.EpochOrder(1), 2);
+    }
+    for (int64_t r = 0; r < 2; ++r) {
+      Sampler s = Sampler::Create(options(r, 2)).value();
+      ASSERT_TRUE(s.SetElastic(1, {{4, 3}, {3, 2}}).ok());
+      const std::vector<int64_t> order = s.EpochOrder(1);
+      EXPECT_EQ(order, s.EpochOrder(1));
+      EXPECT_EQ(s.BatchesInEpoch(1), static_cast<int64_t>((order.size() + batch - 1) / batch));
+      EXPECT_EQ(s.BatchesInEpoch(2), s.BatchesPerEpoch()) << "only the resumed epoch is elastic";
+      counts.insert(s.BatchesInEpoch(1));
+      take(order, 1 << 20);
+    }
+    if (variant != 3) EXPECT_EQ(counts.size(), 1u) << "variant " << variant;
+    std::set<int64_t> distinct(seen.begin(), seen.end());
+    if (variant == 3) {
+      // drop_last: only the last step's incomplete batches are not read,
+      // the rest once.
+      EXPECT_EQ(seen.size(), distinct.size());
+      EXPECT_GE(static_cast<int64_t>(distinct.size()), n - 2 * (batch - 1));
+    } else {
+      EXPECT_EQ(static_cast<int64_t>(distinct.size()), n) << "variant " << variant;
+      EXPECT_LE(seen.size() - distinct.size(), 1u) << "variant " << variant;
+    }
+  }
+}
+
 TEST(SamplerTest, BadArgumentsAreErrors) {
   EXPECT_FALSE(Sampler::Create({10, 4, true, 0, 0, 1, false, 0, /*shuffle_block=*/-1}).ok());
   EXPECT_FALSE(Sampler::Create({10, 4, false, 0, 0, 1, false, /*subset=*/-1}).ok());

@@ -6,7 +6,11 @@ namespace nostall {
 EpochCursor::EpochCursor(Loader* loader, std::string shared_name)
     : loader_(loader), shared_(std::move(shared_name)) {}
 
-int64_t EpochCursor::batches_per_epoch() const { return loader_->sampler().BatchesPerEpoch(); }
+int64_t EpochCursor::batches_per_epoch() const {
+  // (After an epoch's last batch: the next one's count.)
+  const bool next = !epoch_set_ && !resume_ && finished_ == epoch_;
+  return loader_->sampler().BatchesInEpoch(next ? epoch_ + 1 : epoch_);
+}
 
 Status EpochCursor::SetEpoch(int64_t epoch) {
   if (epoch < 0) return InvalidArgument("epoch must be >= 0");
@@ -35,7 +39,12 @@ Status EpochCursor::Begin() {
     start = resume_->batch;
     if (start > 0) at = resume_->stream_position;
   }
-  began_at_ = start > 0 ? resume_ : std::nullopt;
+  // A loaded elastic state's epoch holds what its ranks left (sampler.h);
+  // any other pass runs a whole epoch.
+  elastic_.clear();
+  if (resume_ && resume_->epoch == epoch_) elastic_ = resume_->elastic;
+  if (shared_.empty()) NOSTALL_RETURN_IF_ERROR(loader_->sampler().SetElastic(epoch_, elastic_));
+  began_at_ = start > 0 || !elastic_.empty() ? resume_ : std::nullopt;
   resume_.reset();
   active_ = false;
   NOSTALL_RETURN_IF_ERROR(loader_->Resume(epoch_, start, at));
@@ -92,7 +101,13 @@ Result<std::string> EpochCursor::StateJson() const {
   } else if (active_) {
     batch = position_;
   }
-  return ResumeStateJson(*loader_, epoch, batch, shared_);
+  std::vector<ElasticStep> elastic;
+  if (resume_) {
+    elastic = resume_->elastic;
+  } else if (active_ && batch > 0 && epoch == epoch_) {
+    elastic = elastic_;
+  }
+  return ResumeStateJson(*loader_, epoch, batch, shared_, elastic);
 }
 
 Status EpochCursor::LoadStateJson(const std::string& state) {
@@ -100,6 +115,14 @@ Status EpochCursor::LoadStateJson(const std::string& state) {
   // The epochs run as they ran before (a buffered one buffered again).
   if (shared_.empty() && loader_->source().sharded() != nullptr) {
     NOSTALL_RETURN_IF_ERROR(loader_->sampler().SetBufferedEpoch(p.buffered_epoch));
+  }
+  if (shared_.empty()) {
+    NOSTALL_RETURN_IF_ERROR(loader_->sampler().SetElastic(p.epoch, p.elastic));
+    if (!p.elastic.empty() && loader_->sampler().BatchesInEpoch(p.epoch) == 0) {
+      // Its ranks had read all of it but the padding: the next epoch.
+      NOSTALL_RETURN_IF_ERROR(loader_->sampler().SetElastic(p.epoch, {}));
+      p = ResumePoint{p.epoch + 1, 0, std::nullopt, p.buffered_epoch, {}};
+    }
   }
   epoch_ = p.epoch;
   epoch_set_ = true;

@@ -34,7 +34,7 @@ Result<int64_t> Whole(const json& state, const char* key, int64_t hi) {
 }  // namespace
 
 Result<std::string> ResumeStateJson(const Loader& loader, int64_t epoch, int64_t batch,
-                                    const std::string& shared_name) {
+                                    const std::string& shared_name, const std::vector<ElasticStep>& elastic) {
   const LoaderSpec& spec = loader.spec();
   json state = {{"version", kResumeStateVersion},
                 {"epoch", epoch},
@@ -49,6 +49,11 @@ Result<std::string> ResumeStateJson(const Loader& loader, int64_t epoch, int64_t
                 {"pad_ranks", spec.pad_ranks},
                 {"shuffle_block", spec.shuffle_block},
                 {"dataset_fingerprint", Hex16(loader.source().fingerprint())}};
+  if (!elastic.empty()) {
+    json steps = json::array();
+    for (const ElasticStep& s : elastic) steps.push_back({s.world_size, s.batch});
+    state["elastic"] = steps;
+  }
   // Which epoch ran in the buffered order (tar shards indexed as read):
   // resumed, it runs in that order again.
   if (loader.sampler().buffered_epoch() >= 0) {
@@ -97,9 +102,13 @@ Status CheckStateKind(const json& state, bool is_consumer) {
 // What orders the batches is as it was: seed, batch size, shuffle, ranks,
 // and (a local loader's) subset, drop_last, shuffle_block and pad_ranks.
 Status CheckOrder(const json& state, const LoaderSpec& spec, bool from_consumer) {
-  const json mine = {{"seed", spec.seed},       {"batch_size", spec.batch_size},
-                     {"shuffle", spec.shuffle}, {"rank", spec.rank},
-                     {"world_size", spec.world_size}};
+  json mine = {{"seed", spec.seed}, {"batch_size", spec.batch_size}, {"shuffle", spec.shuffle}};
+  // A consumer's place is its rank's in the producer's stream; a loader of
+  // its own reads its rank's share of what the state's ranks left.
+  if (from_consumer) {
+    mine["rank"] = spec.rank;
+    mine["world_size"] = spec.world_size;
+  }
   // Taken before these were recorded: the defaults, which order as before.
   const json since = {{"subset", 0}, {"drop_last", false}, {"shuffle_block", 0}, {"pad_ranks", true}};
   const json now = {{"subset", spec.subset}, {"drop_last", spec.drop_last},
@@ -156,6 +165,35 @@ Status CheckBuffered(const json& state, const Loader& loader, ResumePoint* point
   return Status::OK();
 }
 
+// The steps of an elastic epoch: the state's own, then the state's ranks'
+// (none when it was taken at this number of ranks outside an elastic epoch:
+// the epoch resumes at its batch, the rank's own share).
+Status ElasticSteps(const json& state, const Loader& loader, ResumePoint* point) {
+  if (state.contains("elastic")) {
+    const json& steps = state.at("elastic");
+    if (!steps.is_array() || steps.size() > 64) return InvalidArgument("state elastic must be a list of [world_size, batch]");
+    for (const json& s : steps) {
+      if (!s.is_array() || s.size() != 2 || !s[0].is_number_integer() || !s[1].is_number_integer() ||
+          s[0].get<int64_t>() < 1 || s[0].get<int64_t>() > (1 << 20) || s[1].get<int64_t>() < 0 ||
+          s[1].get<int64_t>() > (int64_t{1} << 40)) {
+        return InvalidArgument("state elastic steps are [world_size >= 1, batch >= 0], not " + Shown(s));
+      }
+      point->elastic.push_back({s[0].get<int64_t>(), s[1].get<int64_t>()});
+    }
+  }
+  NOSTALL_ASSIGN_OR_RETURN(int64_t world, Whole(state, "world_size", 1 << 20));
+  if (world < 1) return InvalidArgument("state world_size must be >= 1");
+  if (point->elastic.empty() && world == loader.spec().world_size) return Status::OK();
+  if (point->batch > 0) point->elastic.push_back({world, point->batch});
+  point->batch = 0;
+  if (!point->elastic.empty() && !loader.sampler().options().durations.empty()) {
+    return InvalidArgument("state was taken at world_size=" + std::to_string(world) + ", this loader has world_size=" +
+                           std::to_string(loader.spec().world_size) +
+                           ": batches of similar durations resume only at the number of ranks they were saved at");
+  }
+  return Status::OK();
+}
+
 // A consumer's state: of this pipeline, and where it was in the producer's stream.
 Status ConsumerPosition(const json& state, const LoaderSpec& spec, ResumePoint* point) {
   if (state.value("spec_fingerprint", "") != Hex16(SharedSpecFingerprint(spec))) {
@@ -186,6 +224,7 @@ Result<ResumePoint> CheckResumeState(const Loader& loader, bool is_consumer, con
     NOSTALL_ASSIGN_OR_RETURN(point.epoch, Whole(state, "epoch", int64_t{1} << 40));
     NOSTALL_ASSIGN_OR_RETURN(point.batch, Whole(state, "batch", int64_t{1} << 40));
     NOSTALL_RETURN_IF_ERROR(CheckBuffered(state, loader, &point));
+    if (!is_consumer) NOSTALL_RETURN_IF_ERROR(ElasticSteps(state, loader, &point));
     const int64_t batches = loader.sampler().BatchesPerEpoch();
     if (point.batch < 0 || point.batch > batches) {
       return InvalidArgument("state batch " + std::to_string(point.batch) + " is outside the epoch's " +
