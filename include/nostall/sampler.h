@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -149,6 +150,32 @@ struct ElasticStep {
   bool operator==(const ElasticStep&) const = default;
 };
 
+// Batches of one epoch of a rank's order, made by a loader in the order
+// they are planned (prep on other machines: docs/remote.md): a list that
+// grows while the loader runs, until finished. Thread-safe.
+class BatchPlan {
+ public:
+  // `elastic`: the epoch's elastic steps (none: the whole epoch).
+  BatchPlan(int64_t epoch, std::vector<ElasticStep> elastic) : epoch_(epoch), elastic_(std::move(elastic)) {}
+  int64_t epoch() const { return epoch_; }
+  const std::vector<ElasticStep>& elastic() const { return elastic_; }
+  // Appends batches (their indices in the epoch); none after Finish.
+  Status Extend(const std::vector<int64_t>& batches);
+  void Finish();
+  // The batches planned from `from` on, waiting up to `wait_ms` for some;
+  // true once finished and every one was given.
+  bool Take(size_t from, std::vector<int64_t>* out, int wait_ms);
+  size_t size() const;
+
+ private:
+  const int64_t epoch_;
+  const std::vector<ElasticStep> elastic_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int64_t> batches_;
+  bool finished_ = false;
+};
+
 class Sampler {
  public:
   static Result<Sampler> Create(const SamplerOptions& options);
@@ -186,6 +213,16 @@ class Sampler {
   // This rank's batches in `epoch`: BatchesPerEpoch(), or fewer in an
   // elastic epoch.
   int64_t BatchesInEpoch(int64_t epoch) const;
+  // Makes `plan`'s epoch, when opened, hold only its batches, in its order
+  // (null: none); while a plan is set no epoch is run on into.
+  void SetPlan(std::shared_ptr<BatchPlan> plan) const {
+    std::lock_guard<std::mutex> lock(lazy_->mu);
+    lazy_->plan = std::move(plan);
+  }
+  bool Planned() const {
+    std::lock_guard<std::mutex> lock(lazy_->mu);
+    return lazy_->plan != nullptr;
+  }
   bool Elastic(int64_t epoch) const {
     std::lock_guard<std::mutex> lock(lazy_->mu);
     return lazy_->elastic_epoch == epoch && !lazy_->elastic_steps.empty();
@@ -208,6 +245,7 @@ class Sampler {
     int64_t elastic_epoch = -1;
     std::vector<ElasticStep> elastic_steps;
     int64_t elastic_batches = -1;  // computed once
+    std::shared_ptr<BatchPlan> plan;
   };
   std::vector<int64_t> BucketedOrder(int64_t epoch) const;
   // The epoch's sequence before it is dealt to the ranks (the permutation).

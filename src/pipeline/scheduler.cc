@@ -69,7 +69,7 @@ Status Scheduler::StartEpoch(int64_t epoch, int64_t first_batch) {
 // slot not holding this epoch (or leased) is freed. False: they did not.
 bool Scheduler::RunOnInto(std::unique_lock<std::mutex>& native, int64_t epoch) {
   if (!started_ || order_.epoch() != epoch || epoch_ == epoch) return false;
-  if (sampler_.Elastic(epoch)) return false;  // run on into as a whole epoch: not this one
+  if (sampler_.Elastic(epoch) || sampler_.Planned()) return false;  // run on into as a whole epoch: not this one
   while (!cancelled_ && slots().FillingOtherThan(epoch)) ready_cv_.wait(native);
   slots().FreeAll(SlotState::kReady, /*but_epoch=*/epoch);
   epoch_ = epoch;
@@ -265,8 +265,8 @@ Scheduler::Position Scheduler::WaitForPosition(std::unique_lock<std::mutex>& nat
   bool blocked = false;
   Position result = Position::kCancelled;
   while (!cancelled_) {
-    if (restarting_ || !started_ || (order_.done() && order_.epoch() != epoch_)) {
-      blocked = false;  // nothing to fetch until the caller starts an epoch
+    if (restarting_ || !started_ || (order_.done() && (order_.epoch() != epoch_ || sampler_.Planned()))) {
+      blocked = false;  // nothing to fetch until the caller starts an epoch (planned: another pass)
     } else if (order_.done()) {
       *current = epoch_;
       result = Position::kNextEpoch;

@@ -7,6 +7,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -253,6 +254,9 @@ class PyLoader {
     if (!total.ok()) RaiseStatus(total.status());
   }
   bool CountsKnown() const { return Loader().sampler().counts_known(); }
+  // Prep for another loader (docs/remote.md): the next passes make only
+  // `plan`'s batches (None: whole epochs again).
+  void SetPlan(std::shared_ptr<BatchPlan> plan) { Loader().sampler().SetPlan(std::move(plan)); }
   int64_t BatchesPerEpoch() const {
     WaitForIndex();
     return Cursor().batches_per_epoch();  // an elastic epoch's own count
@@ -428,8 +432,29 @@ class PyServer {
   std::thread thread_;
 };
 
+std::vector<ElasticStep> StepsOf(const std::vector<std::pair<int64_t, int64_t>>& steps) {
+  std::vector<ElasticStep> out;
+  for (const auto& [world, batch] : steps) {
+    if (world < 1 || batch < 0) throw nb::value_error("elastic steps are (world_size >= 1, batch >= 0)");
+    out.push_back({world, batch});
+  }
+  return out;
+}
+
 // The classes, as _nostall.pyi types them.
 void BindLoader(nb::module_& m) {
+  nb::class_<BatchPlan>(m, "BatchPlan")
+      .def("__init__",
+           [](BatchPlan* p, int64_t epoch, const std::vector<std::pair<int64_t, int64_t>>& elastic) {
+             if (epoch < 0) throw nb::value_error("epoch must be >= 0");
+             new (p) BatchPlan(epoch, StepsOf(elastic));
+           },
+           "epoch"_a, "elastic"_a = std::vector<std::pair<int64_t, int64_t>>{})
+      .def("extend", [](BatchPlan& p, const std::vector<int64_t>& batches) { RaiseIfError(p.Extend(batches)); },
+           "batches"_a)
+      .def("finish", &BatchPlan::Finish)
+      .def("__len__", &BatchPlan::size)
+      .def_prop_ro("epoch", &BatchPlan::epoch);
   nb::class_<PyLoader>(m, "Loader")
       .def(nb::init<const std::string&>(), "spec_json"_a)
       .def_static("attach", &PyLoader::Attach, "name"_a, "batch_size"_a, "producer_timeout_s"_a,
@@ -455,6 +480,7 @@ void BindLoader(nb::module_& m) {
            "concurrency"_a)
       .def_prop_ro("batches_per_epoch", &PyLoader::BatchesPerEpoch)
       .def_prop_ro("counts_known", &PyLoader::CountsKnown)
+      .def("set_plan", &PyLoader::SetPlan, "plan"_a.none())
       .def_prop_ro("num_classes", &PyLoader::NumClasses)
       .def_prop_ro("left_out", &PyLoader::LeftOut)
       .def_prop_ro("index_origin", &PyLoader::IndexOrigin)

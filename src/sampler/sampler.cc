@@ -1,6 +1,7 @@
 #include "nostall/sampler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -64,6 +65,39 @@ class FixedStream final : public EpochStream {
  private:
   std::vector<int64_t> order_;
   const int64_t total_;
+};
+
+// A plan's batches of the rank's `order`, as they are planned: each batch's
+// positions, the last (short) one's filled up with holes (no sample), so
+// every planned batch is one batch of the stream.
+class PlannedStream final : public EpochStream {
+ public:
+  PlannedStream(std::vector<int64_t> order, int64_t batch_size, std::shared_ptr<BatchPlan> plan)
+      : order_(std::move(order)), bs_(batch_size), plan_(std::move(plan)) {}
+  Status More(std::vector<int64_t>* out, bool* final) override {
+    std::vector<int64_t> batches;
+    *final = plan_->Take(taken_, &batches, /*wait_ms=*/20);  // a wait the fetchers' shutdown can see
+    taken_ += batches.size();
+    const int64_t n = static_cast<int64_t>(order_.size());
+    for (int64_t b : batches) {
+      if (b < 0 || b * bs_ >= n) {
+        *final = true;
+        return InvalidArgument("planned batch " + std::to_string(b) + " is outside the epoch's " +
+                               std::to_string((n + bs_ - 1) / bs_));
+      }
+      for (int64_t p = b * bs_; p < (b + 1) * bs_; ++p) out->push_back(p < n ? order_[static_cast<size_t>(p)] : -1);
+      total_ += bs_;
+    }
+    return Status::OK();
+  }
+  int64_t total() const override { return total_; }
+
+ private:
+  const std::vector<int64_t> order_;
+  const int64_t bs_;
+  const std::shared_ptr<BatchPlan> plan_;
+  size_t taken_ = 0;
+  int64_t total_ = 0;
 };
 
 // The buffered epoch (sampler.h): shards in a permutation of (seed, epoch),
@@ -288,6 +322,16 @@ Status Sampler::SetBufferedEpoch(int64_t epoch) const {
 }
 
 std::unique_ptr<EpochStream> Sampler::OpenEpoch(int64_t epoch) const {
+  std::shared_ptr<BatchPlan> plan;
+  {
+    std::lock_guard<std::mutex> lock(lazy_->mu);
+    plan = lazy_->plan;
+  }
+  if (plan != nullptr && plan->epoch() == epoch) {
+    std::vector<int64_t> order = plan->elastic().empty() ? EpochOrder(epoch) : ElasticOrder(epoch, plan->elastic());
+    return std::make_unique<PlannedStream>(std::move(order), options_.batch_size, std::move(plan));
+  }
+  if (Elastic(epoch)) return std::make_unique<FixedStream>(EpochOrder(epoch));
   if (options_.shards != nullptr) {
     int64_t none = -1;
     // The first epoch opened before the index is whole is the buffered one.
@@ -459,6 +503,32 @@ std::vector<int64_t> Sampler::ElasticOrder(int64_t epoch, const std::vector<Elas
     seq = std::move(left);
   }
   return Deal(seq, options_.rank, options_.world_size);
+}
+
+Status BatchPlan::Extend(const std::vector<int64_t>& batches) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (finished_) return FailedPrecondition("the plan of epoch " + std::to_string(epoch_) + " is finished");
+  batches_.insert(batches_.end(), batches.begin(), batches.end());
+  cv_.notify_all();
+  return Status::OK();
+}
+
+void BatchPlan::Finish() {
+  std::lock_guard<std::mutex> lock(mu_);
+  finished_ = true;
+  cv_.notify_all();
+}
+
+size_t BatchPlan::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return batches_.size();
+}
+
+bool BatchPlan::Take(size_t from, std::vector<int64_t>* out, int wait_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::milliseconds(wait_ms), [&] { return finished_ || batches_.size() > from; });
+  if (batches_.size() > from) out->insert(out->end(), batches_.begin() + static_cast<ptrdiff_t>(from), batches_.end());
+  return finished_;
 }
 
 Status Sampler::SetElastic(int64_t epoch, std::vector<ElasticStep> steps) const {
