@@ -37,8 +37,11 @@ class EpochCursor {
   EpochCursor(Loader* loader, std::string shared_name);
 
   Status SetEpoch(int64_t epoch);
-  // Starts the epoch the rules above pick, on the loader.
-  Status Begin();
+  // Starts the epoch the rules above pick, on the loader (start_loader
+  // false: only picks it; its batches are made elsewhere, docs/remote.md).
+  Status Begin(bool start_loader = true);
+  // The pass Begin picked is elastic (sampler.h): its steps.
+  const std::vector<ElasticStep>& elastic() const { return elastic_; }
   // What Next() gave. Each returns true when that batch ended the epoch.
   bool Delivered(int64_t batch_index);  // a batch (its index in the epoch)
   bool Failed();                         // a bad batch, raised and consumed

@@ -20,7 +20,7 @@ and torchvision onto it.
 """
 
 from . import _arrow  # noqa: F401  (Arrow's libraries, before the module that needs them)
-from . import audio, detection, video
+from . import audio, detection, ray, video
 from . import _nostall
 from ._nostall import available_cores
 from .analyze import Analysis, analyze

@@ -118,6 +118,8 @@ def next_batch(self, generation):
             "loader)). A loader runs one pass at a time; to peek, keep the batch the loop "
             "gave, or make a second Loader")
     core = self._require_core()
+    if self._remote is not None:
+        return _next_remote(self, core)
     if not core.active:
         raise StopIteration
     try:
@@ -153,6 +155,32 @@ def next_batch(self, generation):
         axes = [a for a in range(3) if core.ragged_axes >> a & 1]
         sizes = dims[:, axes] if len(axes) > 1 else dims[:, axes[0]].copy()
     return _handed_out(self, core, images, labels, indices, copied, raw_fields, sizes)
+
+
+def _next_remote(self, core):
+    """The next batch of a loader with remote prep (nostall/ray.py), in the local order."""
+    rpass = self._remote_pass
+    got = rpass.take() if rpass is not None else None
+    if got is None:
+        if rpass is not None:
+            rpass.close()
+            self._remote_pass = None
+            core.ended_elsewhere()
+        show_epoch_end(self, core)
+        raise StopIteration
+    batch, (images, labels, indices, raw_fields, dims) = got
+    if core.delivered_elsewhere(batch):
+        rpass.close()
+    if self._progress is not None:
+        self._progress.update(self, core.epoch, core.position, core.batches_per_epoch)
+        show_epoch_end(self, core)
+    sizes = None
+    if dims is not None:
+        axes = [a for a in range(3) if core.ragged_axes >> a & 1]
+        sizes = dims[:, axes] if len(axes) > 1 else dims[:, axes[0]].copy()
+    with warnings.catch_warnings():  # a worker's batch: the object store's read-only memory
+        warnings.simplefilter("ignore", UserWarning)
+        return _handed_out(self, core, images, labels, indices, False, raw_fields, sizes)
 
 
 def _handed_out(self, core, images, labels, indices, copied, raw_fields, sizes):

@@ -257,10 +257,12 @@ class Loader(Closeable):
         batch_transform=None,
         hook_threads: int = 2,
         source_options: Optional[dict] = None,
+        remote=None,
         **dataloader_args,
     ):
         given = dict(locals())
         del given["self"]
+        self._remote_prep = given.pop("remote")
         spec, hooks, ranks_from = build_spec(given)
         # A folder of videos read through a Clip, fields not given: (clips, labels), as images.
         self._video_pair = given.get("fields") is None and "video" in {f.get("kind") for f in spec.get("fields") or []}
@@ -439,6 +441,13 @@ class Loader(Closeable):
         # epoch cursor (nostall/epoch_cursor.h), as for the CLI and serve.
         self._shared = None      # the shared loader's name, for a consumer
         self._generation = 0     # which iterator is current
+        self._remote = self._remote_pass = None
+        prep = getattr(self, "_remote_prep", None)
+        if prep is not None:
+            from . import ray as remote_prep
+            if not isinstance(prep, remote_prep.Prep):
+                raise TypeError(f"remote must be a nostall.ray.Prep, not {type(prep).__name__}")
+            self._remote = remote_prep.Remote(self._core, prep)
 
     # ------------------------------------------------------------ iteration
     def set_epoch(self, epoch: int) -> None:
@@ -467,8 +476,14 @@ class Loader(Closeable):
         iteration abandons the previous one: its iterator then raises an
         error rather than end the epoch early.
         """
-        self._require_core().begin()
+        core = self._require_core()
         self._generation += 1
+        if self._remote is not None:
+            if self._remote_pass is not None:
+                self._remote_pass.close()
+            self._remote_pass = self._remote.begin()
+        else:
+            core.begin()
         return _EpochIterator(self, self._generation)
 
     def __len__(self):
@@ -620,6 +635,11 @@ class Loader(Closeable):
         pinned, self._pinned = getattr(self, "_pinned", None), None
         if pinned is not None:  # (before the slots can be unmapped)
             pinned.close()
+        remote, self._remote = getattr(self, "_remote", None), None
+        if remote is not None:
+            if self._remote_pass is not None:
+                self._remote_pass.close()
+            remote.close()
         core, self._core = getattr(self, "_core", None), None
         if core is not None:
             core.close()

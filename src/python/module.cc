@@ -169,7 +169,9 @@ class PyLoader {
   // last; sample_dims: for samples of many sizes, each one's shape (B x 3),
   // else None. A bad batch
   // raises (and is consumed). A batch of no samples is never returned.
-  nb::object Next() {
+  nb::object Next() { return NextBatch(/*cursor=*/true); }
+  nb::object NextPlanned() { return NextBatch(/*cursor=*/false); }
+  nb::object NextBatch(bool cursor) {
     NextStatus ns = NextStatus::kTimeout;
     std::shared_ptr<Batch> batch;
     while (true) {
@@ -179,7 +181,7 @@ class PyLoader {
         st = Loader().Next(/*timeout_ms=*/50, &ns, &batch);
       }
       if (!st.ok()) {
-        epoch_over_ = st.code() == StatusCode::kDataError && Cursor().Failed();
+        if (cursor) epoch_over_ = st.code() == StatusCode::kDataError && Cursor().Failed();
         RaiseStatus(st);
       }
       if (ns == NextStatus::kBatch && batch->size() == 0) continue;  // a shared consumer's
@@ -188,10 +190,10 @@ class PyLoader {
       if (PyErr_CheckSignals() != 0) throw nb::python_error();
     }
     if (ns == NextStatus::kEndOfEpoch) {
-      epoch_over_ = Cursor().Ended();
+      if (cursor) epoch_over_ = Cursor().Ended();
       return nb::none();
     }
-    const bool over = epoch_over_ = Cursor().Delivered(batch->index());
+    const bool over = cursor ? (epoch_over_ = Cursor().Delivered(batch->index())) : false;
     const auto [memory, memory_bytes] = batch->memory();
     batch_memory_ = {reinterpret_cast<uintptr_t>(memory), memory_bytes};
     const LoaderSpec& spec = Loader().spec();
@@ -257,6 +259,33 @@ class PyLoader {
   // Prep for another loader (docs/remote.md): the next passes make only
   // `plan`'s batches (None: whole epochs again).
   void SetPlan(std::shared_ptr<BatchPlan> plan) { Loader().sampler().SetPlan(std::move(plan)); }
+  // Makes `plan`'s batches from now on, outside the epoch cursor (next_planned() hands them out).
+  void StartPlan(std::shared_ptr<BatchPlan> plan) {
+    const int64_t epoch = plan->epoch();
+    Loader().sampler().SetPlan(std::move(plan));
+    Status st;
+    {
+      nb::gil_scoped_release release;
+      st = Loader().StartEpoch(epoch, 0);
+    }
+    RaiseIfError(st);
+  }
+  // The cursor's next pass, its batches made elsewhere: (epoch, first batch,
+  // elastic steps, batches in the epoch).
+  nb::tuple BeginElsewhere() {
+    Status st;
+    {
+      nb::gil_scoped_release release;
+      st = Cursor().Begin(/*start_loader=*/false);
+    }
+    RaiseIfError(st);
+    std::vector<std::pair<int64_t, int64_t>> steps;
+    for (const ElasticStep& e : Cursor().elastic()) steps.push_back({e.world_size, e.batch});
+    return nb::make_tuple(Cursor().epoch(), Cursor().position(), steps, Cursor().batches_per_epoch());
+  }
+  // A batch made elsewhere was handed out: true when it ended the epoch.
+  bool DeliveredElsewhere(int64_t batch) { return epoch_over_ = Cursor().Delivered(batch); }
+  bool EndedElsewhere() { return epoch_over_ = Cursor().Ended(); }
   int64_t BatchesPerEpoch() const {
     WaitForIndex();
     return Cursor().batches_per_epoch();  // an elastic epoch's own count
@@ -481,6 +510,11 @@ void BindLoader(nb::module_& m) {
       .def_prop_ro("batches_per_epoch", &PyLoader::BatchesPerEpoch)
       .def_prop_ro("counts_known", &PyLoader::CountsKnown)
       .def("set_plan", &PyLoader::SetPlan, "plan"_a.none())
+      .def("start_plan", &PyLoader::StartPlan, "plan"_a)
+      .def("next_planned", &PyLoader::NextPlanned)
+      .def("begin_elsewhere", &PyLoader::BeginElsewhere)
+      .def("delivered_elsewhere", &PyLoader::DeliveredElsewhere, "batch"_a)
+      .def("ended_elsewhere", &PyLoader::EndedElsewhere)
       .def_prop_ro("num_classes", &PyLoader::NumClasses)
       .def_prop_ro("left_out", &PyLoader::LeftOut)
       .def_prop_ro("index_origin", &PyLoader::IndexOrigin)

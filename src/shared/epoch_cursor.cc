@@ -23,7 +23,7 @@ Status EpochCursor::SetEpoch(int64_t epoch) {
   return Status::OK();
 }
 
-Status EpochCursor::Begin() {
+Status EpochCursor::Begin(bool start_loader) {
   if (!epoch_set_) {
     if (finished_ == epoch_) {
       ++epoch_;  // the pass after a finished epoch
@@ -47,7 +47,7 @@ Status EpochCursor::Begin() {
   began_at_ = start > 0 || !elastic_.empty() ? resume_ : std::nullopt;
   resume_.reset();
   active_ = false;
-  NOSTALL_RETURN_IF_ERROR(loader_->Resume(epoch_, start, at));
+  if (start_loader) NOSTALL_RETURN_IF_ERROR(loader_->Resume(epoch_, start, at));
   position_ = start;
   handed_ = 0;
   named_running_ = false;
