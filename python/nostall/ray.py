@@ -286,7 +286,9 @@ class _Pass:
                 b = self.to_assign
             else:
                 return
-            free = [s for s in self.r.sources() if len(s.outstanding) < s.window]
+            # A lost worker's batches go first, past any window: the trainer
+            # waits for the lowest of them, and no window frees before it.
+            free = [s for s in self.r.sources() if self.again or len(s.outstanding) < s.window]
             if not free:
                 return
             known = [s.per_batch for s in self.r.sources() if s.per_batch is not None]

@@ -1,0 +1,157 @@
+"""Prep on other machines' CPUs with Ray (nostall.ray.Prep): a real Ray
+cluster of three nodes on this machine (`ray start --head` and two `ray start
+--address` with their own resources), a worker process killed for real."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import nostall
+
+ray = pytest.importorskip("ray")  # installed by `make test` (Makefile PY_PACKAGES)
+
+N = 120
+KW = dict(batch_size=4, shuffle=True, seed=4, return_indices=True, copy=True,
+          transforms=[nostall.RandomResizedCrop(16), nostall.RandomHorizontalFlip()])
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    root = tmp_path_factory.mktemp("remote")
+    rng = np.random.default_rng(1)
+    for i in range(N):
+        d = root / f"c{i % 4}"
+        d.mkdir(exist_ok=True)
+        Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(d / f"{i:04d}.jpg", quality=90)
+    return str(root)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A head (no CPUs for work) and two worker nodes of one CPU and a "prep" resource."""
+    env = dict(os.environ, RAY_AUTH_MODE="disabled")
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # socket paths stay short
+    port = _free_port()
+    address = f"127.0.0.1:{port}"
+    common = ["--node-ip-address=127.0.0.1", "--disable-usage-stats"]
+    run = lambda *args: subprocess.run([ray_bin, "start", *args, *common], env=env, check=True,  # noqa: E731
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=180)
+    try:
+        run("--head", f"--port={port}", "--num-cpus=0", "--include-dashboard=false", f"--temp-dir={temp}")
+        for _ in range(2):
+            run(f"--address={address}", "--num-cpus=1", '--resources={"prep": 1}')
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+        ray.init(address=address, log_to_driver=False)
+        yield address
+    finally:
+        ray.shutdown()
+        subprocess.run([ray_bin, "stop", "--force"], env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=120)
+        os.environ.pop("RAY_AUTH_MODE", None)
+
+
+def batches(loader):
+    return [(x.numpy(), [int(i) for i in idx]) for x, _, idx in loader]
+
+
+def local_epoch(folder, epoch, **kw):
+    loader = nostall.Loader(folder, **dict(KW, **kw))
+    loader.set_epoch(epoch)
+    return batches(loader)
+
+
+def assert_same(got, want):
+    assert [i for _, i in got] == [i for _, i in want], "another order, or a batch missed or twice"
+    for (a, _), (b, _) in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_worker_killed_mid_epoch_every_batch_once_and_byte_identical(cluster, folder):
+    want = local_epoch(folder, 0)
+    loader = nostall.Loader(folder, remote=nostall.ray.Prep(num_workers=2, resources={"prep": 1}, local=False),
+                            **KW)
+    pids = [w["pid"] for w in loader._remote.where]
+    assert len(set(pids)) == 2
+    got = []
+    with pytest.warns(RuntimeWarning, match="worker 0 was lost"):
+        for n, batch in enumerate(batches_iter(loader)):
+            got.append(batch)
+            if n == 8:
+                os.kill(pids[0], signal.SIGKILL)
+    assert_same(got, want)
+    counts = loader._remote.counts
+    assert counts["workers_lost"] == 1 and counts["remade_batches"] >= 1
+    assert counts["remote_batches"] == len(want)
+    assert_same(batches(loader), local_epoch(folder, 1))  # the next epoch, on the survivor
+    loader.close()
+
+
+def batches_iter(loader):
+    for x, _, idx in loader:
+        yield x.numpy(), [int(i) for i in idx]
+
+
+def test_local_and_remote_together_resume_from_state(cluster, folder):
+    want = local_epoch(folder, 2)
+    prep = nostall.ray.Prep(num_workers=1, resources={"prep": 1})
+    loader = nostall.Loader(folder, remote=prep, **KW)
+    loader.set_epoch(2)
+    it = iter(loader)
+    head = [next(it) for _ in range(7)]
+    state = loader.state_dict()
+    assert (state["epoch"], state["batch"]) == (2, 7)
+    counts = loader._remote.counts
+    loader.close()
+    assert counts["remote_batches"] + counts["local_batches"] == 7
+    resumed = nostall.Loader(folder, remote=prep, **KW)
+    resumed.load_state_dict(state)
+    rest = batches(resumed)
+    assert_same([(x.numpy(), [int(i) for i in idx]) for x, _, idx in head] + rest, want)
+    both = resumed._remote.counts
+    assert both["remote_batches"] > 0 and both["local_batches"] > 0, both
+    resumed.close()
+
+
+def test_elastic_state_of_four_ranks_resumes_remote_at_two(cluster, folder):
+    states = []
+    for r in range(4):
+        loader = nostall.Loader(folder, rank=r, world_size=4, **KW)
+        loader.set_epoch(1)
+        it = iter(loader)
+        for _ in range(3):
+            next(it)
+        states.append(loader.state_dict())
+    for r in range(2):
+        local = nostall.Loader(folder, rank=r, world_size=2, **KW)
+        local.load_state_dict(states[0])
+        remote = nostall.Loader(folder, rank=r, world_size=2,
+                                remote=nostall.ray.Prep(num_workers=1, resources={"prep": 1}), **KW)
+        remote.load_state_dict(states[0])
+        assert len(remote) == len(local)
+        assert_same(batches(remote), batches(local))
+        remote.close()
+
+
+def test_prep_arguments_are_checked():
+    with pytest.raises(ValueError, match="num_workers"):
+        nostall.ray.Prep(num_workers=-1)
+    with pytest.raises(ValueError, match="cpus_per_worker"):
+        nostall.ray.Prep(cpus_per_worker=0)
+    with pytest.raises(ValueError, match="no batches"):
+        nostall.ray.Prep(num_workers=0, local=False)
+    with pytest.raises(TypeError, match="nostall.ray.Prep"):
+        nostall.Loader(".", remote="ray://somewhere")
