@@ -225,8 +225,34 @@ class Remote:
         self._local = _Source("local", prep.local_window) if prep.local else None
         self.where = ray.get([s.actor.ready.remote() for s in self._sources])  # up (raises if not)
         self._pass = 0
+        self._local_share = prep.local_window  # the first batches from both sides (a fast start)
+        self._calm = 0
         self.counts = {"remote_batches": 0, "local_batches": 0, "remade_batches": 0, "workers_lost": 0,
                        "remote_bytes": 0, "remote_wait_s": 0.0}
+
+    def local_room(self):
+        """The trainer's own threads may take one more batch (the tuner's share)."""
+        loc = self._local
+        if loc is None:
+            return False
+        if not any(s.alive for s in self._sources):
+            return len(loc.outstanding) < loc.window
+        return len(loc.outstanding) < self._local_share
+
+    def tune(self, waited):
+        """The trainer's own share of the batches: up while the trainer waits
+        for workers' batches (they are short of CPU), down while it does not
+        (its own CPU is better left to the training step)."""
+        if self._local is None:
+            return
+        if waited > 0.002:
+            self._calm = 0
+            self._local_share = min(self._local.window, self._local_share + 1)
+        else:
+            self._calm += 1
+            if self._calm >= 8:
+                self._calm = 0
+                self._local_share = max(0, self._local_share - 1)
 
     def sources(self):
         return [s for s in self._sources if s.alive] + ([self._local] if self._local is not None else [])
@@ -291,9 +317,17 @@ class _Pass:
             free = [s for s in self.r.sources() if self.again or len(s.outstanding) < s.window]
             if not free:
                 return
-            known = [s.per_batch for s in self.r.sources() if s.per_batch is not None]
-            default = sum(known) / len(known) if known else 1.0
-            src = min(free, key=lambda s: s.finish_estimate(default))
+            # Workers first (a batch made here takes the trainer's own CPU);
+            # the trainer's threads only as far as the tuner lets them.
+            remote = [s for s in free if s.actor is not None]
+            if remote and not (self.again and len(free) > len(remote) and self.r.local_room()):
+                known = [s.per_batch for s in remote if s.per_batch is not None]
+                default = sum(known) / len(known) if known else 1.0
+                src = min(remote, key=lambda s: s.finish_estimate(default))
+            elif self.r.local_room():
+                src = self.r._local
+            else:
+                return
             if self.again:
                 heapq.heappop(self.again)
             else:
@@ -321,6 +355,7 @@ class _Pass:
             self.fill()
             b = self.next
             src, ref, t0 = self.asked[b]
+            t_take = time.perf_counter()
             try:
                 out = self.take_local(b) if ref is None else self.take_remote(src, ref)
             except self.r._ray.exceptions.RayError as e:
@@ -330,6 +365,8 @@ class _Pass:
                 continue
             src.outstanding.discard(b)
             del self.asked[b]
+            if ref is not None:
+                self.r.tune(waited=time.perf_counter() - t_take)
             dt = time.perf_counter() - t0
             # A batch's cost: the time it took over the batches queued before it.
             cost = dt / max(1, len(src.outstanding) + 1)
