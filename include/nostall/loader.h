@@ -195,6 +195,15 @@ class Loader {
   // One sample's shape: (C, H, W) for NCHW, (H, W, C) for NHWC.
   virtual std::vector<int64_t> SampleShape() const = 0;
 
+  // Makes the loader's threads (running, and started later) run only when
+  // their cores have nothing else to run (Linux SCHED_IDLE): prep beside a
+  // training step on the same cores that it must never slow (the trainer's
+  // share of remote prep, docs/remote.md). Still work-conserving: a core
+  // the step leaves idle is theirs.
+  virtual Status RunInBackground() {
+    return FailedPrecondition("this loader's threads are another process's");
+  }
+
   // A consumer of a shared loader: where its current epoch began in the
   // producer's stream. A loader of its own has none.
   virtual std::optional<StreamPosition> stream_position() const { return std::nullopt; }

@@ -48,7 +48,9 @@ class Prep:
             handed out by the trainer (the backpressure: a worker never runs
             further ahead).
         local: the trainer's own prep threads make batches too.
-        local_window: batches asked of the trainer's own threads at once.
+        local_window: batches asked of the trainer's own threads at once
+            when no worker is left (while workers run: one at a time, made
+            in the background, from what the training step leaves idle).
         resources: Ray custom resources each actor needs (e.g.
             ``{"prep": 1}`` to keep workers on the nodes started with that
             resource).
@@ -223,36 +225,32 @@ class Remote:
         self._sources = [_Source(f"worker {i}", prep.window, actor.remote(json.dumps(spec)))
                          for i in range(prep.num_workers)]
         self._local = _Source("local", prep.local_window) if prep.local else None
-        self.where = ray.get([s.actor.ready.remote() for s in self._sources])  # up (raises if not)
+        if self._local is not None:
+            # The trainer's own prep only takes what its training step leaves idle.
+            core.run_in_background()
+        self._where = [s.actor.ready.remote() for s in self._sources]  # not waited for: a fast start
         self._pass = 0
-        self._local_share = prep.local_window  # the first batches from both sides (a fast start)
-        self._calm = 0
+        self._local_rest = 0
+        self.local_from = 0  # the trainer's threads take no batch before this one
         self.counts = {"remote_batches": 0, "local_batches": 0, "remade_batches": 0, "workers_lost": 0,
                        "remote_bytes": 0, "remote_wait_s": 0.0}
 
-    def local_room(self):
-        """The trainer's own threads may take one more batch (the tuner's share)."""
-        loc = self._local
-        if loc is None:
-            return False
-        if not any(s.alive for s in self._sources):
-            return len(loc.outstanding) < loc.window
-        return len(loc.outstanding) < self._local_share
-
-    def tune(self, waited):
-        """The trainer's own share of the batches: up while the trainer waits
-        for workers' batches (they are short of CPU), down while it does not
-        (its own CPU is better left to the training step)."""
-        if self._local is None:
+    def local_made(self, batch, waited):
+        """The tuner of the trainer's own share: a batch its threads had made
+        in the background by its turn pays; one the trainer had to wait for
+        took the training step's time (its core had no idle time to give),
+        and the trainer's threads rest for twice as many batches as the last
+        time (at most 256)."""
+        if waited < 0.01:
+            self._local_rest = 0
             return
-        if waited > 0.002:
-            self._calm = 0
-            self._local_share = min(self._local.window, self._local_share + 1)
-        else:
-            self._calm += 1
-            if self._calm >= 8:
-                self._calm = 0
-                self._local_share = max(0, self._local_share - 1)
+        self._local_rest = min(256, max(16, 2 * self._local_rest))
+        self.local_from = batch + self._local_rest
+
+    @property
+    def where(self):
+        """Each worker's host, pid and cores (waits for them to be up)."""
+        return self._ray.get(self._where)
 
     def sources(self):
         return [s for s in self._sources if s.alive] + ([self._local] if self._local is not None else [])
@@ -292,7 +290,7 @@ class _Pass:
         self.key = key
         self.epoch = epoch
         self.elastic = [list(e) for e in elastic]
-        self.next = start
+        self.next = self.first = start
         self.end = end
         self.to_assign = start
         self.again = []      # batches to make again (a lost worker's), lowest first
@@ -304,31 +302,39 @@ class _Pass:
 
     # -- asking
     def fill(self):
-        limit = self.next + sum(s.window for s in self.r.sources())
+        """Asks the sources for the next batches. Workers first: a batch made
+        here takes the trainer's own core. The trainer's threads (in the
+        background: only what the training step leaves idle) take the first
+        batch of a pass (a fast start: workers may still be starting) and
+        then one batch at a time while every worker is busy, far enough ahead
+        that the idle time makes it."""
+        workers = [s for s in self.r._sources if s.alive]
+        local = self.r._local
         while True:
-            if self.again:
+            again = bool(self.again)
+            if again:
                 b = self.again[0]
-            elif self.to_assign < min(self.end, limit):
+            elif self.to_assign < self.end:
                 b = self.to_assign
             else:
                 return
-            # A lost worker's batches go first, past any window: the trainer
-            # waits for the lowest of them, and no window frees before it.
-            free = [s for s in self.r.sources() if self.again or len(s.outstanding) < s.window]
-            if not free:
-                return
-            # Workers first (a batch made here takes the trainer's own CPU);
-            # the trainer's threads only as far as the tuner lets them.
-            remote = [s for s in free if s.actor is not None]
-            if remote and not (self.again and len(free) > len(remote) and self.r.local_room()):
-                known = [s.per_batch for s in remote if s.per_batch is not None]
+            room = [s for s in workers if again or len(s.outstanding) < s.window]
+            # Until a worker has made a batch (it may be starting: a process,
+            # a pipeline), the trainer's threads make batches as if alone.
+            warming = all(s.per_batch is None for s in workers)
+            if local is not None and (not workers or (warming and len(local.outstanding) < local.window)):
+                src = local if (again or len(local.outstanding) < local.window) else None
+            elif room:
+                known = [s.per_batch for s in room if s.per_batch is not None]
                 default = sum(known) / len(known) if known else 1.0
-                src = min(remote, key=lambda s: s.finish_estimate(default))
-            elif self.r.local_room():
-                src = self.r._local
+                src = min(room, key=lambda s: s.finish_estimate(default))
+            elif local is not None and not local.outstanding and b >= self.r.local_from:
+                src = local
             else:
+                src = None
+            if src is None:
                 return
-            if self.again:
+            if again:
                 heapq.heappop(self.again)
             else:
                 self.to_assign += 1
@@ -363,10 +369,11 @@ class _Pass:
                     raise e.as_instanceof_cause() from None  # a bad batch: as the local loader raises it
                 self.remake(src, e)
                 continue
+            if ref is None and workers_alive(self.r) and not all(w.per_batch is None for w in self.r._sources
+                                                                 if w.alive):
+                self.r.local_made(b, waited=time.perf_counter() - t_take)
             src.outstanding.discard(b)
             del self.asked[b]
-            if ref is not None:
-                self.r.tune(waited=time.perf_counter() - t_take)
             dt = time.perf_counter() - t0
             # A batch's cost: the time it took over the batches queued before it.
             cost = dt / max(1, len(src.outstanding) + 1)
@@ -412,6 +419,10 @@ class _Pass:
         for b, (src, _ref, _t) in list(self.asked.items()):
             src.outstanding.discard(b)
         self.asked.clear()
+
+
+def workers_alive(remote):
+    return any(s.alive for s in remote._sources)
 
 
 def _lost(ray, e):

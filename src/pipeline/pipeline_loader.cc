@@ -2,7 +2,13 @@
 // stats, and the knobs as the tuner turns them.
 #include "pipeline/pipeline_loader.h"
 
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <system_error>
 
 #include "common/clock.h"
@@ -136,7 +142,33 @@ void PipelineLoader::StartWorkers(const Scheduler::Knobs& k) {
 
 // ---- the workers ------------------------------------------------------------
 
+namespace {
+Status ToBackground(int tid) {
+  sched_param none{};
+  if (sched_setscheduler(tid, SCHED_IDLE, &none) != 0 && errno != ESRCH) {  // (ESRCH: it ended)
+    return PermissionDenied(std::string("cannot run the loader's threads in the background (SCHED_IDLE): ") +
+                            std::strerror(errno));
+  }
+  return Status::OK();
+}
+}  // namespace
+
+void PipelineLoader::Registered() {
+  const int tid = static_cast<int>(syscall(SYS_gettid));
+  std::lock_guard<std::mutex> lock(tids_mu_);
+  tids_.push_back(tid);
+  if (background_) (void)ToBackground(tid);  // (RunInBackground said whether it can)
+}
+
+Status PipelineLoader::RunInBackground() {
+  std::lock_guard<std::mutex> lock(tids_mu_);
+  background_ = true;
+  for (int tid : tids_) NOSTALL_RETURN_IF_ERROR(ToBackground(tid));
+  return Status::OK();
+}
+
 void PipelineLoader::FetchLoop(int index) {
+  Registered();
   // The item read is handed in with the next position taken (one lock).
   FetchedItem fi{}, read{};
   bool have = false;
@@ -156,6 +188,7 @@ void PipelineLoader::FetchLoop(int index) {
 // source's I/O thread. The reads in flight are bounded by the scheduler's
 // read limit.
 void PipelineLoader::DispatchLoop() {
+  Registered();
   const Fetcher::Done done = [this](FetchedItem fi) {
     AdaptReadLimit();
     scheduler_->Fetched(std::move(fi));
@@ -188,6 +221,7 @@ void PipelineLoader::AdaptReadLimit() {
 }
 
 void PipelineLoader::PrepLoop(int index) {
+  Registered();
   PrepScratch scratch;
   FetchedItem fi;
   Status st;

@@ -61,6 +61,7 @@ class PipelineLoader final : public Loader, public Tunable {
   const Source& source() const override { return *source_; }
   const Sampler& sampler() const override { return sampler_; }
   Status EvictPageCache() const override;
+  Status RunInBackground() override;
   const LoaderSpec& spec() const override { return spec_; }
   std::vector<int64_t> SampleShape() const override {
     return SampleShapeOf(spec_.prep, out_h_, out_w_);
@@ -80,6 +81,8 @@ class PipelineLoader final : public Loader, public Tunable {
   void DispatchLoop();
   void PrepLoop(int index);
   void AdaptReadLimit();
+  // A worker thread's start: known by its id, in the background if the loader is.
+  void Registered();
 
   const LoaderSpec spec_;
   const std::unique_ptr<Source> source_;
@@ -101,6 +104,9 @@ class PipelineLoader final : public Loader, public Tunable {
   std::unique_ptr<Scheduler> scheduler_;
   std::vector<std::thread> threads_;  // fetch and prep workers (the tuner may add some)
   int prep_started_ = 0, fetch_started_ = 0;  // Init's thread, then the tuner's
+  std::mutex tids_mu_;
+  std::vector<int> tids_;  // the workers' thread ids (RunInBackground)
+  bool background_ = false;  // guarded by tids_mu_
   std::unique_ptr<TuneLoop> tuner_;   // null: nothing tuned; stopped first
 };
 

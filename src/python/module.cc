@@ -284,6 +284,7 @@ class PyLoader {
     return nb::make_tuple(Cursor().epoch(), Cursor().position(), steps, Cursor().batches_per_epoch());
   }
   // A batch made elsewhere was handed out: true when it ended the epoch.
+  void RunInBackground() { RaiseIfError(Loader().RunInBackground()); }
   bool DeliveredElsewhere(int64_t batch) { return epoch_over_ = Cursor().Delivered(batch); }
   bool EndedElsewhere() { return epoch_over_ = Cursor().Ended(); }
   int64_t BatchesPerEpoch() const {
@@ -512,6 +513,7 @@ void BindLoader(nb::module_& m) {
       .def("set_plan", &PyLoader::SetPlan, "plan"_a.none())
       .def("start_plan", &PyLoader::StartPlan, "plan"_a)
       .def("next_planned", &PyLoader::NextPlanned)
+      .def("run_in_background", &PyLoader::RunInBackground)
       .def("begin_elsewhere", &PyLoader::BeginElsewhere)
       .def("delivered_elsewhere", &PyLoader::DeliveredElsewhere, "batch"_a)
       .def("ended_elsewhere", &PyLoader::EndedElsewhere)
