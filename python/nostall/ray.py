@@ -147,7 +147,8 @@ class _Worker:
             with self._cv:
                 while not self._passes and not self._closed:
                     self._cv.wait()
-                if self._closed:
+                if self._closed and not self._passes:
+                    self._core.close()
                     return
                 key, plan, batches = self._passes[0]
             self._core.start_plan(plan)
@@ -161,10 +162,8 @@ class _Worker:
                         made += 1
                         self._cv.notify_all()
                     continue
-                except Exception as e:  # noqa: BLE001 - the pipeline broke (or is closing)
+                except Exception as e:  # noqa: BLE001 - the pipeline broke
                     with self._cv:
-                        if self._closed:
-                            return
                         for b in batches[made:]:
                             self._failed[(key, b)] = e
                         self._cv.notify_all()
@@ -182,12 +181,13 @@ class _Worker:
                 self._passes.pop(0)
 
     def close(self):
+        """Stops after the batches already asked for; the pump closes the pipeline
+        (only the thread that iterates it may)."""
         with self._cv:
             self._closed = True
             for p in self._passes:
                 p[1].finish()
             self._cv.notify_all()
-        self._core.close()
 
 
 # ---------------------------------------------------------------- the trainer
@@ -231,29 +231,29 @@ class Remote:
         self._where = [s.actor.ready.remote() for s in self._sources]  # not waited for: a fast start
         self._pass = 0
         self._local_rest = 0
-        self.local_from = 0  # the trainer's threads take no batch before this one
+        self.taken = 0          # batches the trainer took, over all passes
+        self.local_from = 0     # the trainer's threads rest until it took this many
+        self.local_lead = 0     # how far ahead they are asked (0: twice the workers' windows)
         self.counts = {"remote_batches": 0, "local_batches": 0, "remade_batches": 0, "workers_lost": 0,
                        "remote_bytes": 0, "remote_wait_s": 0.0}
 
-    def local_made(self, batch, waited):
-        """The tuner of the trainer's own share: a batch its threads had made
-        in the background by its turn pays; one the trainer had to wait for
-        took the training step's time (its core had no idle time to give),
-        and the trainer's threads rest for twice as many batches as the last
-        time (at most 256)."""
+    def local_made(self, waited):
+        """The tuner of the trainer's own share. A batch its threads had made
+        in the background by its turn pays. One the trainer had to wait for
+        took the step's time (the idle moments before its turn were too few):
+        the next is asked twice as far ahead (up to 64 batches), and the
+        threads rest for 16, 32, ... up to 256 batches."""
         if waited < 0.01:
             self._local_rest = 0
             return
+        self.local_lead = min(64, 2 * self.local_lead)
         self._local_rest = min(256, max(16, 2 * self._local_rest))
-        self.local_from = batch + self._local_rest
+        self.local_from = self.taken + self._local_rest
 
     @property
     def where(self):
         """Each worker's host, pid and cores (waits for them to be up)."""
         return self._ray.get(self._where)
-
-    def sources(self):
-        return [s for s in self._sources if s.alive] + ([self._local] if self._local is not None else [])
 
     def begin(self):
         """The next pass: the cursor picks it, the sources make it."""
@@ -275,8 +275,7 @@ class Remote:
         for s in self._sources:
             if s.alive:
                 try:
-                    s.actor.close.remote()
-                    self._ray.kill(s.actor)
+                    self._ray.kill(s.actor)  # its batches not taken go with it
                 except Exception:  # noqa: BLE001 - already gone
                     pass
         self._sources = []
@@ -305,13 +304,23 @@ class _Pass:
         """Asks the sources for the next batches. Workers first: a batch made
         here takes the trainer's own core. The trainer's threads (in the
         background: only what the training step leaves idle) take the first
-        batch of a pass (a fast start: workers may still be starting) and
-        then one batch at a time while every worker is busy, far enough ahead
-        that the idle time makes it."""
+        batches while the workers start (a fast start), then one batch at a
+        time, twice the workers' windows ahead of the trainer, so that the
+        moments the step leaves idle make it before its turn."""
         workers = [s for s in self.r._sources if s.alive]
         local = self.r._local
+        warming = all(s.per_batch is None for s in workers)
+        if workers and not warming and local is not None and not local.outstanding:
+            # Far enough ahead that the idle moments before its turn make it.
+            if not self.r.local_lead:
+                self.r.local_lead = 2 * sum(s.window for s in workers)
+            far = self.next + self.r.local_lead
+            if self.to_assign <= far < self.end and self.r.taken >= self.r.local_from and far not in self.asked:
+                self.ask(local, far)
         while True:
             again = bool(self.again)
+            while self.to_assign in self.asked:  # (the trainer's threads took it)
+                self.to_assign += 1
             if again:
                 b = self.again[0]
             elif self.to_assign < self.end:
@@ -321,15 +330,12 @@ class _Pass:
             room = [s for s in workers if again or len(s.outstanding) < s.window]
             # Until a worker has made a batch (it may be starting: a process,
             # a pipeline), the trainer's threads make batches as if alone.
-            warming = all(s.per_batch is None for s in workers)
             if local is not None and (not workers or (warming and len(local.outstanding) < local.window)):
                 src = local if (again or len(local.outstanding) < local.window) else None
             elif room:
                 known = [s.per_batch for s in room if s.per_batch is not None]
                 default = sum(known) / len(known) if known else 1.0
                 src = min(room, key=lambda s: s.finish_estimate(default))
-            elif local is not None and not local.outstanding and b >= self.r.local_from:
-                src = local
             else:
                 src = None
             if src is None:
@@ -371,7 +377,7 @@ class _Pass:
                 continue
             if ref is None and workers_alive(self.r) and not all(w.per_batch is None for w in self.r._sources
                                                                  if w.alive):
-                self.r.local_made(b, waited=time.perf_counter() - t_take)
+                self.r.local_made(waited=time.perf_counter() - t_take)
             src.outstanding.discard(b)
             del self.asked[b]
             dt = time.perf_counter() - t0
@@ -379,6 +385,7 @@ class _Pass:
             cost = dt / max(1, len(src.outstanding) + 1)
             src.per_batch = cost if src.per_batch is None else 0.8 * src.per_batch + 0.2 * cost
             self.next += 1
+            self.r.taken += 1
             return b, out
         return None
 

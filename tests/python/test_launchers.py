@@ -149,3 +149,26 @@ def test_lightning_ddp_launch_trains_and_validates_each_sample_once(folder, tmp_
         validated = [i for r in ranks for e, idx in r["validated"] if e == epoch for i in idx]
         assert sorted(validated) == list(range(21)), f"epoch {epoch}: 21 samples, none twice"
     assert "nostall: rank 1 of 2" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("resume_at", [2, 3])
+def test_torchrun_saved_at_four_resumes_at_another_number_of_ranks(folder, tmp_path, resume_at):
+    """Elastic resume under torchrun: 4 processes read 3 batches each and rank 0
+    saves; a job of `resume_at` processes loads that state: every sample the 4
+    had not read comes once, none of theirs again, every rank as many batches."""
+    def torchrun(n, mode):
+        return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(n),
+                                 "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+                                 str(HERE / "elastic_rank.py"), str(folder), str(tmp_path), mode],
+                                env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_all([torchrun(4, "save")])
+    before = [i for r in range(4) for i in json.loads((tmp_path / f"save-{r}-of-4.json").read_text())]
+    run_all([torchrun(resume_at, "resume")])
+    after = [json.loads((tmp_path / f"resume-{r}-of-{resume_at}.json").read_text()) for r in range(resume_at)]
+    assert len({a["batches"] for a in after}) == 1
+    rest = [i for a in after for i in a["read"]]
+    assert len(before) == 4 * 3 * 2 and not set(before) & set(rest)
+    assert set(before) | set(rest) == set(range(30))
+    assert len(rest) - len(set(rest)) < resume_at  # only the padding to equal counts repeats
+
