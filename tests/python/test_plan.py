@@ -90,7 +90,7 @@ def test_a_batch_outside_the_epoch_is_an_error_naming_it(folder):
     plan = _nostall.BatchPlan(0)
     loader._core.start_plan(plan)
     plan.extend([19])
-    with pytest.raises(NostallError, match="planned batch 19 is outside the epoch's 19"):
+    with pytest.raises(ValueError, match="planned batch 19 is outside the epoch.s 19"):
         while loader._core.next_planned() is not None:
             pass
 
