@@ -200,6 +200,10 @@ class Loader(Closeable):
         hook_threads: Python threads that run the per-sample callables given
             in ``transforms`` (default 2); a callable that releases the GIL
             runs in parallel. Their time is ``stats()["stages"]["hooks"]``.
+        remote: a :class:`nostall.ray.Prep`: batches made also by Ray actors
+            on other nodes' CPUs, the very batches this loader would make, in
+            its order, each exactly once when a worker dies; this process's
+            own threads then run in the background (docs/remote.md).
         dataloader_args: torch DataLoader's own arguments (``num_workers``,
             ``collate_fn``, ``sampler``, ...) are not taken: each is a
             TypeError naming nostall's equivalent (docs/from_torch.md).
