@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <set>
 #include <thread>
 
+#include "nostall/sampler.h"
 #include "ops/prep.h"
 #include "ops/sample_kind.h"
 #include "testing/test_images.h"
@@ -185,6 +187,40 @@ TEST_F(LoaderTest, BatchesOutliveTheLoader) {
   int64_t label = b->labels()[0];
   loader.reset();  // joins every thread
   EXPECT_EQ(b->labels()[0], label);
+}
+
+// A plan grown from another thread while the loader makes it (remote prep's
+// workers): its batches, in its order, byte-identical to the whole epoch's,
+// and the pass ends where the plan does; a plan never grown shuts down promptly.
+TEST_F(LoaderTest, APlanGrownWhileRunningGivesItsBatchesInItsOrder) {
+  auto loader = Loader::Create(Spec(dir_->path(), 2)).value();
+  Epoch full = RunEpoch(loader.get(), 6);  // 30 items: batches of 8, 8, 8, 6
+  auto plan = std::make_shared<BatchPlan>(6, std::vector<ElasticStep>{});
+  loader->sampler().SetPlan(plan);
+  std::thread grower([&] {
+    for (int64_t b : {3, 1, 0, 1}) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      ASSERT_TRUE(plan->Extend({b}).ok());
+    }
+    plan->Finish();
+  });
+  Epoch got = RunEpoch(loader.get(), 6);
+  grower.join();
+  std::vector<int64_t> want;
+  for (int64_t b : {3, 1, 0, 1}) {
+    for (int64_t p = b * 8; p < std::min<int64_t>(30, (b + 1) * 8); ++p) want.push_back(full.indices[p]);
+  }
+  EXPECT_EQ(got.indices, want);
+  const size_t sample = 32 * 32 * 3;
+  EXPECT_TRUE(std::equal(got.pixels.begin(), got.pixels.begin() + 6 * sample, full.pixels.begin() + 24 * sample));
+  auto idle = std::make_shared<BatchPlan>(7, std::vector<ElasticStep>{});
+  loader->sampler().SetPlan(idle);
+  ASSERT_TRUE(loader->StartEpoch(7, 0).ok());
+  NextStatus ns;
+  std::shared_ptr<Batch> b;
+  EXPECT_TRUE(loader->Next(100, &ns, &b).ok());
+  EXPECT_EQ(ns, NextStatus::kTimeout);  // nothing planned yet
+  loader.reset();  // the fetcher waiting on the plan sees the shutdown
 }
 
 TEST(LoaderBadInputTest, BadItemsRaiseWithNameAndStageOrAreSkipped) {
