@@ -104,6 +104,7 @@ class _Worker:
         self._failed = {}     # (key, batch) -> the error that broke it
         self._closed = False
         self._latest = {}     # each trainer's latest pass
+        self._waiting = {}    # (key, batch) -> the asks waiting for it
         self._pump = threading.Thread(target=self._run, name="nostall-remote-prep", daemon=True)
         self._pump.start()
 
@@ -121,14 +122,26 @@ class _Worker:
             if number < self._latest.get(owner, 0):
                 raise RuntimeError(f"pass {number} of this trainer is over")  # a late call: nobody waits for it
             self._latest[owner] = number
-            plan = self._plan_for(tuple(key), epoch, elastic)
-            plan[1].extend([batch])
-            plan[2].append(batch)
-            while want not in self._done and want not in self._failed and not self._closed:
-                self._cv.wait()
-            if want in self._failed:
-                raise self._failed.pop(want)
-            return self._done.pop(want)
+            if self._waiting.get(want, 0) == 0 and want not in self._done:
+                plan = self._plan_for(tuple(key), epoch, elastic)
+                plan[1].extend([batch])
+                plan[2].append(batch)
+            # (Asked again while the first ask waits, after a dropped answer:
+            # both get the one batch.)
+            self._waiting[want] = self._waiting.get(want, 0) + 1
+            try:
+                while want not in self._done and want not in self._failed and not self._closed:
+                    self._cv.wait()
+                last = self._waiting[want] == 1
+                if want in self._failed:
+                    raise self._failed.pop(want) if last else self._failed[want]
+                if want not in self._done:
+                    raise RuntimeError("the worker is closing")
+                return self._done.pop(want) if last else self._done[want]
+            finally:
+                self._waiting[want] -= 1
+                if not self._waiting[want]:
+                    del self._waiting[want]
 
     def _plan_for(self, key, epoch, elastic):
         for p in self._passes:
@@ -370,6 +383,14 @@ class _Pass:
             t_take = time.perf_counter()
             try:
                 out = self.take_local(b) if ref is None else self.take_remote(src, ref)
+            except self.r._ray.exceptions.ActorUnavailableError:
+                # The worker is alive but did not answer (a busy node, a
+                # dropped connection): this batch is asked again, of any side.
+                src.outstanding.discard(b)
+                del self.asked[b]
+                heapq.heappush(self.again, b)
+                self.r.counts["remade_batches"] += 1
+                continue
             except self.r._ray.exceptions.RayError as e:
                 if isinstance(e, self.r._ray.exceptions.RayTaskError) and not _lost(self.r._ray, e):
                     raise e.as_instanceof_cause() from None  # a bad batch: as the local loader raises it

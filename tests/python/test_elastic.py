@@ -3,11 +3,10 @@ every sample the saved ranks had not read comes once across the new ranks."""
 
 import collections
 
-import numpy as np
 import pytest
-from PIL import Image
 
 import nostall
+from conftest import write_jpeg_folder
 
 N = 150
 BATCH = 4
@@ -15,13 +14,8 @@ BATCH = 4
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("elastic")
-    rng = np.random.default_rng(0)
-    for i in range(N):
-        d = root / f"c{i % 3}"
-        d.mkdir(exist_ok=True)
-        Image.fromarray(rng.integers(0, 255, (12, 12, 3), dtype=np.uint8)).save(d / f"{i:04d}.jpg")
-    return str(root)
+    return str(write_jpeg_folder(tmp_path_factory.mktemp("elastic"), classes=3, per_class=50, seed=0,
+                                 min_side=12, max_side=20))
 
 
 def make(folder, rank, world, **kw):

@@ -4,9 +4,9 @@ grows, each byte-identical to the same batch of the whole epoch."""
 
 import numpy as np
 import pytest
-from PIL import Image
 
 import nostall
+from conftest import write_jpeg_folder
 from nostall import _nostall
 from nostall.errors import NostallError
 
@@ -16,13 +16,8 @@ KW = dict(batch_size=8, shuffle=True, seed=4, return_indices=True, copy=True,
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    root = tmp_path_factory.mktemp("plan")
-    rng = np.random.default_rng(2)
-    for i in range(150):  # 19 batches of 8, the last of 6
-        d = root / f"c{i % 3}"
-        d.mkdir(exist_ok=True)
-        Image.fromarray(rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)).save(d / f"{i:04d}.jpg")
-    return str(root)
+    return str(write_jpeg_folder(tmp_path_factory.mktemp("plan"), classes=3, per_class=50, seed=2,
+                                 min_side=32, max_side=48))
 
 
 def whole(folder, epoch):
