@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -54,9 +55,43 @@ def cluster():
         yield address
     finally:
         ray.shutdown()
-        subprocess.run([ray_bin, "stop", "--force"], env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=120)
+        stop_cluster(temp, port)  # this cluster only: `ray stop` would stop another test process's too
         os.environ.pop("RAY_AUTH_MODE", None)
+
+
+def stop_cluster(temp, port):
+    """Stops the processes of the cluster started in `temp` on `port`, and their children."""
+    parents, cmds = {}, {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmds[int(pid)] = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+            parents[int(pid)] = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    ours = {pid for pid, cmd in cmds.items() if temp in cmd or f"127.0.0.1:{port}" in cmd or f"={port} " in cmd}
+    ours.discard(os.getpid())
+    grew = True
+    while grew:  # and their children (Ray's agents name themselves "ray::...")
+        more = {pid for pid, parent in parents.items() if parent in ours} - ours - {os.getpid()}
+        grew = bool(more)
+        ours |= more
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in ours:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        while sig == signal.SIGTERM and time.monotonic() < deadline and any(_alive(p) for p in ours):
+            time.sleep(0.2)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+        return not open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def batches(loader):
