@@ -310,7 +310,7 @@ class _Pass:
         self.local_ready = {}  # batch -> arrays the local core made ahead of their turn
         self.local_plan = None
         self.local_order = []  # the local plan's batches, in its order
-        self.local_made = 0
+        self.local_count = 0  # the local plan's batches handed out so far
 
     # -- asking
     def fill(self):
@@ -415,8 +415,8 @@ class _Pass:
             out = self.r._core.next_planned()
             if out is None:
                 raise RuntimeError("the trainer's own prep ended its plan early")
-            made = self.local_order[self.local_made]
-            self.local_made += 1
+            made = self.local_order[self.local_count]
+            self.local_count += 1
             images, labels, indices, _copied, _over, fields, dims = out
             self.local_ready[made] = (images, labels, indices, fields, dims)
         self.r.counts["local_batches"] += 1

@@ -38,13 +38,13 @@ int64_t EffectiveItems(const SamplerOptions& o, int64_t num_items) {
   return o.subset > 0 && o.subset < num_items ? o.subset : num_items;
 }
 
-// This rank's samples of an epoch of `n` items (after drop_last).
-int64_t PerRank(const SamplerOptions& o, int64_t n) {
-  int64_t per_rank = o.pad_ranks ? (n + o.world_size - 1) / o.world_size
-                                 : n / o.world_size + (o.rank < n % o.world_size ? 1 : 0);
+// `rank` of `world`'s samples of an epoch of `n` items (after drop_last).
+int64_t PerRank(const SamplerOptions& o, int64_t n, int64_t rank, int64_t world) {
+  int64_t per_rank = o.pad_ranks ? (n + world - 1) / world : n / world + (rank < n % world ? 1 : 0);
   if (o.drop_last) per_rank -= per_rank % o.batch_size;
   return per_rank;
 }
+int64_t PerRank(const SamplerOptions& o, int64_t n) { return PerRank(o, n, o.rank, o.world_size); }
 
 class FixedStream final : public EpochStream {
  public:
@@ -438,10 +438,7 @@ std::vector<int64_t> Sampler::Deal(const std::vector<int64_t>& seq, int64_t rank
   std::vector<int64_t> mine;
   mine.reserve(static_cast<size_t>(total / world));
   for (int64_t p = rank; p < total; p += world) mine.push_back(seq[static_cast<size_t>(p % n)]);
-  SamplerOptions o = options_;
-  o.rank = rank;
-  o.world_size = world;
-  mine.resize(static_cast<size_t>(PerRank(o, n)));
+  mine.resize(static_cast<size_t>(PerRank(options_, n, rank, world)));
   if (!options_.groups.empty()) GroupBatches(options_.groups, options_.batch_size, &mine);
   return mine;
 }
@@ -453,34 +450,24 @@ std::vector<int64_t> Sampler::Deal(const std::vector<int64_t>& seq, int64_t rank
 // (samples read already, or met twice), then what no share held (drop_last's
 // incomplete batches), in the sequence's order.
 std::vector<int64_t> Sampler::ElasticOrder(int64_t epoch, const std::vector<ElasticStep>& steps) const {
-  // A buffered epoch's sequence is its stream's (rank 0 of 1 holds it all).
+  // A buffered epoch's sequence is its stream's (rank 0 of 1 holds it all),
+  // its first ranks' shares their streams'.
   const bool buffered = options_.shards != nullptr && Buffered(epoch);
-  std::vector<int64_t> seq;
-  if (buffered) {
+  auto buffered_share = [&](int64_t rank, int64_t world, bool drop_last) {
     SamplerOptions o = options_;
-    o.rank = 0;
-    o.world_size = 1;
-    o.drop_last = false;
+    o.rank = rank;
+    o.world_size = world;
+    o.drop_last = drop_last;
     Sampler whole(o);
     whole.lazy_->buffered_epoch.store(lazy_->buffered_epoch.load());
-    seq = whole.EpochOrder(epoch);
-  } else {
-    seq = Sequence(epoch);
-  }
+    return whole.EpochOrder(epoch);
+  };
+  std::vector<int64_t> seq = buffered ? buffered_share(0, 1, false) : Sequence(epoch);
   for (size_t i = 0; i < steps.size(); ++i) {
     const int64_t w = steps[i].world_size;
     std::vector<std::vector<int64_t>> shares(static_cast<size_t>(w));
     for (int64_t r = 0; r < w; ++r) {
-      if (i == 0 && buffered) {
-        SamplerOptions o = options_;
-        o.rank = r;
-        o.world_size = w;
-        Sampler whole(o);
-        whole.lazy_->buffered_epoch.store(lazy_->buffered_epoch.load());
-        shares[static_cast<size_t>(r)] = whole.EpochOrder(epoch);
-      } else {
-        shares[static_cast<size_t>(r)] = Deal(seq, r, w);
-      }
+      shares[static_cast<size_t>(r)] = i == 0 && buffered ? buffered_share(r, w, options_.drop_last) : Deal(seq, r, w);
     }
     const size_t read = static_cast<size_t>(steps[i].batch * options_.batch_size);
     std::unordered_set<int64_t> seen;
