@@ -46,11 +46,12 @@ def transforms():
     return [nostall.RandomResizedCrop(224), nostall.RandomHorizontalFlip(), nostall.Normalize(MEAN, STD)]
 
 
-def run_nostall(path, images, options):
+def run_nostall(path, images, options, loader_args):
     import nostall
 
     loader = nostall.Loader(path, batch_size=256, shuffle=True, seed=0, num_threads=1, transforms=transforms(),
-                            **({"source_options": json.loads(options)} if options else {}))
+                            **({"source_options": json.loads(options)} if options else {}),
+                            **(json.loads(loader_args) if loader_args else {}))
     t0 = time.perf_counter()
     first = 0
     for _, labels in loader:  # the first epoch: page cache, connections, reads in flight sized
@@ -131,7 +132,7 @@ def child(args):
     os.sched_setaffinity(0, {LOADER_CORE})
     first = None
     if args.child == "nostall":
-        n, secs, first = run_nostall(args.path, args.images, args.options)
+        n, secs, first = run_nostall(args.path, args.images, args.options, args.loader_args)
     else:
         n, secs = run_torch(args.path, args.images, args.child)
     print(json.dumps({"images": n, "seconds": secs, "first": first}))
@@ -163,6 +164,7 @@ def main():
                     "comma-separated texts (and the image folder); prints, writes nothing")
     ap.add_argument("--path", help=argparse.SUPPRESS)
     ap.add_argument("--options", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--loader-args", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(args)
@@ -195,6 +197,9 @@ def main():
         for f in sorted((work / "rg1000").glob("*.parquet")):
             client.upload_file(str(f), BUCKET, "parquet/" + f.name)
         proxy, slow = start_proxy(server.url, 20)
+        # A decoded cache an eighth of the images: an exact shuffle decodes a page per row, the window
+        # shuffle each page once an epoch.
+        small = json.dumps({"decoded_cache_mb": max(1, sum(f.stat().st_size for f in data.rglob("*.jpg")) >> 23)})
         me = [sys.executable, __file__, "--images", str(args.images)]
         torch_me = [sys.executable, __file__, "--images", str(args.torch_images)]
         runs = {
@@ -203,6 +208,11 @@ def main():
             "nostall parquet, row groups of 1000": (me + ["--child", "nostall", "--path", layouts[1000]], server.url),
             "nostall parquet, row groups of 100, no offset index, no decoded cache": (
                 me + ["--child", "nostall", "--path", plain, "--options", '{"decoded_cache_mb": 0}'], server.url),
+            "nostall parquet, data 8x the decoded cache, exact shuffle": (
+                me + ["--child", "nostall", "--path", layouts[100], "--options", small], server.url),
+            "nostall parquet, data 8x the decoded cache, shuffle_window=auto": (
+                me + ["--child", "nostall", "--path", layouts[100], "--options", small,
+                      "--loader-args", '{"shuffle_window": "auto"}'], server.url),
             "nostall parquet on S3 +20 ms": (
                 me + ["--child", "nostall", "--path", f"s3://{BUCKET}/parquet/train-*.parquet"], slow),
             "DataLoader + pyarrow + PIL": (torch_me + ["--child", "pyarrow", "--path", layouts[1000]], server.url),
@@ -264,6 +274,10 @@ def main():
               f"dataset much larger than decoded_cache_mb does: "
               f"{med['nostall parquet, row groups of 100, no offset index, no decoded cache'] / folder:.2f} of the "
               f"image folder (docs/parquet.md: smaller pages, or shard_shuffle with a cache of shuffle_buffer rows)",
+              f"- data 8x decoded_cache_mb ({json.loads(small)['decoded_cache_mb']} MiB), row groups of 100: "
+              f"the exact shuffle {med['nostall parquet, data 8x the decoded cache, exact shuffle'] / folder:.2f} "
+              f"of the image folder, shuffle_window=\"auto\" "
+              f"{med['nostall parquet, data 8x the decoded cache, shuffle_window=auto'] / folder:.2f} (bar: >= 0.9)",
               f"- nostall Parquet / DataLoader + pyarrow + PIL: {local / med['DataLoader + pyarrow + PIL']:.1f}x; "
               f"/ DataLoader + datasets: {local / med['DataLoader + datasets']:.1f}x",
               f"- Arrow IPC (save_to_disk) / Parquet local: {arrow / local:.2f}; / DataLoader + datasets "

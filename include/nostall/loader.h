@@ -60,6 +60,10 @@ struct BucketingSpec {
   double quadratic_duration = 0;
 };
 
+// LoaderSpec::shuffle_window: sized from the source's decoded cache
+// ("auto" in JSON).
+constexpr int64_t kAutoShuffleWindow = -1;
+
 // Everything that defines a pipeline; serialisable to JSON (docs/spec.md).
 struct LoaderSpec {
   std::string source;
@@ -81,6 +85,9 @@ struct LoaderSpec {
   // S3, exact for local ones. Every later epoch is exact either way.
   std::string first_epoch = "auto";
   int64_t shuffle_buffer = 0;  // the buffered epoch's buffer, samples (0: 8192)
+  // The window shuffle (SamplerOptions::shuffle_window), samples: 0 off,
+  // kAutoShuffleWindow sized from the source's decoded cache.
+  int64_t shuffle_window = 0;
   // Every epoch in the buffered order: shards (tar shards, Parquet row
   // groups) shuffled, samples through the shuffle buffer (docs/sampling.md).
   bool shard_shuffle = false;

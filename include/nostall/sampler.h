@@ -139,6 +139,15 @@ struct SamplerOptions {
   double max_duration = 0;
   int64_t num_buckets = 10;
   double quadratic_duration = 0;
+  // The window shuffle (with shuffle; 0: off): the items come in read units
+  // (a Parquet page's rows: unit u holds items [unit_starts[u],
+  // unit_starts[u + 1]); empty: each item its own unit). Each epoch the
+  // units are shuffled by (seed, epoch) and taken in that order into
+  // windows of at least `shuffle_window` items, and each window's items are
+  // shuffled. Every item once per epoch; a unit's items all come within one
+  // window, so a cache that holds a window's units reads each unit once.
+  std::vector<int64_t> unit_starts;
+  int64_t shuffle_window = 0;
 };
 
 // A stretch of an epoch already read before a resume at another number of
@@ -250,6 +259,7 @@ class Sampler {
   std::vector<int64_t> BucketedOrder(int64_t epoch) const;
   // The epoch's sequence before it is dealt to the ranks (the permutation).
   std::vector<int64_t> Sequence(int64_t epoch) const;
+  std::vector<int64_t> WindowSequence(int64_t epoch) const;
   // `rank` of `world`'s share of `seq`, as a whole epoch's is dealt.
   std::vector<int64_t> Deal(const std::vector<int64_t>& seq, int64_t rank, int64_t world) const;
   std::vector<int64_t> ElasticOrder(int64_t epoch, const std::vector<ElasticStep>& steps) const;

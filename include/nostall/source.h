@@ -41,8 +41,9 @@ struct SourceOptions {
   // its first epoch may be buffered: docs/sampling.md). Else the whole
   // index is built before the source opens.
   bool lazy_index = false;
-  // The loader reads in shard order (LoaderSpec::shard_shuffle): a driver
-  // whose random reads cost a shard's worth need not say so.
+  // The loader reads in shard order (LoaderSpec::shard_shuffle), or a read
+  // unit's items together (shuffle_window): a driver whose random reads
+  // cost a shard's worth need not say so.
   bool shard_order = false;
   // Items larger than this are a DataError rather than a huge allocation.
   uint64_t max_item_bytes = 256ull << 20;
@@ -132,6 +133,16 @@ class Source {
   // indexed as they are read) says so. Null: not in shards, or records that
   // keep only some samples.
   virtual std::shared_ptr<ShardedItems> sharded() const { return nullptr; }
+  // Items that cost one read together (a Parquet page's rows), for the
+  // window shuffle (SamplerOptions::shuffle_window): `starts` are the first
+  // items of runs that cover the items in order, then size() (empty: each
+  // item alone); `window` the items a window may hold for its units to fit
+  // half the source's cache of decoded units (0: no such cache).
+  struct ReadUnits {
+    std::vector<int64_t> starts;
+    int64_t window = 0;
+  };
+  virtual ReadUnits read_units() const { return {}; }
   // Remote sources: their requests so far; local files: none.
   virtual std::optional<StorageStats> storage_stats() const { return std::nullopt; }
   // The driver's name: "image-folder", "tar-shards", "s3-image-folder",

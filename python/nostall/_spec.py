@@ -304,6 +304,17 @@ def _is_video_list(transforms) -> bool:
         return False
 
 
+def _shuffle_window(value):
+    """The spec's "shuffle_window": 0 (off), a count of samples, or "auto"."""
+    if value is None:
+        return 0
+    if value == "auto":
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f'shuffle_window must be None, "auto" or a count of samples >= 0, not {value!r}')
+    return value
+
+
 def _bucketing(value):
     """The spec's "bucketing": None, "aspect_ratio", or its dict."""
     if value is None or isinstance(value, dict):
@@ -341,6 +352,7 @@ def _spec_fields(a: dict, source, rank, world_size, routed: dict) -> dict:
         "first_epoch": _plain(a["first_epoch"]),
         "shuffle_buffer": 0 if shuffle_buffer is None else _integer("shuffle_buffer", shuffle_buffer),
         "shard_shuffle": _plain(a["shard_shuffle"]),
+        "shuffle_window": _shuffle_window(a["shuffle_window"]),
         "bucketing": _bucketing(a["bucketing"]),
         "dct_scaling": _plain(a["dct_scaling"]),
         "cache": _cache_tiers(a["cache"]),

@@ -158,6 +158,14 @@ class Loader(Closeable):
             shuffle for Parquet files without a page index, whose rows
             cost their row group's read (docs/parquet.md); off by default
             (every epoch an exact shuffle).
+        shuffle_window: with ``shuffle=True``, a shuffle that reads each
+            Parquet page once per epoch: the pages (read units) are shuffled
+            by ``seed`` and the epoch, taken into windows of at least this
+            many samples, and each window's samples shuffled. ``"auto"``
+            sizes the window so its pages fill half of ``decoded_cache_mb``.
+            Every sample still comes once per epoch; the trade-off is that
+            rows of one page always come within one window
+            (docs/parquet.md). ``None`` or 0 (default): the exact shuffle.
         bucketing: how samples are put together in batches beyond their
             order: ``"aspect_ratio"`` (or ``{"by": "aspect_ratio",
             "group_factor": 3}``) batches images of one aspect-ratio bin
@@ -243,6 +251,7 @@ class Loader(Closeable):
         first_epoch: str = "auto",
         shuffle_buffer: Optional[int] = None,
         shard_shuffle: bool = False,
+        shuffle_window=None,
         bucketing=None,
         dct_scaling: bool = True,
         throttle_bandwidth: Optional[float] = None,

@@ -69,6 +69,10 @@ Result<std::vector<int32_t>> AspectRatioGroups(const Source& source, int64_t gro
   return groups;
 }
 
+// shuffle_window="auto" where the source keeps no decoded units: windows
+// only bound how far a unit's items spread.
+constexpr int64_t kDefaultAutoWindow = 8192;
+
 Result<Sampler> SamplerFor(const LoaderSpec& spec, const Source& source) {
   SamplerOptions so;
   if (spec.bucketing.by == "aspect_ratio") {
@@ -96,6 +100,13 @@ Result<Sampler> SamplerFor(const LoaderSpec& spec, const Source& source) {
   so.pad_ranks = spec.pad_ranks;
   so.subset = spec.subset;
   so.shuffle_block = spec.shuffle_block;
+  if (spec.shuffle_window != 0 && spec.shuffle) {
+    Source::ReadUnits units = source.read_units();
+    so.unit_starts = std::move(units.starts);
+    so.shuffle_window = spec.shuffle_window != kAutoShuffleWindow ? spec.shuffle_window
+                        : units.window > 0                         ? units.window
+                                                                   : kDefaultAutoWindow;
+  }
   return Sampler::Create(so);
 }
 
@@ -203,7 +214,7 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in, bool shared) {
   }
   spec.source_options.skip_bad_samples = spec.on_error == ErrorPolicy::kSkip;
   spec.source_options.lazy_index = MayBuffer(spec, shared);
-  spec.source_options.shard_order = spec.shard_shuffle;
+  spec.source_options.shard_order = spec.shard_shuffle || (spec.shuffle && spec.shuffle_window != 0);
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Source> source,
                            OpenSource(spec.source, spec.source_options));
   // `reads_in_flight` is one of two knobs, each with one controller:

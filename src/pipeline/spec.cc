@@ -51,7 +51,7 @@ const std::vector<std::string>& LoaderSpec::FieldNames() {
       "shuffle_block", "transforms", "dtype", "layout", "mode", "max_pixels", "num_threads",
       "reads_in_flight", "prefetch", "autotune", "on_error", "index_cache_dir", "use_index_cache",
       "index_beside", "dct_scaling", "cache", "fields", "max_field_bytes", "first_epoch",
-      "shuffle_buffer", "shard_shuffle", "audio", "detection", "bucketing", "video"};
+      "shuffle_buffer", "shuffle_window", "shard_shuffle", "audio", "detection", "bucketing", "video"};
   return kFields;
 }
 
@@ -211,6 +211,7 @@ const CountRule kCountRules[] = {
     {"subset", 0, kMaxCount, [](const LoaderSpec& s) { return s.subset; }},
     {"shuffle_block", 0, kMaxCount, [](const LoaderSpec& s) { return s.shuffle_block; }},
     {"shuffle_buffer", 0, kMaxCount, [](const LoaderSpec& s) { return s.shuffle_buffer; }},
+    {"shuffle_window", kAutoShuffleWindow, kMaxCount, [](const LoaderSpec& s) { return s.shuffle_window; }},
     {"num_threads", 0, kMaxThreads, [](const LoaderSpec& s) -> int64_t { return s.num_threads; }},
     {"reads_in_flight", 0, kMaxReadsInFlight, [](const LoaderSpec& s) -> int64_t { return s.reads_in_flight; }},
     {"prefetch", -1, 64, [](const LoaderSpec& s) -> int64_t { return s.prefetch; }},
@@ -332,6 +333,11 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     NOSTALL_RETURN_IF_ERROR(BucketingFromJson(j, &s.bucketing));
     NOSTALL_RETURN_IF_ERROR(GetString(j, w, "first_epoch", &s.first_epoch));
     NOSTALL_RETURN_IF_ERROR(ReadCount(j, "shuffle_buffer", &s.shuffle_buffer));
+    if (j.contains("shuffle_window") && j["shuffle_window"] == "auto") {
+      s.shuffle_window = kAutoShuffleWindow;
+    } else {
+      NOSTALL_RETURN_IF_ERROR(ReadCount(j, "shuffle_window", &s.shuffle_window));
+    }
     NOSTALL_RETURN_IF_ERROR(GetBool(j, w, "shard_shuffle", &s.shard_shuffle));
     NOSTALL_RETURN_IF_ERROR(ReadCount(j, "num_threads", &s.num_threads));
     NOSTALL_RETURN_IF_ERROR(ReadCount(j, "reads_in_flight", &s.reads_in_flight));
@@ -409,6 +415,11 @@ std::string LoaderSpec::ToJson() const {
   // Written only when set, so a spec without them stays as it was.
   if (first_epoch != LoaderSpec().first_epoch) j["first_epoch"] = first_epoch;
   if (shuffle_buffer != 0) j["shuffle_buffer"] = shuffle_buffer;
+  if (shuffle_window == kAutoShuffleWindow) {
+    j["shuffle_window"] = "auto";
+  } else if (shuffle_window != 0) {
+    j["shuffle_window"] = shuffle_window;
+  }
   if (shard_shuffle) j["shard_shuffle"] = true;
   if (prep.kind) j[prep.kind->name()] = prep.kind->ToJson();
   // Written only when set, so a spec of images and labels stays as it was.

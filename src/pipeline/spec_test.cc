@@ -68,6 +68,7 @@ TEST(SpecTest, EveryFieldRoundTrips) {
       {"max_field_bytes", 4096},
       {"first_epoch", "buffered"},
       {"shuffle_buffer", 1000},
+      {"shuffle_window", "auto"},
       {"shard_shuffle", true},
       {"audio", nlohmann::json::array(
                     {{{"type", "Decode"}, {"mono", true}, {"sample_rate", 16000}, {"channels", nullptr},

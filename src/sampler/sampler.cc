@@ -19,6 +19,7 @@ constexpr uint64_t kBlockStream = 0x424c4f434b000000ull;  // "BLOCK", + block nu
 constexpr uint64_t kBucketStream = 0x4255434b00000000ull;  // "BUCK", + bucket number (the batches' order: - 1)
 constexpr uint64_t kShardStream = 0x5348415244ull;   // "SHARD": the buffered epoch's shards
 constexpr uint64_t kBufferStream = 0x4255464645ull;  // "BUFFE": its shuffle buffer
+constexpr uint64_t kUnitStream = 0x554e495400000000ull;  // "UNIT", + window number (the units' order: 0)
 constexpr int64_t kDefaultShuffleBuffer = 8192;
 // The buffer gives its first sample once it holds this many (or an eighth
 // of its size, if less): the first batch needs no more than a shard or so.
@@ -252,6 +253,32 @@ std::unique_ptr<EpochStream> BufferedEpochStream(const SamplerOptions& options, 
   return std::make_unique<BufferedStream>(options, epoch);
 }
 
+namespace {
+
+// The window shuffle's options: a shuffle of the whole index, units that
+// cover it in order.
+Status CheckWindow(const SamplerOptions& o) {
+  if (o.shuffle_window < 0) return InvalidArgument("shuffle_window must be 0 (off) or positive");
+  if (o.shuffle_window == 0) return Status::OK();
+  if (o.shard_shuffle || o.subset > 0 || o.shuffle_block > 0 || !o.durations.empty()) {
+    return InvalidArgument("shuffle_window is a shuffle of its own: it has no shard_shuffle, subset, "
+                           "shuffle_block or bucketing by duration");
+  }
+  if (o.shards != nullptr && !o.shards->complete()) {
+    return InvalidArgument("shuffle_window needs the whole index: the buffered first epoch has none "
+                           "(first_epoch=\"exact\")");
+  }
+  const std::vector<int64_t>& u = o.unit_starts;
+  if (u.empty()) return Status::OK();
+  if (u.front() != 0 || u.back() != o.num_items || !std::is_sorted(u.begin(), u.end()) ||
+      std::adjacent_find(u.begin(), u.end()) != u.end()) {
+    return InvalidArgument("the read units do not cover the items in order");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<Sampler> Sampler::Create(const SamplerOptions& o) {
   const bool lazy = o.shards != nullptr && !o.shards->complete();
   if (lazy && (o.subset > 0 || o.shuffle_block > 0)) {
@@ -275,6 +302,7 @@ Result<Sampler> Sampler::Create(const SamplerOptions& o) {
   if (o.shard_shuffle && (o.subset > 0 || o.shuffle_block > 0)) {
     return InvalidArgument("shard_shuffle has no subset or shuffle_block");
   }
+  NOSTALL_RETURN_IF_ERROR(CheckWindow(o));
   Sampler s(o);
   if (!o.durations.empty()) {
     if (lazy) return InvalidArgument("batches of similar durations need every item's duration: no shards being indexed");
@@ -425,10 +453,42 @@ std::vector<int64_t> Sampler::Sequence(int64_t epoch) const {
               static_cast<uint64_t>(epoch));
       std::copy(block.begin(), block.end(), perm.begin() + start);
     }
+  } else if (options_.shuffle && options_.shuffle_window > 0) {
+    return WindowSequence(epoch);
   } else if (options_.shuffle) {
     Shuffle(&perm, options_.seed, kShuffleStream, static_cast<uint64_t>(epoch));
   }
   return perm;
+}
+
+// Units shuffled, taken into windows of at least shuffle_window items, each
+// window's items shuffled (SamplerOptions::shuffle_window).
+std::vector<int64_t> Sampler::WindowSequence(int64_t epoch) const {
+  const std::vector<int64_t>& starts = options_.unit_starts;
+  const int64_t n = num_items();
+  const int64_t units = starts.empty() ? n : static_cast<int64_t>(starts.size()) - 1;
+  std::vector<int64_t> order(static_cast<size_t>(units));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  Shuffle(&order, options_.seed, kUnitStream, static_cast<uint64_t>(epoch));
+  std::vector<int64_t> seq;
+  seq.reserve(static_cast<size_t>(n));
+  size_t window_start = 0;
+  uint64_t window = 0;
+  auto close_window = [&] {
+    std::vector<int64_t> w(seq.begin() + static_cast<ptrdiff_t>(window_start), seq.end());
+    Shuffle(&w, options_.seed, kUnitStream + 1 + window, static_cast<uint64_t>(epoch));
+    std::copy(w.begin(), w.end(), seq.begin() + static_cast<ptrdiff_t>(window_start));
+    window_start = seq.size();
+    ++window;
+  };
+  for (int64_t u : order) {
+    const int64_t first = starts.empty() ? u : starts[static_cast<size_t>(u)];
+    const int64_t end = starts.empty() ? u + 1 : starts[static_cast<size_t>(u) + 1];
+    for (int64_t i = first; i < end; ++i) seq.push_back(i);
+    if (static_cast<int64_t>(seq.size() - window_start) >= options_.shuffle_window) close_window();
+  }
+  if (window_start < seq.size()) close_window();
+  return seq;
 }
 
 std::vector<int64_t> Sampler::Deal(const std::vector<int64_t>& seq, int64_t rank, int64_t world) const {

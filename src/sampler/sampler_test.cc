@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -202,6 +203,56 @@ TEST(SamplerTest, BlockShuffleRotationsHoldEveryItemOnce) {
   std::sort(b1.begin(), b1.end());
   EXPECT_EQ(b0, b1);
   EXPECT_GT(b0.back() - b0.front(), 50);  // blocks are dealt at random, not ranges
+}
+
+// The window shuffle: units of 1-9 items (Parquet pages) over 2 ranks; every
+// item once an epoch; each unit's items within one window, so counting the
+// units met since a window began never passes what a window holds; windows
+// not in file order; the same order for (seed, epoch), another next epoch.
+TEST(SamplerTest, WindowShuffleKeepsAUnitsItemsWithinOneWindow) {
+  SamplerOptions o{1000, 16, true, 5, 0, 1, false};
+  for (int64_t i = 0; i < 1000; i += 1 + i % 9) o.unit_starts.push_back(i);
+  o.unit_starts.push_back(1000);
+  o.shuffle_window = 60;
+  std::vector<int64_t> unit_of(1000);
+  for (size_t u = 0; u + 1 < o.unit_starts.size(); ++u) {
+    for (int64_t i = o.unit_starts[u]; i < o.unit_starts[u + 1]; ++i) unit_of[static_cast<size_t>(i)] = static_cast<int64_t>(u);
+  }
+  Sampler whole = Sampler::Create(o).value();
+  const std::vector<int64_t> seq = whole.EpochOrder(0);
+  std::vector<int64_t> sorted = seq;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i);
+  // Each unit's items lie in one stretch of at most window + 8 positions
+  // (the window closes once it holds 60, so at most 60 + 8 items).
+  std::map<int64_t, std::pair<size_t, size_t>> span;
+  for (size_t p = 0; p < seq.size(); ++p) {
+    auto [it, fresh] = span.try_emplace(unit_of[static_cast<size_t>(seq[p])], p, p);
+    if (!fresh) it->second.second = p;
+  }
+  int64_t far = 0;
+  for (const auto& [u, s] : span) {
+    EXPECT_LT(s.second - s.first, 68u) << "unit " << u;
+    far = std::max<int64_t>(far, static_cast<int64_t>(s.second - s.first));
+  }
+  EXPECT_GT(far, 8);  // rows of a unit are spread within the window, not kept together
+  // Not the file's order: the first window's items come from all over.
+  std::vector<int64_t> first(seq.begin(), seq.begin() + 60);
+  EXPECT_GT(*std::max_element(first.begin(), first.end()) - *std::min_element(first.begin(), first.end()), 500);
+  EXPECT_EQ(seq, Sampler::Create(o).value().EpochOrder(0));
+  EXPECT_NE(seq, whole.EpochOrder(1));
+  // Dealt to 2 ranks as any epoch is: the positions alternate.
+  o.rank = 1;
+  o.world_size = 2;
+  const std::vector<int64_t> r1 = Sampler::Create(o).value().EpochOrder(0);
+  ASSERT_EQ(r1.size(), 500u);
+  for (size_t k = 0; k < r1.size(); ++k) ASSERT_EQ(r1[k], seq[2 * k + 1]);
+  // Units that do not cover the items, or a window beside a block shuffle: errors.
+  o.unit_starts.back() = 999;
+  EXPECT_FALSE(Sampler::Create(o).ok());
+  o.unit_starts.back() = 1000;
+  o.shuffle_block = 10;
+  EXPECT_FALSE(Sampler::Create(o).ok());
 }
 
 // Elastic resume: 4 ranks read 3 batches each, 3 ranks read 2 of what was

@@ -64,6 +64,8 @@ Result<std::string> ResumeStateJson(const Loader& loader, int64_t epoch, int64_t
     state["shard_shuffle"] = true;
     state["shuffle_buffer"] = spec.shuffle_buffer;
   }
+  // The window as resolved ("auto" is sized from the cache).
+  if (loader.sampler().options().shuffle_window > 0) state["shuffle_window"] = loader.sampler().options().shuffle_window;
   if (!shared_name.empty()) {
     // A consumer's epoch is a stretch of the producer's stream: where it began.
     state["shared"] = shared_name;
@@ -154,6 +156,12 @@ Status CheckBuffered(const json& state, const Loader& loader, ResumePoint* point
     if (loader.source().sharded() == nullptr) {
       return InvalidArgument("state has a buffered epoch, which only tar shards have; this dataset is not in shards");
     }
+  }
+  const int64_t window = loader.sampler().options().shuffle_window;
+  if (state.value("shuffle_window", json(0)) != json(window)) {
+    return InvalidArgument("state was taken with shuffle_window=" + Shown(state.value("shuffle_window", json(0))) +
+                           " samples, this loader's is " + std::to_string(window) +
+                           " (\"auto\" is sized from decoded_cache_mb): batches would differ");
   }
   if (state.value("shard_shuffle", false) != spec.shard_shuffle ||
       (spec.shard_shuffle && state.value("shuffle_buffer", json(0)) != json(spec.shuffle_buffer))) {

@@ -236,3 +236,32 @@ def test_cache_resume_and_the_command_line_work_on_parquet(folder, tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "parquet" in out.stdout and "30" in out.stdout, out.stdout
+
+
+def test_the_window_shuffle_gives_every_row_once_and_resumes(folder, tmp_path):
+    pattern = folder_to_parquet(folder, tmp_path, files=2, row_group_size=5, max_page_bytes=20000)
+    kw = dict(batch_size=4, shuffle=True, seed=3, shuffle_window=6, return_indices=True,
+              transforms=[nostall.Resize((8, 8))])
+    loader = nostall.Loader(pattern, **kw)
+    orders = [[int(i) for _, _, idx in epoch_batches(loader, e) for i in idx] for e in (0, 1)]
+    assert all(sorted(o) == list(range(30)) for o in orders) and orders[0] != orders[1]
+    assert orders[0] != [int(i) for _, _, idx in epoch_batches(nostall.Loader(pattern, **{**kw, "shuffle_window": None}), 0)
+                         for i in idx]
+    # Resumed after two batches: the rest of the epoch as it would have come.
+    loader.set_epoch(1)
+    it = iter(loader)
+    next(it), next(it)
+    state = loader.state_dict()
+    assert state["shuffle_window"] == 6
+    resumed = nostall.Loader(pattern, **kw)
+    resumed.load_state_dict(state)
+    assert [int(i) for _, _, idx in resumed for i in idx] == orders[1][8:]
+    with pytest.raises(ValueError, match="shuffle_window"):
+        nostall.Loader(pattern, **{**kw, "shuffle_window": 7}).load_state_dict(state)
+    with pytest.raises(ValueError, match="shuffle_window is a shuffle of its own"):
+        nostall.Loader(pattern, **kw, shard_shuffle=True)
+    with pytest.raises(ValueError, match="shuffle_window must be"):
+        nostall.Loader(pattern, **{**kw, "shuffle_window": "big"})
+    # An image folder's items are their own units: the window shuffle is still every item once.
+    plain = nostall.Loader(str(folder), **{**kw, "shuffle_window": "auto"})
+    assert sorted(int(i) for _, _, idx in plain for i in idx) == list(range(30))

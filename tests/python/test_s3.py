@@ -705,6 +705,42 @@ def test_parquet_shards_on_s3_read_by_ranges_give_the_local_batches(s3, tmp_path
         nostall.Loader("s3://train-data/parquet/nothing-*.parquet", batch_size=4)
 
 
+def test_the_window_shuffle_reads_each_page_once_where_the_exact_shuffle_reads_a_page_a_row(s3, tmp_path):
+    """Data 4x the decoded cache, pages of about 3 images: the exact shuffle
+    reads a page for nearly every row; shuffle_window="auto" reads each page
+    once an epoch, gives the local files' batches, and its state says the
+    window, which a loader with another cache refuses."""
+    from nostall.datasets import folder_to_parquet
+
+    client, _ = s3
+    big = write_jpeg_folder(tmp_path / "big", classes=2, per_class=15, seed=3, min_side=600, max_side=900)
+    image_bytes = sum(f.stat().st_size for f in big.rglob("*.jpg"))
+    assert image_bytes > 3 << 20  # 4x the 1 MiB cache or so
+    pattern = folder_to_parquet(big, tmp_path / "pq", files=2, row_group_size=15, max_page_bytes=3 * image_bytes // 30)
+    for f in sorted((tmp_path / "pq").glob("*.parquet")):
+        client.upload_file(str(f), "train-data", "windowed/" + f.name)
+    kw = dict(batch_size=5, shuffle=True, seed=1, transforms=[nostall.Resize((16, 16))], return_indices=True,
+              source_options={"decoded_cache_mb": 1})
+    uri = "s3://train-data/windowed/train-*.parquet"
+    exact = nostall.Loader(uri, **kw)
+    epoch_batches(exact, 0)
+    exact_read = exact.stats()["storage"]["bytes"]
+    exact.close()
+    windowed = nostall.Loader(uri, shuffle_window="auto", **kw)
+    here = nostall.Loader(pattern, shuffle_window="auto", **kw)
+    read = same_epochs_reading(windowed, here, batches=6)
+    windowed.close()
+    it = iter(here)
+    next(it)
+    state = here.state_dict()
+    assert 0.6 * image_bytes < read[1] - read[0] < 1.4 * image_bytes, (read, image_bytes)
+    assert exact_read > 2 * image_bytes, (exact_read, image_bytes)
+    assert state["shuffle_window"] >= 1
+    bigger = nostall.Loader(pattern, shuffle_window="auto", **{**kw, "source_options": {"decoded_cache_mb": 64}})
+    with pytest.raises(ValueError, match="shuffle_window"):
+        bigger.load_state_dict(state)
+
+
 def test_arrow_ipc_files_on_s3_read_a_row_by_its_own_bytes(s3, tmp_path):
     """A folder `datasets` saved, on S3: the headers and each binary column's
     offsets read when the loader is made, then each row by one ranged GET of

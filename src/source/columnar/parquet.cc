@@ -193,15 +193,37 @@ class ParquetSource final : public Source {
       return "these Arrow IPC files are compressed: a row costs its record batch's column, decompressed "
              "whole (kept in the decoded cache, decoded_cache_mb), so an exact shuffle over more than the "
              "cache reads a batch for every row. Write them without compression (`datasets` does; pyarrow: "
-             "compression=None) or read with shard_shuffle=True (docs/parquet.md)";
+             "compression=None) or read with shuffle_window=\"auto\" or shard_shuffle=True (docs/parquet.md)";
     }
     return "these Parquet files have no offset index (page index) for the columns read: the first read "
            "of a row group costs its whole column chunk (later ones its page, found then), so an exact "
            "shuffle reads the data about twice in its first epoch. Write the files with an offset index "
-           "(pyarrow: write_page_index=True; `datasets` does) or read with shard_shuffle=True "
-           "(docs/parquet.md)";
+           "(pyarrow: write_page_index=True; `datasets` does) or read with shuffle_window=\"auto\" or "
+           "shard_shuffle=True (docs/parquet.md)";
   }
   std::shared_ptr<ShardedItems> sharded() const override { return shards_; }
+  // The media column's pages where the offset index gives them (the same on
+  // every read and rank), else its row groups; the window from the cache and
+  // the column's decoded bytes per row.
+  ReadUnits read_units() const override {
+    ReadUnits units;
+    const int leaf = columns_.back().leaf;
+    int64_t bytes = 0;
+    for (size_t f = 0; f < files_.size(); ++f) {
+      const pq::File& file = *files_[f];
+      for (int g = 0; g < file.row_groups(); ++g) {
+        for (int64_t row : file.IndexedPageRows(g, leaf)) {
+          const int64_t start = file_first_[f] + file.row_group_first(g) + row;
+          if (start < size_ && (units.starts.empty() || start > units.starts.back())) units.starts.push_back(start);
+        }
+        bytes += file.ChunkBytes(g, leaf);
+      }
+    }
+    units.starts.push_back(size_);
+    const double per_row = std::max(1.0, static_cast<double>(bytes) / static_cast<double>(std::max<int64_t>(1, size_)));
+    units.window = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(cache_.budget()) / 2 / per_row));
+    return units;
+  }
   std::optional<StorageStats> storage_stats() const override {
     return store_->Stats();
   }
@@ -506,7 +528,7 @@ class ParquetSource final : public Source {
   std::vector<int64_t> file_first_;
   int64_t size_ = 0;
   uint64_t fingerprint_ = 0;
-  bool whole_chunks_ = false;  // a column without an offset index, read without shard_shuffle
+  bool whole_chunks_ = false;  // a column without an offset index, read in no shard or unit order
   std::shared_ptr<RowGroupShards> shards_;
   std::unique_ptr<DecodePool> pool_;
 };

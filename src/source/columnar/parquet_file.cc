@@ -33,6 +33,7 @@ class ParquetFile final : public File {
                            uint64_t* at) override;
   Status SetOffsetIndexes(const std::vector<int>& leaves, const std::string& bytes, uint64_t at) override;
   bool has_page_index(int leaf) const override;
+  std::vector<int64_t> IndexedPageRows(int rg, int leaf) const override;
   int64_t pages_learned() const override EXCLUDES(learned_mu_);
   Result<Unit> ChunkUnit(int rg, int leaf) const override;
   int64_t ChunkBytes(int rg, int leaf) const override;
@@ -411,6 +412,18 @@ bool ParquetFile::has_page_index(int leaf) const {
     if (rg[static_cast<size_t>(leaf)] == nullptr) return false;
   }
   return !offsets_.empty();
+}
+
+std::vector<int64_t> ParquetFile::IndexedPageRows(int rg, int leaf) const {
+  const auto& oi = offsets_[static_cast<size_t>(rg)][static_cast<size_t>(leaf)];
+  if (oi == nullptr || leaves_[static_cast<size_t>(leaf)].max_rep > 0) return {0};
+  std::vector<int64_t> rows;
+  for (const parquet::PageLocation& p : oi->page_locations()) {
+    if (rows.empty() ? p.first_row_index != 0 : p.first_row_index <= rows.back()) return {0};
+    rows.push_back(p.first_row_index);
+  }
+  if (rows.empty() || rows.back() >= row_group_rows(rg)) return {0};
+  return rows;
 }
 
 Result<Unit> ParquetFile::ChunkUnit(int rg, int leaf) const { return UnitOf(rg, leaf, -1); }

@@ -115,6 +115,14 @@ class File {
   // chunk are read by their page. How many chunks are known so.
   virtual int64_t pages_learned() const = 0;
 
+  // The first rows (within the row group) of `leaf`'s pages that the file's
+  // offset index gives, which are the same on every read; {0} (the whole
+  // chunk) without one.
+  virtual std::vector<int64_t> IndexedPageRows(int rg, int leaf) const {
+    (void)rg;
+    (void)leaf;
+    return {0};
+  }
   // The whole column chunk of `leaf` in row group `rg`, as one unit.
   virtual Result<Unit> ChunkUnit(int rg, int leaf) const = 0;
   // Its uncompressed size (0 if the file does not say).

@@ -28,6 +28,7 @@ namespace nostall::pq {
 class UnitCache {
  public:
   explicit UnitCache(uint64_t budget) : budget_(budget) {}
+  uint64_t budget() const { return budget_; }
   struct Key {
     int32_t file, rg, leaf, page;
     bool operator<(const Key& o) const {
