@@ -42,7 +42,11 @@ def make_data(root: Path, voices: int):
                                        rates=(16000, 22050, 44100), formats=("flac",))
     longs = datasets.make_long_recordings(root / "long", count=16, seconds=(10, 30),
                                           formats=("flac", "mp3"))
-    return clips, longs
+    # 30 s recordings, one format each: the crop's cost against the file's.
+    long30 = {fmt: datasets.make_long_recordings(root / f"long30-{fmt}", count=16, seconds=(30, 30),
+                                                 formats=(fmt,), seed=1)
+              for fmt in ("flac", "mp3")}
+    return clips, longs, long30
 
 
 # ------------------------------------------------ the DataLoader pipeline
@@ -181,7 +185,7 @@ def run_dataloader(kind, root, epochs, threads):
 
     files = files_of(root)
     ds = ClipDataset(files) if kind == "clips" else CropDataset(files)
-    if kind == "long":
+    if kind != "clips":
         ds.files = files * 8  # 128 crops an epoch
     loader = torch.utils.data.DataLoader(ds, batch_size=64 if kind == "clips" else 16, shuffle=True,
                                          num_workers=threads, persistent_workers=True,
@@ -230,16 +234,23 @@ def main():
     parser.add_argument("--data", default="bench_data/audio", help="where the data is made")
     parser.add_argument("--voices", type=int, default=8, help="espeak-ng voices per word (clips)")
     parser.add_argument("--epochs", type=int, default=2, help="epochs timed per run")
+    parser.add_argument("--only", default="", help="comma-separated situations to run (clips, long, "
+                        "long30-flac, long30-mp3); default all")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child[0], args.child[1], args.child[2], args.epochs)
         return 0
-    clips, longs = make_data(Path(args.data), args.voices)
+    clips, longs, long30 = make_data(Path(args.data), args.voices)
     print(f"clips: {len(files_of(clips))} 1 s words; long: {len(files_of(longs))} 10-30 s recordings; "
           f"{len(os.sched_getaffinity(0))} cores", flush=True)
     results = {}
-    for kind, root in (("clips", clips), ("long", longs)):
+    situations = [("clips", clips), ("long", longs), ("long30-flac", long30["flac"]),
+                  ("long30-mp3", long30["mp3"])]
+    wanted = [w for w in args.only.split(",") if w]
+    for kind, root in situations:
+        if wanted and kind not in wanted:
+            continue
         rates = {"nostall": [], "DataLoader": []}
         for r in range(args.rounds):
             order = ["nostall", "DataLoader"] if r % 2 == 0 else ["DataLoader", "nostall"]
@@ -255,7 +266,9 @@ def main():
     print("| situation | nostall samples/s | DataLoader samples/s | ratio |")
     print("|---|---:|---:|---:|")
     names = {"clips": "1 s clips (FLAC, 16-44.1 kHz), whole-file decode",
-             "long": "10-30 s FLAC/MP3, 3 s crops, DataLoader seeks"}
+             "long": "10-30 s FLAC/MP3, 3 s crops, DataLoader seeks",
+             "long30-flac": "30 s FLAC, 3 s crops, DataLoader seeks",
+             "long30-mp3": "30 s MP3, 3 s crops, DataLoader seeks"}
     for kind, r in results.items():
         print(f"| {names[kind]} | {r['nostall']:.0f} | {r['DataLoader']:.0f} | "
               f"{r['nostall'] / r['DataLoader']:.2f}x |")

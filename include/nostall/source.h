@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "nostall/item_file.h"
 #include "nostall/record.h"
 #include "nostall/sampler.h"
 #include "nostall/stats.h"
@@ -143,6 +144,13 @@ class Source {
     int64_t window = 0;
   };
   virtual ReadUnits read_units() const { return {}; }
+  // A local item that is one whole file (no record around it), opened for
+  // reads where they are wanted (ItemFile); null where the item is read only
+  // whole (remote, in a shard, a record of several files). Errors as Read's.
+  virtual Result<std::shared_ptr<const ItemFile>> OpenItem(int64_t i) const {
+    (void)i;
+    return std::shared_ptr<const ItemFile>();
+  }
   // Remote sources: their requests so far; local files: none.
   virtual std::optional<StorageStats> storage_stats() const { return std::nullopt; }
   // The driver's name: "image-folder", "tar-shards", "s3-image-folder",

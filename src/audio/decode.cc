@@ -17,11 +17,26 @@
 namespace nostall::audio {
 namespace {
 
+// The file as the decoders read it: `size` bytes, the first `have` of them
+// at `data`; with `file`, the rest read a block at a time where the decoder
+// reads (its seeks and the crop's frames), else have == size.
 struct Memory {
   const uint8_t* data;
   sf_count_t size;
   sf_count_t pos;
+  sf_count_t have;
+  const ItemFile* file = nullptr;
+  std::vector<uint8_t> block;  // file's bytes [block_at, block_at + block.size())
+  sf_count_t block_at = -1;
+  std::vector<uint8_t> whole;  // the rest read at once (a decoder that takes the bytes whole)
+  Status error;                // the first failed read
 };
+constexpr sf_count_t kFileBlock = 64 << 10;
+
+Memory AtHand(const uint8_t* data, size_t size) {
+  const auto n = static_cast<sf_count_t>(size);
+  return Memory{data, n, 0, n};
+}
 
 sf_count_t MemorySeek(sf_count_t offset, int whence, void* user) {
   Memory* m = static_cast<Memory*>(user);
@@ -33,12 +48,55 @@ sf_count_t MemorySeek(sf_count_t offset, int whence, void* user) {
   return m->pos;
 }
 
+// The block of the file that holds byte `at` (past the bytes at hand).
+bool LoadBlock(Memory* m, sf_count_t at) {
+  if (m->block_at >= 0 && at >= m->block_at && at < m->block_at + static_cast<sf_count_t>(m->block.size())) {
+    return true;
+  }
+  const sf_count_t from = at - at % kFileBlock, n = std::min(kFileBlock, m->size - from);
+  m->block.resize(static_cast<size_t>(n));
+  Status st = m->file->ReadAt(static_cast<uint64_t>(from), static_cast<size_t>(n), m->block.data());
+  if (!st.ok()) {
+    if (m->error.ok()) m->error = st;
+    m->block_at = -1;
+    return false;
+  }
+  m->block_at = from;
+  return true;
+}
+
 sf_count_t MemoryRead(void* ptr, sf_count_t count, void* user) {
   Memory* m = static_cast<Memory*>(user);
-  const sf_count_t n = std::max<sf_count_t>(0, std::min(count, m->size - m->pos));
-  if (n > 0) std::memcpy(ptr, m->data + m->pos, static_cast<size_t>(n));
-  m->pos += n;
-  return n;
+  auto* out = static_cast<uint8_t*>(ptr);
+  sf_count_t done = 0;
+  count = std::max<sf_count_t>(0, std::min(count, m->size - m->pos));
+  while (done < count) {
+    sf_count_t n;
+    if (m->pos < m->have) {
+      n = std::min(count - done, m->have - m->pos);
+      std::memcpy(out + done, m->data + m->pos, static_cast<size_t>(n));
+    } else {
+      if (!LoadBlock(m, m->pos)) break;
+      const sf_count_t in = m->pos - m->block_at;
+      n = std::min(count - done, static_cast<sf_count_t>(m->block.size()) - in);
+      std::memcpy(out + done, m->block.data() + in, static_cast<size_t>(n));
+    }
+    done += n;
+    m->pos += n;
+  }
+  return done;
+}
+
+// All of the file at hand (a decoder that takes its bytes whole).
+Status Materialize(Memory* m) {
+  if (m->have == m->size) return Status::OK();
+  m->whole.resize(static_cast<size_t>(m->size));
+  std::memcpy(m->whole.data(), m->data, static_cast<size_t>(m->have));
+  NOSTALL_RETURN_IF_ERROR(m->file->ReadAt(static_cast<uint64_t>(m->have), static_cast<size_t>(m->size - m->have),
+                                          m->whole.data() + m->have));
+  m->data = m->whole.data();
+  m->have = m->size;
+  return Status::OK();
 }
 
 std::string FormatName(int format) {
@@ -431,6 +489,7 @@ class OpusReader : public Reader {
   }
   Status Open(Memory* mem, AudioInfo* info) {
     int err = 0;
+    NOSTALL_RETURN_IF_ERROR(Materialize(mem));
     of_ = op_open_memory(mem->data, static_cast<size_t>(mem->size), &err);
     if (of_ == nullptr) return DataError("not an Ogg Opus stream libopusfile reads (error " + std::to_string(err) + ")");
     const ogg_int64_t total = op_pcm_total(of_, -1);
@@ -577,7 +636,7 @@ void Deinterleave(const std::vector<float>& inter, int c, int64_t count, bool mo
 }  // namespace
 
 struct AudioFile::Impl {
-  Memory mem{nullptr, 0, 0};
+  Memory mem = AtHand(nullptr, 0);
   std::unique_ptr<Reader> reader;
   std::vector<float> inter;
 };
@@ -585,18 +644,25 @@ struct AudioFile::Impl {
 AudioFile::AudioFile() : impl_(std::make_unique<Impl>()) {}
 AudioFile::~AudioFile() = default;
 
-Status AudioFile::Open(const uint8_t* data, size_t size) {
-  impl_->mem = {data, static_cast<sf_count_t>(size), 0};
+Status AudioFile::Open(const uint8_t* data, size_t size, const ItemFile* file) {
   impl_->reader.reset();
-  return nostall::audio::Open(&impl_->mem, &impl_->reader, &info_);
+  impl_->mem = AtHand(data, size);
+  if (file != nullptr && file->size() > size) {
+    impl_->mem.size = static_cast<sf_count_t>(file->size());
+    impl_->mem.file = file;
+  }
+  Status st = nostall::audio::Open(&impl_->mem, &impl_->reader, &info_);
+  return impl_->mem.error.ok() ? st : impl_->mem.error;
 }
 
 Status AudioFile::Decode(int64_t start, int64_t count, bool mono, std::vector<float>* out) {
   if (!impl_->reader) return FailedPrecondition("the audio file is not open");
   if (count < 0) return InvalidArgument("negative frame count");
-  NOSTALL_RETURN_IF_ERROR(ReadRange(impl_->reader.get(), info_, start, count,
-                                    [](Reader* rd, float* p, int64_t n) { return rd->ReadFloat(p, n); },
-                                    &impl_->inter));
+  Status st = ReadRange(impl_->reader.get(), info_, start, count,
+                        [](Reader* rd, float* p, int64_t n) { return rd->ReadFloat(p, n); }, &impl_->inter);
+  // (A file that changed while it was read: that, not what the decoder made of it.)
+  if (!impl_->mem.error.ok()) return impl_->mem.error;
+  NOSTALL_RETURN_IF_ERROR(st);
   Deinterleave(impl_->inter, info_.channels, count, mono, out);
   return Status::OK();
 }
@@ -618,7 +684,7 @@ Status DecodeFrames(const uint8_t* data, size_t size, int64_t start, int64_t cou
 
 Status DecodeFramesInt16(const uint8_t* data, size_t size, int64_t start, int64_t count,
                          std::vector<int16_t>* out, AudioInfo* info) {
-  Memory mem{data, static_cast<sf_count_t>(size), 0};
+  Memory mem = AtHand(data, size);
   std::unique_ptr<Reader> r;
   NOSTALL_RETURN_IF_ERROR(Open(&mem, &r, info));
   if (count < 0) return InvalidArgument("negative frame count");

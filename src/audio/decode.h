@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "nostall/item_file.h"
 #include "nostall/status.h"
 
 namespace nostall::audio {
@@ -42,7 +43,10 @@ class AudioFile {
   ~AudioFile();
   AudioFile(const AudioFile&) = delete;
   AudioFile& operator=(const AudioFile&) = delete;
-  Status Open(const uint8_t* data, size_t size);
+  // `data` holds the file's first `size` bytes; with `file`, the file is
+  // file->size() bytes and the rest is read where the decoder wants it (a
+  // crop of a long recording reads its frames, not the whole file).
+  Status Open(const uint8_t* data, size_t size, const ItemFile* file = nullptr);
   const AudioInfo& info() const { return info_; }
   Status Decode(int64_t start, int64_t count, bool mono, std::vector<float>* out);
 

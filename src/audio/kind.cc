@@ -38,8 +38,10 @@ class AudioKind final : public SampleKind {
   Status Prepare(const PrepSpec&, const SampleInput& in, const SampleKey& key, const SampleOutput& out,
                  PrepScratch* scratch) const override {
     return audio::Prepare(*spec_, in.data, in.size, key, static_cast<float*>(out.dst),
-                          &KindScratchOf<AudioScratch>(scratch).audio, nullptr, out.dims);
+                          &KindScratchOf<AudioScratch>(scratch).audio, nullptr, out.dims, in.file);
   }
+  // A crop of a long recording reads its frames, not the whole file.
+  bool ReadsPart() const override { return true; }
   // (C, T) or (C, bins, frames): the frames vary.
   uint32_t RaggedAxes(const PrepSpec&) const override {
     if (!spec_->ragged) return 0;

@@ -556,9 +556,9 @@ Status Run(const Spec& spec, AudioFile* file, const AudioInfo& info, const Sampl
 }  // namespace
 
 Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleKey& key, float* dst,
-               Scratch* scratch, json* trace, int64_t* dims) {
+               Scratch* scratch, json* trace, int64_t* dims, const ItemFile* item) {
   AudioFile file;
-  NOSTALL_RETURN_IF_ERROR(file.Open(data, size));
+  NOSTALL_RETURN_IF_ERROR(file.Open(data, size, item));
   Sink sink;
   sink.dst = dst;
   sink.dims = dims;

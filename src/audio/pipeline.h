@@ -105,9 +105,11 @@ struct Scratch {
 // parameters and the source frames decoded are written there
 // (nostall.audio.sample_params).
 // A ragged spec's sample is written dense in its own shape, which goes to
-// `dims` (3 int64s: Shape()'s rank, then 1s).
+// `dims` (3 int64s: Shape()'s rank, then 1s). With `file`, `data` holds the
+// file's first `size` bytes and the rest is read where wanted
+// (AudioFile::Open).
 Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleKey& key, float* dst,
-               Scratch* scratch, nlohmann::json* trace, int64_t* dims = nullptr);
+               Scratch* scratch, nlohmann::json* trace, int64_t* dims = nullptr, const ItemFile* file = nullptr);
 
 // One sample of any shape (`fixed` need not hold): nostall.audio.apply.
 Status Apply(const Spec& spec, const uint8_t* data, size_t size, const SampleKey& key, std::vector<float>* out,

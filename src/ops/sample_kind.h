@@ -15,6 +15,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "common/sample_key.h"
+#include "nostall/item_file.h"
 #include "nostall/status.h"
 
 namespace nostall {
@@ -29,6 +30,9 @@ struct SampleInput {
   size_t size = 0;
   const uint8_t* annotations = nullptr;
   size_t annotations_size = 0;
+  // For a kind that ReadsPart(): set when `data` holds only the item's first
+  // `size` bytes, and the rest (file->size() in all) is read from here.
+  const ItemFile* file = nullptr;
 };
 
 // Where it goes: its place in the batch tensor (out_h x out_w, as the batch
@@ -80,6 +84,10 @@ class SampleKind {
   }
   // Whether a sample carries targets (written to SampleOutput::targets).
   virtual bool has_targets() const { return false; }
+  // The kind may read only part of a long item (an audio crop): the fetcher
+  // may then hand it the item's first bytes and the file for the rest
+  // (SampleInput::file).
+  virtual bool ReadsPart() const { return false; }
   // One sample, from its bytes, into its place; a DataError names what is
   // wrong with the bytes (the caller adds the item).
   virtual Status Prepare(const PrepSpec& spec, const SampleInput& in, const SampleKey& key,

@@ -13,9 +13,28 @@ int64_t IoCpu(const Source& source) {
 
 }  // namespace
 
-Fetcher::Fetcher(const Source& source, Cache* cache)
-    : source_(source), cache_(cache), async_(source.ReadsAsync()),
+Fetcher::Fetcher(const Source& source, Cache* cache, bool partial)
+    : source_(source), cache_(cache), async_(source.ReadsAsync()), partial_(partial && cache == nullptr),
       io_cpu_at_start_(IoCpu(source)) {}
+
+// A local read: whole, or for a kind that reads parts of long items, a long
+// file's first bytes and the file (one open either way).
+void Fetcher::ReadLocal(FetchedItem* fi) {
+  if (!partial_ || source_.record(fi->item) != nullptr) {
+    fi->status = source_.Read(fi->item, &fi->bytes);
+    return;
+  }
+  Result<std::shared_ptr<const ItemFile>> file = source_.OpenItem(fi->item);
+  if (!file.ok() || file.value() == nullptr) {
+    fi->status = file.ok() ? source_.Read(fi->item, &fi->bytes) : file.status();
+    return;
+  }
+  const uint64_t size = file.value()->size();
+  const bool part = size >= kPartialMin;
+  fi->bytes.resize(part ? kFirstBytes : static_cast<size_t>(size));
+  fi->status = file.value()->ReadAt(0, fi->bytes.size(), fi->bytes.data());
+  if (part) fi->file = std::move(file).value();
+}
 
 // A batch's first position asks the cache for the batch's items at once.
 void Fetcher::PrefetchFromCache(FetchedItem* fi) {
@@ -63,7 +82,7 @@ void Fetcher::Fetch(FetchedItem fi, const Done& done) {
     // The I/O thread's CPU is counted as the source reports it (IoCpuNs).
     fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);
   } else {
-    fi.status = source_.Read(fi.item, &fi.bytes);
+    ReadLocal(&fi);
     Stored(&fi, lookup_failed);
     EndRead(fi);
     fetch_.busy_cpu_ns.fetch_add(ThreadCpuNs() - cpu0);

@@ -23,7 +23,12 @@ namespace nostall {
 class Fetcher {
  public:
   using Done = std::function<void(FetchedItem)>;
-  Fetcher(const Source& source, Cache* cache);
+  // `partial`: the kind reads parts of long items (SampleKind::ReadsPart),
+  // so a local file over kPartialMin is handed on as its first bytes and the
+  // file, not read whole (never with a cache, which keeps items whole).
+  Fetcher(const Source& source, Cache* cache, bool partial = false);
+  static constexpr uint64_t kPartialMin = 256 << 10;
+  static constexpr size_t kFirstBytes = 64 << 10;
 
   bool async() const { return async_; }
   bool has_cache() const { return cache_ != nullptr; }
@@ -43,6 +48,7 @@ class Fetcher {
 
  private:
   void PrefetchFromCache(FetchedItem* fi);
+  void ReadLocal(FetchedItem* fi);
   void Stored(FetchedItem* fi, bool lookup_failed);
   void HandOn(FetchedItem fi, int64_t wall0, const Done& done);
   void CountCache(int64_t epoch, bool hit, bool error, size_t bytes) EXCLUDES(cache_mu_);
@@ -65,6 +71,7 @@ class Fetcher {
   const Source& source_;
   Cache* const cache_;  // may be null
   const bool async_;
+  const bool partial_;
   const int64_t io_cpu_at_start_;
   StageCounters fetch_;
   mutable Mutex cache_mu_;

@@ -28,7 +28,7 @@ PipelineLoader::PipelineLoader(PipelineParts parts)
       tune_(parts.tune),
       adapt_requests_(parts.adapt_requests),
       consumer_waited_ns_(std::move(parts.consumer_waited_ns)),
-      fetcher_(*source_, cache_.get()) {}
+      fetcher_(*source_, cache_.get(), spec_.prep.sample_kind().ReadsPart()) {}
 
 PipelineLoader::~PipelineLoader() {
   tuner_.reset();  // first: it starts workers

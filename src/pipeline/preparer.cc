@@ -60,6 +60,7 @@ Status Preparer::PrepareOne(const FetchedItem& fi, const FieldSpan* record, cons
                             void* dst, PrepScratch* scratch) {
   const SampleKind& kind = spec_.prep.sample_kind();
   SampleInput in{fi.bytes.data() + image.offset, static_cast<size_t>(image.size)};
+  in.file = fi.file.get();
   SampleOutput out{dst, out_h_, out_w_};
   if (int64_t* dims = seg_.dims(static_cast<uint32_t>(fi.slot))) out.dims = dims + 3 * fi.pos;
   if (!kind.has_targets()) {

@@ -14,6 +14,7 @@
 
 #include "common/mutex.h"
 #include "nostall/record.h"
+#include "nostall/source.h"
 #include "nostall/stats.h"
 #include "nostall/status.h"
 #include "ring/ring.h"
@@ -49,6 +50,9 @@ struct FetchedItem {
   int64_t item;  // dataset index
   bool buffered = false;  // of the buffered epoch (its random draws key on shard and member)
   std::vector<uint8_t> bytes;
+  // Set: `bytes` are the first bytes of this file, whose rest the kind reads
+  // where it wants (SampleKind::ReadsPart).
+  std::shared_ptr<const ItemFile> file;
   Status status;  // a failed read travels on so the batch can complete
   // Set on a batch's first position: the items the cache is asked for in
   // one go (Cache::Prefetch; this batch's when it is an epoch's first, and

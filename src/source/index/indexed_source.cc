@@ -25,6 +25,23 @@ namespace {
 
 using json = nlohmann::json;
 
+// An item that is one local file, read where wanted (Source::OpenItem).
+class LocalItemFile final : public ItemFile {
+ public:
+  LocalItemFile(UniqueFd fd, uint64_t size) : fd_(std::move(fd)), size_(size) {}
+  uint64_t size() const override { return size_; }
+  Status ReadAt(uint64_t offset, size_t n, uint8_t* out) const override {
+    if (offset > size_ || n > size_ - offset) return InvalidArgument("a read past the file's end");
+    Status st = PreadExact(fd_.get(), offset, n, out);
+    if (!st.ok()) return DataError("the file changed while it was read (" + st.message() + ")");
+    return Status::OK();
+  }
+
+ private:
+  UniqueFd fd_;
+  uint64_t size_;
+};
+
 class IndexedSource final : public IndexSource {
  public:
   IndexedSource(IndexViewPtr index, RecordTable records, const char* kind, uint64_t max_item_bytes,
@@ -52,6 +69,18 @@ class IndexedSource final : public IndexSource {
     }
     const ItemWhere w = Where(i);
     return DropFromPageCache(ShardName(w.container), w.offset, static_cast<uint64_t>(w.size));
+  }
+
+  Result<std::shared_ptr<const ItemFile>> OpenItem(int64_t i) const override {
+    // (A record of several files, or pages to drop after the read: whole.)
+    if (!folder() || !records_.beside.empty() || drop_page_cache_) return std::shared_ptr<const ItemFile>();
+    uint64_t size = 0;
+    NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(key(i), &size));
+    if (size > max_item_bytes_) {
+      return DataError("file is " + std::to_string(size) + " bytes, over the " + std::to_string(max_item_bytes_) +
+                       "-byte item limit");
+    }
+    return std::shared_ptr<const ItemFile>(std::make_shared<LocalItemFile>(std::move(fd), size));
   }
 
   Status Read(int64_t i, std::vector<uint8_t>* out) const override {
