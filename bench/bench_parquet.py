@@ -273,7 +273,8 @@ def main():
               f"- a page (about 1 MiB, 9 images) read and decoded for every row, as an exact shuffle over a "
               f"dataset much larger than decoded_cache_mb does: "
               f"{med['nostall parquet, row groups of 100, no offset index, no decoded cache'] / folder:.2f} of the "
-              f"image folder (docs/parquet.md: smaller pages, or shard_shuffle with a cache of shuffle_buffer rows)",
+              f"image folder (docs/parquet.md: shuffle_window, smaller pages, or shard_shuffle with a cache of "
+              f"shuffle_buffer rows)",
               f"- data 8x decoded_cache_mb ({json.loads(small)['decoded_cache_mb']} MiB), row groups of 100: "
               f"the exact shuffle {med['nostall parquet, data 8x the decoded cache, exact shuffle'] / folder:.2f} "
               f"of the image folder, shuffle_window=\"auto\" "

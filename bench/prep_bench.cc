@@ -115,7 +115,7 @@ BENCHMARK(BM_FullDecode);
 // One op on a 224x224 image: the op's own cost, without decode or resample.
 void BM_Op(benchmark::State& state, const char* op_json) {
   const nlohmann::json j = nlohmann::json::parse(op_json);
-  OpArgs args(j, "");
+  OpArgs args(j, "", *FindTransformSchema(j["type"].get<std::string>()));
   auto op = FindImageOp(j["type"].get<std::string>())(args);
   if (!op.ok()) std::abort();
   const std::vector<uint8_t> base = testing::MakePixels(224, 224, 3, 7);

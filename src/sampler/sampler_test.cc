@@ -257,18 +257,22 @@ TEST(SamplerTest, WindowShuffleKeepsAUnitsItemsWithinOneWindow) {
 
 // Elastic resume: 4 ranks read 3 batches each, 3 ranks read 2 of what was
 // left, then 2 ranks read the rest: each sample once over all of them
-// (but the last step's padding), with groups, block shuffle, no padding or
-// drop_last alike; the order a function of (seed, epoch, steps) only.
+// (but the last step's padding), with groups, block shuffle, the window
+// shuffle, no padding or drop_last alike; the order a function of (seed, epoch, steps) only.
 TEST(SamplerTest, ElasticStepsLeaveEachUnreadSampleOnce) {
   const int64_t n = 503, batch = 4;
   std::vector<int32_t> groups(n);
   for (int64_t i = 0; i < n; ++i) groups[i] = static_cast<int32_t>(i % 3);
-  for (int variant = 0; variant < 4; ++variant) {
+  std::vector<int64_t> units;  // pages of 1-7 items
+  for (int64_t i = 0; i < n; i += 1 + i % 7) units.push_back(i);
+  units.push_back(n);
+  for (int variant = 0; variant < 5; ++variant) {
     auto options = [&](int64_t rank, int64_t world) {
       SamplerOptions o{n, batch, true, 5, rank, world, variant == 3};
       if (variant == 1) o.groups = groups;
       if (variant == 2) o.shuffle_block = 64;
       if (variant == 3) o.pad_ranks = false;
+      if (variant == 4) o.unit_starts = units, o.shuffle_window = 40;
       return o;
     };
     std::multiset<int64_t> seen;
