@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -133,25 +135,28 @@ class PyLoader {
   // set_epoch and state_dict are these.
   void SetEpoch(int64_t epoch) { RaiseIfError(Cursor().SetEpoch(epoch)); }
   void Begin() {
+    const Use use(this);  // (lets the GIL go: Close waits for it)
     Status st;
     {
       nb::gil_scoped_release release;
-      st = Cursor().Begin();
+      st = HeldCursor().Begin();
     }
     RaiseIfError(st);
   }
   std::string StateJson() const {
+    const Use use(this);  // (lets the GIL go: Close waits for it)
     Result<std::string> r = [&] {
       nb::gil_scoped_release release;  // (a buffered epoch's state waits for the index)
-      return Cursor().StateJson();
+      return HeldCursor().StateJson();
     }();
     return ValueOrRaise(std::move(r));
   }
   void LoadStateJson(const std::string& state) {
+    const Use use(this);  // (lets the GIL go: Close waits for it)
     Status st;
     {
       nb::gil_scoped_release release;
-      st = Cursor().LoadStateJson(state);
+      st = HeldCursor().LoadStateJson(state);
     }
     RaiseIfError(st);
   }
@@ -172,13 +177,14 @@ class PyLoader {
   nb::object Next() { return NextBatch(/*cursor=*/true); }
   nb::object NextPlanned() { return NextBatch(/*cursor=*/false); }
   nb::object NextBatch(bool cursor) {
+    const Use use(this);  // (lets the GIL go: Close waits for it)
     NextStatus ns = NextStatus::kTimeout;
     std::shared_ptr<Batch> batch;
     while (true) {
       Status st;
       {
         nb::gil_scoped_release release;
-        st = Loader().Next(/*timeout_ms=*/50, &ns, &batch);
+        st = Held().Next(/*timeout_ms=*/50, &ns, &batch);
       }
       if (!st.ok()) {
         if (cursor) epoch_over_ = st.code() == StatusCode::kDataError && Cursor().Failed();
@@ -186,8 +192,10 @@ class PyLoader {
       }
       if (ns == NextStatus::kBatch && batch->size() == 0) continue;  // a shared consumer's
       if (ns != NextStatus::kTimeout) break;
-      // Let Ctrl-C through while waiting for a slow batch.
+      // Let Ctrl-C through while waiting for a slow batch, and a close()
+      // from another thread.
       if (PyErr_CheckSignals() != 0) throw nb::python_error();
+      Loader();
     }
     if (ns == NextStatus::kEndOfEpoch) {
       if (cursor) epoch_over_ = Cursor().Ended();
@@ -248,10 +256,11 @@ class PyLoader {
   // epoch): what needs every item waits for the index, without the GIL,
   // and raises what stopped it.
   void WaitForIndex() const {
+    const Use use(this);  // (lets the GIL go: Close waits for it)
     if (Loader().sampler().counts_known()) return;
     Result<int64_t> total = [&] {
       nb::gil_scoped_release release;
-      return Loader().source().sharded()->Total();
+      return Held().source().sharded()->Total();
     }();
     if (!total.ok()) RaiseStatus(total.status());
   }
@@ -261,22 +270,24 @@ class PyLoader {
   void SetPlan(std::shared_ptr<BatchPlan> plan) { Loader().sampler().SetPlan(std::move(plan)); }
   // Makes `plan`'s batches from now on, outside the epoch cursor (next_planned() hands them out).
   void StartPlan(std::shared_ptr<BatchPlan> plan) {
+    const Use use(this);  // (lets the GIL go: Close waits for it)
     const int64_t epoch = plan->epoch();
     Loader().sampler().SetPlan(std::move(plan));
     Status st;
     {
       nb::gil_scoped_release release;
-      st = Loader().StartEpoch(epoch, 0);
+      st = Held().StartEpoch(epoch, 0);
     }
     RaiseIfError(st);
   }
   // The cursor's next pass, its batches made elsewhere: (epoch, first batch,
   // elastic steps, batches in the epoch).
   nb::tuple BeginElsewhere() {
+    const Use use(this);  // (lets the GIL go: Close waits for it)
     Status st;
     {
       nb::gil_scoped_release release;
-      st = Cursor().Begin(/*start_loader=*/false);
+      st = HeldCursor().Begin(/*start_loader=*/false);
     }
     RaiseIfError(st);
     std::vector<std::pair<int64_t, int64_t>> steps;
@@ -360,34 +371,67 @@ class PyLoader {
   std::string IndexOrigin() const { return Loader().source().index_origin(); }
   std::string IndexNote() const { return Loader().source().index_note(); }
   void EvictPageCache() const {
+    const Use use(this);  // (lets the GIL go: Close waits for it)
     Status st;
     {
       nb::gil_scoped_release release;
-      st = Loader().EvictPageCache();
+      st = Held().EvictPageCache();
     }
     if (!st.ok()) RaiseStatus(st);
   }
 
   // nostall::ProbeLoaderStorageJson (analyze.h).
   std::string ProbeStorage(int64_t sequential, int64_t concurrent, int concurrency) const {
+    const Use use(this);  // (lets the GIL go: Close waits for it)
     Result<std::string> r = InvalidArgument("");
     {
       nb::gil_scoped_release release;
-      r = ProbeLoaderStorageJson(Loader(), sequential, concurrent, concurrency);
+      r = ProbeLoaderStorageJson(Held(), sequential, concurrent, concurrency);
     }
     return ValueOrRaise(std::move(r));
   }
 
-  // Stops and joins every thread now (also done by the destructor).
+  // Stops and joins every thread now (also done by the destructor). A call
+  // of another thread that is using the loader with the GIL let go (a
+  // next() waiting for its batch) ends first: new calls raise at once, and
+  // the loader goes when the last one is out.
   void Close() {
+    closed_ = true;
+    {
+      nb::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(busy_mu_);
+      idle_.wait(lock, [this] { return busy_ == 0; });
+    }
+    std::unique_ptr<EpochCursor> cursor = std::move(cursor_);
+    std::unique_ptr<nostall::Loader> loader = std::move(loader_);
     nb::gil_scoped_release release;
-    cursor_.reset();
-    loader_.reset();
+    cursor.reset();
+    loader.reset();
   }
 
  private:
+  // A call that lets the GIL go while it uses the loader: made with the GIL
+  // held (so after a close() it raises), and counted until it returns.
+  class Use {
+   public:
+    explicit Use(const PyLoader* p) : p_(p) {
+      p_->Loader();
+      std::lock_guard<std::mutex> lock(p_->busy_mu_);
+      ++p_->busy_;
+    }
+    ~Use() {
+      std::lock_guard<std::mutex> lock(p_->busy_mu_);
+      if (--p_->busy_ == 0) p_->idle_.notify_all();
+    }
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+
+   private:
+    const PyLoader* p_;
+  };
+
   nostall::Loader& Loader() const {
-    if (!loader_) {
+    if (closed_ || !loader_) {
       PyErr_SetString(PyExc_RuntimeError, "the loader is closed");
       throw nb::python_error();
     }
@@ -397,8 +441,15 @@ class PyLoader {
     Loader();  // raises once closed
     return *cursor_;
   }
+  // The same within a Use, where the GIL may be let go (no raising there).
+  nostall::Loader& Held() const { return *loader_; }
+  EpochCursor& HeldCursor() const { return *cursor_; }
   std::unique_ptr<nostall::Loader> loader_;
   std::unique_ptr<EpochCursor> cursor_;  // over loader_
+  bool closed_ = false;  // read and set with the GIL held
+  mutable std::mutex busy_mu_;
+  mutable std::condition_variable idle_;
+  mutable int busy_ = 0;  // Use calls under way
   bool epoch_over_ = false;
   std::pair<uintptr_t, size_t> batch_memory_{0, 0};
   int extra_fields_ = -1;  // the spec's extra fields, counted at the first batch

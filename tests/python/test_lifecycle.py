@@ -88,3 +88,32 @@ def test_ctrl_c_while_waiting_for_a_batch(tmp_path):
     assert proc.returncode == 3, line + out
     assert line.strip() == "interrupted"
     assert took < 1 + float(batch_s), (took, batch_s)
+
+
+def test_close_from_another_thread_ends_a_next_that_waits(jpeg_folder):
+    """A loader closed by another thread while next() waits for a slow batch:
+    that next() raises "closed" (no crash, no use of a freed loader), close()
+    returns promptly, and every thread is joined; a second close is nothing."""
+    import threading
+
+    before = native_threads()
+    loader = nostall.Loader(jpeg_folder, batch_size=4, num_threads=1, reads_in_flight=1, autotune=False,
+                            source_options={"throttle_latency_ms": 300}, transforms=[nostall.Resize((16, 16))])
+    it = iter(loader)
+    took = []
+
+    def closer():
+        time.sleep(0.5)  # next() is waiting for its batch (4 reads of 300 ms)
+        t0 = time.monotonic()
+        loader.close()
+        took.append(time.monotonic() - t0)
+
+    thread = threading.Thread(target=closer)
+    thread.start()
+    with pytest.raises(RuntimeError, match="closed"):
+        for _ in it:
+            pass
+    thread.join(timeout=60)
+    assert took and took[0] < 10, took
+    loader.close()
+    assert native_threads() <= before + 1
