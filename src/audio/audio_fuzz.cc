@@ -1,11 +1,35 @@
 // libFuzzer target: the audio header readers and decoders (libsndfile's
 // WAV, FLAC, MP3, Ogg Vorbis and Opus behind nostall's in-memory I/O)
 // through the whole per-sample pipeline: probe, a crop decoded by seeking,
-// resampling, a mel spectrogram in dB and masks. The last input byte picks
-// the transforms; the rest is the file.
+// resampling, a mel spectrogram in dB and masks; and the file read in parts
+// (its first bytes at hand, the rest where the decoder reads, as a long
+// local file is). The last input byte picks the transforms; the rest is the
+// file.
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "audio/pipeline.h"
+
+namespace {
+
+// The input as an open file whose bytes past the first few are read on demand.
+class BytesFile final : public nostall::ItemFile {
+ public:
+  BytesFile(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  uint64_t size() const override { return size_; }
+  nostall::Status ReadAt(uint64_t offset, size_t n, uint8_t* out) const override {
+    if (offset > size_ || n > size_ - offset) return nostall::DataError("a read past the end");
+    std::memcpy(out, data_ + offset, n);
+    return nostall::Status::OK();
+  }
+
+ private:
+  const uint8_t* data_;
+  size_t size_;
+};
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace nostall;
@@ -16,6 +40,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (audio::ProbeAudio(data, size, &info).ok()) {
     std::vector<float> out;
     (void)audio::DecodeFrames(data, size, info.frames / 2, 2000, (pick & 1) != 0, &out, &info);
+  }
+  if (pick & 128) {
+    const BytesFile file(data, size);
+    audio::AudioFile part;
+    if (part.Open(data, std::min<size_t>(size, 40), &file).ok()) {
+      std::vector<float> out;
+      (void)part.Decode(part.info().frames / 3, 2000, (pick & 1) != 0, &out);
+    }
   }
   // Keeps each run small; the limit itself is under test too.
   nlohmann::json list = nlohmann::json::array(
