@@ -774,3 +774,14 @@ def test_crops_of_long_files_read_their_part_and_equal_a_whole_read(tmp_path):
     with pytest.raises(nostall.DataError, match=r"rec\.flac"):
         for _ in fresh:
             pass
+
+
+def test_a_truncated_mp3_is_as_long_as_its_frames_not_its_header(tmp_path):
+    """An MP3 cut short (a download that stopped) keeps the Xing header's
+    count of the whole; its length is the frames there, so it still decodes."""
+    rng = np.random.default_rng(2)
+    data = encode((0.1 * rng.standard_normal(10 * 16000)).astype(np.float32), 16000, "MP3", "MPEG_LAYER_III")
+    cut = data[:len(data) * 6 // 10]
+    whole, part = audio.info(data)["frames"], audio.info(cut)["frames"]
+    assert 0.5 * whole < part < 0.7 * whole, (whole, part)
+    assert audio.load(cut).shape[-1] == part
