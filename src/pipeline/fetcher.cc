@@ -6,6 +6,23 @@
 namespace nostall {
 namespace {
 
+// A file read in parts, its reads counted as the fetch stage's bytes where
+// the decoder makes them.
+class CountedItemFile final : public ItemFile {
+ public:
+  CountedItemFile(std::shared_ptr<const ItemFile> file, std::atomic<int64_t>* bytes)
+      : file_(std::move(file)), bytes_(bytes) {}
+  uint64_t size() const override { return file_->size(); }
+  Status ReadAt(uint64_t offset, size_t n, uint8_t* out) const override {
+    bytes_->fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
+    return file_->ReadAt(offset, n, out);
+  }
+
+ private:
+  std::shared_ptr<const ItemFile> file_;
+  std::atomic<int64_t>* bytes_;
+};
+
 int64_t IoCpu(const Source& source) {
   std::optional<StorageStats> remote = source.storage_stats();
   return remote ? remote->io_cpu_ns : 0;
@@ -33,7 +50,7 @@ void Fetcher::ReadLocal(FetchedItem* fi) {
   const bool part = size >= kPartialMin;
   fi->bytes.resize(part ? kFirstBytes : static_cast<size_t>(size));
   fi->status = file.value()->ReadAt(0, fi->bytes.size(), fi->bytes.data());
-  if (part) fi->file = std::move(file).value();
+  if (part) fi->file = std::make_shared<CountedItemFile>(std::move(file).value(), &fetch_.bytes);
 }
 
 // A batch's first position asks the cache for the batch's items at once.
