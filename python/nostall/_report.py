@@ -221,7 +221,25 @@ def _measured_lines(r) -> list:
     return out
 
 
-def _what_if_lines(curves) -> list:
+def _fewer_cores_faster(curves, prof) -> list:
+    """Why a core count below the measured one predicts more, where it does:
+    the step then runs on as many intra-op threads as there are cores (torch's
+    default), and it was timed faster on fewer threads."""
+    if prof is None or "step_threads" not in curves:
+        return []
+    now = prof["measured"]["cores"]
+    at_now = next((p["rate"] for p in curves["cores"] if p["x"] == now), None)
+    faster = [p for p in curves["cores"] if p["x"] < now and at_now and p["rate"] > at_now]
+    one, many = prof.get("step_rate_1", 0), prof.get("step_rate", 0)
+    if not faster or not one or not many:
+        return []
+    return [f"             (fewer cores predict more here: with fewer cores the step runs on fewer intra-op "
+            f"threads, torch's default,",
+            f"              and it ran at {one:,.0f} samples/s on one thread against {many:,.0f} on "
+            f"{prof.get('step_threads', 1)}; the same gain at {now:.0f} cores is the \"step thr.\" row)"]
+
+
+def _what_if_lines(curves, profile=None) -> list:
     """The what-if curves, a row each: x:rate and the bottleneck's initial."""
     out = ["what if (predicted samples/s per job; bottleneck initial: c/p/f)"]
 
@@ -233,6 +251,7 @@ def _what_if_lines(curves) -> list:
     cores = curves["cores"]
     row("cores", cores if len(cores) <= 12 else cores[:: max(1, len(cores) // 12)],
         lambda x: f"{x:.0f}")
+    out += _fewer_cores_faster(curves, profile)
     row("bandwidth", curves["bandwidth"],
         lambda x: f"{x / 1e6:,.0f}MB/s" if x >= 10e6 else f"{x / 1e6:.2g}MB/s")
     row("latency", curves["latency_s"], lambda x: f"{x * 1e3:g}ms")
@@ -277,7 +296,7 @@ def render_table(r) -> str:
     out.append(f"storage: {_bw(m['bandwidth'])}, {m['latency_s'] * 1e3:.2f} ms per read, "
                f"{_reads_words(r)}; dataset {_bytes(prof['dataset_bytes'])}")
     out.append("")
-    out += _what_if_lines(r["curves"])
+    out += _what_if_lines(r["curves"], r["profile"])
     out.append("")
     out.append("what removes the stall:")
     for line in _recommendation_lines(r):

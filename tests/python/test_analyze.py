@@ -196,6 +196,11 @@ def test_a_step_faster_on_fewer_threads_of_its_own_is_told_so(small_pngs, tmp_pa
     # The what-if curve over the step's threads, in the table and the HTML.
     curve = {p["x"]: p["rate"] for p in a.result["curves"]["step_threads"]}
     assert curve[1] > 3 * curve[2]
+    # One core predicts more than the cores measured (the step then runs on one
+    # thread): the table says why beside the row, rather than a cell that looks wrong.
+    cores = {p["x"]: p["rate"] for p in a.result["curves"]["cores"]}
+    assert cores[1] > cores[prof["measured"]["cores"]], cores
+    assert "fewer cores predict more here" in a.table(), a.table()
     a.save_html(tmp_path / "r.html")
     html = (tmp_path / "r.html").read_text()
     assert "torch.set_num_threads(1)" in html and "the step&#x27;s own threads" in html
