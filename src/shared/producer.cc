@@ -271,6 +271,11 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   if (spec.shuffle) spec.shuffle_block = block_chunks * spec.batch_size;
   // The pipeline is prepared (spec resolved, output shape known) to size
   // the segment, and started on the segment's slots once it exists.
+  if (spec.shuffle && spec.shuffle_window != 0) {
+    return InvalidArgument("a served loader shuffles in fixed blocks that any consumer may start at; "
+                           "shuffle_window's pages and windows are another order: serve without it, or give "
+                           "each job its own loader");
+  }
   if (spec.bucketing.by == "duration") {
     return InvalidArgument("a served loader's chunks hold one count of samples; batches of similar durations "
                            "(bucketing by duration) vary in count: serve without it, or give each job its own loader");

@@ -262,6 +262,10 @@ def test_the_window_shuffle_gives_every_row_once_and_resumes(folder, tmp_path):
         nostall.Loader(pattern, **kw, shard_shuffle=True)
     with pytest.raises(ValueError, match="shuffle_window must be"):
         nostall.Loader(pattern, **{**kw, "shuffle_window": "big"})
+    # A served loader's order is its own (fixed blocks any consumer may start at).
+    from nostall.shared import Server
+    with pytest.raises(ValueError, match="shuffle_window"):
+        Server({**loader.spec}, f"pqwin-{os.getpid()}")
     # An image folder's items are their own units: the window shuffle is still every item once.
     plain = nostall.Loader(str(folder), **{**kw, "shuffle_window": "auto"})
     assert sorted(int(i) for _, _, idx in plain for i in idx) == list(range(30))
