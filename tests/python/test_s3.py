@@ -719,8 +719,10 @@ def test_the_window_shuffle_reads_each_page_once_where_the_exact_shuffle_reads_a
     pattern = folder_to_parquet(big, tmp_path / "pq", files=2, row_group_size=15, max_page_bytes=3 * image_bytes // 30)
     for f in sorted((tmp_path / "pq").glob("*.parquet")):
         client.upload_file(str(f), "train-data", "windowed/" + f.name)
+    # One read at a time: reads of one page in flight together would be joined, so how much the exact
+    # shuffle reads would hang on timing.
     kw = dict(batch_size=5, shuffle=True, seed=1, transforms=[nostall.Resize((16, 16))], return_indices=True,
-              source_options={"decoded_cache_mb": 1})
+              source_options={"decoded_cache_mb": 1}, reads_in_flight=1, autotune=False)
     uri = "s3://train-data/windowed/train-*.parquet"
     exact = nostall.Loader(uri, **kw)
     epoch_batches(exact, 0)
@@ -733,7 +735,9 @@ def test_the_window_shuffle_reads_each_page_once_where_the_exact_shuffle_reads_a
     it = iter(here)
     next(it)
     state = here.state_dict()
-    assert 0.6 * image_bytes < read[1] - read[0] < 1.4 * image_bytes, (read, image_bytes)
+    # Three epochs (and the fourth's first batches read ahead) about once the pages each; one epoch
+    # of the exact shuffle about three times.
+    assert 2.4 * image_bytes < read[2] < 4.5 * image_bytes, (read, image_bytes)
     assert exact_read > 2 * image_bytes, (exact_read, image_bytes)
     assert state["shuffle_window"] >= 1
     bigger = nostall.Loader(pattern, shuffle_window="auto", **{**kw, "source_options": {"decoded_cache_mb": 64}})
