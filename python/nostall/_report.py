@@ -153,6 +153,10 @@ def _bottleneck_line(r):
     elif r["bottleneck"] == "compute" and stall > 0.05:
         words += (f" (the stalls measured, {stall:.1%}, are within this analysis's noise, "
                   f"{noise:.0%}: see the notes)")
+    elif stall > noise and max(r["breakdown"]["prep_stall"], r["breakdown"]["fetch_stall"]) <= noise:
+        words += (f" (the stall, {stall:.1%}, is beyond this analysis's noise, {noise:.0%}, but split: "
+                  f"prep {r['breakdown']['prep_stall']:.1%}, fetch {r['breakdown']['fetch_stall']:.1%}, "
+                  "each within it; named by the larger part)")
     if r["bottleneck"] == r.get("model_bottleneck", r["bottleneck"]):
         return f"{words} (limit: {_limit_words(r)})"
     if _reading_on_busy_cores(r):

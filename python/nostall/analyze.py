@@ -141,10 +141,13 @@ def contradictions(result: dict) -> list:
         out.append(f"bottleneck compute with a measured stall of {stall:.1%}")
     if named != "compute" and stall <= noise:
         out.append(f"bottleneck {named} with no stall beyond the noise ({stall:.1%})")
-    if named == "fetch" and b["fetch_stall"] <= noise:
+    # A stall beyond the noise split between prep and fetch, each part within
+    # it, is named by its larger part (and the report says it is split).
+    split = stall > noise and b["prep_stall"] <= noise and b["fetch_stall"] <= noise
+    if named == "fetch" and b["fetch_stall"] <= noise and not (split and b["fetch_stall"] >= b["prep_stall"]):
         out.append(f"bottleneck fetch with a fetch stall of {b['fetch_stall']:.1%}")
     if named == "prep" and b["prep_stall"] <= noise and not (
-            limit == "cpu" and stall > noise):
+            limit == "cpu" and stall > noise) and not (split and b["prep_stall"] >= b["fetch_stall"]):
         out.append(f"bottleneck prep with a prep stall of {b['prep_stall']:.1%}")
     if named == "compute" and changes:
         out.append(f"bottleneck compute, yet the recommendation changes {', '.join(changes)}")
