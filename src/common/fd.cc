@@ -59,15 +59,20 @@ Status PreadExact(int fd, uint64_t offset, size_t size, uint8_t* out) {
   return Status::OK();
 }
 
+Result<UniqueFd> OpenWithinLimit(const std::string& path, size_t max_bytes, uint64_t* size) {
+  NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(path, size));
+  if (*size > max_bytes) {
+    return DataError("file is " + std::to_string(*size) + " bytes, over the " + std::to_string(max_bytes) +
+                     "-byte item limit");
+  }
+  return fd;
+}
+
 Status ReadWholeFile(const std::string& path, size_t max_bytes,
                      std::vector<uint8_t>* out, bool drop_cached) {
   uint64_t file_size = 0;
-  NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(path, &file_size));
+  NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenWithinLimit(path, max_bytes, &file_size));
   const size_t size = static_cast<size_t>(file_size);
-  if (size > max_bytes) {
-    return DataError("file is " + std::to_string(size) + " bytes, over the " +
-                     std::to_string(max_bytes) + "-byte item limit");
-  }
   out->resize(size);
   Status read = PreadExact(fd.get(), 0, size, out->data());
   if (drop_cached) ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED);

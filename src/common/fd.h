@@ -84,6 +84,10 @@ Result<UniqueFd> OpenReadOnly(const std::string& path, uint64_t* size = nullptr)
 // ("truncated"), EINTR is retried.
 Status PreadExact(int fd, uint64_t offset, size_t size, uint8_t* out);
 
+// OpenReadOnly, and a file over `max_bytes` (an item's limit) is a
+// DataError saying so. `size`: the file's size.
+Result<UniqueFd> OpenWithinLimit(const std::string& path, size_t max_bytes, uint64_t* size);
+
 // Reads the whole file into `out` (resized). `max_bytes` guards against
 // absurd files. With `drop_cached`, the file's pages are then dropped from the
 // page cache (posix_fadvise DONTNEED).

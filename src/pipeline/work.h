@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "nostall/item_file.h"
 #include "nostall/record.h"
-#include "nostall/source.h"
 #include "nostall/stats.h"
 #include "nostall/status.h"
 #include "ring/ring.h"

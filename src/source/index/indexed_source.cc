@@ -75,11 +75,7 @@ class IndexedSource final : public IndexSource {
     // (A record of several files, or pages to drop after the read: whole.)
     if (!folder() || !records_.beside.empty() || drop_page_cache_) return std::shared_ptr<const ItemFile>();
     uint64_t size = 0;
-    NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(key(i), &size));
-    if (size > max_item_bytes_) {
-      return DataError("file is " + std::to_string(size) + " bytes, over the " + std::to_string(max_item_bytes_) +
-                       "-byte item limit");
-    }
+    NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenWithinLimit(key(i), max_item_bytes_, &size));
     return std::shared_ptr<const ItemFile>(std::make_shared<LocalItemFile>(std::move(fd), size));
   }
 
