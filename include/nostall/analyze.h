@@ -52,6 +52,9 @@ struct Recommendation {
   double cache_bytes_per_node = 0;  // config.cache_nodes > 1: what each node holds
   double rate = 0;                  // predicted with `config`
   bool reaches_step_rate = false;   // false: even 4x the cores and all in cache fall short
+  // The prefetch (batches made ahead) whose slots leave room for
+  // config.reads_in_flight, where today's slots hold fewer (0: as now).
+  int prefetch = 0;
 };
 Recommendation Recommend(const Profile& p, const Efficiency& eff);
 

@@ -108,6 +108,7 @@ struct Profile {
   // Items the batch slots can hold reads for (the slots ahead of the one in
   // use x the batch size): reads in flight never exceed it. 0: no bound.
   int64_t slot_items = 0;
+  int64_t batch = 0;          // samples per batch (slot_items / batch: the slots; 0: unknown)
   // Nodes in the job (its world size): the nodes whose memory a cluster
   // cache can pool (the recommendation's "cache across N nodes").
   int nodes = 1;

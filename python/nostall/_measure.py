@@ -25,11 +25,12 @@ _MIN_GAPS = 8
 _MIN_SECONDS = 1.0
 
 
-def _machine_kernel_s():
-    """CPU seconds the cores this process may run on have spent in the kernel
-    (system, irq, softirq; all processes), from /proc/stat; None where it
-    cannot be read. Other processes' own (user) work is left out: on a busy
-    machine it would be taken for the cost of this job's reads."""
+def _machine_busy_s():
+    """CPU seconds the cores this process may run on have spent busy (all
+    processes: user, nice, system, irq, softirq, steal), from /proc/stat;
+    None where it cannot be read. Used only to say how busy the machine was
+    beside the analysis (less this process's own CPU): it is never charged
+    to the pipeline, whose CPU is its own threads' clocks."""
     try:
         allowed = {f"cpu{c}" for c in os.sched_getaffinity(0)}
         busy = 0
@@ -37,8 +38,8 @@ def _machine_kernel_s():
             for line in f:
                 fields = line.split()
                 if fields and fields[0] in allowed:
-                    _user, _nice, system, _idle, _iowait, irq, softirq = map(int, fields[1:8])
-                    busy += system + irq + softirq
+                    user, nice, system, _idle, _iowait, irq, softirq, *rest = map(int, fields[1:9])
+                    busy += user + nice + system + irq + softirq + sum(rest[:1])
         return busy / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, AttributeError):
         return None
@@ -47,10 +48,6 @@ def _machine_kernel_s():
 def _process_cpu_s():
     t = os.times()
     return t.user + t.system
-
-
-def _process_system_s():
-    return os.times().system
 
 
 class _Window:
@@ -67,8 +64,7 @@ class _Window:
         self.gaps = 0
         self.seconds = 0.0
         self.process_cpu = 0.0
-        self.process_sys = 0.0
-        self.machine_cpu = 0.0
+        self.machine_cpu = 0.0  # the allowed cores' busy time, all processes (None: unknown)
         self.stats = []  # (before, after) loader stats per window
         self.step_s = 0.0  # inside the window, in the step
         self.wait_s = 0.0  # inside the window, waiting for a batch (the loader's own count)
@@ -89,20 +85,12 @@ class _Window:
             return 0.0
         return max(0.0, self.seconds - self.step_s - self.wait_s) / self.samples
 
-    def other_cpu_per_sample(self):
-        """The kernel's CPU outside this process's own system time (I/O
-        completion, page-cache work for it, mostly) per sample."""
-        if self.samples == 0 or self.machine_cpu is None:
-            return 0.0
-        return max(0.0, self.machine_cpu - self.process_sys) / self.samples
-
-    def other_cpu_rate(self):
-        """The same per second of the window: what the rest of the machine's
-        kernel work runs at (other programs' system calls, a compile's file
-        I/O) when this run reads nothing from storage."""
+    def other_cores(self):
+        """Cores' worth of CPU that other processes used during the window
+        (None: unknown): how busy the machine was beside this job."""
         if self.seconds <= 0 or self.machine_cpu is None:
-            return 0.0
-        return max(0.0, self.machine_cpu - self.process_sys) / self.seconds
+            return None
+        return max(0.0, self.machine_cpu - self.process_cpu) / self.seconds
 
     def run_epoch(self, loader, step, epoch, warm, phase):
         """One epoch through ``step``; the window covers batch ``warm`` to the last."""
@@ -119,13 +107,13 @@ class _Window:
             now = time.perf_counter()
             if k == warm:
                 t0, before = now, loader.stats()
-                cpu0, sys0, machine0 = _process_cpu_s(), _process_system_s(), _machine_kernel_s()
+                cpu0, machine0 = _process_cpu_s(), _machine_busy_s()
             elif t0 is not None:
                 samples += _batch_size(args)
                 gaps += 1
                 t_last = now
             if t_last is not None and k == n_batches - 1:
-                cpu1, sys1, machine1 = _process_cpu_s(), _process_system_s(), _machine_kernel_s()
+                cpu1, machine1 = _process_cpu_s(), _machine_busy_s()
                 after = loader.stats()
             s0 = time.perf_counter()
             step(*args)
@@ -136,13 +124,12 @@ class _Window:
         if t_last is None:
             return
         if after is None:  # fewer batches than len() said: close the window here
-            cpu1, sys1, machine1 = _process_cpu_s(), _process_system_s(), _machine_kernel_s()
+            cpu1, machine1 = _process_cpu_s(), _machine_busy_s()
             after = loader.stats()
         self.samples += samples
         self.gaps += gaps
         self.seconds += t_last - t0
         self.process_cpu += cpu1 - cpu0
-        self.process_sys += sys1 - sys0
         if self.machine_cpu is not None and machine0 is not None and machine1 is not None:
             self.machine_cpu += machine1 - machine0
         else:
@@ -436,7 +423,8 @@ def run(spec, step, items, warmup_batches, step_seconds, progress) -> dict:
     step_timings = step_profile.pop("step_rate_timings", None)
     step_profile.pop("step_cpu_timings", None)
     _note_noise_and_hooks(step_profile, cold, cached, hooks, notes)
-    fetch = _fetch_cpu(cold, cached, cold_storage, storage)
+    fetch = _fetch_cpu(cold, cached, storage)
+    _note_busy_machine(cold, cached, notes)
     profile = _profile(plan, resolved, step_profile, storage, cold, cached, fetch)
     result = json.loads(_nostall.analysis_json(json.dumps(profile)))
     result["run"] = _run_record(plan, storage, notes, cold, cached, cold_storage, step_timings, fetch)
@@ -522,6 +510,26 @@ def _cached_run(plan, loader_of, step, storage, warmup_batches, phases, notes):
             pass
 
 
+# Other processes using at least this many cores' worth beside the runs is said.
+_BUSY_CORES = 0.25
+
+
+def _note_busy_machine(cold, cached, notes):
+    """Says how busy the machine was beside the real-data runs: the cores'
+    busy time (all processes) less this process's own CPU. Nothing of it is
+    charged to the pipeline; it explains rates lower than the machine gives
+    when it is free."""
+    others = [c for c in (cold.other_cores(), cached.other_cores()) if c is not None]
+    if not others or max(others) < _BUSY_CORES:
+        return
+    cores = len(os.sched_getaffinity(0))
+    used = (f"{max(others):.1f}" if max(others) - min(others) < 0.1
+            else f"{min(others):.1f}-{max(others):.1f}")
+    notes.append(f"the machine was busy: other processes used {used} "
+                 f"of the {cores} cores this job may run on during the real-data runs; the rates here "
+                 "are what this job got beside them (nothing of their CPU is charged to the pipeline)")
+
+
 def _note_noise_and_hooks(step_profile, cold, cached, hooks, notes):
     """A run on real data cannot be faster than the step alone: where one
     was, the machine's speed moved at least that much (the noise is raised
@@ -542,37 +550,26 @@ def _note_noise_and_hooks(step_profile, cold, cached, hooks, notes):
                      "the batch path, would give that time back")
 
 
-def _fetch_cpu(cold, cached, cold_storage, storage) -> dict:
+def _fetch_cpu(cold, cached, storage) -> dict:
     """The fetch CPU per item, from the cache ("hit") and from storage
     ("miss"), and the encoded bytes per item.
 
-    Reading cold costs more CPU than the fetch threads' own clocks show: the
-    kernel's work outside this process (I/O completion, page-cache drops)
-    and, in a process whose threads already share the cores, more of
-    everything else (more wake-ups, more spinning). All of it is the price
-    of reading cold, so the fetch CPU per item from storage is the cached
-    fetch CPU plus the whole difference in CPU per sample, cold minus
-    cached, this process and the kernel's work for it, or at least what the
-    fetch threads' clocks say. The kernel's work outside the process is
-    counted for local files only (page-cache drops, I/O completion), less
-    the rate the rest of the machine's kernel work ran at beside it; a
-    remote store's reads are this process's own (the client's I/O thread
-    and its system calls), and anything else in the kernel then belongs to
-    other processes."""
+    Reading cold costs more CPU than the fetch threads' own clocks show: in
+    a process whose threads already share the cores, more of everything
+    else (more wake-ups, more spinning). All of it is the price of reading
+    cold, so the fetch CPU per item from storage is the cached fetch CPU
+    plus this process's whole difference in CPU per sample, cold minus
+    cached, or at least what the fetch threads' clocks say (a remote
+    store's I/O thread is one of them). Only this process's own clocks are
+    counted: the machine's counters hold other programs' work as well."""
     hit = cached.per_item("fetch")
     threads = max(0.0, cold.per_item("fetch") - hit)
     process = max(0.0, cold.cpu_per_sample() - cached.cpu_per_sample())
-    # The kernel's work for the cold reads: the cold run's, less what the
-    # rest of the machine ran at meanwhile (the cached run's rate, per
-    # second: a cold run is slower, so other programs' kernel work counted
-    # per sample would grow with it and be charged to reading).
-    kernel = (max(0.0, cold.other_cpu_per_sample() - cached.other_cpu_rate() * cold.seconds / cold.samples)
-              if cold_storage is None and cold.samples > 0 else 0.0)
     # Encoded bytes per item: what the cold epoch read (the index may not know sizes).
     fetched = cold.delta("fetch", "items")
     mean_bytes = _probed_item_bytes(storage)
-    return {"hit": hit, "miss": hit + max(threads, process) + kernel, "threads": threads, "process": process,
-            "kernel": kernel, "item_bytes": (cold.delta("fetch", "bytes") / fetched) if fetched > 0 else mean_bytes}
+    return {"hit": hit, "miss": hit + max(threads, process), "threads": threads, "process": process,
+            "item_bytes": (cold.delta("fetch", "bytes") / fetched) if fetched > 0 else mean_bytes}
 
 
 def _profile(plan, resolved, step_profile, storage, cold, cached, fetch) -> dict:
@@ -611,6 +608,7 @@ def _profile(plan, resolved, step_profile, storage, cold, cached, fetch) -> dict
         "cold_rate": cold.rate,
         # Reads in flight need a batch slot: those ahead of the one in use.
         "slot_items": (int(resolved.get("prefetch", 2)) + 1) * plan.batch,
+        "batch": plan.batch,
         # The job's nodes, whose memory a cluster cache could pool.
         "nodes": plan.nodes,
     }
@@ -624,9 +622,8 @@ def _run_record(plan, storage, notes, cold, cached, cold_storage, step_timings, 
             "dataset_items": plan.num_items, "storage_probe": storage, "notes": notes,
             "spec": plan.base,
             "windows": {name: {"batches": w.gaps, "samples": w.samples, "seconds": w.seconds,
-                               "process_cpu_s": w.process_cpu, "machine_kernel_s": w.machine_cpu}
+                               "process_cpu_s": w.process_cpu, "other_processes_cores": w.other_cores()}
                         for name, w in (("cold", cold), ("cached", cached))},
             "storage_stats": cold_storage,
             "step_timings": step_timings,
-            "fetch_cpu_cold": {"fetch_threads": fetch["threads"], "process": fetch["process"],
-                               "kernel": fetch["kernel"]}}
+            "fetch_cpu_cold": {"fetch_threads": fetch["threads"], "process": fetch["process"]}}

@@ -107,11 +107,15 @@ def _recommendation_lines(r):
     if c["reads_in_flight"] > m["reads_in_flight"]:
         now = (f"now adaptive, about {r['predicted']['reads_in_flight']:.0f}"
                if m["reads_in_flight"] == 0 else f"now {m['reads_in_flight']}")
-        room = rec.get("reads_in_flight")  # what the batch slots let that setting keep
-        held = (f"; at most {room:.0f} are in flight at once, each read needing room in a "
-                "batch slot: a larger prefetch= or batch_size= gives the rest room"
-                if room is not None and room < c["reads_in_flight"] else "")
-        lines.append(f"reads_in_flight={c['reads_in_flight']} ({now}{held})")
+        slots = r["profile"].get("slot_items", 0)
+        prefetch = rec.get("prefetch", 0)
+        batch = r["profile"].get("batch", 0)
+        if batch and slots and prefetch > slots // batch - 1:  # the slots must hold the reads
+            lines.append(f"reads_in_flight={c['reads_in_flight']}, prefetch={prefetch} ({now}, prefetch "
+                         f"{slots // batch - 1}: each read needs room in a batch slot, and prefetch "
+                         f"{prefetch} gives {prefetch + 1} slots of {batch})")
+        else:
+            lines.append(f"reads_in_flight={c['reads_in_flight']} ({now})")
     if c["cores"] > m["cores"] or c["prep_threads"] > m["prep_threads"]:
         lines.append(f"{c['cores']:.0f} cores (now {m['cores']:.0f}), "
                      f"num_threads={c['prep_threads']}")

@@ -107,8 +107,13 @@ def autotune_start(result: dict, cores: float) -> dict:
     batches ahead."""
     prof = result["profile"]
     need = result["predicted"]["limits"].get("compute") or prof["step_rate"]  # the step's rate
-    return json.loads(_nostall.autotune_start_json(need, prof["prep_cpu"], prof["measured"]["latency_s"],
-                                                   prof["item_bytes"], cores))
+    start = json.loads(_nostall.autotune_start_json(need, prof["prep_cpu"], prof["measured"]["latency_s"],
+                                                    prof["item_bytes"], cores))
+    batch = prof.get("batch", 0)
+    if batch and start["reads_in_flight"] > (start["prefetch"] + 1) * batch:
+        # Each read in flight needs room in a batch slot (as the recommendation says).
+        start["prefetch"] = -(-start["reads_in_flight"] // batch) - 1
+    return start
 
 
 def contradictions(result: dict) -> list:

@@ -182,6 +182,13 @@ Recommendation Recommend(const Profile& p, const Efficiency& eff) {
       c.reads_in_flight = std::max(p.measured.reads_in_flight, need);
     }
   }
+  // Each read in flight needs room in a batch slot: where today's slots hold
+  // fewer than recommended, the prefetch that holds them is part of it.
+  Profile room = p;
+  if (p.slot_items > 0 && p.batch > 0 && c.reads_in_flight > p.slot_items) {
+    r.prefetch = static_cast<int>((c.reads_in_flight + p.batch - 1) / p.batch) - 1;
+    room.slot_items = (r.prefetch + 1) * p.batch;
+  }
   // CPU: the fewest whole cores (a prep thread each) that carry the
   // pipeline(s) and the step(s) at the target, their sharing included.
   Efficiency storage_free = eff;
@@ -190,15 +197,15 @@ Recommendation Recommend(const Profile& p, const Efficiency& eff) {
   for (int n = static_cast<int>(std::ceil(p.measured.cores - 1e-9)); n <= max_cores; ++n) {
     trial.cores = std::max<double>(n, p.measured.cores);
     trial.prep_threads = n == p.measured.cores ? p.measured.prep_threads
-                                               : PrepThreadsFor(p, trial, n, storage_free);
-    if (Predict(p, trial, storage_free).rate >= target * (1 - 1e-6)) break;
+                                               : PrepThreadsFor(room, trial, n, storage_free);
+    if (Predict(room, trial, storage_free).rate >= target * (1 - 1e-6)) break;
   }
   c.cores = trial.cores;
   c.prep_threads = trial.prep_threads;
   r.config = c;
   r.cache_bytes = HitRate(c) * p.dataset_bytes;
   if (c.cache_nodes > 1) r.cache_bytes_per_node = c.cache_fraction * p.dataset_bytes;
-  r.rate = Predict(p, c, eff).rate;
+  r.rate = Predict(room, c, eff).rate;
   r.reaches_step_rate = r.rate >= step_rate * 0.999;
   return r;
 }
@@ -347,6 +354,39 @@ json Curves(const Profile& p, const Efficiency& eff) {
   return curves;
 }
 
+// What removes the stall, as one object the table, JSON and HTML all print.
+json RecommendationJson(const Profile& p, const Efficiency& eff, Bottleneck named,
+                        const Prediction& now) {
+  // No stall beyond the noise: nothing to change, whatever the model would
+  // add on paper (the report says so, and the notes say where it differs).
+  Recommendation r = Recommend(p, eff);
+  if (named == Bottleneck::kCompute) {
+    // The step itself may still run faster on fewer threads of its own
+    // (Recommend chose them first, from the measured configuration).
+    const int step_threads = r.config.step_threads;
+    r = Recommendation{};
+    r.config = p.measured;
+    r.cache_bytes = HitRate(p.measured) * p.dataset_bytes;
+    r.rate = now.rate;
+    r.reaches_step_rate = true;
+    r.config.step_threads = step_threads;
+    if (step_threads > 0) r.rate = Predict(p, r.config, eff).rate;
+  }
+  // The batches made ahead the recommendation runs with (its reads' room).
+  const int64_t prefetch_now = p.batch > 0 && p.slot_items > 0 ? p.slot_items / p.batch - 1 : 0;
+  const int64_t prefetch = r.prefetch > 0 ? r.prefetch : prefetch_now;
+  Profile room = p;
+  if (r.prefetch > 0) room.slot_items = (r.prefetch + 1) * p.batch;
+  return {{"config", ConfigToJson(r.config)},
+          {"cache_bytes", r.cache_bytes},
+          {"cache_bytes_per_node", r.cache_bytes_per_node},
+          {"bandwidth_instead", r.bandwidth_instead},
+          {"rate", r.rate},
+          {"reads_in_flight", ReadsInFlight(room, r.config)},
+          {"prefetch", prefetch},
+          {"reaches_step_rate", r.reaches_step_rate}};
+}
+
 }  // namespace
 
 std::string AnalysisJson(const Profile& p) {
@@ -398,28 +438,7 @@ std::string AnalysisJson(const Profile& p) {
   out["disagreements"] = disagreements;
   out["curves"] = Curves(p, eff);
 
-  // No stall beyond the noise: nothing to change, whatever the model would
-  // add on paper (the report says so, and the notes say where it differs).
-  Recommendation r = Recommend(p, eff);
-  if (named == Bottleneck::kCompute) {
-    // The step itself may still run faster on fewer threads of its own
-    // (Recommend chose them first, from the measured configuration).
-    const int step_threads = r.config.step_threads;
-    r = Recommendation{};
-    r.config = p.measured;
-    r.cache_bytes = HitRate(p.measured) * p.dataset_bytes;
-    r.rate = now.rate;
-    r.reaches_step_rate = true;
-    r.config.step_threads = step_threads;
-    if (step_threads > 0) r.rate = Predict(p, r.config, eff).rate;
-  }
-  out["recommendation"] = {{"config", ConfigToJson(r.config)},
-                           {"cache_bytes", r.cache_bytes},
-                           {"cache_bytes_per_node", r.cache_bytes_per_node},
-                           {"bandwidth_instead", r.bandwidth_instead},
-                           {"rate", r.rate},
-                           {"reads_in_flight", ReadsInFlight(p, r.config)},
-                           {"reaches_step_rate", r.reaches_step_rate}};
+  out["recommendation"] = RecommendationJson(p, eff, named, now);
   return out.dump();
 }
 

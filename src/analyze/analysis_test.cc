@@ -144,6 +144,31 @@ TEST(ModelTest, RecommendationKeepsAdaptiveReadsThatSuffice) {
   EXPECT_EQ(Recommend(p, {}).config.reads_in_flight, 101);
 }
 
+TEST(ModelTest, RecommendedReadsComeWithTheBatchSlotsThatHoldThem) {
+  // 1000 samples/s x 100 ms a read, unlimited bandwidth: 100 reads in
+  // flight, while prefetch 2 of batches of 16 holds 48.
+  Profile p = Example();
+  p.measured.bandwidth = 0;
+  p.measured.latency = 0.1;
+  p.measured.cores = 8;
+  p.measured.prep_threads = 8;
+  p.batch = 16;
+  p.slot_items = 3 * 16;
+  Recommendation r = Recommend(p, {});
+  EXPECT_EQ(r.config.reads_in_flight, 100);
+  EXPECT_EQ(r.prefetch, 6);  // 7 slots of 16: 112
+  EXPECT_NEAR(r.rate, 1000, 1);
+  p.cached_rate = 1000;  // the runs: 4 reads of 100 ms at a time, cold
+  p.cold_rate = 40;
+  const auto j = nlohmann::json::parse(AnalysisJson(p))["recommendation"];
+  EXPECT_EQ(j["prefetch"].get<int>(), 6);
+  EXPECT_EQ(j["reads_in_flight"].get<double>(), 100);
+  // Slots that hold them already: prefetch as it is.
+  p.slot_items = 8 * 16;
+  EXPECT_EQ(Recommend(p, {}).prefetch, 0);
+  EXPECT_EQ(nlohmann::json::parse(AnalysisJson(p))["recommendation"]["prefetch"].get<int>(), 7);
+}
+
 TEST(ModelTest, TheLoopAroundTheStepBoundsTheComputeRate) {
   Profile p = Example();
   p.step_rate = 300;            // 3.33 ms per sample

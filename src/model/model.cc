@@ -315,10 +315,11 @@ Result<Profile> Profile::FromJson(const std::string& text) {
     p.cached_rate = j.value("cached_rate", 0.0);
     p.cold_rate = j.value("cold_rate", 0.0);
     p.slot_items = j.value("slot_items", int64_t{0});
+    p.batch = j.value("batch", int64_t{0});
     p.nodes = std::max(1, j.value("nodes", 1));
     if (p.step_rate <= 0 || p.prep_cpu < 0 || p.item_bytes < 0 || p.measured.cores <= 0 ||
         p.step_threads < 1 || p.step_rate_1 < 0 || p.step_cpu_1 < 0 || p.step_spin_cpu < 0 || p.noise < 0 ||
-        p.loop_overhead < 0 || p.slot_items < 0 || p.measured.reads_in_flight < 0 || p.hooks < 0 ||
+        p.loop_overhead < 0 || p.slot_items < 0 || p.batch < 0 || p.measured.reads_in_flight < 0 || p.hooks < 0 ||
         p.hooks > p.loop_overhead || !(p.waited <= 1)) {
       return InvalidArgument("a profile needs step_rate > 0, prep_cpu >= 0, item_bytes >= 0, "
                              "measured.cores > 0, step_threads >= 1, reads_in_flight >= 0 (0: "
@@ -342,7 +343,7 @@ std::string Profile::ToJson() const {
             {"dataset_bytes", dataset_bytes},   {"dataset_items", dataset_items},
             {"measured", ConfigToJson(measured)}, {"cached_rate", cached_rate},
             {"cold_rate", cold_rate},           {"slot_items", slot_items},
-            {"nodes", nodes}};
+            {"batch", batch},                   {"nodes", nodes}};
   return j.dump();
 }
 

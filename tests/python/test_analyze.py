@@ -140,24 +140,28 @@ def test_fetch_bound_on_slow_storage(small_pngs):
     others = [v for k, v in now["limits"].items() if k != "latency" and v]
     assert a.predict(reads_in_flight=4)["rate"] == pytest.approx(
         min([4 * now["rate"]] + others), rel=0.05), now["limits"]
+    # A cache halves the bytes read as well: a bandwidth limit the probe
+    # found (a busy machine's) doubles with it.
+    lifted = [2 * v if k == "bandwidth" else v for k, v in now["limits"].items() if k != "latency" and v]
     assert a.predict(cache_fraction=0.5)["rate"] == pytest.approx(
-        min([2 * now["rate"]] + others), rel=0.05), now["limits"]
+        min([2 * now["rate"]] + lifted), rel=0.05), now["limits"]
     # Storage measured as unlimited bandwidth: hide the latency with reads
     # in flight for the step's rate (~8000/s x 10 ms on an idle machine;
     # what the step's sleeps took here sets the rate).
     enough = 0.5 * a.profile["step_rate"] * m["latency_s"]
     rec = a.recommendation
     assert rec["config"]["reads_in_flight"] > enough, (enough, rec)
-    # The table gives the setting the JSON gives, and says where the batch
-    # slots (3 of 16 items here) keep fewer of its reads in flight.
-    assert f"reads_in_flight={rec['config']['reads_in_flight']} " in a.table()
-    assert rec["reads_in_flight"] <= 3 * 16
-    if rec["reads_in_flight"] < rec["config"]["reads_in_flight"]:
-        assert f"at most {rec['reads_in_flight']:.0f} are in flight" in a.table(), a.table()
-    # The autotuner would start with reads for the step's rate (Little's law), not 1.
+    # Each read needs room in a batch slot (3 of 16 items at prefetch 2):
+    # the recommendation raises prefetch until its reads fit, so they are
+    # all in flight at once, and the table prints the JSON's one object.
+    reads = rec["config"]["reads_in_flight"]
+    assert rec["reads_in_flight"] == reads and (rec["prefetch"] + 1) * 16 >= reads > rec["prefetch"] * 16, rec
+    assert f"reads_in_flight={reads}, prefetch={rec['prefetch']} " in a.table(), a.table()
+    # The autotuner would start with reads for the step's rate (Little's
+    # law), not 1, and the prefetch whose slots hold them.
     start = a.result["autotune_start"]
-    assert start["reads_in_flight"] > enough and start["prefetch"] == 2, (enough, start)
-    assert f"reads_in_flight={start['reads_in_flight']}" in a.table()
+    assert start["reads_in_flight"] > enough and (start["prefetch"] + 1) * 16 >= start["reads_in_flight"], start
+    assert f"reads_in_flight={start['reads_in_flight']}, prefetch={start['prefetch']}" in a.table()
 
 
 def test_the_report_gives_the_step_timings_their_own_spread(small_pngs):
