@@ -49,7 +49,23 @@ CASES = [
      {"loader": "synthetic", "foreach": True}, {"fused_optimizer": True}),
     ("step threads 1 -> 2", "conv", {"loader": "synthetic", "threads": 1},
      {"loader": "synthetic", "threads": 2}, {"threads": 2}),
+    ("step threads 2 -> 1 (traced on 2)", "conv", {"loader": "synthetic", "threads": 2},
+     {"loader": "synthetic", "threads": 1}, {"threads": 1}),
+    ("GRU, Python-heavy samples: DataLoader 1 worker -> synthetic", "gru",
+     {"loader": "python", "workers": 1}, {"loader": "synthetic"}, {"loader": "free"}),
+    ("GRU, Python-heavy samples: DataLoader 0 workers -> synthetic", "gru",
+     {"loader": "python", "workers": 0}, {"loader": "synthetic"}, {"loader": "free"}),
+    ("audio 1-D conv net, waveforms made per sample: DataLoader 1 worker -> synthetic", "audio",
+     {"loader": "audio", "workers": 1}, {"loader": "synthetic"}, {"loader": "free"}),
+    ("detection (SSD-style heads): DataLoader 2 workers -> nostall", "detect",
+     {"loader": "dl", "workers": 2}, {"loader": "nostall"}, {"loader": "nostall"}),
+    ("transformer on 2 threads: DataLoader 1 worker -> synthetic", "transformer",
+     {"loader": "dl", "workers": 1, "threads": 2}, {"loader": "synthetic", "threads": 2},
+     {"loader": "free"}),
 ]
+
+# The inputs a model takes, per sample (images otherwise: 3 x 224 x 224).
+SHAPES = {"gru": (40, 32), "audio": (1, 16000)}
 
 
 # ------------------------------------------------------------------ the loop
@@ -71,6 +87,36 @@ def make_model(kind):
         for _ in range(40):
             layers += [nn.ReLU(), nn.Linear(64, 64)]
         return nn.Sequential(*layers, nn.Linear(64, 10))
+    if kind == "gru":  # a recurrent model over sequences
+        class Gru(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = nn.GRU(32, 128, batch_first=True, num_layers=2)
+                self.head = nn.Linear(128, 10)
+
+            def forward(self, x):
+                return self.head(self.rnn(x)[0][:, -1])
+        return Gru()
+    if kind == "audio":  # M5-style 1-D convolutions over a 1 s waveform
+        return nn.Sequential(
+            nn.Conv1d(1, 32, 80, stride=16), nn.BatchNorm1d(32), nn.ReLU(), nn.MaxPool1d(4),
+            nn.Conv1d(32, 32, 3), nn.BatchNorm1d(32), nn.ReLU(), nn.MaxPool1d(4),
+            nn.Conv1d(32, 64, 3), nn.BatchNorm1d(64), nn.ReLU(), nn.AdaptiveAvgPool1d(1),
+            nn.Flatten(), nn.Linear(64, 10))
+    if kind == "detect":  # a backbone and SSD-style class and box heads
+        class Ssd(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Sequential(
+                    nn.Conv2d(3, 16, 5, stride=4), nn.ReLU(), nn.Conv2d(16, 32, 3, stride=2), nn.ReLU(),
+                    nn.Conv2d(32, 64, 3, stride=2), nn.ReLU())
+                self.cls = nn.Conv2d(64, 6 * 10, 3, padding=1)
+                self.box = nn.Conv2d(64, 6 * 4, 3, padding=1)
+
+            def forward(self, x):
+                f = self.body(x)
+                return self.cls(f), self.box(f)
+        return Ssd()
     if kind == "transformer":
         class Tiny(nn.Module):
             def __init__(self):
@@ -85,6 +131,69 @@ def make_model(kind):
                 return self.head(self.enc(t).mean(1))
         return Tiny()
     raise ValueError(kind)
+
+
+def loss_of(kind, out, y):
+    import torch
+    import torch.nn.functional as F
+
+    if kind != "detect":
+        return F.cross_entropy(out, y)
+    cls, box = out  # each anchor of each cell: class y, box a fixed target
+    n, _, h, w = cls.shape
+    labels = y.view(n, 1, 1, 1).expand(n, 6, h, w).reshape(-1)
+    logits = cls.view(n, 6, 10, h, w).permute(0, 1, 3, 4, 2).reshape(-1, 10)
+    return F.cross_entropy(logits, labels) + F.smooth_l1_loss(box, torch.full_like(box, 0.5))
+
+
+class PythonDataset:
+    """Sequences made in Python, item by item (a tokenizer's or a parser's
+    work): the GIL-bound loader that DataLoader workers exist for."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import torch
+
+        steps, dim = SHAPES["gru"]
+        rows, s = [], i
+        for _ in range(steps):
+            row = []
+            for _ in range(dim):
+                s = (s * 1103515245 + 12345) % 2147483648
+                row.append((s % 1000) / 500.0 - 1.0)
+            rows.append(row)
+        for _ in range(6):  # the parsing that has no tensor to show for it
+            rows = [[v * 0.5 + 0.25 for v in r] for r in rows]
+        return torch.tensor(rows), i % 10
+
+
+class WaveDataset:
+    """1 s of 16 kHz audio made per item with torch ops: a chirp, noise,
+    a random gain and a pre-emphasis, as a feature pipeline would."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        import torch
+
+        g = torch.Generator().manual_seed(i)
+        t = torch.arange(SHAPES["audio"][1]) / 16000.0
+        f0 = 100 + 400 * torch.rand(1, generator=g)
+        x = torch.sin(2 * torch.pi * f0 * t * (1 + t)) + 0.1 * torch.randn(t.shape, generator=g)
+        for _ in range(8):  # filters of a front end
+            x = torch.cat([x[:1], x[1:] - 0.97 * x[:-1]])
+        spec = torch.fft.rfft(x)
+        x = torch.fft.irfft(spec * (torch.arange(spec.shape[0]) < 3000), n=t.shape[0])
+        return (x * (0.5 + torch.rand(1, generator=g))).unsqueeze(0), i % 10
 
 
 class SlowDataset:
@@ -120,7 +229,8 @@ def batches(cfg, data):
 
     kind = cfg["loader"]
     if kind == "synthetic":
-        x, y = torch.randn(BATCH, 3, 224, 224), torch.randint(0, 10, (BATCH,))
+        x = torch.randn((BATCH,) + SHAPES.get(cfg.get("model"), (3, 224, 224)))
+        y = torch.randint(0, 10, (BATCH,))
         while True:
             yield x, y
     if kind == "nostall":
@@ -133,11 +243,16 @@ def batches(cfg, data):
     if kind == "dl":
         from bench_loader import PilImageFolder
         ds = PilImageFolder(data)
+    elif kind == "python":
+        ds = PythonDataset(100_000)
+    elif kind == "audio":
+        ds = WaveDataset(100_000)
     else:
         ds = SlowDataset(100_000, cfg["sleep_ms"])
     workers = cfg.get("workers", 0)
     loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=workers,
                                          persistent_workers=workers > 0)
+    batches.loader = loader  # what nostall.trace.mark writes of it
     while True:
         yield from loader
 
@@ -151,19 +266,23 @@ def child(spec):
     model = make_model(model_kind)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9,
                           foreach=cfg.get("foreach", False))
-    stream = batches(cfg, spec["data"])
+    import nostall.trace
+
+    stream = batches(dict(cfg, model=model_kind), spec["data"])
     for _ in range(3):  # warm-up: workers started, first allocations
         x, y = next(stream)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss = loss_of(model_kind, model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
     schedule = torch.profiler.schedule(wait=1, warmup=2, active=16, repeat=1)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule,
                                 on_trace_ready=lambda p: p.export_chrome_trace(out)) as prof:
+        # What the trace cannot show: the loop's threads, the loader's workers.
+        nostall.trace.mark(prof, loader=getattr(batches, "loader", None))
         for _ in range(19):
             x, y = next(stream)
-            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss = loss_of(model_kind, model(x), y)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -275,14 +394,14 @@ def main():
         for i, (name, model, base, changed, change) in cases if r % 2 == 0 else cases[::-1]:
             a = run(model, base, data, tmp / f"a{i}.json", args.cores)
             b = run(model, changed, data, tmp / f"b{i}.json", args.cores)
-            threads = base.get("threads", 1)
+            # No hints: the threads come from the trace (nostall.trace.mark in the loop).
             if change.get("loader") == "nostall":  # nostall's pipeline measured beside this loop
-                ta = nostall.analyze_trace(a, spec=nostall_loader(data), progress=False,
-                                           step_threads=threads)
+                ta = nostall.analyze_trace(a, spec=nostall_loader(data), progress=False)
             else:
-                ta = nostall.analyze_trace(a, step_threads=threads)
+                ta = nostall.analyze_trace(a)
+            assert ta.threads_source == "trace", ta.threads_source
             pred = ta.predict(**change)
-            real = nostall.analyze_trace(b, step_threads=changed.get("threads", 1))
+            real = nostall.analyze_trace(b)
             err = pred["step_s"] / real.step_s - 1
             results[i].append({"traced": ta.step_s, "predicted": pred["step_s"],
                                "real": real.step_s, "error": err,

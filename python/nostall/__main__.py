@@ -105,7 +105,8 @@ def _analyze_trace(argv):
     ap.add_argument("--items", type=int, default=None,
                     help="samples nostall's pipeline is measured on (see nostall analyze --help)")
     ap.add_argument("--threads", type=int, default=None,
-                    help="the loop's intra-op threads when traced (default: torch's here)")
+                    help="the loop's intra-op threads when traced (default: what the trace says, where it was "
+                         "recorded with nostall.trace.mark(prof); else torch's default here)")
     ap.add_argument("--predict", action="append", default=[], metavar="CHANGE",
                     help="a change to predict (see below); repeatable")
     ap.add_argument("--out", default="nostall-trace-analysis",

@@ -20,7 +20,7 @@ import time
 
 from . import _nostall
 
-__all__ = ["analyze_trace", "TraceAnalysis"]
+__all__ = ["analyze_trace", "mark", "TraceAnalysis"]
 
 _KINDS = ("data", "cpu", "gpu", "copy", "sync")
 _KIND_HELP = {
@@ -31,6 +31,38 @@ _KIND_HELP = {
     "sync": "CPU waiting for the GPU",
 }
 _GPU_CHANGES = ("gpu_speedup", "gemm_speedup", "pinned_copies", "amp")
+
+
+def mark(prof, *, loader=None) -> dict:
+    """Writes into the trace what a trace cannot show of the loop that
+    records it: its intra-op and inter-op threads (``torch.set_num_threads``),
+    the cores it may run on, ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` where
+    set, and, given the DataLoader (or any loader with ``num_workers``), its
+    worker processes. :func:`analyze_trace` reads them, so its predictions
+    start from the threads the loop really ran on.
+
+    Call it inside ``with torch.profiler.profile(...) as prof:``, schedule
+    or not (the profiler's metadata, ``"nostall"`` at the trace's top level).
+    Returns what it wrote.
+    """
+    import torch
+
+    marks = {"intra_op_threads": torch.get_num_threads(),
+             "interop_threads": torch.get_num_interop_threads(),
+             "cores": len(os.sched_getaffinity(0))}
+    workers = getattr(loader, "num_workers", None)
+    if isinstance(workers, int):
+        marks["num_workers"] = workers
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        if os.environ.get(name, "").strip().isdigit():
+            marks[name.lower()] = int(os.environ[name])
+    value = json.dumps(marks)
+    # Preset: added each time the profiler starts (a schedule's cycles);
+    # where it already records, added now as well.
+    prof.preset_metadata_json("nostall", value)
+    if getattr(prof, "current_action", None) not in (None, torch.profiler.ProfilerAction.NONE):
+        prof.add_metadata_json("nostall", value)
+    return marks
 
 
 def analyze_trace(path, spec=None, *, batch_size: int | None = None,
@@ -45,18 +77,27 @@ def analyze_trace(path, spec=None, *, batch_size: int | None = None,
         answers at the rate nostall's pipeline is measured to reach here.
     batch_size: samples per step (default: the spec's batch size).
     step_threads: the intra-op threads the traced loop ran with (default:
-        ``torch.get_num_threads()`` here); ``predict(threads=N)`` scales from it.
+        what the trace says, where it was recorded with :func:`mark`; else
+        ``torch.get_num_threads()`` here, and the report says it assumed
+        that); ``predict(threads=N)`` scales from it.
     items: samples the pipeline's measurement reads (see :func:`nostall.analyze`).
     """
     path = os.fspath(path)
     handle = _nostall.read_trace(path)
-    if step_threads is None:
+    traced = json.loads(handle.facts_json())["marks"].get("intra_op_threads")
+    if step_threads is not None:
+        source = "given"
+    elif traced is not None and traced >= 1:
+        step_threads, source = int(traced), "trace"
+    else:
         try:
             import torch
             step_threads = torch.get_num_threads()
         except ImportError:
             step_threads = 1
+        source = "assumed"
     result = TraceAnalysis(handle, batch_size=batch_size, step_threads=int(step_threads))
+    result.threads_source = source
     if spec is not None:
         result.pipeline = _measure_pipeline(result, spec, items, progress)
         if result.batch_size is None:
@@ -157,6 +198,7 @@ class TraceAnalysis:
         self.facts = json.loads(handle.facts_json())
         self.batch_size = batch_size
         self.step_threads = step_threads
+        self.threads_source = "given"  # or "trace" (its nostall metadata), "assumed"
         self.pipeline = pipeline
         self.traced = json.loads(handle.simulate_json("{}"))
 
@@ -191,7 +233,7 @@ class TraceAnalysis:
         change["parallel_scale"] = scale
         rules.append(f"ATen operators long enough to split (50 us or more of own time): x "
                      f"{scale:.2f}, what {threads} intra-op threads made of a convolution and "
-                     f"a matrix product here against {self.step_threads}")
+                     f"a matrix product here against {self.threads_words()}")
 
     def predict(self, *, loader: str | None = None, loader_speedup: float | None = None,
                 loader_free: bool = False, loader_period: float | None = None,
@@ -222,6 +264,8 @@ class TraceAnalysis:
         if loader == "free" or loader_free:
             change["loader_free"] = True
             rules.append("batches cost nothing (synthetic, in memory)")
+        if loader in ("free", "nostall") or loader_free or loader_period is not None:
+            rules += self._replaced_loader_assumes()
         if loader == "nostall":
             period, why = self._nostall_period(prep_cores)
             change["loader_period"] = period
@@ -269,6 +313,22 @@ class TraceAnalysis:
         out["rules"] = rules
         return out
 
+    def _replaced_loader_assumes(self) -> list:
+        """What replacing the traced loader assumes of the loop's own work."""
+        f = self.facts
+        if f["loader"] != "beside" or f["least_contended"] >= 0.999:
+            return []
+        return [f"the loop's CPU work at its least contended step, x{f['least_contended']:.2f} of "
+                "the mean: the traced loader's worker processes (not in the trace) shared the cores"]
+
+    def threads_words(self) -> str:
+        """The loop's intra-op threads and where that number came from."""
+        n = self.step_threads
+        return {"given": f"{n} (given)",
+                "trace": f"{n} (from the trace: nostall.trace.mark)",
+                "assumed": f"{n} (assumed, torch's default here: the trace does not say; record it "
+                           "with nostall.trace.mark(prof), or give step_threads=)"}[self.threads_source]
+
     def _nostall_period(self, prep_cores):
         if self.pipeline is None:
             raise ValueError("loader='nostall' needs the data: give analyze_trace(path, spec=...) "
@@ -289,7 +349,8 @@ class TraceAnalysis:
         rate = limits[limit]
         why = (f"nostall's pipeline as the analyzer's model predicts it beside this step: "
                f"{rate:,.0f} samples/s ({limit}), a batch of {batch} every "
-               f"{batch / rate * 1e3:.2f} ms")
+               f"{batch / rate * 1e3:.2f} ms, the step's CPU on {threads} intra-op "
+               f"thread{'s' if threads != 1 else ''}")
         return batch / rate, why
 
     def _loop_cpu(self):
@@ -321,7 +382,7 @@ class TraceAnalysis:
     def to_dict(self) -> dict:
         """Everything: the trace's facts, the traced split, and the what-ifs."""
         return {"facts": self.facts, "traced": self.traced, "batch_size": self.batch_size,
-                "step_threads": self.step_threads,
+                "step_threads": self.step_threads, "step_threads_from": self.threads_source,
                 "whatifs": [{"question": q, **p} for q, p in self.whatifs()]}
 
     def to_json(self) -> str:
@@ -355,6 +416,8 @@ class TraceAnalysis:
         else:
             lines.append(f"loader: {f['loader_name']}: works beside the loop and kept up (its "
                          "own rate is not visible: a slower loader is predicted as no slower)")
+        if not f["gpu_nodes"]:
+            lines.append(f"intra-op threads of the loop: {self.threads_words()}")
         lines.append("")
         lines.append(f"step: {self.step_s * 1e3:.2f} ms; along its critical path:")
         for k in _KINDS:
@@ -368,6 +431,7 @@ class TraceAnalysis:
         for q, p in self.whatifs():
             lines.append(f"  {q:<38} {p['step_s'] * 1e3:7.2f} ms {p['speedup']:7.2f}x  "
                          f"{p['critical']}")
+            lines += [f"      assumes: {rule}" for rule in p["rules"]]
         return "\n".join(lines) + "\n"
 
     def save_html(self, path) -> None:

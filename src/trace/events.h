@@ -5,6 +5,7 @@
 #define NOSTALL_TRACE_EVENTS_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -53,7 +54,13 @@ struct Events {
   int64_t counts[static_cast<int>(Cat::kOther) + 1] = {};
   int64_t flows = 0;        // "s"/"f" events (not needed: correlation ids say the same)
   int64_t not_kept = 0;     // complete events past kMaxEvents: counted, not kept
+  // The numbers of the trace's "nostall" metadata object (what
+  // nostall.trace.mark(prof) adds: the loop's intra-op threads, its cores,
+  // the DataLoader's workers), at most kMaxMarks of them.
+  std::map<std::string, double> marks;
 };
+
+inline constexpr size_t kMaxMarks = 64;
 
 // The events kept of one trace, in file order: memory stays bounded (the
 // graph costs some 400 bytes an event) whatever the trace's size, and a

@@ -526,6 +526,7 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
   t.path = path;
   t.events = static_cast<int64_t>(ev.events.size());
   t.events_not_kept = ev.not_kept;
+  t.marks = ev.marks;
   std::copy(std::begin(ev.counts), std::end(ev.counts), std::begin(t.counts));
   Builder b{ev, t};
   NOSTALL_RETURN_IF_ERROR(FindSteps(b, path));

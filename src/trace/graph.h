@@ -3,6 +3,7 @@
 #define NOSTALL_TRACE_GRAPH_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,7 @@ class Trace {
   int64_t counts[static_cast<int>(Cat::kOther) + 1] = {};
   int64_t events = 0;
   int64_t events_not_kept = 0;  // past kMaxEvents (events.h)
+  std::map<std::string, double> marks;  // the trace's "nostall" metadata (events.h)
   int optimizer_calls = 0;
   double least_contended = 1;   // the fastest steady step's loop CPU time over the mean
   double launch_floor = 5e-6;   // the shortest kernel launch: an asynchronous call's cost

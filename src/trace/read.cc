@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <istream>
 #include <memory>
@@ -94,18 +95,21 @@ class Reader : public nlohmann::json_sax<json> {
   bool binary(binary_t&) override { return true; }
   bool key(string_t& k) override {
     if (depth_ == 1 && top_is_object_) top_key_ = k;
+    if (depth_ == 2 && in_marks_) mark_key_ = k;
     if (depth_ == event_depth_ || depth_ == event_depth_ + 1) key_ = std::move(k);
     return true;
   }
   bool start_object(std::size_t) override {
     ++depth_;
     if (depth_ == 1) top_is_object_ = true;
+    if (depth_ == 2) in_marks_ = top_is_object_ && top_key_ == "nostall";
     if (event_depth_ > 0 && depth_ == event_depth_ && in_events_array_) StartEvent();
     if (in_event_ && depth_ == event_depth_ + 1) in_args_ = key_ == "args";
     return true;
   }
   bool end_object() override {
     if (in_event_ && depth_ == event_depth_) EndEvent();
+    if (depth_ == 2) in_marks_ = false;
     if (depth_ == event_depth_ + 1) in_args_ = false;
     --depth_;
     return true;
@@ -140,6 +144,10 @@ class Reader : public nlohmann::json_sax<json> {
   }
   bool Scalar() { return true; }
   bool Number(double d, int64_t i) {
+    if (in_marks_ && depth_ == 2 && std::isfinite(d) &&
+        (out.marks.size() < kMaxMarks || out.marks.count(mark_key_))) {
+      out.marks[mark_key_.substr(0, 64)] = d;
+    }
     if (!in_event_) return true;
     if (depth_ == event_depth_) {
       if (key_ == "ts") ts_ = d, has_ts_ = true;
@@ -193,7 +201,8 @@ class Reader : public nlohmann::json_sax<json> {
   bool in_events_array_ = false;
   bool in_event_ = false;
   bool in_args_ = false;
-  std::string top_key_, key_;
+  bool in_marks_ = false;  // inside the top-level "nostall" object
+  std::string top_key_, key_, mark_key_;
   int64_t index_ = 0;
   // The event being read.
   std::string name_, ph_, pid_, tid_;

@@ -329,7 +329,8 @@ std::string FactsJson(const Trace& t) {
               {"wait_floor_s", t.wait_floor},
               {"optimizer_calls", t.optimizer_calls},
               {"launch_floor_s", t.launch_floor},
-              {"least_contended", t.least_contended}};
+              {"least_contended", t.least_contended},
+              {"marks", t.marks}};
   double traced = 0;
   for (const Step& s : t.steps) traced += s.end - s.start;
   out["traced_step_s"] = traced / static_cast<double>(t.steps.size());

@@ -131,6 +131,26 @@ TEST(TraceTest, EventsPastTheBoundAreCountedNotKept) {
   EXPECT_LE(g.value().steps.size(), 10u);  // the steps the kept events hold
 }
 
+TEST(TraceTest, TheNostallMetadataObjectIsReadAsNumbers) {
+  // What nostall.trace.mark(prof) adds with torch's add_metadata_json: the
+  // numbers are kept, anything else (strings, nested values) passed over.
+  const std::string events = InlineLoop(4, /*bare=*/true);
+  const std::string text = R"({"schemaVersion": 1, "nostall": {"intra_op_threads": 2, "cores": 16,
+      "torch": "2.13", "nested": {"intra_op_threads": 9}, "num_workers": 0}, "other": {"cores": 3},
+      "traceEvents": )" + events + "}";
+  auto ev = ParseEvents(text.data(), text.size(), "marked.json");
+  ASSERT_TRUE(ev.ok()) << ev.status().ToString();
+  const std::map<std::string, double> want = {{"cores", 16}, {"intra_op_threads", 2}, {"num_workers", 0}};
+  EXPECT_EQ(ev.value().marks, want);
+  auto g = BuildGraph(std::move(ev).value(), "marked.json");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(json::parse(FactsJson(g.value()))["marks"]["intra_op_threads"], 2);
+  // Without it: no marks.
+  auto plain = ParseEvents(events.data(), events.size(), "plain.json");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain.value().marks.empty());
+}
+
 TEST(TraceTest, ChangesAreChecked) {
   EXPECT_FALSE(ChangeFromJson(R"({"gpu_speedup": 0})").ok());
   EXPECT_FALSE(ChangeFromJson(R"({"gpu_speedup": "2"})").ok());

@@ -157,6 +157,67 @@ def test_workers_beside_the_loop_show_their_period(tmp_path):
     assert 0 < t.facts["least_contended"] <= 1
 
 
+def _marked_loop(path, threads, loader=None, schedule=True):
+    """A few steps on `threads` intra-op threads, the trace marked by nostall.trace.mark."""
+    model = small_model()
+    kw = {"schedule": torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1)} if schedule else {}
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], **kw) as prof:
+            wrote = nostall.trace.mark(prof, loader=loader)
+            for _ in range(5):
+                model(torch.randn(BATCH, 3, 32, 32)).sum().backward()
+                prof.step()
+    finally:
+        torch.set_num_threads(before)
+    prof.export_chrome_trace(str(path))
+    return wrote
+
+
+@pytest.mark.parametrize("schedule", [True, False])
+def test_the_loops_threads_are_read_from_a_marked_trace(tmp_path, schedule):
+    loader = torch.utils.data.DataLoader(SleepyDataset(0), batch_size=BATCH, num_workers=3)
+    wrote = _marked_loop(tmp_path / "t.json", 3, loader, schedule)
+    assert wrote["intra_op_threads"] == 3 and wrote["num_workers"] == 3
+    assert json.loads((tmp_path / "t.json").read_text())["nostall"] == wrote
+    if not schedule:  # (no ProfilerStep#N marks without a schedule: nothing to analyse)
+        return
+    # Analysed where torch has another count: the trace's wins, and says so.
+    t = nostall.analyze_trace(tmp_path / "t.json")
+    assert t.facts["marks"]["intra_op_threads"] == 3 and t.facts["marks"]["num_workers"] == 3
+    assert t.step_threads == 3 and t.threads_source == "trace"
+    assert "intra-op threads of the loop: 3 (from the trace" in t.table()
+    assert t.to_dict()["step_threads_from"] == "trace"
+    # A prediction that scales from them names where the count came from.
+    assert "against 3 (from the trace" in t.predict(threads=1)["rules"][0]
+    # Given, the count given is used.
+    given = nostall.analyze_trace(tmp_path / "t.json", step_threads=1)
+    assert given.step_threads == 1 and given.threads_source == "given"
+
+
+def test_an_unmarked_trace_says_it_assumed_the_threads(tmp_path, inline_trace):
+    t = nostall.analyze_trace(inline_trace)
+    assert t.facts["marks"] == {} and t.threads_source == "assumed"
+    assert t.step_threads == torch.get_num_threads()
+    assert "assumed, torch's default here: the trace does not say" in t.table()
+    # Each what-if row prints what it assumed, in the table and the HTML.
+    assert "      assumes: batches cost nothing" in t.table()
+    t.save_html(tmp_path / "r.html")
+    assert "assumes: batches cost nothing" in (tmp_path / "r.html").read_text()
+
+
+def test_replacing_worker_processes_says_it_takes_the_least_contended_step(tmp_path):
+    loader = torch.utils.data.DataLoader(SleepyDataset(0.003), batch_size=BATCH, num_workers=1,
+                                         persistent_workers=True)
+    t = nostall.analyze_trace(one_thread(record, tmp_path / "w.json", loader, steps=8))
+    free = t.predict(loader="free")
+    if t.facts["least_contended"] < 0.999:
+        assert any("least contended step, x" in r for r in free["rules"]), free["rules"]
+    else:
+        assert not any("least contended" in r for r in free["rules"])
+
+
 def test_nostall_marks_its_waits_in_the_trace(tmp_path, jpeg_folder):
     loader = nostall.Loader(jpeg_folder, batch_size=4, num_threads=1,
                             transforms=[nostall.RandomResizedCrop(32), nostall.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))])
