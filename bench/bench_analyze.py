@@ -38,6 +38,10 @@ def sleep(seconds):
 
 
 TORCH = {"kind": "torch"}
+# The README's example step (a tiny conv net) on torch's default intra-op
+# threads: beside the prep threads on 2 cores they fight, and the step runs
+# many times faster on one.
+TINY = {"kind": "tiny"}
 
 
 AUDIO = [{"type": "Resample", "new_freq": 16000}, {"type": "RandomCrop", "seconds": 1.0},
@@ -57,6 +61,39 @@ def situations(data, shards, s3="s3://bench/analyze/", words=None):
     "s3" where the situation reads from the S3 server the benchmark starts.
     """
     mean_std = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+    return _local_situations(data, shards, mean_std) + _remote_and_audio_situations(s3, words)
+
+
+def _remote_and_audio_situations(s3, words):
+    return [
+        # Object storage: SeaweedFS's S3 gateway through a 40 ms latency proxy,
+        # both pinned to the other core; the user fixed 4 reads in flight.
+        ("S3 at 40 ms: 4 reads in flight, 100 ms step", "fetch",
+         {"source": s3, "reads_in_flight": 4}, sleep(0.100), [
+            ("reads in flight adaptive", {"reads_in_flight": 0}, {"reads_in_flight": 0}, "compute"),
+            ("8 reads in flight", {"reads_in_flight": 8}, {"reads_in_flight": 8}, "fetch"),
+            ("cache 50%", {"cache_fraction": 0.5}, {"cache": 0.5}, "fetch"),
+            ("16 reads in flight, cache 50%", {"reads_in_flight": 16, "cache_fraction": 0.5},
+             {"reads_in_flight": 16, "cache": 0.5}, "compute"),
+        ], {"cores": 1, "needs": "s3"}),
+        # Audio: decoding, resampling and mel features are prep like image
+        # decode; nothing in the model knows it is audio.
+        ("audio: spoken words, 1 s mel features, 5 ms step", "prep",
+         {"source": words, "fields": AUDIO_FIELDS, "audio": AUDIO, "transforms": []}, sleep(0.005), [
+            ("pinned to 1 core", {"cores": 1, "prep_threads": 1},
+             {"cores": 1, "num_threads": 1}, "prep"),
+            ("bandwidth 1 MB/s", {"bandwidth": 1 * MB}, {"throttle_bandwidth": 1 * MB}, "fetch"),
+            ("cache 100%", {"cache_fraction": 1.0}, {"cache": 1.0}, "prep"),
+        ], {"items": 400, "needs": "audio"}),
+        ("high latency: 15 ms per read, 1 in flight", "fetch",
+         {"throttle_latency_ms": 15, "reads_in_flight": 1}, sleep(0.010), [
+            ("4 reads in flight", {"reads_in_flight": 4}, {"reads_in_flight": 4}, "fetch"),
+            ("cache 50%", {"cache_fraction": 0.5}, {"cache": 0.5}, "fetch"),
+        ], {"items": 480}),
+    ]
+
+
+def _local_situations(data, shards, mean_std):
     return [
         ("fetch-bound: 20 MB/s storage", "fetch", {"throttle_bandwidth": 20 * MB}, sleep(0.010), [
             ("cache 50%", {"cache_fraction": 0.5}, {"cache": 0.5}, "fetch"),
@@ -100,6 +137,11 @@ def situations(data, shards, s3="s3://bench/analyze/", words=None):
              {"cores": 1, "num_threads": 1}, "prep"),
             ("bandwidth 40 MB/s", {"bandwidth": 40 * MB}, {"throttle_bandwidth": 40 * MB}, "fetch"),
         ], {}),
+        ("oversubscribed: the README's step and spec (64 px, batch 16), torch's 2 threads", "prep",
+         {"transforms": [{"type": "RandomResizedCrop", "size": 64}, {"type": "RandomHorizontalFlip"},
+                         {"type": "Normalize", **mean_std}]}, TINY, [
+            ("the step on 1 thread", {"step_threads": 1}, {"step_threads": 1}, "prep"),
+        ], {"batch": 16, "recommends_step_threads": 1}),
         ("geometry: 128 px, batch 64, 5 ms step", "prep",
          {"transforms": [{"type": "RandomResizedCrop", "size": 128}, {"type": "RandomHorizontalFlip"},
                          {"type": "Normalize", **mean_std}]}, sleep(0.005), [
@@ -112,30 +154,6 @@ def situations(data, shards, s3="s3://bench/analyze/", words=None):
             ("8 reads in flight", {"reads_in_flight": 8}, {"reads_in_flight": 8}, "fetch"),
             ("cache 100%", {"cache_fraction": 1.0}, {"cache": 1.0}, "prep"),
         ], {"items": 240}),
-        # Object storage: SeaweedFS's S3 gateway through a 40 ms latency proxy,
-        # both pinned to the other core; the user fixed 4 reads in flight.
-        ("S3 at 40 ms: 4 reads in flight, 100 ms step", "fetch",
-         {"source": s3, "reads_in_flight": 4}, sleep(0.100), [
-            ("reads in flight adaptive", {"reads_in_flight": 0}, {"reads_in_flight": 0}, "compute"),
-            ("8 reads in flight", {"reads_in_flight": 8}, {"reads_in_flight": 8}, "fetch"),
-            ("cache 50%", {"cache_fraction": 0.5}, {"cache": 0.5}, "fetch"),
-            ("16 reads in flight, cache 50%", {"reads_in_flight": 16, "cache_fraction": 0.5},
-             {"reads_in_flight": 16, "cache": 0.5}, "compute"),
-        ], {"cores": 1, "needs": "s3"}),
-        # Audio: decoding, resampling and mel features are prep like image
-        # decode; nothing in the model knows it is audio.
-        ("audio: spoken words, 1 s mel features, 5 ms step", "prep",
-         {"source": words, "fields": AUDIO_FIELDS, "audio": AUDIO, "transforms": []}, sleep(0.005), [
-            ("pinned to 1 core", {"cores": 1, "prep_threads": 1},
-             {"cores": 1, "num_threads": 1}, "prep"),
-            ("bandwidth 1 MB/s", {"bandwidth": 1 * MB}, {"throttle_bandwidth": 1 * MB}, "fetch"),
-            ("cache 100%", {"cache_fraction": 1.0}, {"cache": 1.0}, "prep"),
-        ], {"items": 400, "needs": "audio"}),
-        ("high latency: 15 ms per read, 1 in flight", "fetch",
-         {"throttle_latency_ms": 15, "reads_in_flight": 1}, sleep(0.010), [
-            ("4 reads in flight", {"reads_in_flight": 4}, {"reads_in_flight": 4}, "fetch"),
-            ("cache 50%", {"cache_fraction": 0.5}, {"cache": 0.5}, "fetch"),
-        ], {"items": 480}),
     ]
 
 
@@ -189,13 +207,30 @@ def base_spec(data, items, batch):
 
 
 def make_step(desc):
-    """The training step a situation runs: a sleep, or the real torch conv net."""
+    """The training step a situation runs: a sleep, the real torch conv net,
+    or the README's tiny one (on `threads` intra-op threads where given)."""
     if desc["kind"] == "sleep":
         seconds = desc["seconds"]
 
         def step(*batch):  # (images, labels), or a records loader's dict
             time.sleep(seconds)
         return step
+    import torch
+
+    if desc.get("threads"):
+        torch.set_num_threads(desc["threads"])
+    if desc["kind"] == "tiny":
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, stride=2), torch.nn.ReLU(),
+                                    torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                    torch.nn.Linear(16, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def tiny(images, labels):
+            loss = torch.nn.functional.cross_entropy(model(images), labels % 4)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        return tiny
     import torch_step
 
     return torch_step.step
@@ -507,6 +542,8 @@ def one_round(args, data, shards):
         meas = measure(spec, step, epochs, cores=pinned)
         rows.append({"situation": name, "config": "as profiled", "profiled": True,
                      "expected": expect, "named": result["bottleneck"],
+                     "step_threads": result["recommendation"]["config"].get("step_threads", 0),
+                     "wants_step_threads": opts.get("recommends_step_threads"),
                      "predicted": result["predicted"]["rate"], "measured": meas["rate"],
                      "contradictions": result["contradictions"], "table": result["table"]})
         print(f"   as profiled: predicted {rows[-1]['predicted']:.0f}, "
@@ -515,13 +552,14 @@ def one_round(args, data, shards):
             p = predict(result, config)
             real = dict(real)
             cores = real.pop("cores", pinned)
+            row_step = {**step, "threads": real.pop("step_threads")} if "step_threads" in real else step
             cache = real.pop("cache", None)
             jobs = real.pop("jobs", None)
             if jobs:
-                meas = measure_jobs(spec, step, epochs, jobs, real.pop("shared"))
+                meas = measure_jobs(spec, row_step, epochs, jobs, real.pop("shared"))
             else:
-                meas = measure(storage({**base_spec(data, items, batch), **over, **real}), step, epochs, cores=cores, cache=cache,
-                               sample_bytes=sample_bytes)
+                meas = measure(storage({**base_spec(data, items, batch), **over, **real}), row_step, epochs,
+                               cores=cores, cache=cache, sample_bytes=sample_bytes)
             rows.append({"situation": name, "config": label, "profiled": False,
                          "expected": w_expect, "named": p["bottleneck"],
                          "predicted": p["rate"], "measured": meas["rate"],
@@ -547,6 +585,7 @@ def combine(runs):
                      "measured_all": [r["measured"] for r in same],
                      "named_all": [r["named"] for r in same],
                      "contradictions_all": [r["contradictions"] for r in same],
+                     "step_threads_all": [r.get("step_threads") for r in same],
                      "tables": [r.get("table") for r in same]})
     return rows
 
@@ -597,6 +636,12 @@ def render(rows, args, took):
                      f"{r['predicted']:,.0f} | {r['measured']:,.0f} | {r['error']:+.1%} | "
                      f"{each} |")
     ok = lambda good: "met" if good else "**missed**"  # noqa: E731
+    for r in rows:
+        if r.get("wants_step_threads"):
+            got = r["step_threads_all"]
+            lines += ["", f"- {r['situation']}: the recommendation's torch.set_num_threads: "
+                      f"{' / '.join(str(k or 'unchanged') for k in got)} per round (wanted "
+                      f"{r['wants_step_threads']}: {ok(all(k == r['wants_step_threads'] for k in got))})."]
     lines += [
         "",
         f"- What-if rows: median absolute error **{median:.1%}** over {len(whatif)} rows "

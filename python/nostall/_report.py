@@ -135,7 +135,8 @@ def _step_threads_lines(r):
     one = prof.get("step_rate_1", 0)
     seen = (f": the step alone ran at {one:,.0f} samples/s on one thread against "
             f"{prof['step_rate']:,.0f} on {now}" if one else "")
-    return [f"torch.set_num_threads({k}) in the training process (now {now}; its intra-op "
+    return [f"torch.set_num_threads({k}) in the training process, or OMP_NUM_THREADS={k} (and "
+            f"MKL_NUM_THREADS={k}) in its environment (now {now}; its intra-op "
             f"threads and the prep threads share the cores){seen}"]
 
 

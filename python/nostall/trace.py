@@ -33,17 +33,42 @@ _KIND_HELP = {
 _GPU_CHANGES = ("gpu_speedup", "gemm_speedup", "pinned_copies", "amp")
 
 
+def _children_cpu_s() -> float | None:
+    """CPU seconds (user + system) of this process's descendants now alive
+    (a DataLoader's workers), from /proc; None where it cannot be read."""
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        todo, total, seen = [os.getpid()], 0, set()
+        while todo:
+            pid = todo.pop()
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    for child in f.read().split():
+                        if int(child) not in seen:
+                            seen.add(int(child))
+                            todo.append(int(child))
+            if pid != os.getpid():
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total / tick
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def mark(prof, *, loader=None) -> dict:
     """Writes into the trace what a trace cannot show of the loop that
     records it: its intra-op and inter-op threads (``torch.set_num_threads``),
     the cores it may run on, ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` where
-    set, and, given the DataLoader (or any loader with ``num_workers``), its
-    worker processes. :func:`analyze_trace` reads them, so its predictions
-    start from the threads the loop really ran on.
+    set, given the DataLoader (or any loader with ``num_workers``) its
+    worker processes, and, while steps are recorded, the CPU this process's
+    child processes (the workers) used beside them. :func:`analyze_trace`
+    reads them, so its predictions start from the threads the loop really
+    ran on and from how much the workers took of its cores.
 
     Call it inside ``with torch.profiler.profile(...) as prof:``, schedule
-    or not (the profiler's metadata, ``"nostall"`` at the trace's top level).
-    Returns what it wrote.
+    or not (the profiler's metadata, ``"nostall"`` at the trace's top level),
+    before the loop's first ``prof.step()``. Returns what it wrote at first.
     """
     import torch
 
@@ -60,9 +85,35 @@ def mark(prof, *, loader=None) -> dict:
     # Preset: added each time the profiler starts (a schedule's cycles);
     # where it already records, added now as well.
     prof.preset_metadata_json("nostall", value)
-    if getattr(prof, "current_action", None) not in (None, torch.profiler.ProfilerAction.NONE):
+    recording = (torch.profiler.ProfilerAction.RECORD, torch.profiler.ProfilerAction.RECORD_AND_SAVE)
+    if getattr(prof, "current_action", None) in recording:
         prof.add_metadata_json("nostall", value)
+    _sample_workers_each_step(prof, dict(marks), recording)
     return marks
+
+
+def _sample_workers_each_step(prof, marks, recording):
+    """After each prof.step() of a recorded step: the children's CPU since
+    recording began, rewritten into the trace's metadata (the last write
+    before the trace is saved holds the recorded span)."""
+    step, start = prof.step, []
+
+    def sampled_step():
+        step()
+        if getattr(prof, "current_action", None) not in recording:
+            start.clear()
+            return
+        cpu = _children_cpu_s()
+        if cpu is None:
+            return
+        now = time.perf_counter()
+        if not start or cpu < start[0]:  # (a worker that ended took its CPU with it)
+            start[:] = [cpu, now]
+            return
+        marks.update(workers_cpu_s=round(cpu - start[0], 4), workers_wall_s=round(now - start[1], 4))
+        prof.add_metadata_json("nostall", json.dumps(marks))
+
+    prof.step = sampled_step
 
 
 def analyze_trace(path, spec=None, *, batch_size: int | None = None,
@@ -316,8 +367,15 @@ class TraceAnalysis:
     def _replaced_loader_assumes(self) -> list:
         """What replacing the traced loader assumes of the loop's own work."""
         f = self.facts
-        if f["loader"] != "beside" or f["least_contended"] >= 0.999:
+        if f["loader"] != "beside" or f["contention"] >= 0.999:
             return []
+        if f["contention_from_workers"]:
+            m = f["marks"]
+            busy = m["workers_cpu_s"] / m["workers_wall_s"]
+            return [f"the loop's CPU work x{f['contention']:.2f}: its {m['intra_op_threads']:.0f} "
+                    f"intra-op threads and the loader's workers ({busy:.1f} cores busy, measured "
+                    f"by nostall.trace.mark) shared {m['cores']:.0f} cores, the loop's fair share "
+                    f"{m['cores']:.0f} / {m['intra_op_threads'] + busy:.1f}"]
         return [f"the loop's CPU work at its least contended step, x{f['least_contended']:.2f} of "
                 "the mean: the traced loader's worker processes (not in the trace) shared the cores"]
 

@@ -519,6 +519,33 @@ void FindLoader(Builder& b) {
   t.loader_period = t.period_seen ? span / batches : 0;
 }
 
+// Where the marks (nostall.trace.mark) give the loop's intra-op threads T,
+// its cores C and the CPU the loader's worker processes used beside it (b
+// cores' worth on average), a CPU loop whose threads and workers
+// oversubscribe the cores (T + b > C) ran at the scheduler's fair share,
+// C / (T + b) of its speed alone; the least contended step cannot show that
+// when every step was alike contended. The smaller of the two is taken.
+void LoopContention(Trace& t, int64_t gpu_nodes) {
+  t.contention = t.least_contended;
+  auto mark = [&](const char* k) {
+    auto it = t.marks.find(k);
+    return it == t.marks.end() ? 0.0 : it->second;
+  };
+  const double threads = mark("intra_op_threads"), cores = mark("cores");
+  const double wall = mark("workers_wall_s"), cpu = mark("workers_cpu_s");
+  if (t.loader != LoaderKind::kBeside || gpu_nodes > 0 || threads < 1 || cores < 1 || wall <= 0 ||
+      cpu < 0) {
+    return;
+  }
+  const double busy = cpu / wall;
+  if (threads + busy <= cores) return;
+  const double share = cores / (threads + busy);
+  if (share < t.contention) {
+    t.contention = share;
+    t.contention_from_workers = true;
+  }
+}
+
 }  // namespace
 
 Result<Trace> BuildGraph(Events ev, const std::string& path) {
@@ -536,6 +563,9 @@ Result<Trace> BuildGraph(Events ev, const std::string& path) {
   ForkEdges(b);
   NOSTALL_RETURN_IF_ERROR(MainSteps(b, path));
   FindLoader(b);
+  int64_t gpu_nodes = 0;
+  for (const Node& n : t.nodes) gpu_nodes += t.lanes[n.lane].gpu;
+  LoopContention(t, gpu_nodes);
   // Edges grouped by their target.
   std::stable_sort(t.edges.begin(), t.edges.end(), [](const Edge& a, const Edge& c) { return a.to < c.to; });
   t.in_begin.assign(t.nodes.size() + 1, 0);

@@ -86,6 +86,12 @@ class Trace {
   std::map<std::string, double> marks;  // the trace's "nostall" metadata (events.h)
   int optimizer_calls = 0;
   double least_contended = 1;   // the fastest steady step's loop CPU time over the mean
+  // The loop's CPU work against what it would take with the cores to
+  // itself, where a loader beside it shared them: the least contended step,
+  // or less where the trace's marks show the workers' CPU and the loop's
+  // threads oversubscribing the cores (LoopContention in graph.cc).
+  double contention = 1;
+  bool contention_from_workers = false;
   double launch_floor = 5e-6;   // the shortest kernel launch: an asynchronous call's cost
 };
 

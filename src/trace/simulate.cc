@@ -38,7 +38,8 @@ bool Inline(const Trace& t, const Change& c) {
 // Where the traced loader worked beside the loop (DataLoader workers: other
 // processes, not in the trace) and the change replaces it, the loop's CPU
 // work ran slowed by the loader sharing the cores. It is taken at its least
-// contended: the fastest steady step's CPU time over the mean's.
+// contended: the fastest steady step's CPU time over the mean's, or the fair share the
+// marks show the workers left it (graph.h: contention).
 bool Uncontended(const Trace& t, const Change& c) {
   return t.loader == LoaderKind::kBeside && (c.loader_free || c.loader_period >= 0);
 }
@@ -77,7 +78,7 @@ double Duration(const Trace& t, const Node& n, const Change& c) {
       double opt = n.opt_python;
       if (c.fused_optimizer) opt *= n.opt_share;
       const double rest = std::max(0.0, n.dur - n.parallel - n.opt_python);
-      const double contention = t.lanes[n.lane].main && Uncontended(t, c) ? t.least_contended : 1;
+      const double contention = t.lanes[n.lane].main && Uncontended(t, c) ? t.contention : 1;
       return (rest + par + opt) * contention / c.cpu_speedup;
     }
   }
@@ -330,6 +331,8 @@ std::string FactsJson(const Trace& t) {
               {"optimizer_calls", t.optimizer_calls},
               {"launch_floor_s", t.launch_floor},
               {"least_contended", t.least_contended},
+              {"contention", t.contention},
+              {"contention_from_workers", t.contention_from_workers},
               {"marks", t.marks}};
   double traced = 0;
   for (const Step& s : t.steps) traced += s.end - s.start;

@@ -95,6 +95,29 @@ TEST(TraceTest, BatchesInBurstsGiveTheLoadersPeriodNotTheBurstsSpacing) {
   EXPECT_NEAR(Simulate(t, "{}")["step_s"].get<double>(), 0.010, 0.0005);
 }
 
+TEST(TraceTest, WorkersThatOversubscribeTheLoopsThreadsSlowItByTheirFairShare) {
+  // Every step alike (6 ms of work): the least contended step shows none.
+  const std::string paired = PairedLoop(10);
+  const Trace alone = Build(paired);
+  EXPECT_NEAR(alone.least_contended, 1, 1e-9);
+  EXPECT_NEAR(alone.contention, 1, 1e-9);
+  auto marked = [&](const std::string& marks) {
+    return Build("{\"nostall\": " + marks + ", " + paired.substr(1));
+  };
+  // 2 intra-op threads and workers 1 core busy on 2 cores: 2 / 3 of its speed.
+  const Trace two = marked(R"({"intra_op_threads": 2, "cores": 2, "workers_cpu_s": 2, "workers_wall_s": 2})");
+  EXPECT_NEAR(two.contention, 2.0 / 3, 1e-9);
+  EXPECT_TRUE(two.contention_from_workers);
+  // The synthetic-batch step is the loop's work at that share: 6 ms x 2/3.
+  EXPECT_NEAR(Simulate(two, R"({"loader_free": true})")["step_s"].get<double>(), 0.004, 0.0002);
+  // One thread beside one busy worker on 2 cores: no oversubscription.
+  const Trace one = marked(R"({"intra_op_threads": 1, "cores": 2, "workers_cpu_s": 2, "workers_wall_s": 2})");
+  EXPECT_NEAR(one.contention, 1, 1e-9);
+  EXPECT_FALSE(one.contention_from_workers);
+  // Without the workers' CPU: as unmarked.
+  EXPECT_NEAR(marked(R"({"intra_op_threads": 2, "cores": 2})").contention, 1, 1e-9);
+}
+
 TEST(TraceTest, ABareListAndStringIdsReadAsTheObjectForm) {
   const json a = Simulate(Build(InlineLoop(4)), "{}");
   const json b = Simulate(Build(InlineLoop(4, true, true)), "{}");

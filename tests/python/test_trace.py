@@ -180,7 +180,10 @@ def test_the_loops_threads_are_read_from_a_marked_trace(tmp_path, schedule):
     loader = torch.utils.data.DataLoader(SleepyDataset(0), batch_size=BATCH, num_workers=3)
     wrote = _marked_loop(tmp_path / "t.json", 3, loader, schedule)
     assert wrote["intra_op_threads"] == 3 and wrote["num_workers"] == 3
-    assert json.loads((tmp_path / "t.json").read_text())["nostall"] == wrote
+    written = json.loads((tmp_path / "t.json").read_text())["nostall"]
+    assert {k: written[k] for k in wrote} == wrote
+    # (and the CPU of this process's children while steps were recorded: none here)
+    assert written["workers_cpu_s"] == 0 and written["workers_wall_s"] > 0
     if not schedule:  # (no ProfilerStep#N marks without a schedule: nothing to analyse)
         return
     # Analysed where torch has another count: the trace's wins, and says so.
@@ -194,6 +197,42 @@ def test_the_loops_threads_are_read_from_a_marked_trace(tmp_path, schedule):
     # Given, the count given is used.
     given = nostall.analyze_trace(tmp_path / "t.json", step_threads=1)
     assert given.step_threads == 1 and given.threads_source == "given"
+
+
+class BusyDataset(SleepyDataset):
+    """Items that cost `busy_s` of CPU each, spent in the worker."""
+
+    def __getitem__(self, i):
+        end = time.thread_time() + self.sleep_s
+        while time.thread_time() < end:
+            pass
+        return self.x, i % 10
+
+
+def test_mark_measures_what_the_workers_took_of_the_cores(tmp_path):
+    # One worker spending 3 ms of CPU per item, 16 items a batch: while the
+    # steps are recorded it is busy whenever the loop waits for it.
+    loader = torch.utils.data.DataLoader(BusyDataset(0.003), batch_size=BATCH, num_workers=1,
+                                         persistent_workers=True)
+    path = tmp_path / "w.json"
+    model = small_model()
+    batches = iter(loader)
+    schedule = torch.profiler.schedule(wait=1, warmup=1, active=6, repeat=1)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule,
+                                on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        nostall.trace.mark(prof, loader=loader)
+        for _ in range(8):
+            x, _y = next(batches)
+            one_thread(lambda: model(x).sum().backward())
+            prof.step()
+    marks = json.loads(path.read_text())["nostall"]
+    assert marks["num_workers"] == 1 and marks["workers_wall_s"] > 0
+    # The worker made about a batch per step (48 ms of CPU each), so it was
+    # busy most of the recorded time, and never more than its one core.
+    busy = marks["workers_cpu_s"] / marks["workers_wall_s"]
+    assert 0.3 < busy <= 1.1, marks
+    t = nostall.analyze_trace(path)
+    assert t.facts["marks"]["workers_cpu_s"] == pytest.approx(marks["workers_cpu_s"])
 
 
 def test_an_unmarked_trace_says_it_assumed_the_threads(tmp_path, inline_trace):
