@@ -64,6 +64,19 @@ def situations(data, shards, s3="s3://bench/analyze/", words=None):
     return _local_situations(data, shards, mean_std) + _remote_and_audio_situations(s3, words)
 
 
+def in_memory(data):
+    """A copy of the image folder on /dev/shm (made once)."""
+    import shutil
+
+    copy = Path("/dev/shm") / f"nostall-bench-analyze-{Path(data).name}"
+    done = copy.with_name(copy.name + ".complete")
+    if not done.exists():
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(data, copy)
+        done.touch()
+    return str(copy)
+
+
 def _remote_and_audio_situations(s3, words):
     return [
         # Object storage: SeaweedFS's S3 gateway through a 40 ms latency proxy,
@@ -137,8 +150,10 @@ def _local_situations(data, shards, mean_std):
              {"cores": 1, "num_threads": 1}, "prep"),
             ("bandwidth 40 MB/s", {"bandwidth": 40 * MB}, {"throttle_bandwidth": 40 * MB}, "fetch"),
         ], {}),
+        # The files in memory (tmpfs): what is measured is the step's threads
+        # against the prep threads, not a disk that a cold read finds slow.
         ("oversubscribed: the README's step and spec (64 px, batch 16), torch's 2 threads", "prep",
-         {"transforms": [{"type": "RandomResizedCrop", "size": 64}, {"type": "RandomHorizontalFlip"},
+         {"source": in_memory(data), "transforms": [{"type": "RandomResizedCrop", "size": 64}, {"type": "RandomHorizontalFlip"},
                          {"type": "Normalize", **mean_std}]}, TINY, [
             ("the step on 1 thread", {"step_threads": 1}, {"step_threads": 1}, "prep"),
         ], {"batch": 16, "recommends_step_threads": 1}),

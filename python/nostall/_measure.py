@@ -568,7 +568,11 @@ def _fetch_cpu(cold, cached, storage) -> dict:
     # Encoded bytes per item: what the cold epoch read (the index may not know sizes).
     fetched = cold.delta("fetch", "items")
     mean_bytes = _probed_item_bytes(storage)
+    # Of the fetch threads' CPU, a remote store's I/O thread (HTTP, signing, bodies).
+    io = sum(a["storage"]["io_cpu_s"] - b["storage"]["io_cpu_s"] for b, a in cold.stats
+             if "io_cpu_s" in a.get("storage", {}) and "io_cpu_s" in b.get("storage", {}))
     return {"hit": hit, "miss": hit + max(threads, process), "threads": threads, "process": process,
+            "io_thread": io / fetched if fetched > 0 else 0.0,
             "item_bytes": (cold.delta("fetch", "bytes") / fetched) if fetched > 0 else mean_bytes}
 
 
@@ -626,4 +630,5 @@ def _run_record(plan, storage, notes, cold, cached, cold_storage, step_timings, 
                         for name, w in (("cold", cold), ("cached", cached))},
             "storage_stats": cold_storage,
             "step_timings": step_timings,
-            "fetch_cpu_cold": {"fetch_threads": fetch["threads"], "process": fetch["process"]}}
+            "fetch_cpu_cold": {"fetch_threads": fetch["threads"], "process": fetch["process"],
+                               "io_thread": fetch["io_thread"]}}

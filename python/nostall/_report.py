@@ -298,8 +298,10 @@ def render_table(r) -> str:
     out.append("")
     out += _measured_lines(r)
     out.append("")
+    io = run.get("fetch_cpu_cold", {}).get("io_thread", 0.0)
+    io_words = f" (the I/O thread's {io * 1e3:.3f} ms)" if io > 0 else ""
     out.append(f"per sample: prep {prof['prep_cpu'] * 1e3:.2f} ms CPU; fetch "
-               f"{prof['fetch_cpu_miss'] * 1e3:.3f} ms CPU from storage, "
+               f"{prof['fetch_cpu_miss'] * 1e3:.3f} ms CPU from storage{io_words}, "
                f"{prof['fetch_cpu_hit'] * 1e3:.3f} ms from cache; step "
                f"{prof['step_cpu'] * 1e3:.3f} ms CPU; {_bytes(prof['item_bytes'])} encoded")
     out.append(f"storage: {_bw(m['bandwidth'])}, {m['latency_s'] * 1e3:.2f} ms per read, "

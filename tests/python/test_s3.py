@@ -515,6 +515,10 @@ def test_analyze_on_s3_sees_the_latency_and_predicts_more_reads_in_flight(s3):
     assert a.bottleneck == "fetch" and a.result["predicted"]["limit"] == "latency", a.table()
     assert cold <= 2 / 0.030 * 1.1, a.table()  # 2 reads of 30 ms at a time
     assert a.result["run"]["storage_stats"]["requests"] > 0
+    # The I/O thread's CPU is a part of the fetch CPU, and the table says it.
+    io = a.result["run"]["fetch_cpu_cold"]["io_thread"]
+    assert 0 < io <= a.profile["fetch_cpu_miss"], (io, a.profile["fetch_cpu_miss"])
+    assert f"(the I/O thread's {io * 1e3:.3f} ms)" in a.table()
     # Reads in flight: 8 fixed predict 4x. Left to adapt, the loader would
     # keep more than these tiny images need, but a read needs room in a batch
     # slot: 3 batches of 4 ahead of the one in use hold 12.
