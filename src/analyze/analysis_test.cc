@@ -147,11 +147,8 @@ TEST(ModelTest, RecommendationKeepsAdaptiveReadsThatSuffice) {
 TEST(ModelTest, RecommendedReadsComeWithTheBatchSlotsThatHoldThem) {
   // 1000 samples/s x 100 ms a read, unlimited bandwidth: 100 reads in
   // flight, while prefetch 2 of batches of 16 holds 48.
-  Profile p = Example();
-  p.measured.bandwidth = 0;
+  Profile p = ExampleOnEightCoresWithoutStorageLimits();
   p.measured.latency = 0.1;
-  p.measured.cores = 8;
-  p.measured.prep_threads = 8;
   p.batch = 16;
   p.slot_items = 3 * 16;
   Recommendation r = Recommend(p, {});
