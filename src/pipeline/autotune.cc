@@ -62,6 +62,18 @@ Observation Autotuner::Observe(const AutotuneWindow& w) const {
 
 bool Autotuner::Allowed(const Bound& b, double now_s) const { return b.value == 0 || now_s >= b.until_s; }
 
+// The bounds a CPU-bound step set hold while the cores stay taken; once a
+// window shows them free (the step changed), the knobs may move again.
+void Autotuner::LiftSaturatedBounds() {
+  for (int k = 0; k < kKnobs; ++k) {
+    for (int side = 0; side < 2; ++side) {
+      if (!while_saturated_[side][k]) continue;
+      (side == 0 ? ceiling_ : floor_)[k] = Bound{};
+      while_saturated_[side][k] = false;
+    }
+  }
+}
+
 // An add from `cur` towards `to` under the knob's ceiling: halfway to it
 // (bisecting between what paid and what did not), none once that is within
 // a quarter (or 1), or after the knob's second reversal.
@@ -118,10 +130,17 @@ std::optional<AutotuneDecision> Autotuner::Judge(const AutotuneWindow& w, double
   } else {
     return std::nullopt;
   }
-  // After a knob's second reversal its bound stays; with the cores taken by
-  // the step, a removal given back stays given back at once (a CPU-bound
-  // step stays CPU-bound, and every try costs it a window at the lower rate).
-  const bool permanent = ++reversals_[p.knob] >= 2 || (!added && CoresTaken(observed_));
+  // After a knob's second reversal its bound stays. With the cores taken by
+  // the step, a removal given back, or an add that cost the rate 10%, stays
+  // so while they stay taken: the try measured what the change costs a
+  // CPU-bound step, and each retry would cost it windows at the lower rate.
+  // (A window whose cores are not all taken lifts it: Step.)
+  const bool saturated = CoresTaken(observed_) && (!added || rate < p.rate_before * kLoss);
+  const bool permanent = ++reversals_[p.knob] >= 2 || saturated;
+  if (saturated) {
+    why += "; not tried again while the cores stay taken";
+    while_saturated_[bound == &ceiling_[p.knob] ? 0 : 1][p.knob] = true;
+  }
   // A ceiling is the value that did not pay (later adds bisect below it); a
   // floor the value given back to.
   bound->value = bound == &ceiling_[p.knob] ? p.to : p.from;
@@ -139,6 +158,7 @@ std::optional<AutotuneDecision> Autotuner::Step(const AutotuneWindow& w, double 
     return std::nullopt;
   }
   observed_ = Observe(w);
+  if (!CoresTaken(observed_)) LiftSaturatedBounds();
   Seen m;
   m.rate = observed_.rate;
   m.wait = observed_.wait;

@@ -14,7 +14,9 @@
 //      core: a CPU-bound step never waits, yet a thread fewer slows it), are
 //      given back and the count becomes a floor. A ceiling or floor is lifted
 //      after a back-off (15 s, doubling), and never after a knob's second
-//      reversal, or when it is a floor given back with every core busy.
+//      reversal. With every core busy, a floor given back, or a ceiling
+//      whose add cost the rate 10%, holds until a window shows the cores
+//      not all taken.
 //   2. The consumer waits (> 3% of the window):
 //        prep busy          -> one more prep thread (up to the cores);
 //        reads the limit    -> reads in flight towards Little's law (the
@@ -112,6 +114,7 @@ class Autotuner {
   std::optional<AutotuneDecision> Judge(const AutotuneWindow& w, double now_s, double rate,
                                         double wait);
   bool Allowed(const Bound& b, double now_s) const;
+  void LiftSaturatedBounds();
   // The window as the model (nostall/model.h) sees it.
   Observation Observe(const AutotuneWindow& w) const;
   int CapAdd(Knob k, int cur, int to, double now_s) const;
@@ -124,6 +127,9 @@ class Autotuner {
   int settle_ = 0;  // windows to skip after a change (its transition)
   Bound ceiling_[kKnobs], floor_[kKnobs];
   int reversals_[kKnobs] = {};
+  // [0]: ceiling_, [1]: floor_ of a knob set under a CPU-bound step (held
+  // while the cores stay taken).
+  bool while_saturated_[2][kKnobs] = {};
 };
 
 }  // namespace nostall

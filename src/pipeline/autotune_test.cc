@@ -169,6 +169,31 @@ TEST(AutotuneTest, AThreadTriedUnderACpuBoundStepThatDoesNotPayIsTakenBack) {
   EXPECT_LE(d.size(), 4u);  // tried again once after the back-off, then never
 }
 
+TEST(AutotuneTest, AnAddThatCostsACpuBoundStepIsNotRetriedWhileTheCoresStayTaken) {
+  // A one-thread step on 2 cores: a second prep thread takes the step's
+  // core and the rate falls 20%.
+  Autotuner t(AllTuned(2), {1, 2, 2});
+  double now = 0;
+  auto costly = [](const AutotuneSettings& s) {
+    AutotuneWindow w = Window(s.threads, s.threads >= 2 ? 280.0 : 350.0, 0.0016, 0.0);
+    w.process_cpu_s = 1.95;
+    return w;
+  };
+  auto d = Feed(&t, costly, &now);
+  ASSERT_EQ(d.size(), 2u);  // tried once, taken back, never again (40 quiet windows, past the 15 s back-off)
+  EXPECT_EQ(d[0].to, 2);
+  EXPECT_EQ(d[1].to, 1);
+  EXPECT_NE(d[1].why.find("not tried again while the cores stay taken"), std::string::npos) << d[1].why;
+  EXPECT_TRUE(Feed(&t, costly, &now).empty());
+  // The step changes: the cores are free and the consumer waits on busy
+  // prep threads. A second thread is tried again.
+  auto starved = [](const AutotuneSettings& s) { return Window(s.threads, 250.0 * s.threads, 0.004, 0.4); };
+  auto after = Feed(&t, starved, &now);
+  ASSERT_FALSE(after.empty());
+  EXPECT_EQ(after[0].to, 2);
+  EXPECT_EQ(t.settings().threads, 2);
+}
+
 TEST(AutotuneTest, FarStorageGetsReadsByLittlesLaw) {
   // 30 ms a read; prep can take 500 items/s with 2 threads; every read in
   // flight brings 1/0.03 items/s.
