@@ -38,8 +38,8 @@ def _machine_busy_s():
             for line in f:
                 fields = line.split()
                 if fields and fields[0] in allowed:
-                    user, nice, system, _idle, _iowait, irq, softirq, *rest = map(int, fields[1:9])
-                    busy += user + nice + system + irq + softirq + sum(rest[:1])
+                    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
+                    busy += user + nice + system + irq + softirq + steal
         return busy / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, AttributeError):
         return None

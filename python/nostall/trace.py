@@ -134,8 +134,8 @@ def analyze_trace(path, spec=None, *, batch_size: int | None = None,
     items: samples the pipeline's measurement reads (see :func:`nostall.analyze`).
     """
     path = os.fspath(path)
-    handle = _nostall.read_trace(path)
-    traced = json.loads(handle.facts_json())["marks"].get("intra_op_threads")
+    result = TraceAnalysis(_nostall.read_trace(path), batch_size=batch_size)
+    traced = result.facts["marks"].get("intra_op_threads")
     if step_threads is not None:
         source = "given"
     elif traced is not None and traced >= 1:
@@ -147,8 +147,7 @@ def analyze_trace(path, spec=None, *, batch_size: int | None = None,
         except ImportError:
             step_threads = 1
         source = "assumed"
-    result = TraceAnalysis(handle, batch_size=batch_size, step_threads=int(step_threads))
-    result.threads_source = source
+    result.step_threads, result.threads_source = int(step_threads), source
     if spec is not None:
         result.pipeline = _measure_pipeline(result, spec, items, progress)
         if result.batch_size is None:

@@ -109,6 +109,14 @@ Efficiency Calibrate(const Profile& p) {
 
 namespace {
 
+// The profile with the batch slots of `prefetch` batches made ahead (0: as
+// measured): the reads in flight they leave room for.
+Profile WithPrefetch(const Profile& p, int prefetch) {
+  Profile q = p;
+  if (prefetch > 0 && p.batch > 0) q.slot_items = (prefetch + 1) * p.batch;
+  return q;
+}
+
 // The step's own intra-op threads (torch.set_num_threads) that run the job
 // fastest at `c`, where that is measurably faster than the threads measured
 // (a step whose threads fight the prep threads for the cores runs faster on
@@ -184,11 +192,10 @@ Recommendation Recommend(const Profile& p, const Efficiency& eff) {
   }
   // Each read in flight needs room in a batch slot: where today's slots hold
   // fewer than recommended, the prefetch that holds them is part of it.
-  Profile room = p;
   if (p.slot_items > 0 && p.batch > 0 && c.reads_in_flight > p.slot_items) {
     r.prefetch = static_cast<int>((c.reads_in_flight + p.batch - 1) / p.batch) - 1;
-    room.slot_items = (r.prefetch + 1) * p.batch;
   }
+  const Profile room = WithPrefetch(p, r.prefetch);
   // CPU: the fewest whole cores (a prep thread each) that carry the
   // pipeline(s) and the step(s) at the target, their sharing included.
   Efficiency storage_free = eff;
@@ -375,14 +382,12 @@ json RecommendationJson(const Profile& p, const Efficiency& eff, Bottleneck name
   // The batches made ahead the recommendation runs with (its reads' room).
   const int64_t prefetch_now = p.batch > 0 && p.slot_items > 0 ? p.slot_items / p.batch - 1 : 0;
   const int64_t prefetch = r.prefetch > 0 ? r.prefetch : prefetch_now;
-  Profile room = p;
-  if (r.prefetch > 0) room.slot_items = (r.prefetch + 1) * p.batch;
   return {{"config", ConfigToJson(r.config)},
           {"cache_bytes", r.cache_bytes},
           {"cache_bytes_per_node", r.cache_bytes_per_node},
           {"bandwidth_instead", r.bandwidth_instead},
           {"rate", r.rate},
-          {"reads_in_flight", ReadsInFlight(room, r.config)},
+          {"reads_in_flight", ReadsInFlight(WithPrefetch(p, r.prefetch), r.config)},
           {"prefetch", prefetch},
           {"reaches_step_rate", r.reaches_step_rate}};
 }
