@@ -65,14 +65,31 @@ class Clip(VideoTransform):
     ``num_indices_between_frames``); the start drawn uniformly over the
     video (``"random"``: torchcodec's ``clips_at_random_indices``) or the
     central clip (``"uniform"``). A video shorter than the clip repeats its
-    last frame. ``layout``: ``"CTHW"`` or ``"TCHW"`` per sample."""
+    last frame. ``layout``: ``"CTHW"`` or ``"TCHW"`` per sample.
 
-    def __init__(self, num_frames: int = 16, step: int = 1, sampling: str = "random", layout: str = "CTHW"):
+    ``clips=N`` makes each sample N clips of its video, ``(N, C, T, H, W)``
+    (a batch ``(B, N, C, T, H, W)``), decoded in one pass: each clip with
+    its own start and its own draws of crop, flip and ops (the views of
+    multi-view training); with ``sampling="uniform"`` the N starts are
+    evenly spaced from the video's first possible start to its last
+    (torchcodec's ``clips_at_regular_indices``, the multi-clip evaluation of
+    PyTorchVideo). ``frame_rate``: the video resampled to that many frames a
+    second first, as torchvision's ``VideoClips(frame_rate=...)`` does
+    (position r is frame ``floor(r * fps / frame_rate)``); ``step`` then
+    counts resampled frames."""
+
+    def __init__(self, num_frames: int = 16, step: int = 1, sampling: str = "random", layout: str = "CTHW",
+                 clips: int | None = None, frame_rate: float | None = None):
         if sampling not in ("random", "uniform"):
             raise ValueError(f'sampling is "random" or "uniform", not {sampling!r}')
         if layout not in ("CTHW", "TCHW"):
             raise ValueError(f'layout is "CTHW" or "TCHW", not {layout!r}')
-        super().__init__(num_frames=int(num_frames), step=int(step), sampling=sampling, layout=layout)
+        args = dict(num_frames=int(num_frames), step=int(step), sampling=sampling, layout=layout)
+        if clips is not None:
+            args["clips"] = int(clips)
+        if frame_rate is not None:
+            args["frame_rate"] = float(frame_rate)
+        super().__init__(**args)
 
 
 class RandomCrop(VideoTransform):
@@ -123,7 +140,9 @@ def frames(source, indices):
 def apply(transforms, source, seed: int = 0, epoch: int = 0, index: int = 0, dtype=None):
     """One clip of ``source`` through a video list, as a loader with this
     seed makes item ``index`` in ``epoch``: a NumPy array of the sample's
-    shape, and the draws (``{"frames", "box", "flip", "decoded"}``)."""
+    shape, and the draws (``{"frames", "box", "flip", "decoded"}``; with
+    ``Clip(clips=N)``, ``"clips"`` lists each clip's ``{"frames", "box",
+    "flip"}`` and the top holds the first's)."""
     array, params = _nostall.video_apply(_list_json(transforms), _bytes(source), int(seed), int(epoch),
                                          int(index), dtype in ("float32", float))
     return array, json.loads(params)

@@ -71,16 +71,26 @@ void BindVideo(nb::module_& m) {
     const DType dtype = float32 || spec->normalize ? DType::kFloat32 : DType::kUint8;
     std::vector<uint8_t> out(spec->SampleBytes(dtype));
     auto scratch = video::NewScratch();
-    video::ClipDraw draw;
+    std::vector<video::ClipDraw> draws;
+    int64_t decoded = 0;
     Status st;
     {
       nb::gil_scoped_release release;
       st = video::Prepare(*spec, reinterpret_cast<const uint8_t*>(data.c_str()), data.size(), {seed, epoch, index},
-                          dtype, out.data(), scratch.get(), &draw);
+                          dtype, out.data(), scratch.get(), &draws, &decoded);
     }
     RaiseIfError(st);
-    const nlohmann::json params{{"frames", draw.indices}, {"box", {draw.x, draw.y, draw.w, draw.h}},
-                                {"flip", draw.flip}, {"decoded", draw.decoded}};
+    // Clip 0's draws at the top (the one clip of a list without `clips`);
+    // with `clips`, every clip's in "clips".
+    auto drawn = [](const video::ClipDraw& d) {
+      return nlohmann::json{{"frames", d.indices}, {"box", {d.x, d.y, d.w, d.h}}, {"flip", d.flip}};
+    };
+    nlohmann::json params = drawn(draws.at(0));
+    params["decoded"] = decoded;
+    if (spec->clips > 0) {
+      params["clips"] = nlohmann::json::array();
+      for (const video::ClipDraw& d : draws) params["clips"].push_back(drawn(d));
+    }
     std::vector<size_t> dims;
     for (int64_t v : spec->Shape()) dims.push_back(static_cast<size_t>(v));
     if (dtype == DType::kFloat32) {

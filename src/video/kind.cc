@@ -15,14 +15,35 @@ namespace nostall::video {
 
 using nlohmann::json;
 
-std::vector<int64_t> ClipIndices(const Spec& spec, int64_t frames, Philox& rng) {
+Result<std::vector<int64_t>> ClipIndices(const Spec& spec, int64_t frames, double fps, int c, Philox& rng) {
+  int64_t positions = frames;
+  double per_position = 1;  // source frames per position
+  if (spec.frame_rate > 0) {
+    if (!(fps > 0)) {
+      return DataError("the video states no frame rate: Clip(frame_rate=...) needs one");
+    }
+    per_position = fps / spec.frame_rate;
+    // torchvision's VideoClips: floor(frames * frame_rate / fps) positions.
+    positions = std::max<int64_t>(1, static_cast<int64_t>(std::floor(static_cast<double>(frames) / per_position)));
+  }
   const int64_t span = static_cast<int64_t>(spec.num_frames - 1) * spec.step + 1;
   int64_t start = 0;
-  if (frames > span) {
-    start = spec.sampling == Sampling::kRandom ? rng.Between(0, frames - span) : (frames - span) / 2;
+  if (positions > span) {
+    const int64_t last = positions - span;  // the last start with the whole clip inside
+    if (spec.sampling == Sampling::kRandom) {
+      start = rng.Between(0, last);
+    } else if (spec.clips <= 1) {
+      start = last / 2;
+    } else {
+      start = static_cast<int64_t>(c) * last / (spec.clips - 1);
+    }
   }
   std::vector<int64_t> out(static_cast<size_t>(spec.num_frames));
-  for (int t = 0; t < spec.num_frames; ++t) out[t] = std::min(start + int64_t{t} * spec.step, frames - 1);
+  for (int t = 0; t < spec.num_frames; ++t) {
+    const int64_t p = std::min(start + int64_t{t} * spec.step, positions - 1);
+    const int64_t frame = spec.frame_rate > 0 ? static_cast<int64_t>(std::floor(static_cast<double>(p) * per_position)) : p;
+    out[t] = std::min(frame, frames - 1);
+  }
   return out;
 }
 
@@ -85,17 +106,42 @@ Status DrawBox(const Spec& spec, int w, int h, Philox& rng, ClipDraw* d) {
 
 }  // namespace
 
+namespace {
+
+// Clip c's pixel ops draw from a stream of their own (clip 0's is the
+// sample's, as with one clip).
+Philox ClipOpsStream(const SampleKey& key, int c) {
+  SampleKey k = key;
+  k.seed ^= 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(c);
+  return k.Stream(SampleStream::kPixelOps);
+}
+
+}  // namespace
+
 Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleKey& key, DType dtype, void* dst,
-               Scratch* scratch, ClipDraw* draw) {
+               Scratch* scratch, std::vector<ClipDraw>* draws, int64_t* decoded) {
   NOSTALL_ASSIGN_OR_RETURN(const Backend* backend, GetBackend());
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Decoder> decoder, backend->Open(data, size));
   const StreamInfo& info = decoder->info();
+  const int n_clips = spec.ClipCount(), t_count = spec.num_frames;
+  std::vector<ClipDraw> local;
+  std::vector<ClipDraw>& d = draws != nullptr ? *draws : local;
+  d.assign(static_cast<size_t>(n_clips), ClipDraw{});
+  // Each clip's frames, then its geometry, from the one stream: clip 0's
+  // draws are those of a list without `clips`.
   Philox rng = key.Stream(SampleStream::kVideo);
-  ClipDraw local;
-  ClipDraw* d = draw != nullptr ? draw : &local;
-  d->indices = ClipIndices(spec, info.frames, rng);
-  NOSTALL_RETURN_IF_ERROR(DrawBox(spec, info.width, info.height, rng, d));
+  std::vector<std::pair<int64_t, int>> order;  // (frame, clip * T + t), decoded in frame order
+  order.reserve(static_cast<size_t>(n_clips) * t_count);
+  for (int c = 0; c < n_clips; ++c) {
+    NOSTALL_ASSIGN_OR_RETURN(d[c].indices, ClipIndices(spec, info.frames, info.fps, c, rng));
+    NOSTALL_RETURN_IF_ERROR(DrawBox(spec, info.width, info.height, rng, &d[c]));
+    for (int t = 0; t < t_count; ++t) order.push_back({d[c].indices[t], c * t_count + t});
+  }
+  std::stable_sort(order.begin(), order.end());
+  std::vector<int64_t> wanted(order.size());
+  for (size_t i = 0; i < order.size(); ++i) wanted[i] = order[i].first;
   const size_t plane = static_cast<size_t>(spec.out_h) * spec.out_w;
+  const size_t clip_elems = plane * 3 * static_cast<size_t>(t_count);
   const bool f32 = dtype == DType::kFloat32;
   const float* a = spec.normalize ? spec.mul : nullptr;
   const float* b = spec.normalize ? spec.add : nullptr;
@@ -104,29 +150,32 @@ Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleK
     a = unit;
     b = zero;
   }
-  const int t_count = spec.num_frames;
-  const Philox ops_rng = key.Stream(SampleStream::kPixelOps);  // one draw: each frame starts from it
   auto sink = [&](int k, const Frame& f) -> Status {
-    // Frame k's planes: (C, T, H, W) puts them T x H x W apart.
-    const size_t first = spec.tchw ? static_cast<size_t>(k) * 3 * plane : static_cast<size_t>(k) * plane;
+    const int c = order[k].second / t_count, t = order[k].second % t_count;
+    const ClipDraw& cd = d[c];
+    // Frame t's planes: (C, T, H, W) puts them T x H x W apart.
+    const size_t first = c * clip_elems + (spec.tchw ? static_cast<size_t>(t) * 3 * plane : static_cast<size_t>(t) * plane);
     const size_t stride = spec.tchw ? plane : plane * t_count;
     float* out_f = f32 ? static_cast<float*>(dst) + first : nullptr;
     uint8_t* out_u8 = f32 ? nullptr : static_cast<uint8_t*>(dst) + first;
     if (spec.ops.empty()) {  // resampled straight into the planes
-      ResampleBoxPlanar(f.rgb, f.width, f.height, f.stride, 3, d->x, d->y, d->w, d->h, spec.out_w, spec.out_h,
-                        d->flip, a, b, out_f, out_u8, &scratch->resample, stride);
+      ResampleBoxPlanar(f.rgb, f.width, f.height, f.stride, 3, cd.x, cd.y, cd.w, cd.h, spec.out_w, spec.out_h,
+                        cd.flip, a, b, out_f, out_u8, &scratch->resample, stride);
       return Status::OK();
     }
     scratch->frame.resize(plane * 3 + 4);  // (+ the byte InterleavedToPlanes reads past the last pixel)
-    ResampleBox(f.rgb, f.width, f.height, f.stride, 3, d->x, d->y, d->w, d->h, scratch->frame.data(), spec.out_w,
-                spec.out_h, &scratch->resample, d->flip);
+    ResampleBox(f.rgb, f.width, f.height, f.stride, 3, cd.x, cd.y, cd.w, cd.h, scratch->frame.data(), spec.out_w,
+                spec.out_h, &scratch->resample, cd.flip);
     const ImageView img{scratch->frame.data(), spec.out_h, spec.out_w, 3};
-    Philox rng = ops_rng;
-    for (const Transform& t : spec.ops) t.op->Apply(img, rng, scratch->ops, nullptr);
+    Philox ops = ClipOpsStream(key, c);  // one draw per clip: each frame starts from it
+    for (const Transform& tr : spec.ops) tr.op->Apply(img, ops, scratch->ops, nullptr);
     InterleavedToPlanes(scratch->frame.data(), spec.out_w, spec.out_h, a, b, out_f, out_u8, stride);
     return Status::OK();
   };
-  return decoder->Decode(d->indices.data(), t_count, sink, &d->decoded);
+  int64_t produced = 0;
+  NOSTALL_RETURN_IF_ERROR(decoder->Decode(wanted.data(), static_cast<int>(wanted.size()), sink, &produced));
+  if (decoded != nullptr) *decoded = produced;
+  return Status::OK();
 }
 
 namespace {

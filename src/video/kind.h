@@ -3,7 +3,8 @@
 // every frame, a (C, T, H, W) or (T, C, H, W) tensor out.
 //
 // The list: a Clip first ({"type": "Clip", "num_frames": 16, "step": 4,
-// "sampling": "random" | "uniform", "layout": "CTHW" | "TCHW"}), then
+// "sampling": "random" | "uniform", "layout": "CTHW" | "TCHW", "clips": N,
+// "frame_rate": fps}), then
 // optionally Resize (a short side, or (h, w)), one crop (RandomCrop,
 // CenterCrop, RandomResizedCrop), RandomHorizontalFlip, ops on the pixels
 // (ColorJitter, ...) and Normalize, in that order (docs/video.md). The geometry becomes one box of the source
@@ -30,6 +31,12 @@ struct Spec {
   int num_frames = 16;
   int step = 1;  // frames between the clip's frames (1: consecutive)
   Sampling sampling = Sampling::kRandom;
+  // Clips per sample: 0, one clip without a clips axis; N, an (N, ...) axis
+  // of N clips, each with its own start and draws, decoded in one pass.
+  int clips = 0;
+  // The video resampled to this rate first (torchvision's VideoClips
+  // frame_rate): position r is frame floor(r * fps / frame_rate); 0: every frame.
+  double frame_rate = 0;
   bool tchw = false;  // (T, C, H, W) per sample; else (C, T, H, W)
   int resize_short = 0, max_size = 0, resize_h = 0, resize_w = 0;
   CropKind crop = CropKind::kNone;
@@ -44,16 +51,20 @@ struct Spec {
   int out_h = 0, out_w = 0;
   nlohmann::json resolved;
 
+  int ClipCount() const { return clips > 0 ? clips : 1; }
   std::vector<int64_t> Shape() const;
   size_t SampleBytes(DType dtype) const;
 };
 
 Result<std::shared_ptr<const Spec>> SpecFromJson(const nlohmann::json& list);
 
-// The frames a clip takes from a video of `frames` frames: num_frames
-// indices `step` apart, the start drawn (random) or central (uniform);
+// The frames clip `c` (of ClipCount()) takes from a video of `frames`
+// frames at `fps`: num_frames positions `step` apart (positions: frames, or
+// the video resampled to frame_rate), the start drawn (random), central
+// (uniform, one clip) or the c-th of evenly spaced starts from the first
+// to the last (uniform, several clips: torchcodec's clips_at_regular_indices);
 // a video shorter than the clip repeats its last frame.
-std::vector<int64_t> ClipIndices(const Spec& spec, int64_t frames, Philox& rng);
+Result<std::vector<int64_t>> ClipIndices(const Spec& spec, int64_t frames, double fps, int c, Philox& rng);
 
 struct Scratch;
 struct ScratchDeleter {
@@ -67,12 +78,12 @@ struct ClipDraw {
   std::vector<int64_t> indices;
   double x = 0, y = 0, w = 0, h = 0;
   bool flip = false;
-  int64_t decoded = 0;  // frames the decoder produced
 };
 
-// One clip from a video file's bytes into `dst` (Shape(), `dtype`).
+// A sample's clips from a video file's bytes into `dst` (Shape(), `dtype`),
+// and (if asked) each clip's draws and the frames the decoder produced.
 Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleKey& key, DType dtype, void* dst,
-               Scratch* scratch, ClipDraw* draw = nullptr);
+               Scratch* scratch, std::vector<ClipDraw>* draws = nullptr, int64_t* decoded = nullptr);
 
 std::shared_ptr<const SampleKind> MakeKind(std::shared_ptr<const Spec> spec);
 

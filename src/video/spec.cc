@@ -42,8 +42,10 @@ Status PairArg(const json& t, const char* key, double* lo, double* hi) {
 Status ClipFromJson(const json& t, Spec* s) {
   for (auto it = t.begin(); it != t.end(); ++it) {
     const std::string& k = it.key();
-    if (k != "type" && k != "num_frames" && k != "step" && k != "sampling" && k != "layout") {
-      return InvalidArgument("video Clip has no argument '" + k + "' (num_frames, step, sampling, layout)");
+    if (k != "type" && k != "num_frames" && k != "step" && k != "sampling" && k != "layout" && k != "clips" &&
+        k != "frame_rate") {
+      return InvalidArgument("video Clip has no argument '" + k +
+                             "' (num_frames, step, sampling, layout, clips, frame_rate)");
     }
   }
   const json n = t.value("num_frames", json(16)), step = t.value("step", json(1));
@@ -65,6 +67,22 @@ Status ClipFromJson(const json& t, Spec* s) {
     return InvalidArgument("video Clip: layout is \"CTHW\" or \"TCHW\", not \"" + layout + "\"");
   }
   s->tchw = layout == "TCHW";
+  const json clips = t.value("clips", json());
+  if (!clips.is_null()) {
+    if (!clips.is_number_integer() || clips.get<int64_t>() < 1 || clips.get<int64_t>() > 1024) {
+      return InvalidArgument("video Clip: clips must be an int in [1, 1024] (or None: one clip, no clips axis), "
+                             "not " + Shown(clips));
+    }
+    s->clips = clips.get<int>();
+  }
+  const json rate = t.value("frame_rate", json());
+  if (!rate.is_null()) {
+    if (!rate.is_number() || !(rate.get<double>() > 0) || rate.get<double>() > 1000) {
+      return InvalidArgument("video Clip: frame_rate must be a number of frames a second in (0, 1000] (or None: "
+                             "every frame), not " + Shown(rate));
+    }
+    s->frame_rate = rate.get<double>();
+  }
   return Status::OK();
 }
 
@@ -143,12 +161,14 @@ Status StepFromJson(const json& t, size_t position, int* stage, Spec* s) {
 }  // namespace
 
 std::vector<int64_t> Spec::Shape() const {
-  if (tchw) return {num_frames, 3, out_h, out_w};
-  return {3, num_frames, out_h, out_w};
+  std::vector<int64_t> one = tchw ? std::vector<int64_t>{num_frames, 3, out_h, out_w}
+                                  : std::vector<int64_t>{3, num_frames, out_h, out_w};
+  if (clips > 0) one.insert(one.begin(), clips);
+  return one;
 }
 
 size_t Spec::SampleBytes(DType dtype) const {
-  return static_cast<size_t>(3) * num_frames * out_h * out_w * (dtype == DType::kFloat32 ? 4 : 1);
+  return static_cast<size_t>(ClipCount()) * 3 * num_frames * out_h * out_w * (dtype == DType::kFloat32 ? 4 : 1);
 }
 
 Result<std::shared_ptr<const Spec>> SpecFromJson(const json& list) {

@@ -69,27 +69,104 @@ def test_a_clip_decodes_little_more_than_its_frames_on_gop_12(videos):
     assert min(ratios) == 1.0  # a clip starting at a keyframe decodes only its own
 
 
-def test_clip_is_resize_and_crop_of_ffmpegs_frames(videos):
+def assert_resize_and_crop_of_ffmpegs_frames(path, clip, params, short=64, crop=56):
+    """`clip` (C, T, crop, crop) is PIL's resize of FFmpeg's frames to the
+    short side `short`, cropped at the drawn box and flipped as drawn (within 1)."""
     from PIL import Image
 
-    path = next(p for p in all_files(videos) if p.suffix == ".mp4")
     info = video.info(path)
-    clip, params = video.apply(KINETICS, path, seed=3, epoch=1, index=2)
-    assert clip.shape == (3, 8, 56, 56) and clip.dtype == np.uint8
     frames = params["frames"]
-    assert np.all(np.diff(frames) == 4) and 0 <= frames[0] and frames[-1] < info["frames"]
     ref = ffmpeg_frames(path, frames, info["width"], info["height"])
     w, h = info["width"], info["height"]
-    rw, rh = (64, int(64 * h / w)) if w <= h else (int(64 * w / h), 64)  # torchvision's Resize(64)
+    rw, rh = (short, int(short * h / w)) if w <= h else (int(short * w / h), short)  # torchvision's Resize(short)
     x, y = params["box"][0] * rw / w, params["box"][1] * rh / h
     left, top = round(x), round(y)
-    for t in range(8):
-        img = Image.fromarray(ref[t]).resize((rw, rh), Image.BILINEAR).crop((left, top, left + 56, top + 56))
+    for t in range(len(frames)):
+        img = Image.fromarray(ref[t]).resize((rw, rh), Image.BILINEAR).crop((left, top, left + crop, top + crop))
         want = np.asarray(img)
         if params["flip"]:
             want = want[:, ::-1]
         got = clip[:, t].transpose(1, 2, 0)
         assert np.abs(got.astype(int) - want.astype(int)).max() <= 1, f"frame {t}"
+
+
+def test_clip_is_resize_and_crop_of_ffmpegs_frames(videos):
+    path = next(p for p in all_files(videos) if p.suffix == ".mp4")
+    clip, params = video.apply(KINETICS, path, seed=3, epoch=1, index=2)
+    assert clip.shape == (3, 8, 56, 56) and clip.dtype == np.uint8
+    frames = params["frames"]
+    assert np.all(np.diff(frames) == 4) and 0 <= frames[0] and frames[-1] < video.info(path)["frames"]
+    assert_resize_and_crop_of_ffmpegs_frames(path, clip, params)
+
+
+def test_several_clips_of_a_video_are_decoded_in_one_pass(videos):
+    """Clip(clips=3): three clips of the video in each sample, each with its
+    own start, crop and flip, each equal to FFmpeg's frames resized and
+    cropped; the first is the one clip of the same list without `clips`;
+    the decoder runs once through the frames of all three."""
+    path = next(p for p in all_files(videos) if p.suffix == ".mp4")
+    three = [video.Clip(8, step=4, clips=3)] + KINETICS[1:]
+    clips, params = video.apply(three, path, seed=5, index=4)
+    assert clips.shape == (3, 3, 8, 56, 56) and len(params["clips"]) == 3
+    for c in range(3):
+        assert_resize_and_crop_of_ffmpegs_frames(path, clips[c], params["clips"][c])
+    draws = [(p["frames"][0], tuple(p["box"]), p["flip"]) for p in params["clips"]]
+    assert len(set(draws)) == 3  # three draws, not one
+    one, one_params = video.apply(KINETICS, path, seed=5, index=4)
+    assert np.array_equal(clips[0], one) and one_params["frames"] == params["clips"][0]["frames"]
+    apart = sum(video.frames(path, p["frames"])[1] for p in params["clips"])
+    assert params["decoded"] <= apart
+    together = sorted(f for p in params["clips"] for f in p["frames"])
+    assert params["decoded"] == video.frames(path, together)[1]
+    loader = nostall.Loader(str(videos), transforms=three, batch_size=2, seed=5, return_indices=True)
+    batch, labels, indices = next(iter(loader))
+    assert tuple(batch.shape) == (2, 3, 3, 8, 56, 56) and tuple(loader.sample_shape) == (3, 3, 8, 56, 56)
+    files = all_files(videos)
+    for b in range(2):
+        want, _ = video.apply(three, files[int(indices[b])], seed=5, index=int(indices[b]))
+        assert np.array_equal(batch[b].numpy(), want)
+
+
+def test_uniform_clips_are_evenly_spaced_from_first_to_last(videos):
+    """sampling="uniform" with clips=N: starts at floor(c * last / (N - 1)),
+    last the latest start that keeps the clip inside the video (torchcodec's
+    clips_at_regular_indices); one uniform clip is the central one."""
+    path = next(p for p in all_files(videos) if p.suffix == ".mp4")
+    n = video.info(path)["frames"]
+    span = (8 - 1) * 2 + 1
+    last = n - span
+    _, params = video.apply([video.Clip(8, step=2, sampling="uniform", clips=4), nostall.Resize((32, 32))], path)
+    starts = [p["frames"][0] for p in params["clips"]]
+    assert starts == [c * last // 3 for c in range(4)] and starts[-1] + span == n
+    for p in params["clips"]:
+        assert np.all(np.diff(p["frames"]) == 2)
+    _, central = video.apply([video.Clip(8, step=2, sampling="uniform"), nostall.Resize((32, 32))], path)
+    assert central["frames"][0] == last // 2
+
+
+def test_frame_rate_resamples_the_video_first(videos):
+    """Clip(frame_rate=r): torchvision's VideoClips rule, position k is frame
+    floor(k * fps / r), over floor(frames * r / fps) positions; the clip's
+    frames are num_frames consecutive positions (step 1)."""
+    import math
+
+    for path in [p for p in all_files(videos) if p.suffix in (".mp4", ".webm")][:4]:
+        info = video.info(path)
+        fps, n = info["fps"], info["frames"]
+        for rate in (10.0, 12.5, fps):
+            ratio = fps / rate
+            positions = math.floor(n * rate / fps)
+            for index in range(3):
+                _, params = video.apply([video.Clip(6, frame_rate=rate), nostall.Resize((32, 32))], path,
+                                        seed=1, index=index)
+                frames = params["frames"]
+                matches = [s for s in range(positions - 5)
+                           if frames == [math.floor((s + t) * ratio) for t in range(6)]]
+                assert matches, (path.name, rate, frames)
+    with pytest.raises(ValueError, match="frame_rate"):
+        video.apply([video.Clip(6, frame_rate=-1), nostall.Resize((32, 32))], all_files(videos)[0])
+    with pytest.raises(ValueError, match="clips"):
+        video.apply([video.Clip(6, clips=0), nostall.Resize((32, 32))], all_files(videos)[0])
 
 
 def test_loader_batches_are_the_clips_apply_makes(videos):
