@@ -11,7 +11,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := g++ make python3-venv libjpeg62-turbo-dev libpng-dev libopencv-imgproc-dev \
 	libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev libcurl4-openssl-dev \
 	libmemcached-dev libhashkit-dev libxxhash-dev libssl-dev libhwy-dev memcached pkg-config dataset-fashion-mnist \
-	libwebp-dev libtiff-dev libstb-dev libjpeg-turbo-progs libsndfile1-dev libflac-dev libvorbis-dev libopusfile-dev libmpg123-dev libavformat-dev libavcodec-dev libswscale-dev libavutil-dev ffmpeg espeak-ng zlib1g-dev ccache nginx-light
+	libwebp-dev libtiff-dev libstb-dev libjpeg-turbo-progs libsndfile1-dev libflac-dev libvorbis-dev libopusfile-dev libmpg123-dev libavformat-dev libavcodec-dev libswscale-dev libswresample-dev libavutil-dev ffmpeg espeak-ng zlib1g-dev ccache nginx-light
 # lightning and accelerate: the trainers the epoch tests run under (pinned to
 # the torch above by constraints.txt).
 PY_PACKAGES := torch==2.13.0 numpy pillow pytest nanobind scikit-build-core cmake ninja \

@@ -32,7 +32,9 @@
 
 namespace nostall {
 
-enum class FieldKind { kImage, kLabel, kBytes, kJson, kText, kAudio, kTargets, kVideo };
+// kClipAudio: the audio of a video clip, made by the video kind from the
+// video file itself (it names no member; docs/video.md).
+enum class FieldKind { kImage, kLabel, kBytes, kJson, kText, kAudio, kTargets, kVideo, kClipAudio };
 
 // The field a batch's tensor is made from: an image, an audio file decoded
 // and transformed by the spec's "audio" list (docs/audio.md), or a video

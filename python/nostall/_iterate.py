@@ -230,7 +230,7 @@ def assemble(self, images, labels, indices, raw_fields, sizes=None):
         if self._tuple and not pair:
             pair = ("image", "label")
         if pair and isinstance(batch, dict):
-            out = (batch[pair[0]], batch[pair[1]])
+            out = tuple(batch[name] for name in pair)
             if sizes is not None:  # padded samples: their sizes beside them
                 out += (sizes,)
             return out + (batch["__index__"],) if self._return_indices else out

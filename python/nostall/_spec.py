@@ -283,6 +283,10 @@ def build_spec(a: dict):
         from .video import EXTENSIONS
 
         fields = {"video": EXTENSIONS, "label": "cls"}
+        if _has_clip_audio(a["transforms"]):  # video.Audio: the clip's audio beside it
+            fields = {"video": EXTENSIONS, "audio": {"kind": "clip_audio"}, "label": "cls"}
+    elif fields is not None and _has_clip_audio(a["transforms"]):
+        fields = _with_clip_audio(fields)
     field_list = field_specs(fields) if fields is not None else None
     routed = _route_transforms(a["transforms"], fields, field_list, _dtype_name(a["dtype"]))
     spec = _spec_fields(a, source, rank, world_size, routed)
@@ -293,6 +297,25 @@ def build_spec(a: dict):
     if a["max_field_bytes"] is not None:
         spec["max_field_bytes"] = _integer("max_field_bytes", a["max_field_bytes"])
     return spec, routed["hooks"], ranks_from
+
+
+def _has_clip_audio(transforms) -> bool:
+    from .video import Audio
+
+    return _is_video_list(transforms) and any(isinstance(t, Audio) for t in transforms)
+
+
+def _with_clip_audio(fields):
+    """The fields with a clip_audio field for video.Audio to write (named
+    "audio", or "clip_audio" where "audio" is taken), unless they have one."""
+    listed = fields if isinstance(fields, (list, tuple)) else None
+    items = [(f.get("name"), f) for f in listed] if listed is not None else list(dict(fields).items())
+    if any(isinstance(v, dict) and v.get("kind") == "clip_audio" for _, v in items):
+        return fields
+    name = "audio" if "audio" not in {n for n, _ in items} else "clip_audio"
+    if listed is not None:
+        return list(listed) + [{"name": name, "kind": "clip_audio"}]
+    return {**dict(fields), name: {"kind": "clip_audio"}}
 
 
 def _is_video_list(transforms) -> bool:

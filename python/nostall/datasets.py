@@ -450,7 +450,7 @@ VIDEO_SOURCES = ("testsrc2", "mandelbrot", "life", "cellauto", "rgbtestsrc", "sm
 
 
 def make_videos(root, per_class=4, classes=4, seconds=(5.0, 20.0), sizes=((320, 240), (640, 360), (1280, 720)),
-                codecs=(("h264", "mp4"), ("vp9", "webm")), gops=(12, 250), fps=(25, 30), seed=0):
+                codecs=(("h264", "mp4"), ("vp9", "webm")), gops=(12, 250), fps=(25, 30), seed=0, audio=False):
     """Writes a video set: ``root/<class>/<class>_<k>.<ext>``.
 
     Each class is one of FFmpeg's test sources (``testsrc2``, ``mandelbrot``,
@@ -458,8 +458,10 @@ def make_videos(root, per_class=4, classes=4, seconds=(5.0, 20.0), sizes=((320, 
     compress as real footage does; durations in ``seconds``, frame sizes,
     codecs (H.264 in MP4 with B-frames, VP9 in WebM, and ``("mpeg4", "avi")``
     or ``("h264", "mkv")`` when asked), GOP lengths and frame rates are cycled
-    over the files. Needs the ``ffmpeg`` program; reuses a complete earlier
-    run. Returns ``root``.
+    over the files. ``audio=True`` gives each file an audio track: a tone
+    whose pitch rises over the file (so that each moment sounds different),
+    44.1 or 48 kHz, mono or stereo, AAC (Opus in WebM, MP3 in AVI). Needs
+    the ``ffmpeg`` program; reuses a complete earlier run. Returns ``root``.
     """
     import subprocess
 
@@ -485,7 +487,15 @@ def make_videos(root, per_class=4, classes=4, seconds=(5.0, 20.0), sizes=((320, 
                    "vp9": ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-b:v", "800k"],
                    "mpeg4": ["-c:v", "mpeg4", "-q:v", "5"]}[codec]
             out = root / name / f"{name}_{i}.{ext}"
-            subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", lavfi, "-t", f"{secs:.2f}",
+            sound = []
+            if audio:
+                rate_a, layout = (44100, 48000)[k % 2], ("mono", "stereo")[(k // 2) % 2]
+                tone = (f"aevalsrc=0.4*sin(2*PI*(220+{int(rng.integers(0, 200))}*t)*t):s={rate_a}"
+                        f":c={layout}:d={secs:.2f}")
+                acodec = {"webm": ["-c:a", "libopus"], "avi": ["-c:a", "libmp3lame"]}.get(ext, ["-c:a", "aac"])
+                sound = ["-f", "lavfi", "-i", tone]
+                enc = enc + acodec + ["-b:a", "96k"]
+            subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", lavfi, *sound, "-t", f"{secs:.2f}",
                             "-vf", f"noise=alls={int(rng.integers(5, 20))}:allf=t", *enc, "-g", str(gop),
                             "-keyint_min", str(gop), "-pix_fmt", "yuv420p", str(out)], check=True)
     done.touch()

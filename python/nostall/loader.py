@@ -16,6 +16,7 @@ from ._spec import (_batch_pair, _check_hook_args, _consumer_hooks, _integer, _s
                     read_spec, spec_uri)
 from .cache import Cache
 from .records import Records
+from .video import clip_audio_shape as _clip_audio_shape
 from .transforms import Transform
 
 
@@ -278,7 +279,9 @@ class Loader(Closeable):
         self._remote_prep = given.pop("remote")
         spec, hooks, ranks_from = build_spec(given)
         # A folder of videos read through a Clip, fields not given: (clips, labels), as images.
-        self._video_pair = given.get("fields") is None and "video" in {f.get("kind") for f in spec.get("fields") or []}
+        kinds = [f.get("kind") for f in spec.get("fields") or []]
+        self._video_pair = given.get("fields") is None and "video" in kinds
+        self._video_audio = self._video_pair and "clip_audio" in kinds
         _check_hook_args(batch_transform, hook_threads)
         self._hooks = (hooks, batch_transform, hook_threads)
         self._init(spec, copy=copy, return_indices=return_indices, output=output,
@@ -439,7 +442,9 @@ class Loader(Closeable):
         # object, {"image": "jpg", ...}; the core's spec is the list).
         resolved = json.loads(self._core.spec_json())
         fields = resolved.get("fields") if spec.get("fields") else None
-        self._pair = _batch_pair(resolved) or (("video", "label") if getattr(self, "_video_pair", False) else None)
+        self._pair = _batch_pair(resolved) or (
+            (("video", "audio", "label") if getattr(self, "_video_audio", False) else ("video", "label"))
+            if getattr(self, "_video_pair", False) else None)
         if fields or hooks or batch_transform is not None:
             if not fields:  # hooks on a loader of (images, labels): the tuple stays
                 fields = [{"name": "image", "kind": "image"}, {"name": "label", "kind": "label"}]
@@ -448,7 +453,8 @@ class Loader(Closeable):
                 self._tuple = False
             self._records = Records(fields, hooks, batch_transform, hook_threads,
                                     spec.get("on_error", "raise"), self.key, return_indices,
-                                    torch=output == "torch", image_meta=self._core.image_meta)
+                                    torch=output == "torch", image_meta=self._core.image_meta,
+                                    clip_audio_shape=_clip_audio_shape(resolved))
         self.sampler = _EpochHook(self)
         # The epoch, the position in it and a loaded state are the core's
         # epoch cursor (nostall/epoch_cursor.h), as for the CLI and serve.

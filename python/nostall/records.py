@@ -72,9 +72,12 @@ def field_specs(fields) -> list:
             if ({"masks", "box_format", "max_annotations"} & set(value)) and value.get("kind") != "targets":
                 raise ValueError(f"fields[{name!r}]: masks, box_format and max_annotations are a "
                                  "targets field's (kind \"targets\")")
-            if "ext" not in value:
+            if value.get("kind") == "clip_audio":  # the video's own audio: no member
+                entry["ext"] = _extensions(value["ext"], name) if "ext" in value else []
+            elif "ext" not in value:
                 raise ValueError(f"fields[{name!r}] needs \"ext\": the member extensions")
-            entry["ext"] = _extensions(value["ext"], name)
+            else:
+                entry["ext"] = _extensions(value["ext"], name)
             entry.update({k: value[k] for k in ("kind", "optional", "batch", "max_annotations") if k in value})
         else:
             entry["ext"] = _extensions(value, name)
@@ -174,8 +177,9 @@ class Records:
     """Turns the core's batches into dicts of fields, and runs the hooks."""
 
     def __init__(self, fields, hooks, batch_transform, hook_threads, on_error, key_of,
-                 return_indices, torch=True, image_meta=None):
+                 return_indices, torch=True, image_meta=None, clip_audio_shape=None):
         self.fields = fields
+        self.clip_audio_shape = clip_audio_shape  # a sample's clip audio: ([clips,] channels, samples)
         self.torch = torch
         self.image = media_field(fields)["name"]
         self.label = next((f["name"] for f in fields if f["kind"] == "label"), None)
@@ -233,6 +237,9 @@ class Records:
                 continue
             if f.get("batch") == "padded":
                 values[f["name"]] = self._padded(raw)
+                continue
+            if f["kind"] == "clip_audio":  # float32 (clips?, channels, samples) per sample, stacked
+                values[f["name"]] = self._stacked_audio(raw)
                 continue
             out = []
             for pos, r in enumerate(raw):
@@ -300,6 +307,17 @@ class Records:
             if 0 <= i < len(ids):  # (a buffered epoch's keys name shards: none there)
                 s["image_id"] = np.array(ids[i], dtype=np.int64)
                 s["orig_size"] = sizes[i].copy()
+
+    def _stacked_audio(self, raw):
+        import numpy as np
+
+        shape = (len(raw),) + tuple(self.clip_audio_shape or (-1,))
+        out = np.stack([np.frombuffer(r, dtype=np.float32) for r in raw]).reshape(shape)
+        if self.torch:
+            import torch
+
+            return torch.from_numpy(out)
+        return out
 
     def _padded(self, raw):
         """A padded field: (B, longest) uint8 and (B,) int64 lengths (-1: absent)."""

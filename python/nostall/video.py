@@ -32,11 +32,12 @@ dataset when the list starts with a Clip; tar shards name the member:
 from __future__ import annotations
 
 import json
+import math
 
 from . import _nostall
 from ._transform import Transform
 
-__all__ = ["VideoTransform", "Clip", "RandomCrop", "EXTENSIONS", "backend", "info", "frames", "apply"]
+__all__ = ["VideoTransform", "Clip", "RandomCrop", "Audio", "EXTENSIONS", "backend", "info", "frames", "apply"]
 
 # The members a video field takes by default.
 EXTENSIONS = "mp4;mkv;webm;avi;mov;m4v"
@@ -101,6 +102,37 @@ class RandomCrop(VideoTransform):
         super().__init__(size=size)
 
 
+class Audio(VideoTransform):
+    """The clip's own audio beside its frames: ``seconds`` of it from the
+    presentation time of the clip's first frame, resampled to
+    ``sample_rate`` (libswresample, on the grid a resample of the whole
+    stream from its start gives), ``channels`` 1 (mixed down) or 2, float32
+    ``(channels, samples)`` per clip (``(clips, channels, samples)`` with
+    ``Clip(clips=N)``), ``samples = round(seconds * sample_rate)``; silence
+    before and after the audio stream and for a file without one.
+
+    A folder of videos then gives ``(clips, audio, labels)``; with fields
+    the batch's ``"audio"`` (a ``{"kind": "clip_audio"}`` field, added when
+    the fields have none). ``seconds`` is asked for, not derived: clips of
+    videos at different frame rates last different times."""
+
+    def __init__(self, seconds: float, sample_rate: int = 16000, channels: int = 1):
+        super().__init__(sample_rate=int(sample_rate), seconds=float(seconds), channels=int(channels))
+
+
+def clip_audio_shape(spec: dict):
+    """A sample's clip audio shape, ``([clips,] channels, samples)``, from a
+    resolved spec's video list (None without an Audio)."""
+    items = spec.get("video") or []
+    audio = next((t for t in items if isinstance(t, dict) and t.get("type") == "Audio"), None)
+    if audio is None:
+        return None
+    clip = next((t for t in items if isinstance(t, dict) and t.get("type") == "Clip"), {})
+    rate = int(audio.get("sample_rate", 16000))
+    shape = (int(audio.get("channels", 1)), max(1, math.floor(float(audio["seconds"]) * rate + 0.5)))
+    return ((int(clip["clips"]),) if clip.get("clips") is not None else ()) + shape
+
+
 def _list_json(transforms) -> str:
     items = []
     for t in transforms:
@@ -125,8 +157,10 @@ def backend() -> str:
 
 def info(source) -> dict:
     """A video's stream: ``{"frames", "fps", "width", "height", "duration",
-    "codec", "keyframes"}`` (frames counted from its packets, not trusted
-    from the header). ``source`` is a path or the file's bytes."""
+    "codec", "keyframes", "audio"}`` (frames counted from its packets, not
+    trusted from the header; ``"audio"``: ``{"codec", "sample_rate",
+    "channels"}`` of its audio stream, or None). ``source`` is a path or the
+    file's bytes."""
     return json.loads(_nostall.video_info(_bytes(source)))
 
 
@@ -140,9 +174,15 @@ def frames(source, indices):
 def apply(transforms, source, seed: int = 0, epoch: int = 0, index: int = 0, dtype=None):
     """One clip of ``source`` through a video list, as a loader with this
     seed makes item ``index`` in ``epoch``: a NumPy array of the sample's
-    shape, and the draws (``{"frames", "box", "flip", "decoded"}``; with
+    shape, and the draws (``{"frames", "box", "flip", "time", "decoded"}``,
+    ``time`` the first frame's presentation time in seconds; with
     ``Clip(clips=N)``, ``"clips"`` lists each clip's ``{"frames", "box",
-    "flip"}`` and the top holds the first's)."""
-    array, params = _nostall.video_apply(_list_json(transforms), _bytes(source), int(seed), int(epoch),
-                                         int(index), dtype in ("float32", float))
-    return array, json.loads(params)
+    "flip", "time"}`` and the top holds the first's; with an :class:`Audio`,
+    ``"audio"`` is the clip's audio as the loader gives it)."""
+    array, params, audio = _nostall.video_apply(_list_json(transforms), _bytes(source), int(seed), int(epoch),
+                                                int(index), dtype in ("float32", float))
+    params = json.loads(params)
+    shape = clip_audio_shape({"video": [t.to_dict() for t in transforms]})
+    if shape is not None:
+        params["audio"] = audio.reshape(shape)
+    return array, params

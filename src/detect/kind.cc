@@ -34,7 +34,7 @@ class DetectionKind final : public SampleKind {
   size_t SampleBytes(const PrepSpec& prep, int out_h, int out_w) const override {
     return ImageKind().SampleBytes(prep, out_h, out_w);
   }
-  bool has_targets() const override { return true; }
+  std::optional<WrittenField> written_field() const override { return WrittenField::kTargets; }
   Status Prepare(const PrepSpec& prep, const SampleInput& in, const SampleKey& key, const SampleOutput& out,
                  PrepScratch* scratch) const override {
     return detect::Prepare(*spec_, prep, in, key, out, scratch);

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -36,8 +37,9 @@ struct SampleInput {
 };
 
 // Where it goes: its place in the batch tensor (out_h x out_w, as the batch
-// is; a bound, for a kind of samples of many sizes) and, for a kind with
-// targets, the targets field's place, its room and the length written.
+// is; a bound, for a kind of samples of many sizes) and, for a kind that
+// writes a field (written_field()), that field's place, its room and the
+// length written.
 // A kind of many sizes (RaggedAxes) writes the sample dense in its own
 // shape at `dst` and that shape (SampleShape's rank, then 1s) to `dims`.
 struct SampleOutput {
@@ -48,6 +50,9 @@ struct SampleOutput {
   size_t targets_room = 0;
   int64_t* targets_len = nullptr;
 };
+
+// The fields a kind may write itself (SampleKind::written_field).
+enum class WrittenField { kTargets, kClipAudio };
 
 // A kind's own per-thread buffers, kept in PrepScratch from sample to sample.
 struct KindScratch {
@@ -82,8 +87,10 @@ class SampleKind {
     (void)spec;
     return 1;
   }
-  // Whether a sample carries targets (written to SampleOutput::targets).
-  virtual bool has_targets() const { return false; }
+  // The field of the sample the kind writes itself (SampleOutput::targets):
+  // a detection sample's transformed targets, a video clip's audio (the
+  // fields of kind "targets" and "clip_audio"); none for most kinds.
+  virtual std::optional<WrittenField> written_field() const { return std::nullopt; }
   // The kind may read only part of a long item (an audio crop): the fetcher
   // may then hand it the item's first bytes and the file for the rest
   // (SampleInput::file).

@@ -167,6 +167,37 @@ bool MayBuffer(const LoaderSpec& spec, bool shared) {
 
 }  // namespace
 
+namespace {
+
+// The fields a kind writes (detection's targets, a clip's audio): there when
+// the kind writes them, and only then.
+Status CheckWrittenFields(const LoaderSpec& spec) {
+  const auto& fields = spec.source_options.fields;
+  const auto has = [&](FieldKind k) {
+    return std::any_of(fields.begin(), fields.end(), [k](const FieldSpec& f) { return f.kind == k; });
+  };
+  const std::optional<FieldKind> written = WrittenFieldKind(spec.prep.sample_kind());
+  if (has(FieldKind::kTargets) && written != FieldKind::kTargets) {
+    return InvalidArgument("a targets field needs the spec's \"detection\" transforms (at least a "
+                           "Resize((h, w)) that gives every image one size); docs/detection.md");
+  }
+  if (!has(FieldKind::kTargets) && written == FieldKind::kTargets) {
+    return InvalidArgument("\"detection\" transforms need a targets field in fields (e.g. \"targets\": "
+                           "{\"ext\": \"json\", \"kind\": \"targets\"}); docs/detection.md");
+  }
+  if (has(FieldKind::kClipAudio) && written != FieldKind::kClipAudio) {
+    return InvalidArgument("a clip_audio field needs a video list with a video.Audio (the clip's own audio); "
+                           "docs/video.md");
+  }
+  if (!has(FieldKind::kClipAudio) && written == FieldKind::kClipAudio) {
+    return InvalidArgument("video.Audio needs a clip_audio field in fields (e.g. \"audio\": {\"kind\": "
+                           "\"clip_audio\"}); docs/video.md");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<PipelineParts> PreparePipeline(const LoaderSpec& in, bool shared) {
   LoaderSpec spec = in;
   NOSTALL_ASSIGN_OR_RETURN(AutotuneLimits tune, CheckCounts(&spec));
@@ -191,16 +222,7 @@ Result<PipelineParts> PreparePipeline(const LoaderSpec& in, bool shared) {
                                        : "\"video\" transforms need a video field in fields (e.g. \"video\": "
                                          "\"mp4;mkv;webm;avi\")");
   }
-  const bool targets_field = std::any_of(fields.begin(), fields.end(),
-                                         [](const FieldSpec& f) { return f.kind == FieldKind::kTargets; });
-  if (targets_field && !spec.prep.sample_kind().has_targets()) {
-    return InvalidArgument("a targets field needs the spec's \"detection\" transforms (at least a "
-                           "Resize((h, w)) that gives every image one size); docs/detection.md");
-  }
-  if (!targets_field && spec.prep.sample_kind().has_targets()) {
-    return InvalidArgument("\"detection\" transforms need a targets field in fields (e.g. \"targets\": "
-                           "{\"ext\": \"json\", \"kind\": \"targets\"}); docs/detection.md");
-  }
+  NOSTALL_RETURN_IF_ERROR(CheckWrittenFields(spec));
   const detect::Spec* detection = detect::SpecOf(spec.prep);
   if (detection && detection->masks && spec.source_options.driver == "coco") {
     // Masks need the segmentations in the annotation table.
@@ -265,6 +287,12 @@ Result<std::unique_ptr<Loader>> Loader::Create(const LoaderSpec& spec) {
 
 namespace nostall {
 
+std::optional<FieldKind> WrittenFieldKind(const SampleKind& kind) {
+  const std::optional<WrittenField> w = kind.written_field();
+  if (!w) return std::nullopt;
+  return *w == WrittenField::kTargets ? FieldKind::kTargets : FieldKind::kClipAudio;
+}
+
 std::vector<FieldSpec> ExtraFields(const LoaderSpec& spec) {
   std::vector<FieldSpec> out;
   for (const FieldSpec& f : spec.source_options.fields) {
@@ -290,6 +318,9 @@ uint64_t FieldRoom(const LoaderSpec& spec, const Source& source, int f, int out_
     }
     most = std::min<int64_t>(most, annotations::kMaxAnnotations);
     return detect::TargetsRoom(*detection, static_cast<uint32_t>(most), out_h, out_w);
+  }
+  if (static_cast<size_t>(f) < extra.size() && extra[static_cast<size_t>(f)].kind == FieldKind::kClipAudio) {
+    if (const video::Spec* clip = video::SpecOf(spec.prep)) return clip->AudioBytes();
   }
   // At least a byte: a field every sample has empty still has its place.
   return static_cast<uint64_t>(std::max<int64_t>(1, source.field_room(f)));

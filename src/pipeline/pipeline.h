@@ -16,6 +16,8 @@
 
 namespace nostall {
 
+class SampleKind;
+
 // A spec's counts in their ranges (batch_size, thread counts, prefetch, ...)
 // and its named choices among theirs (first_epoch, autotune): the one home
 // of those rules (spec.cc), for a spec read from JSON and one built in C++.
@@ -55,6 +57,8 @@ void SetSampleLayout(const LoaderSpec& spec, const Source& source, int out_h, in
 // Extra field f's room per sample in a batch: the source's largest member,
 // or for a targets field the largest transformed annotations.
 uint64_t FieldRoom(const LoaderSpec& spec, const Source& source, int f, int out_h, int out_w);
+// The kind of field a kind of sample writes itself (targets, a clip's audio), if any.
+std::optional<FieldKind> WrittenFieldKind(const SampleKind& kind);
 
 // The prefetch a spec that leaves it unset starts from (tuned) or keeps.
 inline constexpr int kDefaultPrefetch = 2;

@@ -7,6 +7,7 @@
 
 #include "common/clock.h"
 #include "ops/sample_kind.h"
+#include "pipeline/pipeline.h"
 #include "ring/ragged.h"
 
 namespace nostall {
@@ -63,19 +64,19 @@ Status Preparer::PrepareOne(const FetchedItem& fi, const FieldSpan* record, cons
   in.file = fi.file.get();
   SampleOutput out{dst, out_h_, out_w_};
   if (int64_t* dims = seg_.dims(static_cast<uint32_t>(fi.slot))) out.dims = dims + 3 * fi.pos;
-  if (!kind.has_targets()) {
-    return kind.Prepare(spec_.prep, in, {spec_.seed, fi.epoch, key}, out, scratch);
-  }
-  // The targets field: its annotations in, the transformed ones out, in
+  const std::optional<FieldKind> written = WrittenFieldKind(kind);
+  if (!written) return kind.Prepare(spec_.prep, in, {spec_.seed, fi.epoch, key}, out, scratch);
+  // The field the kind writes: its member in (a detection sample's
+  // annotations; a clip's audio has none), what the kind makes of it out, in
   // its place in the slot.
   size_t f = 0;
-  while (f < extra_.size() && extra_[f].kind != FieldKind::kTargets) ++f;
+  while (f < extra_.size() && extra_[f].kind != *written) ++f;
   if (record != nullptr && f < extra_.size() && record[1 + f].size >= 0) {
     in.annotations = fi.bytes.data() + record[1 + f].offset;
     in.annotations_size = static_cast<size_t>(record[1 + f].size);
   }
-  // (A spec without a targets field is refused when the loader is made.)
-  if (f == extra_.size()) return Internal("a detection spec without a targets field");
+  // (A spec without the field is refused when the loader is made.)
+  if (f == extra_.size()) return Internal(std::string("a spec without its ") + FieldKindName(*written) + " field");
   const uint32_t slot = static_cast<uint32_t>(fi.slot), field = static_cast<uint32_t>(f);
   int64_t len = -1;
   out.targets = seg_.field_data(slot, field) + static_cast<size_t>(fi.pos) * seg_.g.field_room[f];

@@ -31,9 +31,12 @@ void BindVideo(nb::module_& m) {
   m.def("video_info", [](nb::bytes data) {
     auto d = OpenVideo(data);
     const video::StreamInfo& i = d->info();
-    return nlohmann::json{{"frames", i.frames}, {"fps", i.fps}, {"width", i.width}, {"height", i.height},
-                          {"duration", i.duration}, {"codec", i.codec}, {"keyframes", i.keyframes}}
-        .dump();
+    nlohmann::json out{{"frames", i.frames}, {"fps", i.fps}, {"width", i.width}, {"height", i.height},
+                       {"duration", i.duration}, {"codec", i.codec}, {"keyframes", i.keyframes}, {"audio", nullptr}};
+    if (!i.audio_codec.empty()) {
+      out["audio"] = {{"codec", i.audio_codec}, {"sample_rate", i.audio_rate}, {"channels", i.audio_channels}};
+    }
+    return out.dump();
   });
   // Frames at `indices` (ascending), RGB24, (n, h, w, 3); and how many
   // frames the decoder produced for them.
@@ -71,19 +74,20 @@ void BindVideo(nb::module_& m) {
     const DType dtype = float32 || spec->normalize ? DType::kFloat32 : DType::kUint8;
     std::vector<uint8_t> out(spec->SampleBytes(dtype));
     auto scratch = video::NewScratch();
+    std::vector<float> audio(spec->AudioBytes() / sizeof(float));
     std::vector<video::ClipDraw> draws;
     int64_t decoded = 0;
     Status st;
     {
       nb::gil_scoped_release release;
       st = video::Prepare(*spec, reinterpret_cast<const uint8_t*>(data.c_str()), data.size(), {seed, epoch, index},
-                          dtype, out.data(), scratch.get(), &draws, &decoded);
+                          dtype, out.data(), audio.data(), scratch.get(), &draws, &decoded);
     }
     RaiseIfError(st);
     // Clip 0's draws at the top (the one clip of a list without `clips`);
     // with `clips`, every clip's in "clips".
     auto drawn = [](const video::ClipDraw& d) {
-      return nlohmann::json{{"frames", d.indices}, {"box", {d.x, d.y, d.w, d.h}}, {"flip", d.flip}};
+      return nlohmann::json{{"frames", d.indices}, {"box", {d.x, d.y, d.w, d.h}}, {"flip", d.flip}, {"time", d.time}};
     };
     nlohmann::json params = drawn(draws.at(0));
     params["decoded"] = decoded;
@@ -93,12 +97,14 @@ void BindVideo(nb::module_& m) {
     }
     std::vector<size_t> dims;
     for (int64_t v : spec->Shape()) dims.push_back(static_cast<size_t>(v));
+    const size_t audio_len = audio.size();
+    auto sound = Owned(std::move(audio), {audio_len});  // the clips' audio, flat (Python shapes it)
     if (dtype == DType::kFloat32) {
       std::vector<float> f(out.size() / 4);
       std::memcpy(f.data(), out.data(), out.size());
-      return std::make_tuple(Owned(std::move(f), dims), params.dump());
+      return nb::make_tuple(Owned(std::move(f), dims), params.dump(), sound);
     }
-    return std::make_tuple(Owned(std::move(out), dims), params.dump());
+    return nb::make_tuple(Owned(std::move(out), dims), params.dump(), sound);
   });
 }
 

@@ -23,16 +23,18 @@ const char* FieldKindName(FieldKind kind) {
     case FieldKind::kAudio: return "audio";
     case FieldKind::kTargets: return "targets";
     case FieldKind::kVideo: return "video";
+    case FieldKind::kClipAudio: return "clip_audio";
   }
   return "?";
 }
 
 Result<FieldKind> FieldKindFromName(const std::string& name) {
   for (FieldKind k : {FieldKind::kImage, FieldKind::kLabel, FieldKind::kBytes, FieldKind::kJson,
-                      FieldKind::kText, FieldKind::kAudio, FieldKind::kTargets, FieldKind::kVideo}) {
+                      FieldKind::kText, FieldKind::kAudio, FieldKind::kTargets, FieldKind::kVideo,
+                      FieldKind::kClipAudio}) {
     if (name == FieldKindName(k)) return k;
   }
-  return InvalidArgument("a field's kind must be one of image, audio, video, label, bytes, json, text, targets, not '" +
+  return InvalidArgument("a field's kind must be one of image, audio, video, label, bytes, json, text, targets, clip_audio, not '" +
                          name.substr(0, 40) + "'");
 }
 
@@ -94,6 +96,15 @@ Status ValidateFields(const std::vector<FieldSpec>& fields) {
     if (f.name.empty()) return InvalidArgument("a field needs a name");
     if (f.name.size() > 200) return InvalidArgument("a field's name is over 200 characters");
     if (!names.insert(f.name).second) return InvalidArgument(shown + " is named twice");
+    if (f.kind == FieldKind::kClipAudio) {
+      // Made from the video's own audio: no member, never read from one.
+      if (!f.extensions.empty()) {
+        return InvalidArgument(shown + ": a clip_audio field is the video's own audio and names no member "
+                               "extension");
+      }
+      ++extra;
+      continue;
+    }
     if (f.extensions.empty()) {
       return InvalidArgument(shown + " names no member extension (e.g. \"jpg;png\", \"json\")");
     }
@@ -209,6 +220,7 @@ Result<FieldSpec> ReadField(const json& v, const std::string& name_given) {
       if (!named.ok()) return InvalidArgument(where + "'" + f.name.substr(0, 60) + "': " + named.status().message());
       f.kind = named.value();
     }
+    if (f.kind == FieldKind::kClipAudio) f.optional = true;  // no member: the kind writes it
     return f;
   } else {
     return InvalidArgument(where + "a field is \"jpg;png\" or {\"ext\": ..., \"kind\": ..., "

@@ -32,6 +32,8 @@ struct StreamInfo {
   double duration = 0;        // seconds
   std::string codec;          // "h264", "vp9", ...
   int64_t keyframes = 0;
+  std::string audio_codec;    // the audio stream's ("aac", "opus", ...); empty: none
+  int audio_rate = 0, audio_channels = 0;
 };
 
 // One decoded frame: packed RGB24 rows.
@@ -54,6 +56,15 @@ class Decoder {
   // and skipping frames no other frame needs that are not wanted.
   // `decoded` (if given) gets the count of frames the decoder produced.
   virtual Status Decode(const int64_t* indices, int count, const FrameSink& sink, int64_t* decoded) = 0;
+  // Frame `index`'s presentation time, in seconds on the file's timeline.
+  virtual double FrameTime(int64_t index) const = 0;
+  // The audio from `start` seconds (the file's timeline, as FrameTime),
+  // `count` samples a channel at `rate`, `channels` (1: mixed down, 2)
+  // planar float32 into `dst`: resampled by libswresample on a grid that
+  // starts at the timeline's zero (the samples ffmpeg's own resample of the
+  // whole stream gives), silence before and after the stream and where the
+  // file has no audio (`*present` false).
+  virtual Status DecodeAudio(double start, int rate, int channels, int64_t count, float* dst, bool* present) = 0;
 };
 
 class Backend {

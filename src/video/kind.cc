@@ -119,7 +119,7 @@ Philox ClipOpsStream(const SampleKey& key, int c) {
 }  // namespace
 
 Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleKey& key, DType dtype, void* dst,
-               Scratch* scratch, std::vector<ClipDraw>* draws, int64_t* decoded) {
+               float* audio, Scratch* scratch, std::vector<ClipDraw>* draws, int64_t* decoded) {
   NOSTALL_ASSIGN_OR_RETURN(const Backend* backend, GetBackend());
   NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Decoder> decoder, backend->Open(data, size));
   const StreamInfo& info = decoder->info();
@@ -134,6 +134,7 @@ Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleK
   order.reserve(static_cast<size_t>(n_clips) * t_count);
   for (int c = 0; c < n_clips; ++c) {
     NOSTALL_ASSIGN_OR_RETURN(d[c].indices, ClipIndices(spec, info.frames, info.fps, c, rng));
+    d[c].time = decoder->FrameTime(d[c].indices.front());
     NOSTALL_RETURN_IF_ERROR(DrawBox(spec, info.width, info.height, rng, &d[c]));
     for (int t = 0; t < t_count; ++t) order.push_back({d[c].indices[t], c * t_count + t});
   }
@@ -175,6 +176,15 @@ Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleK
   int64_t produced = 0;
   NOSTALL_RETURN_IF_ERROR(decoder->Decode(wanted.data(), static_cast<int>(wanted.size()), sink, &produced));
   if (decoded != nullptr) *decoded = produced;
+  if (spec.audio() && audio != nullptr) {
+    const size_t per_clip = static_cast<size_t>(spec.audio_channels) * static_cast<size_t>(spec.audio_samples);
+    for (int c = 0; c < n_clips; ++c) {
+      bool present = false;
+      NOSTALL_RETURN_IF_ERROR(decoder->DecodeAudio(d[c].time, spec.audio_rate,
+                                                   spec.audio_channels, spec.audio_samples, audio + c * per_clip,
+                                                   &present));
+    }
+  }
   return Status::OK();
 }
 
@@ -202,6 +212,9 @@ class VideoKind final : public SampleKind {
     return Status::OK();
   }
   int channels(const PrepSpec&) const override { return 3; }
+  std::optional<WrittenField> written_field() const override {
+    return spec_->audio() ? std::optional<WrittenField>(WrittenField::kClipAudio) : std::nullopt;
+  }
   bool FixedOutputSize(const PrepSpec&, int* height, int* width) const override {
     *height = spec_->out_h;
     *width = spec_->out_w;
@@ -211,7 +224,15 @@ class VideoKind final : public SampleKind {
   size_t SampleBytes(const PrepSpec& prep, int, int) const override { return spec_->SampleBytes(prep.dtype); }
   Status Prepare(const PrepSpec& prep, const SampleInput& in, const SampleKey& key, const SampleOutput& out,
                  PrepScratch* scratch) const override {
-    return video::Prepare(*spec_, in.data, in.size, key, prep.dtype, out.dst,
+    float* audio = nullptr;
+    if (spec_->audio()) {
+      if (out.targets == nullptr || out.targets_room < spec_->AudioBytes()) {
+        return Internal("the clip_audio field has no room for the clip's audio");
+      }
+      audio = reinterpret_cast<float*>(out.targets);  // (4-byte aligned: the room is floats)
+      *out.targets_len = static_cast<int64_t>(spec_->AudioBytes());
+    }
+    return video::Prepare(*spec_, in.data, in.size, key, prep.dtype, out.dst, audio,
                           KindScratchOf<VideoScratch>(scratch).video.get());
   }
   nlohmann::json ToJson() const override { return spec_->resolved; }

@@ -48,10 +48,20 @@ struct Spec {
   std::vector<Transform> ops;
   bool normalize = false;
   float mul[3] = {1, 1, 1}, add[3] = {0, 0, 0};  // x -> x * mul + add (Normalize on x / 255)
+  // The clip's audio (an Audio in the list; audio_rate 0: none): from the
+  // time of the clip's first frame, `audio_samples` samples a channel at
+  // audio_rate, float32 (channels, samples) per clip, written to the
+  // spec's clip_audio field; silence where the file has no audio.
+  int audio_rate = 0, audio_channels = 1;
+  int64_t audio_samples = 0;
   int out_h = 0, out_w = 0;
   nlohmann::json resolved;
 
   int ClipCount() const { return clips > 0 ? clips : 1; }
+  bool audio() const { return audio_rate > 0; }
+  size_t AudioBytes() const {
+    return static_cast<size_t>(ClipCount()) * audio_channels * static_cast<size_t>(audio_samples) * sizeof(float);
+  }
   std::vector<int64_t> Shape() const;
   size_t SampleBytes(DType dtype) const;
 };
@@ -78,12 +88,14 @@ struct ClipDraw {
   std::vector<int64_t> indices;
   double x = 0, y = 0, w = 0, h = 0;
   bool flip = false;
+  double time = 0;  // the first frame's presentation time, seconds (where its audio starts)
 };
 
 // A sample's clips from a video file's bytes into `dst` (Shape(), `dtype`),
-// and (if asked) each clip's draws and the frames the decoder produced.
+// their audio (if the spec has it) into `audio` (AudioBytes()), and (if
+// asked) each clip's draws and the frames the decoder produced.
 Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleKey& key, DType dtype, void* dst,
-               Scratch* scratch, std::vector<ClipDraw>* draws = nullptr, int64_t* decoded = nullptr);
+               float* audio, Scratch* scratch, std::vector<ClipDraw>* draws = nullptr, int64_t* decoded = nullptr);
 
 std::shared_ptr<const SampleKind> MakeKind(std::shared_ptr<const Spec> spec);
 

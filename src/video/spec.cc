@@ -1,4 +1,6 @@
 // The "video" list read and checked (video/kind.h says what it takes).
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "ops/op.h"
@@ -93,7 +95,7 @@ Status PixelOpFromJson(const json& t, size_t position, Spec* s) {
   Result<Transform> op = TransformFromJson(t, position);
   if (!op.ok()) {
     return InvalidArgument("a video list takes Clip, Resize, RandomCrop, CenterCrop, RandomResizedCrop, "
-                           "RandomHorizontalFlip, ops on the pixels (ColorJitter, ...) and Normalize: " +
+                           "RandomHorizontalFlip, ops on the pixels (ColorJitter, ...), Normalize and Audio: " +
                            op.status().message());
   }
   const Transform& tr = op.value();
@@ -106,9 +108,38 @@ Status PixelOpFromJson(const json& t, size_t position, Spec* s) {
   return Status::OK();
 }
 
+// Audio(sample_rate, seconds, channels): the clip's audio, anywhere after the Clip.
+Status AudioFromJson(const json& t, Spec* s) {
+  for (auto it = t.begin(); it != t.end(); ++it) {
+    const std::string& k = it.key();
+    if (k != "type" && k != "sample_rate" && k != "seconds" && k != "channels") {
+      return InvalidArgument("video Audio has no argument '" + k + "' (sample_rate, seconds, channels)");
+    }
+  }
+  if (s->audio()) return InvalidArgument("a video list takes one Audio");
+  const json rate = t.value("sample_rate", json(16000)), seconds = t.value("seconds", json()),
+             channels = t.value("channels", json(1));
+  if (!rate.is_number_integer() || rate.get<int64_t>() < 1000 || rate.get<int64_t>() > 384000) {
+    return InvalidArgument("video Audio: sample_rate must be an int in [1000, 384000], not " + Shown(rate));
+  }
+  if (!seconds.is_number() || !(seconds.get<double>() > 0) || seconds.get<double>() > 600) {
+    return InvalidArgument("video Audio: seconds (how much audio from the clip's first frame; clips of videos at "
+                           "different frame rates last different times) must be in (0, 600], not " +
+                           Shown(seconds));
+  }
+  if (!channels.is_number_integer() || (channels.get<int64_t>() != 1 && channels.get<int64_t>() != 2)) {
+    return InvalidArgument("video Audio: channels is 1 (mono, mixed down) or 2, not " + Shown(channels));
+  }
+  s->audio_rate = rate.get<int>();
+  s->audio_channels = channels.get<int>();
+  s->audio_samples = std::max<int64_t>(1, std::llround(seconds.get<double>() * s->audio_rate));
+  return Status::OK();
+}
+
 // The transforms after the Clip, in their one order.
 Status StepFromJson(const json& t, size_t position, int* stage, Spec* s) {
   const std::string type = t.value("type", std::string());
+  if (type == "Audio") return AudioFromJson(t, s);
   const int order = type == "Resize" ? 1 : type == "RandomCrop" || type == "CenterCrop" || type == "RandomResizedCrop" ? 2
                     : type == "RandomHorizontalFlip" ? 3 : type == "Normalize" ? 5 : 4;
   if (order <= *stage && !(order == 4 && *stage == 4)) {
@@ -192,6 +223,9 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& list) {
   } else {
     return InvalidArgument("a video list needs a crop or Resize((h, w)) that gives every clip one frame size "
                            "(e.g. Resize(128), RandomCrop(112))");
+  }
+  if (s->AudioBytes() > (size_t{1} << 30)) {
+    return InvalidArgument("a video clip's audio over 1 GiB (clips x channels x seconds x sample_rate x 4 bytes)");
   }
   if (s->SampleBytes(DType::kFloat32) > (size_t{1} << 31)) {
     return InvalidArgument("a video clip over 2 GiB (num_frames x 3 x h x w x 4 bytes)");

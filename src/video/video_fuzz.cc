@@ -26,6 +26,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!spec.ok()) return 0;
   std::vector<uint8_t> out(spec.value()->SampleBytes(DType::kUint8));
   auto scratch = video::NewScratch();
-  (void)video::Prepare(*spec.value(), data, size, {1, 0, pick}, DType::kUint8, out.data(), scratch.get());
+  (void)video::Prepare(*spec.value(), data, size, {1, 0, pick}, DType::kUint8, out.data(), nullptr, scratch.get());
   return 0;
 }

@@ -331,3 +331,88 @@ def test_a_served_video_loader_hands_each_consumer_the_clips_of_its_own(videos):
     assert sorted(seen) == sorted(mine) == list(range(len(all_files(videos))))
     for k in mine:
         assert torch.equal(seen[k], mine[k])
+
+
+@pytest.fixture(scope="module")
+def videos_with_audio(tmp_path_factory):
+    """Two classes, one file of each container, each with an audio track:
+    AAC in MP4 and Matroska, Opus in WebM, MP3 in AVI; 44.1 and 48 kHz,
+    mono and stereo."""
+    root = tmp_path_factory.mktemp("videos_audio")
+    return make_videos(root, per_class=2, classes=2, seconds=(2.0, 3.0), sizes=((320, 240),),
+                       codecs=(("h264", "mp4"), ("vp9", "webm"), ("mpeg4", "avi"), ("h264", "mkv")),
+                       gops=(12, 25), fps=(25,), audio=True)
+
+
+def ffmpeg_audio(path, rate, channels):
+    """FFmpeg's own decode and resample of the whole audio stream, (channels, n)."""
+    out = subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-vn", "-ac", str(channels), "-ar", str(rate),
+                          "-f", "f32le", "-"], capture_output=True, check=True).stdout
+    return np.frombuffer(out, np.float32).reshape(-1, channels).T
+
+
+def test_a_clips_audio_is_ffmpegs_from_its_first_frame(videos_with_audio):
+    """video.Audio: `seconds` of the file's audio from the clip's first frame,
+    as FFmpeg resamples the whole stream: the same samples where the
+    container's clock counts samples (MP4, AVI), within a millisecond where
+    it counts milliseconds (Matroska, WebM: FFmpeg's own program places the
+    stream's start to within a millisecond too); mono mixed down as FFmpeg
+    mixes it; silence after the stream's end."""
+    files = all_files(videos_with_audio)
+    assert {video.info(p)["audio"]["codec"] for p in files} == {"aac", "opus", "mp3"}
+    for path in files:
+        exact = path.suffix in (".mp4", ".avi")
+        for channels in (1, 2):
+            ref = ffmpeg_audio(path, 16000, channels)
+            for index in range(3):
+                clip, params = video.apply([video.Clip(8, step=2), nostall.Resize((32, 32)),
+                                            video.Audio(seconds=0.5, channels=channels)], path, seed=1, index=index)
+                sound = params["audio"]
+                assert sound.shape == (channels, 8000) and sound.dtype == np.float32
+                at = int(np.floor(params["time"] * 16000 + 0.5))
+                lags = [0] if exact else range(-24, 25)  # 1.5 ms
+                errors = [np.abs(sound[:, 50:-50] - ref[:, at + lag + 50:at + lag + 7950]).max() for lag in lags]
+                peak = np.abs(ref).max()
+                assert min(errors) <= (1e-4 if exact else 0.1 * peak), (path.name, channels, min(errors), peak)
+    path = next(p for p in files if p.suffix == ".mp4")
+    tail, params = video.apply([video.Clip(4, sampling="uniform"), nostall.Resize((32, 32)),
+                                video.Audio(seconds=30.0)], path)
+    ends = ffmpeg_audio(path, 16000, 1).shape[1] - int(np.floor(params["time"] * 16000 + 0.5))
+    assert np.abs(params["audio"][0, :ends - 10]).max() > 0.1 and not params["audio"][0, ends + 10:].any()
+
+
+def test_video_loaders_hand_out_clips_their_audio_and_labels(videos_with_audio, videos, tmp_path):
+    from nostall import datasets
+
+    listed = [video.Clip(4, step=2, clips=2), nostall.Resize(40), video.RandomCrop(32),
+              video.Audio(seconds=0.4, sample_rate=8000, channels=2)]
+    files = all_files(videos_with_audio)
+    loader = nostall.Loader(str(videos_with_audio), transforms=listed, batch_size=2, shuffle=True, seed=3,
+                            return_indices=True)
+    seen = 0
+    for clips, sound, labels, indices in loader:
+        assert tuple(clips.shape[1:]) == (2, 3, 4, 32, 32) and tuple(sound.shape[1:]) == (2, 2, 3200)
+        for b, i in enumerate(indices.tolist()):
+            want, params = video.apply(listed, files[i], seed=3, index=i)
+            assert np.array_equal(clips[b].numpy(), want)
+            assert np.array_equal(sound[b].numpy(), params["audio"])
+            assert [c["time"] for c in params["clips"]] != [0, 0]
+            seen += 1
+    assert seen == len(files)
+    shards = datasets.folder_to_shards(videos_with_audio, tmp_path / "shards", shards=1)  # (the folder's order)
+    by_index = {}
+    for b in nostall.Loader(shards, fields={"video": video.EXTENSIONS, "label": "cls"}, transforms=listed,
+                            batch_size=2, shuffle=True, seed=3, return_indices=True):
+        by_index.update({int(i): a for i, a in zip(b["__index__"], b["audio"].numpy())})
+    assert len(by_index) == len(files)
+    for i, sound in by_index.items():
+        assert np.array_equal(sound, video.apply(listed, files[i], seed=3, index=i)[1]["audio"])
+    # A video without audio: silence, not an error.
+    silent = [video.Clip(4), nostall.Resize((32, 32)), video.Audio(seconds=0.2)]
+    clips, sound, labels = next(iter(nostall.Loader(str(videos), transforms=silent, batch_size=2)))
+    assert tuple(sound.shape) == (2, 1, 3200) and not sound.any()
+    with pytest.raises(ValueError, match="seconds"):
+        video.apply([video.Clip(4), nostall.Resize((32, 32)), video.Audio(seconds=0)], files[0])
+    with pytest.raises(ValueError, match="clip_audio"):
+        nostall.Loader(str(videos), transforms=[video.Clip(4), nostall.Resize((32, 32))],
+                       fields={"video": video.EXTENSIONS, "audio": {"kind": "clip_audio"}, "label": "cls"})

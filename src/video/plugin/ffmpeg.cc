@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,8 @@ extern "C" {
 #include <libavformat/avformat.h>
 #include <libavutil/imgutils.h>
 #include <libavutil/log.h>
+#include <libavutil/mathematics.h>
+#include <libswresample/swresample.h>
 #include <libswscale/swscale.h>
 }
 
@@ -69,6 +72,8 @@ class FfmpegDecoder final : public Decoder {
  public:
   FfmpegDecoder(const uint8_t* data, size_t size) : mem_{data, size} {}
   ~FfmpegDecoder() override {
+    swr_free(&swr_);
+    avcodec_free_context(&audio_);
     sws_freeContext(sws_);
     av_frame_free(&frame_);
     av_packet_free(&packet_);
@@ -81,8 +86,15 @@ class FfmpegDecoder final : public Decoder {
   Status Open();
   const StreamInfo& info() const override { return info_; }
   Status Decode(const int64_t* indices, int count, const FrameSink& sink, int64_t* decoded) override;
+  double FrameTime(int64_t index) const override {
+    return static_cast<double>(pts_[static_cast<size_t>(index)]) * av_q2d(fmt_->streams[stream_]->time_base);
+  }
+  Status DecodeAudio(double start, int rate, int channels, int64_t count, float* dst, bool* present) override;
 
  private:
+  Status OpenAudio(int rate, int channels);
+  Status AudioFrame(int64_t first, int64_t count, int64_t* at, int64_t* grid_next, float* dst);
+  Status Resampled(const uint8_t** in, int n_in, int64_t first, int64_t count, int64_t* grid_next, float* dst);
   Status Scan();
   Status SeekTo(size_t key);
   Status Convert(const FrameSink& sink, int k);
@@ -103,6 +115,13 @@ class FfmpegDecoder final : public Decoder {
   std::vector<PacketMark> keys_;  // keyframes, by presentation time
   std::vector<uint8_t> rgb_;
   bool overshot_ = false;  // a frame came out after a wanted one that never did
+  // The audio (DecodeAudio): its stream (-1: none), decoder and resampler
+  // (made for swr_rate_ and swr_channels_).
+  int audio_stream_ = -1;
+  AVCodecContext* audio_ = nullptr;
+  SwrContext* swr_ = nullptr;
+  int swr_rate_ = 0, swr_channels_ = 0;
+  std::vector<float> audio_out_;  // a frame's resampled samples, planar
 };
 
 Status FfmpegDecoder::Open() {
@@ -126,6 +145,15 @@ Status FfmpegDecoder::Open() {
     avformat_find_stream_info(fmt_, nullptr);  // headers alone do not say: probe
   }
   if (st == nullptr) return DataError("no video stream in the file");
+  audio_stream_ = av_find_best_stream(fmt_, AVMEDIA_TYPE_AUDIO, -1, stream_, nullptr, 0);
+  if (audio_stream_ >= 0) {
+    const AVCodecParameters* a = fmt_->streams[audio_stream_]->codecpar;
+    info_.audio_codec = avcodec_get_name(a->codec_id);
+    info_.audio_rate = a->sample_rate;
+    info_.audio_channels = a->ch_layout.nb_channels;
+  } else {
+    audio_stream_ = -1;
+  }
   const AVCodec* dec = avcodec_find_decoder(st->codecpar->codec_id);
   if (dec == nullptr) {
     return DataError(std::string("no decoder for its video codec (") + avcodec_get_name(st->codecpar->codec_id) +
@@ -312,6 +340,144 @@ Status FfmpegDecoder::Decode(const int64_t* indices, int count, const FrameSink&
     NOSTALL_RETURN_IF_ERROR(Receive(want, &k, sink, &produced));
   }
   if (decoded != nullptr) *decoded = produced;
+  return Status::OK();
+}
+
+Status FfmpegDecoder::OpenAudio(int rate, int channels) {
+  if (audio_ == nullptr) {
+    const AVStream* st = fmt_->streams[audio_stream_];
+    const AVCodec* dec = avcodec_find_decoder(st->codecpar->codec_id);
+    if (dec == nullptr) {
+      return DataError(std::string("no decoder for its audio codec (") + avcodec_get_name(st->codecpar->codec_id) +
+                       ")");
+    }
+    audio_ = avcodec_alloc_context3(dec);
+    if (audio_ == nullptr) return ResourceExhausted("out of memory for the audio decoder");
+    int err = avcodec_parameters_to_context(audio_, st->codecpar);
+    if (err < 0) return DataError("the audio stream's parameters: " + AvError(err));
+    audio_->thread_count = 1;
+    audio_->pkt_timebase = st->time_base;
+    err = avcodec_open2(audio_, dec, nullptr);
+    if (err < 0) return DataError("the audio decoder does not open: " + AvError(err));
+  }
+  avcodec_flush_buffers(audio_);
+  swr_free(&swr_);  // made again at the first frame: a fresh filter state per window
+  swr_rate_ = rate;
+  swr_channels_ = channels;
+  return Status::OK();
+}
+
+// One decoded audio frame into the window [first, first + count) of the
+// output grid: `*at` is the input sample (at the frame's rate, from the
+// timeline's zero) the frame's first sample is, `*grid_next` the output
+// sample the resampler gives next (-1 before the first frame).
+Status FfmpegDecoder::AudioFrame(int64_t first, int64_t count, int64_t* at, int64_t* grid_next, float* dst) {
+  const int in_rate = frame_->sample_rate;
+  if (in_rate <= 0 || frame_->nb_samples <= 0) return Status::OK();
+  int skip = 0;  // input samples before the grid's first point, left out
+  if (*grid_next < 0) {
+    const int64_t pts = frame_->best_effort_timestamp != AV_NOPTS_VALUE ? frame_->best_effort_timestamp : frame_->pts;
+    const AVRational tb = fmt_->streams[audio_stream_]->time_base;
+    if (*at == INT64_MIN) *at = pts == AV_NOPTS_VALUE ? 0 : av_rescale_q(pts, tb, AVRational{1, in_rate});
+    // Start at an input sample that falls on the output grid (a multiple of
+    // in_rate / gcd): the samples then sit where a resample of the whole
+    // stream from its zero puts them.
+    const int64_t g = in_rate / std::gcd(in_rate, swr_rate_);
+    const int64_t aligned = (*at >= 0 ? (*at + g - 1) / g : -((-*at) / g)) * g;
+    if (aligned - *at >= frame_->nb_samples) {
+      *at += frame_->nb_samples;
+      return Status::OK();
+    }
+    skip = static_cast<int>(aligned - *at);
+    AVChannelLayout out_layout;
+    av_channel_layout_default(&out_layout, swr_channels_);
+    const int err = swr_alloc_set_opts2(&swr_, &out_layout, AV_SAMPLE_FMT_FLTP, swr_rate_, &frame_->ch_layout,
+                                        static_cast<AVSampleFormat>(frame_->format), in_rate, 0, nullptr);
+    av_channel_layout_uninit(&out_layout);
+    if (err < 0 || swr_init(swr_) < 0) return DataError("the audio does not resample to " + std::to_string(swr_rate_));
+    *grid_next = aligned / g * (swr_rate_ / std::gcd(in_rate, swr_rate_));
+  }
+  const auto fmt = static_cast<AVSampleFormat>(frame_->format);
+  const int bytes = av_get_bytes_per_sample(fmt);
+  const bool planar = av_sample_fmt_is_planar(fmt) != 0;
+  const int in_channels = frame_->ch_layout.nb_channels;
+  if (in_channels <= 0 || in_channels > 64) return DataError("the audio has " + std::to_string(in_channels) + " channels");
+  const uint8_t* in[64];
+  for (int c = 0; c < (planar ? in_channels : 1); ++c) {
+    in[c] = frame_->extended_data[c] + static_cast<size_t>(skip) * bytes * (planar ? 1 : in_channels);
+  }
+  const int n_in = frame_->nb_samples - skip;
+  *at += frame_->nb_samples;
+  return Resampled(in, n_in, first, count, grid_next, dst);
+}
+
+// The resampler's output for `n_in` input samples (none: its tail) placed
+// in the window.
+Status FfmpegDecoder::Resampled(const uint8_t** in, int n_in, int64_t first, int64_t count, int64_t* grid_next,
+                                float* dst) {
+  const int room = swr_get_out_samples(swr_, n_in);
+  if (room < 0) return DataError("the audio does not resample");
+  audio_out_.resize(static_cast<size_t>(room) * swr_channels_ + 1);
+  uint8_t* out[2] = {reinterpret_cast<uint8_t*>(audio_out_.data()),
+                     reinterpret_cast<uint8_t*>(audio_out_.data() + room)};
+  const int n = swr_convert(swr_, out, room, in, n_in);
+  if (n < 0) return DataError("the audio does not resample: " + AvError(n));
+  const int64_t lo = std::max(*grid_next, first), hi = std::min(*grid_next + n, first + count);
+  for (int c = 0; c < swr_channels_ && lo < hi; ++c) {
+    std::memcpy(dst + c * count + (lo - first), audio_out_.data() + static_cast<size_t>(c) * room + (lo - *grid_next),
+                static_cast<size_t>(hi - lo) * sizeof(float));
+  }
+  *grid_next += n;
+  return Status::OK();
+}
+
+Status FfmpegDecoder::DecodeAudio(double start, int rate, int channels, int64_t count, float* dst, bool* present) {
+  std::fill(dst, dst + static_cast<size_t>(channels) * count, 0.0f);
+  *present = audio_stream_ >= 0;
+  if (!*present) return Status::OK();
+  NOSTALL_RETURN_IF_ERROR(OpenAudio(rate, channels));
+  const int64_t first = std::llround(start * rate);  // the window on the output grid
+  const AVStream* st = fmt_->streams[audio_stream_];
+  // From a little before the window: the decoder's pre-roll (an MDCT's
+  // overlap, Opus's 80 ms) and the samples left out to reach the grid.
+  const int in_rate = std::max(1, st->codecpar->sample_rate);
+  const double preroll = 0.25 + static_cast<double>(st->codecpar->seek_preroll) / in_rate +
+                         static_cast<double>(in_rate / std::gcd(in_rate, rate)) / in_rate;
+  const int64_t ts = av_rescale_q(std::llround((start - preroll) * AV_TIME_BASE), AV_TIME_BASE_Q, st->time_base);
+  if (av_seek_frame(fmt_, audio_stream_, ts, AVSEEK_FLAG_BACKWARD) < 0 &&
+      av_seek_frame(fmt_, audio_stream_, INT64_MIN, AVSEEK_FLAG_BACKWARD | AVSEEK_FLAG_ANY) < 0) {
+    return DataError("the audio does not seek");
+  }
+  int64_t at = INT64_MIN, grid_next = -1;
+  auto drain = [&]() -> Status {
+    for (;;) {
+      const int err = avcodec_receive_frame(audio_, frame_);
+      if (err == AVERROR(EAGAIN) || err == AVERROR_EOF) return Status::OK();
+      if (err < 0) return DataError("the audio does not decode: " + AvError(err));
+      const Status s = AudioFrame(first, count, &at, &grid_next, dst);
+      av_frame_unref(frame_);
+      NOSTALL_RETURN_IF_ERROR(s);
+    }
+  };
+  while (grid_next < first + count) {
+    const int err = av_read_frame(fmt_, packet_);
+    if (err < 0) {  // the end: what the decoder and the resampler still hold
+      avcodec_send_packet(audio_, nullptr);
+      NOSTALL_RETURN_IF_ERROR(drain());
+      if (swr_ != nullptr && grid_next >= 0) NOSTALL_RETURN_IF_ERROR(Resampled(nullptr, 0, first, count, &grid_next, dst));
+      break;
+    }
+    if (packet_->stream_index != audio_stream_) {
+      av_packet_unref(packet_);
+      continue;
+    }
+    const int sent = avcodec_send_packet(audio_, packet_);
+    av_packet_unref(packet_);
+    if (sent < 0 && sent != AVERROR(EAGAIN) && sent != AVERROR_INVALIDDATA) {
+      return DataError("an audio packet does not decode: " + AvError(sent));
+    }
+    NOSTALL_RETURN_IF_ERROR(drain());
+  }
   return Status::OK();
 }
 
