@@ -23,7 +23,9 @@ for clips, labels in loader:   # (8, 3, 16, 112, 112) float32, (8,)
 The list takes a :class:`Clip` first, then optionally ``nostall.Resize``
 (short side, or (h, w)), one crop (:class:`RandomCrop`, ``nostall.CenterCrop``,
 ``nostall.RandomResizedCrop``), ``nostall.RandomHorizontalFlip`` and
-``nostall.Normalize``, in that order. A folder of class folders holding
+``nostall.Normalize``, in that order, and :class:`Audio` (the clip's own
+audio, a second tensor) anywhere after the Clip. ``Clip(clips=N)`` gives N
+clips of each video per sample, decoded in one pass. A folder of class folders holding
 ``.mp4``, ``.mkv``, ``.webm``, ``.avi``, ``.mov`` files is read as a video
 dataset when the list starts with a Clip; tar shards name the member:
 ``fields={"video": "mp4", "label": "cls"}``. docs/video.md says more.
