@@ -268,6 +268,13 @@ def published_file_seeds():
             subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=10", "-t",
                             "1", "-c:v", *enc, "-pix_fmt", "yuv420p", path], check=True)
             out("video_fuzz", ext, open(path, "rb").read() + b"\x2a")
+        for acodec, ext in (("aac", "mp4"), ("libopus", "webm"), ("libmp3lame", "avi")):  # with an audio track
+            path = os.path.join(d, "seed-audio." + ext)
+            venc = {"mp4": "libx264", "webm": "libvpx-vp9", "avi": "mpeg4"}[ext]
+            subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", "testsrc=size=64x48:rate=10", "-f",
+                            "lavfi", "-i", "sine=frequency=300:sample_rate=48000", "-t", "1", "-c:v", venc, "-g", "4",
+                            "-c:a", acodec, "-b:a", "32k", "-pix_fmt", "yuv420p", path], check=True)
+            out("video_fuzz", ext + "-audio", open(path, "rb").read() + b"\xaa")  # (the pick's bit 7: the audio)
     events = []
     for s in range(100):
         t0 = 1000 + s * 100.0

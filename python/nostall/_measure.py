@@ -101,7 +101,7 @@ class _Window:
         before = after = cpu0 = machine0 = None
         steps = []  # the steps of the batches from `warm` on
         for k, b in enumerate(loader):
-            args = _step_args(b)
+            args = _step_args(b, loader)
             if k == n_batches - 1 and t0 is not None:
                 _sync()  # the window ends when the queued GPU work of earlier steps is done
             now = time.perf_counter()
@@ -164,10 +164,14 @@ def _mb(bandwidth):
     return "unlimited" if not bandwidth else f"{bandwidth / 1e6:,.1f} MB/s"
 
 
-def _step_args(batch):
-    """What ``step`` is called with for a batch: ``(images, labels)``, or a
-    records loader's dict alone (``step(batch)``)."""
-    return (batch,) if isinstance(batch, dict) else tuple(batch)[:2]
+def _step_args(batch, loader=None):
+    """What ``step`` is called with for a batch: ``(images, labels)`` (the
+    loader's tuple of fields: (clips, audio, labels) from a folder of videos
+    with their audio), or a records loader's dict alone (``step(batch)``)."""
+    if isinstance(batch, dict):
+        return (batch,)
+    pair = getattr(loader, "_pair", None)
+    return tuple(batch)[:len(pair) if pair else 2]
 
 
 def _copied(batch):
@@ -402,7 +406,7 @@ def run(spec, step, items, warmup_batches, step_seconds, progress) -> dict:
         resolved = plain.spec
         real = None
         if resolved.get("fields"):  # the step takes the records' dict: time it on a real one
-            real = _step_args(_copied(next(iter(plain))))
+            real = _step_args(_copied(next(iter(plain))), plain)
         memory = _InMemory((plan.batch,) + tuple(plain.sample_shape), resolved["dtype"], plan.batch, torch, real)
         step_profile = _step_alone(step, memory, step_seconds, phases, torch)
         storage = _probe_storage(plain, int(resolved["reads_in_flight"]), plan.items, phases)

@@ -207,16 +207,22 @@ _DATALOADER_ARGS = {
 
 
 def _batch_pair(spec: dict):
-    """The two fields a loader's batches are, as a tuple, where a dataset
-    object chose them (nostall.datasets.Coco: images and targets), else None
-    (a tuple of images and labels without fields; a dict with them). Read
-    from the spec, so that from_spec and a served loader's consumers give
-    the batches the loader they copy gives."""
+    """The fields a loader's batches are, as a tuple, where a dataset object
+    chose them (nostall.datasets.Coco: images and targets) or a folder of
+    class folders holds videos (clips and labels; clips, their audio and
+    labels with video.Audio), else None (a tuple of images and labels
+    without fields; a dict with them). Read from the spec, so that
+    from_spec, analyze and a served loader's consumers give the batches the
+    loader they copy gives."""
     source = spec.get("source")
     fields = spec.get("fields") or []
-    if (isinstance(source, dict) and source.get("driver") == "coco"
-            and [f.get("name") for f in fields] == ["image", "targets"]):
+    driver = source.get("driver", "") if isinstance(source, dict) else ""
+    names = [f.get("name") for f in fields]
+    if driver == "coco" and names == ["image", "targets"]:
         return ("image", "targets")
+    kinds = [f.get("kind") for f in fields]
+    if driver.endswith("image-folder") and kinds in (["video", "label"], ["video", "clip_audio", "label"]):
+        return tuple(names)
     return None
 
 

@@ -279,9 +279,6 @@ class Loader(Closeable):
         self._remote_prep = given.pop("remote")
         spec, hooks, ranks_from = build_spec(given)
         # A folder of videos read through a Clip, fields not given: (clips, labels), as images.
-        kinds = [f.get("kind") for f in spec.get("fields") or []]
-        self._video_pair = given.get("fields") is None and "video" in kinds
-        self._video_audio = self._video_pair and "clip_audio" in kinds
         _check_hook_args(batch_transform, hook_threads)
         self._hooks = (hooks, batch_transform, hook_threads)
         self._init(spec, copy=copy, return_indices=return_indices, output=output,
@@ -442,9 +439,7 @@ class Loader(Closeable):
         # object, {"image": "jpg", ...}; the core's spec is the list).
         resolved = json.loads(self._core.spec_json())
         fields = resolved.get("fields") if spec.get("fields") else None
-        self._pair = _batch_pair(resolved) or (
-            (("video", "audio", "label") if getattr(self, "_video_audio", False) else ("video", "label"))
-            if getattr(self, "_video_pair", False) else None)
+        self._pair = _batch_pair(resolved)
         if fields or hooks or batch_transform is not None:
             if not fields:  # hooks on a loader of (images, labels): the tuple stays
                 fields = [{"name": "image", "kind": "image"}, {"name": "label", "kind": "label"}]

@@ -1,9 +1,10 @@
 // libFuzzer target: FFmpeg's demuxers and decoders behind nostall's
 // in-memory reader (video/plugin/ffmpeg.cc), through a clip: the packet
-// scan, a seek to a keyframe, the decode and the resample. The last input
-// byte picks the clip; the rest is the file. Seeds: tiny H.264/MP4,
-// VP9/WebM, MPEG-4/AVI and H.264/MKV files made by ffmpeg's testsrc
-// (fuzz/make_seeds.py).
+// scan, a seek to a keyframe, the decode and the resample; with the pick's
+// bit 7, two clips and their audio (the audio decoder, the resampler). The
+// last input byte picks the clip; the rest is the file. Seeds: tiny
+// H.264/MP4, VP9/WebM, MPEG-4/AVI and H.264/MKV files made by ffmpeg's
+// testsrc, and MP4/WebM/AVI with AAC/Opus/MP3 (fuzz/make_seeds.py).
 #include <vector>
 
 #include "video/backend.h"
@@ -22,10 +23,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         {"sampling", (pick & 32) ? "random" : "uniform"}},
        {{"type", "Resize"}, {"size", {12, 16}}}});
   if (pick & 64) list.push_back({{"type", "RandomHorizontalFlip"}, {"p", 0.5}});
+  if (pick & 128) {
+    list[0]["clips"] = 2;
+    list.push_back({{"type", "Audio"}, {"seconds", 0.3}, {"sample_rate", 8000}, {"channels", 1 + (pick & 1)}});
+  }
   auto spec = video::SpecFromJson(list);
   if (!spec.ok()) return 0;
   std::vector<uint8_t> out(spec.value()->SampleBytes(DType::kUint8));
+  std::vector<float> audio(spec.value()->AudioBytes() / sizeof(float));
   auto scratch = video::NewScratch();
-  (void)video::Prepare(*spec.value(), data, size, {1, 0, pick}, DType::kUint8, out.data(), nullptr, scratch.get());
+  (void)video::Prepare(*spec.value(), data, size, {1, 0, pick}, DType::kUint8, out.data(), audio.data(),
+                       scratch.get());
   return 0;
 }

@@ -364,8 +364,9 @@ def test_a_clips_audio_is_ffmpegs_from_its_first_frame(videos_with_audio):
         exact = path.suffix in (".mp4", ".avi")
         for channels in (1, 2):
             ref = ffmpeg_audio(path, 16000, channels)
-            for index in range(3):
-                clip, params = video.apply([video.Clip(8, step=2), nostall.Resize((32, 32)),
+            # three clips at random starts, and one longer than the video (it starts at its first frame)
+            for index, frames in ((0, 8), (1, 8), (2, 8), (0, 200)):
+                clip, params = video.apply([video.Clip(frames, step=2), nostall.Resize((32, 32)),
                                             video.Audio(seconds=0.5, channels=channels)], path, seed=1, index=index)
                 sound = params["audio"]
                 assert sound.shape == (channels, 8000) and sound.dtype == np.float32
@@ -416,3 +417,22 @@ def test_video_loaders_hand_out_clips_their_audio_and_labels(videos_with_audio, 
     with pytest.raises(ValueError, match="clip_audio"):
         nostall.Loader(str(videos), transforms=[video.Clip(4), nostall.Resize((32, 32))],
                        fields={"video": video.EXTENSIONS, "audio": {"kind": "clip_audio"}, "label": "cls"})
+
+
+def test_analyze_runs_the_step_a_video_folder_feeds(videos_with_audio):
+    """nostall.analyze on a folder of videos calls the step as the loader's
+    batches come: (clips, audio, labels) with video.Audio; decoding is what
+    a clip costs, so with a trivial step the pipeline is what limits."""
+    import time
+
+    seen = []
+
+    def step(clips, sound, labels):
+        seen.append((tuple(clips.shape), tuple(sound.shape), tuple(labels.shape)))
+        time.sleep(0.001)
+
+    loader = nostall.Loader(str(videos_with_audio), batch_size=1, transforms=[
+        video.Clip(8, step=2), nostall.Resize(48), video.RandomCrop(40), video.Audio(seconds=0.3)])
+    a = nostall.analyze(loader, step, progress=False, step_seconds=0.3)
+    assert set(seen) == {((1, 3, 8, 40, 40), (1, 1, 4800), (1,))}
+    assert a.bottleneck == "prep", a.table()

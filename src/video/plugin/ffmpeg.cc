@@ -118,6 +118,7 @@ class FfmpegDecoder final : public Decoder {
   // The audio (DecodeAudio): its stream (-1: none), decoder and resampler
   // (made for swr_rate_ and swr_channels_).
   int audio_stream_ = -1;
+  int64_t audio_first_ = AV_NOPTS_VALUE;  // the audio stream's first packet's time (the scan's)
   AVCodecContext* audio_ = nullptr;
   SwrContext* swr_ = nullptr;
   int swr_rate_ = 0, swr_channels_ = 0;
@@ -187,6 +188,10 @@ Status FfmpegDecoder::Scan() {
   std::vector<PacketMark> marks;
   int err = 0;
   while ((err = av_read_frame(fmt_, packet_)) >= 0) {
+    if (packet_->stream_index == audio_stream_ && audio_stream_ >= 0) {
+      const int64_t t = PacketTime(packet_);
+      if (t != AV_NOPTS_VALUE && (audio_first_ == AV_NOPTS_VALUE || t < audio_first_)) audio_first_ = t;
+    }
     if (packet_->stream_index == stream_) {
       const int64_t pts = PacketTime(packet_);
       if (pts != AV_NOPTS_VALUE && (packet_->flags & AV_PKT_FLAG_DISCARD) == 0) {
@@ -443,8 +448,14 @@ Status FfmpegDecoder::DecodeAudio(double start, int rate, int channels, int64_t 
   const int in_rate = std::max(1, st->codecpar->sample_rate);
   const double preroll = 0.25 + static_cast<double>(st->codecpar->seek_preroll) / in_rate +
                          static_cast<double>(in_rate / std::gcd(in_rate, rate)) / in_rate;
-  const int64_t ts = av_rescale_q(std::llround((start - preroll) * AV_TIME_BASE), AV_TIME_BASE_Q, st->time_base);
+  int64_t ts = av_rescale_q(std::llround((start - preroll) * AV_TIME_BASE), AV_TIME_BASE_Q, st->time_base);
+  // Not before the stream's first packet (an AAC stream's is its priming
+  // frame, before time zero: the decoder needs it for the first samples).
+  if (audio_first_ != AV_NOPTS_VALUE) ts = std::max(ts, audio_first_);
+  // (Where the demuxer cannot seek to the stream's start by time, as AVI's
+  // at its first packet, the file's first byte is the start.)
   if (av_seek_frame(fmt_, audio_stream_, ts, AVSEEK_FLAG_BACKWARD) < 0 &&
+      av_seek_frame(fmt_, -1, 0, AVSEEK_FLAG_BYTE) < 0 &&
       av_seek_frame(fmt_, audio_stream_, INT64_MIN, AVSEEK_FLAG_BACKWARD | AVSEEK_FLAG_ANY) < 0) {
     return DataError("the audio does not seek");
   }
