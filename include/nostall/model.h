@@ -112,6 +112,9 @@ struct Profile {
   // Nodes in the job (its world size): the nodes whose memory a cluster
   // cache can pool (the recommendation's "cache across N nodes").
   int nodes = 1;
+  // The bytes of one sample as the loader hands it out (what prep on
+  // another machine sends the trainer); 0: not known.
+  double sample_bytes = 0;
 
   static Result<Profile> FromJson(const std::string& json);
   std::string ToJson() const;
@@ -166,6 +169,29 @@ struct Prediction {
 
 // The model: `eff` scales the compute, cpu/threads and storage limits.
 Prediction Predict(const Profile& p, const Config& c, const Efficiency& eff = {});
+
+// ---- Prep on other machines (nostall.ray.Prep, docs/remote.md) ----
+// `workers` actors of `cpus_per_worker` CPUs each read from storage, prep
+// and send whole batches to the trainer; the trainer's own prep threads
+// make the rest from what the step leaves. A batch crossing costs CPU on
+// both sides and the network's bandwidth into the trainer's node: the
+// defaults are what Ray's object store cost on the benchmark that measured
+// them (docs/benchmarks.md, "Remote prep on Ray": ~28 ms of the prep node's
+// CPU and ~25 ms of the trainer node's per 9.6 MB batch) and a 10 Gb/s link.
+struct RemotePrep {
+  int workers = 0;
+  double cpus_per_worker = 1;
+  double network = 1.25e9;            // bytes/s into the trainer's node
+  double send_cpu_per_byte = 2.9e-9;  // a worker's CPU to put a byte of batch in the object store and send it
+  double recv_cpu_per_byte = 2.6e-9;  // the trainer node's CPU to receive it (its raylet and the trainer)
+};
+// Samples/s the workers can make and send at most.
+double RemoteRate(const Profile& p, const RemotePrep& r, const Efficiency& eff = {});
+// The job's rate with the workers beside the node's own pipeline (one job):
+// the step's rate, or the cores' (the step, receiving the workers'
+// batches, and prepping the rest here), or the workers' rate and what the
+// node's own pipeline adds within its thread and storage limits.
+Prediction PredictRemote(const Profile& p, const Config& c, const RemotePrep& r, const Efficiency& eff = {});
 
 // Prep threads for `cores` whole cores: one per core, or one per core the
 // step leaves free, whichever the model says is faster.

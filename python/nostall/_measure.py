@@ -7,6 +7,7 @@ sample. ``run`` returns the measurements with the C++ model's answers
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -408,6 +409,8 @@ def run(spec, step, items, warmup_batches, step_seconds, progress) -> dict:
         if resolved.get("fields"):  # the step takes the records' dict: time it on a real one
             real = _step_args(_copied(next(iter(plain))), plain)
         memory = _InMemory((plan.batch,) + tuple(plain.sample_shape), resolved["dtype"], plan.batch, torch, real)
+        # A sample as handed out: what prep on another machine would send.
+        sample_bytes = math.prod(plain.sample_shape) * (4 if resolved["dtype"] == "float32" else 1)
         step_profile = _step_alone(step, memory, step_seconds, phases, torch)
         storage = _probe_storage(plain, int(resolved["reads_in_flight"]), plan.items, phases)
     cold, cold_storage = _cold_run(plan, loader_of, step, warmup_batches, phases)
@@ -430,6 +433,7 @@ def run(spec, step, items, warmup_batches, step_seconds, progress) -> dict:
     fetch = _fetch_cpu(cold, cached, storage)
     _note_busy_machine(cold, cached, notes)
     profile = _profile(plan, resolved, step_profile, storage, cold, cached, fetch)
+    profile["sample_bytes"] = float(sample_bytes)
     result = json.loads(_nostall.analysis_json(json.dumps(profile)))
     result["run"] = _run_record(plan, storage, notes, cold, cached, cold_storage, step_timings, fetch)
     return result

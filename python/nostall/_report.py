@@ -122,7 +122,21 @@ def _recommendation_lines(r):
     verdict = ("= the step's rate: no stall" if rec["reaches_step_rate"]
                else f"of the step's {g:,.0f}: more than 4x the cores would be needed")
     lines.append(f"-> predicted {rec['rate']:,.0f} samples/s {verdict}")
-    return lines
+    return lines + _remote_lines(r)
+
+
+def _remote_lines(r):
+    """Prep on other machines, where the model says it pays (docs/remote.md)."""
+    remote = r.get("remote")
+    if not remote or not remote["pays"]:
+        return []
+    mb = remote["sample_bytes"] / 1e6
+    return [f"or, keeping this node as it is, prep on other machines: remote=nostall.ray.Prep("
+            f"num_workers={remote['workers']}, cpus_per_worker={remote['cpus_per_worker']:.0f}) "
+            f"-> predicted {remote['rate']:,.0f} samples/s ({remote['limit']} limits; assumes "
+            f"{remote['network'] * 8 / 1e9:.0f} Gb/s into this node and Ray's transport as measured in "
+            f"docs/benchmarks.md: {remote['trainer_cpu_per_sample'] * 1e3:.2f} ms of this node's CPU "
+            f"per {mb:.2f} MB sample received)"]
 
 
 def _step_threads_lines(r):
@@ -278,6 +292,12 @@ def _what_if_lines(curves, profile=None) -> list:
     out.append("  jobs       " + "  ".join(
         f"{p['x']}:{p['shared']:,.0f}/{p['independent']:,.0f}" for p in curves["jobs"])
         + "   (shared pipeline / one loader each)")
+    if "remote_workers" in curves:
+        cores = (profile or {}).get("measured", {}).get("cores", 1)
+        out.append("  remote     " + "  ".join(
+            f"{p['x']:.0f}:{p['rate']:,.0f}{p['bottleneck'][0]}" for p in curves["remote_workers"])
+            + f"   (N prep workers of {max(1, int(cores + 1e-9))} CPUs on other machines, "
+            "nostall.ray.Prep; Ray's transport as measured, 10 Gb/s)")
     return out
 
 
@@ -461,6 +481,10 @@ def _charts(curves, g) -> list:
         charts.append(_svg_chart("vs the step's own threads (torch.set_num_threads)",
                                  curves["step_threads"], "intra-op threads of the step",
                                  lambda x: f"{x:.0f}", g))
+    if "remote_workers" in curves:
+        charts.append(_svg_chart("vs prep workers on other machines (nostall.ray.Prep)",
+                                 curves["remote_workers"], "workers the size of this node (Ray's transport "
+                                 "as measured, 10 Gb/s)", lambda x: f"{x:.0f}", g, even=True))
     return charts
 
 

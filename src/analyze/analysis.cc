@@ -293,6 +293,14 @@ void KnobCurves(const Profile& p, const Efficiency& eff, json* curves) {
   }
 }
 
+// N workers of this node's cores (whole, at least one), the transport as assumed.
+RemotePrep RemoteOfSize(const Profile& p, int workers) {
+  RemotePrep r;
+  r.workers = workers;
+  r.cpus_per_worker = std::max(1.0, std::floor(p.measured.cores + 1e-9));
+  return r;
+}
+
 // The what-if curves: the rate as one thing changes (cache, cores,
 // bandwidth, latency, jobs sharing a pipeline or not; the knobs: KnobCurves).
 json Curves(const Profile& p, const Efficiency& eff) {
@@ -358,7 +366,45 @@ json Curves(const Profile& p, const Efficiency& eff) {
                     {"independent_bottleneck", BottleneckName(po.bottleneck())}});
   }
   curves["jobs"] = jobs;
+  if (p.sample_bytes > 0) {
+    // Prep on other machines: N workers the size of this node.
+    json remote = json::array();
+    for (int n : {0, 1, 2, 4, 8}) {
+      json point = Point(n, PredictRemote(p, m, RemoteOfSize(p, n), eff));
+      point["workers_rate"] = RemoteRate(p, RemoteOfSize(p, n), eff);
+      remote.push_back(point);
+    }
+    curves["remote_workers"] = remote;
+  }
   return curves;
+}
+
+// Whether prep on other machines pays, and with how many workers: the
+// fewest (of 1, 2, 4, 8 the size of this node) that reach the step's rate,
+// else the most; it pays where the pipeline is what limits (prep) and the
+// workers raise the rate beyond the noise. Null without the sample's size.
+json RemoteAdvice(const Profile& p, const Efficiency& eff, Bottleneck named, const Prediction& now) {
+  if (p.sample_bytes <= 0) return nullptr;
+  const RemotePrep assumed;
+  json out = {{"network", assumed.network},
+              {"send_cpu_per_byte", assumed.send_cpu_per_byte},
+              {"recv_cpu_per_byte", assumed.recv_cpu_per_byte},
+              {"sample_bytes", p.sample_bytes}};
+  Prediction best;
+  int workers = 0;
+  for (int n : {1, 2, 4, 8}) {
+    best = PredictRemote(p, p.measured, RemoteOfSize(p, n), eff);
+    workers = n;
+    if (best.rate >= now.limits[0] * 0.999) break;
+  }
+  out["workers"] = workers;
+  out["cpus_per_worker"] = RemoteOfSize(p, workers).cpus_per_worker;
+  out["rate"] = best.rate;
+  out["limit"] = LimitName(best.limit);
+  out["pays"] = named == Bottleneck::kPrep && best.rate > now.rate * (1 + Noise(p));
+  // What a batch's crossing costs the trainer's node, per sample.
+  out["trainer_cpu_per_sample"] = assumed.recv_cpu_per_byte * p.sample_bytes;
+  return out;
 }
 
 // What removes the stall, as one object the table, JSON and HTML all print.
@@ -444,6 +490,7 @@ std::string AnalysisJson(const Profile& p) {
   out["curves"] = Curves(p, eff);
 
   out["recommendation"] = RecommendationJson(p, eff, named, now);
+  out["remote"] = RemoteAdvice(p, eff, named, now);
   return out.dump();
 }
 

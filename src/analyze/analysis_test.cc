@@ -11,6 +11,8 @@
 namespace nostall {
 namespace {
 
+using nlohmann::json;
+
 // 2 cores; the step takes 1 ms/sample; prep 4 ms of CPU per sample; items of
 // 100 kB on 50 MB/s storage with 10 ms latency and 4 reads in flight.
 Profile Example() {
@@ -52,6 +54,87 @@ TEST(ModelTest, EachLimitIsItsFormula) {
   EXPECT_DOUBLE_EQ(r.rate, 4 / 0.012);
   EXPECT_EQ(r.limit, Limit::kLatency);
   EXPECT_EQ(r.bottleneck(), Bottleneck::kFetch);
+}
+
+// bench/bench_remote.py's node short of CPU (docs/benchmarks.md, "Remote
+// prep on Ray"): the trainer on one core, its step half the core's time
+// (109 ms of CPU a batch of 64), prep 1.72 ms of CPU an image, 150,528-byte
+// uint8 samples; one Ray worker of one CPU beside it. Measured: 273 images/s
+// alone, 459 with the worker.
+Profile NodeShortOfCpu() {
+  Profile p;
+  p.step_rate = 64 / 0.109;
+  p.step_cpu = 0.109 / 64;
+  p.prep_cpu = 0.00172;
+  p.item_bytes = 110e3;
+  p.sample_bytes = 150528;
+  p.measured.cores = 1;
+  p.measured.prep_threads = 1;
+  p.measured.reads_in_flight = 4;
+  return p;
+}
+
+TEST(ModelTest, RemoteWorkersAddWhatTheyMakeLessWhatReceivingCostsTheTrainer) {
+  const Profile p = NodeShortOfCpu();
+  const double alone = Predict(p, p.measured).rate;
+  EXPECT_NEAR(alone, 1 / (p.step_cpu + p.prep_cpu), 1e-6);  // the one core carries both
+  EXPECT_NEAR(alone, 273, 273 * 0.08);
+  RemotePrep one;
+  one.workers = 1;
+  one.cpus_per_worker = 1;
+  const double made = RemoteRate(p, one);  // 1 CPU / (prep + putting the sample in the object store)
+  EXPECT_NEAR(made, 1 / (p.prep_cpu + one.send_cpu_per_byte * p.sample_bytes), 1e-6);
+  const Prediction with = PredictRemote(p, p.measured, one);
+  EXPECT_EQ(with.bottleneck(), Bottleneck::kPrep);
+  EXPECT_NEAR(with.rate, 459, 459 * 0.08);
+  // Receiving costs the trainer: the rate is below the worker's plus what a
+  // whole free core would add.
+  EXPECT_LT(with.rate, made + alone);
+  // Many workers: the core then carries the step and receiving (0.39 ms a
+  // sample), short of the step's rate; a transport free for the trainer
+  // would reach it.
+  RemotePrep many = one;
+  many.workers = 8;
+  const Prediction received = PredictRemote(p, p.measured, many);
+  EXPECT_NEAR(received.rate, 1 / (p.step_cpu + many.recv_cpu_per_byte * p.sample_bytes), 1e-6);
+  EXPECT_EQ(received.limit, Limit::kCpu);
+  many.recv_cpu_per_byte = 0;
+  EXPECT_NEAR(PredictRemote(p, p.measured, many).rate, p.step_rate, 1e-6);
+  // The network caps what crosses it.
+  many.recv_cpu_per_byte = one.recv_cpu_per_byte;
+  many.network = 30 * p.sample_bytes;
+  EXPECT_NEAR(RemoteRate(p, many), 30, 1e-9);
+  // No workers: the node alone.
+  EXPECT_DOUBLE_EQ(PredictRemote(p, p.measured, RemotePrep{}).rate, alone);
+}
+
+TEST(ModelTest, TheAnalysisSaysWhenRemotePrepPays) {
+  Profile p = NodeShortOfCpu();
+  p.cached_rate = p.cold_rate = 273;
+  p.waited = 0.3;
+  json out = json::parse(AnalysisJson(p));
+  ASSERT_TRUE(out.contains("remote") && out["remote"].is_object()) << out.dump();
+  EXPECT_TRUE(out["remote"]["pays"].get<bool>());
+  EXPECT_EQ(out["remote"]["cpus_per_worker"].get<double>(), 1);
+  EXPECT_GT(out["remote"]["rate"].get<double>(), 1.5 * 273);
+  const json& curve = out["curves"]["remote_workers"];
+  ASSERT_EQ(curve.size(), 5u);
+  EXPECT_EQ(curve[0]["x"].get<int>(), 0);
+  for (size_t i = 1; i < curve.size(); ++i) {
+    EXPECT_GE(curve[i]["rate"].get<double>(), curve[i - 1]["rate"].get<double>() * (1 - 1e-9));
+  }
+  // A step that is the limit: more prep anywhere does not pay.
+  p.step_rate = 100;
+  p.step_cpu = 0.001;
+  p.cached_rate = p.cold_rate = 100;
+  p.waited = 0;
+  out = json::parse(AnalysisJson(p));
+  EXPECT_FALSE(out["remote"]["pays"].get<bool>());
+  // Without the sample's size the analysis says nothing of it.
+  p.sample_bytes = 0;
+  out = json::parse(AnalysisJson(p));
+  EXPECT_TRUE(out["remote"].is_null());
+  EXPECT_FALSE(out["curves"].contains("remote_workers"));
 }
 
 TEST(ModelTest, CacheCutsOnlyTheReads) {

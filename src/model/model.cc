@@ -280,6 +280,41 @@ Prediction Predict(const Profile& p, const Config& c, const Efficiency& eff) {
   return out;
 }
 
+double RemoteRate(const Profile& p, const RemotePrep& r, const Efficiency& eff) {
+  if (r.workers <= 0 || r.cpus_per_worker <= 0) return 0;
+  const double per_sample = p.prep_cpu + p.fetch_cpu_miss + r.send_cpu_per_byte * p.sample_bytes;
+  double rate = per_sample > 0 ? r.workers * r.cpus_per_worker * eff.cpu / per_sample : kInf;
+  if (r.network > 0 && p.sample_bytes > 0) rate = std::min(rate, r.network / p.sample_bytes);
+  return rate;
+}
+
+Prediction PredictRemote(const Profile& p, const Config& c, const RemotePrep& r, const Efficiency& eff) {
+  Prediction out = Predict(p, c, eff);
+  const double remote = RemoteRate(p, r, eff);
+  if (remote <= 0) return out;
+  double* lim = out.limits;
+  // The cores: at T samples/s the step's work, min(T, R) received, the rest
+  // prepped and read here: piecewise linear in T.
+  const double step = StepAt(p, c).work_cpu;
+  const double recv = r.recv_cpu_per_byte * p.sample_bytes;
+  const double here = CpuPerSample(p, c) - step;
+  const double budget = c.cores * eff.cpu;
+  if (!std::isfinite(remote) || remote * (step + recv) >= budget) {
+    lim[1] = step + recv > 0 ? budget / (step + recv) : kInf;
+  } else {
+    lim[1] = step + here > 0 ? remote + (budget - remote * (step + recv)) / (step + here) : kInf;
+  }
+  // The node's own pipeline adds what its threads and storage carry.
+  for (int l = 2; l < 5; ++l) lim[l] = remote + lim[l];
+  int best = 0;
+  for (int l = 1; l < 5; ++l) {
+    if (lim[l] < lim[best] * (1 - 1e-9)) best = l;
+  }
+  out.limit = static_cast<Limit>(best);
+  out.rate = lim[best];
+  return out;
+}
+
 int PrepThreadsFor(const Profile& p, Config c, int cores, const Efficiency& eff) {
   c.cores = cores;
   const int all = std::max(1, cores);
@@ -317,6 +352,7 @@ Result<Profile> Profile::FromJson(const std::string& text) {
     p.slot_items = j.value("slot_items", int64_t{0});
     p.batch = j.value("batch", int64_t{0});
     p.nodes = std::max(1, j.value("nodes", 1));
+    p.sample_bytes = std::max(0.0, j.value("sample_bytes", 0.0));
     if (p.step_rate <= 0 || p.prep_cpu < 0 || p.item_bytes < 0 || p.measured.cores <= 0 ||
         p.step_threads < 1 || p.step_rate_1 < 0 || p.step_cpu_1 < 0 || p.step_spin_cpu < 0 || p.noise < 0 ||
         p.loop_overhead < 0 || p.slot_items < 0 || p.batch < 0 || p.measured.reads_in_flight < 0 || p.hooks < 0 ||
@@ -343,7 +379,8 @@ std::string Profile::ToJson() const {
             {"dataset_bytes", dataset_bytes},   {"dataset_items", dataset_items},
             {"measured", ConfigToJson(measured)}, {"cached_rate", cached_rate},
             {"cold_rate", cold_rate},           {"slot_items", slot_items},
-            {"batch", batch},                   {"nodes", nodes}};
+            {"batch", batch},                   {"nodes", nodes},
+            {"sample_bytes", sample_bytes}};
   return j.dump();
 }
 

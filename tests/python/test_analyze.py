@@ -119,6 +119,13 @@ def test_prep_bound_with_one_decode_thread(big_jpegs):
     assert a.predict(cores=2, prep_threads=1)["rate"] == pytest.approx(now, rel=0.05)
     assert a.recommendation["config"]["cores"] > a.profile["measured"]["cores"] or \
         a.recommendation["config"]["prep_threads"] > 1
+    # Prep on other machines pays here: the workers make what the thread cannot.
+    remote = a.result["remote"]
+    assert remote["pays"] and remote["rate"] > 1.2 * now, remote
+    assert a.profile["sample_bytes"] == 3 * 224 * 224 * 4
+    rates = [p["rate"] for p in a.result["curves"]["remote_workers"]]
+    assert rates[0] == pytest.approx(now, rel=1e-9) and rates[1] > 1.2 * now
+    assert f"nostall.ray.Prep(num_workers={remote['workers']}" in a.table()
 
 
 @pytest.mark.slow
