@@ -264,7 +264,7 @@ def test_reports_json_and_self_contained_html(small_pngs, tmp_path):
     assert data["bottleneck"] == a.bottleneck
     # (the step sleeps: one thread of its own, so no curve over its threads)
     assert set(data["curves"]) == {"cache_fraction", "cache_nodes", "cores", "bandwidth",
-                                   "latency_s", "jobs", "reads_in_flight"}
+                                   "latency_s", "jobs", "reads_in_flight", "remote_workers"}
     page = (tmp_path / "a.html").read_text()
     # Nothing fetched from anywhere: no scripts, links, images or url() styles.
     assert not re.search(r"<script|<link|<img|src=|href=|url\(", page)
