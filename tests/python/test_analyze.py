@@ -269,7 +269,7 @@ def test_reports_json_and_self_contained_html(small_pngs, tmp_path):
     # Nothing fetched from anywhere: no scripts, links, images or url() styles.
     assert not re.search(r"<script|<link|<img|src=|href=|url\(", page)
     svgs = re.findall(r"<svg.*?</svg>", page, flags=re.S)
-    assert len(svgs) == 8  # the breakdown bar and seven what-if charts
+    assert len(svgs) == 9  # the breakdown bar and eight what-if charts (remote workers the eighth)
     for svg in svgs:
         ET.fromstring(svg)  # well-formed
     assert "What removes the stall" in page
