@@ -348,6 +348,9 @@ class _Plan:
         from .loader import read_spec
 
         base = read_spec(spec)
+        # Prep on other machines is not run: the node's own pipeline is
+        # measured, and the "remote" row models the workers.
+        self.remote = base.pop("remote", None)
         self.base, self.batch = base, int(base.get("batch_size", 1))
         tiers = base.get("cache") or []
         if isinstance(tiers, dict):
@@ -423,6 +426,9 @@ def run(spec, step, items, warmup_batches, step_seconds, progress) -> dict:
             raise RuntimeError(
                 f"the {name} run timed only {w.gaps} batches in {w.seconds:.2f} s, too few to "
                 "trust; give more items (a larger sample) or a smaller batch_size")
+    if plan.remote is not None:
+        notes.append("the spec's remote prep was not run: this measures the node's own pipeline, and the "
+                     "\"remote\" what-if row predicts the workers beside it")
     cache_epochs = stats.get("cache", {}).get("epochs", [])
     if len(cache_epochs) >= 2 and cache_epochs[1]["hit_rate"] < 0.95:
         notes.append(f"the cached run hit only {cache_epochs[1]['hit_rate']:.0%} "

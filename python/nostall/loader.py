@@ -302,6 +302,17 @@ class Loader(Closeable):
                           return_indices=return_indices, output=output, progress=progress,
                           device=device)
 
+    def _take_remote(self, spec: dict) -> dict:
+        """The spec without its "remote" object (prep on other machines, run
+        here in Python, not by the core), which becomes the loader's."""
+        if "remote" not in spec:
+            return spec
+        from . import ray as remote_prep
+
+        spec = dict(spec)
+        self._remote_prep = remote_prep.Prep.from_spec(spec.pop("remote"))
+        return spec
+
     @classmethod
     def _built(cls, spec: dict, hooks, **kw):
         """from_spec's loader, with another loader's Python hooks when `hooks`
@@ -309,6 +320,7 @@ class Loader(Closeable):
         self = cls.__new__(cls)
         if hooks is not None:
             self._hooks = hooks
+        spec = self._take_remote(spec)
         rank, world_size, ranks_from = _sharding(spec.get("rank"), spec.get("world_size"))
         spec["rank"], spec["world_size"] = rank, world_size
         self._init(spec, ranks_from=ranks_from, **kw)
@@ -556,6 +568,9 @@ class Loader(Closeable):
             for knob, unset in (("num_threads", 0), ("reads_in_flight", 0), ("prefetch", -1)):
                 if asked.get(knob) in (None, unset):
                     spec[knob] = unset
+        prep = getattr(self, "_remote_prep", None)
+        if prep is not None:  # prep on other machines (run here, not by the core)
+            spec["remote"] = prep.to_spec()
         return spec
 
     # What training scripts and trainers read of a DataLoader.

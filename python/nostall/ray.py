@@ -67,6 +67,27 @@ class Prep:
     resources: Optional[dict] = field(default=None)
     address: Optional[str] = None
 
+    def to_spec(self) -> dict:
+        """The spec's ``"remote": {"ray": ...}`` object (docs/spec.md)."""
+        out = {"num_workers": self.num_workers, "cpus_per_worker": self.cpus_per_worker,
+               "window": self.window, "local": self.local, "local_window": self.local_window}
+        if self.resources is not None:
+            out["resources"] = dict(self.resources)
+        if self.address is not None:
+            out["address"] = self.address
+        return {"ray": out}
+
+    @classmethod
+    def from_spec(cls, remote) -> "Prep":
+        """The Prep a spec's ``"remote"`` object describes."""
+        if not isinstance(remote, dict) or set(remote) != {"ray"} or not isinstance(remote["ray"], dict):
+            raise ValueError(f'a spec\'s "remote" is {{"ray": {{"num_workers": N, ...}}}}, not {remote!r}')
+        known = {"num_workers", "cpus_per_worker", "window", "local", "local_window", "resources", "address"}
+        unknown = set(remote["ray"]) - known
+        if unknown:
+            raise ValueError(f'the spec\'s "remote": unknown keys {sorted(unknown)} (of {sorted(known)})')
+        return cls(**remote["ray"])
+
     def __post_init__(self):
         for name in ("num_workers", "window", "local_window"):
             v = getattr(self, name)

@@ -306,6 +306,13 @@ Result<LoaderSpec> LoaderSpec::FromJson(const std::string& text) {
     LoaderSpec s;
     NOSTALL_RETURN_IF_ERROR(UpgradeFlatFields(&j, &s.notes));
     for (const auto& [key, _] : j.items()) {
+      if (key == "remote") {
+        // Prep on other machines runs through Python (nostall.ray, on Ray);
+        // what builds a pipeline here cannot do it.
+        return InvalidArgument("the spec's \"remote\" (prep on other machines, on Ray) runs through Python: "
+                               "nostall.Loader.from_spec(spec) (docs/remote.md); drop it to run the pipeline "
+                               "on this node alone");
+      }
       if (std::find(kKnown.begin(), kKnown.end(), key) == kKnown.end()) {
         return InvalidArgument("unknown loader spec field '" + key + "'");
       }

@@ -2,6 +2,7 @@
 cluster of three nodes on this machine (`ray start --head` and two `ray start
 --address` with their own resources), a worker process killed for real."""
 
+import json
 import os
 import signal
 import socket
@@ -149,9 +150,13 @@ def test_local_and_remote_together_resume_from_state(cluster, folder):
     state = loader.state_dict()
     assert (state["epoch"], state["batch"]) == (2, 7)
     counts = loader._remote.counts
+    spec = loader.spec  # the remote prep is part of it
     loader.close()
     assert counts["remote_batches"] + counts["local_batches"] == 7
-    resumed = nostall.Loader(folder, remote=prep, **KW)
+    assert spec["remote"] == {"ray": {"num_workers": 1, "cpus_per_worker": 1, "window": 4, "local": True,
+                                      "local_window": 2, "resources": {"prep": 1}}}
+    resumed = nostall.Loader.from_spec(json.loads(json.dumps(spec)), return_indices=True, copy=True)
+    assert resumed._remote is not None
     resumed.load_state_dict(state)
     rest = batches(resumed)
     assert_same([(x.numpy(), [int(i) for i in idx]) for x, _, idx in head] + rest, want)
@@ -181,6 +186,15 @@ def test_elastic_state_of_four_ranks_resumes_remote_at_two(cluster, folder):
 
 
 def test_prep_arguments_are_checked():
+    prep = nostall.ray.Prep(num_workers=3, cpus_per_worker=2.5, resources={"prep": 1}, address="auto")
+    assert nostall.ray.Prep.from_spec(prep.to_spec()) == prep
+    with pytest.raises(ValueError, match="unknown keys"):
+        nostall.ray.Prep.from_spec({"ray": {"workers": 2}})
+    with pytest.raises(ValueError, match='"remote"'):
+        nostall.ray.Prep.from_spec({"dask": {}})
+    # What builds a pipeline without Python (the CLI's bench and serve) says where remote prep runs.
+    with pytest.raises(ValueError, match="runs through Python"):
+        nostall._nostall.Loader(json.dumps({"source": ".", "remote": prep.to_spec()}))
     with pytest.raises(ValueError, match="num_workers"):
         nostall.ray.Prep(num_workers=-1)
     with pytest.raises(ValueError, match="cpus_per_worker"):
