@@ -173,25 +173,26 @@ namespace {
 // the kind writes them, and only then.
 Status CheckWrittenFields(const LoaderSpec& spec) {
   const auto& fields = spec.source_options.fields;
-  const auto has = [&](FieldKind k) {
-    return std::any_of(fields.begin(), fields.end(), [k](const FieldSpec& f) { return f.kind == k; });
-  };
   const std::optional<FieldKind> written = WrittenFieldKind(spec.prep.sample_kind());
-  if (has(FieldKind::kTargets) && written != FieldKind::kTargets) {
-    return InvalidArgument("a targets field needs the spec's \"detection\" transforms (at least a "
-                           "Resize((h, w)) that gives every image one size); docs/detection.md");
-  }
-  if (!has(FieldKind::kTargets) && written == FieldKind::kTargets) {
-    return InvalidArgument("\"detection\" transforms need a targets field in fields (e.g. \"targets\": "
-                           "{\"ext\": \"json\", \"kind\": \"targets\"}); docs/detection.md");
-  }
-  if (has(FieldKind::kClipAudio) && written != FieldKind::kClipAudio) {
-    return InvalidArgument("a clip_audio field needs a video list with a video.Audio (the clip's own audio); "
-                           "docs/video.md");
-  }
-  if (!has(FieldKind::kClipAudio) && written == FieldKind::kClipAudio) {
-    return InvalidArgument("video.Audio needs a clip_audio field in fields (e.g. \"audio\": {\"kind\": "
-                           "\"clip_audio\"}); docs/video.md");
+  struct Rule {
+    FieldKind kind;
+    const char* needs;    // the field without the kind that writes it
+    const char* missing;  // the kind without its field
+  };
+  static const Rule kRules[] = {
+      {FieldKind::kTargets,
+       "a targets field needs the spec's \"detection\" transforms (at least a Resize((h, w)) that gives every "
+       "image one size); docs/detection.md",
+       "\"detection\" transforms need a targets field in fields (e.g. \"targets\": {\"ext\": \"json\", "
+       "\"kind\": \"targets\"}); docs/detection.md"},
+      {FieldKind::kClipAudio,
+       "a clip_audio field needs a video list with a video.Audio (the clip's own audio); docs/video.md",
+       "video.Audio needs a clip_audio field in fields (e.g. \"audio\": {\"kind\": \"clip_audio\"}); "
+       "docs/video.md"}};
+  for (const Rule& rule : kRules) {
+    const bool has = std::any_of(fields.begin(), fields.end(),
+                                 [&](const FieldSpec& f) { return f.kind == rule.kind; });
+    if (has != (written == rule.kind)) return InvalidArgument(has ? rule.needs : rule.missing);
   }
   return Status::OK();
 }

@@ -62,6 +62,25 @@ int64_t Seek(void* opaque, int64_t offset, int whence) {
 // A packet's presentation time (its decoding time where it has none).
 int64_t PacketTime(const AVPacket* p) { return p->pts != AV_NOPTS_VALUE ? p->pts : p->dts; }
 
+// A decoder for `st` (`what`: "video", "audio", for the errors), on the
+// calling thread: the prep threads decode in parallel.
+Status OpenCodec(const AVStream* st, const char* what, AVCodecContext** out) {
+  const AVCodec* dec = avcodec_find_decoder(st->codecpar->codec_id);
+  if (dec == nullptr) {
+    return DataError(std::string("no decoder for its ") + what + " codec (" +
+                     avcodec_get_name(st->codecpar->codec_id) + ")");
+  }
+  *out = avcodec_alloc_context3(dec);
+  if (*out == nullptr) return ResourceExhausted(std::string("out of memory for the ") + what + " decoder");
+  int err = avcodec_parameters_to_context(*out, st->codecpar);
+  if (err < 0) return DataError(std::string("the ") + what + " stream's parameters: " + AvError(err));
+  (*out)->thread_count = 1;
+  (*out)->pkt_timebase = st->time_base;
+  err = avcodec_open2(*out, dec, nullptr);
+  if (err < 0) return DataError(std::string("the ") + what + " decoder does not open: " + AvError(err));
+  return Status::OK();
+}
+
 // One packet as the scan saw it.
 struct PacketMark {
   int64_t pts, dts;
@@ -155,25 +174,13 @@ Status FfmpegDecoder::Open() {
   } else {
     audio_stream_ = -1;
   }
-  const AVCodec* dec = avcodec_find_decoder(st->codecpar->codec_id);
-  if (dec == nullptr) {
-    return DataError(std::string("no decoder for its video codec (") + avcodec_get_name(st->codecpar->codec_id) +
-                     ")");
-  }
-  codec_ = avcodec_alloc_context3(dec);
-  if (codec_ == nullptr) return ResourceExhausted("out of memory for the video's decoder");
-  err = avcodec_parameters_to_context(codec_, st->codecpar);
-  if (err < 0) return DataError("the video stream's parameters: " + AvError(err));
-  codec_->thread_count = 1;  // the prep threads decode in parallel
-  codec_->pkt_timebase = st->time_base;
-  err = avcodec_open2(codec_, dec, nullptr);
-  if (err < 0) return DataError("the video decoder does not open: " + AvError(err));
+  NOSTALL_RETURN_IF_ERROR(OpenCodec(st, "video", &codec_));
   packet_ = av_packet_alloc();
   frame_ = av_frame_alloc();
   if (packet_ == nullptr || frame_ == nullptr) return ResourceExhausted("out of memory for video frames");
   info_.width = st->codecpar->width;
   info_.height = st->codecpar->height;
-  info_.codec = dec->name;
+  info_.codec = codec_->codec->name;
   if (info_.width <= 0 || info_.height <= 0 || info_.width > 16384 || info_.height > 16384 ||
       int64_t{info_.width} * info_.height > int64_t{8192} * 8192) {
     return DataError("the video's frame size (" + std::to_string(info_.width) + " x " +
@@ -349,22 +356,7 @@ Status FfmpegDecoder::Decode(const int64_t* indices, int count, const FrameSink&
 }
 
 Status FfmpegDecoder::OpenAudio(int rate, int channels) {
-  if (audio_ == nullptr) {
-    const AVStream* st = fmt_->streams[audio_stream_];
-    const AVCodec* dec = avcodec_find_decoder(st->codecpar->codec_id);
-    if (dec == nullptr) {
-      return DataError(std::string("no decoder for its audio codec (") + avcodec_get_name(st->codecpar->codec_id) +
-                       ")");
-    }
-    audio_ = avcodec_alloc_context3(dec);
-    if (audio_ == nullptr) return ResourceExhausted("out of memory for the audio decoder");
-    int err = avcodec_parameters_to_context(audio_, st->codecpar);
-    if (err < 0) return DataError("the audio stream's parameters: " + AvError(err));
-    audio_->thread_count = 1;
-    audio_->pkt_timebase = st->time_base;
-    err = avcodec_open2(audio_, dec, nullptr);
-    if (err < 0) return DataError("the audio decoder does not open: " + AvError(err));
-  }
+  if (audio_ == nullptr) NOSTALL_RETURN_IF_ERROR(OpenCodec(fmt_->streams[audio_stream_], "audio", &audio_));
   avcodec_flush_buffers(audio_);
   swr_free(&swr_);  // made again at the first frame: a fresh filter state per window
   swr_rate_ = rate;
