@@ -57,6 +57,10 @@ class Prep:
         address: the Ray cluster to join when Ray is not yet initialised in
             this process (``"auto"``: the one ``ray start`` made on this
             node; None: ``ray.init()``'s default).
+        replacements: lost workers replaced by new actors over the loader's
+            life (None: twice ``num_workers``; 0: none). A replacement is
+            given batches once it is up; until then the others (or the
+            trainer's own threads, when none is left) make them.
     """
 
     num_workers: int = 1
@@ -66,6 +70,7 @@ class Prep:
     local_window: int = 2
     resources: Optional[dict] = field(default=None)
     address: Optional[str] = None
+    replacements: Optional[int] = None
 
     def to_spec(self) -> dict:
         """The spec's ``"remote": {"ray": ...}`` object (docs/spec.md)."""
@@ -75,6 +80,8 @@ class Prep:
             out["resources"] = dict(self.resources)
         if self.address is not None:
             out["address"] = self.address
+        if self.replacements is not None:
+            out["replacements"] = self.replacements
         return {"ray": out}
 
     @classmethod
@@ -82,7 +89,8 @@ class Prep:
         """The Prep a spec's ``"remote"`` object describes."""
         if not isinstance(remote, dict) or set(remote) != {"ray"} or not isinstance(remote["ray"], dict):
             raise ValueError(f'a spec\'s "remote" is {{"ray": {{"num_workers": N, ...}}}}, not {remote!r}')
-        known = {"num_workers", "cpus_per_worker", "window", "local", "local_window", "resources", "address"}
+        known = {"num_workers", "cpus_per_worker", "window", "local", "local_window", "resources", "address",
+                 "replacements"}
         unknown = set(remote["ray"]) - known
         if unknown:
             raise ValueError(f'the spec\'s "remote": unknown keys {sorted(unknown)} (of {sorted(known)})')
@@ -98,6 +106,9 @@ class Prep:
             raise ValueError(f"Prep cpus_per_worker must be > 0, not {self.cpus_per_worker!r}")
         if self.num_workers == 0 and not self.local:
             raise ValueError("Prep with no workers and local=False would make no batches")
+        if self.replacements is not None and (not isinstance(self.replacements, int) or
+                                              isinstance(self.replacements, bool) or self.replacements < 0):
+            raise ValueError(f"Prep replacements must be an integer >= 0 or None, not {self.replacements!r}")
 
 
 def _ray():
@@ -228,13 +239,15 @@ class _Worker:
 class _Source:
     """One side that makes batches: a worker actor, or the trainer's own core."""
 
-    def __init__(self, name, window, actor=None):
+    def __init__(self, name, window, actor=None, ready=None):
         self.name = name
         self.window = window
         self.actor = actor
         self.outstanding = set()  # batches asked of it, not yet taken by the trainer
         self.per_batch = None     # seconds a batch takes it (a running mean)
         self.alive = True
+        self.ready = ready        # a replacement's ready() call: given batches once it answered
+        self.made = 0             # batches the trainer took from it
 
     def finish_estimate(self, default):
         t = self.per_batch if self.per_batch is not None else default
@@ -256,7 +269,9 @@ class Remote:
         spec["num_threads"] = max(1, int(round(prep.cpus_per_worker)))
         actor = ray.remote(_Worker).options(num_cpus=prep.cpus_per_worker, resources=prep.resources or None,
                                             max_concurrency=prep.window + 4)
-        self._sources = [_Source(f"worker {i}", prep.window, actor.remote(json.dumps(spec)))
+        self._actor, self._worker_spec = actor, json.dumps(spec)
+        self._replacements_left = 2 * prep.num_workers if prep.replacements is None else prep.replacements
+        self._sources = [_Source(f"worker {i}", prep.window, actor.remote(self._worker_spec))
                          for i in range(prep.num_workers)]
         self._local = _Source("local", prep.local_window) if prep.local else None
         if self._local is not None:
@@ -269,7 +284,7 @@ class Remote:
         self.local_from = 0     # the trainer's threads rest until it took this many
         self.local_lead = 0     # how far ahead they are asked (0: twice the workers' windows)
         self.counts = {"remote_batches": 0, "local_batches": 0, "remade_batches": 0, "workers_lost": 0,
-                       "remote_bytes": 0, "remote_wait_s": 0.0}
+                       "workers_replaced": 0, "remote_bytes": 0, "remote_wait_s": 0.0}
 
     def local_made(self, waited):
         """The tuner of the trainer's own share. A batch its threads had made
@@ -299,11 +314,36 @@ class Remote:
         source.alive = False
         self.counts["workers_lost"] += 1
         import warnings
+        replaced = self._replacements_left > 0
         warnings.warn(f"nostall remote prep: {source.name} was lost ({type(error).__name__}); its "
-                      f"{len(source.outstanding)} batches not yet taken are made again elsewhere",
-                      RuntimeWarning, stacklevel=4)
-        if not any(s.alive for s in self._sources) and self._local is None:
+                      f"{len(source.outstanding)} batches not yet taken are made again elsewhere"
+                      + ("; a new worker replaces it" if replaced else ""), RuntimeWarning, stacklevel=4)
+        if replaced:
+            self._replacements_left -= 1
+            self.counts["workers_replaced"] += 1
+            actor = self._actor.remote(self._worker_spec)
+            self._sources.append(_Source(f"worker {len(self._sources)} (replacing {source.name})",
+                                         self._prep.window, actor, actor.ready.remote()))
+        if not self.working() and self._local is None:
             self._local = _Source("local", self._prep.local_window)  # the last resort: our own threads
+
+    def working(self):
+        """The workers that are up: alive, and (a replacement) answered ready()."""
+        out = []
+        for s in self._sources:
+            if s.alive and s.ready is not None:
+                done, _ = self._ray.wait([s.ready], timeout=0)
+                if not done:
+                    continue
+                try:
+                    self._ray.get(s.ready)
+                    s.ready = None
+                except self._ray.exceptions.RayError as e:  # it died starting
+                    self.lost(s, e)
+                    continue
+            if s.alive:
+                out.append(s)
+        return out
 
     def close(self):
         for s in self._sources:
@@ -341,7 +381,7 @@ class _Pass:
         batches while the workers start (a fast start), then one batch at a
         time, twice the workers' windows ahead of the trainer, so that the
         moments the step leaves idle make it before its turn."""
-        workers = [s for s in self.r._sources if s.alive]
+        workers = self.r.working()
         local = self.r._local
         warming = all(s.per_batch is None for s in workers)
         if workers and not warming and local is not None and not local.outstanding:
@@ -421,6 +461,7 @@ class _Pass:
                                                                  if w.alive):
                 self.r.local_made(waited=time.perf_counter() - t_take)
             src.outstanding.discard(b)
+            src.made += 1
             del self.asked[b]
             dt = time.perf_counter() - t0
             # A batch's cost: the time it took over the batches queued before it.

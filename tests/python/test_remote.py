@@ -129,9 +129,15 @@ def test_a_worker_killed_mid_epoch_every_batch_once_and_byte_identical(cluster, 
     assert killed
     assert_same(got, want)
     counts = loader._remote.counts
-    assert counts["workers_lost"] == 1 and counts["remade_batches"] >= 1
+    assert counts["workers_lost"] == 1 and counts["remade_batches"] >= 1 and counts["workers_replaced"] == 1
     assert counts["remote_batches"] == len(want)
-    assert_same(batches(loader), local_epoch(folder, 1))  # the next epoch, on the survivor
+    # A new worker replaces the lost one (on the node its death freed): once
+    # up, it makes its share of the next epoch beside the survivor.
+    replacement = loader._remote._sources[-1]
+    assert replacement.name == "worker 2 (replacing worker 0)"
+    ray.get(replacement.ready, timeout=120)
+    assert_same(batches(loader), local_epoch(folder, 1))
+    assert replacement.made > 0 and loader._remote._sources[1].made > 0
     loader.close()
 
 
