@@ -31,7 +31,7 @@ export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_f
 PYTEST_WORKERS ?= auto
 TORCHVISION_WHEEL := torchvision==0.28.0
 
-.PHONY: all deps venv install generate demo test check test-cpp test-python check-python build-sanitizers build-asan build-tsan test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start bench-audio bench-detection bench-parquet bench-trace wheel wheel-check sdist wheel-test clean
+.PHONY: all deps venv install generate demo test check test-cpp test-python check-python build-sanitizers build-asan build-tsan test-asan test-tsan check-locks fuzz fuzz-smoke bench bench-cache bench-analyze bench-shared bench-s3 bench-cluster bench-autotune bench-scale bench-s3-start bench-audio bench-detection bench-parquet bench-trace bench-video wheel wheel-check sdist wheel-test clean
 
 all: install
 
@@ -231,6 +231,12 @@ bench-parquet: install
 
 bench-trace: install
 	$(PY) bench/bench_trace.py
+
+# Video clips vs torchcodec, PyAV and decord with the DataLoader (docs/video.md);
+# BENCH_VIDEO_ARGS="--clips 2" for two views of each video.
+bench-video: install
+	$(PIP) install -q -c constraints.txt "torchcodec==0.11.*" av decord  # (later torchcodec wheels need CUDA's libnvrtc)
+	$(PY) bench/bench_video.py --rounds 3 --epochs 1 $(BENCH_VIDEO_ARGS)
 
 bench-shared: install
 	$(PY) bench/bench_shared.py

@@ -1,7 +1,7 @@
 """Video clips/s: nostall against torchcodec, PyAV and decord, each with
 torch's DataLoader, on the Kinetics-style recipe.
 
-    python bench/bench_video.py [--rounds 3] [--data DIR] [--videos 36] [--epochs 2]
+    python bench/bench_video.py [--rounds 3] [--data DIR] [--videos 36] [--epochs 2] [--clips N]
 
 The recipe (torchvision's video classification references): a clip of 16
 frames 4 apart at a random start, the short side resized to 128
@@ -20,6 +20,12 @@ tensors), crop, flip and normalize in torch. Each round runs every
 pipeline's epochs in a fresh process, the order rotated every round; the
 table gives median clips/s and nostall's ratio to each. nostall's decoded
 frames per clip frame (the waste) are printed too.
+
+--clips N: N clips of each video per sample (the views of multi-view
+training), each with its own start, crop and flip: nostall's
+Clip(clips=N), decoded in one pass; torchcodec's clips_at_random_indices
+(num_clips=N), one call; decord's get_batch of the N clips' frames, one
+call; PyAV one seek and decode per clip. The rate counts clips (views).
 """
 import argparse
 import json
@@ -32,6 +38,7 @@ from pathlib import Path
 
 MEAN, STD = [0.43216, 0.394666, 0.37645], [0.22803, 0.22145, 0.216989]
 FRAMES, STEP, SHORT, CROP, BATCH = 16, 4, 128, 112, 8
+CLIPS = int(os.environ.get("BENCH_VIDEO_CLIPS", "1"))  # clips per sample (--clips)
 
 
 def finish(frames):
@@ -69,9 +76,12 @@ class Videos:
         return len(self.files)
 
     def __getitem__(self, i):
+        import torch
+
         path = self.files[i]
-        frames = getattr(self, "_" + self.decoder)(str(path))
-        return finish(frames), self.classes.index(path.parent.name)
+        clips = getattr(self, "_" + self.decoder)(str(path))  # CLIPS x (T, H, W, 3)
+        out = [finish(frames) for frames in clips]
+        return (out[0] if CLIPS == 1 else torch.stack(out)), self.classes.index(path.parent.name)
 
     @staticmethod
     def _torchcodec(path):
@@ -79,11 +89,17 @@ class Videos:
         from torchcodec.samplers import clips_at_random_indices
 
         d = VideoDecoder(path, dimension_order="NHWC", num_ffmpeg_threads=1)
-        return clips_at_random_indices(d, num_clips=1, num_frames_per_clip=FRAMES,
-                                       num_indices_between_frames=STEP).data[0]
+        out = clips_at_random_indices(d, num_clips=CLIPS, num_frames_per_clip=FRAMES,
+                                      num_indices_between_frames=STEP)
+        # (A FrameBatch of (clips, T, H, W, 3), or a list of one FrameBatch a clip.)
+        return list(out.data) if hasattr(out, "data") else [c.data for c in out]
+
+    @classmethod
+    def _pyav(cls, path):
+        return [cls._pyav_clip(path) for _ in range(CLIPS)]
 
     @staticmethod
-    def _pyav(path):
+    def _pyav_clip(path):
         import av
         import numpy as np
 
@@ -109,7 +125,9 @@ class Videos:
         import decord
 
         r = decord.VideoReader(path, num_threads=1)
-        return r.get_batch(clip_indices(len(r))).asnumpy()
+        wanted = [clip_indices(len(r)) for _ in range(CLIPS)]
+        frames = r.get_batch(sum(wanted, [])).asnumpy()
+        return [frames[k * FRAMES:(k + 1) * FRAMES] for k in range(CLIPS)]
 
 
 def _init_worker(_):
@@ -128,7 +146,7 @@ def run_dataloader(files, decoder, epochs, threads):
     start, n = time.perf_counter(), 0
     for _ in range(epochs):
         for clips, labels in loader:
-            n += len(labels)
+            n += len(labels) * CLIPS
     return {"rate": n / (time.perf_counter() - start)}
 
 
@@ -136,8 +154,8 @@ def run_nostall(root, epochs, threads):
     import nostall
     from nostall import video
 
-    transforms = [video.Clip(FRAMES, step=STEP), nostall.Resize(SHORT), video.RandomCrop(CROP),
-                  nostall.RandomHorizontalFlip(), nostall.Normalize(MEAN, STD)]
+    transforms = [video.Clip(FRAMES, step=STEP, clips=CLIPS if CLIPS > 1 else None), nostall.Resize(SHORT),
+                  video.RandomCrop(CROP), nostall.RandomHorizontalFlip(), nostall.Normalize(MEAN, STD)]
     loader = nostall.Loader(str(root), transforms=transforms, batch_size=BATCH, shuffle=True, num_threads=threads,
                             autotune=False)
     for _ in loader:  # warm-up epoch: the index, the threads
@@ -146,10 +164,10 @@ def run_nostall(root, epochs, threads):
     for e in range(epochs):
         loader.set_epoch(e + 1)
         for clips, labels in loader:
-            n += len(labels)
+            n += len(labels) * CLIPS
     rate = n / (time.perf_counter() - start)
     files = sorted(p for p in Path(root).glob("*/*.mp4"))
-    decoded = [video.apply(transforms, f, index=i)[1]["decoded"] / FRAMES for i, f in enumerate(files)]
+    decoded = [video.apply(transforms, f, index=i)[1]["decoded"] / (FRAMES * CLIPS) for i, f in enumerate(files)]
     return {"rate": rate, "waste": statistics.mean(decoded)}
 
 
@@ -160,9 +178,11 @@ def main():
     parser.add_argument("--videos", type=int, default=36)
     parser.add_argument("--epochs", type=int, default=2, help="epochs timed per run")
     parser.add_argument("--only", default="nostall,torchcodec,pyav,decord", help="the pipelines to run")
+    parser.add_argument("--clips", type=int, default=1, help="clips (views) of each video per sample")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     root = Path(args.data)
+    os.environ["BENCH_VIDEO_CLIPS"] = str(args.clips)  # (the children read it)
     if args.child:
         threads = len(os.sched_getaffinity(0))
         files = sorted(root.glob("*/*.mp4"))
@@ -178,7 +198,7 @@ def main():
     cores = len(os.sched_getaffinity(0))
     names = args.only.split(",")
     print(f"{4 * per_class} videos (10 s H.264, 320x240-1280x720, GOP 12/250), 16 frames x 4, short side 128, "
-          f"crop 112, flip, normalize, batch {BATCH}, {cores} cores", flush=True)
+          f"crop 112, flip, normalize, batch {BATCH}, {args.clips} clip(s) per video, {cores} cores", flush=True)
     rates = {k: [] for k in names}
     waste = []
     for r in range(args.rounds):
@@ -192,7 +212,7 @@ def main():
         print(f"  round {r}: " + ", ".join(f"{k} {rates[k][-1]:.1f}/s" for k in names), flush=True)
     med = {k: statistics.median(v) for k, v in rates.items()}
     print()
-    print("| pipeline | clips/s | nostall's ratio |")
+    print(f"| pipeline ({args.clips} clip(s) a sample) | clips/s | nostall's ratio |")
     print("|---|---:|---:|")
     for k in names:
         ratio = f"{med['nostall'] / med[k]:.2f}x" if "nostall" in med and k != "nostall" else ""
