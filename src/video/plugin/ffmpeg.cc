@@ -114,6 +114,9 @@ class FfmpegDecoder final : public Decoder {
   Status OpenAudio(int rate, int channels);
   Status AudioFrame(int64_t first, int64_t count, int64_t* at, int64_t* grid_next, float* dst);
   Status Resampled(const uint8_t** in, int n_in, int64_t first, int64_t count, int64_t* grid_next, float* dst);
+  Status SeekAudio(int64_t ts);
+  Status AudioWindow(int64_t first, int64_t count, float* dst, bool strict, bool* late);
+  bool LateFrame(int64_t first) const;
   Status Scan();
   Status SeekTo(size_t key);
   Status Convert(const FrameSink& sink, int k);
@@ -428,22 +431,7 @@ Status FfmpegDecoder::Resampled(const uint8_t** in, int n_in, int64_t first, int
   return Status::OK();
 }
 
-Status FfmpegDecoder::DecodeAudio(double start, int rate, int channels, int64_t count, float* dst, bool* present) {
-  std::fill(dst, dst + static_cast<size_t>(channels) * count, 0.0f);
-  *present = audio_stream_ >= 0;
-  if (!*present) return Status::OK();
-  NOSTALL_RETURN_IF_ERROR(OpenAudio(rate, channels));
-  const int64_t first = std::llround(start * rate);  // the window on the output grid
-  const AVStream* st = fmt_->streams[audio_stream_];
-  // From a little before the window: the decoder's pre-roll (an MDCT's
-  // overlap, Opus's 80 ms) and the samples left out to reach the grid.
-  const int in_rate = std::max(1, st->codecpar->sample_rate);
-  const double preroll = 0.25 + static_cast<double>(st->codecpar->seek_preroll) / in_rate +
-                         static_cast<double>(in_rate / std::gcd(in_rate, rate)) / in_rate;
-  int64_t ts = av_rescale_q(std::llround((start - preroll) * AV_TIME_BASE), AV_TIME_BASE_Q, st->time_base);
-  // Not before the stream's first packet (an AAC stream's is its priming
-  // frame, before time zero: the decoder needs it for the first samples).
-  if (audio_first_ != AV_NOPTS_VALUE) ts = std::max(ts, audio_first_);
+Status FfmpegDecoder::SeekAudio(int64_t ts) {
   // (Where the demuxer cannot seek to the stream's start by time, as AVI's
   // at its first packet, the file's first byte is the start.)
   if (av_seek_frame(fmt_, audio_stream_, ts, AVSEEK_FLAG_BACKWARD) < 0 &&
@@ -451,18 +439,31 @@ Status FfmpegDecoder::DecodeAudio(double start, int rate, int channels, int64_t 
       av_seek_frame(fmt_, audio_stream_, INT64_MIN, AVSEEK_FLAG_BACKWARD | AVSEEK_FLAG_ANY) < 0) {
     return DataError("the audio does not seek");
   }
+  return Status::OK();
+}
+
+// The window [first, first + count) from where the reader stands. With
+// `strict`, a first frame after the window's start (the seek landed past
+// it) places nothing and sets `*late`.
+Status FfmpegDecoder::AudioWindow(int64_t first, int64_t count, float* dst, bool strict, bool* late) {
   int64_t at = INT64_MIN, grid_next = -1;
+  *late = false;
   auto drain = [&]() -> Status {
     for (;;) {
       const int err = avcodec_receive_frame(audio_, frame_);
       if (err == AVERROR(EAGAIN) || err == AVERROR_EOF) return Status::OK();
       if (err < 0) return DataError("the audio does not decode: " + AvError(err));
+      if (strict && grid_next < 0 && at == INT64_MIN && LateFrame(first)) {
+        av_frame_unref(frame_);
+        *late = true;
+        return Status::OK();
+      }
       const Status s = AudioFrame(first, count, &at, &grid_next, dst);
       av_frame_unref(frame_);
       NOSTALL_RETURN_IF_ERROR(s);
     }
   };
-  while (grid_next < first + count) {
+  while (grid_next < first + count && !*late) {
     const int err = av_read_frame(fmt_, packet_);
     if (err < 0) {  // the end: what the decoder and the resampler still hold
       avcodec_send_packet(audio_, nullptr);
@@ -480,6 +481,45 @@ Status FfmpegDecoder::DecodeAudio(double start, int rate, int channels, int64_t 
       return DataError("an audio packet does not decode: " + AvError(sent));
     }
     NOSTALL_RETURN_IF_ERROR(drain());
+  }
+  return Status::OK();
+}
+
+// Whether the frame in frame_, the first after a seek, starts after output
+// sample `first` (on the output grid of swr_rate_).
+bool FfmpegDecoder::LateFrame(int64_t first) const {
+  const int64_t pts = frame_->best_effort_timestamp != AV_NOPTS_VALUE ? frame_->best_effort_timestamp : frame_->pts;
+  if (pts == AV_NOPTS_VALUE) return false;
+  const AVRational tb = fmt_->streams[audio_stream_]->time_base;
+  return av_rescale_q(pts, tb, AVRational{1, swr_rate_}) > first;
+}
+
+Status FfmpegDecoder::DecodeAudio(double start, int rate, int channels, int64_t count, float* dst, bool* present) {
+  std::fill(dst, dst + static_cast<size_t>(channels) * count, 0.0f);
+  *present = audio_stream_ >= 0;
+  if (!*present) return Status::OK();
+  NOSTALL_RETURN_IF_ERROR(OpenAudio(rate, channels));
+  const int64_t first = std::llround(start * rate);  // the window on the output grid
+  const AVStream* st = fmt_->streams[audio_stream_];
+  // From a little before the window: the decoder's pre-roll (an MDCT's
+  // overlap, Opus's 80 ms) and the samples left out to reach the grid.
+  const int in_rate = std::max(1, st->codecpar->sample_rate);
+  const double preroll = 0.25 + static_cast<double>(st->codecpar->seek_preroll) / in_rate +
+                         static_cast<double>(in_rate / std::gcd(in_rate, rate)) / in_rate;
+  int64_t ts = av_rescale_q(std::llround((start - preroll) * AV_TIME_BASE), AV_TIME_BASE_Q, st->time_base);
+  // Not before the stream's first packet (an AAC stream's is its priming
+  // frame, before time zero: the decoder needs it for the first samples).
+  const int64_t stream_start = audio_first_ != AV_NOPTS_VALUE ? audio_first_ : INT64_MIN;
+  ts = std::max(ts, stream_start);
+  NOSTALL_RETURN_IF_ERROR(SeekAudio(ts));
+  bool late = false;
+  NOSTALL_RETURN_IF_ERROR(AudioWindow(first, count, dst, ts > stream_start, &late));
+  if (late) {
+    // The seek landed after the window's start: again from the stream's
+    // start (where samples before the first are silence indeed).
+    NOSTALL_RETURN_IF_ERROR(OpenAudio(rate, channels));
+    NOSTALL_RETURN_IF_ERROR(SeekAudio(stream_start));
+    NOSTALL_RETURN_IF_ERROR(AudioWindow(first, count, dst, false, &late));
   }
   return Status::OK();
 }
