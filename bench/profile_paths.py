@@ -7,7 +7,10 @@ where a sample's time goes (docs/benchmarks.md "Where the time goes").
 Paths: images (RandomResizedCrop(224) + flip + Normalize, float32; `make
 bench`'s JPEGs), images-uint8 (the same without Normalize), audio-flac and
 audio-mp3 (3 s crops of 30 s recordings at 16 kHz + the mel features of
-`make bench-audio`; its data). Prints the time per sample of the epochs after
+`make bench-audio`; its data), video (the Kinetics-style clip of `make
+bench-video`: 16 frames 4 apart, short side 128, crop 112, flip, Normalize;
+its videos) and detection (the SSD recipe of `make bench-detection`; its
+scenes). Prints the time per sample of the epochs after
 the first (the interpreter's start and the first epoch are in a profile of
 the whole process too: run enough epochs that they are small beside them).
 """
@@ -24,6 +27,22 @@ def loader_for(path, data):
     import nostall
     from nostall import audio
 
+    if path == "video":
+        from nostall import video
+
+        ts = [video.Clip(16, step=4), nostall.Resize(128), video.RandomCrop(112), nostall.RandomHorizontalFlip(),
+              nostall.Normalize((0.43216, 0.394666, 0.37645), (0.22803, 0.22145, 0.216989))]
+        return nostall.Loader(data or str(ROOT / "bench_data" / "video"), batch_size=8, shuffle=True, num_threads=1,
+                              autotune=False, transforms=ts), "clips"
+    if path == "detection":
+        from nostall.datasets import Coco
+        from nostall.transforms import RandomIoUCrop, RandomPhotometricDistort, RandomZoomOut, SanitizeBoundingBoxes
+
+        root = Path(data or ROOT / "bench_data" / "detection")
+        ts = [RandomPhotometricDistort(), RandomZoomOut(fill=(123, 117, 104)), RandomIoUCrop(),
+              nostall.RandomHorizontalFlip(), nostall.Resize((300, 300)), SanitizeBoundingBoxes()]
+        return nostall.Loader(Coco(str(root / "images"), str(root / "instances.json")), transforms=ts, batch_size=32,
+                              shuffle=True, num_threads=1, autotune=False), "images"
     if path.startswith("images"):
         ts = [nostall.RandomResizedCrop(224), nostall.RandomHorizontalFlip()]
         if path == "images":
@@ -40,7 +59,7 @@ def loader_for(path, data):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("path", choices=["images", "images-uint8", "audio-flac", "audio-mp3"])
+    ap.add_argument("path", choices=["images", "images-uint8", "audio-flac", "audio-mp3", "video", "detection"])
     ap.add_argument("--epochs", type=int, default=4, help="epochs timed after the first")
     ap.add_argument("--data", help="the dataset (default: the benchmark's, made by make bench / bench-audio)")
     args = ap.parse_args()

@@ -19,6 +19,8 @@ using nlohmann::json;
 namespace {
 
 constexpr int kMaxSuggestedReads = 256;
+// The gain (x the rate now) at which prep on other machines is advised.
+constexpr double kRemotePays = 1.2;
 
 // Differences the measurement cannot tell from the machine's noise.
 double Noise(const Profile& p) { return std::max(kModelNoise, p.noise); }
@@ -382,7 +384,9 @@ json Curves(const Profile& p, const Efficiency& eff) {
 // Whether prep on other machines pays, and with how many workers: the
 // fewest (of 1, 2, 4, 8 the size of this node) that reach the step's rate,
 // else the most; it pays where the pipeline is what limits (prep) and the
-// workers raise the rate beyond the noise. Null without the sample's size.
+// workers raise the rate by kRemotePays or more (a model's gain, not a
+// timing: the step's timing noise, which a step of microseconds makes
+// large on a busy machine, is not its measure). Null without the sample's size.
 json RemoteAdvice(const Profile& p, const Efficiency& eff, Bottleneck named, const Prediction& now) {
   if (p.sample_bytes <= 0) return nullptr;
   const RemotePrep assumed;
@@ -401,7 +405,7 @@ json RemoteAdvice(const Profile& p, const Efficiency& eff, Bottleneck named, con
   out["cpus_per_worker"] = RemoteOfSize(p, workers).cpus_per_worker;
   out["rate"] = best.rate;
   out["limit"] = LimitName(best.limit);
-  out["pays"] = named == Bottleneck::kPrep && best.rate > now.rate * (1 + Noise(p));
+  out["pays"] = named == Bottleneck::kPrep && best.rate >= now.rate * kRemotePays;
   // What a batch's crossing costs the trainer's node, per sample.
   out["trainer_cpu_per_sample"] = assumed.recv_cpu_per_byte * p.sample_bytes;
   return out;
