@@ -108,18 +108,15 @@ void AdjustHue(const ImageView& img, double hue_factor) {
       const float rc = t.quotient[cr][maxc - r];
       const float gc = t.quotient[cr][maxc - g];
       const float bc = t.quotient[cr][maxc - b];
-      // PIL's arithmetic: float variables, double constants.
-      float h;
-      if (r == maxc) {
-        h = bc - gc;
-      } else if (g == maxc) {
-        h = static_cast<float>(2.0 + rc - bc);
-      } else {
-        h = static_cast<float>(4.0 + gc - rc);
-      }
-      // fmod(x, 1.0) of a positive x is x - floor(x), exactly.
+      // PIL's arithmetic: float variables, double constants. The three
+      // cases are all computed and one taken (which channel is the largest
+      // changes from pixel to pixel: a branch would be mispredicted).
+      const float cases[3] = {bc - gc, static_cast<float>(2.0 + rc - bc), static_cast<float>(4.0 + gc - rc)};
+      float h = cases[r == maxc ? 0 : g == maxc ? 1 : 2];
+      // fmod(x, 1.0) of a positive x is x - floor(x), exactly; x is in
+      // (0.8, 2), where floor is the truncation to an integer.
       const double x = h / 6.0 + 1.0;
-      h = static_cast<float>(x - std::floor(x));
+      h = static_cast<float>(x - static_cast<double>(static_cast<int>(x)));
       uh = static_cast<uint8_t>(std::clamp(static_cast<int>(h * 255.0), 0, 255));
       us = static_cast<uint8_t>(std::clamp(static_cast<int>(s * 255.0), 0, 255));
     }
@@ -129,21 +126,21 @@ void AdjustHue(const ImageView& img, double hue_factor) {
       p[0] = p[1] = p[2] = uv;
       continue;
     }
-    const int seg = static_cast<int>(std::floor(static_cast<float>(uh) * 6.0 / 255.0));
+    const int seg = static_cast<int>(static_cast<float>(uh) * 6.0 / 255.0);  // (>= 0: floor is truncation)
     const float f = static_cast<float>(static_cast<float>(uh) * 6.0 / 255.0 - seg);
     const float fs = static_cast<float>(us) / 255.0f;
     auto clip = [](double v) { return static_cast<uint8_t>(std::clamp(RoundHalfUp(v), 0, 255)); };
     const uint8_t pv = clip(static_cast<float>(uv) * (1.0 - fs));
     const uint8_t qv = clip(static_cast<float>(uv) * (1.0 - fs * f));
     const uint8_t tv = clip(static_cast<float>(uv) * (1.0 - fs * (1.0 - f)));
-    switch (seg % 6) {
-      case 0: p[0] = uv; p[1] = tv; p[2] = pv; break;
-      case 1: p[0] = qv; p[1] = uv; p[2] = pv; break;
-      case 2: p[0] = pv; p[1] = uv; p[2] = tv; break;
-      case 3: p[0] = pv; p[1] = qv; p[2] = uv; break;
-      case 4: p[0] = tv; p[1] = pv; p[2] = uv; break;
-      default: p[0] = uv; p[1] = pv; p[2] = qv; break;
-    }
+    // PIL's six sectors, as which of (v, p, q, t) each channel takes: a
+    // lookup rather than a branch (the sector changes from pixel to pixel).
+    static constexpr uint8_t kSector[6][3] = {{0, 3, 1}, {2, 0, 1}, {1, 0, 3}, {1, 2, 0}, {3, 1, 0}, {0, 1, 2}};
+    const uint8_t values[4] = {uv, pv, qv, tv};
+    const uint8_t* sector = kSector[seg % 6];
+    p[0] = values[sector[0]];
+    p[1] = values[sector[1]];
+    p[2] = values[sector[2]];
   }
 }
 
