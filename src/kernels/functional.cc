@@ -88,15 +88,18 @@ inline int RoundHalfUp(double v) { return static_cast<int>(v + 0.5); }
 
 }  // namespace
 
-void AdjustHue(const ImageView& img, double hue_factor) {
-  if (img.c != 3) return;
+namespace {
+
+// numpy's uint8 cast of hue_factor * 255 (through an integer: wraps).
+uint8_t HueShift(double hue_factor) {
+  return static_cast<uint8_t>(static_cast<int64_t>(hue_factor * 255.0) & 0xFF);
+}
+
+// Pixels [from, px) of an RGB image at `data`, one at a time.
+void HuePixels(uint8_t* data, size_t from, size_t px, uint8_t shift) {
   const HueTables& t = Hue();
-  // numpy's uint8 cast of hue_factor * 255 (through an integer: wraps).
-  const uint8_t shift =
-      static_cast<uint8_t>(static_cast<int64_t>(hue_factor * 255.0) & 0xFF);
-  const size_t px = static_cast<size_t>(img.h) * img.w;
-  for (size_t i = 0; i < px; ++i) {
-    uint8_t* p = img.data + i * 3;
+  for (size_t i = from; i < px; ++i) {
+    uint8_t* p = data + i * 3;
     // PIL's rgb2hsv (Convert.c).
     const int r = p[0], g = p[1], b = p[2];
     const int maxc = std::max(r, std::max(g, b)), minc = std::min(r, std::min(g, b));
@@ -142,6 +145,20 @@ void AdjustHue(const ImageView& img, double hue_factor) {
     p[1] = values[sector[1]];
     p[2] = values[sector[2]];
   }
+}
+
+}  // namespace
+
+void AdjustHue(const ImageView& img, double hue_factor) {
+  if (img.c != 3) return;
+  const size_t px = static_cast<size_t>(img.h) * img.w;
+  const uint8_t shift = HueShift(hue_factor);
+  HuePixels(img.data, HueRgbSimd(img.data, px, shift), px, shift);
+}
+
+void AdjustHueScalar(const ImageView& img, double hue_factor) {
+  if (img.c != 3) return;
+  HuePixels(img.data, 0, static_cast<size_t>(img.h) * img.w, HueShift(hue_factor));
 }
 
 void ToGrayscale(const ImageView& img) {

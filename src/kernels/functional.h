@@ -22,6 +22,9 @@ void AdjustSaturation(const ImageView& img, double factor);
 void AdjustSharpness(const ImageView& img, double factor, KernelScratch& scratch);
 // torchvision's adjust_hue on PIL: through PIL's HSV, hue shifted mod 256.
 void AdjustHue(const ImageView& img, double hue_factor);
+// AdjustHue one pixel at a time: PIL's HSV round trip as PIL computes it,
+// what AdjustHue's vectors (pixel_simd.cc) are tested against.
+void AdjustHueScalar(const ImageView& img, double hue_factor);
 // convert("L"), repeated over the image's channels.
 void ToGrayscale(const ImageView& img);
 

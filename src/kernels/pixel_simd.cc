@@ -175,6 +175,85 @@ bool AffineBilinearRgb(const uint8_t*, int, int, const double*, const uint8_t*, 
 }
 #endif
 
+// PIL's RGB -> HSV -> RGB with the hue shifted (functional.cc's AdjustHue),
+// a lane a pixel: each float step in float lanes, each double step in double
+// lanes, in the scalar code's order. Returns the pixels done (a whole number
+// of vectors); the caller does the rest.
+size_t HueRgb(uint8_t* p, size_t px, int shift) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const hn::Rebind<int32_t, decltype(dd)> di;
+  const size_t lanes = hn::Lanes(dd);
+  alignas(64) int32_t in[3][HWY_MAX_BYTES / sizeof(double)];
+  alignas(64) int32_t out[3][HWY_MAX_BYTES / sizeof(double)];
+  const auto zero = hn::Zero(di), one = hn::Set(di, 1), top = hn::Set(di, 255), six = hn::Set(di, 6);
+  const auto shift_v = hn::Set(di, shift), byte = hn::Set(di, 0xFF);
+  const auto d255 = hn::Set(dd, 255.0), d6 = hn::Set(dd, 6.0), d1 = hn::Set(dd, 1.0), half = hn::Set(dd, 0.5);
+  auto to_d = [&](hn::Vec<decltype(df)> v) { return hn::PromoteTo(dd, v); };
+  auto to_f = [&](hn::Vec<decltype(dd)> v) { return hn::DemoteTo(df, v); };
+  auto fl = [&](hn::Vec<decltype(di)> v) { return hn::ConvertTo(df, v); };
+  auto clip = [&](hn::Vec<decltype(dd)> v) {  // clamp(int(v + 0.5), 0, 255)
+    return hn::Min(hn::Max(hn::DemoteTo(di, hn::Add(v, half)), zero), top);
+  };
+  size_t done = 0;
+  for (; done + lanes <= px; done += lanes) {
+    uint8_t* q = p + done * 3;
+    for (size_t i = 0; i < lanes; ++i) {
+      in[0][i] = q[i * 3];
+      in[1][i] = q[i * 3 + 1];
+      in[2][i] = q[i * 3 + 2];
+    }
+    const auto r = hn::Load(di, in[0]), g = hn::Load(di, in[1]), b = hn::Load(di, in[2]);
+    const auto maxc = hn::Max(r, hn::Max(g, b)), minc = hn::Min(r, hn::Min(g, b));
+    const auto cr = hn::Sub(maxc, minc);
+    const auto gray = hn::Eq(cr, zero);
+    const auto crf = fl(hn::Max(cr, one));  // (gray lanes: any divisor; their result is unused)
+    const auto s = hn::Div(fl(cr), fl(hn::Max(maxc, one)));
+    const auto rc = hn::Div(fl(hn::Sub(maxc, r)), crf);
+    const auto gc = hn::Div(fl(hn::Sub(maxc, g)), crf);
+    const auto bc = hn::Div(fl(hn::Sub(maxc, b)), crf);
+    const auto case_r = hn::Sub(bc, gc);
+    const auto case_g = to_f(hn::Sub(hn::Add(hn::Set(dd, 2.0), to_d(rc)), to_d(bc)));
+    const auto case_b = to_f(hn::Sub(hn::Add(hn::Set(dd, 4.0), to_d(gc)), to_d(rc)));
+    const auto h6 = hn::IfThenElse(hn::RebindMask(df, hn::Eq(r, maxc)), case_r,
+                                   hn::IfThenElse(hn::RebindMask(df, hn::Eq(g, maxc)), case_g, case_b));
+    const auto x = hn::Add(hn::Div(to_d(h6), d6), d1);
+    const auto h = to_f(hn::Sub(x, hn::Floor(x)));
+    auto uh = hn::Min(hn::Max(hn::DemoteTo(di, hn::Mul(to_d(h), d255)), zero), top);
+    auto us = hn::Min(hn::Max(hn::DemoteTo(di, hn::Mul(to_d(s), d255)), zero), top);
+    uh = hn::IfThenZeroElse(gray, uh);
+    us = hn::IfThenZeroElse(gray, us);
+    uh = hn::And(hn::Add(uh, shift_v), byte);
+    // hsv2rgb.
+    const auto hh = hn::Div(hn::Mul(to_d(fl(uh)), d6), d255);
+    auto seg = hn::DemoteTo(di, hh);  // (>= 0: truncation is floor)
+    const auto f = to_f(hn::Sub(hh, hn::PromoteTo(dd, seg)));
+    const auto fs = hn::Div(fl(us), hn::Set(df, 255.0f));
+    const auto uvd = to_d(fl(maxc));
+    const auto pv = clip(hn::Mul(uvd, hn::Sub(d1, to_d(fs))));
+    const auto qv = clip(hn::Mul(uvd, hn::Sub(d1, to_d(hn::Mul(fs, f)))));
+    const auto tv = clip(hn::Mul(uvd, hn::Sub(d1, hn::Mul(to_d(fs), hn::Sub(d1, to_d(f))))));
+    seg = hn::IfThenElse(hn::Eq(seg, six), zero, seg);
+    auto pick = [&](int s0, int s1, int s2, int s3, int s4, int s5) {
+      const hn::Vec<decltype(di)> values[4] = {maxc, pv, qv, tv};
+      const int which[6] = {s0, s1, s2, s3, s4, s5};
+      auto v = values[which[5]];
+      for (int k = 4; k >= 0; --k) v = hn::IfThenElse(hn::Eq(seg, hn::Set(di, k)), values[which[k]], v);
+      return hn::IfThenElse(hn::Eq(us, zero), maxc, v);
+    };
+    // The sectors as functional.cc's table (v, p, q, t = 0, 1, 2, 3).
+    hn::Store(pick(0, 2, 1, 1, 3, 0), di, out[0]);
+    hn::Store(pick(3, 0, 0, 2, 1, 1), di, out[1]);
+    hn::Store(pick(1, 1, 3, 0, 0, 2), di, out[2]);
+    for (size_t i = 0; i < lanes; ++i) {
+      q[i * 3] = static_cast<uint8_t>(out[0][i]);
+      q[i * 3 + 1] = static_cast<uint8_t>(out[1][i]);
+      q[i * 3 + 2] = static_cast<uint8_t>(out[2][i]);
+    }
+  }
+  return done;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace nostall
 HWY_AFTER_NAMESPACE();
@@ -185,6 +264,9 @@ namespace nostall {
 HWY_EXPORT(BlendConstant);
 HWY_EXPORT(SharpnessRow);
 HWY_EXPORT(AffineBilinearRgb);
+HWY_EXPORT(HueRgb);
+
+size_t HueRgbSimd(uint8_t* p, size_t px, int shift) { return HWY_DYNAMIC_DISPATCH(HueRgb)(p, px, shift); }
 
 void BlendWithConstant(uint8_t* p, size_t n, float degenerate, float alpha) {
   HWY_DYNAMIC_DISPATCH(BlendConstant)(p, n, degenerate, alpha);

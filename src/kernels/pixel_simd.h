@@ -22,6 +22,11 @@ void SharpnessBlendRow(const uint8_t* up, const uint8_t* mid, const uint8_t* dow
 bool AffineBilinearRgbSimd(const uint8_t* in, int w, int h, const double a[6],
                            const uint8_t fill[3], uint8_t* out);
 
+// AdjustHue's PIL HSV round trip with the hue byte shifted by `shift` on the
+// first pixels of `px` RGB pixels at p: returns how many it did (a whole
+// number of vectors; the scalar loop does the rest).
+size_t HueRgbSimd(uint8_t* p, size_t px, int shift);
+
 }  // namespace nostall
 
 #endif  // NOSTALL_KERNELS_PIXEL_SIMD_H_
