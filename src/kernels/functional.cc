@@ -36,17 +36,30 @@ void AdjustContrast(const ImageView& img, double factor) {
   BlendWithConstant(img.data, img.bytes(), static_cast<float>(mean), static_cast<float>(factor));
 }
 
-void AdjustSaturation(const ImageView& img, double factor) {
-  if (img.c != 3) return;  // convert("L") of a gray image is itself
-  const float a = static_cast<float>(factor);
-  const size_t px = static_cast<size_t>(img.h) * img.w;
-  for (size_t i = 0; i < px; ++i) {
-    uint8_t* p = img.data + i * 3;
+namespace {
+
+void SaturationPixels(uint8_t* data, size_t from, size_t px, float a) {
+  for (size_t i = from; i < px; ++i) {
+    uint8_t* p = data + i * 3;
     const int g = Luma(p);
     p[0] = Blend(g, p[0], a);
     p[1] = Blend(g, p[1], a);
     p[2] = Blend(g, p[2], a);
   }
+}
+
+}  // namespace
+
+void AdjustSaturation(const ImageView& img, double factor) {
+  if (img.c != 3) return;  // convert("L") of a gray image is itself
+  const float a = static_cast<float>(factor);
+  const size_t px = static_cast<size_t>(img.h) * img.w;
+  SaturationPixels(img.data, SaturationRgbSimd(img.data, px, a), px, a);
+}
+
+void AdjustSaturationScalar(const ImageView& img, double factor) {
+  if (img.c != 3) return;
+  SaturationPixels(img.data, 0, static_cast<size_t>(img.h) * img.w, static_cast<float>(factor));
 }
 
 void AdjustSharpness(const ImageView& img, double factor, KernelScratch& scratch) {

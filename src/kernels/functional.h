@@ -19,6 +19,8 @@ namespace nostall {
 void AdjustBrightness(const ImageView& img, double factor);
 void AdjustContrast(const ImageView& img, double factor);
 void AdjustSaturation(const ImageView& img, double factor);
+// AdjustSaturation one pixel at a time (what its vectors are tested against).
+void AdjustSaturationScalar(const ImageView& img, double factor);
 void AdjustSharpness(const ImageView& img, double factor, KernelScratch& scratch);
 // torchvision's adjust_hue on PIL: through PIL's HSV, hue shifted mod 256.
 void AdjustHue(const ImageView& img, double hue_factor);

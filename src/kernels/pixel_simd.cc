@@ -175,6 +175,35 @@ bool AffineBilinearRgb(const uint8_t*, int, int, const double*, const uint8_t*, 
 }
 #endif
 
+// ImageEnhance.Color: each channel blended with the pixel's luma (PIL's
+// integer luma, ImagingBlend's float blend), a lane a pixel. Returns the
+// pixels done (a whole number of vectors); the caller does the rest.
+size_t SaturationRgb(uint8_t* p, size_t px, float alpha) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<int32_t, decltype(df)> di;
+  const hn::Rebind<uint8_t, decltype(df)> d8;
+  const size_t lanes = hn::Lanes(df);
+  const auto a = hn::Set(df, alpha), fzero = hn::Zero(df), f255 = hn::Set(df, 255.0f);
+  size_t done = 0;
+  for (; done + lanes <= px; done += lanes) {
+    uint8_t* q = p + done * 3;
+    hn::Vec<decltype(d8)> r8, g8, b8;
+    hn::LoadInterleaved3(d8, q, r8, g8, b8);
+    const auto r = hn::PromoteTo(di, r8), g = hn::PromoteTo(di, g8), b = hn::PromoteTo(di, b8);
+    // (19595 R + 38470 G + 7471 B + 2^15) >> 16, as Luma.
+    const auto luma = hn::ShiftRight<16>(hn::Add(
+        hn::Add(hn::Add(hn::Mul(r, hn::Set(di, 19595)), hn::Mul(g, hn::Set(di, 38470))), hn::Mul(b, hn::Set(di, 7471))),
+        hn::Set(di, 0x8000)));
+    const auto lf = hn::ConvertTo(df, luma);
+    auto blend = [&](hn::Vec<decltype(di)> v) {
+      const auto t = hn::Add(lf, hn::Mul(a, hn::ConvertTo(df, hn::Sub(v, luma))));
+      return hn::DemoteTo(d8, hn::ConvertTo(di, hn::Min(hn::Max(t, fzero), f255)));  // truncated, in range
+    };
+    hn::StoreInterleaved3(blend(r), blend(g), blend(b), d8, q);
+  }
+  return done;
+}
+
 // PIL's RGB -> HSV -> RGB with the hue shifted (functional.cc's AdjustHue),
 // a lane a pixel: each float step in float lanes, each double step in double
 // lanes, in the scalar code's order. Returns the pixels done (a whole number
@@ -183,9 +212,8 @@ size_t HueRgb(uint8_t* p, size_t px, int shift) {
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> df;
   const hn::Rebind<int32_t, decltype(dd)> di;
+  const hn::Rebind<uint8_t, decltype(dd)> d8;
   const size_t lanes = hn::Lanes(dd);
-  alignas(64) int32_t in[3][HWY_MAX_BYTES / sizeof(double)];
-  alignas(64) int32_t out[3][HWY_MAX_BYTES / sizeof(double)];
   const auto zero = hn::Zero(di), one = hn::Set(di, 1), top = hn::Set(di, 255), six = hn::Set(di, 6);
   const auto shift_v = hn::Set(di, shift), byte = hn::Set(di, 0xFF);
   const auto d255 = hn::Set(dd, 255.0), d6 = hn::Set(dd, 6.0), d1 = hn::Set(dd, 1.0), half = hn::Set(dd, 0.5);
@@ -198,12 +226,9 @@ size_t HueRgb(uint8_t* p, size_t px, int shift) {
   size_t done = 0;
   for (; done + lanes <= px; done += lanes) {
     uint8_t* q = p + done * 3;
-    for (size_t i = 0; i < lanes; ++i) {
-      in[0][i] = q[i * 3];
-      in[1][i] = q[i * 3 + 1];
-      in[2][i] = q[i * 3 + 2];
-    }
-    const auto r = hn::Load(di, in[0]), g = hn::Load(di, in[1]), b = hn::Load(di, in[2]);
+    hn::Vec<decltype(d8)> r8, g8, b8;
+    hn::LoadInterleaved3(d8, q, r8, g8, b8);
+    const auto r = hn::PromoteTo(di, r8), g = hn::PromoteTo(di, g8), b = hn::PromoteTo(di, b8);
     const auto maxc = hn::Max(r, hn::Max(g, b)), minc = hn::Min(r, hn::Min(g, b));
     const auto cr = hn::Sub(maxc, minc);
     const auto gray = hn::Eq(cr, zero);
@@ -241,15 +266,9 @@ size_t HueRgb(uint8_t* p, size_t px, int shift) {
       for (int k = 4; k >= 0; --k) v = hn::IfThenElse(hn::Eq(seg, hn::Set(di, k)), values[which[k]], v);
       return hn::IfThenElse(hn::Eq(us, zero), maxc, v);
     };
-    // The sectors as functional.cc's table (v, p, q, t = 0, 1, 2, 3).
-    hn::Store(pick(0, 2, 1, 1, 3, 0), di, out[0]);
-    hn::Store(pick(3, 0, 0, 2, 1, 1), di, out[1]);
-    hn::Store(pick(1, 1, 3, 0, 0, 2), di, out[2]);
-    for (size_t i = 0; i < lanes; ++i) {
-      q[i * 3] = static_cast<uint8_t>(out[0][i]);
-      q[i * 3 + 1] = static_cast<uint8_t>(out[1][i]);
-      q[i * 3 + 2] = static_cast<uint8_t>(out[2][i]);
-    }
+    // The sectors as functional.cc's table (v, p, q, t = 0, 1, 2, 3); values in [0, 255].
+    hn::StoreInterleaved3(hn::DemoteTo(d8, pick(0, 2, 1, 1, 3, 0)), hn::DemoteTo(d8, pick(3, 0, 0, 2, 1, 1)),
+                          hn::DemoteTo(d8, pick(1, 1, 3, 0, 0, 2)), d8, q);
   }
   return done;
 }
@@ -265,8 +284,13 @@ HWY_EXPORT(BlendConstant);
 HWY_EXPORT(SharpnessRow);
 HWY_EXPORT(AffineBilinearRgb);
 HWY_EXPORT(HueRgb);
+HWY_EXPORT(SaturationRgb);
 
 size_t HueRgbSimd(uint8_t* p, size_t px, int shift) { return HWY_DYNAMIC_DISPATCH(HueRgb)(p, px, shift); }
+
+size_t SaturationRgbSimd(uint8_t* p, size_t px, float alpha) {
+  return HWY_DYNAMIC_DISPATCH(SaturationRgb)(p, px, alpha);
+}
 
 void BlendWithConstant(uint8_t* p, size_t n, float degenerate, float alpha) {
   HWY_DYNAMIC_DISPATCH(BlendConstant)(p, n, degenerate, alpha);

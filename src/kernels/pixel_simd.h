@@ -27,6 +27,11 @@ bool AffineBilinearRgbSimd(const uint8_t* in, int w, int h, const double a[6],
 // number of vectors; the scalar loop does the rest).
 size_t HueRgbSimd(uint8_t* p, size_t px, int shift);
 
+// AdjustSaturation's blend of each channel with the pixel's luma on the
+// first pixels of `px` RGB pixels at p: returns how many it did (a whole
+// number of vectors; the scalar loop does the rest).
+size_t SaturationRgbSimd(uint8_t* p, size_t px, float alpha);
+
 }  // namespace nostall
 
 #endif  // NOSTALL_KERNELS_PIXEL_SIMD_H_
