@@ -175,6 +175,17 @@ bool AffineBilinearRgb(const uint8_t*, int, int, const double*, const uint8_t*, 
 }
 #endif
 
+// Lanes(di) RGB pixels at q, each channel in int32 lanes.
+template <class DI>
+HWY_INLINE void LoadRgb(DI di, const uint8_t* q, hn::Vec<DI>* r, hn::Vec<DI>* g, hn::Vec<DI>* b) {
+  const hn::Rebind<uint8_t, DI> d8;
+  hn::Vec<decltype(d8)> r8, g8, b8;
+  hn::LoadInterleaved3(d8, q, r8, g8, b8);
+  *r = hn::PromoteTo(di, r8);
+  *g = hn::PromoteTo(di, g8);
+  *b = hn::PromoteTo(di, b8);
+}
+
 // ImageEnhance.Color: each channel blended with the pixel's luma (PIL's
 // integer luma, ImagingBlend's float blend), a lane a pixel. Returns the
 // pixels done (a whole number of vectors); the caller does the rest.
@@ -187,9 +198,8 @@ size_t SaturationRgb(uint8_t* p, size_t px, float alpha) {
   size_t done = 0;
   for (; done + lanes <= px; done += lanes) {
     uint8_t* q = p + done * 3;
-    hn::Vec<decltype(d8)> r8, g8, b8;
-    hn::LoadInterleaved3(d8, q, r8, g8, b8);
-    const auto r = hn::PromoteTo(di, r8), g = hn::PromoteTo(di, g8), b = hn::PromoteTo(di, b8);
+    hn::Vec<decltype(di)> r, g, b;
+    LoadRgb(di, q, &r, &g, &b);
     // (19595 R + 38470 G + 7471 B + 2^15) >> 16, as Luma.
     const auto luma = hn::ShiftRight<16>(hn::Add(
         hn::Add(hn::Add(hn::Mul(r, hn::Set(di, 19595)), hn::Mul(g, hn::Set(di, 38470))), hn::Mul(b, hn::Set(di, 7471))),
@@ -226,9 +236,8 @@ size_t HueRgb(uint8_t* p, size_t px, int shift) {
   size_t done = 0;
   for (; done + lanes <= px; done += lanes) {
     uint8_t* q = p + done * 3;
-    hn::Vec<decltype(d8)> r8, g8, b8;
-    hn::LoadInterleaved3(d8, q, r8, g8, b8);
-    const auto r = hn::PromoteTo(di, r8), g = hn::PromoteTo(di, g8), b = hn::PromoteTo(di, b8);
+    hn::Vec<decltype(di)> r, g, b;
+    LoadRgb(di, q, &r, &g, &b);
     const auto maxc = hn::Max(r, hn::Max(g, b)), minc = hn::Min(r, hn::Min(g, b));
     const auto cr = hn::Sub(maxc, minc);
     const auto gray = hn::Eq(cr, zero);
