@@ -372,8 +372,9 @@ json Curves(const Profile& p, const Efficiency& eff) {
     // Prep on other machines: N workers the size of this node.
     json remote = json::array();
     for (int n : {0, 1, 2, 4, 8}) {
-      json point = Point(n, PredictRemote(p, m, RemoteOfSize(p, n), eff));
-      point["workers_rate"] = RemoteRate(p, RemoteOfSize(p, n), eff);
+      const RemotePrep workers = RemoteOfSize(p, n);
+      json point = Point(n, PredictRemote(p, m, workers, eff));
+      point["workers_rate"] = RemoteRate(p, workers, eff);
       remote.push_back(point);
     }
     curves["remote_workers"] = remote;

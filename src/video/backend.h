@@ -63,8 +63,8 @@ class Decoder {
   // planar float32 into `dst`: resampled by libswresample on a grid that
   // starts at the timeline's zero (the samples ffmpeg's own resample of the
   // whole stream gives), silence before and after the stream and where the
-  // file has no audio (`*present` false).
-  virtual Status DecodeAudio(double start, int rate, int channels, int64_t count, float* dst, bool* present) = 0;
+  // file has no audio (StreamInfo::audio_codec empty).
+  virtual Status DecodeAudio(double start, int rate, int channels, int64_t count, float* dst) = 0;
 };
 
 class Backend {

@@ -179,10 +179,8 @@ Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleK
   if (spec.audio() && audio != nullptr) {
     const size_t per_clip = static_cast<size_t>(spec.audio_channels) * static_cast<size_t>(spec.audio_samples);
     for (int c = 0; c < n_clips; ++c) {
-      bool present = false;
-      NOSTALL_RETURN_IF_ERROR(decoder->DecodeAudio(d[c].time, spec.audio_rate,
-                                                   spec.audio_channels, spec.audio_samples, audio + c * per_clip,
-                                                   &present));
+      NOSTALL_RETURN_IF_ERROR(decoder->DecodeAudio(d[c].time, spec.audio_rate, spec.audio_channels,
+                                                   spec.audio_samples, audio + c * per_clip));
     }
   }
   return Status::OK();

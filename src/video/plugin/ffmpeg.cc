@@ -62,6 +62,11 @@ int64_t Seek(void* opaque, int64_t offset, int whence) {
 // A packet's presentation time (its decoding time where it has none).
 int64_t PacketTime(const AVPacket* p) { return p->pts != AV_NOPTS_VALUE ? p->pts : p->dts; }
 
+// A decoded frame's presentation time (the decoder's best effort, else its pts).
+int64_t FrameTimestamp(const AVFrame* f) {
+  return f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp : f->pts;
+}
+
 // A decoder for `st` (`what`: "video", "audio", for the errors), on the
 // calling thread: the prep threads decode in parallel.
 Status OpenCodec(const AVStream* st, const char* what, AVCodecContext** out) {
@@ -108,7 +113,7 @@ class FfmpegDecoder final : public Decoder {
   double FrameTime(int64_t index) const override {
     return static_cast<double>(pts_[static_cast<size_t>(index)]) * av_q2d(fmt_->streams[stream_]->time_base);
   }
-  Status DecodeAudio(double start, int rate, int channels, int64_t count, float* dst, bool* present) override;
+  Status DecodeAudio(double start, int rate, int channels, int64_t count, float* dst) override;
 
  private:
   Status OpenAudio(int rate, int channels);
@@ -288,7 +293,7 @@ Status FfmpegDecoder::Receive(const std::vector<int64_t>& want, int* k, const Fr
     if (err == AVERROR(EAGAIN) || err == AVERROR_EOF) return Status::OK();
     if (err < 0) return DataError("a frame does not decode: " + AvError(err));
     ++*decoded;
-    const int64_t pts = frame_->best_effort_timestamp != AV_NOPTS_VALUE ? frame_->best_effort_timestamp : frame_->pts;
+    const int64_t pts = FrameTimestamp(frame_);
     while (*k < count && want[*k] == pts) {
       NOSTALL_RETURN_IF_ERROR(Convert(sink, *k));
       ++*k;
@@ -376,7 +381,7 @@ Status FfmpegDecoder::AudioFrame(int64_t first, int64_t count, int64_t* at, int6
   if (in_rate <= 0 || frame_->nb_samples <= 0) return Status::OK();
   int skip = 0;  // input samples before the grid's first point, left out
   if (*grid_next < 0) {
-    const int64_t pts = frame_->best_effort_timestamp != AV_NOPTS_VALUE ? frame_->best_effort_timestamp : frame_->pts;
+    const int64_t pts = FrameTimestamp(frame_);
     const AVRational tb = fmt_->streams[audio_stream_]->time_base;
     if (*at == INT64_MIN) *at = pts == AV_NOPTS_VALUE ? 0 : av_rescale_q(pts, tb, AVRational{1, in_rate});
     // Start at an input sample that falls on the output grid (a multiple of
@@ -488,16 +493,15 @@ Status FfmpegDecoder::AudioWindow(int64_t first, int64_t count, float* dst, bool
 // Whether the frame in frame_, the first after a seek, starts after output
 // sample `first` (on the output grid of swr_rate_).
 bool FfmpegDecoder::LateFrame(int64_t first) const {
-  const int64_t pts = frame_->best_effort_timestamp != AV_NOPTS_VALUE ? frame_->best_effort_timestamp : frame_->pts;
+  const int64_t pts = FrameTimestamp(frame_);
   if (pts == AV_NOPTS_VALUE) return false;
   const AVRational tb = fmt_->streams[audio_stream_]->time_base;
   return av_rescale_q(pts, tb, AVRational{1, swr_rate_}) > first;
 }
 
-Status FfmpegDecoder::DecodeAudio(double start, int rate, int channels, int64_t count, float* dst, bool* present) {
+Status FfmpegDecoder::DecodeAudio(double start, int rate, int channels, int64_t count, float* dst) {
   std::fill(dst, dst + static_cast<size_t>(channels) * count, 0.0f);
-  *present = audio_stream_ >= 0;
-  if (!*present) return Status::OK();
+  if (audio_stream_ < 0) return Status::OK();  // no audio: silence
   NOSTALL_RETURN_IF_ERROR(OpenAudio(rate, channels));
   const int64_t first = std::llround(start * rate);  // the window on the output grid
   const AVStream* st = fmt_->streams[audio_stream_];
