@@ -54,44 +54,74 @@ Result<StorageProbe> ProbeStorage(const Source& source, const std::vector<int64_
   return probe;
 }
 
-StorageModel FitStorage(const StorageProbe& seq, const StorageProbe& conc) {
+namespace {
+
+// Latency + bandwidth from reads one at a time: a least-squares line of time
+// against bytes.
+StorageModel FitSequential(const std::vector<ReadTiming>& reads) {
   StorageModel m;
-  const size_t n = seq.reads.size();
-  if (n >= 2) {
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (const auto& r : seq.reads) {
-      const double x = static_cast<double>(r.bytes), y = r.seconds;
-      sx += x, sy += y, sxx += x * x, sxy += x * y;
-    }
-    const double dn = static_cast<double>(n);
-    const double var = sxx - sx * sx / dn;
-    const double slope = var > 0 ? (sxy - sx * sy / dn) / var : 0.0;  // seconds per byte
-    const double intercept = (sy - slope * sx) / dn;
-    // How much of the spread in read times the sizes explain (R^2): with
-    // small, alike items and a large latency, the slope is noise.
-    double ss_tot = 0, ss_res = 0;
-    for (const auto& r : seq.reads) {
-      const double x = static_cast<double>(r.bytes), y = r.seconds;
-      ss_tot += (y - sy / dn) * (y - sy / dn);
-      ss_res += (y - intercept - slope * x) * (y - intercept - slope * x);
-    }
-    const double r2 = ss_tot > 0 ? 1 - ss_res / ss_tot : 0.0;
-    if (slope <= 0 || r2 < 0.25) {
-      m.latency = sy / dn;  // read time does not follow size: all latency
-    } else if (intercept < 0) {
-      m.bandwidth = sxx > 0 && sxy > 0 ? sxx / sxy : 0.0;  // through the origin
-    } else {
-      m.latency = intercept;
-      m.bandwidth = 1 / slope;
-    }
+  const size_t n = reads.size();
+  if (n < 2) return m;
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& r : reads) {
+    const double x = static_cast<double>(r.bytes), y = r.seconds;
+    sx += x, sy += y, sxx += x * x, sxy += x * y;
   }
-  // Concurrent reads: if they finished clearly sooner than one shared stream
-  // of that bandwidth allows, the device has parallelism; find the bandwidth
-  // that explains their time under the same model (see analyze.h).
+  const double dn = static_cast<double>(n);
+  const double var = sxx - sx * sx / dn;
+  const double slope = var > 0 ? (sxy - sx * sy / dn) / var : 0.0;  // seconds per byte
+  const double intercept = (sy - slope * sx) / dn;
+  // How much of the spread in read times the sizes explain (R^2): with
+  // small, alike items and a large latency, the slope is noise.
+  double ss_tot = 0, ss_res = 0;
+  for (const auto& r : reads) {
+    const double x = static_cast<double>(r.bytes), y = r.seconds;
+    ss_tot += (y - sy / dn) * (y - sy / dn);
+    ss_res += (y - intercept - slope * x) * (y - intercept - slope * x);
+  }
+  const double r2 = ss_tot > 0 ? 1 - ss_res / ss_tot : 0.0;
+  if (slope <= 0 || r2 < 0.25) {
+    m.latency = sy / dn;  // read time does not follow size: all latency
+  } else if (intercept < 0) {
+    m.bandwidth = sxx > 0 && sxy > 0 ? sxx / sxy : 0.0;  // through the origin
+  } else {
+    m.latency = intercept;
+    m.bandwidth = 1 / slope;
+  }
+  return m;
+}
+
+// The reads without the stragglers: those 4x the median and 5 ms more (a
+// disk another program made wait, a thread the machine woke late).
+std::vector<ReadTiming> WithoutStragglers(std::vector<ReadTiming> reads) {
+  if (reads.size() < 8) return reads;
+  std::vector<double> t;
+  for (const auto& r : reads) t.push_back(r.seconds);
+  std::nth_element(t.begin(), t.begin() + static_cast<ptrdiff_t>(t.size() / 2), t.end());
+  const double limit = std::max(4 * t[t.size() / 2], t[t.size() / 2] + 0.005);
+  std::erase_if(reads, [limit](const ReadTiming& r) { return r.seconds > limit; });
+  return reads;
+}
+
+}  // namespace
+
+StorageModel FitStorage(const StorageProbe& seq, const StorageProbe& conc) {
+  StorageModel m = FitSequential(seq.reads);
   double bytes = 0;
   for (const auto& r : conc.reads) bytes += static_cast<double>(r.bytes);
   const double reads = static_cast<double>(conc.reads.size());
   const double q = std::max(1, conc.concurrency);
+  // The concurrent reads finished sooner than the sequential reads' latency
+  // allows at their concurrency: a few of those were stragglers, not what
+  // the storage takes per read (one read of 5 s among 64 of 5 ms puts the
+  // mean at 80 ms, and hides the bandwidth the others follow).
+  if (conc.elapsed_s > 0 && m.latency > 0 && conc.elapsed_s < 0.8 * reads * m.latency / q) {
+    const std::vector<ReadTiming> kept = WithoutStragglers(seq.reads);
+    if (kept.size() < seq.reads.size()) m = FitSequential(kept);
+  }
+  // Concurrent reads: if they finished clearly sooner than one shared stream
+  // of that bandwidth allows, the device has parallelism; find the bandwidth
+  // that explains their time under the same model (see analyze.h).
   if (conc.elapsed_s > 0 && bytes > 0 && m.bandwidth == 0 && m.latency > 0 &&
       conc.elapsed_s > 1.25 * reads * m.latency / q) {
     // Latency alone would have let them finish much sooner: a shared pipe.
