@@ -32,7 +32,8 @@ void BindVideo(nb::module_& m) {
     auto d = OpenVideo(data);
     const video::StreamInfo& i = d->info();
     nlohmann::json out{{"frames", i.frames}, {"fps", i.fps}, {"width", i.width}, {"height", i.height},
-                       {"duration", i.duration}, {"codec", i.codec}, {"keyframes", i.keyframes}, {"audio", nullptr}};
+                       {"duration", i.duration}, {"codec", i.codec}, {"keyframes", i.keyframes},
+                       {"rotation", i.rotation}, {"mirrored", i.mirrored}, {"audio", nullptr}};
     if (!i.audio_codec.empty()) {
       out["audio"] = {{"codec", i.audio_codec}, {"sample_rate", i.audio_rate}, {"channels", i.audio_channels}};
     }

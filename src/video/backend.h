@@ -26,7 +26,9 @@ namespace nostall::video {
 // (no decoding) found: each frame's presentation time, in order, and which
 // of them a decoder can start at.
 struct StreamInfo {
-  int width = 0, height = 0;
+  int width = 0, height = 0;  // as shown: the display matrix applied (video/plugin/orient.h)
+  int rotation = 0;           // degrees the decoded frames are turned by, counter-clockwise: 0, 90, 180, 270
+  bool mirrored = false;      // and flipped
   int64_t frames = 0;         // frames in presentation order
   double fps = 0;             // average frame rate
   double duration = 0;        // seconds

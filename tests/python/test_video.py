@@ -203,6 +203,36 @@ def test_a_short_video_repeats_its_last_frame(videos):
     assert np.array_equal(clip[:, -1], clip[:, -2])
 
 
+def test_a_phone_videos_rotation_is_applied_as_ffmpeg_shows_it(videos, tmp_path):
+    """A portrait video recorded as landscape frames and a display matrix
+    (what phones write): frames come out turned as FFmpeg's own program
+    (and torchcodec) shows them, not sideways; the clip's geometry is drawn
+    on the turned frames."""
+    src = next(p for p in all_files(videos) if p.suffix == ".mp4")
+    plain = video.info(src)
+    root = tmp_path / "phone"
+    (root / "a").mkdir(parents=True)
+    for degrees in (90, 180, 270):
+        path = root / "a" / f"turned{degrees}.mp4"
+        subprocess.run(["ffmpeg", "-v", "error", "-i", str(src), "-c", "copy", "-metadata:s:v:0",
+                        f"rotate={degrees}", str(path)], check=True)
+        info = video.info(path)
+        turned = degrees in (90, 270)
+        assert (info["width"], info["height"]) == ((plain["height"], plain["width"]) if turned else
+                                                    (plain["width"], plain["height"]))
+        # the rotate tag is clockwise; the matrix (ffprobe, torchcodec) counter-clockwise
+        assert info["rotation"] == (360 - degrees) % 360 and not info["mirrored"]
+        wanted = [0, 9, info["frames"] - 1]
+        ours, _ = video.frames(path, wanted)
+        ref = ffmpeg_frames(path, wanted, info["width"], info["height"])
+        assert ours.shape == ref.shape and np.array_equal(ours, ref), f"{degrees}: not as ffmpeg turns it"
+        # A clip of the turned frames.
+        clip, params = video.apply([video.Clip(4, step=3), nostall.Resize((64, 48))], path)
+        assert clip.shape == (3, 4, 64, 48)
+    batch = next(iter(nostall.Loader(str(root), transforms=KINETICS, batch_size=3, return_indices=True)))
+    assert batch[0].shape == (3, 3, 8, 56, 56)
+
+
 def test_damaged_videos_are_data_errors_naming_the_file(videos, tmp_path):
     root = tmp_path / "set"
     shutil.copytree(videos, root)

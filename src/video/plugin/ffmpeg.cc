@@ -20,6 +20,8 @@ extern "C" {
 #include <libswscale/swscale.h>
 }
 
+#include "video/plugin/orient.h"
+
 namespace nostall::video {
 namespace {
 
@@ -65,6 +67,21 @@ int64_t PacketTime(const AVPacket* p) { return p->pts != AV_NOPTS_VALUE ? p->pts
 // A decoded frame's presentation time (the decoder's best effort, else its pts).
 int64_t FrameTimestamp(const AVFrame* f) {
   return f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp : f->pts;
+}
+
+// The stream's display matrix (how its frames are turned to be shown), or
+// null.
+const int32_t* DisplayMatrix(const AVStream* st) {
+#if LIBAVCODEC_VERSION_INT >= AV_VERSION_INT(60, 29, 100)
+  const AVPacketSideData* sd = av_packet_side_data_get(st->codecpar->coded_side_data,
+                                                       st->codecpar->nb_coded_side_data, AV_PKT_DATA_DISPLAYMATRIX);
+  const uint8_t* data = sd != nullptr ? sd->data : nullptr;
+  const size_t size = sd != nullptr ? sd->size : 0;
+#else
+  size_t size = 0;
+  const uint8_t* data = av_stream_get_side_data(st, AV_PKT_DATA_DISPLAYMATRIX, &size);
+#endif
+  return data != nullptr && size >= 9 * sizeof(int32_t) ? reinterpret_cast<const int32_t*>(data) : nullptr;
 }
 
 // A decoder for `st` (`what`: "video", "audio", for the errors), on the
@@ -141,6 +158,9 @@ class FfmpegDecoder final : public Decoder {
   std::vector<size_t> key_at_;    // per frame: the index in keys_ of the last keyframe at or before it
   std::vector<PacketMark> keys_;  // keyframes, by presentation time
   std::vector<uint8_t> rgb_;
+  int coded_width_ = 0, coded_height_ = 0;  // the frames' size as decoded (info_'s is as shown)
+  Orientation orient_;                      // how they are turned to be shown
+  std::vector<uint8_t> shown_;              // a turned frame
   bool overshot_ = false;  // a frame came out after a wanted one that never did
   // The audio (DecodeAudio): its stream (-1: none), decoder and resampler
   // (made for swr_rate_ and swr_channels_).
@@ -186,14 +206,19 @@ Status FfmpegDecoder::Open() {
   packet_ = av_packet_alloc();
   frame_ = av_frame_alloc();
   if (packet_ == nullptr || frame_ == nullptr) return ResourceExhausted("out of memory for video frames");
-  info_.width = st->codecpar->width;
-  info_.height = st->codecpar->height;
+  coded_width_ = st->codecpar->width;
+  coded_height_ = st->codecpar->height;
   info_.codec = codec_->codec->name;
-  if (info_.width <= 0 || info_.height <= 0 || info_.width > 16384 || info_.height > 16384 ||
-      int64_t{info_.width} * info_.height > int64_t{8192} * 8192) {
-    return DataError("the video's frame size (" + std::to_string(info_.width) + " x " +
-                     std::to_string(info_.height) + ") is not one nostall decodes");
+  if (coded_width_ <= 0 || coded_height_ <= 0 || coded_width_ > 16384 || coded_height_ > 16384 ||
+      int64_t{coded_width_} * coded_height_ > int64_t{8192} * 8192) {
+    return DataError("the video's frame size (" + std::to_string(coded_width_) + " x " +
+                     std::to_string(coded_height_) + ") is not one nostall decodes");
   }
+  orient_ = OrientationOf(DisplayMatrix(st));
+  info_.rotation = orient_.degrees;
+  info_.mirrored = orient_.mirrored;
+  info_.width = orient_.transpose ? coded_height_ : coded_width_;
+  info_.height = orient_.transpose ? coded_width_ : coded_height_;
   return Scan();
 }
 
@@ -255,7 +280,7 @@ Status FfmpegDecoder::SeekTo(size_t key) {
 
 Status FfmpegDecoder::Convert(const FrameSink& sink, int k) {
   const int w = frame_->width, h = frame_->height;
-  if (w != info_.width || h != info_.height) {
+  if (w != coded_width_ || h != coded_height_) {
     return DataError("a frame's size (" + std::to_string(w) + " x " + std::to_string(h) +
                      ") differs from the stream's: nostall decodes videos of one frame size");
   }
@@ -281,7 +306,12 @@ Status FfmpegDecoder::Convert(const FrameSink& sink, int k) {
   if (sws_scale(sws_, frame_->data, frame_->linesize, 0, h, dst, dst_stride) != h) {
     return DataError("a frame's conversion to RGB failed");
   }
-  return sink(k, Frame{rgb_.data(), stride, w, h});
+  if (orient_.identity()) return sink(k, Frame{rgb_.data(), stride, w, h});
+  const int shown_w = info_.width, shown_h = info_.height;
+  const size_t shown_stride = static_cast<size_t>(shown_w) * 3;
+  shown_.resize(shown_stride * shown_h + 32);  // + the resampler's one-pixel over-read
+  Orient(orient_, rgb_.data(), stride, w, h, shown_.data(), shown_stride);
+  return sink(k, Frame{shown_.data(), shown_stride, shown_w, shown_h});
 }
 
 // Frames out of the decoder: each wanted one (its time in `want`, from
