@@ -264,7 +264,8 @@ class RandomShortestSize(_Op):
 
 class RandomResize(_Op):
     """Resize the shorter side to a size drawn from [min_size, max_size) (v2's; DETR's multi-scale
-    training); boxes and masks follow. Detection specs only.
+    training); boxes and masks follow. Detection specs and video lists (a short side per clip:
+    PyTorchVideo's RandomShortSideScale(lo, hi) is RandomResize(lo, hi + 1)).
 
     Args:
         min_size (int; required, in [1, 65536]): the smallest shorter side

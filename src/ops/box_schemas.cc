@@ -61,7 +61,8 @@ std::vector<OpSchema> BoxSchemas() {
        OpRole::kGeometry, true, true},
       {"RandomResize",
        "Resize the shorter side to a size drawn from [min_size, max_size) (v2's; DETR's "
-       "multi-scale training); boxes and masks follow. Detection specs only.",
+       "multi-scale training); boxes and masks follow. Detection specs and video lists (a short "
+       "side per clip: PyTorchVideo's RandomShortSideScale(lo, hi) is RandomResize(lo, hi + 1)).",
        {Required(IntArg("min_size", 1, 1, 1 << 16, "the smallest shorter side")),
         Required(IntArg("max_size", 2, 2, 1 << 16, "one past the largest shorter side")), Bilinear(),
         Antialias()},

@@ -60,7 +60,10 @@ namespace {
 // The box of the source frame (w x h) the clip's output is resampled from.
 Status DrawBox(const Spec& spec, int w, int h, Philox& rng, ClipDraw* d) {
   int rw = w, rh = h;  // the frame after Resize
-  if (spec.resize_short > 0) {
+  if (spec.resize_min > 0) {  // torchvision v2's RandomResize: randint(min, max), then the short side
+    const int side = static_cast<int>(rng.Between(spec.resize_min, spec.resize_max - 1));
+    NOSTALL_RETURN_IF_ERROR(ShortSideSize(w, h, side, 0, &rw, &rh));
+  } else if (spec.resize_short > 0) {
     NOSTALL_RETURN_IF_ERROR(ShortSideSize(w, h, spec.resize_short, spec.max_size, &rw, &rh));
   } else if (spec.resize_h > 0) {
     rw = spec.resize_w;
@@ -76,7 +79,7 @@ Status DrawBox(const Spec& spec, int w, int h, Philox& rng, ClipDraw* d) {
       ch = spec.crop_h;
       if (cw > rw || ch > rh) {
         return DataError("the crop (" + std::to_string(ch) + " x " + std::to_string(cw) + ") is larger than the " +
-                         (spec.resize_short > 0 || spec.resize_h > 0 ? "resized " : "") + "frame (" +
+                         (spec.resize_short > 0 || spec.resize_h > 0 || spec.resize_min > 0 ? "resized " : "") + "frame (" +
                          std::to_string(rh) + " x " + std::to_string(rw) + ")");
       }
       if (spec.crop == CropKind::kRandom) {

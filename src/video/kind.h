@@ -39,6 +39,10 @@ struct Spec {
   double frame_rate = 0;
   bool tchw = false;  // (T, C, H, W) per sample; else (C, T, H, W)
   int resize_short = 0, max_size = 0, resize_h = 0, resize_w = 0;
+  // RandomResize(min_size, max_size): the short side drawn per clip from
+  // [resize_min, resize_max) (torchvision v2's; PyTorchVideo's
+  // RandomShortSideScale, inclusive, is RandomResize(lo, hi + 1)); 0: none.
+  int resize_min = 0, resize_max = 0;
   CropKind crop = CropKind::kNone;
   int crop_h = 0, crop_w = 0;
   double scale_min = 0.08, scale_max = 1, ratio_min = 3.0 / 4, ratio_max = 4.0 / 3;

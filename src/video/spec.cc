@@ -100,11 +100,30 @@ Status PixelOpFromJson(const json& t, size_t position, Spec* s) {
   }
   const Transform& tr = op.value();
   if (tr.kind != TransformKind::kOp || SchemaOf(tr).role != OpRole::kPixels || tr.op == nullptr ||
-      tr.op->output_channels() > 0 || !tr.op->needs_float32().empty()) {
+      (tr.op->output_channels() > 0 && tr.op->output_channels() != 3) || !tr.op->needs_float32().empty()) {
     return InvalidArgument("video clips take ops on the pixels that keep 3 channels (ColorJitter, RandomGrayscale, "
                            "RandomPosterize, ...), not " + Shown(t));
   }
   s->ops.push_back(tr);
+  return Status::OK();
+}
+
+// RandomResize(min_size, max_size): the short side drawn per clip.
+Status RandomResizeFromJson(const json& t, Spec* s) {
+  for (auto it = t.begin(); it != t.end(); ++it) {
+    const std::string& k = it.key();
+    if (k != "type" && k != "min_size" && k != "max_size" && k != "interpolation" && k != "antialias") {
+      return InvalidArgument("video RandomResize has no argument '" + k + "' (min_size, max_size)");
+    }
+  }
+  const json lo = t.value("min_size", json()), hi = t.value("max_size", json());
+  if (!lo.is_number_integer() || !hi.is_number_integer() || lo.get<int64_t>() < 1 ||
+      hi.get<int64_t>() <= lo.get<int64_t>() || hi.get<int64_t>() > 16385) {
+    return InvalidArgument("video RandomResize: the short side is drawn from [min_size, max_size): ints with "
+                           "1 <= min_size < max_size <= 16385, not " + Shown(t));
+  }
+  s->resize_min = lo.get<int>();
+  s->resize_max = hi.get<int>();
   return Status::OK();
 }
 
@@ -140,7 +159,7 @@ Status AudioFromJson(const json& t, Spec* s) {
 Status StepFromJson(const json& t, size_t position, int* stage, Spec* s) {
   const std::string type = t.value("type", std::string());
   if (type == "Audio") return AudioFromJson(t, s);
-  const int order = type == "Resize" ? 1 : type == "RandomCrop" || type == "CenterCrop" || type == "RandomResizedCrop" ? 2
+  const int order = type == "Resize" || type == "RandomResize" ? 1 : type == "RandomCrop" || type == "CenterCrop" || type == "RandomResizedCrop" ? 2
                     : type == "RandomHorizontalFlip" ? 3 : type == "Normalize" ? 5 : 4;
   if (order <= *stage && !(order == 4 && *stage == 4)) {
     return InvalidArgument("video transforms go in the order Clip, Resize, a crop, RandomHorizontalFlip, ops on "
@@ -148,6 +167,7 @@ Status StepFromJson(const json& t, size_t position, int* stage, Spec* s) {
   }
   *stage = order;
   if (order == 4) return PixelOpFromJson(t, position, s);
+  if (type == "RandomResize") return RandomResizeFromJson(t, s);
   if (type == "Resize") {
     const json& size = t.contains("size") ? t["size"] : json();
     if (size.is_number_integer() && size.get<int64_t>() > 0 && size.get<int64_t>() <= 16384) {

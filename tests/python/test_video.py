@@ -99,6 +99,32 @@ def test_clip_is_resize_and_crop_of_ffmpegs_frames(videos):
     assert_resize_and_crop_of_ffmpegs_frames(path, clip, params)
 
 
+def test_random_resize_draws_the_short_side_per_clip(videos):
+    """PyTorchVideo's RandomShortSideScale as v2's RandomResize(min, max):
+    a short side from [min, max) for each clip, then the crop; each clip is
+    PIL's resize of FFmpeg's frames to its side."""
+    from nostall.transforms import RandomResize
+
+    path = next(p for p in all_files(videos) if p.suffix == ".webm")
+    info = video.info(path)
+    ts = [video.Clip(8, step=2), RandomResize(60, 72), video.RandomCrop(56), nostall.RandomHorizontalFlip()]
+    sides = set()
+    for index in range(24):
+        clip, params = video.apply(ts, path, seed=1, index=index)
+        assert clip.shape == (3, 8, 56, 56)
+        side = round(56 * min(info["width"], info["height"]) / params["box"][3 if info["height"] <= info["width"] else 2])
+        assert 60 <= side < 72
+        sides.add(side)
+        if index < 3:
+            assert_resize_and_crop_of_ffmpegs_frames(path, clip, params, short=side)
+    assert len(sides) >= 6  # drawn, not fixed
+    # Grayscale that keeps three channels is an op on the pixels like the others.
+    gray, _ = video.apply([video.Clip(4), nostall.Resize((48, 64)), nostall.transforms.Grayscale(3)], path)
+    assert np.array_equal(gray[0], gray[1]) and np.array_equal(gray[1], gray[2])
+    with pytest.raises(ValueError, match="min_size < max_size"):
+        video.apply([video.Clip(4), RandomResize(64, 64), video.RandomCrop(56)], path)
+
+
 def test_several_clips_of_a_video_are_decoded_in_one_pass(videos):
     """Clip(clips=3): three clips of the video in each sample, each with its
     own start, crop and flip, each equal to FFmpeg's frames resized and
@@ -220,8 +246,8 @@ def test_a_phone_videos_rotation_is_applied_as_ffmpeg_shows_it(videos, tmp_path)
         turned = degrees in (90, 270)
         assert (info["width"], info["height"]) == ((plain["height"], plain["width"]) if turned else
                                                     (plain["width"], plain["height"]))
-        # the rotate tag is clockwise; the matrix (ffprobe, torchcodec) counter-clockwise
-        assert info["rotation"] == (360 - degrees) % 360 and not info["mirrored"]
+        # ffmpeg writes the tag as the display matrix's counter-clockwise turn (ffprobe's "rotation")
+        assert info["rotation"] == degrees and not info["mirrored"]
         wanted = [0, 9, info["frames"] - 1]
         ours, _ = video.frames(path, wanted)
         ref = ffmpeg_frames(path, wanted, info["width"], info["height"])
