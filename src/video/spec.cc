@@ -155,17 +155,39 @@ Status AudioFromJson(const json& t, Spec* s) {
   return Status::OK();
 }
 
-// The transforms after the Clip, in their one order.
-Status StepFromJson(const json& t, size_t position, int* stage, Spec* s) {
+// Where the list has got to: the last of Resize (1), a crop (2) and the ops
+// (4), which go in that order, and whether the flip and Normalize came.
+struct Stage {
+  int at = 0;
+  bool flip = false, normalize = false;
+};
+
+// The transforms after the Clip. Resize, a crop and the ops on the pixels
+// go in that order (an op such as ColorJitter's contrast looks at the whole
+// frame it is given); the flip and Normalize go anywhere after the Clip, as
+// torchvision's video recipe puts them (Resize, flip, Normalize, RandomCrop):
+// one window and one flip of every frame, and a per-pixel Normalize, give
+// the same clips in any order. Ops on the pixels need the uint8 pixels, so
+// they come before Normalize.
+Status StepFromJson(const json& t, size_t position, Stage* stage, Spec* s) {
   const std::string type = t.value("type", std::string());
   if (type == "Audio") return AudioFromJson(t, s);
-  const int order = type == "Resize" || type == "RandomResize" ? 1 : type == "RandomCrop" || type == "CenterCrop" || type == "RandomResizedCrop" ? 2
+  const bool crop = type == "RandomCrop" || type == "CenterCrop" || type == "RandomResizedCrop";
+  const int order = type == "Resize" || type == "RandomResize" ? 1 : crop ? 2
                     : type == "RandomHorizontalFlip" ? 3 : type == "Normalize" ? 5 : 4;
-  if (order <= *stage && !(order == 4 && *stage == 4)) {
-    return InvalidArgument("video transforms go in the order Clip, Resize, a crop, RandomHorizontalFlip, ops on "
-                           "the pixels, Normalize, each but the ops at most once: " + type + " is out of place");
+  if (order == 3 || order == 5) {
+    bool& seen = order == 3 ? stage->flip : stage->normalize;
+    if (seen) return InvalidArgument("a video list takes one " + type);
+    seen = true;
+  } else if (order <= stage->at && !(order == 4 && stage->at == 4)) {
+    return InvalidArgument("video transforms go in the order Clip, Resize, a crop, ops on the pixels (the flip "
+                           "and Normalize anywhere after the Clip), each but the ops at most once: " + type +
+                           " is out of place");
+  } else if (order == 4 && stage->normalize) {
+    return InvalidArgument("video ops on the pixels work on the uint8 frames: " + type + " goes before Normalize");
+  } else {
+    stage->at = order;
   }
-  *stage = order;
   if (order == 4) return PixelOpFromJson(t, position, s);
   if (type == "RandomResize") return RandomResizeFromJson(t, s);
   if (type == "Resize") {
@@ -229,7 +251,7 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const json& list) {
   }
   auto s = std::make_shared<Spec>();
   NOSTALL_RETURN_IF_ERROR(ClipFromJson(list[0], s.get()));
-  int stage = 0;
+  Stage stage;
   for (size_t i = 1; i < list.size(); ++i) {
     if (!list[i].is_object()) return InvalidArgument("a video transform is an object, not " + Shown(list[i]));
     NOSTALL_RETURN_IF_ERROR(StepFromJson(list[i], i, &stage, s.get()));

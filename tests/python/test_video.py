@@ -288,6 +288,26 @@ def test_bad_lists_say_what_is_wrong(videos):
         video.apply([video.Clip(2), video.RandomCrop(4000)], path)
 
 
+def test_torchvisions_reference_order_gives_the_same_clips(videos):
+    """torchvision's video classification recipe writes Resize, flip,
+    Normalize, RandomCrop: the flip and Normalize may go anywhere after the
+    Clip, and give the clips of the order nostall runs them in."""
+    path = next(p for p in all_files(videos) if p.suffix == ".mp4")
+    norm = nostall.Normalize(mean=[0.43216, 0.394666, 0.37645], std=[0.22803, 0.22145, 0.216989])
+    theirs = [video.Clip(8, step=2), nostall.Resize((64, 86)), nostall.RandomHorizontalFlip(), norm,
+              video.RandomCrop(56)]
+    ours = [video.Clip(8, step=2), nostall.Resize((64, 86)), video.RandomCrop(56), nostall.RandomHorizontalFlip(), norm]
+    for index in range(4):
+        a, pa = video.apply(theirs, path, index=index)
+        b, pb = video.apply(ours, path, index=index)
+        assert a.dtype == np.float32 and np.array_equal(a, b) and pa == pb
+    with pytest.raises(ValueError, match="before Normalize"):
+        video.apply([video.Clip(4), nostall.Resize((48, 64)), norm, nostall.transforms.ColorJitter(0.4)], path)
+    with pytest.raises(ValueError, match="one RandomHorizontalFlip"):
+        video.apply([video.Clip(4), nostall.Resize((48, 64)), nostall.RandomHorizontalFlip(),
+                     nostall.RandomHorizontalFlip()], path)
+
+
 def _clips(loader, limit=None):
     import itertools
 
