@@ -37,6 +37,21 @@ struct ServeOptions {
   // Share with a group's users (serve --group): the segment is that group's
   // and 0660; -1: the owner's alone (0600).
   int64_t share_gid = -1;
+  // The chunks come from the caller (Feed: prep on other machines, made by
+  // nostall.ray and written in by Python), not from a pipeline of this
+  // process; images and labels only (no extra fields, one sample shape).
+  bool fed = false;
+};
+
+// A fed producer's slot to write the next chunk into: `images` (chunk x
+// sample_bytes), `labels` and `indices` (chunk int64s each).
+struct FedSlot {
+  uint32_t slot = 0;
+  uint8_t* images = nullptr;
+  int64_t* labels = nullptr;
+  int64_t* indices = nullptr;
+  int64_t chunk = 0;          // samples it holds at most
+  uint64_t sample_bytes = 0;  // bytes of one sample in `images`
 };
 
 struct ProducerStatus {
@@ -66,6 +81,14 @@ class SharedProducer {
   // The pipeline's own stats (its stages, the autotuner's decisions).
   virtual LoaderStats PipelineStats() const = 0;
   virtual const LoaderSpec& spec() const = 0;  // the producer's (batch_size = chunk)
+  // A fed producer (ServeOptions::fed), from one thread: a slot for the next
+  // chunk, once one is free (false: not within `timeout_s`, or a stop);
+  // then Publish the chunk written there, `count` samples, chunk `chunk` of
+  // `epoch` of the producer's order; Fail records an error for consumers
+  // and ends Run with it.
+  virtual Result<bool> NextSlot(double timeout_s, const std::atomic<bool>& stop, FedSlot* out);
+  virtual Status Publish(const FedSlot& slot, int64_t count, int64_t epoch, int64_t chunk);
+  virtual void Fail(const Status& error);
 };
 
 struct AttachOptions {

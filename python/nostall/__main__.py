@@ -182,12 +182,93 @@ def _analyze(argv):
     return 0
 
 
+_SERVE_DESCRIPTION = """\
+Serves one pipeline to every training process on this node (as `nostall
+serve`), its chunks made on other machines' CPUs by Ray actors
+(nostall.ray.Prep): the same chunks, in the same order, as the pipeline
+served here would make (docs/remote.md). `nostall serve --ray ...` (or a
+spec with "remote") comes here. Serves until Ctrl-C or SIGTERM.
+"""
+
+
+def _prep_of(text):
+    """--ray's Prep: its arguments as a JSON object (or the spec's {"ray": {...}}), or a number of workers."""
+    from .ray import Prep
+
+    try:
+        given = json.loads(text)
+    except ValueError:
+        raise SystemExit(f"nostall serve: --ray takes nostall.ray.Prep's arguments as JSON "
+                         f"(e.g. '{{\"num_workers\": 2}}') or a number of workers, not {text!r}") from None
+    if isinstance(given, int) and not isinstance(given, bool):
+        return Prep(num_workers=given)
+    if isinstance(given, dict) and set(given) == {"ray"}:
+        return Prep.from_spec(given)
+    if isinstance(given, dict):
+        return Prep.from_spec({"ray": given})
+    raise SystemExit(f"nostall serve: --ray takes a JSON object or a number of workers, not {text!r}")
+
+
+def _serve(argv) -> int:
+    from . import serve
+    from ._spec import read_spec
+
+    p = _Parser(prog="nostall serve", description=_SERVE_DESCRIPTION,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--spec", required=True, help="the loader spec (JSON file)")
+    p.add_argument("--name", required=True, help="the name consumers attach to")
+    p.add_argument("--ray", help="nostall.ray.Prep's arguments as JSON, or a number of workers "
+                                 "(default: the spec's \"remote\")")
+    p.add_argument("--chunk", type=int, default=0, help="samples per chunk (default: the spec's batch_size)")
+    p.add_argument("--max-consumers", type=int, default=8)
+    p.add_argument("--slots", type=int, default=0)
+    p.add_argument("--max-lag-ms", type=int, default=1000)
+    p.add_argument("--block-chunks", type=int, default=0)
+    p.add_argument("--group", help="not with remote prep: serve it from the `nostall` program without --ray")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+    if args.group is not None:
+        p.error("--group is not served with remote prep (yet): serve for your own user, or without --ray")
+    prep = _prep_of(args.ray) if args.ray is not None else None
+    try:
+        spec = read_spec(args.spec)
+    except (OSError, ValueError) as e:
+        print(f"nostall serve: --spec {args.spec}: {e}", file=sys.stderr)
+        return 1
+    if prep is None and "remote" not in spec:
+        p.error("no remote prep: give --ray, or a spec with \"remote\" (or serve it with `nostall serve`)")
+    print(f"nostall serve: '{args.name}' serving {spec.get('source')} with remote prep; attach with "
+          f"nostall.Loader.attach(\"{args.name}\", batch_size=...)", file=sys.stderr, flush=True)
+    import signal
+
+    try:
+        server = serve(spec, args.name, chunk=args.chunk, max_consumers=args.max_consumers, slots=args.slots,
+                       max_lag=args.max_lag_ms / 1000, block_chunks=args.block_chunks, verbose=not args.quiet,
+                       remote=prep)
+
+        def stop(signum, frame):
+            raise KeyboardInterrupt  # server.wait() closes the server and returns
+
+        # Ray's own SIGTERM handler (installed as it starts) would end the
+        # process without removing the segment.
+        signal.signal(signal.SIGTERM, stop)
+        server.wait()
+    except (ValueError, RuntimeError, OSError) as e:
+        print(f"nostall serve: {e}", file=sys.stderr)
+        return 1
+    print("nostall serve: stopped", file=sys.stderr)
+    return 0
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "analyze":
         return _analyze(argv[1:])
+    if argv and argv[0] == "serve":
+        return _serve(argv[1:])
     usage = ("usage: python -m nostall analyze --spec SPEC --step MODULE:FUNCTION [options]\n"
              "       python -m nostall analyze --trace TRACE [--spec SPEC] [--predict CHANGE]\n"
+             "       python -m nostall serve --spec SPEC --name NAME --ray PREP [options]\n"
              "(the other commands are in the `nostall` program: `nostall help`)")
     if argv and argv[0] in ("-h", "--help", "help"):
         print(usage)

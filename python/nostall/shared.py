@@ -34,7 +34,7 @@ from ._lifetime import Closeable
 __all__ = ["serve", "Server", "list_shared"]
 
 
-def _spec_json(spec):
+def _spec_dict(spec) -> dict:
     from .loader import Loader, read_spec
 
     if isinstance(spec, Loader):
@@ -49,7 +49,7 @@ def _spec_json(spec):
                 "this loader runs Python callables, which a served pipeline (C++ only) cannot: "
                 + "; ".join(named) + ". Serve it without them and give them to each consumer: "
                 "Loader.attach(name, batch_size, transforms=..., batch_transform=...)")
-    return json.dumps(read_spec(spec))
+    return read_spec(spec)
 
 
 _live = weakref.WeakSet()  # servers of this process not yet closed
@@ -93,23 +93,42 @@ class Server(Closeable):
     so does SIGTERM, unless the program installed its own SIGTERM handler.
     ``wait()`` serves until Ctrl-C or SIGTERM. The arguments (``spec``,
     ``name``, ``chunk``, ``max_consumers``, ``slots``, ``max_lag``,
-    ``block_chunks``, ``verbose``) are :func:`serve`'s.
+    ``block_chunks``, ``verbose``, ``remote``: chunks made by Ray actors on
+    other machines) are :func:`serve`'s.
     """
 
     def __init__(self, spec, name, *, chunk=0, max_consumers=8, slots=0, max_lag=1.0,
-                 block_chunks=0, verbose=False):
+                 block_chunks=0, verbose=False, remote=None):
         self.name = name
         self._verbose = verbose
         self._owner_pid = os.getpid()
-        self._core = _nostall.Server(name, _spec_json(spec), int(chunk), int(max_consumers),
-                                     int(slots), float(max_lag), int(block_chunks), bool(verbose))
+        self._feeder = None
+        spec = _spec_dict(spec)
+        if remote is not None:
+            spec["remote"] = remote.to_spec()
+        remote = spec.pop("remote", None)
+        self._core = _nostall.Server(name, json.dumps(spec), int(chunk), int(max_consumers),
+                                     int(slots), float(max_lag), int(block_chunks), bool(verbose),
+                                     remote is not None)
         _live.add(self)
         _remove_on_sigterm()
+        if remote is not None:
+            try:
+                self._feeder = _Feeder(self._core, remote)
+            except BaseException:
+                self.close()
+                raise
+            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+                signal.signal(signal.SIGTERM, _on_sigterm)  # again: Ray's start replaced it
 
     def status(self) -> dict:
         """Chunks produced, consumers (pid, state, next chunk), evictions, reaped consumers,
-        and the pipeline's own stats (``["pipeline"]``: stages, the autotuner's decisions)."""
-        return json.loads(self._require().status_json())
+        and the pipeline's own stats (``["pipeline"]``: stages, the autotuner's decisions);
+        served from prep on other machines, ``["remote"]``: the batches each side made."""
+        st = json.loads(self._require().status_json())
+        if self._feeder is not None:
+            st["remote"] = self._feeder.counts()
+        return st
 
     @property
     def spec(self) -> dict:
@@ -149,6 +168,9 @@ class Server(Closeable):
         if getattr(self, "_owner_pid", os.getpid()) != os.getpid():
             self._core = None
             return
+        feeder, self._feeder = getattr(self, "_feeder", None), None
+        if feeder is not None:
+            feeder.stop()  # before the core: it writes into the segment
         core, self._core = getattr(self, "_core", None), None
         _live.discard(self)
         if core is not None:
@@ -169,8 +191,53 @@ def _print_status(name, st):
           f"consumers: {consumers}{setting}", file=sys.stderr, flush=True)
 
 
+class _Feeder:
+    """A served pipeline's chunks made by prep on other machines: a loader of
+    the producer's own spec (its chunk as the batch, its shuffle blocks: the
+    order a served pipeline makes) with ``remote=``, whose batches a thread
+    writes into the segment's slots in order, epoch after epoch."""
+
+    def __init__(self, core, remote):
+        from . import ray as remote_prep
+        from .loader import Loader
+
+        spec = json.loads(core.spec_json())
+        spec["remote"] = remote if isinstance(remote, dict) else remote.to_spec()
+        remote_prep.Prep.from_spec(spec["remote"])  # a clear error for a bad one, here
+        self._core = core
+        self._stopping = threading.Event()
+        # Made here (Ray starts from the thread that serves), iterated by the feeding thread.
+        self._loader = Loader.from_spec(spec, return_indices=True, output="numpy")
+        self._thread = threading.Thread(target=self._run, name="nostall-serve-remote", daemon=True)
+        self._thread.start()
+
+    def counts(self) -> dict:
+        remote = getattr(self._loader, "_remote", None)
+        return dict(remote.counts) if remote is not None else {}
+
+    def _run(self):
+        try:
+            epoch = 0
+            while not self._stopping.is_set():
+                self._loader.set_epoch(epoch)
+                for chunk, (images, labels, indices) in enumerate(self._loader):
+                    while not self._core.feed(images, labels, indices, epoch, chunk, 0.2):
+                        if self._stopping.is_set():
+                            return
+                    if self._stopping.is_set():
+                        return
+                epoch += 1
+        except BaseException as e:  # noqa: BLE001 - told to every consumer, and raised by close()
+            self._core.fail(f"the remote prep stopped: {type(e).__name__}: {e}")
+
+    def stop(self):
+        self._stopping.set()
+        self._thread.join()
+        self._loader.close()
+
+
 def serve(spec, name, *, chunk=0, max_consumers=8, slots=0, max_lag=1.0, block_chunks=0,
-          block=False, verbose=None):
+          block=False, verbose=None, remote=None):
     """Serves ``spec``'s pipeline to every ``Loader.attach(name, ...)`` on this node.
 
     spec: a dict, JSON text, a path to a JSON file, or a Loader (its spec).
@@ -189,6 +256,11 @@ def serve(spec, name, *, chunk=0, max_consumers=8, slots=0, max_lag=1.0, block_c
         SIGTERM, as ``nostall serve`` does, then removes the segment.
     verbose: a status line every 5 s on stderr while blocking (default:
         when ``block``).
+    remote: a :class:`nostall.ray.Prep` (or the spec's ``"remote"``): the
+        chunks are made by Ray actors on other machines' CPUs (and this
+        node's idle cores), the same chunks in the same order as the
+        pipeline served here would make (docs/remote.md). Batches of one
+        sample shape with their labels (no extra fields).
 
     The segment is removed when the server closes, when the process gets
     SIGTERM (unless it has a SIGTERM handler of its own) or at exit; a
@@ -198,7 +270,7 @@ def serve(spec, name, *, chunk=0, max_consumers=8, slots=0, max_lag=1.0, block_c
     if verbose is None:
         verbose = block
     server = Server(spec, name, chunk=chunk, max_consumers=max_consumers, slots=slots,
-                    max_lag=max_lag, block_chunks=block_chunks, verbose=verbose)
+                    max_lag=max_lag, block_chunks=block_chunks, verbose=verbose, remote=remote)
     if not block:
         return server
     server.wait()

@@ -50,6 +50,11 @@ nostall::Result<nostall::LoaderSpec> ReadSpecFile(const std::string& path);
 uint64_t ParseSize(const std::string& text);
 std::vector<std::string> SplitCommas(const std::string& list);
 
+// Runs `python -m nostall COMMAND ARGS...` in place of this process (the
+// Python beside this binary, $NOSTALL_PYTHON or python3): the commands that
+// run Python code (analyze, serve --ray). Returns only when it cannot.
+int HandToPython(const char* command, const std::vector<std::string>& args);
+
 // The commands, one table each (bench.cc, serve.cc, cache.cc).
 extern const Command kBench;
 extern const Command kInspect;

@@ -11,6 +11,49 @@
 
 #include "cli/cli.h"
 
+namespace nostall::cli {
+
+// Commands that run Python (`analyze` runs the user's training step; `serve
+// --ray` runs Ray) are the Python package's: hand over to the interpreter
+// installed beside this binary (a virtual environment's bin/), else
+// $NOSTALL_PYTHON, else python3, as `python -m nostall COMMAND ARGS...`.
+int HandToPython(const char* command, const std::vector<std::string>& given) {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("NOSTALL_PYTHON")) candidates.push_back(env);
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    std::string dir(self, static_cast<size_t>(n));
+    dir = dir.substr(0, dir.rfind('/'));
+    candidates.push_back(dir + "/python3");
+    candidates.push_back(dir + "/python");
+  }
+  // Not the current folder first on sys.path (as `python -m` puts it): a
+  // json.py there would run inside the analysis. The step's own module is
+  // still found there (load_step looks in it last). PYTHONSAFEPATH is
+  // Python 3.11's -P, ignored by older ones.
+  ::setenv("PYTHONSAFEPATH", "1", 1);
+  std::vector<std::string> words = {"", "-m", "nostall", command};
+  words.insert(words.end(), given.begin(), given.end());
+  std::vector<char*> args;
+  for (std::string& w : words) args.push_back(w.data());
+  args.push_back(nullptr);
+  for (std::string& py : candidates) {
+    if (::access(py.c_str(), X_OK) != 0) continue;
+    args[0] = py.data();
+    ::execv(py.c_str(), args.data());
+  }
+  std::string python3 = "python3";
+  args[0] = python3.data();
+  ::execvp("python3", args.data());
+  std::fprintf(stderr, "nostall %s: cannot run python3 (%s); it runs Python code, so it needs the Python "
+               "that has nostall installed: set NOSTALL_PYTHON, or run `python -m nostall %s ...`\n",
+               command, std::strerror(errno), command);
+  return 1;
+}
+
+}  // namespace nostall::cli
+
 namespace {
 
 constexpr const char* kUsage = R"(usage: nostall <command> [options]
@@ -53,44 +96,10 @@ line, then the command's synopsis.
 )";
 
 
-// `analyze` runs the user's Python training step, so it is the Python
-// package's command: hand over to the interpreter installed beside this
-// binary (a virtual environment's bin/), else $NOSTALL_PYTHON, else python3.
 int Analyze(char** argv) {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("NOSTALL_PYTHON")) candidates.push_back(env);
-  char self[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    std::string dir(self, static_cast<size_t>(n));
-    dir = dir.substr(0, dir.rfind('/'));
-    candidates.push_back(dir + "/python3");
-    candidates.push_back(dir + "/python");
-  }
-  // Not the current folder first on sys.path (as `python -m` puts it): a
-  // json.py there would run inside the analysis. The step's own module is
-  // still found there (load_step looks in it last). PYTHONSAFEPATH is
-  // Python 3.11's -P, ignored by older ones.
-  ::setenv("PYTHONSAFEPATH", "1", 1);
-  std::vector<char*> args;
-  std::string module_flag = "-m", module = "nostall";
-  args.push_back(nullptr);  // the interpreter, below
-  args.push_back(module_flag.data());
-  args.push_back(module.data());
-  for (char** a = argv + 1; *a != nullptr; ++a) args.push_back(*a);
-  args.push_back(nullptr);
-  for (std::string& py : candidates) {
-    if (::access(py.c_str(), X_OK) != 0) continue;
-    args[0] = py.data();
-    ::execv(py.c_str(), args.data());
-  }
-  std::string python3 = "python3";
-  args[0] = python3.data();
-  ::execvp("python3", args.data());
-  std::fprintf(stderr, "nostall analyze: cannot run python3 (%s); it runs your training step, "
-               "so it needs the Python that has nostall installed: set NOSTALL_PYTHON, or "
-               "run `python -m nostall analyze ...`\n", std::strerror(errno));
-  return 1;
+  std::vector<std::string> given;
+  for (char** a = argv + 2; *a != nullptr; ++a) given.push_back(*a);
+  return nostall::cli::HandToPython("analyze", given);
 }
 
 // "usage: nostall GROUP SUB ..." for each subcommand: their synopses.

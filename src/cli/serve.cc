@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/cli.h"
 #include "nostall/bench.h"
 #include "nostall/cache.h"
@@ -55,6 +57,13 @@ options:
                        attach as Loader.attach("YOU:NAME", ..., spec=SPEC)
                        with the spec they expect. Without it only your own
                        processes can attach (the segment is 0600).
+  --ray PREP           make the chunks on other machines' CPUs with Ray:
+                       nostall.ray.Prep's arguments as JSON, e.g.
+                       '{"num_workers": 4, "cpus_per_worker": 8,
+                       "resources": {"prep": 1}, "address": "auto"}', or a
+                       number of workers (docs/remote.md). A spec with
+                       "remote" does the same. Runs through Python (the
+                       Python that has nostall and ray installed)
   --quiet              no status lines
 
 Names are per user (/dev/shm/nostall-shared-UID-NAME): another user's
@@ -66,11 +75,30 @@ std::atomic<bool> g_stop{false};
 
 }  // namespace
 
+namespace {
+
+// Whether the spec file names prep on other machines ("remote").
+bool SpecHasRemote(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return false;
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("remote");
+}
+
+}  // namespace
+
 int Serve(const Args& args) {
   auto spec_path = args.options.find("--spec");
   auto name = args.options.find("--name");
   if (spec_path == args.options.end()) return UsageError(kServe, "missing --spec FILE (the loader spec)");
   if (name == args.options.end()) return UsageError(kServe, "missing --name NAME (what consumers attach to)");
+  if (args.options.count("--ray") != 0 || SpecHasRemote(spec_path->second)) {
+    // Ray's actors make the chunks: nostall.serve(..., remote=Prep(...)) in Python.
+    std::vector<std::string> given;
+    for (const auto& [k, v] : args.options) given.insert(given.end(), {k, v});
+    for (const std::string& f : args.flags) given.push_back(f);
+    return HandToPython("serve", given);
+  }
   auto spec = ReadSpecFile(spec_path->second);
   if (!spec.ok()) return Fail(spec.status());
   long long chunk = 0, consumers = 8, slots = 0, lag_ms = 1000, block = 0;
@@ -213,7 +241,7 @@ const std::string kSharedRmHelp =
 const Command kServe = {
     "serve", kServeUsage,
     {"--spec", "--name", "--chunk", "--max-consumers", "--slots", "--max-lag-ms", "--block-chunks",
-     "--group"},
+     "--group", "--ray"},
     {"--quiet"}, {}, 0, Serve};
 
 const Command kSharedCommands[3] = {

@@ -48,6 +48,8 @@ void BindDetection(nb::module_& m);
 void BindAudio(nb::module_& m);
 // nostall.video's (video.cc).
 void BindVideo(nb::module_& m);
+// nostall.serve's producer, _nostall.Server (server.cc).
+void BindServer(nb::module_& m);
 
 }  // namespace nostall::py
 

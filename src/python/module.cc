@@ -455,64 +455,6 @@ class PyLoader {
   int extra_fields_ = -1;  // the spec's extra fields, counted at the first batch
 };
 
-// A producer serving in a background thread of this process.
-class PyServer {
- public:
-  PyServer(const std::string& name, const std::string& spec_json, int64_t chunk, int max_consumers,
-           int slots, double max_lag_s, int64_t block_chunks, bool verbose) {
-    LoaderSpec spec = ValueOrRaise(LoaderSpec::FromJson(spec_json));
-    ServeOptions o;
-    o.chunk = chunk;
-    o.max_consumers = max_consumers;
-    o.slots = slots;
-    o.max_lag_s = max_lag_s;
-    o.block_chunks = block_chunks;
-    o.verbose = verbose;
-    Result<std::unique_ptr<SharedProducer>> r = [&] {
-      nb::gil_scoped_release release;
-      return SharedProducer::Create(name, spec, o);
-    }();
-    producer_ = ValueOrRaise(std::move(r));
-    thread_ = std::thread([this] {
-      result_ = producer_->Run(stop_);
-      done_.store(true);
-    });
-  }
-  // Never raises (a destructor that throws, during unwinding or not, ends
-  // the process): what stopped the producer early is raised by close().
-  ~PyServer() { Stop(); }
-
-  std::string StatusJson() const {
-    if (!producer_) return "{}";
-    return producer_->Snapshot().ToJson(!finished(), producer_->PipelineStats());
-  }
-  bool finished() const { return done_.load(); }
-  std::string SpecJson() const { return producer_ ? producer_->spec().ToJson() : "{}"; }
-
-  // Stops serving, joins, removes the segment; raises what stopped it early.
-  void Close() {
-    if (!producer_) return;
-    Stop();
-    if (!result_.ok()) RaiseStatus(result_);
-  }
-
- private:
-  void Stop() {
-    if (!producer_) return;
-    nb::gil_scoped_release release;
-    stop_.store(true);
-    if (thread_.joinable()) thread_.join();
-    producer_.reset();
-  }
-
- private:
-  std::unique_ptr<SharedProducer> producer_;
-  std::atomic<bool> stop_{false};
-  std::atomic<bool> done_{false};
-  Status result_;
-  std::thread thread_;
-};
-
 std::vector<ElasticStep> StepsOf(const std::vector<std::pair<int64_t, int64_t>>& steps) {
   std::vector<ElasticStep> out;
   for (const auto& [world, batch] : steps) {
@@ -581,17 +523,6 @@ void BindLoader(nb::module_& m) {
       .def_prop_ro("fingerprint", &PyLoader::Fingerprint);
 }
 
-void BindServer(nb::module_& m) {
-  nb::class_<PyServer>(m, "Server")
-      .def(nb::init<const std::string&, const std::string&, int64_t, int, int, double, int64_t,
-                    bool>(),
-           "name"_a, "spec_json"_a, "chunk"_a, "max_consumers"_a, "slots"_a, "max_lag_s"_a,
-           "block_chunks"_a, "verbose"_a)
-      .def("status_json", &PyServer::StatusJson)
-      .def("spec_json", &PyServer::SpecJson)
-      .def("close", &PyServer::Close);
-}
-
 // A profiler trace read once (nostall/trace.h); predictions replay its graph.
 struct TraceHandle {
   std::shared_ptr<const trace::Trace> t;
@@ -623,7 +554,7 @@ NB_MODULE(_nostall, m) {
       nb::module_::import_("threading").attr("main_thread")().attr("ident"));
   nostall::SetInterruptCheck(&nostall::py::PythonInterrupted);
   nostall::BindLoader(m);
-  nostall::BindServer(m);
+  nostall::py::BindServer(m);
   m.def("list_shared", &nostall::ListShared);
   m.def("spec_fingerprint", [](const std::string& spec_json) {
     return nostall::SharedSpecFingerprint(

@@ -34,6 +34,7 @@
 
 #include "common/clock.h"
 #include "common/fd.h"
+#include "common/mutex.h"
 #include "common/process.h"
 #include "common/shm.h"
 #include "ring/ring.h"
@@ -51,6 +52,9 @@ class Producer final : public SharedProducer {
            LoaderSpec spec, ServeOptions options, std::shared_ptr<std::atomic<int64_t>> waited)
       : seg_(std::move(seg)), pipeline_(std::move(pipeline)), depth_(depth), spec_(std::move(spec)),
         options_(options), consumers_waited_ns_(std::move(waited)) {
+    if (pipeline_ == nullptr) {
+      for (uint32_t s = 0; s < seg_->g.slot_count; ++s) free_.push_back(s);
+    }
     watcher_ = std::thread([this] { Watch(); });
   }
 
@@ -67,7 +71,49 @@ class Producer final : public SharedProducer {
   }
 
   const LoaderSpec& spec() const override { return spec_; }
-  LoaderStats PipelineStats() const override { return pipeline_->Stats(); }
+  LoaderStats PipelineStats() const override { return pipeline_ != nullptr ? pipeline_->Stats() : LoaderStats{}; }
+
+  Result<bool> NextSlot(double timeout_s, const std::atomic<bool>& stop, FedSlot* out) override {
+    if (pipeline_ != nullptr) return FailedPrecondition("this producer runs its own pipeline");
+    const int64_t deadline = NowNs() + static_cast<int64_t>(timeout_s * 1e9);
+    const size_t slots = seg_->g.slot_count;
+    while (!stop.load() && !fed_failed_.load()) {
+      const uint32_t gen = seg_->h->released_gen.load();
+      if (held_.size() >= slots) GiveBack(slots - 1, /*starved=*/true);
+      if (!free_.empty()) {
+        const uint32_t s = free_.front();
+        free_.pop_front();
+        *out = {s, seg_->images(s), seg_->labels(s), seg_->indices(s), seg_->g.chunk, seg_->g.sample_bytes};
+        return true;
+      }
+      const int64_t left = deadline - NowNs();
+      if (left <= 0) break;
+      FutexWait(&seg_->h->released_gen, gen, std::min<int64_t>(left, 20000000));  // 20 ms: lag checks, stop
+    }
+    return false;
+  }
+
+  Status Publish(const FedSlot& slot, int64_t count, int64_t epoch, int64_t chunk) override {
+    if (pipeline_ != nullptr) return FailedPrecondition("this producer runs its own pipeline");
+    const int64_t seq = seg_->h->produced.load();
+    if (epoch * seg_->g.chunks_per_epoch + chunk != seq || count != seg_->ChunkCount(seq) ||
+        slot.slot >= seg_->g.slot_count) {
+      return InvalidArgument("chunk " + std::to_string(chunk) + " of epoch " + std::to_string(epoch) + " (" +
+                             std::to_string(count) + " samples) is not the producer's next (" +
+                             std::to_string(seq) + ")");
+    }
+    seg_->Publish(slot.slot, seq, count, epoch, chunk);
+    held_.push_back({slot.slot, nullptr});
+    return Status::OK();
+  }
+
+  void Fail(const Status& error) override {
+    std::snprintf(seg_->h->error, sizeof seg_->h->error, "%s", error.ToString().c_str());
+    seg_->h->state.store(kFailed);
+    MutexLock lock(&fed_mu_);
+    fed_error_ = error;
+    fed_failed_.store(true);
+  }
 
   ProducerStatus Snapshot() const override {
     ProducerStatus st;
@@ -81,7 +127,7 @@ class Producer final : public SharedProducer {
   }
 
   Status Run(const std::atomic<bool>& stop) override {
-    Status st = Serve(stop);
+    Status st = pipeline_ != nullptr ? Serve(stop) : WaitFed(stop);
     if (!st.ok()) {
       std::snprintf(seg_->h->error, sizeof seg_->h->error, "%s", st.ToString().c_str());
       seg_->h->state.store(kFailed);
@@ -140,6 +186,14 @@ class Producer final : public SharedProducer {
     return static_cast<uint32_t>(offset / seg_->g.slot_stride);
   }
 
+  // A fed producer: serves until `stop` or Fail (the chunks come from NextSlot
+  // and Publish).
+  Status WaitFed(const std::atomic<bool>& stop) {
+    while (!stop.load() && !fed_failed_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    MutexLock lock(&fed_mu_);
+    return fed_error_;
+  }
+
   // Gives published slots back to the pipeline, oldest first, until at most
   // `keep` are held or none is free to go. `starved`: the pipeline has no
   // slot left, so a consumer that holds everyone back may be left behind.
@@ -147,6 +201,7 @@ class Producer final : public SharedProducer {
     const int64_t min_need = seg_->MinActiveNeed();
     for (auto it = held_.begin(); it != held_.end() && held_.size() > keep;) {
       if (seg_->TakeBack(it->slot, min_need)) {
+        if (pipeline_ == nullptr) free_.push_back(it->slot);  // fed: the next chunk's
         it = held_.erase(it);  // the batch goes: the pipeline may fill the slot
       } else {
         ++it;
@@ -228,6 +283,10 @@ class Producer final : public SharedProducer {
   std::unique_ptr<Loader> pipeline_;
   size_t depth_;  // slots the pipeline fills ahead
   std::deque<Held> held_;  // published chunks, oldest first
+  std::deque<uint32_t> free_;  // fed: slots to write the next chunks into
+  std::atomic<bool> fed_failed_{false};
+  Mutex fed_mu_;
+  Status fed_error_ GUARDED_BY(fed_mu_);
   LoaderSpec spec_;
   ServeOptions options_;
   std::atomic<bool> stop_watch_{false};
@@ -300,8 +359,16 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   layout.spec_json = resolved.ToJson();
   layout.share_gid = options.share_gid;
   SetSampleLayout(resolved, *parts.source, parts.out_h, parts.out_w, &layout);
+  if (options.fed && (layout.field_count != 0 || layout.ragged_axes != 0)) {
+    return InvalidArgument("a served loader fed by prep on other machines carries batches of one sample shape with "
+                           "their labels: serve this spec (extra fields or samples of many sizes) without \"remote\"");
+  }
   NOSTALL_ASSIGN_OR_RETURN(std::shared_ptr<Segment> seg, CreateRing(name, layout));
   auto waited = std::make_shared<std::atomic<int64_t>>(0);
+  if (options.fed) {
+    return std::unique_ptr<SharedProducer>(
+        new Producer(std::move(seg), nullptr, 1, resolved, options, std::move(waited)));
+  }
   parts.consumer_waited_ns = [waited] { return waited->load(); };
   Result<std::unique_ptr<Loader>> pipeline = StartPipeline(std::move(parts), seg);
   if (!pipeline.ok()) {
@@ -311,6 +378,14 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   return std::unique_ptr<SharedProducer>(new Producer(
       std::move(seg), std::move(pipeline).value(), depth, resolved, options, std::move(waited)));
 }
+
+Result<bool> SharedProducer::NextSlot(double, const std::atomic<bool>&, FedSlot*) {
+  return FailedPrecondition("this producer runs its own pipeline");
+}
+Status SharedProducer::Publish(const FedSlot&, int64_t, int64_t, int64_t) {
+  return FailedPrecondition("this producer runs its own pipeline");
+}
+void SharedProducer::Fail(const Status&) {}
 
 std::string ProducerStatus::ToJson(bool running, const LoaderStats& pipeline) const {
   nlohmann::json list = nlohmann::json::array();

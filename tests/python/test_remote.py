@@ -20,6 +20,7 @@ from conftest import write_jpeg_folder
 ray = pytest.importorskip("ray")  # installed by `make test` (Makefile PY_PACKAGES)
 
 N = 120
+NOSTALL = os.path.join(os.path.dirname(sys.executable), "nostall")
 KW = dict(batch_size=4, shuffle=True, seed=4, return_indices=True, copy=True,
           transforms=[nostall.RandomResizedCrop(16), nostall.RandomHorizontalFlip()])
 
@@ -189,6 +190,66 @@ def test_elastic_state_of_four_ranks_resumes_remote_at_two(cluster, folder):
         assert len(remote) == len(local)
         assert_same(batches(remote), batches(local))
         remote.close()
+
+
+def _consumed(name, epochs):
+    """The batches of 6 of `epochs` epochs of a consumer attached to the served loader `name`."""
+    consumer = nostall.Loader.attach(name, 6, return_indices=True, output="numpy", wait=30)
+    got = [(x.copy(), [int(i) for i in idx]) for _ in range(epochs) for x, _, idx in consumer]
+    consumer.close()
+    return got
+
+
+def test_a_served_pipeline_made_by_remote_prep_serves_the_same_chunks(cluster, folder):
+    """`serve(..., remote=Prep(...))` (the CLI's `serve --ray`): the chunks
+    come from Ray workers and are the ones the pipeline served here makes,
+    in its order, across an epoch's end; a worker killed meanwhile loses
+    nothing."""
+    spec = dict(source=folder, batch_size=12, shuffle=True, seed=9,
+                transforms=[nostall.RandomResizedCrop(16).to_dict(), nostall.RandomHorizontalFlip().to_dict()])
+    name = f"remote-serve-{os.getpid()}"
+    with nostall.serve(spec, name + "-here", block_chunks=2):
+        want = _consumed(name + "-here", 2)
+    with nostall.serve(spec, name, block_chunks=2,
+                       remote=nostall.ray.Prep(num_workers=2, resources={"prep": 1}, local=False)) as server:
+        pids = [w["pid"] for w in server._feeder._loader._remote.where]
+        with pytest.warns(RuntimeWarning, match="was lost"):
+            os.kill(pids[1], signal.SIGKILL)
+            got = _consumed(name, 2)
+        counts = server.status()["remote"]
+    assert len(got) == 2 * N // 6
+    assert_same(got, want)
+    assert counts["remote_batches"] >= 2 * N // 12 and counts["workers_lost"] == 1, counts
+    # The spec's "remote" is the same thing.
+    with nostall.serve(dict(spec, remote=nostall.ray.Prep(num_workers=1, resources={"prep": 1}).to_spec()),
+                       name + "-spec") as server:
+        assert len(_consumed(name + "-spec", 1)) == N // 6 and server.status()["remote"]["remote_batches"] > 0
+
+
+def test_the_serve_command_with_ray_serves_the_remote_chunks(cluster, folder, tmp_path):
+    """`nostall serve --spec S --name N --ray PREP` hands over to Python and
+    serves what nostall.serve(..., remote=...) serves; SIGTERM removes it."""
+    spec = dict(source=folder, batch_size=12, shuffle=True, seed=9,
+                transforms=[nostall.RandomResizedCrop(16).to_dict(), nostall.RandomHorizontalFlip().to_dict()])
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    name = f"remote-cli-{os.getpid()}"
+    with nostall.serve(spec, name + "-here", block_chunks=2):
+        want = _consumed(name + "-here", 1)
+    prep = json.dumps({"num_workers": 1, "resources": {"prep": 1}, "address": cluster})
+    proc = subprocess.Popen([str(NOSTALL), "serve", "--spec", str(tmp_path / "spec.json"), "--name", name,
+                             "--block-chunks", "2", "--ray", prep, "--quiet"], stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, RAY_AUTH_MODE="disabled"))
+    try:
+        got = _consumed(name, 1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert_same(got, want)
+    assert proc.returncode in (0, -signal.SIGTERM), err
+    assert not os.path.exists(f"/dev/shm/nostall-shared-{os.geteuid()}-{name}")
+    bad = subprocess.run([str(NOSTALL), "serve", "--spec", str(tmp_path / "spec.json"), "--name", name,
+                          "--ray", "{\"workers\": 2}"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "unknown keys" in bad.stderr, bad.stderr
 
 
 def test_prep_arguments_are_checked():
