@@ -119,6 +119,44 @@ Philox ClipOpsStream(const SampleKey& key, int c) {
   return k.Stream(SampleStream::kPixelOps);
 }
 
+// Clip c's RandomErasing: each one's box drawn once (by the image op, on
+// the clip's frame size) and erased in every frame and channel of the clip
+// starting at `base` (its elements, `f32` or uint8, laid out as the spec says).
+void EraseClip(const Spec& spec, const SampleKey& key, int c, bool f32, void* base) {
+  SampleKey k = key;
+  k.seed ^= 0xE7A5E0C1D3B2A190ULL * static_cast<uint64_t>(c + 1);
+  Philox rng = k.Stream(SampleStream::kPixelOps);
+  const size_t plane = static_cast<size_t>(spec.out_h) * spec.out_w;
+  for (const Spec::Erase& e : spec.erase) {
+    nlohmann::json trace = nlohmann::json::array();
+    e.op->ApplyOutput(OutputView{nullptr, f32, true, spec.out_h, spec.out_w, 3}, rng, &trace);
+    if (trace.empty() || !trace.back().value("applied", false)) continue;
+    const nlohmann::json& box = trace.back()["box"];
+    const int top = box[0].get<int>(), left = box[1].get<int>(), h = box[2].get<int>(), w = box[3].get<int>();
+    for (int t = 0; t < spec.num_frames; ++t) {
+      for (int ch = 0; ch < 3; ++ch) {
+        const size_t first = (spec.tchw ? static_cast<size_t>(t) * 3 + ch : static_cast<size_t>(ch) * spec.num_frames + t) * plane;
+        const double fixed = e.value.empty() ? 0.0 : e.value[e.value.size() == 1 ? 0 : ch];
+        for (int y = top; y < top + h; ++y) {
+          for (int x = left; x < left + w; ++x) {
+            double v = fixed;
+            if (e.random) {  // Box-Muller, as the image op
+              const double u1 = 1.0 - rng.Uniform(), u2 = rng.Uniform();
+              v = std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * M_PI * u2);
+            }
+            const size_t at = first + static_cast<size_t>(y) * spec.out_w + x;
+            if (f32) {
+              static_cast<float*>(base)[at] = static_cast<float>(v);
+            } else {
+              static_cast<uint8_t*>(base)[at] = static_cast<uint8_t>(std::clamp(v, 0.0, 255.0));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleKey& key, DType dtype, void* dst,
@@ -179,6 +217,11 @@ Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleK
   int64_t produced = 0;
   NOSTALL_RETURN_IF_ERROR(decoder->Decode(wanted.data(), static_cast<int>(wanted.size()), sink, &produced));
   if (decoded != nullptr) *decoded = produced;
+  for (int c = 0; c < n_clips && !spec.erase.empty(); ++c) {
+    const size_t at = c * clip_elems;
+    EraseClip(spec, key, c, f32, f32 ? static_cast<void*>(static_cast<float*>(dst) + at)
+                                     : static_cast<void*>(static_cast<uint8_t*>(dst) + at));
+  }
   if (spec.audio() && audio != nullptr) {
     const size_t per_clip = static_cast<size_t>(spec.audio_channels) * static_cast<size_t>(spec.audio_samples);
     for (int c = 0; c < n_clips; ++c) {
@@ -209,6 +252,9 @@ class VideoKind final : public SampleKind {
     }
     if (spec_->normalize && prep.dtype != DType::kFloat32) {
       return InvalidArgument("video Normalize gives float32 clips (dtype \"float32\")");
+    }
+    for (const Spec::Erase& e : spec_->erase) {
+      if (e.random && prep.dtype != DType::kFloat32) return InvalidArgument("video " + e.op->needs_float32());
     }
     return Status::OK();
   }

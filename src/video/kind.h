@@ -52,6 +52,15 @@ struct Spec {
   std::vector<Transform> ops;
   bool normalize = false;
   float mul[3] = {1, 1, 1}, add[3] = {0, 0, 0};  // x -> x * mul + add (Normalize on x / 255)
+  // RandomErasing, last: one box per clip, erased in every frame (as
+  // torchvision's on a video tensor); its value per channel (empty: 0), or
+  // standard normal noise for each element.
+  struct Erase {
+    std::shared_ptr<const ImageOp> op;  // its draws (ops/random_erasing.cc)
+    std::vector<double> value;
+    bool random = false;
+  };
+  std::vector<Erase> erase;
   // The clip's audio (an Audio in the list; audio_rate 0: none): from the
   // time of the clip's first frame, `audio_samples` samples a channel at
   // audio_rate, float32 (channels, samples) per clip, written to the

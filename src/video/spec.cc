@@ -108,6 +108,24 @@ Status PixelOpFromJson(const json& t, size_t position, Spec* s) {
   return Status::OK();
 }
 
+// RandomErasing(p, scale, ratio, value): the image op's arguments and draws.
+Status EraseFromJson(const json& t, size_t position, Spec* s) {
+  NOSTALL_ASSIGN_OR_RETURN(Transform tr, TransformFromJson(t, position));
+  if (tr.op == nullptr) return Internal("RandomErasing made no op");
+  Spec::Erase e{tr.op, {}, false};
+  const json args = json::parse(tr.op_args, nullptr, false);
+  const json value = args.is_object() ? args.value("value", json(0)) : json(0);
+  if (value.is_string()) {
+    e.random = true;
+  } else if (value.is_number()) {
+    e.value = {value.get<double>()};
+  } else if (value.is_array()) {
+    for (const json& v : value) e.value.push_back(v.get<double>());
+  }
+  s->erase.push_back(std::move(e));
+  return Status::OK();
+}
+
 // RandomResize(min_size, max_size): the short side drawn per clip.
 Status RandomResizeFromJson(const json& t, Spec* s) {
   for (auto it = t.begin(); it != t.end(); ++it) {
@@ -174,7 +192,14 @@ Status StepFromJson(const json& t, size_t position, Stage* stage, Spec* s) {
   if (type == "Audio") return AudioFromJson(t, s);
   const bool crop = type == "RandomCrop" || type == "CenterCrop" || type == "RandomResizedCrop";
   const int order = type == "Resize" || type == "RandomResize" ? 1 : crop ? 2
-                    : type == "RandomHorizontalFlip" ? 3 : type == "Normalize" ? 5 : 4;
+                    : type == "RandomHorizontalFlip" ? 3 : type == "Normalize" ? 5 : type == "RandomErasing" ? 6 : 4;
+  if (order == 6) {
+    stage->at = 6;
+    return EraseFromJson(t, position, s);
+  }
+  if (stage->at == 6) {
+    return InvalidArgument("video RandomErasing works on the finished clip: it goes last, not before " + type);
+  }
   if (order == 3 || order == 5) {
     bool& seen = order == 3 ? stage->flip : stage->normalize;
     if (seen) return InvalidArgument("a video list takes one " + type);

@@ -308,6 +308,35 @@ def test_torchvisions_reference_order_gives_the_same_clips(videos):
                      nostall.RandomHorizontalFlip()], path)
 
 
+def test_random_erasing_erases_one_box_in_every_frame(videos):
+    """RandomErasing after Normalize, as torchvision's on a video tensor: one
+    box per clip, the same in every frame and channel; the rest untouched."""
+    from nostall.transforms import RandomErasing
+
+    path = next(p for p in all_files(videos) if p.suffix == ".webm")
+    norm = nostall.Normalize(mean=[0.45] * 3, std=[0.225] * 3)
+    base = [video.Clip(4, step=2), nostall.Resize(64), video.RandomCrop(56), norm]
+    boxes = set()
+    for index in range(6):
+        plain, _ = video.apply(base, path, index=index, dtype="float32")
+        erased, _ = video.apply(base + [RandomErasing(p=1.0, value=[1.0, 2.0, 3.0])], path, index=index,
+                                dtype="float32")
+        changed = np.any(erased != plain, axis=(0, 1))  # (H, W): where any frame or channel changed
+        ys, xs = np.nonzero(changed)
+        assert len(ys) > 0
+        top, left, bottom, right = ys.min(), xs.min(), ys.max() + 1, xs.max() + 1
+        assert changed[top:bottom, left:right].all()  # one rectangle
+        for ch, v in enumerate((1.0, 2.0, 3.0)):
+            assert np.all(erased[ch, :, top:bottom, left:right] == v)  # every frame
+        assert np.array_equal(erased[:, :, ~changed], plain[:, :, ~changed])
+        boxes.add((top, left, bottom, right))
+    assert len(boxes) > 1  # drawn per sample
+    with pytest.raises(ValueError, match="goes last"):
+        video.apply([video.Clip(4), nostall.Resize((48, 64)), RandomErasing(), norm], path, dtype="float32")
+    with pytest.raises(ValueError, match="float32"):
+        nostall.Loader(str(videos), transforms=[video.Clip(4), nostall.Resize((48, 64)), RandomErasing(value="random")])
+
+
 def _clips(loader, limit=None):
     import itertools
 
