@@ -79,10 +79,18 @@ class Clip(VideoTransform):
     PyTorchVideo). ``frame_rate``: the video resampled to that many frames a
     second first, as torchvision's ``VideoClips(frame_rate=...)`` does
     (position r is frame ``floor(r * fps / frame_rate)``); ``step`` then
-    counts resampled frames."""
+    counts resampled frames.
+
+    ``seconds_between_frames``: the frames by time instead, as torchcodec's
+    ``clips_at_random_timestamps``: the frames shown at ``start + t *
+    seconds_between_frames``, the start drawn uniformly in seconds over the
+    video less the clip's duration (``"uniform"``: the central start, or N
+    evenly spaced ones); exact on variable frame rates, where frames by index
+    are not evenly spaced in time. Not with ``step`` or ``frame_rate``."""
 
     def __init__(self, num_frames: int = 16, step: int = 1, sampling: str = "random", layout: str = "CTHW",
-                 clips: int | None = None, frame_rate: float | None = None):
+                 clips: int | None = None, frame_rate: float | None = None,
+                 seconds_between_frames: float | None = None):
         if sampling not in ("random", "uniform"):
             raise ValueError(f'sampling is "random" or "uniform", not {sampling!r}')
         if layout not in ("CTHW", "TCHW"):
@@ -92,6 +100,8 @@ class Clip(VideoTransform):
             args["clips"] = int(clips)
         if frame_rate is not None:
             args["frame_rate"] = float(frame_rate)
+        if seconds_between_frames is not None:
+            args["seconds_between_frames"] = float(seconds_between_frames)
         super().__init__(**args)
 
 

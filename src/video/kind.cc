@@ -47,6 +47,32 @@ Result<std::vector<int64_t>> ClipIndices(const Spec& spec, int64_t frames, doubl
   return out;
 }
 
+std::vector<int64_t> ClipIndicesAtTimes(const Spec& spec, const std::vector<double>& times, double end, int c,
+                                        Philox& rng) {
+  const double s = spec.seconds_between_frames;
+  const double begin = times.front();
+  // torchcodec's clip duration: the last frame's time plus one frame.
+  const double one_frame = times.size() > 1 ? (end - begin) / static_cast<double>(times.size()) : 0;
+  const double room = end - begin - ((spec.num_frames - 1) * s + one_frame);  // the starts' range
+  double start = begin;
+  if (room > 0) {
+    if (spec.sampling == Sampling::kRandom) {
+      start = begin + rng.Uniform() * room;
+    } else if (spec.clips <= 1) {
+      start = begin + room / 2;
+    } else {
+      start = begin + room * c / (spec.clips - 1);
+    }
+  }
+  std::vector<int64_t> out(static_cast<size_t>(spec.num_frames));
+  for (int t = 0; t < spec.num_frames; ++t) {
+    const double at = start + t * s + 1e-9;  // (a time a frame starts at shows that frame)
+    const auto it = std::upper_bound(times.begin(), times.end(), at);
+    out[t] = std::max<int64_t>(0, static_cast<int64_t>(it - times.begin()) - 1);
+  }
+  return out;
+}
+
 struct Scratch {
   ResampleScratch resample;
   OpScratch ops;
@@ -173,8 +199,16 @@ Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleK
   Philox rng = key.Stream(SampleStream::kVideo);
   std::vector<std::pair<int64_t, int>> order;  // (frame, clip * T + t), decoded in frame order
   order.reserve(static_cast<size_t>(n_clips) * t_count);
+  std::vector<double> times;  // by time: each frame's
+  if (spec.seconds_between_frames > 0) {
+    for (int64_t i = 0; i < info.frames; ++i) times.push_back(decoder->FrameTime(i));
+  }
   for (int c = 0; c < n_clips; ++c) {
-    NOSTALL_ASSIGN_OR_RETURN(d[c].indices, ClipIndices(spec, info.frames, info.fps, c, rng));
+    if (times.empty()) {
+      NOSTALL_ASSIGN_OR_RETURN(d[c].indices, ClipIndices(spec, info.frames, info.fps, c, rng));
+    } else {
+      d[c].indices = ClipIndicesAtTimes(spec, times, times.front() + info.duration, c, rng);
+    }
     d[c].time = decoder->FrameTime(d[c].indices.front());
     NOSTALL_RETURN_IF_ERROR(DrawBox(spec, info.width, info.height, rng, &d[c]));
     for (int t = 0; t < t_count; ++t) order.push_back({d[c].indices[t], c * t_count + t});

@@ -37,6 +37,10 @@ struct Spec {
   // The video resampled to this rate first (torchvision's VideoClips
   // frame_rate): position r is frame floor(r * fps / frame_rate); 0: every frame.
   double frame_rate = 0;
+  // Frames by time (torchcodec's clips_at_random_timestamps): the frames
+  // shown at start + t * seconds_between_frames, the start drawn in seconds;
+  // exact on variable frame rates. 0: by index (step, frame_rate).
+  double seconds_between_frames = 0;
   bool tchw = false;  // (T, C, H, W) per sample; else (C, T, H, W)
   int resize_short = 0, max_size = 0, resize_h = 0, resize_w = 0;
   // RandomResize(min_size, max_size): the short side drawn per clip from
@@ -88,6 +92,13 @@ Result<std::shared_ptr<const Spec>> SpecFromJson(const nlohmann::json& list);
 // to the last (uniform, several clips: torchcodec's clips_at_regular_indices);
 // a video shorter than the clip repeats its last frame.
 Result<std::vector<int64_t>> ClipIndices(const Spec& spec, int64_t frames, double fps, int c, Philox& rng);
+// With seconds_between_frames: the frames shown at the clip's times
+// (`times`: each frame's presentation time, ascending; the video ends at
+// `end` seconds): the start uniform over [times[0], end - the clip's
+// duration] (random), the central one (uniform, one clip) or the c-th of
+// evenly spaced starts; a time past the last frame repeats it.
+std::vector<int64_t> ClipIndicesAtTimes(const Spec& spec, const std::vector<double>& times, double end, int c,
+                                        Philox& rng);
 
 struct Scratch;
 struct ScratchDeleter {

@@ -45,9 +45,9 @@ Status ClipFromJson(const json& t, Spec* s) {
   for (auto it = t.begin(); it != t.end(); ++it) {
     const std::string& k = it.key();
     if (k != "type" && k != "num_frames" && k != "step" && k != "sampling" && k != "layout" && k != "clips" &&
-        k != "frame_rate") {
+        k != "frame_rate" && k != "seconds_between_frames") {
       return InvalidArgument("video Clip has no argument '" + k +
-                             "' (num_frames, step, sampling, layout, clips, frame_rate)");
+                             "' (num_frames, step, sampling, layout, clips, frame_rate, seconds_between_frames)");
     }
   }
   const json n = t.value("num_frames", json(16)), step = t.value("step", json(1));
@@ -84,6 +84,18 @@ Status ClipFromJson(const json& t, Spec* s) {
                              "every frame), not " + Shown(rate));
     }
     s->frame_rate = rate.get<double>();
+  }
+  const json apart = t.value("seconds_between_frames", json());
+  if (!apart.is_null()) {
+    if (!apart.is_number() || !(apart.get<double>() > 0) || apart.get<double>() > 3600) {
+      return InvalidArgument("video Clip: seconds_between_frames must be a number of seconds in (0, 3600] (or None: "
+                             "frames by index), not " + Shown(apart));
+    }
+    if (s->frame_rate > 0 || s->step != 1) {
+      return InvalidArgument("video Clip: seconds_between_frames places the frames by time; step and frame_rate "
+                             "place them by index: give one or the other");
+    }
+    s->seconds_between_frames = apart.get<double>();
   }
   return Status::OK();
 }

@@ -308,6 +308,35 @@ def test_torchvisions_reference_order_gives_the_same_clips(videos):
                      nostall.RandomHorizontalFlip()], path)
 
 
+def test_frames_by_time_on_a_variable_frame_rate(tmp_path):
+    """Clip(seconds_between_frames=s), torchcodec's clips_at_random_timestamps:
+    the frames shown at start + k * s, on a video whose frame rate changes
+    (25 fps, then 10): one start in seconds explains every frame chosen."""
+    path = tmp_path / "vfr.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=160x120:rate=25", "-t", "5", "-vf",
+                    "setpts='if(lt(N,30),N/25,1.2+(N-30)/10)/TB'", "-vsync", "vfr", "-c:v", "libx264", "-g", "12",
+                    str(path)], check=True)
+    out = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v", "-show_entries", "packet=pts_time",
+                          "-of", "csv=p=0", str(path)], capture_output=True, text=True, check=True).stdout
+    times = sorted(float(t) for t in out.split())
+    s = 0.07  # under the 10 fps part's spacing, over the 25 fps part's
+    ts = [video.Clip(8, seconds_between_frames=s), nostall.Resize((32, 32))]
+    for index in range(12):
+        clip, params = video.apply(ts, path, index=index)
+        f = params["frames"]
+        assert clip.shape == (3, 8, 32, 32) and f == sorted(f)
+        # A start t0 with times[f_k] <= t0 + k*s < times[f_k + 1] for every k.
+        lo = max(times[fk] - k * s for k, fk in enumerate(f))
+        hi = min((times[fk + 1] - k * s for k, fk in enumerate(f) if fk + 1 < len(times)), default=lo + 1)
+        assert lo < hi + 1e-6, (f, lo, hi)
+        assert params["time"] == pytest.approx(times[f[0]], abs=1e-3)
+    # Where the rate drops, frames by time repeat a frame; frames by index never do.
+    starts = [video.apply(ts, path, index=i)[1]["frames"] for i in range(40)]
+    assert any(len(set(fr)) < len(fr) for fr in starts)
+    with pytest.raises(ValueError, match="one or the other"):
+        video.apply([video.Clip(8, step=2, seconds_between_frames=s), nostall.Resize((32, 32))], path)
+
+
 def test_random_erasing_erases_one_box_in_every_frame(videos):
     """RandomErasing after Normalize, as torchvision's on a video tensor: one
     box per clip, the same in every frame and channel; the rest untouched."""
