@@ -25,6 +25,62 @@ TEST_F(SharedTest, ConsumersWithOtherBatchSizesSeeEverySampleOncePerEpoch) {
   EXPECT_EQ(a->Stats().shared_mode, "shared");
 }
 
+TEST_F(SharedTest, AFedProducerServesTheChunksWrittenIntoItsSlotsInOrder) {
+  // What nostall.serve(..., remote=...) does: the chunks come from the
+  // caller (made on other machines), written into the next free slot.
+  ServeOptions so;
+  so.fed = true;
+  so.slots = 3;  // fewer than an epoch's 6 chunks: slots are taken back as the consumer goes
+  auto serving = Serve(Name("fed"), so);
+  SharedProducer& p = *serving->producer;
+  std::atomic<bool> stop{false};
+  std::thread feeder([&] {
+    for (int64_t seq = 0; seq < 12 && !stop.load(); ++seq) {
+      FedSlot slot;
+      Result<bool> got = p.NextSlot(0.05, stop, &slot);
+      ASSERT_TRUE(got.ok());
+      if (!got.value()) {
+        --seq;  // none free yet: the consumer holds them
+        continue;
+      }
+      const int64_t chunk = seq % 6, n = chunk == 5 ? 5 : 8;
+      std::memset(slot.images, static_cast<int>(seq), static_cast<size_t>(n) * slot.sample_bytes);
+      for (int64_t k = 0; k < n; ++k) {
+        slot.labels[k] = 1000 * seq + k;
+        slot.indices[k] = chunk * 8 + k;
+      }
+      EXPECT_FALSE(p.Publish(slot, n, seq / 6, chunk + 1).ok());  // not the next chunk: refused
+      ASSERT_TRUE(p.Publish(slot, n, seq / 6, chunk).ok());
+    }
+  });
+  AttachOptions o;
+  o.batch_size = 4;
+  auto consumer = AttachShared(Name("fed"), o).value();
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    ASSERT_TRUE(consumer->StartEpoch(epoch).ok());
+    int64_t taken = 0;
+    for (NextStatus ns = NextStatus::kBatch; ns == NextStatus::kBatch;) {
+      std::shared_ptr<Batch> b;
+      ASSERT_TRUE(consumer->Next(10000, &ns, &b).ok());
+      if (ns != NextStatus::kBatch) break;
+      for (int64_t k = 0; k < b->size(); ++k, ++taken) {
+        const int64_t seq = epoch * 6 + taken / 8;
+        EXPECT_EQ(b->indices()[k], taken);  // chunk * 8 + position: the order written
+        EXPECT_EQ(b->labels()[k], 1000 * seq + taken % 8);
+        EXPECT_EQ(static_cast<const uint8_t*>(b->images())[k * 3 * 16 * 16], static_cast<uint8_t>(seq));
+      }
+    }
+    EXPECT_EQ(taken, 45);
+  }
+  stop.store(true);
+  feeder.join();
+  // A failure of the feeding side reaches the consumers, and ends Run with it.
+  p.Fail(DataError("the remote prep stopped: worker gone"));
+  serving->stop.store(true);
+  serving->thread.join();
+  EXPECT_EQ(serving->result.code(), StatusCode::kDataError);
+}
+
 TEST_F(SharedTest, ALateConsumerStartsWhereTheSegmentHasNoGaps) {
   // A view kept of an early chunk pins its slot while another consumer runs
   // on through the other slots. Once the view is dropped that slot still
