@@ -95,7 +95,7 @@ class PilImageFolder:
         root = Path(root)
         classes = sorted(p.name for p in root.iterdir() if p.is_dir())
         self.items = [(str(p), i) for i, c in enumerate(classes)
-                      for p in sorted((root / c).iterdir()) if p.suffix == ".jpg"]
+                      for p in sorted((root / c).iterdir()) if p.suffix in (".jpg", ".png", ".webp")]
         import torch
         self.mean = torch.tensor(MEAN).view(3, 1, 1)
         self.std = torch.tensor(STD).view(3, 1, 1)

@@ -43,6 +43,18 @@ Status JpegDecodeRegion(const uint8_t* data, size_t size, int channels, double x
 Status PngReadInfo(const uint8_t* data, size_t size, ImageInfo* info);
 Status PngDecode(const uint8_t* data, size_t size, int channels, std::vector<uint8_t>* buf,
                  DecodedRegion* out);
+// Its first `rows` rows only (a crop's pixels end there; out->height says
+// how many), when the file is not interlaced: the rows below are not decoded.
+Status PngDecodeRows(const uint8_t* data, size_t size, int channels, uint32_t rows, std::vector<uint8_t>* buf,
+                     DecodedRegion* out);
+
+// The pixels [x0, x1) x [y0, y1) of a WebP image (clamped to it), and as
+// few others as libwebp decodes them with: it starts at an even corner, so
+// `out` may begin up to a pixel before (x0, y0); out->x, out->y are then
+// minus the corner decoded (add the source rectangle's x and y to them).
+// The same pixels as the whole image's decode.
+Status WebpDecodeRegion(const uint8_t* data, size_t size, int channels, int x0, int y0, int x1, int y1,
+                        std::vector<uint8_t>* buf, DecodedRegion* out);
 
 // Any format SniffFormat knows (image_codecs.cc): the size, and (not JPEG,
 // which decodes regions) the whole image as PIL's convert("RGB")/("L").

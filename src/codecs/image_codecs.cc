@@ -54,17 +54,53 @@ Status WebpInfo(const uint8_t* data, size_t size, ImageInfo* info) {
   return Status::OK();
 }
 
-Status WebpDecode(const uint8_t* data, size_t size, int channels, std::vector<uint8_t>* buf,
-                  DecodedRegion* out) {
+}  // namespace
+
+Status WebpDecodeRegion(const uint8_t* data, size_t size, int channels, int x0, int y0, int x1, int y1,
+                        std::vector<uint8_t>* buf, DecodedRegion* out) {
   ImageInfo info;
   NOSTALL_RETURN_IF_ERROR(WebpInfo(data, size, &info));
-  const size_t stride = static_cast<size_t>(info.width) * 3;
-  buf->resize(stride * info.height);
-  if (WebPDecodeRGBInto(data, size, buf->data(), buf->size(), static_cast<int>(stride)) ==
-      nullptr) {
-    return DataError("bad WebP image: cannot decode");
-  }
-  FinishRgb(info.width, info.height, channels, buf, out);
+  // libwebp crops from an even corner (it rounds crop_left and crop_top
+  // down to even): ask for that, and say where the pixels start. Its
+  // reconstruction of the crop is the whole decode's (it filters from the
+  // top-left macroblock where the loop filter chains).
+  // Its chroma upsampling treats the crop's edges as the image's: two
+  // pixels more on each side keep the wanted ones as the whole decode has them.
+  x0 = std::clamp(x0 - 2, 0, info.width) & ~1;
+  y0 = std::clamp(y0 - 2, 0, info.height) & ~1;
+  x1 = std::clamp(x1 + 2, x0 + 1, info.width);
+  y1 = std::clamp(y1 + 2, y0 + 1, info.height);
+  const bool whole = x0 == 0 && y0 == 0 && x1 == info.width && y1 == info.height;
+  const int w = x1 - x0, h = y1 - y0;
+  const size_t stride = static_cast<size_t>(w) * 3;
+  buf->resize(stride * h);
+  WebPDecoderConfig config;
+  if (!WebPInitDecoderConfig(&config)) return Internal("libwebp: version mismatch");
+  config.options.use_cropping = whole ? 0 : 1;
+  config.options.crop_left = x0;
+  config.options.crop_top = y0;
+  config.options.crop_width = w;
+  config.options.crop_height = h;
+  config.output.colorspace = MODE_RGB;
+  config.output.is_external_memory = 1;
+  config.output.u.RGBA.rgba = buf->data();
+  config.output.u.RGBA.stride = static_cast<int>(stride);
+  config.output.u.RGBA.size = buf->size();
+  const VP8StatusCode st = WebPDecode(data, size, &config);
+  WebPFreeDecBuffer(&config.output);  // (external memory: frees nothing of ours)
+  if (st != VP8_STATUS_OK) return DataError("bad WebP image: cannot decode");
+  FinishRgb(w, h, channels, buf, out);
+  out->x = -x0;  // the caller adds its rectangle's source x and y
+  out->y = -y0;
+  return Status::OK();
+}
+
+namespace {
+
+Status WebpDecode(const uint8_t* data, size_t size, int channels, std::vector<uint8_t>* buf,
+                  DecodedRegion* out) {
+  NOSTALL_RETURN_IF_ERROR(WebpDecodeRegion(data, size, channels, 0, 0, 1 << 30, 1 << 30, buf, out));
+  out->x = out->y = 0;
   return Status::OK();
 }
 

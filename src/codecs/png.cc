@@ -10,7 +10,9 @@
 // them into PIL's pixels. libpng's setjmp/longjmp stays in ReadSamples.
 #include <png.h>
 
+#include <algorithm>
 #include <csetjmp>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -67,7 +69,9 @@ struct Samples {
 
 // Returns false with `err` set on a bad file. No C++ object with a
 // destructor lives in this frame past setjmp (longjmp would skip it).
-bool ReadSamples(const uint8_t* data, size_t size, uint64_t max_bytes, Samples* s, ErrorText* err) {
+// Rows from `rows` on are not decoded where the file is not interlaced
+// (rows are decoded top to bottom; Adam7's passes need every row).
+bool ReadSamples(const uint8_t* data, size_t size, uint64_t max_bytes, uint32_t rows, Samples* s, ErrorText* err) {
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, err, OnPngError, OnPngWarning);
   if (png == nullptr) {
     std::snprintf(err->text, sizeof err->text, "out of memory");
@@ -105,11 +109,17 @@ bool ReadSamples(const uint8_t* data, size_t size, uint64_t max_bytes, Samples* 
   const uint64_t raw = static_cast<uint64_t>(s->row_bytes) * s->height;
   const uint64_t left = size - std::min<size_t>(size, reader.offset);
   if (raw / 1032 > left + 1024) png_error(png, "truncated (too little image data for its size)");
+  const bool top_only = rows < s->height && png_get_interlace_type(png, info) == PNG_INTERLACE_NONE;
+  if (top_only) s->height = rows;
   s->buf->resize(s->row_bytes * s->height);
   s->rows.resize(s->height);
   for (uint32_t y = 0; y < s->height; ++y) s->rows[y] = s->buf->data() + y * s->row_bytes;
-  png_read_image(png, s->rows.data());
-  png_read_end(png, nullptr);
+  if (top_only) {
+    for (uint32_t y = 0; y < s->height; ++y) png_read_row(png, s->rows[y], nullptr);
+  } else {
+    png_read_image(png, s->rows.data());
+    png_read_end(png, nullptr);
+  }
   png_destroy_read_struct(&png, &info, nullptr);
   return true;
 }
@@ -128,6 +138,11 @@ Status PngReadInfo(const uint8_t* data, size_t size, ImageInfo* info) {
 
 Status PngDecode(const uint8_t* data, size_t size, int channels, std::vector<uint8_t>* buf,
                  DecodedRegion* out) {
+  return PngDecodeRows(data, size, channels, UINT32_MAX, buf, out);
+}
+
+Status PngDecodeRows(const uint8_t* data, size_t size, int channels, uint32_t rows, std::vector<uint8_t>* buf,
+                     DecodedRegion* out) {
   // The samples in a buffer of this thread's, the pixels in the caller's
   // (gray to RGB triples the bytes: no conversion in place).
   thread_local std::vector<uint8_t> samples;
@@ -136,7 +151,7 @@ Status PngDecode(const uint8_t* data, size_t size, int channels, std::vector<uin
   ErrorText err;
   // The decoded samples: at most 8 bytes a pixel (RGBA of 16 bits is read
   // as 8); PngReadInfo's caller has already checked the pixel count.
-  const bool read = ReadSamples(data, size, /*max_bytes=*/uint64_t{1} << 40, &s, &err);
+  const bool read = ReadSamples(data, size, /*max_bytes=*/uint64_t{1} << 40, std::max<uint32_t>(rows, 1), &s, &err);
   // One huge image does not keep its buffer for the thread's life.
   struct Shrink {
     ~Shrink() {

@@ -84,6 +84,39 @@ def test_every_imagefolder_format_is_read_with_pils_pixels(formats):
             np.testing.assert_array_equal(img, want, err_msg=key)  # lossless, and WebP (libwebp both)
 
 
+def test_webp_and_png_crops_decode_only_their_region_with_the_whole_images_pixels(tmp_path):
+    """RandomResizedCrop on WebP decodes only the crop's pixels (libwebp's
+    cropping, from an even corner), on PNG only the rows down to the crop's
+    bottom: the batches are those of the same pixels decoded whole, here BMP
+    files of PIL's decode of each file."""
+    rng = np.random.default_rng(5)
+    webp, png, bmp = tmp_path / "webp" / "c", tmp_path / "png" / "c", tmp_path / "bmp" / "c"
+    for d in (webp, png, bmp):
+        d.mkdir(parents=True)
+    for i, (w, h) in enumerate([(201, 157), (320, 240), (97, 311), (256, 256)]):
+        img = Image.fromarray(natural_image(rng, w, h))
+        img.save(webp / f"{i}a.webp", quality=80)         # lossy (complex loop filter)
+        img.save(webp / f"{i}b.webp", lossless=True)      # VP8L
+        rgba = img.copy()
+        rgba.putalpha(128)
+        rgba.save(webp / f"{i}c.webp", quality=90)        # alpha, dropped
+    for f in webp.iterdir():
+        pixels = Image.fromarray(pil_rgb(f))
+        pixels.save(png / (f.stem + ".png"))
+        pixels.save(bmp / (f.stem + ".bmp"))
+    for mode, ts in (("RGB", [nostall.RandomResizedCrop(48), nostall.RandomHorizontalFlip()]),
+                     ("L", [nostall.RandomResizedCrop((40, 56), scale=(0.02, 0.3))]),
+                     ("RGB", [nostall.Resize(64), nostall.CenterCrop(48)])):
+        for epoch in range(8):
+            got = []
+            for root in (tmp_path / "webp", tmp_path / "png", tmp_path / "bmp"):
+                loader = nostall.Loader(root, batch_size=12, transforms=ts, mode=mode, output="numpy", seed=epoch)
+                loader.set_epoch(epoch)
+                got.append(np.concatenate([b[0] for b in loader]))
+            np.testing.assert_array_equal(got[0], got[2])  # WebP decoded in part
+            np.testing.assert_array_equal(got[1], got[2])  # PNG decoded in part
+
+
 def test_every_format_in_gray_is_pils_convert_l(formats):
     with pytest.warns(UserWarning):
         _, got = load(formats, mode="L")
