@@ -253,7 +253,7 @@ def _serve(argv) -> int:
         # process without removing the segment.
         signal.signal(signal.SIGTERM, stop)
         server.wait()
-    except (ValueError, RuntimeError, OSError) as e:
+    except (ValueError, RuntimeError, OSError, ImportError) as e:
         print(f"nostall serve: {e}", file=sys.stderr)
         return 1
     print("nostall serve: stopped", file=sys.stderr)

@@ -228,7 +228,8 @@ class _Feeder:
                         return
                 epoch += 1
         except BaseException as e:  # noqa: BLE001 - told to every consumer, and raised by close()
-            self._core.fail(f"the remote prep stopped: {type(e).__name__}: {e}")
+            cause = getattr(e, "cause", None) or e  # a worker's error, without Ray's traceback around it
+            self._core.fail(f"the remote prep stopped: {type(cause).__name__}: {cause}")
 
     def stop(self):
         self._stopping.set()

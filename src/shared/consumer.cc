@@ -311,7 +311,11 @@ Result<std::unique_ptr<Loader>> AttachShared(const std::string& name, const Atta
                               "this one under another name");
   }
   if (h->state.load() != kRunning || !ProcessAlive(h->producer_pid, h->producer_start_time)) {
-    return FailedPrecondition("shared loader '" + name + "' has no running producer");
+    const uint32_t state = h->state.load();
+    const std::string why = state == kFailed ? "its producer failed: " + std::string(h->error, strnlen(h->error, sizeof h->error))
+                            : state == kClosed ? "its producer stopped"
+                                               : "its producer (pid " + std::to_string(h->producer_pid) + ") died";
+    return FailedPrecondition("shared loader '" + name + "' has no running producer (" + why + ")");
   }
   Result<LoaderSpec> served = LoaderSpec::FromJson(seg->Spec());
   if (!served.ok()) {

@@ -226,6 +226,30 @@ def test_a_served_pipeline_made_by_remote_prep_serves_the_same_chunks(cluster, f
         assert len(_consumed(name + "-spec", 1)) == N // 6 and server.status()["remote"]["remote_batches"] > 0
 
 
+def test_a_bad_file_stops_a_remote_served_pipeline_naming_it(cluster, tmp_path):
+    import shutil
+
+    from PIL import Image
+
+    root = tmp_path / "bad" / "a"
+    root.mkdir(parents=True)
+    for i in range(12):
+        Image.new("RGB", (24, 24), (i * 20, 0, 0)).save(root / f"{i:02d}.jpg")
+    (root / "05.jpg").write_bytes(b"\xff\xd8\xff\xe0 not the rest of a JPEG")
+    name = f"remote-bad-{os.getpid()}"
+    server = nostall.serve(dict(source=str(root.parent), batch_size=4,
+                                transforms=[nostall.Resize((8, 8)).to_dict()]), name,
+                           remote=nostall.ray.Prep(num_workers=1, resources={"prep": 1}, local=False))
+    deadline = time.monotonic() + 60
+    while server.status()["running"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with pytest.raises(nostall.NostallError, match="05.jpg"):  # a consumer is told which file
+        nostall.Loader.attach(name, 4)
+    with pytest.raises(nostall.DataError, match="05.jpg"):
+        server.close()
+    shutil.rmtree(tmp_path / "bad")
+
+
 def test_the_serve_command_with_ray_serves_the_remote_chunks(cluster, folder, tmp_path):
     """`nostall serve --spec S --name N --ray PREP` hands over to Python and
     serves what nostall.serve(..., remote=...) serves; SIGTERM removes it."""
