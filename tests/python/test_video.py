@@ -437,7 +437,7 @@ def test_color_jitter_draws_once_for_the_whole_clip(videos):
         factors.append(per_frame[0])
     assert max(factors) - min(factors) > 0.05  # each clip its own draw
     with pytest.raises(ValueError, match="keep 3 channels"):
-        video.apply(base + [T.RandomErasing()], path)
+        video.apply(base + [T.Grayscale(1)], path)
 
 
 def test_a_served_video_loader_hands_each_consumer_the_clips_of_its_own(videos):
