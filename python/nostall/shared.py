@@ -202,6 +202,7 @@ class _Feeder:
         from .loader import Loader
 
         spec = json.loads(core.spec_json())
+        spec.update(world_size=1, rank=0)  # a served pipeline's order, whatever torchrun's environment says
         spec["remote"] = remote if isinstance(remote, dict) else remote.to_spec()
         remote_prep.Prep.from_spec(spec["remote"])  # a clear error for a bad one, here
         self._core = core

@@ -72,7 +72,7 @@ int64_t FrameTimestamp(const AVFrame* f) {
 // The stream's display matrix (how its frames are turned to be shown), or
 // null.
 const int32_t* DisplayMatrix(const AVStream* st) {
-#if LIBAVCODEC_VERSION_INT >= AV_VERSION_INT(60, 29, 100)
+#if LIBAVCODEC_VERSION_INT >= AV_VERSION_INT(60, 30, 100)  // FFmpeg 6.1: codecpar->coded_side_data
   const AVPacketSideData* sd = av_packet_side_data_get(st->codecpar->coded_side_data,
                                                        st->codecpar->nb_coded_side_data, AV_PKT_DATA_DISPLAYMATRIX);
   const uint8_t* data = sd != nullptr ? sd->data : nullptr;
