@@ -116,6 +116,13 @@ bool ReadSamples(const uint8_t* data, size_t size, uint64_t max_bytes, uint32_t 
   for (uint32_t y = 0; y < s->height; ++y) s->rows[y] = s->buf->data() + y * s->row_bytes;
   if (top_only) {
     for (uint32_t y = 0; y < s->height; ++y) png_read_row(png, s->rows[y], nullptr);
+    // The rows below are not read, yet a file cut short is an error as it
+    // is for the whole image (whose read ends at the IEND chunk).
+    static constexpr char kIend[8] = {0, 0, 0, 0, 'I', 'E', 'N', 'D'};
+    const uint8_t* rest = data + std::min(reader.offset, size);
+    if (memmem(rest, static_cast<size_t>(data + size - rest), kIend, sizeof kIend) == nullptr) {
+      png_error(png, "truncated file (no IEND chunk)");
+    }
   } else {
     png_read_image(png, s->rows.data());
     png_read_end(png, nullptr);

@@ -117,6 +117,23 @@ def test_webp_and_png_crops_decode_only_their_region_with_the_whole_images_pixel
             np.testing.assert_array_equal(got[1], got[2])  # PNG decoded in part
 
 
+def test_a_png_cut_short_is_an_error_whatever_rows_a_crop_needs(tmp_path):
+    """A PNG sample decodes only the rows down to its crop's bottom; a file
+    cut short below them is still a DataError naming it (as a whole decode
+    makes it), not a sample of the rows that happen to be there."""
+    d = tmp_path / "cut" / "c"
+    d.mkdir(parents=True)
+    img = Image.fromarray(natural_image(np.random.default_rng(2), 320, 240))
+    img.save(d / "0.png")
+    data = (d / "0.png").read_bytes()
+    (d / "0.png").write_bytes(data[: len(data) * 9 // 10])
+    for epoch in range(4):
+        loader = nostall.Loader(tmp_path / "cut", batch_size=1, seed=epoch,
+                                transforms=[nostall.RandomResizedCrop(32, scale=(0.02, 0.05))])
+        with pytest.raises(nostall.DataError, match="0.png"):
+            list(loader)
+
+
 def test_every_format_in_gray_is_pils_convert_l(formats):
     with pytest.warns(UserWarning):
         _, got = load(formats, mode="L")
