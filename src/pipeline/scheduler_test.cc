@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <set>
 
 #include "ring/ring.h"
@@ -161,11 +162,16 @@ TEST(SchedulerTest, ABatchNotYetMadeTimesOutAndNoSlotIsTakenBeyondTheLimit) {
   // (the caller has not taken a batch), so the fetcher is blocked.
   b.MakeBatch(2);
   b.MakeBatch(2);
+  std::atomic<bool> asking{false};
   std::thread late([&] {
     FetchedItem fi;
+    asking.store(true);
     if (b.scheduler->NextFetch(0, false, nullptr, &fi, &b.fetch)) b.scheduler->Fetched(std::move(fi));
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // 200 ms from when the fetcher asks (a busy machine may start the thread
+  // late): it waits all that time, less what reaching the wait takes.
+  while (!asking.load()) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ASSERT_TRUE(b.scheduler->Next(0, &ns, &out).ok());
   ASSERT_EQ(ns, NextStatus::kBatch);
   out.reset();  // frees its slot: the waiting position goes on
