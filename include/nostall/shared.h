@@ -86,9 +86,9 @@ class SharedProducer {
   // then Publish the chunk written there, `count` samples, chunk `chunk` of
   // `epoch` of the producer's order; Fail records an error for consumers
   // and ends Run with it.
-  virtual Result<bool> NextSlot(double timeout_s, const std::atomic<bool>& stop, FedSlot* out);
-  virtual Status Publish(const FedSlot& slot, int64_t count, int64_t epoch, int64_t chunk);
-  virtual void Fail(const Status& error);
+  virtual Result<bool> NextSlot(double timeout_s, const std::atomic<bool>& stop, FedSlot* out) = 0;
+  virtual Status Publish(const FedSlot& slot, int64_t count, int64_t epoch, int64_t chunk) = 0;
+  virtual void Fail(const Status& error) = 0;
 };
 
 struct AttachOptions {

@@ -104,9 +104,8 @@ class Server(Closeable):
         self._owner_pid = os.getpid()
         self._feeder = None
         spec = _spec_dict(spec)
-        if remote is not None:
-            spec["remote"] = remote.to_spec()
-        remote = spec.pop("remote", None)
+        in_spec = spec.pop("remote", None)
+        remote = remote.to_spec() if remote is not None else in_spec  # {"ray": {...}}, or None
         self._core = _nostall.Server(name, json.dumps(spec), int(chunk), int(max_consumers),
                                      int(slots), float(max_lag), int(block_chunks), bool(verbose),
                                      remote is not None)
@@ -197,14 +196,12 @@ class _Feeder:
     order a served pipeline makes) with ``remote=``, whose batches a thread
     writes into the segment's slots in order, epoch after epoch."""
 
-    def __init__(self, core, remote):
-        from . import ray as remote_prep
+    def __init__(self, core, remote: dict):
         from .loader import Loader
 
         spec = json.loads(core.spec_json())
         spec.update(world_size=1, rank=0)  # a served pipeline's order, whatever torchrun's environment says
-        spec["remote"] = remote if isinstance(remote, dict) else remote.to_spec()
-        remote_prep.Prep.from_spec(spec["remote"])  # a clear error for a bad one, here
+        spec["remote"] = remote  # (a bad one: Loader.from_spec says what is wrong with it)
         self._core = core
         self._stopping = threading.Event()
         # Made here (Ray starts from the thread that serves), iterated by the feeding thread.

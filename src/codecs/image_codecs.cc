@@ -99,9 +99,7 @@ namespace {
 
 Status WebpDecode(const uint8_t* data, size_t size, int channels, std::vector<uint8_t>* buf,
                   DecodedRegion* out) {
-  NOSTALL_RETURN_IF_ERROR(WebpDecodeRegion(data, size, channels, 0, 0, 1 << 30, 1 << 30, buf, out));
-  out->x = out->y = 0;
-  return Status::OK();
+  return WebpDecodeRegion(data, size, channels, 0, 0, 1 << 30, 1 << 30, buf, out);  // (out->x, y: 0)
 }
 
 // ---------------------------------------------------------------- TIFF

@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <numbers>
 
 namespace nostall {
 
@@ -34,6 +35,11 @@ class Philox {
   // Uniform integer in [0, n) (Lemire's multiply-shift; bias < 2^-64 * n).
   uint64_t Below(uint64_t n) {
     return static_cast<uint64_t>((static_cast<unsigned __int128>(Next64()) * n) >> 64);
+  }
+  // Standard normal (Box-Muller, two uniforms a value).
+  double Normal() {
+    const double u1 = 1.0 - Uniform(), u2 = Uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * std::numbers::pi * u2);
   }
   // Uniform integer in [lo, hi], inclusive.
   int64_t Between(int64_t lo, int64_t hi) {

@@ -201,22 +201,21 @@ Status DecodePlanned(const PrepSpec& spec, const uint8_t* data, size_t size, con
                                              spec.dct_scaling ? plan.out_w : 0,
                                              spec.dct_scaling ? plan.out_h : 0, &scratch->decoded,
                                              region));
-  } else if (format == ImageFormat::kWebp) {  // the pixels the resample may read, no others
-    NOSTALL_RETURN_IF_ERROR(WebpDecodeRegion(data, size, c, plan.clip_x0, plan.clip_y0, plan.clip_x1, plan.clip_y1,
-                                             &scratch->decoded, region));
-    region->x += plan.x;
-    region->y += plan.y;
-    region->w = plan.w;
-    region->h = plan.h;
   } else {
-    if (format == ImageFormat::kPng) {  // the rows down to the pixels the resample may read
+    // The pixels the resample may read: a WebP's (and a few around them:
+    // region->x, y say where they start), a PNG's rows down to them.
+    *region = DecodedRegion{};
+    if (format == ImageFormat::kWebp) {
+      NOSTALL_RETURN_IF_ERROR(WebpDecodeRegion(data, size, c, plan.clip_x0, plan.clip_y0, plan.clip_x1,
+                                               plan.clip_y1, &scratch->decoded, region));
+    } else if (format == ImageFormat::kPng) {
       NOSTALL_RETURN_IF_ERROR(PngDecodeRows(data, size, c, static_cast<uint32_t>(std::max(plan.clip_y1, 1)),
                                             &scratch->decoded, region));
     } else {
       NOSTALL_RETURN_IF_ERROR(DecodeWhole(format, data, size, c, &scratch->decoded, region));
     }
-    region->x = plan.x;
-    region->y = plan.y;
+    region->x += plan.x;  // (0 but for a WebP's region)
+    region->y += plan.y;
     region->w = plan.w;
     region->h = plan.h;
   }

@@ -55,10 +55,7 @@ class RandomErasingOp : public ImageOp {
       for (int x = left; x < left + ew; ++x) {
         for (int k = 0; k < out.c; ++k) {
           double v = value.empty() ? 0.0 : value[value.size() == 1 ? 0 : k];
-          if (random) {  // Box-Muller
-            const double u1 = 1.0 - rng.Uniform(), u2 = rng.Uniform();
-            v = std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * M_PI * u2);
-          }
+          if (random) v = rng.Normal();
           if (out.float32) {
             static_cast<float*>(out.data)[at(y, x, k)] = static_cast<float>(v);
           } else {

@@ -75,11 +75,12 @@ class PyServer {
     }();
     if (!ValueOrRaise(std::move(got))) return false;
     if (n < 1 || n > slot.chunk || images.nbytes() != static_cast<size_t>(n) * slot.sample_bytes) {
-      producer_->Fail(InvalidArgument("a chunk of " + std::to_string(n) + " samples of " +
-                                      std::to_string(n > 0 ? images.nbytes() / static_cast<size_t>(n) : 0) +
-                                      " bytes does not fit the served slots (" + std::to_string(slot.chunk) +
-                                      " samples of " + std::to_string(slot.sample_bytes) + " bytes)"));
-      RaiseStatus(InvalidArgument("a chunk does not fit the served slots (its size or sample shape)"));
+      const Status misfit = InvalidArgument(
+          "a chunk of " + std::to_string(n) + " samples of " +
+          std::to_string(n > 0 ? images.nbytes() / static_cast<size_t>(n) : 0) + " bytes does not fit the served slots (" +
+          std::to_string(slot.chunk) + " samples of " + std::to_string(slot.sample_bytes) + " bytes)");
+      producer_->Fail(misfit);  // the consumers are told, as the caller is
+      RaiseStatus(misfit);
     }
     {
       nb::gil_scoped_release release;

@@ -107,9 +107,8 @@ class Producer final : public SharedProducer {
     return Status::OK();
   }
 
+  // Run returns the error, and records it for the consumers as any failure.
   void Fail(const Status& error) override {
-    std::snprintf(seg_->h->error, sizeof seg_->h->error, "%s", error.ToString().c_str());
-    seg_->h->state.store(kFailed);
     MutexLock lock(&fed_mu_);
     fed_error_ = error;
     fed_failed_.store(true);
@@ -378,14 +377,6 @@ Result<std::unique_ptr<SharedProducer>> SharedProducer::Create(const std::string
   return std::unique_ptr<SharedProducer>(new Producer(
       std::move(seg), std::move(pipeline).value(), depth, resolved, options, std::move(waited)));
 }
-
-Result<bool> SharedProducer::NextSlot(double, const std::atomic<bool>&, FedSlot*) {
-  return FailedPrecondition("this producer runs its own pipeline");
-}
-Status SharedProducer::Publish(const FedSlot&, int64_t, int64_t, int64_t) {
-  return FailedPrecondition("this producer runs its own pipeline");
-}
-void SharedProducer::Fail(const Status&) {}
 
 std::string ProducerStatus::ToJson(bool running, const LoaderStats& pipeline) const {
   nlohmann::json list = nlohmann::json::array();

@@ -137,21 +137,24 @@ Status DrawBox(const Spec& spec, int w, int h, Philox& rng, ClipDraw* d) {
 
 namespace {
 
+// A clip's stream for the ops on its pixels, `salt` apart from the sample's.
+Philox ClipStream(const SampleKey& key, uint64_t salt) {
+  SampleKey k = key;
+  k.seed ^= salt;
+  return k.Stream(SampleStream::kPixelOps);
+}
+
 // Clip c's pixel ops draw from a stream of their own (clip 0's is the
 // sample's, as with one clip).
 Philox ClipOpsStream(const SampleKey& key, int c) {
-  SampleKey k = key;
-  k.seed ^= 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(c);
-  return k.Stream(SampleStream::kPixelOps);
+  return ClipStream(key, 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(c));
 }
 
 // Clip c's RandomErasing: each one's box drawn once (by the image op, on
 // the clip's frame size) and erased in every frame and channel of the clip
 // starting at `base` (its elements, `f32` or uint8, laid out as the spec says).
 void EraseClip(const Spec& spec, const SampleKey& key, int c, bool f32, void* base) {
-  SampleKey k = key;
-  k.seed ^= 0xE7A5E0C1D3B2A190ULL * static_cast<uint64_t>(c + 1);
-  Philox rng = k.Stream(SampleStream::kPixelOps);
+  Philox rng = ClipStream(key, 0xE7A5E0C1D3B2A190ULL * static_cast<uint64_t>(c + 1));
   const size_t plane = static_cast<size_t>(spec.out_h) * spec.out_w;
   for (const Spec::Erase& e : spec.erase) {
     nlohmann::json trace = nlohmann::json::array();
@@ -165,11 +168,7 @@ void EraseClip(const Spec& spec, const SampleKey& key, int c, bool f32, void* ba
         const double fixed = e.value.empty() ? 0.0 : e.value[e.value.size() == 1 ? 0 : ch];
         for (int y = top; y < top + h; ++y) {
           for (int x = left; x < left + w; ++x) {
-            double v = fixed;
-            if (e.random) {  // Box-Muller, as the image op
-              const double u1 = 1.0 - rng.Uniform(), u2 = rng.Uniform();
-              v = std::sqrt(-2.0 * std::log(u1)) * std::cos(2 * M_PI * u2);
-            }
+            const double v = e.random ? rng.Normal() : fixed;
             const size_t at = first + static_cast<size_t>(y) * spec.out_w + x;
             if (f32) {
               static_cast<float*>(base)[at] = static_cast<float>(v);
