@@ -26,7 +26,8 @@ The list takes a :class:`Clip` first, then optionally ``nostall.Resize``
 ``nostall.Normalize``, in that order, and :class:`Audio` (the clip's own
 audio, a second tensor) anywhere after the Clip. ``Clip(clips=N)`` gives N
 clips of each video per sample, decoded in one pass. A folder of class folders holding
-``.mp4``, ``.mkv``, ``.webm``, ``.avi``, ``.mov`` files is read as a video
+``.mp4``, ``.mkv``, ``.webm``, ``.avi``, ``.mov`` (and ``.m4v``, ``.mpg``,
+``.ts``, ``.flv``, ``.ogv``, ``.3gp``, ``.wmv``) files is read as a video
 dataset when the list starts with a Clip; tar shards name the member:
 ``fields={"video": "mp4", "label": "cls"}``. docs/video.md says more.
 """
@@ -42,7 +43,7 @@ from ._transform import Transform
 __all__ = ["VideoTransform", "Clip", "RandomCrop", "Audio", "EXTENSIONS", "backend", "info", "frames", "apply"]
 
 # The members a video field takes by default.
-EXTENSIONS = "mp4;mkv;webm;avi;mov;m4v"
+EXTENSIONS = "mp4;mkv;webm;avi;mov;m4v;mpg;mpeg;ts;m2ts;flv;ogv;3gp;wmv"
 
 
 class VideoTransform:

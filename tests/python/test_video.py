@@ -259,6 +259,63 @@ def test_a_phone_videos_rotation_is_applied_as_ffmpeg_shows_it(videos, tmp_path)
     assert batch[0].shape == (3, 3, 8, 56, 56)
 
 
+# What users' folders hold beyond the fixture's four: (name, ffmpeg's output arguments).
+USERS_FILES = [
+    ("ts_h264.ts", ["-c:v", "libx264", "-g", "20"]),  # MPEG-TS seeks by decoding time
+    ("xvid_packed.avi", ["-c:v", "libxvid", "-bf", "2", "-g", "12"]),  # DivX-style packed B-frames, no pts
+    ("hevc10.mkv", ["-c:v", "libx265", "-pix_fmt", "yuv420p10le", "-x265-params", "log-level=none:keyint=15"]),
+    ("h264_444_10bit.mp4", ["-c:v", "libx264", "-pix_fmt", "yuv444p10le", "-g", "15"]),
+    ("vp8.webm", ["-c:v", "libvpx", "-b:v", "400k", "-g", "15"]),
+    ("mjpeg.avi", ["-c:v", "mjpeg", "-q:v", "4"]),
+    ("gray.mkv", ["-c:v", "ffv1", "-pix_fmt", "gray"]),
+    ("mpeg2.mpg", ["-c:v", "mpeg2video", "-bf", "2", "-g", "12", "-q:v", "4"]),
+]
+
+
+@pytest.fixture(scope="module")
+def users_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("users")
+    for k, (name, args) in enumerate(USERS_FILES):
+        (root / f"c{k % 2}").mkdir(exist_ok=True)
+        src = f"testsrc2=size=320x240:rate=25:duration={2 + k % 2}"
+        subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", src, "-f", "lavfi", "-i",
+                        "nullsrc=size=320x240:rate=25", "-filter_complex",
+                        "[0]noise=alls=20:allf=t[v]", "-map", "[v]", *args, str(root / f"c{k % 2}" / name)],
+                       check=True)
+    # A cover picture as a second video stream (what downloaders write), and
+    # the audio as the file's first stream.
+    subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "sine=duration=2", "-f", "lavfi", "-i",
+                    "testsrc2=size=320x240:rate=25:duration=2", "-f", "lavfi", "-i",
+                    "testsrc=size=64x64:duration=0.04", "-map", "0:a", "-map", "1:v", "-map", "2:v", "-c:a", "aac",
+                    "-c:v:0", "libx264", "-c:v:1", "png", "-disposition:v:1", "attached_pic",
+                    str(root / "c0" / "cover_audio_first.mp4")], check=True)
+    return root
+
+
+def test_the_containers_and_codecs_users_have_decode_as_ffmpeg_shows_them(users_files):
+    """Beyond the fixture's four: MPEG-TS (whose seeks land past a keyframe
+    asked for by its presentation time), AVI with packed B-frames (packets
+    without presentation times: frames numbered as they come out), HEVC
+    10-bit, 4:4:4 10-bit H.264, VP8, MJPEG, FFV1 gray, MPEG-2 in PS, a cover
+    picture and the audio first: frames equal to ffmpeg's, wherever the
+    clip starts; a folder of them loads."""
+    files = sorted(users_files.glob("*/*"))
+    assert len(files) == len(USERS_FILES) + 1
+    for path in files:
+        info = video.info(path)
+        n = info["frames"]
+        assert n in (50, 75) and (info["width"], info["height"]) == (320, 240), (path.name, info)
+        for wanted in ([0, 1, 2], [n // 2 - 1, n // 2 + 3], [n - 2, n - 1], [5, 31, n - 1]):
+            ours, _ = video.frames(path, wanted)
+            ref = ffmpeg_frames(path, wanted, 320, 240)
+            assert ours.shape == ref.shape and np.array_equal(ours, ref), f"{path.name} {wanted}: differs from ffmpeg's"
+    seen = 0
+    for batch, labels in nostall.Loader(str(users_files), transforms=KINETICS, batch_size=3, shuffle=True, seed=3):
+        assert batch.shape[1:] == (3, 8, 56, 56)
+        seen += len(labels)
+    assert seen == len(files)
+
+
 def test_damaged_videos_are_data_errors_naming_the_file(videos, tmp_path):
     root = tmp_path / "set"
     shutil.copytree(videos, root)

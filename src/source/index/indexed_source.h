@@ -168,7 +168,8 @@ bool IsImageExtension(const std::string& ext);  // any case
 std::string LowerAscii(std::string s);
 // The audio files nostall reads (wav, flac, mp3, ogg, opus), as above.
 bool IsAudioExtension(const std::string& ext);
-// The video files (mp4, mkv, webm, avi, mov, m4v), as above.
+// The video files (mp4, mkv, webm, avi, mov, m4v, mpg, mpeg, ts, m2ts, flv,
+// ogv, 3gp, wmv), as above.
 bool IsVideoExtension(const std::string& ext);
 // What makes an item of a folder or a tar sample: an image, or, when the
 // spec's fields hold an audio (video) field, an audio (video) file.

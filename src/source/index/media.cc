@@ -1,8 +1,10 @@
 // What a dataset's items are: the image, audio and video extensions, a
 // file's extension, and which index variant serves which (indexed_source.h).
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "source/index/indexed_source.h"
@@ -43,7 +45,9 @@ bool IsAudioExtension(const std::string& ext) {
 
 bool IsVideoExtension(const std::string& ext) {
   const std::string lower = LowerAscii(ext);
-  return lower == "mp4" || lower == "mkv" || lower == "webm" || lower == "avi" || lower == "mov" || lower == "m4v";
+  static const std::array<std::string_view, 14> kVideo = {"mp4", "mkv", "webm", "avi", "mov", "m4v", "mpg",
+                                                          "mpeg", "ts", "m2ts", "flv", "ogv", "3gp", "wmv"};
+  return std::find(kVideo.begin(), kVideo.end(), lower) != kVideo.end();
 }
 
 bool IsMediaExtension(const std::string& ext, Media media) {

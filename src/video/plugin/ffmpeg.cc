@@ -141,6 +141,7 @@ class FfmpegDecoder final : public Decoder {
   bool LateFrame(int64_t first) const;
   Status Scan();
   Status SeekTo(size_t key);
+  Status SeekToStart();
   Status Convert(const FrameSink& sink, int k);
   Status Receive(const std::vector<int64_t>& want, int* k, const FrameSink& sink, int64_t* decoded);
 
@@ -162,6 +163,16 @@ class FfmpegDecoder final : public Decoder {
   Orientation orient_;                      // how they are turned to be shown
   std::vector<uint8_t> shown_;              // a turned frame
   bool overshot_ = false;  // a frame came out after a wanted one that never did
+  // How a keyframe is sought: by its presentation time, by its decoding
+  // time (containers that seek by it: MPEG-TS), or not at all (decoding from
+  // the start); raised for the file when a seek lands past the keyframe.
+  enum SeekBy { kByPts, kByDts, kFromStart };
+  int seek_by_ = kByPts;
+  // Frames numbered as they come out of the decoder from the start, as
+  // FFmpeg's own program numbers them, where packets lack presentation times
+  // (AVI with packed B-frames, raw streams): no seeks, no skipped frames.
+  bool counted_ = false;
+  int64_t frame_number_ = 0;  // counted_: the next frame's number
   // The audio (DecodeAudio): its stream (-1: none), decoder and resampler
   // (made for swr_rate_ and swr_channels_).
   int audio_stream_ = -1;
@@ -188,6 +199,11 @@ Status FfmpegDecoder::Open() {
   int err = avformat_open_input(&fmt_, nullptr, nullptr, nullptr);
   if (err < 0) return DataError("not a video container FFmpeg reads (" + AvError(err) + ")");
   stream_ = av_find_best_stream(fmt_, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+  if (stream_ < 0 && (fmt_->ctx_flags & AVFMTCTX_NOHEADER) != 0) {
+    // Streams found only by reading packets (MPEG program streams): probe.
+    avformat_find_stream_info(fmt_, nullptr);
+    stream_ = av_find_best_stream(fmt_, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+  }
   AVStream* st = stream_ >= 0 ? fmt_->streams[stream_] : nullptr;
   if (st != nullptr && (st->codecpar->width <= 0 || st->codecpar->format < 0)) {
     avformat_find_stream_info(fmt_, nullptr);  // headers alone do not say: probe
@@ -233,6 +249,7 @@ Status FfmpegDecoder::Scan() {
       if (t != AV_NOPTS_VALUE && (audio_first_ == AV_NOPTS_VALUE || t < audio_first_)) audio_first_ = t;
     }
     if (packet_->stream_index == stream_) {
+      if (packet_->pts == AV_NOPTS_VALUE) counted_ = true;
       const int64_t pts = PacketTime(packet_);
       if (pts != AV_NOPTS_VALUE && (packet_->flags & AV_PKT_FLAG_DISCARD) == 0) {
         marks.push_back({pts, packet_->dts, (packet_->flags & AV_PKT_FLAG_KEY) != 0});
@@ -263,18 +280,39 @@ Status FfmpegDecoder::Scan() {
   info_.keyframes = static_cast<int64_t>(keys_.size());
   const AVRational rate = st->avg_frame_rate.num > 0 ? st->avg_frame_rate : st->r_frame_rate;
   info_.fps = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0;
+  if (counted_) {
+    // The frames' times as their numbers at the stream's rate (the packets'
+    // decoding times leave gaps where B-frames were packed).
+    seek_by_ = kFromStart;
+    if (info_.fps > 0) {
+      const int64_t first = pts_.front();
+      for (size_t i = 0; i < pts_.size(); ++i) {
+        pts_[i] = first + av_rescale_q(static_cast<int64_t>(i), av_inv_q(rate), st->time_base);
+      }
+    }
+  }
   info_.duration = static_cast<double>(pts_.back() - pts_.front()) * av_q2d(st->time_base) +
                    (info_.fps > 0 ? 1.0 / info_.fps : 0);
   return Status::OK();
 }
 
 Status FfmpegDecoder::SeekTo(size_t key) {
+  if (seek_by_ == kFromStart) return SeekToStart();
   const PacketMark& k = keys_[key];
-  const int64_t ts = k.pts;
-  int err = av_seek_frame(fmt_, stream_, ts, AVSEEK_FLAG_BACKWARD);
-  if (err < 0) err = av_seek_frame(fmt_, stream_, INT64_MIN, AVSEEK_FLAG_BACKWARD | AVSEEK_FLAG_ANY);
+  const int64_t ts = seek_by_ == kByDts && k.dts != AV_NOPTS_VALUE ? k.dts : k.pts;
+  if (av_seek_frame(fmt_, stream_, ts, AVSEEK_FLAG_BACKWARD) < 0) return SeekToStart();
+  avcodec_flush_buffers(codec_);
+  return Status::OK();
+}
+
+Status FfmpegDecoder::SeekToStart() {
+  int err = av_seek_frame(fmt_, stream_, INT64_MIN, AVSEEK_FLAG_BACKWARD | AVSEEK_FLAG_ANY);
+  if (err < 0 && (fmt_->iformat->flags & AVFMT_NO_BYTE_SEEK) == 0) {
+    err = av_seek_frame(fmt_, stream_, 0, AVSEEK_FLAG_BYTE);
+  }
   if (err < 0) return DataError("the video does not seek: " + AvError(err));
   avcodec_flush_buffers(codec_);
+  frame_number_ = 0;
   return Status::OK();
 }
 
@@ -323,7 +361,7 @@ Status FfmpegDecoder::Receive(const std::vector<int64_t>& want, int* k, const Fr
     if (err == AVERROR(EAGAIN) || err == AVERROR_EOF) return Status::OK();
     if (err < 0) return DataError("a frame does not decode: " + AvError(err));
     ++*decoded;
-    const int64_t pts = FrameTimestamp(frame_);
+    const int64_t pts = counted_ ? frame_number_++ : FrameTimestamp(frame_);
     while (*k < count && want[*k] == pts) {
       NOSTALL_RETURN_IF_ERROR(Convert(sink, *k));
       ++*k;
@@ -340,32 +378,36 @@ Status FfmpegDecoder::Decode(const int64_t* indices, int count, const FrameSink&
       return InvalidArgument("frame indices must be ascending, within the video's " +
                              std::to_string(info_.frames) + " frames");
     }
-    want[i] = pts_[indices[i]];
+    want[i] = counted_ ? indices[i] : pts_[indices[i]];
   }
   int64_t produced = 0;
   int k = 0;
   int64_t run_key = AV_NOPTS_VALUE;  // the last keyframe sent in this run of packets
   overshot_ = false;
-  bool from_start = false;
   while (k < count) {
-    if (overshot_ && !from_start) {
-      // A container whose seek lands after the keyframe asked for: decode
-      // from the start, seeking no more.
-      NOSTALL_RETURN_IF_ERROR(SeekTo(0));
-      from_start = true;
-      run_key = INT64_MAX;
+    if (overshot_ && seek_by_ != kFromStart) {
+      // A container whose seek lands after the keyframe asked for (or where
+      // no frame of it comes out): seek by the decoding time, then from the
+      // start, for the rest of the file's life.
+      ++seek_by_;
+      overshot_ = false;
+      run_key = AV_NOPTS_VALUE;
     }
     // Start (again) at the keyframe before the next wanted frame unless the
     // run under way has reached it: the frames between are not decoded.
     const PacketMark& key = keys_[key_at_[indices[k]]];
     if (run_key == AV_NOPTS_VALUE || key.pts > run_key) {
       NOSTALL_RETURN_IF_ERROR(SeekTo(key_at_[indices[k]]));
-      run_key = key.pts;
+      run_key = seek_by_ == kFromStart ? INT64_MAX : key.pts;
     }
     int err = av_read_frame(fmt_, packet_);
     if (err == AVERROR_EOF) {
       avcodec_send_packet(codec_, nullptr);  // drain
       NOSTALL_RETURN_IF_ERROR(Receive(want, &k, sink, &produced));
+      if (k < count && seek_by_ != kFromStart) {
+        overshot_ = true;
+        continue;
+      }
       if (k < count) {
         return DataError("the video ends before frame " + std::to_string(indices[k]) + " of its " +
                          std::to_string(info_.frames) + " (truncated?)");
@@ -380,7 +422,7 @@ Status FfmpegDecoder::Decode(const int64_t* indices, int count, const FrameSink&
     const int64_t pts = PacketTime(packet_);
     if ((packet_->flags & AV_PKT_FLAG_KEY) != 0 && pts != AV_NOPTS_VALUE) run_key = std::max(run_key, pts);
     // A frame no other frame refers to, and not wanted, is not decoded.
-    const bool wanted = std::binary_search(want.begin() + k, want.end(), pts);
+    const bool wanted = counted_ || std::binary_search(want.begin() + k, want.end(), pts);
     codec_->skip_frame = wanted ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
     err = avcodec_send_packet(codec_, packet_);
     av_packet_unref(packet_);
