@@ -200,7 +200,7 @@ class Source {
 // is an error naming every kind.
 // What a dataset holds that is not read ("" when nothing): "5 files left
 // out, not images nostall reads: 3 .txt, 2 .gif".
-std::string DescribeLeftOut(const Source& source);
+std::string DescribeLeftOut(const Source& source, const char* what = "images");
 
 Result<std::unique_ptr<Source>> OpenSource(const std::string& uri,
                                            const SourceOptions& options = {});

@@ -367,7 +367,11 @@ class PyLoader {
     WaitForIndex();
     return Loader().source().fingerprint();
   }
-  std::string LeftOut() const { return DescribeLeftOut(Loader().source()); }
+  // (Named by the kind: "not videos nostall reads" for a video folder.)
+  std::string LeftOut() const {
+    const std::string kind = Loader().spec().prep.sample_kind().name();
+    return DescribeLeftOut(Loader().source(), kind == "video" ? "videos" : kind == "audio" ? "audio files" : "images");
+  }
   std::string IndexOrigin() const { return Loader().source().index_origin(); }
   std::string IndexNote() const { return Loader().source().index_note(); }
   void EvictPageCache() const {

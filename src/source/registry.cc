@@ -18,7 +18,7 @@ const std::vector<SourceDriver>& SourceDrivers() {
   return drivers;
 }
 
-std::string DescribeLeftOut(const Source& source) {
+std::string DescribeLeftOut(const Source& source, const char* what) {
   std::vector<std::pair<std::string, int64_t>> left = source.left_out();
   int64_t total = 0;
   for (const auto& e : left) total += e.second;
@@ -26,7 +26,7 @@ std::string DescribeLeftOut(const Source& source) {
   std::sort(left.begin(), left.end(),
             [](const auto& a, const auto& b) { return a.second != b.second ? a.second > b.second : a.first < b.first; });
   std::string out = std::to_string(total) + (total == 1 ? " file" : " files") +
-                    " left out, not images nostall reads:";
+                    " left out, not " + what + " nostall reads:";
   for (size_t i = 0; i < left.size() && i < 8; ++i) {
     out += (i ? ", " : " ") + std::to_string(left[i].second) + " " +
            (left[i].first.empty() ? std::string("without extension") : "." + left[i].first);
