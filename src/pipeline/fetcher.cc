@@ -28,6 +28,18 @@ int64_t IoCpu(const Source& source) {
   return remote ? remote->io_cpu_ns : 0;
 }
 
+// Whether a sample's bytes are its item's file alone: no record, or one
+// whose only bytes are the item (its other fields come from the folder or
+// are written by the kind: a label, a video clip's audio).
+bool OnlyTheItem(const FieldSpan* record, int extra, uint64_t size) {
+  if (record == nullptr) return true;
+  if (record[0].offset != 0 || (record[0].size >= 0 && static_cast<uint64_t>(record[0].size) != size)) return false;
+  for (int f = 0; f < extra; ++f) {
+    if (record[1 + f].size >= 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Fetcher::Fetcher(const Source& source, Cache* cache, bool partial)
@@ -37,12 +49,13 @@ Fetcher::Fetcher(const Source& source, Cache* cache, bool partial)
 // A local read: whole, or for a kind that reads parts of long items, a long
 // file's first bytes and the file (one open either way).
 void Fetcher::ReadLocal(FetchedItem* fi) {
-  if (!partial_ || source_.record(fi->item) != nullptr) {
+  const FieldSpan* record = source_.record(fi->item);
+  if (!partial_ || (record != nullptr && record[0].offset != 0)) {
     fi->status = source_.Read(fi->item, &fi->bytes);
     return;
   }
   Result<std::shared_ptr<const ItemFile>> file = source_.OpenItem(fi->item);
-  if (!file.ok() || file.value() == nullptr) {
+  if (!file.ok() || file.value() == nullptr || !OnlyTheItem(record, source_.extra_fields(), file.value()->size())) {
     fi->status = file.ok() ? source_.Read(fi->item, &fi->bytes) : file.status();
     return;
   }

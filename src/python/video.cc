@@ -81,8 +81,9 @@ void BindVideo(nb::module_& m) {
     Status st;
     {
       nb::gil_scoped_release release;
-      st = video::Prepare(*spec, reinterpret_cast<const uint8_t*>(data.c_str()), data.size(), {seed, epoch, index},
-                          dtype, out.data(), audio.data(), scratch.get(), &draws, &decoded);
+      const auto* bytes = reinterpret_cast<const uint8_t*>(data.c_str());
+      st = video::Prepare(*spec, video::Bytes{bytes, data.size(), data.size(), {}}, {seed, epoch, index}, dtype,
+                          out.data(), audio.data(), scratch.get(), nullptr, &draws, &decoded);
     }
     RaiseIfError(st);
     // Clip 0's draws at the top (the one clip of a list without `clips`);

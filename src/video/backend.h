@@ -38,6 +38,28 @@ struct StreamInfo {
   int audio_rate = 0, audio_channels = 0;
 };
 
+// A video's bytes: the first `have` at `data` (they outlive the decoder),
+// the rest, to `size`, read where the demuxer wants them (`read`: a long
+// file is not read whole for a clip; empty when all are at hand).
+struct Bytes {
+  const uint8_t* data = nullptr;
+  size_t have = 0;
+  uint64_t size = 0;
+  std::function<Status(uint64_t offset, size_t n, uint8_t* out)> read;
+};
+
+// What one scan of a file's packets found (each frame's time, the
+// keyframes), as the backend keeps it: given back to Open for the same
+// file, the file opens without reading its packets again. `bytes`: its
+// memory; `prefix` and `size`: what the file it was made from began with
+// and how long it was (Open refuses it for another).
+struct Scanned {
+  virtual ~Scanned() = default;
+  size_t bytes = 0;
+  uint64_t size = 0;
+  std::vector<uint8_t> prefix;
+};
+
 // One decoded frame: packed RGB24 rows.
 struct Frame {
   const uint8_t* rgb = nullptr;
@@ -67,14 +89,21 @@ class Decoder {
   // whole stream gives), silence before and after the stream and where the
   // file has no audio (StreamInfo::audio_codec empty).
   virtual Status DecodeAudio(double start, int rate, int channels, int64_t count, float* dst) = 0;
+  // The scan this decoder opened with (its own, or the one it was given).
+  virtual std::shared_ptr<const Scanned> scanned() const = 0;
 };
 
 class Backend {
  public:
   virtual ~Backend() = default;
-  // Opens a video held in memory (the bytes outlive the decoder); a
-  // DataError says what is wrong with them.
-  virtual Result<std::unique_ptr<Decoder>> Open(const uint8_t* data, size_t size) const = 0;
+  // Opens a video; a DataError says what is wrong with its bytes. With
+  // `scanned` (a decoder's scanned() of the same file) its packets are not
+  // read again.
+  virtual Result<std::unique_ptr<Decoder>> Open(const Bytes& bytes,
+                                                std::shared_ptr<const Scanned> scanned = nullptr) const = 0;
+  Result<std::unique_ptr<Decoder>> Open(const uint8_t* data, size_t size) const {
+    return Open(Bytes{data, size, size, {}});
+  }
   // "FFmpeg 5.1.x (libavformat 59.x, libavcodec 59.x)".
   virtual std::string version() const = 0;
 };

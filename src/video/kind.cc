@@ -184,10 +184,43 @@ void EraseClip(const Spec& spec, const SampleKey& key, int c, bool f32, void* ba
 
 }  // namespace
 
-Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleKey& key, DType dtype, void* dst,
-               float* audio, Scratch* scratch, std::vector<ClipDraw>* draws, int64_t* decoded) {
+std::shared_ptr<const Scanned> ScanCache::Get(int64_t item) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = at_.find(item);
+  if (it == at_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second);
+  return it->second->second;
+}
+
+void ScanCache::Put(int64_t item, std::shared_ptr<const Scanned> scanned) {
+  if (scanned == nullptr || scanned->bytes > limit_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = at_.find(item); it != at_.end()) {
+    bytes_ -= it->second->second->bytes;
+    lru_.erase(it->second);
+    at_.erase(it);
+  }
+  bytes_ += scanned->bytes;
+  lru_.emplace_front(item, std::move(scanned));
+  at_[item] = lru_.begin();
+  while (bytes_ > limit_) {
+    bytes_ -= lru_.back().second->bytes;
+    at_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+}
+
+size_t ScanCache::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+Status Prepare(const Spec& spec, const Bytes& bytes, const SampleKey& key, DType dtype, void* dst, float* audio,
+               Scratch* scratch, ScanCache* scans, std::vector<ClipDraw>* draws, int64_t* decoded) {
   NOSTALL_ASSIGN_OR_RETURN(const Backend* backend, GetBackend());
-  NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Decoder> decoder, backend->Open(data, size));
+  std::shared_ptr<const Scanned> known = scans != nullptr ? scans->Get(key.index) : nullptr;
+  NOSTALL_ASSIGN_OR_RETURN(std::unique_ptr<Decoder> decoder, backend->Open(bytes, known));
+  if (scans != nullptr && decoder->scanned() != known) scans->Put(key.index, decoder->scanned());
   const StreamInfo& info = decoder->info();
   const int n_clips = spec.ClipCount(), t_count = spec.num_frames;
   std::vector<ClipDraw> local;
@@ -274,6 +307,9 @@ struct VideoScratch : KindScratch {
 class VideoKind final : public SampleKind {
  public:
   explicit VideoKind(std::shared_ptr<const Spec> spec) : spec_(std::move(spec)) {}
+  // The files' scans this kind's loader keeps: 64 MB (a 10 s clip's is ~5 KB,
+  // an hour at 30 frames/s ~2 MB).
+  static constexpr size_t kScanCacheBytes = size_t{64} << 20;
   const Spec& spec() const { return *spec_; }
 
   const char* name() const override { return "video"; }
@@ -312,13 +348,20 @@ class VideoKind final : public SampleKind {
       audio = reinterpret_cast<float*>(out.targets);  // (4-byte aligned: the room is floats)
       *out.targets_len = static_cast<int64_t>(spec_->AudioBytes());
     }
-    return video::Prepare(*spec_, in.data, in.size, key, prep.dtype, out.dst, audio,
-                          KindScratchOf<VideoScratch>(scratch).video.get());
+    Bytes bytes{in.data, in.size, in.size, {}};
+    if (in.file != nullptr) {  // a long file: its first bytes here, the rest read where the demuxer wants it
+      bytes.size = in.file->size();
+      bytes.read = [file = in.file](uint64_t offset, size_t n, uint8_t* to) { return file->ReadAt(offset, n, to); };
+    }
+    return video::Prepare(*spec_, bytes, key, prep.dtype, out.dst, audio,
+                          KindScratchOf<VideoScratch>(scratch).video.get(), scans_.get());
   }
+  bool ReadsPart() const override { return true; }
   nlohmann::json ToJson() const override { return spec_->resolved; }
 
  private:
   std::shared_ptr<const Spec> spec_;
+  std::unique_ptr<ScanCache> scans_ = std::make_unique<ScanCache>(kScanCacheBytes);
 };
 
 }  // namespace

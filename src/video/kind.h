@@ -12,7 +12,11 @@
 #ifndef NOSTALL_VIDEO_KIND_H_
 #define NOSTALL_VIDEO_KIND_H_
 
+#include <list>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -21,6 +25,7 @@
 #include "nostall/status.h"
 #include "nostall/transforms.h"
 #include "ops/sample_kind.h"
+#include "video/backend.h"
 
 namespace nostall::video {
 
@@ -115,11 +120,33 @@ struct ClipDraw {
   double time = 0;  // the first frame's presentation time, seconds (where its audio starts)
 };
 
+// The scans of the files a loader's clips come from (each frame's time,
+// the keyframes: Backend::Open), by item, so that a file is opened again
+// without reading all its packets (for a long file, all of it) for every
+// clip; the least recently used are dropped past `limit` bytes.
+class ScanCache {
+ public:
+  explicit ScanCache(size_t limit) : limit_(limit) {}
+  std::shared_ptr<const Scanned> Get(int64_t item);
+  void Put(int64_t item, std::shared_ptr<const Scanned> scanned);
+  size_t bytes() const;
+
+ private:
+  using Entry = std::pair<int64_t, std::shared_ptr<const Scanned>>;
+  const size_t limit_;
+  mutable std::mutex mu_;
+  std::list<Entry> lru_;  // most recent first
+  std::unordered_map<int64_t, std::list<Entry>::iterator> at_;
+  size_t bytes_ = 0;
+};
+
 // A sample's clips from a video file's bytes into `dst` (Shape(), `dtype`),
 // their audio (if the spec has it) into `audio` (AudioBytes()), and (if
-// asked) each clip's draws and the frames the decoder produced.
-Status Prepare(const Spec& spec, const uint8_t* data, size_t size, const SampleKey& key, DType dtype, void* dst,
-               float* audio, Scratch* scratch, std::vector<ClipDraw>* draws = nullptr, int64_t* decoded = nullptr);
+// asked) each clip's draws and the frames the decoder produced. With
+// `scans`, the file's scan is taken from it (key.index) and kept there.
+Status Prepare(const Spec& spec, const Bytes& bytes, const SampleKey& key, DType dtype, void* dst, float* audio,
+               Scratch* scratch, ScanCache* scans = nullptr, std::vector<ClipDraw>* draws = nullptr,
+               int64_t* decoded = nullptr);
 
 std::shared_ptr<const SampleKind> MakeKind(std::shared_ptr<const Spec> spec);
 

@@ -5,6 +5,7 @@
 // last input byte picks the clip; the rest is the file. Seeds: tiny
 // H.264/MP4, VP9/WebM, MPEG-4/AVI and H.264/MKV files made by ffmpeg's
 // testsrc, and MP4/WebM/AVI with AAC/Opus/MP3 (fuzz/make_seeds.py).
+#include <cstring>
 #include <vector>
 
 #include "video/backend.h"
@@ -32,7 +33,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> out(spec.value()->SampleBytes(DType::kUint8));
   std::vector<float> audio(spec.value()->AudioBytes() / sizeof(float));
   auto scratch = video::NewScratch();
-  (void)video::Prepare(*spec.value(), data, size, {1, 0, pick}, DType::kUint8, out.data(), audio.data(),
-                       scratch.get());
+  // Half the bytes at hand and the rest read where the demuxer asks (a long
+  // local file's way), and the scan given back for a second open.
+  video::Bytes bytes{data, size / 2, size, [data, size](uint64_t offset, size_t n, uint8_t* to) {
+                       if (offset > size || n > size - offset) return nostall::DataError("past the end");
+                       std::memcpy(to, data + offset, n);
+                       return nostall::Status::OK();
+                     }};
+  video::ScanCache scans(1 << 20);
+  (void)video::Prepare(*spec.value(), bytes, {1, 0, pick}, DType::kUint8, out.data(), audio.data(), scratch.get(),
+                       &scans);
+  (void)video::Prepare(*spec.value(), bytes, {1, 1, pick}, DType::kUint8, out.data(), audio.data(), scratch.get(),
+                       &scans);
   return 0;
 }

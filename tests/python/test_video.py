@@ -318,6 +318,60 @@ def test_the_containers_and_codecs_users_have_decode_as_ffmpeg_shows_them(users_
     assert seen == len(files)
 
 
+@pytest.fixture(scope="module")
+def long_files(tmp_path_factory):
+    """30 s files of a few MB (a local file this long is read in parts):
+    MP4 with its index at the end (ffmpeg's default), MP4 with it first and
+    AAC audio, H.264 in Matroska."""
+    root = tmp_path_factory.mktemp("long")
+    (root / "a").mkdir()
+    src = ["-f", "lavfi", "-i", "testsrc2=size=320x240:rate=25:duration=30"]
+    enc = ["-vf", "noise=alls=15:allf=t", "-c:v", "libx264", "-preset", "ultrafast", "-g", "25", "-b:v", "1M"]
+    for name, extra in (("end.mp4", []), ("mkv.mkv", []),
+                        ("first.mp4", ["-f", "lavfi", "-i", "sine=frequency=440:duration=30", "-c:a", "aac",
+                                       "-movflags", "+faststart"])):
+        subprocess.run(["ffmpeg", "-v", "error", *src, *extra, *enc, str(root / "a" / name)], check=True)
+    return root
+
+
+def test_long_files_are_read_in_parts_and_give_the_clips_of_their_whole_bytes(long_files):
+    """A clip of a long local file reads its container's index and the
+    packets from its keyframe on, not the whole file; after the first
+    epoch the file's scan is kept, so its packets are not read again: the
+    clips (and their audio) are those of the whole file's bytes."""
+    files = sorted(long_files.glob("a/*"))
+    sizes = [p.stat().st_size for p in files]
+    assert min(sizes) > 2_000_000
+    spec = [video.Clip(16, step=2), nostall.Resize(64), video.RandomCrop(56), nostall.RandomHorizontalFlip(),
+            video.Audio(seconds=0.5, sample_rate=16000)]
+    loader = nostall.Loader(str(long_files), transforms=spec, batch_size=1, shuffle=True, seed=3, num_threads=2,
+                            return_indices=True)
+    read = []
+    for epoch in range(3):
+        read.append(loader.stats()["stages"]["fetch"]["bytes"])
+        for clip, audio, labels, indices in loader:
+            i = int(indices[0])
+            want, params = video.apply(spec, files[i], seed=3, epoch=epoch, index=i)
+            assert np.array_equal(clip[0].numpy(), want), f"{files[i].name} epoch {epoch}: not the whole file's clip"
+            assert np.array_equal(audio[0].numpy(), params["audio"]), f"{files[i].name} epoch {epoch}: not its audio"
+    read.append(loader.stats()["stages"]["fetch"]["bytes"])
+    # Epochs after the first read a part of each file (~20%: its index, and a
+    # clip of 1.3 s from its keyframe, one a second, of 30 s, in blocks of
+    # 256 kB), where reading them whole would be 100% an epoch (the count
+    # may hold the next epoch's first reads: three epochs' parts at most).
+    assert read[3] - read[1] < sum(sizes), (read, sizes)
+
+
+def test_a_long_file_cut_short_is_a_data_error_naming_it(long_files, tmp_path):
+    root = tmp_path / "cut"
+    (root / "a").mkdir(parents=True)
+    whole = (long_files / "a" / "first.mp4").read_bytes()  # its index first: it opens, its packets end early
+    (root / "a" / "cut.mp4").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(nostall.DataError, match="cut.mp4"):
+        for _ in nostall.Loader(str(root), transforms=[video.Clip(4), nostall.Resize((32, 32))], batch_size=1):
+            pass
+
+
 def test_damaged_videos_are_data_errors_naming_the_file(videos, tmp_path):
     root = tmp_path / "set"
     shutil.copytree(videos, root)

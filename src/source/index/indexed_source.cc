@@ -73,7 +73,7 @@ class IndexedSource final : public IndexSource {
 
   Result<std::shared_ptr<const ItemFile>> OpenItem(int64_t i) const override {
     // (A record of several files, or pages to drop after the read: whole.)
-    if (!folder() || !records_.beside.empty() || drop_page_cache_) return std::shared_ptr<const ItemFile>();
+    if (!folder() || HasBeside(i) || drop_page_cache_) return std::shared_ptr<const ItemFile>();
     uint64_t size = 0;
     NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenWithinLimit(key(i), max_item_bytes_, &size));
     return std::shared_ptr<const ItemFile>(std::make_shared<LocalItemFile>(std::move(fd), size));
@@ -99,6 +99,14 @@ class IndexedSource final : public IndexSource {
   // An image folder's record: the files beside the image its fields take,
   // then the image (RecordTable::beside), each checked against the size it
   // had when the loader was made.
+  // Whether item i's record holds files beside its own.
+  bool HasBeside(int64_t i) const {
+    for (int f = 0; f < records_.extra && !records_.beside.empty(); ++f) {
+      if (records_.beside[static_cast<size_t>(i) * records_.extra + f] >= 0) return true;
+    }
+    return false;
+  }
+
   Status ReadBeside(int64_t i, std::vector<uint8_t>* out) const {
     const std::string image = key(i);
     const FieldSpan* spans = record(i);

@@ -5,6 +5,7 @@
 #include "video/plugin/ffmpeg.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -20,6 +21,7 @@ extern "C" {
 #include <libswscale/swscale.h>
 }
 
+#include "video/plugin/io.h"
 #include "video/plugin/orient.h"
 
 namespace nostall::video {
@@ -31,35 +33,8 @@ std::string AvError(int err) {
   return buf;
 }
 
-// The bytes as libavformat's input: reads and seeks within them.
-struct Memory {
-  const uint8_t* data;
-  size_t size, pos = 0;
-};
-
-int ReadPacket(void* opaque, uint8_t* buf, int len) {
-  auto* m = static_cast<Memory*>(opaque);
-  const size_t n = std::min(static_cast<size_t>(len), m->size - m->pos);
-  if (n == 0) return AVERROR_EOF;
-  std::memcpy(buf, m->data + m->pos, n);
-  m->pos += n;
-  return static_cast<int>(n);
-}
-
-int64_t Seek(void* opaque, int64_t offset, int whence) {
-  auto* m = static_cast<Memory*>(opaque);
-  if ((whence & AVSEEK_SIZE) != 0) return static_cast<int64_t>(m->size);
-  int64_t to = offset;
-  switch (whence & ~AVSEEK_FORCE) {
-    case SEEK_SET: break;
-    case SEEK_CUR: to += static_cast<int64_t>(m->pos); break;
-    case SEEK_END: to += static_cast<int64_t>(m->size); break;
-    default: return -1;
-  }
-  if (to < 0 || to > static_cast<int64_t>(m->size)) return -1;
-  m->pos = static_cast<size_t>(to);
-  return to;
-}
+// The first bytes of a file a scan keeps, to be told apart from another.
+constexpr size_t kScanPrefix = 4096;
 
 // A packet's presentation time (its decoding time where it has none).
 int64_t PacketTime(const AVPacket* p) { return p->pts != AV_NOPTS_VALUE ? p->pts : p->dts; }
@@ -109,9 +84,30 @@ struct PacketMark {
   bool key;
 };
 
+// How a keyframe is sought: by its presentation time, by its decoding time
+// (containers that seek by it: MPEG-TS), or not at all (decoding from the
+// start); raised for the file when a seek lands past the keyframe.
+enum SeekBy { kByPts, kByDts, kFromStart };
+
+// What the scan of a file's packets found.
+struct FfmpegScan final : Scanned {
+  int stream = -1;
+  std::vector<int64_t> pts;      // each frame's presentation time, ascending
+  std::vector<size_t> key_at;    // per frame: the index in keys of the last keyframe at or before it
+  std::vector<PacketMark> keys;  // keyframes, by presentation time
+  // Frames numbered as they come out of the decoder from the start, as
+  // FFmpeg's own program numbers them, where packets lack presentation
+  // times (AVI with packed B-frames, raw streams): no seeks, no skipped frames.
+  bool counted = false;
+  int64_t audio_first = AV_NOPTS_VALUE;  // the audio stream's first packet's time
+  // How this file's keyframes are sought: what the decoders that opened it
+  // learned (they raise it; each starts where the last left it).
+  mutable std::atomic<int> seek_by{kByPts};
+};
+
 class FfmpegDecoder final : public Decoder {
  public:
-  FfmpegDecoder(const uint8_t* data, size_t size) : mem_{data, size} {}
+  explicit FfmpegDecoder(const Bytes& bytes) : bytes_(bytes) { mem_.bytes = &bytes_; }
   ~FfmpegDecoder() override {
     swr_free(&swr_);
     avcodec_free_context(&audio_);
@@ -124,11 +120,12 @@ class FfmpegDecoder final : public Decoder {
     avio_context_free(&io_);
   }
 
-  Status Open();
+  Status Open(std::shared_ptr<const Scanned> scanned);
+  std::shared_ptr<const Scanned> scanned() const override { return scan_; }
   const StreamInfo& info() const override { return info_; }
   Status Decode(const int64_t* indices, int count, const FrameSink& sink, int64_t* decoded) override;
   double FrameTime(int64_t index) const override {
-    return static_cast<double>(pts_[static_cast<size_t>(index)]) * av_q2d(fmt_->streams[stream_]->time_base);
+    return static_cast<double>(scan_->pts[static_cast<size_t>(index)]) * av_q2d(fmt_->streams[stream_]->time_base);
   }
   Status DecodeAudio(double start, int rate, int channels, int64_t count, float* dst) override;
 
@@ -140,11 +137,14 @@ class FfmpegDecoder final : public Decoder {
   Status AudioWindow(int64_t first, int64_t count, float* dst, bool strict, bool* late);
   bool LateFrame(int64_t first) const;
   Status Scan();
+  void Describe();
+  Status ReadError(const std::string& what, int err) const;
   Status SeekTo(size_t key);
   Status SeekToStart();
   Status Convert(const FrameSink& sink, int k);
   Status Receive(const std::vector<int64_t>& want, int* k, const FrameSink& sink, int64_t* decoded);
 
+  Bytes bytes_;
   Memory mem_;
   AVIOContext* io_ = nullptr;
   AVFormatContext* fmt_ = nullptr;
@@ -155,35 +155,24 @@ class FfmpegDecoder final : public Decoder {
   int sws_format_ = -1, sws_space_ = -1, sws_full_ = -1;  // what sws_ was made and given for
   int stream_ = -1;
   StreamInfo info_;
-  std::vector<int64_t> pts_;      // each frame's presentation time, ascending
-  std::vector<size_t> key_at_;    // per frame: the index in keys_ of the last keyframe at or before it
-  std::vector<PacketMark> keys_;  // keyframes, by presentation time
+  std::shared_ptr<const FfmpegScan> scan_;
   std::vector<uint8_t> rgb_;
   int coded_width_ = 0, coded_height_ = 0;  // the frames' size as decoded (info_'s is as shown)
   Orientation orient_;                      // how they are turned to be shown
   std::vector<uint8_t> shown_;              // a turned frame
   bool overshot_ = false;  // a frame came out after a wanted one that never did
-  // How a keyframe is sought: by its presentation time, by its decoding
-  // time (containers that seek by it: MPEG-TS), or not at all (decoding from
-  // the start); raised for the file when a seek lands past the keyframe.
-  enum SeekBy { kByPts, kByDts, kFromStart };
-  int seek_by_ = kByPts;
-  // Frames numbered as they come out of the decoder from the start, as
-  // FFmpeg's own program numbers them, where packets lack presentation times
-  // (AVI with packed B-frames, raw streams): no seeks, no skipped frames.
-  bool counted_ = false;
-  int64_t frame_number_ = 0;  // counted_: the next frame's number
+  int seek_by_ = kByPts;  // (scan_->seek_by when opened)
+  int64_t frame_number_ = 0;  // scan_->counted: the next frame's number
   // The audio (DecodeAudio): its stream (-1: none), decoder and resampler
   // (made for swr_rate_ and swr_channels_).
   int audio_stream_ = -1;
-  int64_t audio_first_ = AV_NOPTS_VALUE;  // the audio stream's first packet's time (the scan's)
   AVCodecContext* audio_ = nullptr;
   SwrContext* swr_ = nullptr;
   int swr_rate_ = 0, swr_channels_ = 0;
   std::vector<float> audio_out_;  // a frame's resampled samples, planar
 };
 
-Status FfmpegDecoder::Open() {
+Status FfmpegDecoder::Open(std::shared_ptr<const Scanned> scanned) {
   constexpr int kIoBuffer = 1 << 16;
   auto* buffer = static_cast<uint8_t*>(av_malloc(kIoBuffer));
   if (buffer == nullptr) return ResourceExhausted("out of memory for the video's reader");
@@ -197,6 +186,7 @@ Status FfmpegDecoder::Open() {
   fmt_->pb = io_;
   fmt_->flags |= AVFMT_FLAG_CUSTOM_IO;
   int err = avformat_open_input(&fmt_, nullptr, nullptr, nullptr);
+  if (err < 0 && !mem_.error.ok()) return mem_.error;
   if (err < 0) return DataError("not a video container FFmpeg reads (" + AvError(err) + ")");
   stream_ = av_find_best_stream(fmt_, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
   if (stream_ < 0 && (fmt_->ctx_flags & AVFMTCTX_NOHEADER) != 0) {
@@ -235,21 +225,35 @@ Status FfmpegDecoder::Open() {
   info_.mirrored = orient_.mirrored;
   info_.width = orient_.transpose ? coded_height_ : coded_width_;
   info_.height = orient_.transpose ? coded_width_ : coded_height_;
-  return Scan();
+  // A scan given for this file (the same stream, size and first bytes) is
+  // taken; else the packets are read.
+  auto given = std::dynamic_pointer_cast<const FfmpegScan>(scanned);
+  const size_t prefix = std::min<size_t>(bytes_.have, kScanPrefix);
+  if (given != nullptr && given->stream == stream_ && given->size == bytes_.size && given->prefix.size() == prefix &&
+      std::equal(given->prefix.begin(), given->prefix.end(), bytes_.data)) {
+    scan_ = std::move(given);
+  } else {
+    NOSTALL_RETURN_IF_ERROR(Scan());
+  }
+  Describe();
+  return Status::OK();
 }
 
 // Every packet of the stream, read (not decoded) once: the frames'
 // presentation times and the keyframes among them.
 Status FfmpegDecoder::Scan() {
+  auto scan = std::make_shared<FfmpegScan>();
   std::vector<PacketMark> marks;
+  int64_t packets = 0;  // of the stream, read
   int err = 0;
   while ((err = av_read_frame(fmt_, packet_)) >= 0) {
     if (packet_->stream_index == audio_stream_ && audio_stream_ >= 0) {
       const int64_t t = PacketTime(packet_);
-      if (t != AV_NOPTS_VALUE && (audio_first_ == AV_NOPTS_VALUE || t < audio_first_)) audio_first_ = t;
+      if (t != AV_NOPTS_VALUE && (scan->audio_first == AV_NOPTS_VALUE || t < scan->audio_first)) scan->audio_first = t;
     }
     if (packet_->stream_index == stream_) {
-      if (packet_->pts == AV_NOPTS_VALUE) counted_ = true;
+      ++packets;
+      if (packet_->pts == AV_NOPTS_VALUE) scan->counted = true;
       const int64_t pts = PacketTime(packet_);
       if (pts != AV_NOPTS_VALUE && (packet_->flags & AV_PKT_FLAG_DISCARD) == 0) {
         marks.push_back({pts, packet_->dts, (packet_->flags & AV_PKT_FLAG_KEY) != 0});
@@ -257,8 +261,15 @@ Status FfmpegDecoder::Scan() {
     }
     av_packet_unref(packet_);
   }
+  if (!mem_.error.ok()) return mem_.error;
   if (err != AVERROR_EOF && marks.empty()) return DataError("the video's packets do not read: " + AvError(err));
   if (marks.empty()) return DataError("the video stream has no frames");
+  // An MP4 (MOV) header lists every sample: fewer in the file is a file cut short.
+  const AVStream* vs = fmt_->streams[stream_];
+  if (std::strstr(fmt_->iformat->name, "mp4") != nullptr && vs->nb_frames > packets) {
+    return DataError("the video is cut short: its header lists " + std::to_string(vs->nb_frames) +
+                     " frames, the file holds " + std::to_string(packets));
+  }
   std::sort(marks.begin(), marks.end(), [](const PacketMark& a, const PacketMark& b) { return a.pts < b.pts; });
   marks.erase(std::unique(marks.begin(), marks.end(),
                           [](const PacketMark& a, const PacketMark& b) { return a.pts == b.pts; }),
@@ -268,37 +279,56 @@ Status FfmpegDecoder::Scan() {
     // raw streams): decoding starts at the file's start.
     marks.front().key = true;
   }
-  pts_.reserve(marks.size());
-  key_at_.reserve(marks.size());
+  scan->pts.reserve(marks.size());
+  scan->key_at.reserve(marks.size());
   for (const PacketMark& m : marks) {
-    if (m.key) keys_.push_back(m);
-    pts_.push_back(m.pts);
-    key_at_.push_back(keys_.size() - 1);
+    if (m.key) scan->keys.push_back(m);
+    scan->pts.push_back(m.pts);
+    scan->key_at.push_back(scan->keys.size() - 1);
   }
   const AVStream* st = fmt_->streams[stream_];
-  info_.frames = static_cast<int64_t>(pts_.size());
-  info_.keyframes = static_cast<int64_t>(keys_.size());
   const AVRational rate = st->avg_frame_rate.num > 0 ? st->avg_frame_rate : st->r_frame_rate;
-  info_.fps = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0;
-  if (counted_) {
+  if (scan->counted) {
     // The frames' times as their numbers at the stream's rate (the packets'
     // decoding times leave gaps where B-frames were packed).
-    seek_by_ = kFromStart;
-    if (info_.fps > 0) {
-      const int64_t first = pts_.front();
-      for (size_t i = 0; i < pts_.size(); ++i) {
-        pts_[i] = first + av_rescale_q(static_cast<int64_t>(i), av_inv_q(rate), st->time_base);
+    scan->seek_by = kFromStart;
+    if (rate.num > 0 && rate.den > 0) {
+      const int64_t first = scan->pts.front();
+      for (size_t i = 0; i < scan->pts.size(); ++i) {
+        scan->pts[i] = first + av_rescale_q(static_cast<int64_t>(i), av_inv_q(rate), st->time_base);
       }
     }
   }
-  info_.duration = static_cast<double>(pts_.back() - pts_.front()) * av_q2d(st->time_base) +
-                   (info_.fps > 0 ? 1.0 / info_.fps : 0);
+  scan->stream = stream_;
+  scan->size = bytes_.size;
+  scan->prefix.assign(bytes_.data, bytes_.data + std::min<size_t>(bytes_.have, kScanPrefix));
+  scan->bytes = sizeof(FfmpegScan) + scan->pts.size() * (sizeof(int64_t) + sizeof(size_t)) +
+                scan->keys.size() * sizeof(PacketMark) + scan->prefix.size();
+  scan_ = std::move(scan);
   return Status::OK();
+}
+
+// The stream's description from the scan (its own or the one given).
+void FfmpegDecoder::Describe() {
+  const AVStream* st = fmt_->streams[stream_];
+  info_.frames = static_cast<int64_t>(scan_->pts.size());
+  info_.keyframes = static_cast<int64_t>(scan_->keys.size());
+  const AVRational rate = st->avg_frame_rate.num > 0 ? st->avg_frame_rate : st->r_frame_rate;
+  info_.fps = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0;
+  info_.duration = static_cast<double>(scan_->pts.back() - scan_->pts.front()) * av_q2d(st->time_base) +
+                   (info_.fps > 0 ? 1.0 / info_.fps : 0);
+  seek_by_ = scan_->seek_by.load(std::memory_order_relaxed);
+}
+
+// A libav call's failure: the file's read error where one stopped it.
+Status FfmpegDecoder::ReadError(const std::string& what, int err) const {
+  if (!mem_.error.ok()) return mem_.error;
+  return DataError(what + AvError(err));
 }
 
 Status FfmpegDecoder::SeekTo(size_t key) {
   if (seek_by_ == kFromStart) return SeekToStart();
-  const PacketMark& k = keys_[key];
+  const PacketMark& k = scan_->keys[key];
   const int64_t ts = seek_by_ == kByDts && k.dts != AV_NOPTS_VALUE ? k.dts : k.pts;
   if (av_seek_frame(fmt_, stream_, ts, AVSEEK_FLAG_BACKWARD) < 0) return SeekToStart();
   avcodec_flush_buffers(codec_);
@@ -361,7 +391,7 @@ Status FfmpegDecoder::Receive(const std::vector<int64_t>& want, int* k, const Fr
     if (err == AVERROR(EAGAIN) || err == AVERROR_EOF) return Status::OK();
     if (err < 0) return DataError("a frame does not decode: " + AvError(err));
     ++*decoded;
-    const int64_t pts = counted_ ? frame_number_++ : FrameTimestamp(frame_);
+    const int64_t pts = scan_->counted ? frame_number_++ : FrameTimestamp(frame_);
     while (*k < count && want[*k] == pts) {
       NOSTALL_RETURN_IF_ERROR(Convert(sink, *k));
       ++*k;
@@ -378,7 +408,7 @@ Status FfmpegDecoder::Decode(const int64_t* indices, int count, const FrameSink&
       return InvalidArgument("frame indices must be ascending, within the video's " +
                              std::to_string(info_.frames) + " frames");
     }
-    want[i] = counted_ ? indices[i] : pts_[indices[i]];
+    want[i] = scan_->counted ? indices[i] : scan_->pts[indices[i]];
   }
   int64_t produced = 0;
   int k = 0;
@@ -390,17 +420,19 @@ Status FfmpegDecoder::Decode(const int64_t* indices, int count, const FrameSink&
       // no frame of it comes out): seek by the decoding time, then from the
       // start, for the rest of the file's life.
       ++seek_by_;
+      scan_->seek_by.store(seek_by_, std::memory_order_relaxed);  // the next decoder of the file starts there
       overshot_ = false;
       run_key = AV_NOPTS_VALUE;
     }
     // Start (again) at the keyframe before the next wanted frame unless the
     // run under way has reached it: the frames between are not decoded.
-    const PacketMark& key = keys_[key_at_[indices[k]]];
+    const PacketMark& key = scan_->keys[scan_->key_at[indices[k]]];
     if (run_key == AV_NOPTS_VALUE || key.pts > run_key) {
-      NOSTALL_RETURN_IF_ERROR(SeekTo(key_at_[indices[k]]));
+      NOSTALL_RETURN_IF_ERROR(SeekTo(scan_->key_at[indices[k]]));
       run_key = seek_by_ == kFromStart ? INT64_MAX : key.pts;
     }
     int err = av_read_frame(fmt_, packet_);
+    if (err == AVERROR_EOF && !mem_.error.ok()) return mem_.error;
     if (err == AVERROR_EOF) {
       avcodec_send_packet(codec_, nullptr);  // drain
       NOSTALL_RETURN_IF_ERROR(Receive(want, &k, sink, &produced));
@@ -414,7 +446,7 @@ Status FfmpegDecoder::Decode(const int64_t* indices, int count, const FrameSink&
       }
       break;
     }
-    if (err < 0) return DataError("the video's packets do not read: " + AvError(err));
+    if (err < 0) return ReadError("the video's packets do not read: ", err);
     if (packet_->stream_index != stream_) {
       av_packet_unref(packet_);
       continue;
@@ -422,7 +454,7 @@ Status FfmpegDecoder::Decode(const int64_t* indices, int count, const FrameSink&
     const int64_t pts = PacketTime(packet_);
     if ((packet_->flags & AV_PKT_FLAG_KEY) != 0 && pts != AV_NOPTS_VALUE) run_key = std::max(run_key, pts);
     // A frame no other frame refers to, and not wanted, is not decoded.
-    const bool wanted = counted_ || std::binary_search(want.begin() + k, want.end(), pts);
+    const bool wanted = scan_->counted || std::binary_search(want.begin() + k, want.end(), pts);
     codec_->skip_frame = wanted ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
     err = avcodec_send_packet(codec_, packet_);
     av_packet_unref(packet_);
@@ -543,6 +575,7 @@ Status FfmpegDecoder::AudioWindow(int64_t first, int64_t count, float* dst, bool
   while (grid_next < first + count && !*late) {
     const int err = av_read_frame(fmt_, packet_);
     if (err < 0) {  // the end: what the decoder and the resampler still hold
+      if (!mem_.error.ok()) return mem_.error;
       avcodec_send_packet(audio_, nullptr);
       NOSTALL_RETURN_IF_ERROR(drain());
       if (swr_ != nullptr && grid_next >= 0) NOSTALL_RETURN_IF_ERROR(Resampled(nullptr, 0, first, count, &grid_next, dst));
@@ -585,7 +618,7 @@ Status FfmpegDecoder::DecodeAudio(double start, int rate, int channels, int64_t 
   int64_t ts = av_rescale_q(std::llround((start - preroll) * AV_TIME_BASE), AV_TIME_BASE_Q, st->time_base);
   // Not before the stream's first packet (an AAC stream's is its priming
   // frame, before time zero: the decoder needs it for the first samples).
-  const int64_t stream_start = audio_first_ != AV_NOPTS_VALUE ? audio_first_ : INT64_MIN;
+  const int64_t stream_start = scan_->audio_first != AV_NOPTS_VALUE ? scan_->audio_first : INT64_MIN;
   ts = std::max(ts, stream_start);
   NOSTALL_RETURN_IF_ERROR(SeekAudio(ts));
   bool late = false;
@@ -603,10 +636,10 @@ Status FfmpegDecoder::DecodeAudio(double start, int rate, int channels, int64_t 
 class FfmpegBackendImpl final : public Backend {
  public:
   FfmpegBackendImpl() { av_log_set_level(AV_LOG_QUIET); }
-  Result<std::unique_ptr<Decoder>> Open(const uint8_t* data, size_t size) const override {
-    if (size == 0) return DataError("the video file is empty");
-    auto d = std::make_unique<FfmpegDecoder>(data, size);
-    NOSTALL_RETURN_IF_ERROR(d->Open());
+  Result<std::unique_ptr<Decoder>> Open(const Bytes& bytes, std::shared_ptr<const Scanned> scanned) const override {
+    if (bytes.size == 0) return DataError("the video file is empty");
+    auto d = std::make_unique<FfmpegDecoder>(bytes);
+    NOSTALL_RETURN_IF_ERROR(d->Open(std::move(scanned)));
     return std::unique_ptr<Decoder>(std::move(d));
   }
   std::string version() const override {
