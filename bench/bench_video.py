@@ -26,6 +26,16 @@ training), each with its own start, crop and flip: nostall's
 Clip(clips=N), decoded in one pass; torchcodec's clips_at_random_indices
 (num_clips=N), one call; decord's get_batch of the N clips' frames, one
 call; PyAV one seek and decode per clip. The rate counts clips (views).
+
+--long MINUTES: instead, 8 videos of that many minutes (640x360 H.264, a
+keyframe every 2 s, 2 Mbit/s: ~15 MB a minute), batch 2, where what a clip
+reads of its file and whether the file is scanned again for each clip is
+what counts: torchcodec is run both with its default exact seeks (a scan of
+the file's packets when a decoder is made) and with seek_mode="approximate"
+(none: the header's frame count and rate). The peak RSS of the run (the
+process and its workers) is printed beside each rate. --old SITE adds
+"nostall_old": the nostall package importable from SITE (an earlier build),
+side by side.
 """
 import argparse
 import json
@@ -37,7 +47,8 @@ import time
 from pathlib import Path
 
 MEAN, STD = [0.43216, 0.394666, 0.37645], [0.22803, 0.22145, 0.216989]
-FRAMES, STEP, SHORT, CROP, BATCH = 16, 4, 128, 112, 8
+FRAMES, STEP, SHORT, CROP = 16, 4, 128, 112
+BATCH = int(os.environ.get("BENCH_VIDEO_BATCH", "8"))
 CLIPS = int(os.environ.get("BENCH_VIDEO_CLIPS", "1"))  # clips per sample (--clips)
 
 
@@ -83,12 +94,16 @@ class Videos:
         out = [finish(frames) for frames in clips]
         return (out[0] if CLIPS == 1 else torch.stack(out)), self.classes.index(path.parent.name)
 
+    @classmethod
+    def _torchcodec_approx(cls, path):
+        return cls._torchcodec(path, seek_mode="approximate")
+
     @staticmethod
-    def _torchcodec(path):
+    def _torchcodec(path, seek_mode="exact"):
         from torchcodec.decoders import VideoDecoder
         from torchcodec.samplers import clips_at_random_indices
 
-        d = VideoDecoder(path, dimension_order="NHWC", num_ffmpeg_threads=1)
+        d = VideoDecoder(path, dimension_order="NHWC", num_ffmpeg_threads=1, seek_mode=seek_mode)
         out = clips_at_random_indices(d, num_clips=CLIPS, num_frames_per_clip=FRAMES,
                                       num_indices_between_frames=STEP)
         # (A FrameBatch of (clips, T, H, W, 3), or a list of one FrameBatch a clip.)
@@ -166,9 +181,35 @@ def run_nostall(root, epochs, threads):
         for clips, labels in loader:
             n += len(labels) * CLIPS
     rate = n / (time.perf_counter() - start)
+    if os.environ.get("BENCH_VIDEO_LONG"):
+        return {"rate": rate}
     files = sorted(p for p in Path(root).glob("*/*.mp4"))
     decoded = [video.apply(transforms, f, index=i)[1]["decoded"] / (FRAMES * CLIPS) for i, f in enumerate(files)]
     return {"rate": rate, "waste": statistics.mean(decoded)}
+
+
+def peak_rss_mb():
+    """The peak resident memory of this process and of its finished workers, MB."""
+    import resource
+
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss +
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+
+
+def make_long_videos(root, minutes, count=8):
+    """`count` videos of `minutes` minutes in two class folders (ffmpeg's
+    test sources with moving noise, 640x360 H.264, a keyframe every 2 s)."""
+    sources = ["testsrc2", "testsrc", "smptehdbars", "rgbtestsrc"]
+    for k in range(count):
+        path = root / f"c{k % 2}" / f"long{k}.mp4"
+        if path.exists():
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        src = f"{sources[k % len(sources)]}=s=640x360:r=25:d={minutes * 60}"
+        subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", src, "-vf",
+                        "noise=alls=12:allf=t,format=yuv420p", "-c:v", "libx264", "-preset", "ultrafast", "-g", "50",
+                        "-b:v", "2M", str(path) + ".part.mp4"], check=True)
+        os.replace(str(path) + ".part.mp4", path)
 
 
 def main():
@@ -179,6 +220,8 @@ def main():
     parser.add_argument("--epochs", type=int, default=2, help="epochs timed per run")
     parser.add_argument("--only", default="nostall,torchcodec,pyav,decord", help="the pipelines to run")
     parser.add_argument("--clips", type=int, default=1, help="clips (views) of each video per sample")
+    parser.add_argument("--long", type=float, default=0, help="MINUTES: 8 videos this long instead")
+    parser.add_argument("--old", help="SITE: also run the nostall importable from there (nostall_old)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     root = Path(args.data)
@@ -186,37 +229,55 @@ def main():
     if args.child:
         threads = len(os.sched_getaffinity(0))
         files = sorted(root.glob("*/*.mp4"))
-        out = (run_nostall(root, args.epochs, threads) if args.child == "nostall" else
+        out = (run_nostall(root, args.epochs, threads) if args.child.startswith("nostall") else
                run_dataloader(files, args.child, args.epochs, threads))
+        out["rss_mb"] = peak_rss_mb()
         print(json.dumps(out))
         return 0
-    from nostall.datasets import make_videos
-
-    per_class = max(1, args.videos // 4)
-    make_videos(root, per_class=per_class, classes=4, seconds=(10.0, 10.0),
-                sizes=((320, 240), (640, 360), (1280, 720)), codecs=(("h264", "mp4"),), gops=(12, 250))
     cores = len(os.sched_getaffinity(0))
     names = args.only.split(",")
-    print(f"{4 * per_class} videos (10 s H.264, 320x240-1280x720, GOP 12/250), 16 frames x 4, short side 128, "
-          f"crop 112, flip, normalize, batch {BATCH}, {args.clips} clip(s) per video, {cores} cores", flush=True)
+    if args.long:
+        os.environ.update(BENCH_VIDEO_LONG="1", BENCH_VIDEO_BATCH="2")
+        root = root.with_name(root.name + f"_long{args.long:g}")
+        make_long_videos(root, args.long)
+        if args.only == parser.get_default("only"):
+            names = ["nostall", "torchcodec", "torchcodec_approx", "pyav", "decord"]
+        print(f"8 videos of {args.long:g} min (640x360 H.264, a keyframe every 2 s, 2 Mbit/s), 16 frames x 4, "
+              f"short side 128, crop 112, flip, normalize, batch 2, {cores} cores", flush=True)
+    else:
+        from nostall.datasets import make_videos
+
+        per_class = max(1, args.videos // 4)
+        make_videos(root, per_class=per_class, classes=4, seconds=(10.0, 10.0),
+                    sizes=((320, 240), (640, 360), (1280, 720)), codecs=(("h264", "mp4"),), gops=(12, 250))
+        print(f"{4 * per_class} videos (10 s H.264, 320x240-1280x720, GOP 12/250), 16 frames x 4, short side 128, "
+              f"crop 112, flip, normalize, batch {BATCH}, {args.clips} clip(s) per video, {cores} cores", flush=True)
+    if args.old:
+        names.insert(1, "nostall_old")
     rates = {k: [] for k in names}
+    rss = {k: [] for k in names}
     waste = []
     for r in range(args.rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         for which in order:
             cmd = [sys.executable, __file__, "--data", str(root), "--epochs", str(args.epochs), "--child", which]
-            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+            env = dict(os.environ)
+            if which == "nostall_old":
+                env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.old, env.get("PYTHONPATH")]))
+            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True,
+                                            env=env).stdout.splitlines()[-1])
             rates[which].append(out["rate"])
+            rss[which].append(out["rss_mb"])
             if "waste" in out:
                 waste.append(out["waste"])
         print(f"  round {r}: " + ", ".join(f"{k} {rates[k][-1]:.1f}/s" for k in names), flush=True)
     med = {k: statistics.median(v) for k, v in rates.items()}
     print()
-    print(f"| pipeline ({args.clips} clip(s) a sample) | clips/s | nostall's ratio |")
-    print("|---|---:|---:|")
+    print(f"| pipeline ({args.clips} clip(s) a sample) | clips/s | nostall's ratio | peak RSS (MB) |")
+    print("|---|---:|---:|---:|")
     for k in names:
         ratio = f"{med['nostall'] / med[k]:.2f}x" if "nostall" in med and k != "nostall" else ""
-        print(f"| {k} | {med[k]:.1f} | {ratio} |")
+        print(f"| {k} | {med[k]:.1f} | {ratio} | {statistics.median(rss[k]):,.0f} |")
     if waste:
         print(f"\nnostall's decoded frames per clip frame: {statistics.median(waste):.2f}")
     return 0
