@@ -9,6 +9,8 @@ rounds, runs one epoch of RandomResizedCrop(224) + flip + Normalize, batch
   - nostall from local disk (page cache warm),
   - nostall from s3:// directly, and through tests/tools/latency_proxy.py adding
     0, 20 and 50 ms to every request (reads in flight left to adapt),
+  - nostall from the same images as 8 tar shards, local and on S3 at +20 and
+    +50 ms (one ranged read for many images),
   - torch's DataLoader fetching each object with boto3 through the 20 ms
     proxy (what users write today), with as many workers as nostall has
     threads, and with 16.
@@ -210,7 +212,7 @@ def main():
         sys.exit("bench_s3 needs 2 cores: one for the loaders, one for the server and proxy")
 
     import boto3
-    from nostall.datasets import make_imagenet_like
+    from nostall.datasets import folder_to_shards, make_imagenet_like
 
     data = Path(make_imagenet_like(args.data, num_images=args.images))
     files = sorted(p for p in data.rglob("*.jpg"))
@@ -224,6 +226,13 @@ def main():
         print(f"uploading {len(files)} JPEGs to SeaweedFS ...", flush=True)
         for f in files:
             client.put_object(Bucket=BUCKET, Key="train/" + str(f.relative_to(data)), Body=f.read_bytes())
+        # The same images as 8 tar shards (WebDataset), local and on S3:
+        # one ranged read covers many images.
+        shard_dir = Path(work) / "shards"
+        pattern = Path(folder_to_shards(data, shard_dir, shards=8))
+        for t in sorted(shard_dir.glob("*.tar")):
+            client.put_object(Bucket=BUCKET, Key="shards/" + t.name, Body=t.read_bytes())
+            t.read_bytes()
         for f in files:
             f.read_bytes()  # warm the page cache for the local runs
         endpoints = {0: server.url}
@@ -239,6 +248,11 @@ def main():
             "nostall s3 +0 ms": (me + ["--child", "nostall", "--path", s3], endpoints["proxy 0"]),
             "nostall s3 +20 ms": (me + ["--child", "nostall", "--path", s3], endpoints["proxy 20"]),
             "nostall s3 +50 ms": (me + ["--child", "nostall", "--path", s3], endpoints["proxy 50"]),
+            "nostall shards local": (me + ["--child", "nostall", "--path", str(pattern)], server.url),
+            "nostall shards s3 +20 ms": (me + ["--child", "nostall", "--path", f"s3://{BUCKET}/shards/{pattern.name}"],
+                                         endpoints["proxy 20"]),
+            "nostall shards s3 +50 ms": (me + ["--child", "nostall", "--path", f"s3://{BUCKET}/shards/{pattern.name}"],
+                                         endpoints["proxy 50"]),
             "torch+boto3 1 worker direct": (
                 [sys.executable, __file__, "--images", str(args.torch_images), "--child", "torch",
                  "--workers", "1"], server.url),
@@ -293,6 +307,10 @@ def main():
               f"+50 ms / +0 ms {first['nostall s3 +50 ms'] / first['nostall s3 +0 ms']:.2f}",
               f"- S3 +20 ms / local: {med['nostall s3 +20 ms'] / local:.2f}; "
               f"+50 ms / local: {med['nostall s3 +50 ms'] / local:.2f}",
+              f"- tar shards (8 of them): S3 +20 ms / local shards "
+              f"{med['nostall shards s3 +20 ms'] / med['nostall shards local']:.2f}, +50 ms / local shards "
+              f"{med['nostall shards s3 +50 ms'] / med['nostall shards local']:.2f}; local shards / local folder "
+              f"{med['nostall shards local'] / local:.2f}",
               f"- latency hidden: +20 ms / +0 ms {med['nostall s3 +20 ms'] / med['nostall s3 +0 ms']:.2f}; "
               f"+50 ms / +0 ms {med['nostall s3 +50 ms'] / med['nostall s3 +0 ms']:.2f}",
               f"- vs torch+boto3 at +20 ms: {med['nostall s3 +20 ms'] / med['torch+boto3 1 worker +20 ms']:.1f}x "

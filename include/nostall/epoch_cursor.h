@@ -59,6 +59,7 @@ class EpochCursor {
 
  private:
   bool NoteEnd();
+  bool RankZeroHasBatches(const ResumePoint& p) const;
 
   Loader* const loader_;
   const std::string shared_;

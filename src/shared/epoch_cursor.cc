@@ -110,6 +110,19 @@ Result<std::string> EpochCursor::StateJson() const {
   return ResumeStateJson(*loader_, epoch, batch, shared_, elastic);
 }
 
+// Whether rank 0 (the rank with the most) has batches left of the elastic
+// epoch the state resumes.
+bool EpochCursor::RankZeroHasBatches(const ResumePoint& p) const {
+  SamplerOptions o = loader_->sampler().options();
+  if (o.rank == 0) return false;
+  o.rank = 0;
+  Result<Sampler> zero = Sampler::Create(o);
+  if (!zero.ok()) return false;
+  const Sampler& z = zero.value();
+  if (loader_->source().sharded() != nullptr && !z.SetBufferedEpoch(p.buffered_epoch).ok()) return false;
+  return z.SetElastic(p.epoch, p.elastic).ok() && z.BatchesInEpoch(p.epoch) > 0;
+}
+
 Status EpochCursor::LoadStateJson(const std::string& state) {
   NOSTALL_ASSIGN_OR_RETURN(ResumePoint p, CheckResumeState(*loader_, !shared_.empty(), state));
   // The epochs run as they ran before (a buffered one buffered again).
@@ -118,8 +131,10 @@ Status EpochCursor::LoadStateJson(const std::string& state) {
   }
   if (shared_.empty()) {
     NOSTALL_RETURN_IF_ERROR(loader_->sampler().SetElastic(p.epoch, p.elastic));
-    if (!p.elastic.empty() && loader_->sampler().BatchesInEpoch(p.epoch) == 0) {
-      // Its ranks had read all of it but the padding: the next epoch.
+    if (!p.elastic.empty() && loader_->sampler().BatchesInEpoch(p.epoch) == 0 && !RankZeroHasBatches(p)) {
+      // Its ranks had read all of it but the padding: the next epoch. (Where
+      // rank 0 has batches left, as with pad_ranks=False, this rank reads an
+      // empty rest of the epoch, as the others read theirs.)
       NOSTALL_RETURN_IF_ERROR(loader_->sampler().SetElastic(p.epoch, {}));
       p = ResumePoint{p.epoch + 1, 0, std::nullopt, p.buffered_epoch, {}};
     }

@@ -136,3 +136,25 @@ def test_bad_elastic_states_are_refused(folder):
         with pytest.raises(ValueError, match="elastic"):
             loader.load_state_dict(dict(states[0], elastic=bad))
 
+
+
+def test_a_rank_with_nothing_left_reads_an_empty_rest_then_the_same_next_epoch(folder):
+    """pad_ranks=False: at 9 ranks the shares are 17 and 16 samples (5 and 4
+    batches). Saved when every rank had read 4 batches, 6 samples are left;
+    resumed at 8 ranks, 6 ranks get one and 2 get none: those read an empty
+    rest of the epoch (not the next epoch, which would put them an epoch
+    ahead of the others for good), then epoch 2 with the others."""
+    kw = dict(pad_ranks=False)
+    assert sorted({len(make(folder, r, 9, **kw)) for r in range(9)}) == [4, 5]
+    _, states = run_ranks(folder, 9, batches=4, **kw)
+    state = states[0]
+    assert state["epoch"] == 1 and state["batch"] == 4
+    rests, nexts = [], []
+    for r in range(8):
+        loader = make(folder, r, 8, **kw)
+        loader.load_state_dict(state)
+        rests.append(read(loader))
+        nexts.append(read(loader))
+    assert sorted(len(flat([rest])) for rest in rests) == [0, 0, 1, 1, 1, 1, 1, 1]
+    # The next epoch is epoch 2 at 8 ranks on every rank: each sample once.
+    assert sorted(flat(nexts)) == list(range(N))
