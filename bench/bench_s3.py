@@ -10,7 +10,7 @@ rounds, runs one epoch of RandomResizedCrop(224) + flip + Normalize, batch
   - nostall from s3:// directly, and through tests/tools/latency_proxy.py adding
     0, 20 and 50 ms to every request (reads in flight left to adapt),
   - nostall from the same images as 8 tar shards, local and on S3 at +20 and
-    +50 ms (one ranged read for many images),
+    +50 ms, in an exact shuffle and with shard_shuffle=True (shards in order),
   - torch's DataLoader fetching each object with boto3 through the 20 ms
     proxy (what users write today), with as many workers as nostall has
     threads, and with 16.
@@ -65,10 +65,11 @@ def weed_port():
 
 # ----------------------------------------------------------------- children
 
-def run_nostall(path, images):
+def run_nostall(path, images, shard_shuffle=False):
     import nostall
 
-    loader = nostall.Loader(path, batch_size=256, shuffle=True, seed=0, num_threads=1,
+    extra = {"shard_shuffle": True} if shard_shuffle else {}
+    loader = nostall.Loader(path, batch_size=256, shuffle=True, seed=0, num_threads=1, **extra,
                             transforms=[nostall.RandomResizedCrop(224), nostall.RandomHorizontalFlip(),
                                         nostall.Normalize(MEAN, STD)])
     t0 = time.perf_counter()
@@ -128,7 +129,7 @@ def run_torch(path, images, workers):
 def child(args):
     os.sched_setaffinity(0, {LOADER_CORE})
     if args.child == "nostall":
-        n, secs, stats = run_nostall(args.path, args.images)
+        n, secs, stats = run_nostall(args.path, args.images, args.shard_shuffle)
     else:
         n, secs, stats = run_torch(args.path, args.images, args.workers)
     import resource
@@ -205,6 +206,7 @@ def main():
     ap.add_argument("--child", choices=["nostall", "torch"], help=argparse.SUPPRESS)
     ap.add_argument("--path", help=argparse.SUPPRESS)
     ap.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--shard-shuffle", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(args)
@@ -253,6 +255,14 @@ def main():
                                          endpoints["proxy 20"]),
             "nostall shards s3 +50 ms": (me + ["--child", "nostall", "--path", f"s3://{BUCKET}/shards/{pattern.name}"],
                                          endpoints["proxy 50"]),
+            "nostall shards local, shard_shuffle": (me + ["--child", "nostall", "--path", str(pattern),
+                                                         "--shard-shuffle"], server.url),
+            "nostall shards s3 +20 ms, shard_shuffle": (
+                me + ["--child", "nostall", "--path", f"s3://{BUCKET}/shards/{pattern.name}", "--shard-shuffle"],
+                endpoints["proxy 20"]),
+            "nostall shards s3 +50 ms, shard_shuffle": (
+                me + ["--child", "nostall", "--path", f"s3://{BUCKET}/shards/{pattern.name}", "--shard-shuffle"],
+                endpoints["proxy 50"]),
             "torch+boto3 1 worker direct": (
                 [sys.executable, __file__, "--images", str(args.torch_images), "--child", "torch",
                  "--workers", "1"], server.url),
@@ -310,7 +320,9 @@ def main():
               f"- tar shards (8 of them): S3 +20 ms / local shards "
               f"{med['nostall shards s3 +20 ms'] / med['nostall shards local']:.2f}, +50 ms / local shards "
               f"{med['nostall shards s3 +50 ms'] / med['nostall shards local']:.2f}; local shards / local folder "
-              f"{med['nostall shards local'] / local:.2f}",
+              f"{med['nostall shards local'] / local:.2f}; with shard_shuffle (a shard's members read in "
+              f"order): +20 ms / local {med['nostall shards s3 +20 ms, shard_shuffle'] / med['nostall shards local, shard_shuffle']:.2f}, "
+              f"+50 ms / local {med['nostall shards s3 +50 ms, shard_shuffle'] / med['nostall shards local, shard_shuffle']:.2f}",
               f"- latency hidden: +20 ms / +0 ms {med['nostall s3 +20 ms'] / med['nostall s3 +0 ms']:.2f}; "
               f"+50 ms / +0 ms {med['nostall s3 +50 ms'] / med['nostall s3 +0 ms']:.2f}",
               f"- vs torch+boto3 at +20 ms: {med['nostall s3 +20 ms'] / med['torch+boto3 1 worker +20 ms']:.1f}x "

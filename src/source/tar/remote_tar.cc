@@ -22,6 +22,7 @@
 #include "source/index/index_progress.h"
 #include "source/index/remote_source.h"
 #include "source/index/tar_index.h"
+#include "source/tar/coalesce.h"
 #include "store/object_store.h"
 #include "store/s3_config.h"
 
@@ -42,15 +43,29 @@ constexpr int kWindowsAhead = 1;
 class RemoteTarSource final : public RemoteSource {
  public:
   RemoteTarSource(const char* kind, std::unique_ptr<store::ObjectStore> store, std::vector<std::string> keys,
-                  IndexViewPtr index, RecordTable records, uint64_t max_item_bytes)
+                  std::vector<uint64_t> sizes, IndexViewPtr index, RecordTable records, uint64_t max_item_bytes)
       : RemoteSource(std::move(store), std::move(index), std::move(records), max_item_bytes),
         kind_(kind),
-        keys_(std::move(keys)) {}
+        keys_(std::move(keys)),
+        sizes_(std::move(sizes)) {}
   RemoteTarSource(const char* kind, std::unique_ptr<store::ObjectStore> store, std::vector<std::string> keys,
-                  std::shared_ptr<LazyShards> lazy, uint64_t max_item_bytes)
-      : RemoteSource(std::move(store), std::move(lazy), max_item_bytes), kind_(kind), keys_(std::move(keys)) {}
+                  std::vector<uint64_t> sizes, std::shared_ptr<LazyShards> lazy, uint64_t max_item_bytes)
+      : RemoteSource(std::move(store), std::move(lazy), max_item_bytes),
+        kind_(kind),
+        keys_(std::move(keys)),
+        sizes_(std::move(sizes)) {}
 
   const char* kind() const override { return kind_; }
+
+  // Members read in their shard's order are joined into larger reads (coalesce.h).
+  void ReadAsync(int64_t i, std::vector<uint8_t> buffer, ReadDone done) const override {
+    Result<Span> s = Where(i);
+    if (!s.ok()) return done(s.status(), std::move(buffer));
+    const ItemWhere w = IndexSource::Where(i);
+    coalescer_.Read({s.value().key, s.value().offset, static_cast<uint64_t>(s.value().length),
+                     sizes_[static_cast<size_t>(w.container)]},
+                    std::move(buffer), std::move(done));
+  }
 
  private:
   Result<Span> Where(int64_t i) const override {
@@ -62,6 +77,8 @@ class RemoteTarSource final : public RemoteSource {
   }
   const char* const kind_;
   const std::vector<std::string> keys_;  // per shard
+  const std::vector<uint64_t> sizes_;    // per shard
+  const ReadCoalescer coalescer_{store_.get()};
 };
 
 // Reads a shard front to back through ranged GETs of kWindow bytes, the
@@ -356,7 +373,7 @@ std::unique_ptr<Source> LazySource(S3Shards sh, S3IndexBuilder b, const SourceOp
       [finish = b.finish, note](Index whole, std::string* origin) mutable {
         return finish(std::move(whole), origin, &note);
       });
-  auto source = std::make_unique<RemoteTarSource>(sh.kind, std::move(sh.store), std::move(sh.keys), std::move(lazy),
+  auto source = std::make_unique<RemoteTarSource>(sh.kind, std::move(sh.store), std::move(sh.keys), sh.sizes, std::move(lazy),
                                                   options.max_item_bytes);
   source->SetIndexOrigin("", std::move(note));
   return source;
@@ -398,7 +415,7 @@ Result<std::unique_ptr<Source>> RemoteTarOpen(const std::string& uri, const Sour
     NOSTALL_ASSIGN_OR_RETURN(view, BuildNow(std::move(b), uri, sh.keys.size(), &origin, &note));
   }
   NOSTALL_ASSIGN_OR_RETURN(RecordTable records, SelectFields(options, *view));
-  auto source = std::make_unique<RemoteTarSource>(sh.kind, std::move(sh.store), std::move(sh.keys), std::move(view),
+  auto source = std::make_unique<RemoteTarSource>(sh.kind, std::move(sh.store), std::move(sh.keys), sh.sizes, std::move(view),
                                                   std::move(records), options.max_item_bytes);
   source->SetIndexOrigin(std::move(origin), std::move(note));
   return std::unique_ptr<Source>(std::move(source));
