@@ -207,6 +207,7 @@ def main():
     ap.add_argument("--path", help=argparse.SUPPRESS)
     ap.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--shard-shuffle", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--only", help="run only the runs whose names hold one of these (comma-separated) words")
     args = ap.parse_args()
     if args.child:
         return child(args)
@@ -273,6 +274,9 @@ def main():
                 [sys.executable, __file__, "--images", str(args.torch_images), "--child", "torch",
                  "--workers", "16"], endpoints["proxy 20"]),
         }
+        if args.only:  # (a look at some runs: the table is then not written)
+            runs = {k: v for k, v in runs.items() if k == "nostall local" or any(w in k for w in args.only.split(","))}
+            args.write = ""
         results = {k: [] for k in runs}
         for r in range(args.rounds):
             for name, (cmd, endpoint) in runs.items():
@@ -294,6 +298,11 @@ def main():
         server.stop()
         subprocess.run(["rm", "-rf", work])
 
+    if args.only:
+        for k, v in results.items():
+            print(f"{k:45s} {statistics.median(x['rate'] for x in v):7.0f} images/s  "
+                  f"networking {statistics.median(x['io_cpu'] for x in v) * 1e3:.3f} ms/image")
+        return 0
     med = {k: statistics.median(x["rate"] for x in v) for k, v in results.items()}
     first = {k: statistics.median(x["first"] for x in v) for k, v in results.items()}
     cpu = {k: statistics.median(x["cpu"] for x in v) for k, v in results.items()}

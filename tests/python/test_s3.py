@@ -301,7 +301,7 @@ def test_tar_shards_on_s3_give_the_batches_of_the_local_shards(s3, tmp_path):
 
 def test_s3_shards_read_in_shard_order_take_many_members_a_request(s3, tmp_path):
     """shard_shuffle=True reads a shard's members close together: once three
-    members of one 4 MB block of a shard are asked for, one ranged GET reads
+    members of one 1 MB block of a shard are asked for, one ranged GET reads
     the block and the rest of its members come from it, so an epoch costs a
     few requests a shard rather than one a member; the batches are the
     local shards' all the same."""
@@ -319,7 +319,7 @@ def test_s3_shards_read_in_shard_order_take_many_members_a_request(s3, tmp_path)
         assert len(a) == len(b) == 6
         for (ia, la, xa), (ib, lb, xb) in zip(a, b):
             assert torch.equal(ia, ib) and torch.equal(la, lb) and torch.equal(xa, xb)
-        # 21 members in 2 shards of one block each: two members of a shard
+        # 21 members in 2 shards of one block each (~270 kB): two members of a shard
         # alone, then the block (the rest); the first epoch also reads each
         # shard once for its index.
         assert remote.stats()["storage"]["requests"] - before <= 2 * 3 + (2 if epoch == 0 else 0)

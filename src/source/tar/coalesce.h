@@ -34,7 +34,7 @@ class ReadCoalescer {
     uint64_t length = 0;
     uint64_t object_size = 0;
   };
-  static constexpr uint64_t kBlockBytes = 4 << 20;
+  static constexpr uint64_t kBlockBytes = 1 << 20;
   static constexpr int kTouches = 3;
   static constexpr size_t kRecentReads = 256;
   // Blocks kept once in, for members read after them (the newest first).
