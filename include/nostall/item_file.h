@@ -20,6 +20,9 @@ class ItemFile {
   // Exactly `n` bytes at `offset`; a file that shrank since it was opened
   // is a DataError.
   virtual Status ReadAt(uint64_t offset, size_t n, uint8_t* out) const = 0;
+  // The most of it a decoder may read whole into memory (the loader's
+  // max_item_bytes): an item read in parts may be larger.
+  virtual uint64_t whole_limit() const { return UINT64_MAX; }
 };
 
 }  // namespace nostall

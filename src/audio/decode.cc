@@ -90,6 +90,10 @@ sf_count_t MemoryRead(void* ptr, sf_count_t count, void* user) {
 // All of the file at hand (a decoder that takes its bytes whole).
 Status Materialize(Memory* m) {
   if (m->have == m->size) return Status::OK();
+  if (static_cast<uint64_t>(m->size) > m->file->whole_limit()) {
+    return DataError("file is " + std::to_string(m->size) + " bytes, over the " +
+                     std::to_string(m->file->whole_limit()) + "-byte item limit (this format is read whole)");
+  }
   m->whole.resize(static_cast<size_t>(m->size));
   std::memcpy(m->whole.data(), m->data, static_cast<size_t>(m->have));
   NOSTALL_RETURN_IF_ERROR(m->file->ReadAt(static_cast<uint64_t>(m->have), static_cast<size_t>(m->size - m->have),

@@ -13,6 +13,7 @@ class CountedItemFile final : public ItemFile {
   CountedItemFile(std::shared_ptr<const ItemFile> file, std::atomic<int64_t>* bytes)
       : file_(std::move(file)), bytes_(bytes) {}
   uint64_t size() const override { return file_->size(); }
+  uint64_t whole_limit() const override { return file_->whole_limit(); }
   Status ReadAt(uint64_t offset, size_t n, uint8_t* out) const override {
     bytes_->fetch_add(static_cast<int64_t>(n), std::memory_order_relaxed);
     return file_->ReadAt(offset, n, out);

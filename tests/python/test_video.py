@@ -362,6 +362,24 @@ def test_long_files_are_read_in_parts_and_give_the_clips_of_their_whole_bytes(lo
     assert read[3] - read[1] < sum(sizes), (read, sizes)
 
 
+def test_a_video_over_the_item_limit_is_read_in_parts(long_files, tmp_path):
+    """An item read whole may be at most 256 MB; a video is read in parts,
+    so a longer file (an hour of 720p is a gigabyte or more) loads."""
+    root = tmp_path / "big"
+    (root / "a").mkdir(parents=True)
+    big = root / "a" / "big.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-stream_loop", "70", "-i", str(long_files / "a" / "end.mp4"),
+                    "-c", "copy", str(big)], check=True)
+    assert big.stat().st_size > 256 << 20
+    spec = [video.Clip(4, step=2), nostall.Resize((32, 32))]
+    loader = nostall.Loader(str(root), transforms=spec, batch_size=1, seed=1, return_indices=True)
+    for epoch in range(2):
+        clip, _, _ = next(iter(loader))
+        assert clip.shape == (1, 3, 4, 32, 32)
+    info = video.info(big)
+    assert info["frames"] == 71 * 750
+
+
 def test_a_long_file_cut_short_is_a_data_error_naming_it(long_files, tmp_path):
     root = tmp_path / "cut"
     (root / "a").mkdir(parents=True)

@@ -28,8 +28,10 @@ using json = nlohmann::json;
 // An item that is one local file, read where wanted (Source::OpenItem).
 class LocalItemFile final : public ItemFile {
  public:
-  LocalItemFile(UniqueFd fd, uint64_t size) : fd_(std::move(fd)), size_(size) {}
+  LocalItemFile(UniqueFd fd, uint64_t size, uint64_t whole_limit)
+      : fd_(std::move(fd)), size_(size), whole_limit_(whole_limit) {}
   uint64_t size() const override { return size_; }
+  uint64_t whole_limit() const override { return whole_limit_; }
   Status ReadAt(uint64_t offset, size_t n, uint8_t* out) const override {
     if (offset > size_ || n > size_ - offset) return InvalidArgument("a read past the file's end");
     Status st = PreadExact(fd_.get(), offset, n, out);
@@ -40,6 +42,7 @@ class LocalItemFile final : public ItemFile {
  private:
   UniqueFd fd_;
   uint64_t size_;
+  uint64_t whole_limit_;
 };
 
 class IndexedSource final : public IndexSource {
@@ -74,9 +77,11 @@ class IndexedSource final : public IndexSource {
   Result<std::shared_ptr<const ItemFile>> OpenItem(int64_t i) const override {
     // (A record of several files, or pages to drop after the read: whole.)
     if (!folder() || HasBeside(i) || drop_page_cache_) return std::shared_ptr<const ItemFile>();
+    // (Read in parts, a file may be over the item limit: a decoder that
+    // reads it whole checks whole_limit().)
     uint64_t size = 0;
-    NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenWithinLimit(key(i), max_item_bytes_, &size));
-    return std::shared_ptr<const ItemFile>(std::make_shared<LocalItemFile>(std::move(fd), size));
+    NOSTALL_ASSIGN_OR_RETURN(UniqueFd fd, OpenReadOnly(key(i), &size));
+    return std::shared_ptr<const ItemFile>(std::make_shared<LocalItemFile>(std::move(fd), size, max_item_bytes_));
   }
 
   Status Read(int64_t i, std::vector<uint8_t>* out) const override {
