@@ -300,7 +300,7 @@ def test_tar_shards_on_s3_give_the_batches_of_the_local_shards(s3, tmp_path):
 
 
 def test_s3_shards_read_in_shard_order_take_many_members_a_request(s3, tmp_path):
-    """shard_shuffle=True reads a shard's members close together: once three
+    """shard_shuffle=True reads a shard's members close together: once four
     members of one 1 MB block of a shard are asked for, one ranged GET reads
     the block and the rest of its members come from it, so an epoch costs a
     few requests a shard rather than one a member; the batches are the
@@ -319,10 +319,10 @@ def test_s3_shards_read_in_shard_order_take_many_members_a_request(s3, tmp_path)
         assert len(a) == len(b) == 6
         for (ia, la, xa), (ib, lb, xb) in zip(a, b):
             assert torch.equal(ia, ib) and torch.equal(la, lb) and torch.equal(xa, xb)
-        # 21 members in 2 shards of one block each (~270 kB): two members of a shard
-        # alone, then the block (the rest); the first epoch also reads each
-        # shard once for its index.
-        assert remote.stats()["storage"]["requests"] - before <= 2 * 3 + (2 if epoch == 0 else 0)
+        # 21 members in 2 shards of one block each (~270 kB): three members
+        # of a shard alone, then the block (the rest); the first epoch also
+        # reads each shard once for its index.
+        assert remote.stats()["storage"]["requests"] - before <= 2 * 4 + (2 if epoch == 0 else 0)
     # An exact shuffle of these small shards reads three members of a block
     # soon too: the same batches either way.
     exact = nostall.Loader("s3://train-data/ordered/train-{0..1}.tar", **dict(kw, shard_shuffle=False))
@@ -656,7 +656,7 @@ def test_records_on_s3_are_the_records_of_the_local_shards(s3, tmp_path):
         got, want = snapshot(list(remote)), snapshot(list(here))
         assert got == want
         st = remote.stats()
-        # A ranged GET per record at first; once three of a block are asked
+        # A ranged GET per record at first; once four of a block are asked
         # for, the block's records come from one read of it (coalesce.h).
         assert st["storage"]["requests"] < N
         # (bytes per field count what was prepared: every caption at least once)

@@ -6,7 +6,7 @@
 // for among the last kRecentReads reads, the block is read whole in one
 // ranged GET; the reads of its members then wait for it, or are answered at
 // once when it is in. An exact shuffle over a dataset of many blocks rarely
-// reads three members of one block that close together: its reads go to the
+// reads four members of one block that close together: its reads go to the
 // store as they are.
 #ifndef NOSTALL_SOURCE_TAR_COALESCE_H_
 #define NOSTALL_SOURCE_TAR_COALESCE_H_
@@ -35,8 +35,8 @@ class ReadCoalescer {
     uint64_t object_size = 0;
   };
   static constexpr uint64_t kBlockBytes = 1 << 20;
-  static constexpr int kTouches = 3;
-  static constexpr size_t kRecentReads = 256;
+  static constexpr int kTouches = 4;
+  static constexpr size_t kRecentReads = 64;
   // Blocks kept once in, for members read after them (the newest first).
   static constexpr size_t kKeptBlocks = 8;
 
