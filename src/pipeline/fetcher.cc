@@ -30,11 +30,11 @@ int64_t IoCpu(const Source& source) {
 }
 
 // Whether a sample's bytes are its item's file alone: no record, or one
-// whose only bytes are the item (its other fields come from the folder or
-// are written by the kind: a label, a video clip's audio).
-bool OnlyTheItem(const FieldSpan* record, int extra, uint64_t size) {
+// whose only bytes are the item, from its start (its other fields come from
+// the folder or are written by the kind: a label, a video clip's audio).
+bool OnlyTheItem(const FieldSpan* record, int extra) {
   if (record == nullptr) return true;
-  if (record[0].offset != 0 || (record[0].size >= 0 && static_cast<uint64_t>(record[0].size) != size)) return false;
+  if (record[0].offset != 0) return false;
   for (int f = 0; f < extra; ++f) {
     if (record[1 + f].size >= 0) return false;
   }
@@ -51,12 +51,15 @@ Fetcher::Fetcher(const Source& source, Cache* cache, bool partial)
 // file's first bytes and the file (one open either way).
 void Fetcher::ReadLocal(FetchedItem* fi) {
   const FieldSpan* record = source_.record(fi->item);
-  if (!partial_ || (record != nullptr && record[0].offset != 0)) {
+  if (!partial_ || !OnlyTheItem(record, source_.extra_fields())) {
     fi->status = source_.Read(fi->item, &fi->bytes);
     return;
   }
   Result<std::shared_ptr<const ItemFile>> file = source_.OpenItem(fi->item);
-  if (!file.ok() || file.value() == nullptr || !OnlyTheItem(record, source_.extra_fields(), file.value()->size())) {
+  const bool whole_item = record == nullptr || record[0].size < 0 ||
+                          (file.ok() && file.value() != nullptr &&
+                           static_cast<uint64_t>(record[0].size) == file.value()->size());
+  if (!file.ok() || file.value() == nullptr || !whole_item) {
     fi->status = file.ok() ? source_.Read(fi->item, &fi->bytes) : file.status();
     return;
   }

@@ -101,9 +101,6 @@ class IndexedSource final : public IndexSource {
   }
 
  private:
-  // An image folder's record: the files beside the image its fields take,
-  // then the image (RecordTable::beside), each checked against the size it
-  // had when the loader was made.
   // Whether item i's record holds files beside its own.
   bool HasBeside(int64_t i) const {
     for (int f = 0; f < records_.extra && !records_.beside.empty(); ++f) {
@@ -112,6 +109,9 @@ class IndexedSource final : public IndexSource {
     return false;
   }
 
+  // An image folder's record: the files beside the image its fields take,
+  // then the image (RecordTable::beside), each checked against the size it
+  // had when the loader was made.
   Status ReadBeside(int64_t i, std::vector<uint8_t>* out) const {
     const std::string image = key(i);
     const FieldSpan* spans = record(i);

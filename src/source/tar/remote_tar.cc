@@ -57,23 +57,26 @@ class RemoteTarSource final : public RemoteSource {
 
   const char* kind() const override { return kind_; }
 
-  // Members read in their shard's order are joined into larger reads (coalesce.h).
+  // Members read close together are joined into reads of their blocks (coalesce.h).
   void ReadAsync(int64_t i, std::vector<uint8_t> buffer, ReadDone done) const override {
-    Result<Span> s = Where(i);
-    if (!s.ok()) return done(s.status(), std::move(buffer));
-    const ItemWhere w = IndexSource::Where(i);
-    coalescer_.Read({s.value().key, s.value().offset, static_cast<uint64_t>(s.value().length),
-                     sizes_[static_cast<size_t>(w.container)]},
-                    std::move(buffer), std::move(done));
+    Result<ReadCoalescer::Range> r = RangeOf(i);
+    if (!r.ok()) return done(r.status(), std::move(buffer));
+    coalescer_.Read(r.value(), std::move(buffer), std::move(done));
   }
 
  private:
   Result<Span> Where(int64_t i) const override {
+    NOSTALL_ASSIGN_OR_RETURN(ReadCoalescer::Range r, RangeOf(i));
+    return Span{std::move(r.key), r.offset, static_cast<int64_t>(r.length)};
+  }
+  // Item i's member: its shard (and the shard's size) and byte range.
+  Result<ReadCoalescer::Range> RangeOf(int64_t i) const {
     const ItemWhere w = IndexSource::Where(i);
     if (static_cast<uint64_t>(w.size) > max_item_bytes_) {
       return DataError("member is over the item size limit");
     }
-    return Span{keys_[static_cast<size_t>(w.container)], w.offset, w.size};
+    const auto shard = static_cast<size_t>(w.container);
+    return ReadCoalescer::Range{keys_[shard], w.offset, static_cast<uint64_t>(w.size), sizes_[shard]};
   }
   const char* const kind_;
   const std::vector<std::string> keys_;  // per shard

@@ -44,6 +44,11 @@ int64_t FrameTimestamp(const AVFrame* f) {
   return f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp : f->pts;
 }
 
+// The stream's average frame rate, else its base rate (0/0 when it states none).
+AVRational StreamRate(const AVStream* st) {
+  return st->avg_frame_rate.num > 0 ? st->avg_frame_rate : st->r_frame_rate;
+}
+
 // The stream's display matrix (how its frames are turned to be shown), or
 // null.
 const int32_t* DisplayMatrix(const AVStream* st) {
@@ -265,9 +270,9 @@ Status FfmpegDecoder::Scan() {
   if (err != AVERROR_EOF && marks.empty()) return DataError("the video's packets do not read: " + AvError(err));
   if (marks.empty()) return DataError("the video stream has no frames");
   // An MP4 (MOV) header lists every sample: fewer in the file is a file cut short.
-  const AVStream* vs = fmt_->streams[stream_];
-  if (std::strstr(fmt_->iformat->name, "mp4") != nullptr && vs->nb_frames > packets) {
-    return DataError("the video is cut short: its header lists " + std::to_string(vs->nb_frames) +
+  const AVStream* st = fmt_->streams[stream_];
+  if (std::strstr(fmt_->iformat->name, "mp4") != nullptr && st->nb_frames > packets) {
+    return DataError("the video is cut short: its header lists " + std::to_string(st->nb_frames) +
                      " frames, the file holds " + std::to_string(packets));
   }
   std::sort(marks.begin(), marks.end(), [](const PacketMark& a, const PacketMark& b) { return a.pts < b.pts; });
@@ -286,8 +291,7 @@ Status FfmpegDecoder::Scan() {
     scan->pts.push_back(m.pts);
     scan->key_at.push_back(scan->keys.size() - 1);
   }
-  const AVStream* st = fmt_->streams[stream_];
-  const AVRational rate = st->avg_frame_rate.num > 0 ? st->avg_frame_rate : st->r_frame_rate;
+  const AVRational rate = StreamRate(st);
   if (scan->counted) {
     // The frames' times as their numbers at the stream's rate (the packets'
     // decoding times leave gaps where B-frames were packed).
@@ -313,7 +317,7 @@ void FfmpegDecoder::Describe() {
   const AVStream* st = fmt_->streams[stream_];
   info_.frames = static_cast<int64_t>(scan_->pts.size());
   info_.keyframes = static_cast<int64_t>(scan_->keys.size());
-  const AVRational rate = st->avg_frame_rate.num > 0 ? st->avg_frame_rate : st->r_frame_rate;
+  const AVRational rate = StreamRate(st);
   info_.fps = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0;
   info_.duration = static_cast<double>(scan_->pts.back() - scan_->pts.front()) * av_q2d(st->time_base) +
                    (info_.fps > 0 ? 1.0 / info_.fps : 0);
